@@ -1,0 +1,37 @@
+"""fastonnx: the fastest correct PyTorch -> ONNX exporter."""
+
+from fastonnx._core import __version__
+from fastonnx.api import to_onnx
+from fastonnx.errors import (
+    CaptureError,
+    ConversionError,
+    FastOnnxError,
+    GraphError,
+    InputError,
+    ModelTooLargeError,
+    OpsetError,
+    RuntimeCheckError,
+    SerializationError,
+    UnsupportedOpError,
+)
+from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
+from fastonnx.result import ExportResult
+
+__all__ = [
+    "DEFAULT_OPSET",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "CaptureError",
+    "ConversionError",
+    "ExportResult",
+    "FastOnnxError",
+    "GraphError",
+    "InputError",
+    "ModelTooLargeError",
+    "OpsetError",
+    "RuntimeCheckError",
+    "SerializationError",
+    "UnsupportedOpError",
+    "__version__",
+    "to_onnx",
+]

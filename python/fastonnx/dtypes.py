@@ -1,0 +1,67 @@
+"""torch dtype <-> ONNX TensorProto.DataType, without importing onnx."""
+
+from __future__ import annotations
+
+import torch
+
+# ONNX TensorProto.DataType values (onnx.proto); kept here so that `import fastonnx` does not import onnx.
+FLOAT = 1
+UINT8 = 2
+INT8 = 3
+UINT16 = 4
+INT16 = 5
+INT32 = 6
+INT64 = 7
+STRING = 8
+BOOL = 9
+FLOAT16 = 10
+DOUBLE = 11
+UINT32 = 12
+UINT64 = 13
+COMPLEX64 = 14
+COMPLEX128 = 15
+BFLOAT16 = 16
+FLOAT8E4M3FN = 17
+FLOAT8E4M3FNUZ = 18
+FLOAT8E5M2 = 19
+FLOAT8E5M2FNUZ = 20
+
+TORCH_TO_ONNX: dict[torch.dtype, int] = {
+    torch.float32: FLOAT,
+    torch.uint8: UINT8,
+    torch.int8: INT8,
+    torch.uint16: UINT16,
+    torch.int16: INT16,
+    torch.int32: INT32,
+    torch.int64: INT64,
+    torch.bool: BOOL,
+    torch.float16: FLOAT16,
+    torch.float64: DOUBLE,
+    torch.uint32: UINT32,
+    torch.uint64: UINT64,
+    torch.complex64: COMPLEX64,
+    torch.complex128: COMPLEX128,
+    torch.bfloat16: BFLOAT16,
+    torch.float8_e4m3fn: FLOAT8E4M3FN,
+    torch.float8_e4m3fnuz: FLOAT8E4M3FNUZ,
+    torch.float8_e5m2: FLOAT8E5M2,
+    torch.float8_e5m2fnuz: FLOAT8E5M2FNUZ,
+}
+ONNX_TO_TORCH: dict[int, torch.dtype] = {v: k for k, v in TORCH_TO_ONNX.items()}
+
+FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def to_onnx_dtype(dtype: torch.dtype) -> int:
+    """The ONNX element type of a torch dtype; an unsupported dtype raises TypeError naming it."""
+    try:
+        return TORCH_TO_ONNX[dtype]
+    except KeyError:
+        raise TypeError(f"torch dtype {dtype} has no ONNX equivalent") from None
+
+
+def to_torch_dtype(elem_type: int) -> torch.dtype:
+    try:
+        return ONNX_TO_TORCH[elem_type]
+    except KeyError:
+        raise TypeError(f"ONNX element type {elem_type} has no torch equivalent") from None

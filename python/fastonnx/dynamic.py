@@ -1,0 +1,212 @@
+"""dynamic_shapes in the forms torch.export and torch.onnx accept, and readable names for dynamic dims.
+
+Accepted per tensor: a dict {axis: spec} or a list/tuple with one spec per axis, where a spec is a
+``torch.export.Dim`` (with min/max, or derived like ``seq + 1``), ``Dim.DYNAMIC`` / ``Dim.AUTO`` /
+``Dim.STATIC``, None (static), or a string: the name the ONNX dim gets. A string becomes ``Dim.AUTO``
+for torch.export (torch may then specialise it; fastonnx warns when it does).
+
+Names of ONNX dims: the user's string, else the Dim's name, else ``<input>_dim<axis>``; a derived dim is
+written as its expression over those names ("seq+1").
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+
+from fastonnx.errors import InputError
+
+# (flattened input index, axis) -> requested name (None when only "dynamic" was asked, without a name)
+Requested = dict[tuple[int, int], str | None]
+
+
+def _param_names(model: Any, n_args: int) -> list[str]:
+    fn = getattr(model, "forward", None)
+    try:
+        params = list(inspect.signature(fn).parameters.values()) if fn is not None else []
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [names[i] if i < len(names) else f"arg{i}" for i in range(n_args)]
+
+
+def _key_text(k: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def input_paths(
+    ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[str]:
+    """Readable names of the flattened user inputs: the FX placeholder name for a top-level tensor
+    (``x``), a dotted pytree path for nested ones (``past_key_values.0.key``)."""
+    placeholders = list(ep.graph_signature.user_inputs)
+    flat = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
+    if len(flat) != len(placeholders):
+        raise InputError(
+            f"the inputs flatten to {len(flat)} values but the exported program takes {len(placeholders)} "
+            f"({', '.join(str(p) for p in placeholders)}): pass the args and kwargs it was exported with"
+        )
+    paths = []
+    for i, ((path, _), ph) in enumerate(zip(flat, placeholders)):
+        rest = [_key_text(k) for k in path[2:]]
+        if not rest:
+            paths.append(str(ph))
+            continue
+        if _key_text(path[0]) == "1":
+            top = _key_text(path[1])
+        else:
+            suffix = "_" + "_".join(rest)
+            ph = str(ph)
+            top = ph[: -len(suffix)] if ph.endswith(suffix) and len(ph) > len(suffix) else f"input{i}"
+        paths.append(".".join([top, *rest]))
+    return paths
+
+
+def normalize(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+) -> tuple[Any, Requested]:
+    """The dynamic_shapes to give torch.export (strings replaced by Dim.AUTO) and the names asked for."""
+    if dynamic_shapes is None:
+        return None, {}
+    top = _param_names(model, len(args))
+    values: dict[str, Any] = dict(zip(top, args))
+    values.update(kwargs)
+    if isinstance(dynamic_shapes, Mapping):
+        unknown = [k for k in dynamic_shapes if k not in values]
+        if unknown:
+            raise InputError(
+                f"dynamic_shapes names {unknown}, which are not inputs of the model (inputs: {list(values)})"
+            )
+        specs = {k: dynamic_shapes.get(k) for k in values}
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        if len(dynamic_shapes) != len(values):
+            raise InputError(
+                f"dynamic_shapes has {len(dynamic_shapes)} entries but the model gets {len(values)} inputs "
+                f"({', '.join(values)}); give one entry per input (None for static ones)"
+            )
+        specs = dict(zip(values, dynamic_shapes))
+    else:
+        raise InputError(
+            f"dynamic_shapes must be a dict keyed by input name or a tuple with one entry per input, "
+            f"got {type(dynamic_shapes).__name__}"
+        )
+
+    requested: Requested = {}
+    counter = [0]
+
+    def walk(value: Any, spec: Any, where: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            index = counter[0]
+            counter[0] += 1
+            if spec is None:
+                return None
+            if isinstance(spec, Mapping):
+                items = list(spec.items())
+            elif isinstance(spec, (list, tuple)):
+                items = list(enumerate(spec))
+            else:
+                raise InputError(
+                    f"dynamic_shapes for {where} must be a dict {{axis: name or Dim}} or a list with one "
+                    f"entry per axis, got {spec!r}"
+                )
+            out: dict[int, Any] = {}
+            for axis, d in items:
+                if not isinstance(axis, int) or not -value.dim() <= axis < value.dim():
+                    raise InputError(
+                        f"dynamic_shapes for {where}: axis {axis!r} is not an axis of a "
+                        f"{value.dim()}-d tensor"
+                    )
+                axis %= max(value.dim(), 1)
+                if d is None:
+                    continue
+                if isinstance(d, str):
+                    requested[(index, axis)] = d
+                    out[axis] = Dim.AUTO
+                else:
+                    name = getattr(d, "__name__", None)
+                    is_derived = type(d).__name__ == "_DerivedDim"
+                    requested[(index, axis)] = None if is_derived or not isinstance(name, str) else name
+                    out[axis] = d
+            return out if isinstance(spec, Mapping) else [out.get(i) for i in range(value.dim())]
+        if isinstance(value, (list, tuple)):
+            if spec is None:
+                return type(value)(walk(v, None, f"{where}[{i}]") for i, v in enumerate(value))
+            if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
+                raise InputError(
+                    f"dynamic_shapes for {where} must be a list of {len(value)} entries like the input, "
+                    f"got {spec!r}"
+                )
+            return type(spec)(walk(v, s, f"{where}[{i}]") for i, (v, s) in enumerate(zip(value, spec)))
+        if isinstance(value, dict):
+            if spec is None:
+                return {k: walk(v, None, f"{where}[{k!r}]") for k, v in value.items()}
+            if not isinstance(spec, Mapping) or set(spec) != set(value):
+                raise InputError(
+                    f"dynamic_shapes for {where} must be a dict with keys {sorted(value)}, got {spec!r}"
+                )
+            return {k: walk(v, spec[k], f"{where}[{k!r}]") for k, v in value.items()}
+        leaves, _ = pytree.tree_flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:
+            return None  # a constant (int, float, None...)
+        # a registered pytree container (e.g. a KV cache): specs follow its flattened children
+        children = pytree.tree_flatten(value)[0]
+        if spec is None:
+            for i, c in enumerate(children):
+                walk(c, None, f"{where}.{i}")
+            return None
+        if not isinstance(spec, (list, tuple)) or len(spec) != len(children):
+            raise InputError(
+                f"dynamic_shapes for {where} ({type(value).__name__}) must be a list with one entry per "
+                f"flattened tensor ({len(children)}), got {spec!r}"
+            )
+        return [walk(c, s, f"{where}.{i}") for i, (c, s) in enumerate(zip(children, spec))]
+
+    # torch.export flattens (args, kwargs) with kwargs in the order given: walk in that order too
+    converted: dict[str, Any] = {}
+    for name in list(values)[: len(args)]:
+        converted[name] = walk(values[name], specs[name], name)
+    for name in kwargs:
+        converted[name] = walk(values[name], specs[name], name)
+    if isinstance(dynamic_shapes, Mapping):
+        return {k: converted[k] for k in values}, requested
+    return tuple(converted[k] for k in values), requested
+
+
+def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> dict[str, str]:
+    """Symbol text ("s17") -> readable name, from the user's requests, then ``<input>_dim<axis>``.
+
+    Warns for every dim the user asked to be dynamic that torch.export specialised.
+    """
+    names: dict[str, str] = {}
+    defaults: dict[str, str] = {}
+    for index, (input_name, val) in enumerate(placeholders):
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, d in enumerate(val.shape):
+            asked = (index, axis) in requested
+            if isinstance(d, int) or d.node.expr.is_number:
+                if asked:
+                    warnings.warn(
+                        f"input {input_name!r} dim {axis} was asked to be dynamic but torch.export "
+                        f"specialised it to {int(d)}: the ONNX model only accepts that size there",
+                        stacklevel=4,
+                    )
+                continue
+            expr = d.node.expr
+            if not expr.is_Symbol:
+                continue
+            key = str(expr)
+            wanted = requested.get((index, axis))
+            if wanted and key not in names:
+                names[key] = wanted
+            defaults.setdefault(key, f"{input_name}_dim{axis}")
+    return {**defaults, **names}

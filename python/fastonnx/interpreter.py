@@ -1,0 +1,360 @@
+"""One pass over the FX graph of an ExportedProgram, calling one converter per node."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from fastonnx import dtypes, dynamic
+from fastonnx.context import ConversionContext, Value
+from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
+
+aten = torch.ops.aten
+
+# Nodes that check what torch.export assumed; ONNX has nothing to check them with at runtime.
+_DROPPED = {
+    aten._assert_tensor_metadata.default,
+    aten._assert_scalar.default,
+    aten.sym_constrain_range_for_size.default,
+    aten.sym_constrain_range.default,
+    aten._assert_async.msg,
+    aten._assert_async.default,
+    aten._functional_assert_async.msg,
+    aten._functional_sym_constrain_range_for_size.default,
+    aten._functional_sym_constrain_range.default,
+}
+
+# Higher-order ops whose body runs inline: they only change autograd or autocast state.
+_INLINED = {"wrap_with_set_grad_enabled", "wrap_with_autocast"}
+
+
+@dataclass
+class InputSlot:
+    """One flattened user input: a graph input (onnx name) or a constant torch.export specialised."""
+
+    onnx_name: str | None
+    dtype: torch.dtype | None = None
+
+
+@dataclass
+class OutputSlot:
+    """One flattened output: a graph output (onnx name, and whether it was a SymInt) or a constant."""
+
+    onnx_name: str | None
+    constant: Any = None
+    is_scalar: bool = False
+
+
+@dataclass
+class Layout:
+    inputs: list[InputSlot] = field(default_factory=list)
+    outputs: list[OutputSlot] = field(default_factory=list)
+    extra_outputs: list[str] = field(default_factory=list)  # mutated buffers, after the user's outputs
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """The user's source line that produced a node ('file:line in fn: code'), from its stack trace."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("File "):
+            code = lines[i + 1] if i + 1 < len(lines) else ""
+            return f"{lines[i]}: {code}".strip()
+    return "unknown source line"
+
+
+def functional_twin(target: Any) -> Any:
+    """aten.add_.Tensor -> aten.add.Tensor; None when the op is not an in-place overload."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    packet = target.overloadpacket.__name__
+    if not packet.endswith("_") or packet.startswith("_") and packet.endswith("__"):
+        return None
+    base = getattr(aten, packet[:-1], None)
+    if base is None:
+        return None
+    return getattr(base, target._overloadname, None)
+
+
+class Interpreter:
+    def __init__(
+        self,
+        ep: torch.export.ExportedProgram,
+        ctx: ConversionContext,
+        converters: dict[Any, Callable[..., Any]],
+        custom: dict[Any, Callable[..., Any]],
+        input_names: Sequence[str] | None,
+        output_names: Sequence[str] | None,
+        user_args: tuple[tuple[Any, ...], dict[str, Any]],
+        requested_dims: dynamic.Requested,
+    ) -> None:
+        self.ep = ep
+        self.ctx = ctx
+        self.g = ctx.g
+        self.converters = converters
+        self.custom = custom
+        self.input_names = list(input_names) if input_names is not None else None
+        self.output_names = list(output_names) if output_names is not None else None
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.layout = Layout()
+        self.custom_used: set[str] = set()
+        self.user_args = user_args
+        self.requested_dims = requested_dims
+
+    # ---- driver ---------------------------------------------------------------------------------
+    def run(self) -> Layout:
+        sig = self.ep.graph_signature
+        specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+        nodes = list(self.ep.graph.nodes)
+        paths = dynamic.input_paths(self.ep, *self.user_args)
+        user_nodes = [n for n in nodes if n.op == "placeholder" and _is_user(specs.get(n.name))]
+        if self.input_names is not None:
+            tensor_slots = [
+                i for i, n in enumerate(user_nodes) if isinstance(n.meta.get("val"), torch.Tensor)
+            ]
+            if len(self.input_names) != len(tensor_slots):
+                raise InputError(
+                    f"input_names has {len(self.input_names)} names but the model has {len(tensor_slots)} "
+                    f"tensor inputs ({', '.join(paths[i] for i in tensor_slots)})"
+                )
+            for i, name in zip(tensor_slots, self.input_names):
+                paths[i] = name
+        self.ctx.dim_names = dynamic.dim_names(
+            [(p, n.meta.get("val")) for p, n in zip(paths, user_nodes)], self.requested_dims
+        )
+        user_index = 0
+        for i, node in enumerate(nodes):
+            if node.op == "placeholder":
+                spec = specs.get(node.name)
+                if _is_user(spec):
+                    name = paths[user_index]
+                    user_index += 1
+                    self._user_input(node, name)
+                else:
+                    self._lifted_input(node, spec)
+            elif node.op == "call_function":
+                self._call(node, i, len(nodes))
+            elif node.op == "output":
+                self._outputs(node)
+            elif node.op == "get_attr":
+                self.env[node] = getattr(self.ep.graph_module, str(node.target))
+            else:
+                raise ConversionError(f"unexpected FX node kind {node.op!r} at node {node.name}")
+        return self.layout
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def _user_input(self, node: torch.fx.Node, name: str) -> None:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            onnx_name = self.g.add_input(
+                name, dtypes.to_onnx_dtype(val.dtype), [self.ctx.dim(d) for d in val.shape]
+            )
+            self.env[node] = Value(onnx_name, val.dtype, tuple(val.shape))
+            self.layout.inputs.append(InputSlot(onnx_name, val.dtype))
+            for axis, d in enumerate(val.shape):
+                dim = self.ctx.dim(d)
+                if isinstance(dim, str) and dim not in self.ctx.sym_sources:
+                    self.ctx.sym_sources[dim] = (onnx_name, axis)
+        else:
+            # ints, floats, None...: torch.export specialised the graph to this value
+            self.env[node] = val
+            self.layout.inputs.append(InputSlot(None))
+
+    def _lifted_input(self, node: torch.fx.Node, spec: Any) -> None:
+        target = spec.target
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            tensor = self.ep.state_dict.get(target)
+            if tensor is None:
+                tensor = self.ep.constants.get(target)
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            tensor = self.ep.constants.get(target)
+        else:
+            raise ConversionError(f"input {node.name} is a {spec.kind.name}, which ONNX cannot hold")
+        if not isinstance(tensor, torch.Tensor):
+            raise ConversionError(
+                f"no tensor was found for {spec.kind.name.lower()} {target!r} ({node.name})"
+            )
+        self.env[node] = self.initializer(target, tensor)
+
+    def initializer(self, hint: str, tensor: torch.Tensor) -> Value:
+        """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided)."""
+        t = tensor.detach()
+        if isinstance(t, torch.nn.Parameter):
+            t = t.data
+        data = t.contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+        return Value(name, t.dtype, tuple(t.shape))
+
+    # ---- calls ----------------------------------------------------------------------------------
+    def _map(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._map(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._map(v) for k, v in a.items()}
+        return a
+
+    def _call(self, node: torch.fx.Node, index: int, total: int) -> None:
+        target = node.target
+        if target is operator.getitem:
+            seq, i = node.args
+            self.env[node] = self.env[seq][i]  # type: ignore[index]
+            return
+        if target in _DROPPED:
+            self.env[node] = None
+            return
+        hop = getattr(target, "__name__", "")
+        if isinstance(target, torch._ops.HigherOrderOperator) and hop in _INLINED:
+            self.env[node] = self._inline(node)
+            return
+        fn = self.custom.get(target)
+        if fn is not None:
+            self.custom_used.add(str(target))
+        mutated: Any = None
+        if fn is None:
+            fn = self.converters.get(target)
+        if fn is None:
+            twin = functional_twin(target)
+            if twin is not None:
+                fn = self.custom.get(twin) or self.converters.get(twin)
+                mutated = node.args[0] if node.args else None
+        if fn is None:
+            raise UnsupportedOpError(
+                f"no converter for {target} (FX node {node.name!r}, node {index + 1} of {total}), "
+                f"called at {source_line(node)}. Converted so far: {index} nodes. Pass "
+                f"custom_converters={{{_qualname(target)}: fn}} or a decompositions table to go on."
+            )
+        args = self._map(node.args)
+        kwargs = self._map(node.kwargs)
+        self.ctx.node = node
+        try:
+            result = fn(self.ctx, *args, **kwargs)
+        except FastOnnxError as e:
+            e.add_note(
+                f"while converting {target} (FX node {node.name!r}, node {index + 1} of {total}), "
+                f"called at {source_line(node)}"
+            )
+            raise
+        except Exception as e:
+            raise ConversionError(
+                f"converting {target} (FX node {node.name!r}, node {index + 1} of {total}) failed: "
+                f"{type(e).__name__}: {e}; called at {source_line(node)}"
+            ) from e
+        value = self._bind(node, result)
+        self.env[node] = value
+        if isinstance(mutated, torch.fx.Node):
+            # an in-place op on an unaliased value: later readers of that value read the result
+            self.env[mutated] = value
+
+    def _bind(self, node: torch.fx.Node, result: Any) -> Any:
+        return self._bind_val(node, node.meta.get("val"), result)
+
+    def _bind_val(self, node: torch.fx.Node, val: Any, result: Any) -> Any:
+        if isinstance(val, torch.Tensor):
+            name = result.name if isinstance(result, Value) else result
+            if not isinstance(name, str) or not name:
+                raise ConversionError(
+                    f"the converter for {node.target} (node {node.name!r}) returned {result!r}, "
+                    "not an ONNX value name"
+                )
+            self.g.set_type(name, dtypes.to_onnx_dtype(val.dtype), [self.ctx.dim(d) for d in val.shape])
+            return Value(name, val.dtype, tuple(val.shape))
+        if isinstance(val, (list, tuple)):
+            if not isinstance(result, (list, tuple)) or len(result) < len(val):
+                raise ConversionError(
+                    f"the converter for {node.target} (node {node.name!r}) returned {result!r}; "
+                    f"the node has {len(val)} outputs"
+                )
+            return [self._bind_val(node, v, r) if r is not None else None for v, r in zip(val, result)]
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            dt = {torch.SymInt: torch.int64, torch.SymFloat: torch.float32, torch.SymBool: torch.bool}[
+                type(val)
+            ]
+            if isinstance(result, Value):
+                return result
+            if isinstance(result, str):
+                self.g.set_type(result, dtypes.to_onnx_dtype(dt), [])
+                return Value(result, dt, ())
+            return result  # a Python number the converter folded
+        return result
+
+    def _inline(self, node: torch.fx.Node) -> Any:
+        """Run the body of wrap_with_set_grad_enabled / wrap_with_autocast in this graph."""
+        hop = node.target.__name__  # type: ignore[union-attr]
+        # wrap_with_set_grad_enabled(enabled, body, *args); wrap_with_autocast(dev, dt, en, cache, body, *a)
+        skip = 1 if hop == "wrap_with_set_grad_enabled" else 4
+        body = self.env[node.args[skip]]
+        operands = [self._map(a) for a in node.args[skip + 1 :]]
+        return self.run_subgraph(body.graph, operands)
+
+    def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
+        """Convert a submodule's graph in place, its placeholders bound to ``operands``."""
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for ph, val in zip(placeholders, operands, strict=True):
+            self.env[ph] = val
+        nodes = list(graph.nodes)
+        for i, n in enumerate(nodes):
+            if n.op == "call_function":
+                self._call(n, i, len(nodes))
+            elif n.op == "get_attr":
+                self.env[n] = getattr(graph.owning_module, str(n.target))
+            elif n.op == "output":
+                return self._map(n.args[0])
+        return None
+
+    # ---- outputs --------------------------------------------------------------------------------
+    def _outputs(self, node: torch.fx.Node) -> None:
+        flat = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        specs = self.ep.graph_signature.output_specs
+        user = [(a, s) for a, s in zip(flat, specs) if s.kind == OutputKind.USER_OUTPUT]
+        if self.output_names is not None:
+            n_tensors = sum(1 for a, _ in user if isinstance(a, torch.fx.Node))
+            if len(self.output_names) != n_tensors:
+                raise InputError(
+                    f"output_names has {len(self.output_names)} names but the model has {n_tensors} "
+                    "tensor outputs"
+                )
+        k = 0
+        for a, spec in zip(flat, specs):
+            if spec.kind == OutputKind.USER_OUTPUT:
+                if isinstance(a, torch.fx.Node):
+                    wanted = self.output_names[k] if self.output_names else a.name
+                    k += 1
+                    name, is_scalar = self._output_value(a, wanted)
+                    self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar))
+                else:
+                    self.layout.outputs.append(OutputSlot(None, constant=a))
+            elif spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+                assert isinstance(a, torch.fx.Node)
+                name, _ = self._output_value(a, f"mutated.{spec.target}")
+                self.layout.extra_outputs.append(name)
+            else:
+                raise ConversionError(f"output {a} is a {spec.kind.name}, which fastonnx does not export")
+
+    def _output_value(self, a: torch.fx.Node, wanted: str) -> tuple[str, bool]:
+        value = self.env[a]
+        if not isinstance(value, Value):
+            # a constant the converters folded (e.g. a static size); it becomes a constant output
+            val = a.meta.get("val")
+            dt = torch.int64 if isinstance(val, (int, torch.SymInt)) else torch.float32
+            name = self.ctx.const(value, dt)
+            return self.g.add_output(name, wanted), True
+        return self.g.add_output(value.name, wanted), value.rank == 0 and isinstance(
+            a.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float)
+        )
+
+
+def _is_user(spec: Any) -> bool:
+    return spec is None or spec.kind == InputKind.USER_INPUT
+
+
+def _qualname(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"torch.ops.aten.{target.overloadpacket.__name__}.{target._overloadname}"
+    return getattr(target, "__qualname__", str(target))

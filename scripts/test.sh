@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test command: lints, Rust tests, Python tests. Fails when pytest collects no test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
+ruff check python tests benches scripts examples
+ruff format --check python tests benches scripts examples
+
+set +e
+python -m pytest -q -n 2 "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    exit 1
+fi
+exit "$rc"

@@ -1,0 +1,7 @@
+"""Tests import their helpers (export_check) from this folder."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built from configs; nothing is downloaded

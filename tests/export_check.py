@@ -1,0 +1,54 @@
+"""Shared test helper: export a module once, convert it per opset/setting, compare with eager in onnxruntime."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+import fastonnx
+from fastonnx.opsets import MAX_OPSET
+
+OPSETS: tuple[int, ...] = (17, 18, 20, 23, MAX_OPSET)
+ENDS: tuple[int, ...] = (17, MAX_OPSET)
+
+
+def check_export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    opsets: Iterable[int] = ENDS,
+    optimize: Sequence[bool | str] = (True,),
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    dynamic_shapes: Any = None,
+    run_args: Sequence[tuple[Any, ...]] | None = None,
+) -> list[fastonnx.ExportResult]:
+    """torch.export once; for each opset and optimize setting: convert, run in onnxruntime, compare.
+
+    ``run_args`` are further inputs (for dynamic shapes) run on the same exported file.
+    """
+    model = model.eval()
+    kwargs = kwargs or {}
+    ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+    all_inputs = [args, *(run_args or [])]
+    with torch.no_grad():
+        expected = [model(*a, **kwargs) for a in all_inputs]
+    results = []
+    for opset in opsets:
+        for opt in optimize:
+            result = fastonnx.to_onnx(ep, args, kwargs, opset=opset, optimize=opt)
+            for a, exp in zip(all_inputs, expected, strict=True):
+                got = result(*a, **kwargs)
+                torch.testing.assert_close(
+                    got,
+                    exp,
+                    atol=atol,
+                    rtol=rtol,
+                    equal_nan=True,
+                    msg=lambda m, o=opset, p=opt: f"opset={o} optimize={p}: {m}",
+                )
+            results.append(result)
+    return results

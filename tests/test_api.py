@@ -1,0 +1,78 @@
+"""The to_onnx contract: stats, saving (inline and external), model_proto, names, decompositions."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime
+import torch
+
+import fastonnx
+from model_zoo import MLP
+
+
+def test_stats_report_every_stage(tmp_path) -> None:
+    model = MLP().eval()
+    x = torch.randn(2, 16)
+    result = fastonnx.to_onnx(model, (x,), filename=tmp_path / "m.onnx")
+    s = result.stats
+    for key in ("capture_s", "convert_s", "optimize_s", "write_s"):
+        assert isinstance(s[key], float) and s[key] >= 0
+    assert s["nodes"] == len(result.model_proto.graph.node)
+    assert s["initializers"] == len(result.model_proto.graph.initializer) == 6
+    assert s["opset"] == 20
+    assert "decompositions" not in s and "functionalized" not in s
+
+
+def test_saved_file_runs_in_onnxruntime(tmp_path) -> None:
+    model = MLP().eval()
+    x = torch.randn(5, 16)
+    path = tmp_path / "mlp.onnx"
+    fastonnx.to_onnx(model, (x,), filename=path)
+    onnx.checker.check_model(str(path), full_check=True)
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_external_data_round_trip(tmp_path) -> None:
+    model = MLP().eval()
+    x = torch.randn(5, 16)
+    path = tmp_path / "mlp.onnx"
+    result = fastonnx.to_onnx(model, (x,), filename=path, external_data=True)
+    info = result.stats["file"]
+    assert info["external_data"] is True and (tmp_path / "mlp.onnx.data").exists()
+    loaded = onnx.load(str(path))
+    by_name = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.graph.initializer}
+    assert any(a.shape == (32, 16) for a in by_name.values())
+    torch.testing.assert_close(result(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_input_and_output_names(tmp_path) -> None:
+    model = MLP().eval()
+    x = torch.randn(2, 16)
+    result = fastonnx.to_onnx(model, (x,), input_names=["features"], output_names=["scores"])
+    assert result.input_names == ["features"] and result.output_names == ["scores"]
+    torch.testing.assert_close(result(x), model(x))
+
+
+class WithKwargs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, *, scale: torch.Tensor, shift: float = 0.0) -> torch.Tensor:
+        return x * scale + shift
+
+
+def test_kwargs_are_inputs() -> None:
+    x, s = torch.randn(3), torch.randn(3)
+    result = fastonnx.to_onnx(WithKwargs(), (x,), {"scale": s, "shift": 2.0})
+    assert result.input_names == ["x", "scale"]
+    torch.testing.assert_close(result(x, scale=s, shift=2.0), x * s + 2.0)
+
+
+def test_decompositions_are_applied_and_reported() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SiLU()).eval()
+    x = torch.randn(2, 4)
+    table = torch.export.default_decompositions()
+    silu = {k: v for k, v in table.items() if "silu" in str(k)}
+    result = fastonnx.to_onnx(model, (x,), decompositions=silu)
+    assert result.stats["decompositions"] == len(silu)
+    assert "Sigmoid" in {n.op_type for n in result.model_proto.graph.node}
+    torch.testing.assert_close(result(x), model(x))

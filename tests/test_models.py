@@ -1,0 +1,74 @@
+"""Whole models match eager PyTorch in onnxruntime at every tested opset (exported once each)."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+import fastonnx
+from export_check import OPSETS, check_export
+from model_zoo import MLP, SmallCNN, tiny_bert, tiny_llama, with_random_batchnorm_stats
+
+
+def _check_files(results: list[fastonnx.ExportResult]) -> None:
+    for r in results:
+        onnx.checker.check_model(r.model_proto, full_check=True)
+
+
+def test_mlp() -> None:
+    _check_files(check_export(MLP(), (torch.randn(3, 16),), opsets=OPSETS))
+
+
+def test_small_cnn() -> None:
+    model = with_random_batchnorm_stats(SmallCNN())
+    _check_files(check_export(model, (torch.randn(2, 3, 32, 32),), opsets=OPSETS))
+
+
+def test_resnet18() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    model = with_random_batchnorm_stats(torchvision.models.resnet18(weights=None))
+    _check_files(check_export(model, (torch.randn(1, 3, 64, 64),), opsets=OPSETS, atol=1e-3, rtol=1e-3))
+
+
+def test_llama() -> None:
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    _check_files(check_export(Logits(), (ids, mask), opsets=OPSETS))
+
+
+def test_bert() -> None:
+    model = tiny_bert()
+    ids = torch.randint(0, 256, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 6:] = 0
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    _check_files(check_export(Hidden(), (ids, mask), opsets=OPSETS))
+
+
+@pytest.mark.parametrize("opset", [17, fastonnx.MAX_OPSET])
+def test_module_and_exported_program_give_identical_files(tmp_path, opset: int) -> None:
+    model = with_random_batchnorm_stats(SmallCNN()).eval()
+    x = torch.randn(1, 3, 16, 16)
+    fastonnx.to_onnx(model, (x,), opset=opset, filename=tmp_path / "a.onnx")
+    ep = torch.export.export(model, (x,), strict=False)
+    fastonnx.to_onnx(ep, (x,), opset=opset, filename=tmp_path / "b.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
