@@ -1,0 +1,559 @@
+//! The graph being built: values with their types, nodes, initializers, and the model around it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::dtype;
+use crate::error::{graph_err, Result};
+use crate::names::NameTable;
+use crate::tensor::{check_size, Tensor, TensorData};
+
+/// One dimension of a value's shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Fixed(i64),
+    /// A named symbol or an expression of symbols ("batch", "seq+1").
+    Sym(String),
+    Unknown,
+}
+
+/// What is known about a value: element type and shape (None: unknown rank).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ValueType {
+    pub dtype: Option<i32>,
+    pub shape: Option<Vec<Dim>>,
+}
+
+#[derive(Debug, Clone)]
+pub enum AttrValue {
+    Int(i64),
+    Float(f32),
+    String(Vec<u8>),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Strings(Vec<Vec<u8>>),
+    Tensor(Tensor),
+    Graph(Box<Graph>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Attribute {
+    pub name: String,
+    pub value: AttrValue,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub attrs: Vec<Attribute>,
+}
+
+impl Node {
+    pub fn attr(&self, name: &str) -> Option<&AttrValue> {
+        self.attrs.iter().find(|a| a.name == name).map(|a| &a.value)
+    }
+
+    pub fn subgraphs(&self) -> impl Iterator<Item = &Graph> {
+        self.attrs.iter().filter_map(|a| match &a.value {
+            AttrValue::Graph(g) => Some(g.as_ref()),
+            _ => None,
+        })
+    }
+}
+
+/// Key of a weight seen through its memory: the same bytes at the same address with the same
+/// meaning are the same initializer (tied weights). `w` and `w[:3]` share an address, not a shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TiedKey {
+    pub address: usize,
+    pub len: usize,
+    pub dtype: i32,
+    pub dims: Vec<i64>,
+}
+
+type ConstKey = (i32, Vec<i64>, Vec<u8>);
+
+/// Names are shared by a graph and its subgraphs: ONNX wants every name unique across scopes.
+#[derive(Debug, Default, Clone)]
+pub struct SharedNames {
+    values: Arc<Mutex<NameTable>>,
+    nodes: Arc<Mutex<NameTable>>,
+}
+
+fn lock(m: &Mutex<NameTable>) -> MutexGuard<'_, NameTable> {
+    // A panic while holding the lock cannot leave the table half-updated in a harmful way.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SharedNames {
+    pub fn unique_value(&self, hint: &str) -> String {
+        lock(&self.values).unique(hint)
+    }
+    pub fn unique_node(&self, hint: &str) -> String {
+        lock(&self.nodes).unique(hint)
+    }
+    pub fn is_value(&self, name: &str) -> bool {
+        lock(&self.values).contains(name)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub nodes: Vec<Node>,
+    pub initializers: Vec<Tensor>,
+    pub types: HashMap<String, ValueType>,
+    pub names: SharedNames,
+    init_index: HashMap<String, usize>,
+    const_index: HashMap<ConstKey, String>,
+    tied_index: HashMap<TiedKey, String>,
+}
+
+/// Constants up to this size are deduplicated by content.
+const DEDUP_LIMIT: usize = 1 << 16;
+
+impl Graph {
+    pub fn new(name: &str) -> Self {
+        Graph {
+            name: name.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    /// An empty graph for a subgraph attribute (If / Loop / Scan body), sharing this graph's names.
+    pub fn subgraph(&self, name: &str) -> Graph {
+        Graph {
+            name: name.to_owned(),
+            names: self.names.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn new_value(&mut self, hint: &str, ty: ValueType) -> String {
+        let name = self.names.unique_value(hint);
+        self.types.insert(name.clone(), ty);
+        name
+    }
+
+    /// True when `name` is a value of this graph or of an enclosing one.
+    pub fn has_value(&self, name: &str) -> bool {
+        self.types.contains_key(name) || self.names.is_value(name)
+    }
+
+    pub fn value_type(&self, name: &str) -> Option<&ValueType> {
+        self.types.get(name)
+    }
+
+    pub fn is_initializer(&self, name: &str) -> bool {
+        self.init_index.contains_key(name)
+    }
+
+    pub fn initializer(&self, name: &str) -> Option<&Tensor> {
+        self.init_index.get(name).map(|&i| &self.initializers[i])
+    }
+
+    pub fn add_input(&mut self, name: &str, dtype: i32, shape: Option<Vec<Dim>>) -> String {
+        let name = self.new_value(
+            name,
+            ValueType {
+                dtype: Some(dtype),
+                shape,
+            },
+        );
+        self.inputs.push(name.clone());
+        name
+    }
+
+    fn push_initializer(&mut self, name: String, dtype: i32, dims: Vec<i64>, data: TensorData) {
+        let shape = Some(dims.iter().map(|&d| Dim::Fixed(d)).collect());
+        self.types.insert(
+            name.clone(),
+            ValueType {
+                dtype: Some(dtype),
+                shape,
+            },
+        );
+        self.init_index
+            .insert(name.clone(), self.initializers.len());
+        self.initializers.push(Tensor {
+            name,
+            dtype,
+            dims,
+            data,
+        });
+    }
+
+    /// A weight whose bytes stay where they are. A second call with the same memory, dtype and shape
+    /// returns the first initializer's name (tied weights are stored once).
+    pub fn add_initializer(
+        &mut self,
+        hint: &str,
+        dtype: i32,
+        dims: Vec<i64>,
+        data: TensorData,
+        tied: Option<TiedKey>,
+    ) -> Result<String> {
+        check_size(&format!("initializer {hint:?}"), dtype, &dims, data.len())?;
+        if let Some(key) = &tied {
+            if let Some(existing) = self.tied_index.get(key) {
+                return Ok(existing.clone());
+            }
+        }
+        let name = self.names.unique_value(hint);
+        self.push_initializer(name.clone(), dtype, dims, data);
+        if let Some(key) = tied {
+            self.tied_index.insert(key, name.clone());
+        }
+        Ok(name)
+    }
+
+    /// A small constant, stored once per (dtype, shape, bytes).
+    pub fn add_constant(&mut self, hint: &str, dtype: i32, dims: Vec<i64>, data: Vec<u8>) -> Result<String> {
+        check_size(&format!("constant {hint:?}"), dtype, &dims, data.len())?;
+        if data.len() > DEDUP_LIMIT {
+            let name = self.names.unique_value(hint);
+            self.push_initializer(name.clone(), dtype, dims, TensorData::Owned(data));
+            return Ok(name);
+        }
+        let key = (dtype, dims, data);
+        if let Some(existing) = self.const_index.get(&key) {
+            return Ok(existing.clone());
+        }
+        let name = self.names.unique_value(hint);
+        self.push_initializer(name.clone(), key.0, key.1.clone(), TensorData::Owned(key.2.clone()));
+        self.const_index.insert(key, name.clone());
+        Ok(name)
+    }
+
+    /// Bytes of an owned constant (None for weights, inputs and computed values).
+    pub fn constant_bytes(&self, name: &str) -> Option<&[u8]> {
+        let t = self.initializer(name)?;
+        match &t.data {
+            TensorData::Owned(v) => Some(v),
+            TensorData::Borrowed(_) => None,
+        }
+    }
+
+    /// Adds a node. `outputs` are name hints (requested names kept when free). Returns output names.
+    pub fn add_node(
+        &mut self,
+        op_type: &str,
+        domain: &str,
+        inputs: Vec<String>,
+        outputs: &[String],
+        attrs: Vec<Attribute>,
+        name: Option<&str>,
+    ) -> Result<Vec<String>> {
+        if op_type.is_empty() {
+            return Err(graph_err("a node needs an op_type"));
+        }
+        for (i, input) in inputs.iter().enumerate() {
+            if !input.is_empty() && !self.has_value(input) {
+                return Err(graph_err(format!(
+                    "input {i} of {op_type} is {input:?}, which is not a value of the graph"
+                )));
+            }
+        }
+        for (i, a) in attrs.iter().enumerate() {
+            if attrs[..i].iter().any(|b| b.name == a.name) {
+                return Err(graph_err(format!("{op_type} has the attribute {:?} twice", a.name)));
+            }
+        }
+        let input_types: Vec<Option<i32>> = inputs
+            .iter()
+            .map(|n| self.types.get(n).and_then(|t| t.dtype))
+            .collect();
+        let dt = infer_dtype(op_type, domain, &input_types, &attrs);
+        let out_names: Vec<String> = outputs
+            .iter()
+            .enumerate()
+            .map(|(i, hint)| {
+                if hint.is_empty() {
+                    return String::new(); // an omitted optional output
+                }
+                let ty = ValueType {
+                    dtype: if i == 0 { dt } else { None },
+                    shape: None,
+                };
+                self.new_value(hint, ty)
+            })
+            .collect();
+        let node_name = self.names.unique_node(name.unwrap_or(op_type));
+        self.nodes.push(Node {
+            name: node_name,
+            op_type: op_type.to_owned(),
+            domain: domain.to_owned(),
+            inputs,
+            outputs: out_names.clone(),
+            attrs,
+        });
+        Ok(out_names)
+    }
+
+    pub fn set_type(&mut self, name: &str, ty: ValueType) -> Result<()> {
+        match self.types.get_mut(name) {
+            Some(t) => {
+                if self.init_index.contains_key(name) {
+                    // an initializer's type is its tensor's; keep it
+                    return Ok(());
+                }
+                *t = ty;
+                Ok(())
+            }
+            None => Err(graph_err(format!("set_type: {name:?} is not a value of this graph"))),
+        }
+    }
+
+    /// Marks `value` as a graph output named `name` (or its own name). The value is renamed when that
+    /// is free and safe; otherwise an Identity node carries it. Returns the output's name.
+    pub fn add_output(&mut self, value: &str, name: Option<&str>) -> Result<String> {
+        if !self.has_value(value) {
+            return Err(graph_err(format!(
+                "output {value:?} is not a value of the graph"
+            )));
+        }
+        let produced_here = !self.inputs.iter().any(|i| i == value)
+            && !self.is_initializer(value)
+            && !self.outputs.iter().any(|o| o == value)
+            && self.types.contains_key(value);
+        let wanted = name.unwrap_or(value);
+        if wanted == value && produced_here {
+            self.outputs.push(value.to_owned());
+            return Ok(value.to_owned());
+        }
+        let ty = self.types.get(value).cloned().unwrap_or_default();
+        if produced_here && !self.names.is_value(wanted) {
+            let new = self.names.unique_value(wanted);
+            self.rename(value, &new);
+            self.types.insert(new.clone(), ty);
+            self.types.remove(value);
+            self.outputs.push(new.clone());
+            return Ok(new);
+        }
+        let out = self.add_node("Identity", "", vec![value.to_owned()], &[wanted.to_owned()], vec![], None)?;
+        let out_name = out.into_iter().next().unwrap_or_default();
+        self.types.insert(out_name.clone(), ty);
+        self.outputs.push(out_name.clone());
+        Ok(out_name)
+    }
+
+    /// Renames a value everywhere it is produced or read, subgraphs included.
+    pub fn rename(&mut self, old: &str, new: &str) {
+        rename_in(&mut self.nodes, old, new);
+        for o in self.outputs.iter_mut() {
+            if o == old {
+                *o = new.to_owned();
+            }
+        }
+    }
+
+    /// Rebuilds the lookup tables after a pass removed initializers.
+    pub(crate) fn retain_initializers(&mut self, keep: impl Fn(&str) -> bool) -> usize {
+        let before = self.initializers.len();
+        self.initializers.retain(|t| keep(&t.name));
+        self.init_index = self
+            .initializers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let index = &self.init_index;
+        self.const_index.retain(|_, n| index.contains_key(n));
+        self.tied_index.retain(|_, n| index.contains_key(n));
+        before - self.initializers.len()
+    }
+}
+
+pub(crate) fn rename_in(nodes: &mut [Node], old: &str, new: &str) {
+    for node in nodes.iter_mut() {
+        for name in node.inputs.iter_mut().chain(node.outputs.iter_mut()) {
+            if name == old {
+                *name = new.to_owned();
+            }
+        }
+        for a in node.attrs.iter_mut() {
+            if let AttrValue::Graph(g) = &mut a.value {
+                g.rename(old, new);
+            }
+        }
+    }
+}
+
+/// The element type of a node's first output when the op makes it obvious; the interpreter sets
+/// the real type from torch's metadata afterwards. Used by converters to skip needless Casts.
+fn infer_dtype(op_type: &str, domain: &str, inputs: &[Option<i32>], attrs: &[Attribute]) -> Option<i32> {
+    if !domain.is_empty() {
+        return None;
+    }
+    let first = || inputs.first().copied().flatten();
+    match op_type {
+        "Cast" => match attrs.iter().find(|a| a.name == "to").map(|a| &a.value) {
+            Some(AttrValue::Int(t)) => i32::try_from(*t).ok(),
+            _ => None,
+        },
+        "CastLike" => inputs.get(1).copied().flatten(),
+        "Shape" | "Size" | "ArgMax" | "ArgMin" | "NonZero" => Some(dtype::INT64),
+        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "Not" | "And" | "Or"
+        | "Xor" | "IsNaN" | "IsInf" => Some(dtype::BOOL),
+        "ConstantOfShape" => match attrs.iter().find(|a| a.name == "value").map(|a| &a.value) {
+            Some(AttrValue::Tensor(t)) => Some(t.dtype),
+            _ => Some(dtype::FLOAT),
+        },
+        "Where" => inputs.get(1).copied().flatten(),
+        "Range" | "Add" | "Sub" | "Mul" | "Div" | "Neg" | "Abs" | "Relu" | "Sigmoid" | "Tanh" | "Exp"
+        | "Log" | "Sqrt" | "Reciprocal" | "Pow" | "Erf" | "Sin" | "Cos" | "Softmax" | "LogSoftmax"
+        | "MatMul" | "Gemm" | "Conv" | "ConvTranspose" | "MaxPool" | "AveragePool"
+        | "GlobalAveragePool" | "GlobalMaxPool" | "BatchNormalization" | "LayerNormalization"
+        | "Reshape" | "Transpose" | "Unsqueeze" | "Squeeze" | "Flatten" | "Concat" | "Slice"
+        | "Gather" | "GatherElements" | "GatherND" | "Expand" | "Tile" | "Identity" | "Split"
+        | "Min" | "Max" | "Clip" | "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin"
+        | "ReduceProd" | "Floor" | "Ceil" | "Round" | "Mod" | "Pad" | "Trilu" | "CumSum"
+        | "ScatterElements" | "ScatterND" | "Sign" | "Einsum" | "Resize" | "TopK" | "Softplus"
+        | "Elu" | "Selu" | "Celu" | "LeakyRelu" | "HardSigmoid" | "HardSwish" | "Gelu" | "Mish"
+        | "PRelu" | "Softsign" | "Erfc" | "BitShift" | "DepthToSpace" | "SpaceToDepth" => first(),
+        _ => None,
+    }
+}
+
+/// The model around the graph: opsets per domain, IR version, producer.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub graph: Graph,
+    pub opsets: BTreeMap<String, i64>,
+    pub ir_version: i64,
+    pub producer_name: String,
+    pub producer_version: String,
+}
+
+impl Model {
+    pub fn new(opset: i64, ir_version: i64, producer_version: &str) -> Self {
+        let mut opsets = BTreeMap::new();
+        opsets.insert(String::new(), opset);
+        Model {
+            graph: Graph::new("main_graph"),
+            opsets,
+            ir_version,
+            producer_name: "fastonnx".to_owned(),
+            producer_version: producer_version.to_owned(),
+        }
+    }
+
+    /// A builder for a subgraph: same names, same opsets; its graph is taken when used as an attribute.
+    pub fn subgraph(&self, name: &str) -> Model {
+        Model {
+            graph: self.graph.subgraph(name),
+            opsets: self.opsets.clone(),
+            ir_version: self.ir_version,
+            producer_name: self.producer_name.clone(),
+            producer_version: self.producer_version.clone(),
+        }
+    }
+
+    pub fn opset(&self) -> i64 {
+        self.opsets.get("").copied().unwrap_or_default()
+    }
+
+    pub fn set_opset(&mut self, domain: &str, version: i64) {
+        self.opsets.insert(domain.to_owned(), version);
+    }
+
+    /// Merges the opsets a subgraph used into this model's.
+    pub fn merge_opsets(&mut self, other: &BTreeMap<String, i64>) {
+        for (d, v) in other {
+            self.opsets.entry(d.clone()).or_insert(*v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn constants_are_deduplicated_by_content() {
+        let mut g = Graph::new("g");
+        let a = g.add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0])).expect("a");
+        let b = g.add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0])).expect("b");
+        let c = g.add_constant("c", dtype::FLOAT, vec![1, 2], f32_bytes(&[1.0, 2.0])).expect("c");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(g.initializers.len(), 2);
+    }
+
+    #[test]
+    fn tied_weights_are_stored_once() {
+        let mut g = Graph::new("g");
+        let key = |dims: Vec<i64>, len| TiedKey {
+            address: 4096,
+            len,
+            dtype: dtype::FLOAT,
+            dims,
+        };
+        let data = || TensorData::Owned(vec![0; 24]);
+        let a = g.add_initializer("w", dtype::FLOAT, vec![2, 3], data(), Some(key(vec![2, 3], 24))).expect("a");
+        let b = g.add_initializer("w", dtype::FLOAT, vec![2, 3], data(), Some(key(vec![2, 3], 24))).expect("b");
+        let c = g.add_initializer("w", dtype::FLOAT, vec![6], data(), Some(key(vec![6], 24))).expect("c");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(g.initializers.len(), 2);
+    }
+
+    #[test]
+    fn wrong_sizes_and_unknown_inputs_are_errors() {
+        let mut g = Graph::new("g");
+        let err = g.add_constant("c", dtype::FLOAT, vec![3], vec![0; 8]).expect_err("size");
+        assert!(err.to_string().contains("12 bytes expected"), "{err}");
+        let err = g
+            .add_node("Relu", "", vec!["nope".into()], &["y".into()], vec![], None)
+            .expect_err("unknown input");
+        assert!(err.to_string().contains("\"nope\""), "{err}");
+    }
+
+    #[test]
+    fn types_are_tracked_and_inferred() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT16, Some(vec![Dim::Sym("batch".into()), Dim::Fixed(4)]));
+        let y = g.add_node("Relu", "", vec![x.clone()], &["y".into()], vec![], None).expect("relu");
+        assert_eq!(g.value_type(&y[0]).and_then(|t| t.dtype), Some(dtype::FLOAT16));
+        let s = g.add_node("Shape", "", vec![x.clone()], &["s".into()], vec![], None).expect("shape");
+        assert_eq!(g.value_type(&s[0]).and_then(|t| t.dtype), Some(dtype::INT64));
+        let t = g.value_type(&x).cloned().expect("x");
+        assert_eq!(t.shape.expect("shape")[0], Dim::Sym("batch".into()));
+    }
+
+    #[test]
+    fn outputs_rename_or_use_identity() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let y = g.add_node("Relu", "", vec![x.clone()], &["relu".into()], vec![], None).expect("relu");
+        let z = g.add_node("Neg", "", vec![y[0].clone()], &["neg".into()], vec![], None).expect("neg");
+        assert_eq!(g.add_output(&y[0], Some("out")).expect("out"), "out");
+        assert_eq!(g.nodes[1].inputs[0], "out", "readers follow the rename");
+        // an input returned as output, and the same value twice, go through Identity
+        let a = g.add_output(&x, Some("x")).expect("x out");
+        assert_eq!(a, "x_1");
+        let b = g.add_output("out", None).expect("twice");
+        assert_ne!(b, "out");
+        assert_eq!(g.add_output(&z[0], None).expect("neg"), "neg");
+        assert_eq!(g.outputs, vec!["out", "x_1", b.as_str(), "neg"]);
+    }
+
+    #[test]
+    fn subgraphs_share_names() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let mut body = g.subgraph("body");
+        let y = body.add_node("Relu", "", vec![x.clone()], &["x".into()], vec![], None).expect("outer read");
+        assert_eq!(y[0], "x_1");
+    }
+}

@@ -1,0 +1,16 @@
+//! fastonnx's core: the graph builder (names, types, constants, initializers borrowed from their
+//! owner's memory), optimization passes and the streaming ONNX writer. No Python here: the
+//! `fastonnx-python` crate wraps this in one pyclass.
+
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod names;
+pub mod passes;
+pub mod proto;
+pub mod tensor;
+pub mod writer;
+
+pub use error::{Error, Result};
+pub use graph::{AttrValue, Attribute, Dim, Graph, Model, Node, TiedKey, ValueType};
+pub use tensor::{ByteSource, Tensor, TensorData};

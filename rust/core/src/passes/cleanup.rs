@@ -1,0 +1,144 @@
+//! Clean-up: Identity nodes and nodes or initializers nothing reads.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::graph::{rename_in, AttrValue, Graph, Node};
+
+/// Every name read by `nodes`, inside subgraphs too (a subgraph may read outer values).
+fn collect_reads<'a>(nodes: impl Iterator<Item = &'a Node>, out: &mut HashSet<String>) {
+    for n in nodes {
+        out.extend(n.inputs.iter().filter(|i| !i.is_empty()).cloned());
+        for a in &n.attrs {
+            if let AttrValue::Graph(g) = &a.value {
+                collect_reads(g.nodes.iter(), out);
+                out.extend(g.outputs.iter().cloned());
+            }
+        }
+    }
+}
+
+/// Removes Identity nodes: readers read the source instead; when the Identity's output is a graph
+/// output and the source is an ordinary value, the source takes the output's name.
+pub fn remove_identities(g: &mut Graph) -> usize {
+    let outputs: HashSet<String> = g.outputs.iter().cloned().collect();
+    let protected: HashSet<String> = g
+        .inputs
+        .iter()
+        .chain(g.outputs.iter())
+        .cloned()
+        .chain(g.initializers.iter().map(|t| t.name.clone()))
+        .collect();
+    let mut replace: HashMap<String, String> = HashMap::new();
+    let mut renames: Vec<(String, String)> = Vec::new();
+    let mut removed = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.op_type != "Identity" || !n.domain.is_empty() || n.inputs.len() != 1 || n.outputs.len() != 1 {
+            continue;
+        }
+        let src = replace.get(&n.inputs[0]).cloned().unwrap_or_else(|| n.inputs[0].clone());
+        let dst = n.outputs[0].clone();
+        if !outputs.contains(&dst) {
+            replace.insert(dst, src);
+            removed[i] = true;
+        } else if !protected.contains(&src) && !renames.iter().any(|(s, _)| *s == src) {
+            renames.push((src, dst));
+            removed[i] = true;
+        }
+    }
+    let count = removed.iter().filter(|r| **r).count();
+    if count == 0 {
+        return 0;
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !removed[k - 1]
+    });
+    if !replace.is_empty() {
+        replace_reads(&mut g.nodes, &replace);
+    }
+    for (src, dst) in renames {
+        // the Identity was removed: its output name now belongs to the source's producer
+        let ty = g.types.remove(&src);
+        rename_in(&mut g.nodes, &src, &dst);
+        if let Some(ty) = ty {
+            g.types.entry(dst).or_insert(ty);
+        }
+    }
+    count
+}
+
+fn replace_reads(nodes: &mut [Node], replace: &HashMap<String, String>) {
+    for n in nodes.iter_mut() {
+        for i in n.inputs.iter_mut() {
+            if let Some(r) = replace.get(i) {
+                *i = r.clone();
+            }
+        }
+        for a in n.attrs.iter_mut() {
+            if let AttrValue::Graph(sub) = &mut a.value {
+                replace_reads(&mut sub.nodes, replace);
+                for o in sub.outputs.iter_mut() {
+                    if let Some(r) = replace.get(o) {
+                        *o = r.clone();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Removes nodes whose outputs nobody reads, then initializers nobody reads. Returns both counts.
+pub fn remove_unused(g: &mut Graph) -> (usize, usize) {
+    let mut live: HashSet<String> = g.outputs.iter().cloned().collect();
+    let mut keep = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate().rev() {
+        if n.outputs.iter().any(|o| live.contains(o)) {
+            keep[i] = true;
+            collect_reads(std::iter::once(n), &mut live);
+        }
+    }
+    let before = g.nodes.len();
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        keep[k - 1]
+    });
+    let nodes_removed = before - g.nodes.len();
+    let inits_removed = g.retain_initializers(|name| live.contains(name));
+    (nodes_removed, inits_removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype;
+
+    #[test]
+    fn identities_and_dead_nodes_go() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let c = g.add_constant("c", dtype::FLOAT, vec![], vec![0, 0, 128, 63]).expect("c");
+        let unused_c = g.add_constant("u", dtype::FLOAT, vec![], vec![0, 0, 0, 64]).expect("u");
+        let a = g.add_node("Identity", "", vec![x.clone()], &["a".into()], vec![], None).expect("a");
+        let b = g.add_node("Add", "", vec![a[0].clone(), c], &["b".into()], vec![], None).expect("b");
+        let _dead = g.add_node("Mul", "", vec![b[0].clone(), unused_c], &["dead".into()], vec![], None);
+        let out = g.add_node("Identity", "", vec![b[0].clone()], &["out".into()], vec![], None).expect("o");
+        g.outputs.push(out[0].clone());
+        assert_eq!(remove_identities(&mut g), 2);
+        assert_eq!(remove_unused(&mut g), (1, 1));
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.nodes[0].inputs[0], "x");
+        assert_eq!(g.nodes[0].outputs[0], "out");
+    }
+
+    #[test]
+    fn identity_between_input_and_output_stays() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let o = g.add_node("Identity", "", vec![x], &["o".into()], vec![], None).expect("o");
+        g.outputs.push(o[0].clone());
+        assert_eq!(remove_identities(&mut g), 0);
+        assert_eq!(g.nodes.len(), 1);
+    }
+}

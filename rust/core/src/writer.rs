@@ -1,0 +1,553 @@
+//! Serialization. Everything but the weights' bytes is encoded with prost; the weights are written
+//! straight from their borrowed memory after length-prefixed headers, so a model is never assembled
+//! in memory. Files are written to temporary names in the target folder and renamed at the end, the
+//! `.onnx` last, so that a failed or interrupted save never leaves a model pointing at wrong data.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use prost::Message;
+
+use crate::error::{io_err, Error, Result};
+use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
+use crate::proto::onnx;
+use crate::tensor::Tensor;
+
+/// Protobuf messages must stay under 2 GiB (readers use signed 32-bit sizes).
+pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
+/// Tensors at least this large go to the data file when external data is used.
+pub const EXTERNAL_MIN_BYTES: usize = 1024;
+/// Offsets of external tensors over 1 MiB are aligned to 64 KiB (mmap-friendly on every platform).
+pub const ALIGN_LARGE: u64 = 1 << 16;
+pub const ALIGN_SMALL: u64 = 64;
+const LARGE_TENSOR: u64 = 1 << 20;
+
+const GRAPH_TAG: u32 = 7; // ModelProto.graph
+const INITIALIZER_TAG: u32 = 5; // GraphProto.initializer
+const RAW_DATA_TAG: u32 = 9; // TensorProto.raw_data
+
+/// What a save wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaveInfo {
+    pub path: PathBuf,
+    pub data_path: Option<PathBuf>,
+    pub external_data: bool,
+    pub switched_to_external: bool,
+    pub model_bytes: u64,
+    pub data_bytes: u64,
+    pub external_tensors: usize,
+}
+
+// ---- prost conversions --------------------------------------------------------------------------
+
+fn type_proto(ty: &ValueType) -> onnx::TypeProto {
+    let shape = ty.shape.as_ref().map(|dims| onnx::TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| onnx::tensor_shape_proto::Dimension {
+                value: match d {
+                    Dim::Fixed(v) => Some(onnx::tensor_shape_proto::dimension::Value::DimValue(*v)),
+                    Dim::Sym(s) => Some(onnx::tensor_shape_proto::dimension::Value::DimParam(s.clone())),
+                    Dim::Unknown => None,
+                },
+                denotation: None,
+            })
+            .collect(),
+    });
+    onnx::TypeProto {
+        value: Some(onnx::type_proto::Value::TensorType(onnx::type_proto::Tensor {
+            elem_type: ty.dtype,
+            shape,
+        })),
+        denotation: None,
+    }
+}
+
+fn value_info(graph: &Graph, name: &str) -> Result<onnx::ValueInfoProto> {
+    let ty = graph.value_type(name).cloned().unwrap_or_default();
+    if ty.dtype.is_none() {
+        return Err(Error::Serialization(format!(
+            "graph {:?}: input or output {name:?} has no known element type",
+            graph.name
+        )));
+    }
+    Ok(onnx::ValueInfoProto {
+        name: Some(name.to_owned()),
+        r#type: Some(type_proto(&ty)),
+        ..Default::default()
+    })
+}
+
+fn tensor_header(t: &Tensor) -> onnx::TensorProto {
+    onnx::TensorProto {
+        dims: t.dims.clone(),
+        data_type: Some(t.dtype),
+        name: if t.name.is_empty() { None } else { Some(t.name.clone()) },
+        ..Default::default()
+    }
+}
+
+/// A tensor with its bytes copied in: for attributes and subgraph initializers, which are small.
+fn tensor_full(t: &Tensor) -> onnx::TensorProto {
+    let mut p = tensor_header(t);
+    p.raw_data = Some(t.data.as_slice().to_vec());
+    p
+}
+
+fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
+    use onnx::attribute_proto::AttributeType as T;
+    let mut a = onnx::AttributeProto {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    let ty = match value {
+        AttrValue::Int(v) => {
+            a.i = Some(*v);
+            T::Int
+        }
+        AttrValue::Float(v) => {
+            a.f = Some(*v);
+            T::Float
+        }
+        AttrValue::String(v) => {
+            a.s = Some(v.clone());
+            T::String
+        }
+        AttrValue::Ints(v) => {
+            a.ints = v.clone();
+            T::Ints
+        }
+        AttrValue::Floats(v) => {
+            a.floats = v.clone();
+            T::Floats
+        }
+        AttrValue::Strings(v) => {
+            a.strings = v.clone();
+            T::Strings
+        }
+        AttrValue::Tensor(t) => {
+            a.t = Some(tensor_full(t));
+            T::Tensor
+        }
+        AttrValue::Graph(g) => {
+            a.g = Some(graph_full(g)?);
+            T::Graph
+        }
+    };
+    a.r#type = Some(ty as i32);
+    Ok(a)
+}
+
+fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
+    Ok(onnx::NodeProto {
+        input: n.inputs.clone(),
+        output: n.outputs.clone(),
+        name: Some(n.name.clone()),
+        op_type: Some(n.op_type.clone()),
+        domain: if n.domain.is_empty() { None } else { Some(n.domain.clone()) },
+        attribute: n
+            .attrs
+            .iter()
+            .map(|a| attribute(&a.name, &a.value))
+            .collect::<Result<_>>()?,
+        ..Default::default()
+    })
+}
+
+/// The graph without its initializers (they are streamed separately).
+fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
+    Ok(onnx::GraphProto {
+        node: g.nodes.iter().map(node_proto).collect::<Result<_>>()?,
+        name: Some(g.name.clone()),
+        input: g.inputs.iter().map(|n| value_info(g, n)).collect::<Result<_>>()?,
+        output: g.outputs.iter().map(|n| value_info(g, n)).collect::<Result<_>>()?,
+        ..Default::default()
+    })
+}
+
+/// A whole (sub)graph as one prost message, initializers copied in.
+fn graph_full(g: &Graph) -> Result<onnx::GraphProto> {
+    let mut p = graph_skeleton(g)?;
+    p.initializer = g.initializers.iter().map(tensor_full).collect();
+    Ok(p)
+}
+
+fn model_header(m: &Model) -> onnx::ModelProto {
+    onnx::ModelProto {
+        ir_version: Some(m.ir_version),
+        opset_import: m
+            .opsets
+            .iter()
+            .map(|(d, v)| onnx::OperatorSetIdProto {
+                domain: Some(d.clone()),
+                version: Some(*v),
+            })
+            .collect(),
+        producer_name: Some(m.producer_name.clone()),
+        producer_version: Some(m.producer_version.clone()),
+        ..Default::default()
+    }
+}
+
+// ---- the plan: every length known before the first byte is written ---------------------------------
+
+struct TensorPlan<'a> {
+    tensor: &'a Tensor,
+    header: Vec<u8>,
+    /// Offset in the data file when external, None when inline.
+    offset: Option<u64>,
+}
+
+impl TensorPlan<'_> {
+    fn message_len(&self) -> u64 {
+        let h = self.header.len() as u64;
+        match self.offset {
+            Some(_) => h,
+            None => {
+                let n = self.tensor.data.len() as u64;
+                h + key_len(RAW_DATA_TAG) as u64 + encoded_len_varint(n) as u64 + n
+            }
+        }
+    }
+}
+
+struct Plan<'a> {
+    head: Vec<u8>,
+    skeleton: Vec<u8>,
+    tensors: Vec<TensorPlan<'a>>,
+    graph_len: u64,
+    model_len: u64,
+    data_len: u64,
+}
+
+fn align(offset: u64, len: u64) -> u64 {
+    let a = if len > LARGE_TENSOR { ALIGN_LARGE } else { ALIGN_SMALL };
+    offset.div_ceil(a) * a
+}
+
+fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
+    let head = model_header(m).encode_to_vec();
+    let skeleton = graph_skeleton(&m.graph)?.encode_to_vec();
+    let mut data_len = 0u64;
+    let mut tensors = Vec::with_capacity(m.graph.initializers.len());
+    for t in &m.graph.initializers {
+        let mut header = tensor_header(t);
+        let n = t.data.len() as u64;
+        let mut offset = None;
+        if let Some(loc) = location {
+            if t.data.len() >= EXTERNAL_MIN_BYTES {
+                let start = align(data_len, n);
+                let entry = |k: &str, v: String| onnx::StringStringEntryProto {
+                    key: Some(k.to_owned()),
+                    value: Some(v),
+                };
+                header.external_data = vec![
+                    entry("location", loc.to_owned()),
+                    entry("offset", start.to_string()),
+                    entry("length", n.to_string()),
+                ];
+                header.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+                offset = Some(start);
+                data_len = start + n;
+            }
+        }
+        tensors.push(TensorPlan {
+            tensor: t,
+            header: header.encode_to_vec(),
+            offset,
+        });
+    }
+    let graph_len = skeleton.len() as u64
+        + tensors
+            .iter()
+            .map(|t| {
+                let l = t.message_len();
+                key_len(INITIALIZER_TAG) as u64 + encoded_len_varint(l) as u64 + l
+            })
+            .sum::<u64>();
+    let model_len =
+        head.len() as u64 + key_len(GRAPH_TAG) as u64 + encoded_len_varint(graph_len) as u64 + graph_len;
+    Ok(Plan {
+        head,
+        skeleton,
+        tensors,
+        graph_len,
+        model_len,
+        data_len,
+    })
+}
+
+fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(32);
+    w.write_all(&p.head)?;
+    encode_key(GRAPH_TAG, WireType::LengthDelimited, &mut buf);
+    encode_varint(p.graph_len, &mut buf);
+    w.write_all(&buf)?;
+    w.write_all(&p.skeleton)?;
+    for t in &p.tensors {
+        buf.clear();
+        encode_key(INITIALIZER_TAG, WireType::LengthDelimited, &mut buf);
+        encode_varint(t.message_len(), &mut buf);
+        buf.extend_from_slice(&t.header);
+        if t.offset.is_none() {
+            let bytes = t.tensor.data.as_slice();
+            encode_key(RAW_DATA_TAG, WireType::LengthDelimited, &mut buf);
+            encode_varint(bytes.len() as u64, &mut buf);
+            w.write_all(&buf)?;
+            w.write_all(bytes)?;
+        } else {
+            w.write_all(&buf)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_data<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    let mut pos = 0u64;
+    for t in &p.tensors {
+        let Some(offset) = t.offset else { continue };
+        let mut pad = offset - pos;
+        while pad > 0 {
+            let k = pad.min(ZEROS.len() as u64) as usize;
+            w.write_all(&ZEROS[..k])?;
+            pad -= k as u64;
+        }
+        let bytes = t.tensor.data.as_slice();
+        w.write_all(bytes)?;
+        pos = offset + bytes.len() as u64;
+    }
+    Ok(())
+}
+
+/// The whole model as bytes, weights inline.
+pub fn to_bytes(m: &Model) -> Result<Vec<u8>> {
+    let p = plan(m, None)?;
+    if p.model_len > PROTOBUF_LIMIT {
+        return Err(Error::TooLarge { size: p.model_len });
+    }
+    let mut out = Vec::with_capacity(p.model_len as usize);
+    write_model(&p, &mut out).map_err(|e| Error::Serialization(e.to_string()))?;
+    Ok(out)
+}
+
+/// The inline size of the model's protobuf (to decide on external data before writing anything).
+pub fn inline_size(m: &Model) -> Result<u64> {
+    Ok(plan(m, None)?.model_len)
+}
+
+/// A temporary file that is removed unless it was renamed into place.
+struct TempFile {
+    path: PathBuf,
+    done: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_beside(target: &Path) -> TempFile {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let file = target
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = target.with_file_name(format!(".{file}.tmp-{}-{n}", std::process::id()));
+    TempFile { path, done: false }
+}
+
+fn write_file(tmp: &TempFile, f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>) -> Result<()> {
+    let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    f(&mut w).map_err(|e| io_err(&tmp.path, e))?;
+    let file = w.into_inner().map_err(|e| io_err(&tmp.path, e.into_error()))?;
+    drop(file);
+    Ok(())
+}
+
+fn commit(tmp: &mut TempFile, target: &Path) -> Result<()> {
+    std::fs::rename(&tmp.path, target).map_err(|e| io_err(target, e))?;
+    tmp.done = true;
+    Ok(())
+}
+
+/// Writes `m` to `path`. `external`: Some(true) always writes weights to `<location>` beside it,
+/// Some(false) never (TooLarge past 2 GiB), None only when the inline protobuf would pass 2 GiB.
+pub fn save(m: &Model, path: &Path, external: Option<bool>, location: Option<&str>) -> Result<SaveInfo> {
+    if path.is_dir() {
+        return Err(Error::Serialization(format!("cannot write {}: it is a folder", path.display())));
+    }
+    let file_name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::Serialization(format!("cannot write {}: no file name", path.display())))?;
+    let default_location = format!("{file_name}.data");
+    let location = location.unwrap_or(&default_location);
+    if location.contains('/') || location.contains('\\') || location.is_empty() {
+        return Err(Error::Serialization(format!(
+            "external data location {location:?} must be a plain file name beside the model"
+        )));
+    }
+
+    let mut switched = false;
+    let use_external = match external {
+        Some(v) => v,
+        None => {
+            let size = inline_size(m)?;
+            switched = size > PROTOBUF_LIMIT;
+            switched
+        }
+    };
+    let p = plan(m, use_external.then_some(location))?;
+    if p.model_len > PROTOBUF_LIMIT {
+        return Err(Error::TooLarge { size: p.model_len });
+    }
+    let data_target = path.with_file_name(location);
+    let mut data_tmp = None;
+    if use_external {
+        let tmp = temp_beside(&data_target);
+        write_file(&tmp, |w| write_data(&p, w))?;
+        data_tmp = Some(tmp);
+    }
+    let mut model_tmp = temp_beside(path);
+    write_file(&model_tmp, |w| write_model(&p, w))?;
+    if let Some(mut tmp) = data_tmp {
+        // An older model at `path` would read the new data file: remove it before the data moves in.
+        if path.exists() {
+            std::fs::remove_file(path).map_err(|e| io_err(path, e))?;
+        }
+        commit(&mut tmp, &data_target)?;
+    }
+    commit(&mut model_tmp, path)?;
+    Ok(SaveInfo {
+        path: path.to_path_buf(),
+        data_path: use_external.then_some(data_target),
+        external_data: use_external,
+        switched_to_external: switched,
+        model_bytes: p.model_len,
+        data_bytes: p.data_len,
+        external_tensors: p.tensors.iter().filter(|t| t.offset.is_some()).count(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype;
+    use crate::graph::{Attribute, Dim};
+    use crate::tensor::TensorData;
+
+    fn sample(weight_len: usize) -> Model {
+        let mut m = Model::new(18, 8, "test");
+        let g = &mut m.graph;
+        let x = g.add_input("x", dtype::FLOAT, Some(vec![Dim::Sym("n".into()), Dim::Fixed(2)]));
+        let w = g
+            .add_initializer(
+                "w",
+                dtype::UINT8,
+                vec![weight_len as i64],
+                TensorData::Owned((0..weight_len).map(|i| (i % 251) as u8).collect()),
+                None,
+            )
+            .expect("w");
+        let c = g.add_constant("c", dtype::FLOAT, vec![2], vec![0, 0, 128, 63, 0, 0, 0, 64]).expect("c");
+        let y = g
+            .add_node(
+                "Add",
+                "",
+                vec![x, c],
+                &["y".into()],
+                vec![Attribute {
+                    name: "note".into(),
+                    value: AttrValue::Ints(vec![1, 2]),
+                }],
+                None,
+            )
+            .expect("add");
+        g.set_type(
+            &y[0],
+            ValueType {
+                dtype: Some(dtype::FLOAT),
+                shape: Some(vec![Dim::Sym("n".into()), Dim::Fixed(2)]),
+            },
+        )
+        .expect("type");
+        g.add_output(&y[0], None).expect("out");
+        g.add_output(&w, Some("w_out")).expect("w out");
+        m
+    }
+
+    #[test]
+    fn streamed_bytes_decode_with_prost() {
+        let m = sample(3000);
+        let bytes = to_bytes(&m).expect("bytes");
+        let decoded = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
+        assert_eq!(decoded.ir_version, Some(8));
+        let g = decoded.graph.expect("graph");
+        assert_eq!(g.node.len(), 2);
+        assert_eq!(g.initializer.len(), 2);
+        let w = &g.initializer[0];
+        assert_eq!(w.raw_data.as_deref(), Some(m.graph.initializers[0].data.as_slice()));
+        assert_eq!(g.input[0].name.as_deref(), Some("x"));
+        // the streamed form decodes to the same message prost builds in one piece (field order differs)
+        let mut whole = model_header(&m);
+        whole.graph = Some(graph_full(&m.graph).expect("full"));
+        let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
+        assert!(again == whole, "streamed model differs from prost's");
+        assert!(whole.encode_to_vec().len() == bytes.len());
+    }
+
+    #[test]
+    fn external_data_is_aligned_and_complete() {
+        let dir = tempfile::tempdir().expect("dir");
+        let m = sample(3 << 20);
+        let path = dir.path().join("m.onnx");
+        let info = save(&m, &path, Some(true), None).expect("save");
+        assert!(info.external_data && info.external_tensors == 1);
+        let data = std::fs::read(dir.path().join("m.onnx.data")).expect("data");
+        let decoded = onnx::ModelProto::decode(std::fs::read(&path).expect("model").as_slice()).expect("decode");
+        let g = decoded.graph.expect("graph");
+        let w = &g.initializer[0];
+        let get = |k: &str| {
+            w.external_data
+                .iter()
+                .find(|e| e.key.as_deref() == Some(k))
+                .and_then(|e| e.value.clone())
+                .expect("entry")
+        };
+        let offset: usize = get("offset").parse().expect("offset");
+        let length: usize = get("length").parse().expect("length");
+        assert_eq!(offset % ALIGN_LARGE as usize, 0);
+        assert_eq!(&data[offset..offset + length], m.graph.initializers[0].data.as_slice());
+        // the small constant stays inline
+        assert!(g.initializer[1].raw_data.is_some());
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn failed_save_leaves_existing_file_alone() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("m.onnx");
+        std::fs::write(&path, b"old").expect("old");
+        let mut m = sample(10);
+        m.graph.outputs.push("ghost".into()); // no type: serialization fails before any rename
+        assert!(save(&m, &path, Some(false), None).is_err());
+        assert_eq!(std::fs::read(&path).expect("read"), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 1);
+    }
+}

@@ -1,0 +1,377 @@
+//! `fastonnx._core`: the pyclass wrappers around fastonnx-core and the error → exception mapping.
+//! No logic lives here; see rust/core.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use fastonnx_core::passes::{optimize, Level};
+use fastonnx_core::{writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey, ValueType};
+use pyo3::buffer::PyBuffer;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+create_exception!(_core, FastOnnxError, PyException, "Base of every error fastonnx raises.");
+create_exception!(_core, GraphError, FastOnnxError, "The graph being built is inconsistent.");
+create_exception!(_core, SerializationError, FastOnnxError, "The model could not be written.");
+create_exception!(
+    _core,
+    ModelTooLargeError,
+    SerializationError,
+    "The protobuf would pass 2 GiB and external data was refused."
+);
+
+fn py_err(e: Error) -> PyErr {
+    match e {
+        Error::Graph(m) => GraphError::new_err(m),
+        Error::Serialization(m) => SerializationError::new_err(m),
+        e @ Error::Io { .. } => SerializationError::new_err(e.to_string()),
+        e @ Error::TooLarge { .. } => ModelTooLargeError::new_err(e.to_string()),
+    }
+}
+
+/// A Python buffer (a numpy view of torch storage, bytes…) read in place; holding it keeps the
+/// exporting object, and so the memory, alive.
+struct BufferSource(PyBuffer<u8>);
+
+impl ByteSource for BufferSource {
+    fn bytes(&self) -> &[u8] {
+        let len = self.0.len_bytes();
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: the buffer was checked to be C-contiguous when taken; it stays valid while held.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, len) }
+    }
+}
+
+fn to_dims(shape: Option<Vec<Option<DimArg>>>) -> Option<Vec<Dim>> {
+    shape.map(|dims| {
+        dims.into_iter()
+            .map(|d| match d {
+                Some(DimArg::Int(v)) => Dim::Fixed(v),
+                Some(DimArg::Sym(s)) => Dim::Sym(s),
+                None => Dim::Unknown,
+            })
+            .collect()
+    })
+}
+
+#[derive(FromPyObject)]
+enum DimArg {
+    Int(i64),
+    Sym(String),
+}
+
+fn dims_to_py(py: Python<'_>, dims: &[Dim]) -> PyResult<Py<PyList>> {
+    let items: Vec<Py<PyAny>> = dims
+        .iter()
+        .map(|d| -> PyResult<Py<PyAny>> {
+            Ok(match d {
+                Dim::Fixed(v) => v.into_pyobject(py)?.into_any().unbind(),
+                Dim::Sym(s) => s.into_pyobject(py)?.into_any().unbind(),
+                Dim::Unknown => py.None(),
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    Ok(PyList::new(py, items)?.unbind())
+}
+
+/// A tensor-valued node attribute (ConstantOfShape's value, Constant's value).
+#[pyclass(module = "fastonnx._core", frozen)]
+struct TensorAttr {
+    tensor: Tensor,
+}
+
+#[pymethods]
+impl TensorAttr {
+    #[new]
+    fn new(data: &[u8], dtype: i32, shape: Vec<i64>) -> PyResult<Self> {
+        fastonnx_core::tensor::check_size("tensor attribute", dtype, &shape, data.len()).map_err(py_err)?;
+        Ok(TensorAttr {
+            tensor: Tensor {
+                name: String::new(),
+                dtype,
+                dims: shape,
+                data: TensorData::Owned(data.to_vec()),
+            },
+        })
+    }
+}
+
+/// Holds one ONNX graph while it is built: names, types, shapes, nodes, initializers.
+#[pyclass(module = "fastonnx._core")]
+struct GraphBuilder {
+    model: Model,
+}
+
+fn attr_value(key: &str, v: &Bound<'_, PyAny>) -> PyResult<AttrValue> {
+    if v.is_instance_of::<PyBool>() {
+        return Ok(AttrValue::Int(i64::from(v.extract::<bool>()?)));
+    }
+    if v.is_instance_of::<PyInt>() {
+        return Ok(AttrValue::Int(v.extract()?));
+    }
+    if v.is_instance_of::<PyFloat>() {
+        return Ok(AttrValue::Float(v.extract::<f64>()? as f32));
+    }
+    if v.is_instance_of::<PyString>() {
+        return Ok(AttrValue::String(v.extract::<String>()?.into_bytes()));
+    }
+    if v.is_instance_of::<PyBytes>() {
+        return Ok(AttrValue::String(v.extract::<Vec<u8>>()?));
+    }
+    if let Ok(t) = v.extract::<PyRef<'_, TensorAttr>>() {
+        return Ok(AttrValue::Tensor(t.tensor.clone()));
+    }
+    if let Ok(mut sub) = v.extract::<PyRefMut<'_, GraphBuilder>>() {
+        let graph = std::mem::take(&mut sub.model.graph);
+        return Ok(AttrValue::Graph(Box::new(graph)));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
+        if items.iter().all(|i| i.is_instance_of::<PyInt>()) {
+            return Ok(AttrValue::Ints(items.iter().map(|i| i.extract()).collect::<PyResult<_>>()?));
+        }
+        if items.iter().all(|i| i.is_instance_of::<PyInt>() || i.is_instance_of::<PyFloat>()) {
+            let floats = items
+                .iter()
+                .map(|i| i.extract::<f64>().map(|f| f as f32))
+                .collect::<PyResult<_>>()?;
+            return Ok(AttrValue::Floats(floats));
+        }
+        if items.iter().all(|i| i.is_instance_of::<PyString>()) {
+            let strings = items
+                .iter()
+                .map(|i| i.extract::<String>().map(String::into_bytes))
+                .collect::<PyResult<_>>()?;
+            return Ok(AttrValue::Strings(strings));
+        }
+    }
+    Err(GraphError::new_err(format!(
+        "attribute {key:?}: cannot store a {} ({}) as an ONNX attribute",
+        v.get_type().name()?,
+        v.repr()?
+    )))
+}
+
+#[pymethods]
+impl GraphBuilder {
+    #[new]
+    #[pyo3(signature = (opset, ir_version, *, producer_version = String::new()))]
+    fn new(opset: i64, ir_version: i64, producer_version: String) -> Self {
+        GraphBuilder {
+            model: Model::new(opset, ir_version, &producer_version),
+        }
+    }
+
+    #[getter]
+    fn opset(&self) -> i64 {
+        self.model.opset()
+    }
+
+    #[getter]
+    fn ir_version(&self) -> i64 {
+        self.model.ir_version
+    }
+
+    fn set_opset(&mut self, domain: &str, version: i64) {
+        self.model.set_opset(domain, version);
+    }
+
+    fn opsets(&self) -> BTreeMap<String, i64> {
+        self.model.opsets.clone()
+    }
+
+    fn unique_name(&self, hint: &str) -> String {
+        self.model.graph.names.unique_value(hint)
+    }
+
+    fn has_value(&self, name: &str) -> bool {
+        self.model.graph.has_value(name)
+    }
+
+    #[pyo3(signature = (name, dtype, shape))]
+    fn add_input(&mut self, name: &str, dtype: i32, shape: Option<Vec<Option<DimArg>>>) -> String {
+        self.model.graph.add_input(name, dtype, to_dims(shape))
+    }
+
+    #[pyo3(signature = (value, name = None))]
+    fn add_output(&mut self, value: &str, name: Option<&str>) -> PyResult<String> {
+        self.model.graph.add_output(value, name).map_err(py_err)
+    }
+
+    /// `data` is any C-contiguous buffer (a numpy uint8 view of torch storage); it is held, not copied.
+    fn add_initializer(&mut self, hint: &str, data: &Bound<'_, PyAny>, dtype: i32, shape: Vec<i64>) -> PyResult<String> {
+        let buffer = PyBuffer::<u8>::get(data)
+            .map_err(|e| GraphError::new_err(format!("initializer {hint:?}: data is not a byte buffer: {e}")))?;
+        if !buffer.is_c_contiguous() {
+            return Err(GraphError::new_err(format!("initializer {hint:?}: data is not contiguous")));
+        }
+        let key = TiedKey {
+            address: buffer.buf_ptr() as usize,
+            len: buffer.len_bytes(),
+            dtype,
+            dims: shape.clone(),
+        };
+        // empty buffers may share an address without sharing anything
+        let tied = (key.len > 0).then_some(key);
+        self.model
+            .graph
+            .add_initializer(hint, dtype, shape, TensorData::Borrowed(Box::new(BufferSource(buffer))), tied)
+            .map_err(py_err)
+    }
+
+    #[pyo3(signature = (data, dtype, shape, hint = "const"))]
+    fn add_constant(&mut self, data: Vec<u8>, dtype: i32, shape: Vec<i64>, hint: &str) -> PyResult<String> {
+        self.model.graph.add_constant(hint, dtype, shape, data).map_err(py_err)
+    }
+
+    #[pyo3(signature = (op_type, inputs, outputs = None, attrs = None, domain = "", name = None))]
+    fn add_node(
+        &mut self,
+        op_type: &str,
+        inputs: Vec<String>,
+        outputs: Option<&Bound<'_, PyAny>>,
+        attrs: Option<&Bound<'_, PyDict>>,
+        domain: &str,
+        name: Option<&str>,
+    ) -> PyResult<Vec<String>> {
+        let hint = op_type.to_ascii_lowercase();
+        let outs: Vec<String> = match outputs {
+            None => vec![hint],
+            Some(o) if o.is_instance_of::<PyInt>() => {
+                let n: usize = o.extract()?;
+                vec![hint; n]
+            }
+            Some(o) => o.extract()?,
+        };
+        let mut attributes = Vec::new();
+        if let Some(a) = attrs {
+            for (k, v) in a.iter() {
+                let key: String = k.extract()?;
+                let value = attr_value(&key, &v)?;
+                if let AttrValue::Graph(_) = &value {
+                    if let Ok(sub) = v.extract::<PyRef<'_, GraphBuilder>>() {
+                        self.model.merge_opsets(&sub.model.opsets);
+                    }
+                }
+                attributes.push(Attribute { name: key, value });
+            }
+        }
+        self.model
+            .graph
+            .add_node(op_type, domain, inputs, &outs, attributes, name)
+            .map_err(py_err)
+    }
+
+    #[pyo3(signature = (name, dtype, shape))]
+    fn set_type(&mut self, name: &str, dtype: Option<i32>, shape: Option<Vec<Option<DimArg>>>) -> PyResult<()> {
+        self.model
+            .graph
+            .set_type(
+                name,
+                ValueType {
+                    dtype,
+                    shape: to_dims(shape),
+                },
+            )
+            .map_err(py_err)
+    }
+
+    fn dtype(&self, name: &str) -> Option<i32> {
+        self.model.graph.value_type(name).and_then(|t| t.dtype)
+    }
+
+    fn shape(&self, py: Python<'_>, name: &str) -> PyResult<Option<Py<PyList>>> {
+        match self.model.graph.value_type(name).and_then(|t| t.shape.as_ref()) {
+            Some(dims) => Ok(Some(dims_to_py(py, dims)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn rank(&self, name: &str) -> Option<usize> {
+        self.model
+            .graph
+            .value_type(name)
+            .and_then(|t| t.shape.as_ref())
+            .map(Vec::len)
+    }
+
+    fn constant_bytes<'py>(&self, py: Python<'py>, name: &str) -> Option<Bound<'py, PyBytes>> {
+        self.model.graph.constant_bytes(name).map(|b| PyBytes::new(py, b))
+    }
+
+    fn subgraph(&self, name: &str) -> GraphBuilder {
+        GraphBuilder {
+            model: self.model.subgraph(name),
+        }
+    }
+
+    #[getter]
+    fn num_nodes(&self) -> usize {
+        self.model.graph.nodes.len()
+    }
+
+    #[getter]
+    fn num_initializers(&self) -> usize {
+        self.model.graph.initializers.len()
+    }
+
+    fn input_names(&self) -> Vec<String> {
+        self.model.graph.inputs.clone()
+    }
+
+    fn output_names(&self) -> Vec<String> {
+        self.model.graph.outputs.clone()
+    }
+
+    fn optimize(&mut self, py: Python<'_>, level: &str) -> PyResult<BTreeMap<String, usize>> {
+        let level: Level = level.parse().map_err(py_err)?;
+        let graph = &mut self.model.graph;
+        Ok(py.detach(|| optimize(graph, level)))
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let model = &self.model;
+        let bytes = py.detach(|| writer::to_bytes(model)).map_err(py_err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    #[pyo3(signature = (path, external_data = None, location = None))]
+    fn save<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        external_data: Option<bool>,
+        location: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let model = &self.model;
+        let info = py
+            .detach(|| writer::save(model, &path, external_data, location))
+            .map_err(py_err)?;
+        let d = PyDict::new(py);
+        d.set_item("path", info.path.display().to_string())?;
+        d.set_item("data_path", info.data_path.map(|p| p.display().to_string()))?;
+        d.set_item("external_data", info.external_data)?;
+        d.set_item("switched_to_external", info.switched_to_external)?;
+        d.set_item("model_bytes", info.model_bytes)?;
+        d.set_item("data_bytes", info.data_bytes)?;
+        d.set_item("external_tensors", info.external_tensors)?;
+        Ok(d)
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FastOnnxError", py.get_type::<FastOnnxError>())?;
+    m.add("GraphError", py.get_type::<GraphError>())?;
+    m.add("SerializationError", py.get_type::<SerializationError>())?;
+    m.add("ModelTooLargeError", py.get_type::<ModelTooLargeError>())?;
+    m.add_class::<GraphBuilder>()?;
+    m.add_class::<TensorAttr>()?;
+    Ok(())
+}
