@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: lints, Rust tests, Python tests. Fails when pytest collects no test.
+# The test command: Rust lints and tests, Python lints, then pytest (which also checks the .pyi stubs).
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`. No test collected is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -76,3 +76,12 @@ def test_decompositions_are_applied_and_reported() -> None:
     assert result.stats["decompositions"] == len(silu)
     assert "Sigmoid" in {n.op_type for n in result.model_proto.graph.node}
     torch.testing.assert_close(result(x), model(x))
+
+
+def test_import_does_not_load_onnx_or_onnxruntime() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, fastonnx; print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

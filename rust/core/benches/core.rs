@@ -1,1 +1,87 @@
-fn main() {}
+//! Criterion benches of the core: building a large graph, optimizing it, and writing weights.
+//! Run with `cargo bench -p fastonnx-core`.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fastonnx_core::passes::{optimize, Level};
+use fastonnx_core::{dtype, writer, Model, TensorData};
+
+/// A chain of `n` nodes (Add with a shared constant, Identity every tenth) over one input.
+fn chain(n: usize) -> Model {
+    let mut m = Model::new(20, 9, "bench");
+    let g = &mut m.graph;
+    let mut x = g.add_input("x", dtype::FLOAT, None);
+    let one = g
+        .add_constant("one", dtype::FLOAT, vec![], 1f32.to_le_bytes().to_vec())
+        .expect("constant");
+    for i in 0..n {
+        let op = if i % 10 == 0 { "Identity" } else { "Add" };
+        let inputs = if op == "Add" {
+            vec![x.clone(), one.clone()]
+        } else {
+            vec![x.clone()]
+        };
+        x = g
+            .add_node(op, "", inputs, &["v".to_owned()], vec![], None)
+            .expect("node")
+            .remove(0);
+    }
+    g.set_type(
+        &x,
+        fastonnx_core::ValueType {
+            dtype: Some(dtype::FLOAT),
+            shape: None,
+        },
+    )
+    .expect("type");
+    g.add_output(&x, Some("y")).expect("output");
+    m
+}
+
+fn builder(c: &mut Criterion) {
+    c.bench_function("builder: add 100k nodes", |b| {
+        b.iter(|| black_box(chain(100_000)))
+    });
+    c.bench_function("passes: clean-up on 10k nodes", |b| {
+        b.iter_batched(
+            || chain(10_000),
+            |mut m| black_box(optimize(&mut m.graph, Level::Default)),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+}
+
+fn writer_bench(c: &mut Criterion) {
+    const WEIGHTS: usize = 256 << 20;
+    let mut m = chain(10_000);
+    let per = WEIGHTS / 16;
+    for i in 0..16 {
+        m.graph
+            .add_initializer(
+                &format!("w{i}"),
+                dtype::UINT8,
+                vec![per as i64],
+                TensorData::Owned(vec![1; per]),
+                None,
+            )
+            .expect("weight");
+    }
+    let dir = std::env::var("FASTONNX_BENCH_DIR").unwrap_or_else(|_| "/dev/shm".to_owned());
+    let path = std::path::Path::new(&dir).join("fastonnx-bench.onnx");
+    let mut group = c.benchmark_group("writer");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(WEIGHTS as u64));
+    group.bench_function("256 MiB + 10k nodes, inline", |b| {
+        b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"))
+    });
+    group.bench_function("256 MiB + 10k nodes, external data", |b| {
+        b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"))
+    });
+    group.finish();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("onnx.data"));
+}
+
+criterion_group!(benches, builder, writer_bench);
+criterion_main!(benches);

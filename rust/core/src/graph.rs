@@ -214,7 +214,13 @@ impl Graph {
     }
 
     /// A small constant, stored once per (dtype, shape, bytes).
-    pub fn add_constant(&mut self, hint: &str, dtype: i32, dims: Vec<i64>, data: Vec<u8>) -> Result<String> {
+    pub fn add_constant(
+        &mut self,
+        hint: &str,
+        dtype: i32,
+        dims: Vec<i64>,
+        data: Vec<u8>,
+    ) -> Result<String> {
         check_size(&format!("constant {hint:?}"), dtype, &dims, data.len())?;
         if data.len() > DEDUP_LIMIT {
             let name = self.names.unique_value(hint);
@@ -226,7 +232,12 @@ impl Graph {
             return Ok(existing.clone());
         }
         let name = self.names.unique_value(hint);
-        self.push_initializer(name.clone(), key.0, key.1.clone(), TensorData::Owned(key.2.clone()));
+        self.push_initializer(
+            name.clone(),
+            key.0,
+            key.1.clone(),
+            TensorData::Owned(key.2.clone()),
+        );
         self.const_index.insert(key, name.clone());
         Ok(name)
     }
@@ -262,7 +273,10 @@ impl Graph {
         }
         for (i, a) in attrs.iter().enumerate() {
             if attrs[..i].iter().any(|b| b.name == a.name) {
-                return Err(graph_err(format!("{op_type} has the attribute {:?} twice", a.name)));
+                return Err(graph_err(format!(
+                    "{op_type} has the attribute {:?} twice",
+                    a.name
+                )));
             }
         }
         let input_types: Vec<Option<i32>> = inputs
@@ -306,7 +320,9 @@ impl Graph {
                 *t = ty;
                 Ok(())
             }
-            None => Err(graph_err(format!("set_type: {name:?} is not a value of this graph"))),
+            None => Err(graph_err(format!(
+                "set_type: {name:?} is not a value of this graph"
+            ))),
         }
     }
 
@@ -336,7 +352,14 @@ impl Graph {
             self.outputs.push(new.clone());
             return Ok(new);
         }
-        let out = self.add_node("Identity", "", vec![value.to_owned()], &[wanted.to_owned()], vec![], None)?;
+        let out = self.add_node(
+            "Identity",
+            "",
+            vec![value.to_owned()],
+            &[wanted.to_owned()],
+            vec![],
+            None,
+        )?;
         let out_name = out.into_iter().next().unwrap_or_default();
         self.types.insert(out_name.clone(), ty);
         self.outputs.push(out_name.clone());
@@ -387,7 +410,12 @@ pub(crate) fn rename_in(nodes: &mut [Node], old: &str, new: &str) {
 
 /// The element type of a node's first output when the op makes it obvious; the interpreter sets
 /// the real type from torch's metadata afterwards. Used by converters to skip needless Casts.
-fn infer_dtype(op_type: &str, domain: &str, inputs: &[Option<i32>], attrs: &[Attribute]) -> Option<i32> {
+fn infer_dtype(
+    op_type: &str,
+    domain: &str,
+    inputs: &[Option<i32>],
+    attrs: &[Attribute],
+) -> Option<i32> {
     if !domain.is_empty() {
         return None;
     }
@@ -406,17 +434,18 @@ fn infer_dtype(op_type: &str, domain: &str, inputs: &[Option<i32>], attrs: &[Att
             _ => Some(dtype::FLOAT),
         },
         "Where" => inputs.get(1).copied().flatten(),
-        "Range" | "Add" | "Sub" | "Mul" | "Div" | "Neg" | "Abs" | "Relu" | "Sigmoid" | "Tanh" | "Exp"
-        | "Log" | "Sqrt" | "Reciprocal" | "Pow" | "Erf" | "Sin" | "Cos" | "Softmax" | "LogSoftmax"
-        | "MatMul" | "Gemm" | "Conv" | "ConvTranspose" | "MaxPool" | "AveragePool"
-        | "GlobalAveragePool" | "GlobalMaxPool" | "BatchNormalization" | "LayerNormalization"
-        | "Reshape" | "Transpose" | "Unsqueeze" | "Squeeze" | "Flatten" | "Concat" | "Slice"
-        | "Gather" | "GatherElements" | "GatherND" | "Expand" | "Tile" | "Identity" | "Split"
-        | "Min" | "Max" | "Clip" | "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin"
-        | "ReduceProd" | "Floor" | "Ceil" | "Round" | "Mod" | "Pad" | "Trilu" | "CumSum"
-        | "ScatterElements" | "ScatterND" | "Sign" | "Einsum" | "Resize" | "TopK" | "Softplus"
-        | "Elu" | "Selu" | "Celu" | "LeakyRelu" | "HardSigmoid" | "HardSwish" | "Gelu" | "Mish"
-        | "PRelu" | "Softsign" | "Erfc" | "BitShift" | "DepthToSpace" | "SpaceToDepth" => first(),
+        "Range" | "Add" | "Sub" | "Mul" | "Div" | "Neg" | "Abs" | "Relu" | "Sigmoid" | "Tanh"
+        | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Pow" | "Erf" | "Sin" | "Cos" | "Softmax"
+        | "LogSoftmax" | "MatMul" | "Gemm" | "Conv" | "ConvTranspose" | "MaxPool"
+        | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" | "BatchNormalization"
+        | "LayerNormalization" | "Reshape" | "Transpose" | "Unsqueeze" | "Squeeze" | "Flatten"
+        | "Concat" | "Slice" | "Gather" | "GatherElements" | "GatherND" | "Expand" | "Tile"
+        | "Identity" | "Split" | "Min" | "Max" | "Clip" | "ReduceSum" | "ReduceMean"
+        | "ReduceMax" | "ReduceMin" | "ReduceProd" | "Floor" | "Ceil" | "Round" | "Mod" | "Pad"
+        | "Trilu" | "CumSum" | "ScatterElements" | "ScatterND" | "Sign" | "Einsum" | "Resize"
+        | "TopK" | "Softplus" | "Elu" | "Selu" | "Celu" | "LeakyRelu" | "HardSigmoid"
+        | "HardSwish" | "Gelu" | "Mish" | "PRelu" | "Softsign" | "Erfc" | "BitShift"
+        | "DepthToSpace" | "SpaceToDepth" => first(),
         _ => None,
     }
 }
@@ -482,9 +511,15 @@ mod tests {
     #[test]
     fn constants_are_deduplicated_by_content() {
         let mut g = Graph::new("g");
-        let a = g.add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0])).expect("a");
-        let b = g.add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0])).expect("b");
-        let c = g.add_constant("c", dtype::FLOAT, vec![1, 2], f32_bytes(&[1.0, 2.0])).expect("c");
+        let a = g
+            .add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0]))
+            .expect("a");
+        let b = g
+            .add_constant("c", dtype::FLOAT, vec![2], f32_bytes(&[1.0, 2.0]))
+            .expect("b");
+        let c = g
+            .add_constant("c", dtype::FLOAT, vec![1, 2], f32_bytes(&[1.0, 2.0]))
+            .expect("c");
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(g.initializers.len(), 2);
@@ -500,9 +535,27 @@ mod tests {
             dims,
         };
         let data = || TensorData::Owned(vec![0; 24]);
-        let a = g.add_initializer("w", dtype::FLOAT, vec![2, 3], data(), Some(key(vec![2, 3], 24))).expect("a");
-        let b = g.add_initializer("w", dtype::FLOAT, vec![2, 3], data(), Some(key(vec![2, 3], 24))).expect("b");
-        let c = g.add_initializer("w", dtype::FLOAT, vec![6], data(), Some(key(vec![6], 24))).expect("c");
+        let a = g
+            .add_initializer(
+                "w",
+                dtype::FLOAT,
+                vec![2, 3],
+                data(),
+                Some(key(vec![2, 3], 24)),
+            )
+            .expect("a");
+        let b = g
+            .add_initializer(
+                "w",
+                dtype::FLOAT,
+                vec![2, 3],
+                data(),
+                Some(key(vec![2, 3], 24)),
+            )
+            .expect("b");
+        let c = g
+            .add_initializer("w", dtype::FLOAT, vec![6], data(), Some(key(vec![6], 24)))
+            .expect("c");
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(g.initializers.len(), 2);
@@ -511,7 +564,9 @@ mod tests {
     #[test]
     fn wrong_sizes_and_unknown_inputs_are_errors() {
         let mut g = Graph::new("g");
-        let err = g.add_constant("c", dtype::FLOAT, vec![3], vec![0; 8]).expect_err("size");
+        let err = g
+            .add_constant("c", dtype::FLOAT, vec![3], vec![0; 8])
+            .expect_err("size");
         assert!(err.to_string().contains("12 bytes expected"), "{err}");
         let err = g
             .add_node("Relu", "", vec!["nope".into()], &["y".into()], vec![], None)
@@ -522,11 +577,25 @@ mod tests {
     #[test]
     fn types_are_tracked_and_inferred() {
         let mut g = Graph::new("g");
-        let x = g.add_input("x", dtype::FLOAT16, Some(vec![Dim::Sym("batch".into()), Dim::Fixed(4)]));
-        let y = g.add_node("Relu", "", vec![x.clone()], &["y".into()], vec![], None).expect("relu");
-        assert_eq!(g.value_type(&y[0]).and_then(|t| t.dtype), Some(dtype::FLOAT16));
-        let s = g.add_node("Shape", "", vec![x.clone()], &["s".into()], vec![], None).expect("shape");
-        assert_eq!(g.value_type(&s[0]).and_then(|t| t.dtype), Some(dtype::INT64));
+        let x = g.add_input(
+            "x",
+            dtype::FLOAT16,
+            Some(vec![Dim::Sym("batch".into()), Dim::Fixed(4)]),
+        );
+        let y = g
+            .add_node("Relu", "", vec![x.clone()], &["y".into()], vec![], None)
+            .expect("relu");
+        assert_eq!(
+            g.value_type(&y[0]).and_then(|t| t.dtype),
+            Some(dtype::FLOAT16)
+        );
+        let s = g
+            .add_node("Shape", "", vec![x.clone()], &["s".into()], vec![], None)
+            .expect("shape");
+        assert_eq!(
+            g.value_type(&s[0]).and_then(|t| t.dtype),
+            Some(dtype::INT64)
+        );
         let t = g.value_type(&x).cloned().expect("x");
         assert_eq!(t.shape.expect("shape")[0], Dim::Sym("batch".into()));
     }
@@ -535,8 +604,12 @@ mod tests {
     fn outputs_rename_or_use_identity() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
-        let y = g.add_node("Relu", "", vec![x.clone()], &["relu".into()], vec![], None).expect("relu");
-        let z = g.add_node("Neg", "", vec![y[0].clone()], &["neg".into()], vec![], None).expect("neg");
+        let y = g
+            .add_node("Relu", "", vec![x.clone()], &["relu".into()], vec![], None)
+            .expect("relu");
+        let z = g
+            .add_node("Neg", "", vec![y[0].clone()], &["neg".into()], vec![], None)
+            .expect("neg");
         assert_eq!(g.add_output(&y[0], Some("out")).expect("out"), "out");
         assert_eq!(g.nodes[1].inputs[0], "out", "readers follow the rename");
         // an input returned as output, and the same value twice, go through Identity
@@ -553,7 +626,9 @@ mod tests {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
         let mut body = g.subgraph("body");
-        let y = body.add_node("Relu", "", vec![x.clone()], &["x".into()], vec![], None).expect("outer read");
+        let y = body
+            .add_node("Relu", "", vec![x.clone()], &["x".into()], vec![], None)
+            .expect("outer read");
         assert_eq!(y[0], "x_1");
     }
 }

@@ -36,7 +36,11 @@ impl TensorData {
 
 impl fmt::Debug for TensorData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.is_borrowed() { "borrowed" } else { "owned" };
+        let kind = if self.is_borrowed() {
+            "borrowed"
+        } else {
+            "owned"
+        };
         write!(f, "TensorData({kind}, {} bytes)", self.len())
     }
 }

@@ -50,7 +50,9 @@ fn type_proto(ty: &ValueType) -> onnx::TypeProto {
             .map(|d| onnx::tensor_shape_proto::Dimension {
                 value: match d {
                     Dim::Fixed(v) => Some(onnx::tensor_shape_proto::dimension::Value::DimValue(*v)),
-                    Dim::Sym(s) => Some(onnx::tensor_shape_proto::dimension::Value::DimParam(s.clone())),
+                    Dim::Sym(s) => Some(onnx::tensor_shape_proto::dimension::Value::DimParam(
+                        s.clone(),
+                    )),
                     Dim::Unknown => None,
                 },
                 denotation: None,
@@ -58,10 +60,12 @@ fn type_proto(ty: &ValueType) -> onnx::TypeProto {
             .collect(),
     });
     onnx::TypeProto {
-        value: Some(onnx::type_proto::Value::TensorType(onnx::type_proto::Tensor {
-            elem_type: ty.dtype,
-            shape,
-        })),
+        value: Some(onnx::type_proto::Value::TensorType(
+            onnx::type_proto::Tensor {
+                elem_type: ty.dtype,
+                shape,
+            },
+        )),
         denotation: None,
     }
 }
@@ -85,7 +89,11 @@ fn tensor_header(t: &Tensor) -> onnx::TensorProto {
     onnx::TensorProto {
         dims: t.dims.clone(),
         data_type: Some(t.dtype),
-        name: if t.name.is_empty() { None } else { Some(t.name.clone()) },
+        name: if t.name.is_empty() {
+            None
+        } else {
+            Some(t.name.clone())
+        },
         ..Default::default()
     }
 }
@@ -147,7 +155,11 @@ fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
         output: n.outputs.clone(),
         name: Some(n.name.clone()),
         op_type: Some(n.op_type.clone()),
-        domain: if n.domain.is_empty() { None } else { Some(n.domain.clone()) },
+        domain: if n.domain.is_empty() {
+            None
+        } else {
+            Some(n.domain.clone())
+        },
         attribute: n
             .attrs
             .iter()
@@ -162,8 +174,16 @@ fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
     Ok(onnx::GraphProto {
         node: g.nodes.iter().map(node_proto).collect::<Result<_>>()?,
         name: Some(g.name.clone()),
-        input: g.inputs.iter().map(|n| value_info(g, n)).collect::<Result<_>>()?,
-        output: g.outputs.iter().map(|n| value_info(g, n)).collect::<Result<_>>()?,
+        input: g
+            .inputs
+            .iter()
+            .map(|n| value_info(g, n))
+            .collect::<Result<_>>()?,
+        output: g
+            .outputs
+            .iter()
+            .map(|n| value_info(g, n))
+            .collect::<Result<_>>()?,
         ..Default::default()
     })
 }
@@ -224,7 +244,11 @@ struct Plan<'a> {
 }
 
 fn align(offset: u64, len: u64) -> u64 {
-    let a = if len > LARGE_TENSOR { ALIGN_LARGE } else { ALIGN_SMALL };
+    let a = if len > LARGE_TENSOR {
+        ALIGN_LARGE
+    } else {
+        ALIGN_SMALL
+    };
     offset.div_ceil(a) * a
 }
 
@@ -268,8 +292,10 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
                 key_len(INITIALIZER_TAG) as u64 + encoded_len_varint(l) as u64 + l
             })
             .sum::<u64>();
-    let model_len =
-        head.len() as u64 + key_len(GRAPH_TAG) as u64 + encoded_len_varint(graph_len) as u64 + graph_len;
+    let model_len = head.len() as u64
+        + key_len(GRAPH_TAG) as u64
+        + encoded_len_varint(graph_len) as u64
+        + graph_len;
     Ok(Plan {
         head,
         skeleton,
@@ -365,11 +391,16 @@ fn temp_beside(target: &Path) -> TempFile {
     TempFile { path, done: false }
 }
 
-fn write_file(tmp: &TempFile, f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>) -> Result<()> {
+fn write_file(
+    tmp: &TempFile,
+    f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<()> {
     let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     f(&mut w).map_err(|e| io_err(&tmp.path, e))?;
-    let file = w.into_inner().map_err(|e| io_err(&tmp.path, e.into_error()))?;
+    let file = w
+        .into_inner()
+        .map_err(|e| io_err(&tmp.path, e.into_error()))?;
     drop(file);
     Ok(())
 }
@@ -382,14 +413,24 @@ fn commit(tmp: &mut TempFile, target: &Path) -> Result<()> {
 
 /// Writes `m` to `path`. `external`: Some(true) always writes weights to `<location>` beside it,
 /// Some(false) never (TooLarge past 2 GiB), None only when the inline protobuf would pass 2 GiB.
-pub fn save(m: &Model, path: &Path, external: Option<bool>, location: Option<&str>) -> Result<SaveInfo> {
+pub fn save(
+    m: &Model,
+    path: &Path,
+    external: Option<bool>,
+    location: Option<&str>,
+) -> Result<SaveInfo> {
     if path.is_dir() {
-        return Err(Error::Serialization(format!("cannot write {}: it is a folder", path.display())));
+        return Err(Error::Serialization(format!(
+            "cannot write {}: it is a folder",
+            path.display()
+        )));
     }
     let file_name = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::Serialization(format!("cannot write {}: no file name", path.display())))?;
+        .ok_or_else(|| {
+            Error::Serialization(format!("cannot write {}: no file name", path.display()))
+        })?;
     let default_location = format!("{file_name}.data");
     let location = location.unwrap_or(&default_location);
     if location.contains('/') || location.contains('\\') || location.is_empty() {
@@ -449,7 +490,11 @@ mod tests {
     fn sample(weight_len: usize) -> Model {
         let mut m = Model::new(18, 8, "test");
         let g = &mut m.graph;
-        let x = g.add_input("x", dtype::FLOAT, Some(vec![Dim::Sym("n".into()), Dim::Fixed(2)]));
+        let x = g.add_input(
+            "x",
+            dtype::FLOAT,
+            Some(vec![Dim::Sym("n".into()), Dim::Fixed(2)]),
+        );
         let w = g
             .add_initializer(
                 "w",
@@ -459,7 +504,9 @@ mod tests {
                 None,
             )
             .expect("w");
-        let c = g.add_constant("c", dtype::FLOAT, vec![2], vec![0, 0, 128, 63, 0, 0, 0, 64]).expect("c");
+        let c = g
+            .add_constant("c", dtype::FLOAT, vec![2], vec![0, 0, 128, 63, 0, 0, 0, 64])
+            .expect("c");
         let y = g
             .add_node(
                 "Add",
@@ -496,7 +543,10 @@ mod tests {
         assert_eq!(g.node.len(), 2);
         assert_eq!(g.initializer.len(), 2);
         let w = &g.initializer[0];
-        assert_eq!(w.raw_data.as_deref(), Some(m.graph.initializers[0].data.as_slice()));
+        assert_eq!(
+            w.raw_data.as_deref(),
+            Some(m.graph.initializers[0].data.as_slice())
+        );
         assert_eq!(g.input[0].name.as_deref(), Some("x"));
         // the streamed form decodes to the same message prost builds in one piece (field order differs)
         let mut whole = model_header(&m);
@@ -514,7 +564,8 @@ mod tests {
         let info = save(&m, &path, Some(true), None).expect("save");
         assert!(info.external_data && info.external_tensors == 1);
         let data = std::fs::read(dir.path().join("m.onnx.data")).expect("data");
-        let decoded = onnx::ModelProto::decode(std::fs::read(&path).expect("model").as_slice()).expect("decode");
+        let decoded = onnx::ModelProto::decode(std::fs::read(&path).expect("model").as_slice())
+            .expect("decode");
         let g = decoded.graph.expect("graph");
         let w = &g.initializer[0];
         let get = |k: &str| {
@@ -527,7 +578,10 @@ mod tests {
         let offset: usize = get("offset").parse().expect("offset");
         let length: usize = get("length").parse().expect("length");
         assert_eq!(offset % ALIGN_LARGE as usize, 0);
-        assert_eq!(&data[offset..offset + length], m.graph.initializers[0].data.as_slice());
+        assert_eq!(
+            &data[offset..offset + length],
+            m.graph.initializers[0].data.as_slice()
+        );
         // the small constant stays inline
         assert!(g.initializer[1].raw_data.is_some());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())

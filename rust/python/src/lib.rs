@@ -5,16 +5,34 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use fastonnx_core::passes::{optimize, Level};
-use fastonnx_core::{writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey, ValueType};
+use fastonnx_core::{
+    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey,
+    ValueType,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-create_exception!(_core, FastOnnxError, PyException, "Base of every error fastonnx raises.");
-create_exception!(_core, GraphError, FastOnnxError, "The graph being built is inconsistent.");
-create_exception!(_core, SerializationError, FastOnnxError, "The model could not be written.");
+create_exception!(
+    _core,
+    FastOnnxError,
+    PyException,
+    "Base of every error fastonnx raises."
+);
+create_exception!(
+    _core,
+    GraphError,
+    FastOnnxError,
+    "The graph being built is inconsistent."
+);
+create_exception!(
+    _core,
+    SerializationError,
+    FastOnnxError,
+    "The model could not be written."
+);
 create_exception!(
     _core,
     ModelTooLargeError,
@@ -88,7 +106,8 @@ struct TensorAttr {
 impl TensorAttr {
     #[new]
     fn new(data: &[u8], dtype: i32, shape: Vec<i64>) -> PyResult<Self> {
-        fastonnx_core::tensor::check_size("tensor attribute", dtype, &shape, data.len()).map_err(py_err)?;
+        fastonnx_core::tensor::check_size("tensor attribute", dtype, &shape, data.len())
+            .map_err(py_err)?;
         Ok(TensorAttr {
             tensor: Tensor {
                 name: String::new(),
@@ -132,9 +151,14 @@ fn attr_value(key: &str, v: &Bound<'_, PyAny>) -> PyResult<AttrValue> {
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         let items: Vec<Bound<'_, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
         if items.iter().all(|i| i.is_instance_of::<PyInt>()) {
-            return Ok(AttrValue::Ints(items.iter().map(|i| i.extract()).collect::<PyResult<_>>()?));
+            return Ok(AttrValue::Ints(
+                items.iter().map(|i| i.extract()).collect::<PyResult<_>>()?,
+            ));
         }
-        if items.iter().all(|i| i.is_instance_of::<PyInt>() || i.is_instance_of::<PyFloat>()) {
+        if items
+            .iter()
+            .all(|i| i.is_instance_of::<PyInt>() || i.is_instance_of::<PyFloat>())
+        {
             let floats = items
                 .iter()
                 .map(|i| i.extract::<f64>().map(|f| f as f32))
@@ -159,10 +183,10 @@ fn attr_value(key: &str, v: &Bound<'_, PyAny>) -> PyResult<AttrValue> {
 #[pymethods]
 impl GraphBuilder {
     #[new]
-    #[pyo3(signature = (opset, ir_version, *, producer_version = String::new()))]
-    fn new(opset: i64, ir_version: i64, producer_version: String) -> Self {
+    #[pyo3(signature = (opset, ir_version, *, producer_version = ""))]
+    fn new(opset: i64, ir_version: i64, producer_version: &str) -> Self {
         GraphBuilder {
-            model: Model::new(opset, ir_version, &producer_version),
+            model: Model::new(opset, ir_version, producer_version),
         }
     }
 
@@ -203,11 +227,22 @@ impl GraphBuilder {
     }
 
     /// `data` is any C-contiguous buffer (a numpy uint8 view of torch storage); it is held, not copied.
-    fn add_initializer(&mut self, hint: &str, data: &Bound<'_, PyAny>, dtype: i32, shape: Vec<i64>) -> PyResult<String> {
-        let buffer = PyBuffer::<u8>::get(data)
-            .map_err(|e| GraphError::new_err(format!("initializer {hint:?}: data is not a byte buffer: {e}")))?;
+    fn add_initializer(
+        &mut self,
+        hint: &str,
+        data: &Bound<'_, PyAny>,
+        dtype: i32,
+        shape: Vec<i64>,
+    ) -> PyResult<String> {
+        let buffer = PyBuffer::<u8>::get(data).map_err(|e| {
+            GraphError::new_err(format!(
+                "initializer {hint:?}: data is not a byte buffer: {e}"
+            ))
+        })?;
         if !buffer.is_c_contiguous() {
-            return Err(GraphError::new_err(format!("initializer {hint:?}: data is not contiguous")));
+            return Err(GraphError::new_err(format!(
+                "initializer {hint:?}: data is not contiguous"
+            )));
         }
         let key = TiedKey {
             address: buffer.buf_ptr() as usize,
@@ -219,13 +254,28 @@ impl GraphBuilder {
         let tied = (key.len > 0).then_some(key);
         self.model
             .graph
-            .add_initializer(hint, dtype, shape, TensorData::Borrowed(Box::new(BufferSource(buffer))), tied)
+            .add_initializer(
+                hint,
+                dtype,
+                shape,
+                TensorData::Borrowed(Box::new(BufferSource(buffer))),
+                tied,
+            )
             .map_err(py_err)
     }
 
     #[pyo3(signature = (data, dtype, shape, hint = "const"))]
-    fn add_constant(&mut self, data: Vec<u8>, dtype: i32, shape: Vec<i64>, hint: &str) -> PyResult<String> {
-        self.model.graph.add_constant(hint, dtype, shape, data).map_err(py_err)
+    fn add_constant(
+        &mut self,
+        data: Vec<u8>,
+        dtype: i32,
+        shape: Vec<i64>,
+        hint: &str,
+    ) -> PyResult<String> {
+        self.model
+            .graph
+            .add_constant(hint, dtype, shape, data)
+            .map_err(py_err)
     }
 
     #[pyo3(signature = (op_type, inputs, outputs = None, attrs = None, domain = "", name = None))]
@@ -267,7 +317,12 @@ impl GraphBuilder {
     }
 
     #[pyo3(signature = (name, dtype, shape))]
-    fn set_type(&mut self, name: &str, dtype: Option<i32>, shape: Option<Vec<Option<DimArg>>>) -> PyResult<()> {
+    fn set_type(
+        &mut self,
+        name: &str,
+        dtype: Option<i32>,
+        shape: Option<Vec<Option<DimArg>>>,
+    ) -> PyResult<()> {
         self.model
             .graph
             .set_type(
@@ -285,7 +340,12 @@ impl GraphBuilder {
     }
 
     fn shape(&self, py: Python<'_>, name: &str) -> PyResult<Option<Py<PyList>>> {
-        match self.model.graph.value_type(name).and_then(|t| t.shape.as_ref()) {
+        match self
+            .model
+            .graph
+            .value_type(name)
+            .and_then(|t| t.shape.as_ref())
+        {
             Some(dims) => Ok(Some(dims_to_py(py, dims)?)),
             None => Ok(None),
         }
@@ -300,7 +360,10 @@ impl GraphBuilder {
     }
 
     fn constant_bytes<'py>(&self, py: Python<'py>, name: &str) -> Option<Bound<'py, PyBytes>> {
-        self.model.graph.constant_bytes(name).map(|b| PyBytes::new(py, b))
+        self.model
+            .graph
+            .constant_bytes(name)
+            .map(|b| PyBytes::new(py, b))
     }
 
     fn subgraph(&self, name: &str) -> GraphBuilder {

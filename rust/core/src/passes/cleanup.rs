@@ -32,10 +32,17 @@ pub fn remove_identities(g: &mut Graph) -> usize {
     let mut renames: Vec<(String, String)> = Vec::new();
     let mut removed = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
-        if n.op_type != "Identity" || !n.domain.is_empty() || n.inputs.len() != 1 || n.outputs.len() != 1 {
+        if n.op_type != "Identity"
+            || !n.domain.is_empty()
+            || n.inputs.len() != 1
+            || n.outputs.len() != 1
+        {
             continue;
         }
-        let src = replace.get(&n.inputs[0]).cloned().unwrap_or_else(|| n.inputs[0].clone());
+        let src = replace
+            .get(&n.inputs[0])
+            .cloned()
+            .unwrap_or_else(|| n.inputs[0].clone());
         let dst = n.outputs[0].clone();
         if !outputs.contains(&dst) {
             replace.insert(dst, src);
@@ -118,12 +125,43 @@ mod tests {
     fn identities_and_dead_nodes_go() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
-        let c = g.add_constant("c", dtype::FLOAT, vec![], vec![0, 0, 128, 63]).expect("c");
-        let unused_c = g.add_constant("u", dtype::FLOAT, vec![], vec![0, 0, 0, 64]).expect("u");
-        let a = g.add_node("Identity", "", vec![x.clone()], &["a".into()], vec![], None).expect("a");
-        let b = g.add_node("Add", "", vec![a[0].clone(), c], &["b".into()], vec![], None).expect("b");
-        let _dead = g.add_node("Mul", "", vec![b[0].clone(), unused_c], &["dead".into()], vec![], None);
-        let out = g.add_node("Identity", "", vec![b[0].clone()], &["out".into()], vec![], None).expect("o");
+        let c = g
+            .add_constant("c", dtype::FLOAT, vec![], vec![0, 0, 128, 63])
+            .expect("c");
+        let unused_c = g
+            .add_constant("u", dtype::FLOAT, vec![], vec![0, 0, 0, 64])
+            .expect("u");
+        let a = g
+            .add_node("Identity", "", vec![x.clone()], &["a".into()], vec![], None)
+            .expect("a");
+        let b = g
+            .add_node(
+                "Add",
+                "",
+                vec![a[0].clone(), c],
+                &["b".into()],
+                vec![],
+                None,
+            )
+            .expect("b");
+        let _dead = g.add_node(
+            "Mul",
+            "",
+            vec![b[0].clone(), unused_c],
+            &["dead".into()],
+            vec![],
+            None,
+        );
+        let out = g
+            .add_node(
+                "Identity",
+                "",
+                vec![b[0].clone()],
+                &["out".into()],
+                vec![],
+                None,
+            )
+            .expect("o");
         g.outputs.push(out[0].clone());
         assert_eq!(remove_identities(&mut g), 2);
         assert_eq!(remove_unused(&mut g), (1, 1));
@@ -136,7 +174,9 @@ mod tests {
     fn identity_between_input_and_output_stays() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
-        let o = g.add_node("Identity", "", vec![x], &["o".into()], vec![], None).expect("o");
+        let o = g
+            .add_node("Identity", "", vec![x], &["o".into()], vec![], None)
+            .expect("o");
         g.outputs.push(o[0].clone());
         assert_eq!(remove_identities(&mut g), 0);
         assert_eq!(g.nodes.len(), 1);
