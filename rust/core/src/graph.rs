@@ -247,7 +247,7 @@ impl Graph {
         let t = self.initializer(name)?;
         match &t.data {
             TensorData::Owned(v) => Some(v),
-            TensorData::Borrowed(_) => None,
+            _ => None,
         }
     }
 
@@ -374,6 +374,11 @@ impl Graph {
                 *o = new.to_owned();
             }
         }
+    }
+
+    /// Adds an initializer computed by a pass under a name already reserved (a folded node's output).
+    pub(crate) fn insert_initializer(&mut self, t: Tensor) {
+        self.push_initializer(t.name.clone(), t.dtype, t.dims, t.data);
     }
 
     /// Rebuilds the lookup tables after a pass removed initializers.

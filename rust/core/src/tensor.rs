@@ -2,27 +2,62 @@
 //! seen through the buffer protocol), so that weights are never copied on their way to the file.
 
 use std::fmt;
+use std::io::{self, Write};
+use std::sync::Arc;
 
 /// Memory owned elsewhere and kept alive by the implementor, readable from any thread.
 pub trait ByteSource: Send + Sync {
     fn bytes(&self) -> &[u8];
 }
 
+#[derive(Clone)]
 pub enum TensorData {
     Owned(Vec<u8>),
-    Borrowed(Box<dyn ByteSource>),
+    Borrowed(Arc<dyn ByteSource>),
+    /// A row-major (rows x cols) matrix of `item`-byte elements, stored transposed (cols x rows):
+    /// the writer transposes it block by block, so the weight is never copied whole.
+    Transposed {
+        source: Arc<dyn ByteSource>,
+        rows: usize,
+        cols: usize,
+        item: usize,
+    },
 }
 
+/// Extra memory the block transposition may use.
+const TRANSPOSE_BLOCK_BYTES: usize = 8 << 20;
+
 impl TensorData {
-    pub fn as_slice(&self) -> &[u8] {
+    /// The bytes in place, when they are stored as written (None for a lazily transposed weight).
+    pub fn as_slice(&self) -> Option<&[u8]> {
         match self {
-            TensorData::Owned(v) => v,
-            TensorData::Borrowed(b) => b.bytes(),
+            TensorData::Owned(v) => Some(v),
+            TensorData::Borrowed(b) => Some(b.bytes()),
+            TensorData::Transposed { .. } => None,
+        }
+    }
+
+    /// The bytes as written, copied (for small tensors: attributes, folding, tests).
+    pub fn to_vec(&self) -> Vec<u8> {
+        match self.as_slice() {
+            Some(s) => s.to_vec(),
+            None => {
+                let mut out = Vec::with_capacity(self.len());
+                // writing to a Vec cannot fail
+                let _ = self.write_to(&mut out);
+                out
+            }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.as_slice().len()
+        match self {
+            TensorData::Owned(v) => v.len(),
+            TensorData::Borrowed(b) => b.bytes().len(),
+            TensorData::Transposed {
+                rows, cols, item, ..
+            } => rows * cols * item,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -30,25 +65,77 @@ impl TensorData {
     }
 
     pub fn is_borrowed(&self) -> bool {
-        matches!(self, TensorData::Borrowed(_))
+        !matches!(self, TensorData::Owned(_))
     }
+
+    /// The memory the bytes live in, for weights seen through a buffer.
+    pub fn source(&self) -> Option<&Arc<dyn ByteSource>> {
+        match self {
+            TensorData::Owned(_) => None,
+            TensorData::Borrowed(s) | TensorData::Transposed { source: s, .. } => Some(s),
+        }
+    }
+
+    /// Writes the bytes as they belong in the file.
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        match self {
+            TensorData::Owned(v) => w.write_all(v),
+            TensorData::Borrowed(b) => w.write_all(b.bytes()),
+            TensorData::Transposed {
+                source,
+                rows,
+                cols,
+                item,
+            } => write_transposed(source.bytes(), *rows, *cols, *item, w),
+        }
+    }
+}
+
+/// Writes the (cols x rows) transpose of a row-major (rows x cols) matrix, a band of output rows at a
+/// time through a buffer of at most TRANSPOSE_BLOCK_BYTES.
+fn write_transposed<W: Write + ?Sized>(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    item: usize,
+    w: &mut W,
+) -> io::Result<()> {
+    if rows * cols * item != src.len() || item == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "transposed tensor of the wrong size",
+        ));
+    }
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
+    let mut buf = vec![0u8; band * rows * item];
+    let mut j0 = 0;
+    while j0 < cols {
+        let j1 = (j0 + band).min(cols);
+        let width = j1 - j0;
+        for i in 0..rows {
+            let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
+            for (dj, elem) in row.chunks_exact(item).enumerate() {
+                let at = (dj * rows + i) * item;
+                buf[at..at + item].copy_from_slice(elem);
+            }
+        }
+        w.write_all(&buf[..width * rows * item])?;
+        j0 = j1;
+    }
+    Ok(())
 }
 
 impl fmt::Debug for TensorData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.is_borrowed() {
-            "borrowed"
-        } else {
-            "owned"
+        let kind = match self {
+            TensorData::Owned(_) => "owned",
+            TensorData::Borrowed(_) => "borrowed",
+            TensorData::Transposed { .. } => "transposed",
         };
         write!(f, "TensorData({kind}, {} bytes)", self.len())
-    }
-}
-
-impl Clone for TensorData {
-    /// Cloning copies the bytes; only subgraph round trips and tests do it, never the export path.
-    fn clone(&self) -> Self {
-        TensorData::Owned(self.as_slice().to_vec())
     }
 }
 
@@ -89,4 +176,38 @@ pub fn check_size(what: &str, dtype: i32, dims: &[i64], len: usize) -> crate::Re
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem(Vec<u8>);
+    impl ByteSource for Mem {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn transposed_weights_are_written_transposed() {
+        for (rows, cols, item) in [(3, 5, 4), (1, 7, 2), (300, 9000, 4), (2, 1, 8)] {
+            let src: Vec<u8> = (0..rows * cols * item)
+                .map(|i| (i * 7 % 253) as u8)
+                .collect();
+            let mut want = Vec::new();
+            for j in 0..cols {
+                for i in 0..rows {
+                    want.extend_from_slice(&src[(i * cols + j) * item..(i * cols + j + 1) * item]);
+                }
+            }
+            let data = TensorData::Transposed {
+                source: Arc::new(Mem(src)),
+                rows,
+                cols,
+                item,
+            };
+            assert!(data.to_vec() == want, "{rows}x{cols}x{item}");
+        }
+    }
 }

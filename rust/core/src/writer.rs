@@ -101,7 +101,7 @@ fn tensor_header(t: &Tensor) -> onnx::TensorProto {
 /// A tensor with its bytes copied in: for attributes and subgraph initializers, which are small.
 fn tensor_full(t: &Tensor) -> onnx::TensorProto {
     let mut p = tensor_header(t);
-    p.raw_data = Some(t.data.as_slice().to_vec());
+    p.raw_data = Some(t.data.to_vec());
     p
 }
 
@@ -319,11 +319,10 @@ fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
         encode_varint(t.message_len(), &mut buf);
         buf.extend_from_slice(&t.header);
         if t.offset.is_none() {
-            let bytes = t.tensor.data.as_slice();
             encode_key(RAW_DATA_TAG, WireType::LengthDelimited, &mut buf);
-            encode_varint(bytes.len() as u64, &mut buf);
+            encode_varint(t.tensor.data.len() as u64, &mut buf);
             w.write_all(&buf)?;
-            w.write_all(bytes)?;
+            t.tensor.data.write_to(w)?;
         } else {
             w.write_all(&buf)?;
         }
@@ -342,9 +341,8 @@ fn write_data<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
             w.write_all(&ZEROS[..k])?;
             pad -= k as u64;
         }
-        let bytes = t.tensor.data.as_slice();
-        w.write_all(bytes)?;
-        pos = offset + bytes.len() as u64;
+        t.tensor.data.write_to(w)?;
+        pos = offset + t.tensor.data.len() as u64;
     }
     Ok(())
 }
@@ -545,7 +543,7 @@ mod tests {
         let w = &g.initializer[0];
         assert_eq!(
             w.raw_data.as_deref(),
-            Some(m.graph.initializers[0].data.as_slice())
+            Some(m.graph.initializers[0].data.to_vec().as_slice())
         );
         assert_eq!(g.input[0].name.as_deref(), Some("x"));
         // the streamed form decodes to the same message prost builds in one piece (field order differs)
@@ -580,7 +578,7 @@ mod tests {
         assert_eq!(offset % ALIGN_LARGE as usize, 0);
         assert_eq!(
             &data[offset..offset + length],
-            m.graph.initializers[0].data.as_slice()
+            m.graph.initializers[0].data.to_vec().as_slice()
         );
         // the small constant stays inline
         assert!(g.initializer[1].raw_data.is_some());

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use fastonnx_core::passes::{optimize, Level};
 use fastonnx_core::{
@@ -258,7 +259,7 @@ impl GraphBuilder {
                 hint,
                 dtype,
                 shape,
-                TensorData::Borrowed(Box::new(BufferSource(buffer))),
+                TensorData::Borrowed(Arc::new(BufferSource(buffer))),
                 tied,
             )
             .map_err(py_err)

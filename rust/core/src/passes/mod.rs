@@ -1,6 +1,7 @@
 //! Optimization passes, driven by the `optimize=` setting of `to_onnx`.
 
 mod cleanup;
+mod simplify;
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::graph::Graph;
 
 pub use cleanup::{remove_identities, remove_unused};
+pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
 /// The three settings of `optimize=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,15 @@ pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
     if level == Level::None {
         return counts;
     }
+    counts.insert("noops_removed".to_owned(), mark_noops(graph));
+    counts.insert(
+        "cse_merged".to_owned(),
+        eliminate_common_subexpressions(graph),
+    );
+    counts.insert(
+        "weights_transposed".to_owned(),
+        fold_weight_transposes(graph),
+    );
     counts.insert("identity_removed".to_owned(), remove_identities(graph));
     let (nodes, inits) = remove_unused(graph);
     counts.insert("unused_nodes_removed".to_owned(), nodes);
