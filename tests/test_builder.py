@@ -74,7 +74,12 @@ def small_graphs(draw: st.DrawFn) -> tuple[GraphBuilder, dict]:
     for i in range(draw(st.integers(1, 6))):
         if draw(st.booleans()):
             data = torch.randn(shape or [1]).to(dtype) if shape else torch.randn(()).to(dtype)
-            name = g.add_initializer(f"w{i}", data.reshape(-1).view(torch.uint8).numpy(), dtypes.to_onnx_dtype(dtype), list(data.shape))
+            name = g.add_initializer(
+                f"w{i}",
+                data.reshape(-1).view(torch.uint8).numpy(),
+                dtypes.to_onnx_dtype(dtype),
+                list(data.shape),
+            )
             expect["inits"][name] = data
             values.append(name)
         op = draw(st.sampled_from(["Relu", "Neg", "Add", "Mul", "Identity"]))
@@ -83,7 +88,15 @@ def small_graphs(draw: st.DrawFn) -> tuple[GraphBuilder, dict]:
             inputs.append(draw(st.sampled_from(values)))
         attrs = draw(
             st.sampled_from(
-                [{}, {"i": 3}, {"f": 0.5}, {"s": "text"}, {"ints": [1, 2]}, {"floats": [1.5, 2.0]}, {"strs": ["a", "b"]}]
+                [
+                    {},
+                    {"i": 3},
+                    {"f": 0.5},
+                    {"s": "text"},
+                    {"ints": [1, 2]},
+                    {"floats": [1.5, 2.0]},
+                    {"strs": ["a", "b"]},
+                ]
             )
         )
         out = g.add_node(op, inputs, 1, attrs, domain="custom.domain" if attrs else "")[0]
@@ -115,7 +128,10 @@ def test_any_small_graph_loads_back_unchanged(case: tuple[GraphBuilder, dict]) -
     assert [i.name for i in graph.input] == [n for n, _, _ in expect["inputs"]]
     for vi, (_, elem, dims) in zip(graph.input, expect["inputs"]):
         assert vi.type.tensor_type.elem_type == elem
-        got = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+        got = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in vi.type.tensor_type.shape.dim
+        ]
         assert got == dims
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     for name, data in expect["inits"].items():
@@ -170,8 +186,11 @@ def test_tensor_and_subgraph_attributes() -> None:
     y = g.add_node("If", [cond], attrs={"then_branch": then_g, "else_branch": else_g})[0]
     g.set_type(y, dtypes.FLOAT, [2])
     g.add_output(y)
-    z = g.add_node("ConstantOfShape", [g.add_constant(np.int64([2]).tobytes(), dtypes.INT64, [1])],
-                   attrs={"value": TensorAttr(np.float32([3]).tobytes(), dtypes.FLOAT, [1])})[0]
+    z = g.add_node(
+        "ConstantOfShape",
+        [g.add_constant(np.int64([2]).tobytes(), dtypes.INT64, [1])],
+        attrs={"value": TensorAttr(np.float32([3]).tobytes(), dtypes.FLOAT, [1])},
+    )[0]
     g.set_type(z, dtypes.FLOAT, [2])
     g.add_output(z)
     model = onnx.load_from_string(g.to_bytes())

@@ -19,6 +19,7 @@ from fastonnx.errors import InputError
 from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.result import ExportResult
+from fastonnx.transformers_caches import register_transformers_caches
 
 log = logging.getLogger("fastonnx")
 
@@ -60,6 +61,7 @@ def to_onnx(
     stats: dict[str, Any] = {"opset": opset}
 
     t0 = time.perf_counter()
+    register_transformers_caches()
     requested: dynamic.Requested = {}
     if isinstance(model, torch.nn.Module):
         dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)

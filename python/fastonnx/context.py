@@ -81,6 +81,19 @@ def sym_to_dim(d: Any, names: dict[str, str] | None = None) -> Dim:
     return None
 
 
+def val_dtype(val: Any) -> torch.dtype:
+    """The dtype of what torch recorded for a value: a tensor's, or the tensor type of a scalar."""
+    if isinstance(val, torch.Tensor):
+        return val.dtype
+    if isinstance(val, (torch.SymBool, bool)):
+        return torch.bool
+    if isinstance(val, (torch.SymInt, int)):
+        return torch.int64
+    if isinstance(val, (torch.SymFloat, float)):
+        return torch.float32
+    raise TypeError(f"no dtype for {type(val).__name__} {val!r}")
+
+
 class ConversionContext:
     """Passed to every converter: the builder, the opset, the current FX node, emit helpers."""
 
@@ -111,15 +124,10 @@ class ConversionContext:
         val = self.out
         if isinstance(val, (list, tuple)):
             val = val[0]
-        if isinstance(val, torch.Tensor):
-            return val.dtype
-        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-            return torch.int64
-        if isinstance(val, (torch.SymFloat, float)):
-            return torch.float32
-        if isinstance(val, (torch.SymBool, bool)):
-            return torch.bool
-        raise self.error(f"no dtype recorded for the output (meta val {val!r})")
+        try:
+            return val_dtype(val)
+        except TypeError:
+            raise self.error(f"no dtype recorded for the output (meta val {val!r})") from None
 
     @property
     def out_shape(self) -> tuple[Any, ...]:

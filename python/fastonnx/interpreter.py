@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,9 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from fastonnx import dtypes, dynamic
+from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
+from fastonnx.control_flow import CONTROL_FLOW
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
 
 aten = torch.ops.aten
@@ -191,14 +194,26 @@ class Interpreter:
         return Value(name, t.dtype, tuple(t.shape))
 
     # ---- calls ----------------------------------------------------------------------------------
-    def _map(self, a: Any) -> Any:
+    def map_arg(self, a: Any) -> Any:
+        """An FX argument with every node replaced by what it was converted to."""
         if isinstance(a, torch.fx.Node):
             return self.env[a]
         if isinstance(a, (list, tuple)):
-            return type(a)(self._map(x) for x in a)
+            return type(a)(self.map_arg(x) for x in a)
         if isinstance(a, dict):
-            return {k: self._map(v) for k, v in a.items()}
+            return {k: self.map_arg(v) for k, v in a.items()}
         return a
+
+    @contextlib.contextmanager
+    def emitting_into(self, sub: GraphBuilder) -> Iterator[None]:
+        """Converters emit into ``sub`` (a subgraph builder) inside the block."""
+        saved = (self.g, self.ctx.g, dict(self.ctx.sym_values))
+        self.g = self.ctx.g = sub
+        try:
+            yield
+        finally:
+            # values created inside the subgraph are not visible outside it
+            self.g, self.ctx.g, self.ctx.sym_values = saved
 
     def _call(self, node: torch.fx.Node, index: int, total: int) -> None:
         target = node.target
@@ -212,6 +227,15 @@ class Interpreter:
         hop = getattr(target, "__name__", "")
         if isinstance(target, torch._ops.HigherOrderOperator) and hop in _INLINED:
             self.env[node] = self._inline(node)
+            return
+        if isinstance(target, torch._ops.HigherOrderOperator) and hop in CONTROL_FLOW:
+            self.ctx.node = node
+            try:
+                result = CONTROL_FLOW[hop](self, node)
+            except FastOnnxError as e:
+                e.add_note(f"while converting {hop} (FX node {node.name!r}), called at {source_line(node)}")
+                raise
+            self.env[node] = self._bind(node, result)
             return
         fn = self.custom.get(target)
         if fn is not None:
@@ -230,8 +254,8 @@ class Interpreter:
                 f"called at {source_line(node)}. Converted so far: {index} nodes. Pass "
                 f"custom_converters={{{_qualname(target)}: fn}} or a decompositions table to go on."
             )
-        args = self._map(node.args)
-        kwargs = self._map(node.kwargs)
+        args = self.map_arg(node.args)
+        kwargs = self.map_arg(node.kwargs)
         self.ctx.node = node
         try:
             result = fn(self.ctx, *args, **kwargs)
@@ -290,7 +314,7 @@ class Interpreter:
         # wrap_with_set_grad_enabled(enabled, body, *args); wrap_with_autocast(dev, dt, en, cache, body, *a)
         skip = 1 if hop == "wrap_with_set_grad_enabled" else 4
         body = self.env[node.args[skip]]
-        operands = [self._map(a) for a in node.args[skip + 1 :]]
+        operands = [self.map_arg(a) for a in node.args[skip + 1 :]]
         return self.run_subgraph(body.graph, operands)
 
     def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
@@ -305,7 +329,7 @@ class Interpreter:
             elif n.op == "get_attr":
                 self.env[n] = getattr(graph.owning_module, str(n.target))
             elif n.op == "output":
-                return self._map(n.args[0])
+                return self.map_arg(n.args[0])
         return None
 
     # ---- outputs --------------------------------------------------------------------------------

@@ -1,0 +1,152 @@
+"""torch.cond → If, torch.ops.higher_order.while_loop → Loop, torch.ops.higher_order.scan → Scan.
+
+The branch and body graphs are converted into subgraph builders that share the main graph's names;
+they read outer values (operands, weights, additional inputs) by name, as ONNX allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fastonnx import dtypes
+from fastonnx._core import GraphBuilder
+from fastonnx.context import Value, val_dtype
+from fastonnx.errors import ConversionError
+
+if TYPE_CHECKING:
+    from fastonnx.interpreter import Interpreter
+
+
+Spec = tuple[torch.dtype, list[Any] | None]  # dtype and ONNX dims (None: unknown rank)
+
+
+def _fake_vals(node: torch.fx.Node) -> list[Any]:
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]
+
+
+def _spec(interp: Interpreter, val: Any, *, drop_first: bool = False, rank_only: bool = False) -> Spec:
+    """The dtype and ONNX dims of a FakeTensor or symbolic scalar recorded by torch."""
+    if not isinstance(val, torch.Tensor):
+        return val_dtype(val), []
+    dims = list(val.shape[1:] if drop_first else val.shape)
+    if rank_only:
+        return val.dtype, [None] * len(dims)
+    return val.dtype, [interp.ctx.dim(d) for d in dims]
+
+
+def _as_output(sub: GraphBuilder, interp: Interpreter, result: Any, spec: Spec, hint: str) -> None:
+    """Declares ``result`` (a Value, an outer value or a folded Python number) a subgraph output."""
+    dtype, dims = spec
+    if isinstance(result, Value):
+        name = result.name
+    elif isinstance(result, str):
+        name = result
+    elif isinstance(result, (int, float, bool)):
+        raw = torch.tensor(result, dtype=dtype).reshape(-1).view(torch.uint8).numpy().tobytes()
+        name = sub.add_constant(raw, dtypes.to_onnx_dtype(dtype), [], "const")
+    else:
+        raise ConversionError(f"{hint}: a subgraph returned {result!r}, which ONNX cannot hold")
+    out = sub.add_output(name, interp.g.unique_name(hint))
+    sub.set_type(out, dtypes.to_onnx_dtype(dtype), dims)
+
+
+def _subgraph(
+    interp: Interpreter,
+    name: str,
+    body: Callable[[list[Value]], Sequence[Any]],
+    out_specs: Sequence[Spec],
+    in_specs: Sequence[tuple[str, Spec]] = (),
+) -> GraphBuilder:
+    """Runs ``body`` with the interpreter emitting into a fresh subgraph; its results become outputs."""
+    sub = interp.g.subgraph(interp.g.unique_name(name))
+    with interp.emitting_into(sub):
+        formal = []
+        for hint, (dtype, dims) in in_specs:
+            n = sub.add_input(interp.g.unique_name(hint), dtypes.to_onnx_dtype(dtype), dims)
+            formal.append(Value(n, dtype, tuple(dims or ())))
+        results = body(formal)
+        if len(results) != len(out_specs):
+            raise ConversionError(
+                f"{name}: the subgraph returned {len(results)} values, {len(out_specs)} expected"
+            )
+        for r, spec in zip(results, out_specs):
+            _as_output(sub, interp, r, spec, f"{name}_out")
+    return sub
+
+
+def convert_cond(interp: Interpreter, node: torch.fx.Node) -> Any:
+    pred, true_gm, false_gm, operands = node.args
+    pred_v = interp.env[pred]  # type: ignore[index]
+    ops = [interp.map_arg(o) for o in operands]  # type: ignore[union-attr]
+    t_gm, f_gm = interp.env[true_gm], interp.env[false_gm]  # type: ignore[index]
+    if isinstance(pred_v, (bool, int)):
+        # the predicate folded to a constant: only the branch taken exists in ONNX
+        return interp.run_subgraph((t_gm if pred_v else f_gm).graph, ops)
+    specs = [_spec(interp, v) for v in _fake_vals(node)]
+    then_g = _subgraph(interp, "then_branch", lambda _: interp.run_subgraph(t_gm.graph, ops), specs)
+    else_g = _subgraph(interp, "else_branch", lambda _: interp.run_subgraph(f_gm.graph, ops), specs)
+    cond = interp.ctx.cast(pred_v, torch.bool)
+    return interp.ctx.op("If", cond, outputs=len(specs), then_branch=then_g, else_branch=else_g)
+
+
+def convert_while_loop(interp: Interpreter, node: torch.fx.Node) -> Any:
+    cond_gm, body_gm, carried, additional = node.args
+    c_gm, b_gm = interp.env[cond_gm], interp.env[body_gm]  # type: ignore[index]
+    carried_v = [interp.map_arg(c) for c in carried]  # type: ignore[union-attr]
+    extra = [interp.map_arg(a) for a in additional]  # type: ignore[union-attr]
+    # a loop-carried value may change size from one iteration to the next: only its rank is declared
+    state = [_spec(interp, c.meta["val"], rank_only=True) for c in carried]  # type: ignore[union-attr]
+    ctx = interp.ctx
+    cond0 = ctx.cast(_only(interp.run_subgraph(c_gm.graph, [*carried_v, *extra])), torch.bool)
+    scalar_bool: Spec = (torch.bool, [])
+    in_specs = [("iter", (torch.int64, [])), ("cond_in", scalar_bool)]
+    in_specs += [(f"carried_{i}", s) for i, s in enumerate(state)]
+
+    def body(formal: list[Value]) -> list[Any]:
+        new = list(interp.run_subgraph(b_gm.graph, [*formal[2:], *extra]))
+        again = interp.run_subgraph(c_gm.graph, [*new, *extra])
+        return [ctx.cast(_only(again), torch.bool), *new]
+
+    body_g = _subgraph(interp, "loop_body", body, [scalar_bool, *state], in_specs)
+    operands = [ctx.operand(v, dt) for v, (dt, _) in zip(carried_v, state)]
+    return ctx.op("Loop", None, cond0, *operands, outputs=len(state), body=body_g)
+
+
+def convert_scan(interp: Interpreter, node: torch.fx.Node) -> Any:
+    combine_gm, init, xs, additional = node.args
+    gm = interp.env[combine_gm]  # type: ignore[index]
+    init_v = [interp.map_arg(v) for v in init]  # type: ignore[union-attr]
+    xs_v = [interp.map_arg(v) for v in xs]  # type: ignore[union-attr]
+    extra = [interp.map_arg(a) for a in additional]  # type: ignore[union-attr]
+    state = [_spec(interp, v.meta["val"]) for v in init]  # type: ignore[union-attr]
+    slices = [_spec(interp, v.meta["val"], drop_first=True) for v in xs]  # type: ignore[union-attr]
+    outs = _fake_vals(node)
+    # the body returns the next state and one slice of each stacked output
+    out_specs = [*state, *[_spec(interp, v, drop_first=True) for v in outs[len(state) :]]]
+    in_specs = [(f"state_{i}", s) for i, s in enumerate(state)]
+    in_specs += [(f"slice_{i}", s) for i, s in enumerate(slices)]
+
+    def body(formal: list[Value]) -> list[Any]:
+        return list(interp.run_subgraph(gm.graph, [*formal, *extra]))
+
+    body_g = _subgraph(interp, "scan_body", body, out_specs, in_specs)
+    return interp.ctx.op("Scan", *init_v, *xs_v, outputs=len(outs), body=body_g, num_scan_inputs=len(xs_v))
+
+
+def _only(result: Any) -> Any:
+    if isinstance(result, (list, tuple)):
+        if len(result) != 1:
+            raise ConversionError(f"a loop condition must return one boolean, got {len(result)} values")
+        return result[0]
+    return result
+
+
+CONTROL_FLOW: dict[str, Callable[[Interpreter, torch.fx.Node], Any]] = {
+    "cond": convert_cond,
+    "while_loop": convert_while_loop,
+    "scan": convert_scan,
+}
