@@ -104,7 +104,7 @@ def _run_reference(result: fastonnx.ExportResult, tensors: Sequence[torch.Tensor
 
     ref = onnx.reference.ReferenceEvaluator(result.model_proto)
     feeds = {}
-    slots = [s for s in result._layout.inputs if s.onnx_name is not None]  # noqa: SLF001 - test helper
+    slots = [s for s in result._layout.inputs if s.onnx_name is not None]
     for slot, t in zip(slots, tensors):
         a = t.detach().contiguous()
         feeds[slot.onnx_name] = (
@@ -129,13 +129,13 @@ def check_sample(
     try:
         with torch.no_grad():
             expected = module(*_clone(tensors))
-    except Exception as e:  # noqa: BLE001 - a broken sample is reported, not raised
+    except Exception as e:
         return [Outcome(EAGER_FAILED, f"{type(e).__name__}: {e}")]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ep = torch.export.export(module, _clone(tensors), strict=False)
-    except Exception as e:  # noqa: BLE001 - capture failures are torch's, counted apart
+    except Exception as e:
         return [Outcome(CAPTURE_FAILED, f"{type(e).__name__}: {str(e)[:300]}")]
     atol, rtol = OP_TOLERANCE.get(op_name, TOLERANCE.get(dtype, (1e-4, 1e-4)))
     outcomes = []
@@ -156,7 +156,7 @@ def check_sample(
         except fastonnx.RuntimeCheckError as e:
             outcomes.append(Outcome(ORT_REFUSED, str(e)[:400], opset))
             continue
-        except Exception as e:  # noqa: BLE001 - the reference evaluator raises many types
+        except Exception as e:
             outcomes.append(Outcome(ORT_REFUSED, f"{type(e).__name__}: {str(e)[:400]}", opset))
             continue
         problem = _compare(got, expected, atol, rtol)

@@ -139,6 +139,7 @@ def test_any_small_graph_loads_back_unchanged(case: tuple[GraphBuilder, dict]) -
     real_nodes = [n for n in graph.node]
     for node, (op, inputs, out, attrs) in zip(real_nodes, expect["nodes"]):
         assert node.op_type == op
+        assert list(node.input) == inputs or "y" in inputs
         assert list(node.output) in ([out], ["y"])
         got_attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert got_attrs == {k: _as_stored(v) for k, v in attrs.items()}
