@@ -100,12 +100,12 @@ def test_set_grad_enabled_is_inlined() -> None:
 
 
 def test_training_mode_is_reported() -> None:
-    model = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(p=0.0))
     model.train()
     x = torch.randn(2, 3)
     import pytest
 
-    with pytest.warns(UserWarning, match="training mode"):
+    with pytest.warns(UserWarning, match="training mode: it is exported as traced, with Dropout"):
         result = fastonnx.to_onnx(model, (x,))
     assert result.stats["training_mode"] is True
     torch.testing.assert_close(result(x), model(x))

@@ -11,6 +11,12 @@ import torch
 from fastonnx.errors import CaptureError, InputError
 
 
+_TRAINING_SENSITIVE = (
+    torch.nn.modules.dropout._DropoutNd,
+    torch.nn.modules.batchnorm._NormBase,
+)
+
+
 def capture(
     model: Any,
     args: tuple[Any, ...],
@@ -30,13 +36,15 @@ def capture(
             f"model must be a torch.nn.Module or a torch.export.ExportedProgram, got {type(model).__name__}"
         )
     if model.training:
-        # torch.export traces what the module does now; dropout and batch-norm stay in training form.
+        # torch.export traces what the module does now; only dropout and norms behave differently
         stats["training_mode"] = True
-        warnings.warn(
-            f"{type(model).__name__} is in training mode: it is exported as traced (dropout and batch "
-            "norm in their training form); call model.eval() first for inference",
-            stacklevel=3,
-        )
+        sensitive = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _TRAINING_SENSITIVE)})
+        if sensitive:
+            warnings.warn(
+                f"{type(model).__name__} is in training mode: it is exported as traced, with "
+                f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
+                stacklevel=3,
+            )
     try:
         return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # torch raises many types; its message is what the user needs

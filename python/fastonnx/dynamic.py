@@ -71,6 +71,31 @@ def input_paths(
     return paths
 
 
+def output_paths(out_spec: Any, n: int) -> list[str | None]:
+    """Readable names of the flattened outputs, from the output's pytree path (``logits``,
+    ``past_key_values.0.key``, ``output.1.0.key`` for tuples); None for every output when the model
+    returns one tensor or a flat tuple of them (those keep their FX node names)."""
+    if out_spec is None or n == 0:
+        return [None] * n
+    # rebuild the structure around placeholders, then read the path of each leaf back
+    tree = pytree.tree_unflatten([torch.empty(0) for _ in range(n)], out_spec)
+    flat = pytree.tree_flatten_with_path(tree)[0]
+    if len(flat) != n:
+        return [None] * n
+    if all(
+        len(path) <= 1 and isinstance(path[0] if path else None, (pytree.SequenceKey, type(None)))
+        for path, _ in flat
+    ):
+        return [None] * n
+    names: list[str | None] = []
+    for path, _ in flat:
+        keys = [_key_text(k) for k in path]
+        if path and isinstance(path[0], pytree.SequenceKey):
+            keys = ["output", *keys]
+        names.append(".".join(keys))
+    return names
+
+
 def normalize(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
 ) -> tuple[Any, Requested]:
@@ -149,16 +174,18 @@ def normalize(
         if isinstance(value, dict):
             if spec is None:
                 return {k: walk(v, None, f"{where}[{k!r}]") for k, v in value.items()}
+            if isinstance(spec, (list, tuple)) and len(spec) == len(value):
+                spec = dict(zip(value, spec))  # a list in the dict's order is accepted too
             if not isinstance(spec, Mapping) or set(spec) != set(value):
                 raise InputError(
                     f"dynamic_shapes for {where} must be a dict with keys {sorted(value)}, got {spec!r}"
                 )
             return {k: walk(v, spec[k], f"{where}[{k!r}]") for k, v in value.items()}
-        leaves, _ = pytree.tree_flatten(value)
-        if len(leaves) == 1 and leaves[0] is value:
+        node = pytree.SUPPORTED_NODES.get(type(value))
+        if node is None:
             return None  # a constant (int, float, None...)
-        # a registered pytree container (e.g. a KV cache): specs follow its flattened children
-        children = pytree.tree_flatten(value)[0]
+        # a registered pytree container (e.g. a KV cache): one spec per child, as torch.export expects
+        children, _ = node.flatten_fn(value)
         if spec is None:
             for i, c in enumerate(children):
                 walk(c, None, f"{where}.{i}")
@@ -166,7 +193,7 @@ def normalize(
         if not isinstance(spec, (list, tuple)) or len(spec) != len(children):
             raise InputError(
                 f"dynamic_shapes for {where} ({type(value).__name__}) must be a list with one entry per "
-                f"flattened tensor ({len(children)}), got {spec!r}"
+                f"child ({len(children)}: for a KV cache, one [key, value] pair per layer), got {spec!r}"
             )
         return [walk(c, s, f"{where}.{i}") for i, (c, s) in enumerate(zip(children, spec))]
 

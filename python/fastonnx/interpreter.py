@@ -344,17 +344,21 @@ class Interpreter:
                     f"output_names has {len(self.output_names)} names but the model has {n_tensors} "
                     "tensor outputs"
                 )
+        paths = dynamic.output_paths(self.ep.call_spec.out_spec, len(user))
         k = 0
+        # the user's outputs first, then mutated buffers and inputs (torch.export lists those first)
+        for (a, _spec), path in zip(user, paths):
+            if isinstance(a, torch.fx.Node):
+                wanted = self.output_names[k] if self.output_names else (path or a.name)
+                k += 1
+                name, is_scalar = self._output_value(a, wanted)
+                self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar))
+            else:
+                self.layout.outputs.append(OutputSlot(None, constant=a))
         for a, spec in zip(flat, specs):
             if spec.kind == OutputKind.USER_OUTPUT:
-                if isinstance(a, torch.fx.Node):
-                    wanted = self.output_names[k] if self.output_names else a.name
-                    k += 1
-                    name, is_scalar = self._output_value(a, wanted)
-                    self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar))
-                else:
-                    self.layout.outputs.append(OutputSlot(None, constant=a))
-            elif spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+                continue
+            if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                 assert isinstance(a, torch.fx.Node)
                 name, _ = self._output_value(a, f"mutated.{spec.target}")
                 self.layout.extra_outputs.append(name)
