@@ -10,7 +10,6 @@ import torch
 
 from fastonnx.errors import CaptureError, InputError
 
-
 _TRAINING_SENSITIVE = (
     torch.nn.modules.dropout._DropoutNd,
     torch.nn.modules.batchnorm._NormBase,
