@@ -92,7 +92,8 @@ impl TensorData {
 }
 
 /// Writes the (cols x rows) transpose of a row-major (rows x cols) matrix, a band of output rows at a
-/// time through a buffer of at most TRANSPOSE_BLOCK_BYTES.
+/// time through a buffer of at most TRANSPOSE_BLOCK_BYTES, copying tile by tile so that both the
+/// reads and the writes stay in cache.
 fn write_transposed<W: Write + ?Sized>(
     src: &[u8],
     rows: usize,
@@ -109,12 +110,74 @@ fn write_transposed<W: Write + ?Sized>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    match item {
+        1 => transpose_typed::<u8, W>(src, rows, cols, w),
+        2 => transpose_typed::<u16, W>(src, rows, cols, w),
+        4 => transpose_typed::<u32, W>(src, rows, cols, w),
+        8 => transpose_typed::<u64, W>(src, rows, cols, w),
+        _ => transpose_bytes(src, rows, cols, item, w),
+    }
+}
+
+/// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
+trait Pod: Copy + Default {}
+impl Pod for u8 {}
+impl Pod for u16 {}
+impl Pod for u32 {}
+impl Pod for u64 {}
+
+fn transpose_typed<T: Pod, W: Write + ?Sized>(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    w: &mut W,
+) -> io::Result<()> {
+    // SAFETY: T is a plain integer type (every bit pattern valid); align_to only returns the aligned middle.
+    let (head, typed, tail) = unsafe { src.align_to::<T>() };
+    if !head.is_empty() || !tail.is_empty() {
+        return transpose_bytes(src, rows, cols, std::mem::size_of::<T>(), w);
+    }
+    const TILE: usize = 32;
+    let item = std::mem::size_of::<T>();
+    let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
+    let mut buf: Vec<T> = vec![T::default(); band * rows];
+    let mut j0 = 0;
+    while j0 < cols {
+        let j1 = (j0 + band).min(cols);
+        for ib in (0..rows).step_by(TILE) {
+            let ie = (ib + TILE).min(rows);
+            for jb in (j0..j1).step_by(TILE) {
+                let je = (jb + TILE).min(j1);
+                for i in ib..ie {
+                    let row = &typed[i * cols + jb..i * cols + je];
+                    for (dj, v) in row.iter().enumerate() {
+                        buf[(jb - j0 + dj) * rows + i] = *v;
+                    }
+                }
+            }
+        }
+        let used = &buf[..(j1 - j0) * rows];
+        // SAFETY: viewing initialized integers as bytes is always valid.
+        let (_, bytes, _) = unsafe { used.align_to::<u8>() };
+        w.write_all(bytes)?;
+        j0 = j1;
+    }
+    Ok(())
+}
+
+/// The general case (odd element sizes or unaligned memory): element by element.
+fn transpose_bytes<W: Write + ?Sized>(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    item: usize,
+    w: &mut W,
+) -> io::Result<()> {
     let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
     let mut buf = vec![0u8; band * rows * item];
     let mut j0 = 0;
     while j0 < cols {
         let j1 = (j0 + band).min(cols);
-        let width = j1 - j0;
         for i in 0..rows {
             let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
             for (dj, elem) in row.chunks_exact(item).enumerate() {
@@ -122,7 +185,7 @@ fn write_transposed<W: Write + ?Sized>(
                 buf[at..at + item].copy_from_slice(elem);
             }
         }
-        w.write_all(&buf[..width * rows * item])?;
+        w.write_all(&buf[..(j1 - j0) * rows * item])?;
         j0 = j1;
     }
     Ok(())
@@ -191,7 +254,14 @@ mod tests {
 
     #[test]
     fn transposed_weights_are_written_transposed() {
-        for (rows, cols, item) in [(3, 5, 4), (1, 7, 2), (300, 9000, 4), (2, 1, 8)] {
+        for (rows, cols, item) in [
+            (3, 5, 4),
+            (1, 7, 2),
+            (300, 9000, 4),
+            (2, 1, 8),
+            (70, 33, 3),
+            (40, 9, 1),
+        ] {
             let src: Vec<u8> = (0..rows * cols * item)
                 .map(|i| (i * 7 % 253) as u8)
                 .collect();
