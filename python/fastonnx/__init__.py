@@ -16,6 +16,7 @@ from fastonnx.errors import (
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
+from fastonnx.weights import attach_weights
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -33,5 +34,6 @@ __all__ = [
     "SerializationError",
     "UnsupportedOpError",
     "__version__",
+    "attach_weights",
     "to_onnx",
 ]

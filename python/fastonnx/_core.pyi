@@ -5,7 +5,15 @@ from typing import Any, final
 
 __version__: str
 
-__all__ = ["__version__", "FastOnnxError", "GraphBuilder", "GraphError", "ModelTooLargeError", "SerializationError", "TensorAttr"]
+__all__ = [
+    "__version__",
+    "FastOnnxError",
+    "GraphBuilder",
+    "GraphError",
+    "ModelTooLargeError",
+    "SerializationError",
+    "TensorAttr",
+]
 
 # A dimension: a fixed size, a named symbol ("batch", "s0+1"), or None when unknown.
 _Dim = int | str | None
@@ -38,6 +46,8 @@ class GraphBuilder:
     def add_input(self, name: str, dtype: int, shape: Sequence[_Dim] | None) -> str: ...
     def add_output(self, value: str, name: str | None = None) -> str: ...
     def add_initializer(self, hint: str, data: Any, dtype: int, shape: Sequence[int]) -> str: ...
+    def add_deferred_initializer(self, hint: str, dtype: int, shape: Sequence[int]) -> str: ...
+    def set_metadata(self, key: str, value: str) -> None: ...
     def add_constant(self, data: bytes, dtype: int, shape: Sequence[int], hint: str = "const") -> str: ...
     def add_node(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.result import ExportResult
 from fastonnx.transformers_caches import register_transformers_caches
+from fastonnx.weights import DEFERRED_KEY
 
 log = logging.getLogger("fastonnx")
 
@@ -82,6 +84,9 @@ def to_onnx(
     stats["fx_nodes"] = len(ep.graph.nodes)
     if interp.custom_used:
         stats["custom_converters_used"] = sorted(interp.custom_used)
+    if interp.deferred:
+        builder.set_metadata(DEFERRED_KEY, json.dumps(interp.deferred, sort_keys=True))
+        stats["deferred_weights"] = len(interp.deferred)
 
     stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
     t3 = time.perf_counter()

@@ -106,6 +106,8 @@ class Interpreter:
         self.env: dict[torch.fx.Node, Any] = {}
         self.layout = Layout()
         self.custom_used: set[str] = set()
+        # initializer name -> state-dict key of weights without bytes (meta device)
+        self.deferred: dict[str, str] = {}
         self.user_args = user_args
         self.requested_dims = requested_dims
 
@@ -189,6 +191,11 @@ class Interpreter:
         t = tensor.detach()
         if isinstance(t, torch.nn.Parameter):
             t = t.data
+        if t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+            # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
+            name = self.g.add_deferred_initializer(hint, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+            self.deferred[name] = hint
+            return Value(name, t.dtype, tuple(t.shape))
         data = t.contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
         name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
         return Value(name, t.dtype, tuple(t.shape))

@@ -213,6 +213,33 @@ impl Graph {
         Ok(name)
     }
 
+    /// A weight whose bytes are not available (meta device): written as a hole in the data file.
+    pub fn add_deferred_initializer(
+        &mut self,
+        hint: &str,
+        dtype: i32,
+        dims: Vec<i64>,
+    ) -> Result<String> {
+        let item = dtype::item_size(dtype).ok_or_else(|| {
+            graph_err(format!(
+                "initializer {hint:?}: element type {dtype} has no fixed size"
+            ))
+        })?;
+        let numel = dims.iter().product::<i64>().max(0) as usize;
+        let name = self.names.unique_value(hint);
+        self.push_initializer(
+            name.clone(),
+            dtype,
+            dims,
+            TensorData::Deferred { len: numel * item },
+        );
+        Ok(name)
+    }
+
+    pub fn has_deferred(&self) -> bool {
+        self.initializers.iter().any(|t| t.data.is_deferred())
+    }
+
     /// A small constant, stored once per (dtype, shape, bytes).
     pub fn add_constant(
         &mut self,
@@ -463,6 +490,8 @@ pub struct Model {
     pub ir_version: i64,
     pub producer_name: String,
     pub producer_version: String,
+    /// ModelProto.metadata_props, in key order.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl Model {
@@ -475,6 +504,7 @@ impl Model {
             ir_version,
             producer_name: "fastonnx".to_owned(),
             producer_version: producer_version.to_owned(),
+            metadata: BTreeMap::new(),
         }
     }
 
@@ -486,6 +516,7 @@ impl Model {
             ir_version: self.ir_version,
             producer_name: self.producer_name.clone(),
             producer_version: self.producer_version.clone(),
+            metadata: BTreeMap::new(),
         }
     }
 

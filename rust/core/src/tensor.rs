@@ -22,6 +22,11 @@ pub enum TensorData {
         cols: usize,
         item: usize,
     },
+    /// Bytes that are not here (a weight on the meta device): the writer leaves their place in the
+    /// external data file empty, to be filled later (fastonnx.attach_weights).
+    Deferred {
+        len: usize,
+    },
 }
 
 /// Extra memory the block transposition may use.
@@ -33,7 +38,7 @@ impl TensorData {
         match self {
             TensorData::Owned(v) => Some(v),
             TensorData::Borrowed(b) => Some(b.bytes()),
-            TensorData::Transposed { .. } => None,
+            TensorData::Transposed { .. } | TensorData::Deferred { .. } => None,
         }
     }
 
@@ -57,6 +62,7 @@ impl TensorData {
             TensorData::Transposed {
                 rows, cols, item, ..
             } => rows * cols * item,
+            TensorData::Deferred { len } => *len,
         }
     }
 
@@ -68,10 +74,14 @@ impl TensorData {
         !matches!(self, TensorData::Owned(_))
     }
 
+    pub fn is_deferred(&self) -> bool {
+        matches!(self, TensorData::Deferred { .. })
+    }
+
     /// The memory the bytes live in, for weights seen through a buffer.
     pub fn source(&self) -> Option<&Arc<dyn ByteSource>> {
         match self {
-            TensorData::Owned(_) => None,
+            TensorData::Owned(_) | TensorData::Deferred { .. } => None,
             TensorData::Borrowed(s) | TensorData::Transposed { source: s, .. } => Some(s),
         }
     }
@@ -87,6 +97,10 @@ impl TensorData {
                 cols,
                 item,
             } => write_transposed(source.bytes(), *rows, *cols, *item, w),
+            TensorData::Deferred { .. } => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a deferred weight (meta device) has no bytes to write",
+            )),
         }
     }
 }
@@ -197,6 +211,7 @@ impl fmt::Debug for TensorData {
             TensorData::Owned(_) => "owned",
             TensorData::Borrowed(_) => "borrowed",
             TensorData::Transposed { .. } => "transposed",
+            TensorData::Deferred { .. } => "deferred",
         };
         write!(f, "TensorData({kind}, {} bytes)", self.len())
     }

@@ -4,7 +4,7 @@
 //! `.onnx` last, so that a failed or interrupted save never leaves a model pointing at wrong data.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -28,6 +28,10 @@ const LARGE_TENSOR: u64 = 1 << 20;
 const GRAPH_TAG: u32 = 7; // ModelProto.graph
 const INITIALIZER_TAG: u32 = 5; // GraphProto.initializer
 const RAW_DATA_TAG: u32 = 9; // TensorProto.raw_data
+
+const DEFERRED_INLINE: &str =
+    "the model has weights on the meta device (no bytes yet): it can only be \
+     saved with external data, whose holes fastonnx.attach_weights fills later";
 
 /// What a save wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,6 +212,14 @@ fn model_header(m: &Model) -> onnx::ModelProto {
             .collect(),
         producer_name: Some(m.producer_name.clone()),
         producer_version: Some(m.producer_version.clone()),
+        metadata_props: m
+            .metadata
+            .iter()
+            .map(|(k, v)| onnx::StringStringEntryProto {
+                key: Some(k.clone()),
+                value: Some(v.clone()),
+            })
+            .collect(),
         ..Default::default()
     }
 }
@@ -262,7 +274,7 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
         let n = t.data.len() as u64;
         let mut offset = None;
         if let Some(loc) = location {
-            if t.data.len() >= EXTERNAL_MIN_BYTES {
+            if t.data.len() >= EXTERNAL_MIN_BYTES || t.data.is_deferred() {
                 let start = align(data_len, n);
                 let entry = |k: &str, v: String| onnx::StringStringEntryProto {
                     key: Some(k.to_owned()),
@@ -330,11 +342,19 @@ fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_data<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+fn write_data<W: Write + Seek>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
     const ZEROS: [u8; 4096] = [0; 4096];
     let mut pos = 0u64;
     for t in &p.tensors {
         let Some(offset) = t.offset else { continue };
+        if t.tensor.data.is_deferred() {
+            continue; // a hole: the bytes are attached later
+        }
+        if pos < offset && offset - pos > ZEROS.len() as u64 {
+            // skip over holes left by deferred weights
+            w.seek(SeekFrom::Start(offset))?;
+            pos = offset;
+        }
         let mut pad = offset - pos;
         while pad > 0 {
             let k = pad.min(ZEROS.len() as u64) as usize;
@@ -344,11 +364,19 @@ fn write_data<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
         t.tensor.data.write_to(w)?;
         pos = offset + t.tensor.data.len() as u64;
     }
+    if pos < p.data_len {
+        // the file ends with deferred weights: give it its full size (sparse, nothing written)
+        w.seek(SeekFrom::Start(p.data_len - 1))?;
+        w.write_all(&[0])?;
+    }
     Ok(())
 }
 
 /// The whole model as bytes, weights inline.
 pub fn to_bytes(m: &Model) -> Result<Vec<u8>> {
+    if m.graph.has_deferred() {
+        return Err(Error::Serialization(DEFERRED_INLINE.to_owned()));
+    }
     let p = plan(m, None)?;
     if p.model_len > PROTOBUF_LIMIT {
         return Err(Error::TooLarge { size: p.model_len });
@@ -438,8 +466,13 @@ pub fn save(
     }
 
     let mut switched = false;
+    let deferred = m.graph.has_deferred();
+    if deferred && external == Some(false) {
+        return Err(Error::Serialization(DEFERRED_INLINE.to_owned()));
+    }
     let use_external = match external {
         Some(v) => v,
+        None if deferred => true,
         None => {
             let size = inline_size(m)?;
             switched = size > PROTOBUF_LIMIT;
@@ -589,6 +622,38 @@ mod tests {
             .filter(|n| n.contains(".tmp-"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn deferred_weights_leave_holes_in_the_data_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut m = sample(2 << 20);
+        let d = m
+            .graph
+            .add_deferred_initializer("late", dtype::FLOAT, vec![1024, 1024])
+            .expect("deferred");
+        m.graph.add_output(&d, None).expect("out");
+        m.metadata.insert("k".into(), "v".into());
+        assert!(to_bytes(&m).is_err());
+        let path = dir.path().join("m.onnx");
+        assert!(save(&m, &path, Some(false), None).is_err());
+        let info = save(&m, &path, None, None).expect("save");
+        assert!(info.external_data && info.external_tensors == 2);
+        let data = std::fs::metadata(dir.path().join("m.onnx.data")).expect("data");
+        assert_eq!(data.len(), info.data_bytes);
+        let decoded = onnx::ModelProto::decode(std::fs::read(&path).expect("model").as_slice())
+            .expect("decode");
+        assert_eq!(decoded.metadata_props[0].value.as_deref(), Some("v"));
+        let g = decoded.graph.expect("graph");
+        let late = g
+            .initializer
+            .iter()
+            .find(|t| t.name.as_deref() == Some("late"))
+            .expect("late");
+        assert_eq!(
+            late.data_location,
+            Some(onnx::tensor_proto::DataLocation::External as i32)
+        );
     }
 
     #[test]

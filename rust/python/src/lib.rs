@@ -265,6 +265,23 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// A weight without bytes (meta device): its place in the external data file is left empty.
+    fn add_deferred_initializer(
+        &mut self,
+        hint: &str,
+        dtype: i32,
+        shape: Vec<i64>,
+    ) -> PyResult<String> {
+        self.model
+            .graph
+            .add_deferred_initializer(hint, dtype, shape)
+            .map_err(py_err)
+    }
+
+    fn set_metadata(&mut self, key: &str, value: &str) {
+        self.model.metadata.insert(key.to_owned(), value.to_owned());
+    }
+
     #[pyo3(signature = (data, dtype, shape, hint = "const"))]
     fn add_constant(
         &mut self,

@@ -262,6 +262,7 @@ pub fn fold_weight_transposes(g: &mut Graph) -> usize {
             },
             // transposing a transposed weight gives the original memory back
             TensorData::Transposed { source, .. } => TensorData::Borrowed(Arc::clone(source)),
+            TensorData::Deferred { .. } => continue, // no bytes yet: keep the Transpose node
             TensorData::Owned(bytes) => {
                 let view = TensorData::Transposed {
                     source: Arc::new(OwnedBytes(bytes.clone())),
