@@ -1,0 +1,236 @@
+"""Graph quality against torch.onnx.export(dynamo=True): node count and onnxruntime latency.
+
+Both exporters convert the same ExportedProgram at the same opset, with their optimizers on (ours at
+optimize=True, the standard-ONNX level). Nodes are counted after inlining local functions, subgraphs
+included. Latency: one onnxruntime thread, the two models alternated, median of --runs runs each.
+Regenerates its section of docs/benchmarks.md.
+
+    python benches/graph_quality.py                 # every model
+    python benches/graph_quality.py --models llama,bert --runs 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnxruntime
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import fastonnx
+import ledger
+
+OPSET = 20
+
+
+class Wrap(torch.nn.Module):
+    """Calls a transformers model with keyword inputs and returns one tensor."""
+
+    def __init__(self, m: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.m, self.field = m, field
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return getattr(self.m(input_ids=input_ids, attention_mask=attention_mask), self.field)
+
+
+def _text_inputs(vocab: int, seq: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab, (1, seq), generator=g), torch.ones(1, seq, dtype=torch.int64)
+
+
+def llama(layers: int, hidden: int) -> tuple[torch.nn.Module, tuple]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    heads = max(4, hidden // 64)
+    cfg = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 2.75) // 64 * 64,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 4),
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    return Wrap(LlamaForCausalLM(cfg).eval(), "logits"), _text_inputs(32000)
+
+
+def bert() -> tuple[torch.nn.Module, tuple]:
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(
+        vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    )
+    torch.manual_seed(0)
+    return Wrap(BertModel(cfg).eval(), "last_hidden_state"), _text_inputs(30522)
+
+
+class Pixels(torch.nn.Module):
+    def __init__(self, m: torch.nn.Module, field: str | None) -> None:
+        super().__init__()
+        self.m, self.field = m, field
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        out = self.m(pixel_values)
+        return getattr(out, self.field) if self.field else out
+
+
+def vit() -> tuple[torch.nn.Module, tuple]:
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        image_size=96,
+        patch_size=16,
+    )
+    torch.manual_seed(0)
+    return Pixels(ViTModel(cfg).eval(), "last_hidden_state"), (torch.randn(1, 3, 96, 96),)
+
+
+def resnet50() -> tuple[torch.nn.Module, tuple]:
+    import torchvision
+
+    from model_zoo import with_random_batchnorm_stats
+
+    torch.manual_seed(0)
+    model = with_random_batchnorm_stats(torchvision.models.resnet50(weights=None)).eval()
+    return Pixels(model, None), (torch.randn(1, 3, 128, 128),)
+
+
+MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple]]] = {
+    "llama 2x256": lambda: llama(2, 256),
+    "bert 4x256": bert,
+    "vit 4x256": vit,
+    "resnet50": resnet50,
+    "llama 16x1024": lambda: llama(16, 1024),
+}
+
+
+def count_nodes(model: onnx.ModelProto) -> int:
+    model = onnx.inliner.inline_local_functions(model)
+
+    def walk(graph: onnx.GraphProto) -> int:
+        n = 0
+        for node in graph.node:
+            n += 1
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    n += walk(a.g)
+                for g in a.graphs:
+                    n += walk(g)
+        return n
+
+    return walk(model.graph)
+
+
+def session(path: str) -> onnxruntime.InferenceSession:
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def feeds_for(sess: onnxruntime.InferenceSession, args: tuple) -> dict[str, np.ndarray]:
+    return {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+
+
+def measure(name: str, runs: int, folder: str) -> dict[str, Any]:
+    model, args = MODELS[name]()
+    ep = torch.export.export(model, args, strict=False)
+    ours = os.path.join(folder, "ours.onnx")
+    theirs = os.path.join(folder, "theirs.onnx")
+    fastonnx.to_onnx(ep, args, opset=OPSET, filename=ours, external_data=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            ep, args, dynamo=True, optimize=True, opset_version=OPSET, external_data=True
+        )
+        program.save(theirs, external_data=True)
+    n_ours = count_nodes(onnx.load(ours, load_external_data=False))
+    n_theirs = count_nodes(onnx.load(theirs, load_external_data=False))
+    s_ours, s_theirs = session(ours), session(theirs)
+    f_ours, f_theirs = feeds_for(s_ours, args), feeds_for(s_theirs, args)
+    with torch.no_grad():
+        expected = model(*args).numpy()
+    (got,) = s_ours.run(None, f_ours)
+    np.testing.assert_allclose(got, expected, atol=1e-3, rtol=1e-3)
+    for _ in range(3):  # warm-up
+        s_ours.run(None, f_ours)
+        s_theirs.run(None, f_theirs)
+    t_ours, t_theirs = [], []
+    for _ in range(runs):
+        for sess, feeds, out in ((s_ours, f_ours, t_ours), (s_theirs, f_theirs, t_theirs)):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            out.append(time.perf_counter() - t0)
+    return {
+        "name": name,
+        "nodes": (n_ours, n_theirs),
+        "latency": (ledger.median(t_ours), ledger.median(t_theirs)),
+    }
+
+
+def report(rows: list[dict[str, Any]], runs: int) -> str:
+    body = []
+    for r in rows:
+        (no, nt), (lo, lt) = r["nodes"], r["latency"]
+        body.append(
+            [r["name"], no, nt, f"{no / nt:.2f}", f"{lo * 1e3:.2f}", f"{lt * 1e3:.2f}", f"{lo / lt:.2f}"]
+        )
+    return "\n".join(
+        [
+            "## Graph quality (benches/graph_quality.py)",
+            "",
+            f"Machine: {ledger.machine()}. Opset {OPSET}, fastonnx optimize=True vs torch.onnx.export(dynamo=True, "
+            f"optimize=True). Nodes after inlining local functions, subgraphs included. Latency: onnxruntime, "
+            f"1 thread, median of {runs} alternated runs.",
+            "",
+            ledger.table(
+                [
+                    "model",
+                    "nodes fastonnx",
+                    "nodes official",
+                    "ratio",
+                    "ms fastonnx",
+                    "ms official",
+                    "latency ratio",
+                ],
+                body,
+            ),
+        ]
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--runs", type=int, default=30)
+    a = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fastonnx-quality-") as folder:
+        for name in a.models.split(","):
+            print(f"{name} ...", flush=True)
+            rows.append(measure(name, a.runs, folder))
+            print(f"  nodes {rows[-1]['nodes']}, latency {rows[-1]['latency']}", flush=True)
+    text = report(rows, a.runs)
+    ledger.write_section("graph_quality", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
