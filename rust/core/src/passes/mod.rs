@@ -1,6 +1,7 @@
 //! Optimization passes, driven by the `optimize=` setting of `to_onnx`.
 
 mod cleanup;
+mod fold;
 mod simplify;
 
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::graph::Graph;
 
 pub use cleanup::{remove_identities, remove_unused};
+pub use fold::fold_constants;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
 /// The three settings of `optimize=`.
@@ -42,6 +44,7 @@ pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
     if level == Level::None {
         return counts;
     }
+    counts.insert("constants_folded".to_owned(), fold_constants(graph));
     counts.insert("noops_removed".to_owned(), mark_noops(graph));
     counts.insert(
         "cse_merged".to_owned(),
