@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from fastonnx.context import ConversionContext, Operand
+import torch
+
+from fastonnx.context import ConversionContext, Operand, Value
 
 
 def normalize_axis(axis: int, rank: int) -> int:
@@ -41,3 +44,62 @@ def squeeze(ctx: ConversionContext, x: Operand, axes: Sequence[int] | None = Non
 def split(ctx: ConversionContext, x: Operand, sizes: Sequence[int], axis: int) -> list[str]:
     """Split into pieces of the given static sizes along ``axis``."""
     return ctx.op("Split", x, ctx.i64(list(sizes)), axis=axis, outputs=len(sizes))
+
+
+def _category(dtype: torch.dtype) -> int:
+    """torch's promotion categories: bool < integer < floating < complex."""
+    if dtype == torch.bool:
+        return 0
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 1
+
+
+def _scalar_dtype(x: bool | int | float | complex) -> torch.dtype:
+    if isinstance(x, bool):
+        return torch.bool
+    if isinstance(x, int):
+        return torch.int64
+    if isinstance(x, float):
+        return torch.get_default_dtype()
+    return torch.complex64 if torch.get_default_dtype() == torch.float32 else torch.complex128
+
+
+def promote(ctx: ConversionContext, *args: Any) -> torch.dtype:
+    """The dtype ``torch.result_type`` gives for tensors (Values / names) and Python scalars.
+
+    Tensors with dims decide first; 0-d tensors (symbolic scalars included), then Python scalars, only
+    win when their category (bool < int < float < complex) is higher: an int tensor with a float
+    scalar gives the default float dtype, a float16 tensor with a float scalar stays float16.
+    ``None`` arguments are ignored.
+    """
+    groups: list[torch.dtype | None] = [None, None, None]  # dims, 0-d, scalars
+    for a in args:
+        if a is None:
+            continue
+        if isinstance(a, (Value, str)):
+            dt = ctx.dtype(a)
+            if dt is None:
+                raise ctx.error(f"the dtype of {a!r} is not known")
+            slot = 0 if ctx.rank(a) != 0 else 1
+        elif isinstance(a, (bool, int, float, complex)):
+            dt, slot = _scalar_dtype(a), 2
+        else:
+            raise ctx.error(f"cannot promote {type(a).__name__} {a!r} with tensors")
+        prev = groups[slot]
+        groups[slot] = dt if prev is None else torch.promote_types(prev, dt)
+    result: torch.dtype | None = None
+    for dt in groups:
+        if dt is not None and (result is None or _category(dt) > _category(result)):
+            result = dt
+    if result is None:
+        raise ctx.error("no operand to promote")
+    return result
+
+
+def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype torch's CPU kernels compute a float op in: float32 for float16 / bfloat16 (rounded once
+    at the end), the dtype itself otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

@@ -1,0 +1,571 @@
+"""Reductions (sum, mean, max, var, norms, any/all, arg-max...) and cumulative ops.
+
+Conventions shared by every converter here:
+- ``dim=None`` and ``dim=[]`` both mean "all dims" (torch's rule for sum/mean/amax...; any/all.dims
+  with ``[]`` is the exception: it reduces nothing).
+- A 0-d input is viewed as a 1-element 1-D tensor reduced over everything (torch accepts dim 0 / -1
+  on it; ONNX has no axis to name).
+- float16 / bfloat16 are computed in float32 and rounded once, as torch's CPU kernels accumulate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fastonnx.context import ConversionContext, Value
+from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, squeeze, unsqueeze
+
+aten = torch.ops.aten
+
+Axes = list[int] | None  # None: every axis
+
+
+# ---- shared pieces ------------------------------------------------------------------------------
+def reduce_axes(x: Value, dim: int | Sequence[int] | None) -> Axes:
+    """Sorted non-negative axes, or None for all of them."""
+    if x.rank == 0 or dim is None:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return None
+    return sorted({normalize_axis(int(d), x.rank) for d in dims})
+
+
+def _prepared(ctx: ConversionContext, x: Value, v: str, axes: Axes, keepdim: bool) -> tuple[str, Axes, bool]:
+    """A 0-d input becomes 1-D, reduced over all with keepdims off: the result is 0-d as in torch."""
+    if x.rank == 0:
+        return unsqueeze(ctx, v, [0]), None, False
+    return v, axes, keepdim
+
+
+def _squeeze_reduced(ctx: ConversionContext, x: Value, v: str, axes: Axes) -> str:
+    """Drop the reduced axes of a keepdims=1 result."""
+    if x.rank == 0:
+        return squeeze(ctx, v, [0]) if ctx.rank(v) == 1 else v
+    return squeeze(ctx, v, axes if axes is not None else list(range(x.rank)))
+
+
+def reduced_count(ctx: ConversionContext, x: Value, axes: Axes, dtype: torch.dtype) -> str:
+    """The number of elements each output reduces over, as a 0-d ``dtype`` value."""
+    picked = list(range(x.rank)) if axes is None else axes
+    dims = [x.shape[a] for a in picked]
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return ctx.const(n, dtype)
+    sizes = ctx.op("Gather", ctx.dims_of(x), ctx.i64(picked), axis=0)
+    return ctx.cast(reduce(ctx, "ReduceProd", sizes, None, False), dtype)
+
+
+def _nonzero(ctx: ConversionContext, x: Value) -> str:
+    """``x != 0`` as bool (NaN counts as nonzero, as in torch)."""
+    if x.dtype == torch.bool:
+        return x.name
+    if x.dtype.is_floating_point:
+        v = ctx.cast(x, opmath_dtype(x.dtype))
+        return ctx.op("Not", ctx.op("Equal", v, ctx.const(0, ctx.dtype(v) or torch.float32)))
+    return ctx.cast(x, torch.bool)  # exact for integers
+
+
+def _simple(
+    op_type: str, x: Value, ctx: ConversionContext, dim: Any, keepdim: bool, dtype: torch.dtype
+) -> str:
+    """ReduceX computed in the opmath dtype of ``dtype`` (the input is cast to ``dtype`` first)."""
+    # integers accumulate in int64 (a narrower result wraps the same way after the Cast); bool as int64
+    # too (sum/prod with dtype=bool are any/all)
+    compute = opmath_dtype(dtype) if dtype.is_floating_point else torch.int64
+    v = ctx.cast(ctx.cast(x, dtype), compute)
+    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    if op_type == "ReduceMean":
+        return ctx.cast(_mean(ctx, x, v, axes, keep, compute), ctx.out_dtype)
+    return ctx.cast(reduce(ctx, op_type, v, axes, keep), ctx.out_dtype)
+
+
+def _mean(ctx: ConversionContext, x: Value, v: str, axes: Axes, keepdim: bool, dtype: torch.dtype) -> str:
+    """sum / count: an empty reduction gives NaN as in torch (onnxruntime's ReduceMean does not)."""
+    total = reduce(ctx, "ReduceSum", v, axes, keepdim)
+    return ctx.op("Div", total, reduced_count(ctx, x, axes, dtype))
+
+
+# ---- sum / mean / prod ----------------------------------------------------------------------------
+def convert_sum(
+    ctx: ConversionContext,
+    x: Value,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    # integer and bool inputs promote to int64 (in ctx.out_dtype)
+    return _simple("ReduceSum", x, ctx, dim, keepdim, ctx.out_dtype)
+
+
+def convert_sum_default(ctx: ConversionContext, x: Value, *, dtype: torch.dtype | None = None) -> str:
+    return convert_sum(ctx, x)
+
+
+def convert_mean(
+    ctx: ConversionContext,
+    x: Value,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    return _simple("ReduceMean", x, ctx, dim, keepdim, ctx.out_dtype)
+
+
+def convert_mean_default(ctx: ConversionContext, x: Value, *, dtype: torch.dtype | None = None) -> str:
+    return convert_mean(ctx, x)
+
+
+def convert_prod(
+    ctx: ConversionContext, x: Value, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None
+) -> str:
+    return _simple("ReduceProd", x, ctx, dim, keepdim, ctx.out_dtype)
+
+
+def convert_prod_default(ctx: ConversionContext, x: Value, *, dtype: torch.dtype | None = None) -> str:
+    return convert_prod(ctx, x)
+
+
+def _without_nan(ctx: ConversionContext, x: Value, dtype: torch.dtype) -> str:
+    v = ctx.cast(ctx.cast(x, dtype), opmath_dtype(dtype))
+    if not dtype.is_floating_point:
+        return v
+    return ctx.op("Where", ctx.op("IsNaN", v), ctx.const(0, opmath_dtype(dtype)), v)
+
+
+def convert_nansum(
+    ctx: ConversionContext,
+    x: Value,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    out = ctx.out_dtype
+    v, axes, keep = _prepared(ctx, x, _without_nan(ctx, x, out), reduce_axes(x, dim), keepdim)
+    return ctx.cast(reduce(ctx, "ReduceSum", v, axes, keep), out)
+
+
+def convert_nanmean(
+    ctx: ConversionContext,
+    x: Value,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    out = ctx.out_dtype
+    compute = opmath_dtype(out)
+    v = ctx.cast(ctx.cast(x, out), compute)
+    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    is_nan = ctx.op("IsNaN", v)
+    total = reduce(ctx, "ReduceSum", ctx.op("Where", is_nan, ctx.const(0, compute), v), axes, keep)
+    count = reduce(ctx, "ReduceSum", ctx.cast(ctx.op("Not", is_nan), compute), axes, keep)
+    return ctx.cast(ctx.op("Div", total, count), out)
+
+
+# ---- max / min --------------------------------------------------------------------------------------
+def _minmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    """A dtype onnxruntime's ReduceMax/Min and ArgMax/Min accept that holds ``dtype`` exactly."""
+    if dtype == torch.bool or dtype in (torch.int8, torch.int16, torch.uint8):
+        return torch.int32
+    return opmath_dtype(dtype)
+
+
+def nan_reduce(ctx: ConversionContext, op_type: str, v: str, axes: Axes, keepdim: bool) -> str:
+    """ReduceMax/Min that returns NaN where a NaN was reduced, as torch does (onnxruntime skips them)."""
+    r = reduce(ctx, op_type, v, axes, keepdim)
+    dtype = ctx.dtype(v)
+    if dtype is None or not dtype.is_floating_point:
+        return r
+    flags = ctx.cast(ctx.op("IsNaN", v), torch.int32)
+    seen = ctx.cast(reduce(ctx, "ReduceMax", flags, axes, keepdim), torch.bool)
+    return ctx.op("Where", seen, ctx.const(float("nan"), dtype), r)
+
+
+def _extreme(ctx: ConversionContext, op_type: str, x: Value, dim: Any, keepdim: bool) -> str:
+    v = ctx.cast(x, _minmax_dtype(x.dtype))
+    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    return ctx.cast(nan_reduce(ctx, op_type, v, axes, keep), ctx.out_dtype)
+
+
+def convert_amax(ctx: ConversionContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
+    return _extreme(ctx, "ReduceMax", x, dim, keepdim)
+
+
+def convert_amin(ctx: ConversionContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
+    return _extreme(ctx, "ReduceMin", x, dim, keepdim)
+
+
+def convert_max_all(ctx: ConversionContext, x: Value) -> str:
+    return _extreme(ctx, "ReduceMax", x, None, False)
+
+
+def convert_min_all(ctx: ConversionContext, x: Value) -> str:
+    return _extreme(ctx, "ReduceMin", x, None, False)
+
+
+def _arg(ctx: ConversionContext, op_type: str, x: Value, dim: int | None, keepdim: bool) -> str:
+    """ArgMax/ArgMin returning torch's index: the first occurrence (select_last_index=0), and the first
+    NaN where there is one (torch ranks NaN above everything, for both)."""
+    v = ctx.cast(x, _minmax_dtype(x.dtype))
+    flat = dim is None or x.rank == 0
+    if flat:
+        v = ctx.op("Reshape", v, ctx.i64([-1]))
+    axis = 0 if dim is None or flat else normalize_axis(dim, x.rank)
+    keep = 1 if keepdim and not flat else 0
+    idx = ctx.op(op_type, v, axis=axis, keepdims=keep, select_last_index=0)
+    if x.dtype.is_floating_point:
+        flags = ctx.cast(ctx.op("IsNaN", v), torch.int32)
+        first_nan = ctx.op("ArgMax", flags, axis=axis, keepdims=keep, select_last_index=0)
+        seen = ctx.cast(reduce(ctx, "ReduceMax", flags, [axis], bool(keep)), torch.bool)
+        idx = ctx.op("Where", seen, first_nan, idx)
+    if flat and keepdim and x.rank > 0:
+        idx = ctx.op("Reshape", idx, ctx.i64([1] * x.rank))
+    return idx
+
+
+def convert_argmax(ctx: ConversionContext, x: Value, dim: int | None = None, keepdim: bool = False) -> str:
+    return _arg(ctx, "ArgMax", x, dim, keepdim)
+
+
+def convert_argmin(ctx: ConversionContext, x: Value, dim: int | None = None, keepdim: bool = False) -> str:
+    return _arg(ctx, "ArgMin", x, dim, keepdim)
+
+
+def convert_max_dim(ctx: ConversionContext, x: Value, dim: int, keepdim: bool = False) -> list[str]:
+    return [_extreme(ctx, "ReduceMax", x, dim, keepdim), _arg(ctx, "ArgMax", x, dim, keepdim)]
+
+
+def convert_min_dim(ctx: ConversionContext, x: Value, dim: int, keepdim: bool = False) -> list[str]:
+    return [_extreme(ctx, "ReduceMin", x, dim, keepdim), _arg(ctx, "ArgMin", x, dim, keepdim)]
+
+
+def convert_aminmax(
+    ctx: ConversionContext, x: Value, *, dim: int | None = None, keepdim: bool = False
+) -> list[str]:
+    return [_extreme(ctx, "ReduceMin", x, dim, keepdim), _extreme(ctx, "ReduceMax", x, dim, keepdim)]
+
+
+# ---- var / std --------------------------------------------------------------------------------------
+def var_mean(
+    ctx: ConversionContext, x: Value, dim: Any, correction: float, keepdim: bool, dtype: torch.dtype
+) -> tuple[str, str]:
+    """(variance, mean) in ``dtype`` with torch's divisor max(N - correction, 0), two-pass."""
+    if not dtype.is_floating_point:
+        raise ctx.error(f"var/std of a {x.dtype} tensor is not supported (torch needs a float input)")
+    compute = opmath_dtype(dtype)
+    axes = reduce_axes(x, dim)
+    v, axes_p, keep = _prepared(ctx, x, ctx.cast(x, compute), axes, keepdim)
+    mean = _mean(ctx, x, v, axes_p, True, compute)
+    d = ctx.op("Sub", v, mean)
+    ss = reduce(ctx, "ReduceSum", ctx.op("Mul", d, d), axes_p, keep)
+    n = reduced_count(ctx, x, axes, compute)
+    divisor = ctx.op("Max", ctx.op("Sub", n, ctx.const(correction, compute)), ctx.const(0, compute))
+    var = ctx.op("Div", ss, divisor)
+    if not keep:
+        mean = squeeze(ctx, mean, axes_p if axes_p is not None else list(range(max(x.rank, 1))))
+    return ctx.cast(var, dtype), ctx.cast(mean, dtype)
+
+
+def _variance(with_sqrt: bool, with_mean: bool) -> tuple[Any, Any, Any]:
+    """Converters for the .default, .dim and .correction overloads of var / std / var_mean / std_mean."""
+
+    def compute(ctx: ConversionContext, x: Value, dim: Any, correction: float, keepdim: bool) -> Any:
+        out = ctx.out_dtype
+        var, mean = var_mean(ctx, x, dim, correction, keepdim, opmath_dtype(out))
+        result = ctx.cast(ctx.op("Sqrt", var) if with_sqrt else var, out)
+        return [result, ctx.cast(mean, out)] if with_mean else result
+
+    def default(ctx: ConversionContext, x: Value, unbiased: bool = True) -> Any:
+        return compute(ctx, x, None, 1.0 if unbiased else 0.0, False)
+
+    def by_dim(
+        ctx: ConversionContext, x: Value, dim: Any, unbiased: bool = True, keepdim: bool = False
+    ) -> Any:
+        return compute(ctx, x, dim, 1.0 if unbiased else 0.0, keepdim)
+
+    def by_correction(
+        ctx: ConversionContext,
+        x: Value,
+        dim: Any = None,
+        *,
+        correction: float | None = None,
+        keepdim: bool = False,
+    ) -> Any:
+        return compute(ctx, x, dim, 1.0 if correction is None else float(correction), keepdim)
+
+    return default, by_dim, by_correction
+
+
+convert_var, convert_var_dim, convert_var_correction = _variance(with_sqrt=False, with_mean=False)
+convert_std, convert_std_dim, convert_std_correction = _variance(with_sqrt=True, with_mean=False)
+convert_var_mean, convert_var_mean_dim, convert_var_mean_correction = _variance(
+    with_sqrt=False, with_mean=True
+)
+convert_std_mean, convert_std_mean_dim, convert_std_mean_correction = _variance(
+    with_sqrt=True, with_mean=True
+)
+
+
+# ---- norms ------------------------------------------------------------------------------------------
+def _vector_norm(ctx: ConversionContext, x: Value, ord: float, dim: Any, keepdim: bool) -> str:
+    out = ctx.out_dtype
+    if not out.is_floating_point:
+        raise ctx.error(f"vector norm of a {x.dtype} tensor is not supported (torch needs a float input)")
+    compute = opmath_dtype(out)
+    v = ctx.cast(ctx.cast(x, out), compute)  # dtype= casts the input first
+    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    p = float(ord)
+    if p == 2:
+        r = reduce(ctx, "ReduceL2", v, axes, keep)
+    elif p == 1:
+        r = reduce(ctx, "ReduceL1", v, axes, keep)
+    elif p == float("inf"):
+        r = nan_reduce(ctx, "ReduceMax", ctx.op("Abs", v), axes, keep)
+    elif p == float("-inf"):
+        r = nan_reduce(ctx, "ReduceMin", ctx.op("Abs", v), axes, keep)
+    elif p == 0:
+        nz = ctx.op("Not", ctx.op("Equal", v, ctx.const(0, compute)))
+        r = reduce(ctx, "ReduceSum", ctx.cast(nz, compute), axes, keep)
+    else:
+        powered = ctx.op("Pow", ctx.op("Abs", v), ctx.const(p, compute))
+        r = ctx.op("Pow", reduce(ctx, "ReduceSum", powered, axes, keep), ctx.const(1.0 / p, compute))
+    return ctx.cast(r, out)
+
+
+def convert_linalg_vector_norm(
+    ctx: ConversionContext,
+    x: Value,
+    ord: float = 2,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    return _vector_norm(ctx, x, ord, dim, keepdim)
+
+
+def convert_norm(
+    ctx: ConversionContext,
+    x: Value,
+    p: float | None = 2,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> str:
+    return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim)
+
+
+def convert_norm_dtype(ctx: ConversionContext, x: Value, p: float | None, *, dtype: torch.dtype) -> str:
+    return _vector_norm(ctx, x, 2 if p is None else p, None, False)
+
+
+# ---- any / all / count_nonzero ------------------------------------------------------------------------
+def _any_all(ctx: ConversionContext, x: Value, dim: Any, keepdim: bool, want_all: bool) -> str:
+    if isinstance(dim, (list, tuple)) and len(dim) == 0 and x.rank > 0:
+        return ctx.cast(_nonzero(ctx, x), ctx.out_dtype)  # any/all.dims with []: no reduction
+    flags = _nonzero(ctx, x)
+    if want_all:
+        flags = ctx.op("Not", flags)
+    # counting (not ReduceMax) keeps empty reductions right: any([]) is False, all([]) is True
+    v, axes, keep = _prepared(ctx, x, ctx.cast(flags, torch.int64), reduce_axes(x, dim), keepdim)
+    count = reduce(ctx, "ReduceSum", v, axes, keep)
+    zero = ctx.const(0, torch.int64)
+    result = ctx.op("Equal", count, zero) if want_all else ctx.op("Greater", count, zero)
+    return ctx.cast(result, ctx.out_dtype)
+
+
+def convert_any(ctx: ConversionContext, x: Value, dim: Any = None, keepdim: bool = False) -> str:
+    return _any_all(ctx, x, dim, keepdim, want_all=False)
+
+
+def convert_all(ctx: ConversionContext, x: Value, dim: Any = None, keepdim: bool = False) -> str:
+    return _any_all(ctx, x, dim, keepdim, want_all=True)
+
+
+def convert_count_nonzero(ctx: ConversionContext, x: Value, dim: Any = None) -> str:
+    v, axes, _ = _prepared(ctx, x, ctx.cast(_nonzero(ctx, x), torch.int64), reduce_axes(x, dim), False)
+    return reduce(ctx, "ReduceSum", v, axes, False)
+
+
+# ---- logsumexp --------------------------------------------------------------------------------------
+def _stable_max(ctx: ConversionContext, v: str, axes: Axes, dtype: torch.dtype) -> str:
+    """max over ``axes`` (kept), with infinities replaced by 0 as torch does before subtracting it."""
+    m = reduce(ctx, "ReduceMax", v, axes, True)
+    return ctx.op("Where", ctx.op("IsInf", m), ctx.const(0, dtype), m)
+
+
+def convert_logsumexp(ctx: ConversionContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
+    out = ctx.out_dtype  # integer inputs give the default float dtype
+    compute = opmath_dtype(out)
+    v, axes, keep = _prepared(ctx, x, ctx.cast(x, compute), reduce_axes(x, dim), keepdim)
+    m = _stable_max(ctx, v, axes, compute)
+    s = reduce(ctx, "ReduceSum", ctx.op("Exp", ctx.op("Sub", v, m)), axes, True)
+    r = ctx.op("Add", ctx.op("Log", s), m)
+    if not keep:
+        r = squeeze(ctx, r, axes if axes is not None else list(range(max(x.rank, 1))))
+    return ctx.cast(r, out)
+
+
+# ---- cumulative ops -----------------------------------------------------------------------------------
+def convert_cumsum(ctx: ConversionContext, x: Value, dim: int, *, dtype: torch.dtype | None = None) -> str:
+    out = ctx.out_dtype  # integer and bool inputs promote to int64
+    compute = opmath_dtype(out)
+    if out in (torch.int8, torch.int16, torch.uint8):
+        compute = torch.int64  # CumSum kernels: float, double, int32, int64; wraps like torch after Cast
+    v = ctx.cast(ctx.cast(x, out), compute)
+    if x.rank == 0:
+        return ctx.cast(ctx.op("Identity", v), out)
+    axis = normalize_axis(dim, x.rank)
+    return ctx.cast(ctx.op("CumSum", v, ctx.i64(axis)), out)
+
+
+def _triangle(ctx: ConversionContext, v: str, x: Value, axis: int, fill: str) -> str:
+    """T[..., i, j, ...] = v[..., j, ...] if j <= i else ``fill``, i at ``axis``, j at ``axis + 1``.
+
+    Reducing T over ``axis + 1`` gives an inclusive scan along ``axis`` for any associative reduction,
+    exactly (no logs, zeros and signs kept), at the cost of n times the input's memory.
+    """
+    n = x.shape[axis]
+    limit = ctx.const(n, torch.int64) if isinstance(n, int) else ctx.sym_value(n)
+    idx = ctx.op("Range", ctx.const(0, torch.int64), limit, ctx.const(1, torch.int64))
+    mask = ctx.op("LessOrEqual", unsqueeze(ctx, idx, [0]), unsqueeze(ctx, idx, [1]))  # [i, j]: j <= i
+    trailing = x.rank - axis - 1
+    if trailing:
+        mask = unsqueeze(ctx, mask, list(range(2, 2 + trailing)))
+    return ctx.op("Where", mask, unsqueeze(ctx, v, [axis]), fill)
+
+
+def convert_cumprod(ctx: ConversionContext, x: Value, dim: int, *, dtype: torch.dtype | None = None) -> str:
+    out = ctx.out_dtype
+    compute = opmath_dtype(out)
+    if not out.is_floating_point:
+        compute = torch.int64
+    v = ctx.cast(ctx.cast(x, out), compute)
+    if x.rank == 0:
+        return ctx.cast(ctx.op("Identity", v), out)
+    axis = normalize_axis(dim, x.rank)
+    t = _triangle(ctx, v, x, axis, ctx.const(1, compute))
+    return ctx.cast(reduce(ctx, "ReduceProd", t, [axis + 1], False), out)
+
+
+def convert_logcumsumexp(ctx: ConversionContext, x: Value, dim: int) -> str:
+    out = ctx.out_dtype
+    compute = opmath_dtype(out)
+    v = ctx.cast(x, compute)
+    if x.rank == 0:
+        return ctx.cast(ctx.op("Identity", v), out)
+    axis = normalize_axis(dim, x.rank)
+    # a per-prefix max keeps every prefix stable (one global max would underflow small prefixes)
+    t = _triangle(ctx, v, x, axis, ctx.const(float("-inf"), compute))
+    m = _stable_max(ctx, t, [axis + 1], compute)
+    s = reduce(ctx, "ReduceSum", ctx.op("Exp", ctx.op("Sub", t, m)), [axis + 1], True)
+    r = ctx.op("Add", ctx.op("Log", s), m)
+    return ctx.cast(squeeze(ctx, r, [axis + 1]), out)
+
+
+def _cum_extreme(ctx: ConversionContext, x: Value, dim: int, op_type: str) -> list[str]:
+    """cummax / cummin: (values, indices) with torch's rules: ties and NaNs move the index to the
+    latest position, and a NaN, once seen, stays the value."""
+    dtype = _minmax_dtype(x.dtype)
+    v = ctx.cast(x, dtype)
+    if x.rank == 0:
+        return [ctx.op("Identity", x), ctx.const(0, torch.int64)]
+    axis = normalize_axis(dim, x.rank)
+    j = axis + 1
+    if dtype.is_floating_point:
+        fill = float("-inf") if op_type == "ReduceMax" else float("inf")
+    else:
+        info = torch.iinfo(dtype)
+        fill = info.min if op_type == "ReduceMax" else info.max
+    t = _triangle(ctx, v, x, axis, ctx.const(fill, dtype))  # [..., i, j, ...]
+    values = nan_reduce(ctx, op_type, t, [j], True)
+    hit = ctx.op("Equal", t, values)
+    if dtype.is_floating_point:
+        both_nan = ctx.op("And", ctx.op("IsNaN", t), ctx.op("IsNaN", values))
+        hit = ctx.op("Or", hit, both_nan)
+    # the latest j <= i holding the running extreme (positions j > i hold the fill and never win,
+    # except when the fill itself is the extreme: then j <= i also holds it, mask them out)
+    n = x.shape[axis]
+    limit = ctx.const(n, torch.int64) if isinstance(n, int) else ctx.sym_value(n)
+    pos = ctx.op("Range", ctx.const(0, torch.int64), limit, ctx.const(1, torch.int64))
+    after = ctx.op("Greater", unsqueeze(ctx, pos, [0]), unsqueeze(ctx, pos, [1]))  # [i, j]: j > i
+    trailing = x.rank - axis - 1
+    if trailing:
+        pos_j = unsqueeze(ctx, pos, list(range(1, 1 + trailing)))
+        after = unsqueeze(ctx, after, list(range(2, 2 + trailing)))
+    else:
+        pos_j = pos
+    hit = ctx.op("And", hit, ctx.op("Not", after))
+    candidates = ctx.op("Where", hit, pos_j, ctx.const(-1, torch.int64))
+    indices = reduce(ctx, "ReduceMax", candidates, [j], False)
+    return [ctx.cast(squeeze(ctx, values, [j]), x.dtype), indices]
+
+
+def convert_cummax(ctx: ConversionContext, x: Value, dim: int) -> list[str]:
+    return _cum_extreme(ctx, x, dim, "ReduceMax")
+
+
+def convert_cummin(ctx: ConversionContext, x: Value, dim: int) -> list[str]:
+    return _cum_extreme(ctx, x, dim, "ReduceMin")
+
+
+CONVERTERS: dict[Any, Any] = {
+    aten.sum.dim_IntList: convert_sum,
+    aten.sum.default: convert_sum_default,
+    aten.mean.dim: convert_mean,
+    aten.mean.default: convert_mean_default,
+    aten.prod.dim_int: convert_prod,
+    aten.prod.default: convert_prod_default,
+    aten.nansum.default: convert_nansum,
+    aten.nanmean.default: convert_nanmean,
+    aten.amax.default: convert_amax,
+    aten.amin.default: convert_amin,
+    aten.max.default: convert_max_all,
+    aten.min.default: convert_min_all,
+    aten.max.dim: convert_max_dim,
+    aten.min.dim: convert_min_dim,
+    aten.aminmax.default: convert_aminmax,
+    aten.argmax.default: convert_argmax,
+    aten.argmin.default: convert_argmin,
+    aten.var.default: convert_var,
+    aten.var.dim: convert_var_dim,
+    aten.var.correction: convert_var_correction,
+    aten.std.default: convert_std,
+    aten.std.dim: convert_std_dim,
+    aten.std.correction: convert_std_correction,
+    aten.var_mean.default: convert_var_mean,
+    aten.var_mean.dim: convert_var_mean_dim,
+    aten.var_mean.correction: convert_var_mean_correction,
+    aten.std_mean.default: convert_std_mean,
+    aten.std_mean.dim: convert_std_mean_dim,
+    aten.std_mean.correction: convert_std_mean_correction,
+    aten.linalg_vector_norm.default: convert_linalg_vector_norm,
+    aten.norm.Scalar: convert_norm,
+    aten.norm.ScalarOpt_dim: convert_norm,
+    aten.norm.ScalarOpt_dim_dtype: convert_norm,
+    aten.norm.ScalarOpt_dtype: convert_norm_dtype,
+    aten.any.default: convert_any,
+    aten.any.dim: convert_any,
+    aten.any.dims: convert_any,
+    aten.all.default: convert_all,
+    aten.all.dim: convert_all,
+    aten.all.dims: convert_all,
+    aten.count_nonzero.default: convert_count_nonzero,
+    aten.count_nonzero.dim_IntList: convert_count_nonzero,
+    aten.logsumexp.default: convert_logsumexp,
+    aten.cumsum.default: convert_cumsum,
+    aten.cumprod.default: convert_cumprod,
+    aten.logcumsumexp.default: convert_logcumsumexp,
+    aten.cummax.default: convert_cummax,
+    aten.cummin.default: convert_cummin,
+}

@@ -1,0 +1,267 @@
+"""Reduction and cumulative-op converters against torch's OpInfo samples and hand-written cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from export_check import ENDS, check_export
+from opinfo_harness import assert_op_converts, ci_sample_limit, op_db_by_name
+
+OPS = [
+    "sum",
+    "mean",
+    "prod",
+    "nansum",
+    "nanmean",
+    "amax",
+    "amin",
+    "max.reduction_no_dim",
+    "max.reduction_with_dim",
+    "min.reduction_no_dim",
+    "min.reduction_with_dim",
+    "aminmax",
+    "argmax",
+    "argmin",
+    "var",
+    "var.unbiased",
+    "std",
+    "std.unbiased",
+    "var_mean",
+    "var_mean.unbiased",
+    "std_mean",
+    "std_mean.unbiased",
+    "linalg.vector_norm",
+    "norm",
+    "norm.inf",
+    "norm.fro",
+    "any",
+    "all",
+    "count_nonzero",
+    "logsumexp",
+    "cumsum",
+    "cumprod",
+    "logcumsumexp",
+    "cummax",
+    "cummin",
+    # these reach aten as the reductions above plus where / elementwise ops of other families
+    "nn.functional.normalize",
+    "masked.sum",
+    "masked.mean",
+    "masked.amax",
+    "masked.amin",
+    "masked.prod",
+    "masked.norm",
+    "masked.logsumexp",
+    "masked.cumsum",
+    "masked.cumprod",
+    "masked.argmax",
+    "masked.argmin",
+]
+
+
+def supporting(dtype: torch.dtype) -> list[str]:
+    """The ops of OPS whose OpInfo entry declares ``dtype`` on CPU (masked.* only run in float32: they
+    add other families' ops, not new paths of ours, and the file must stay fast)."""
+    return [
+        name
+        for name in OPS
+        if dtype in op_db_by_name()[name].supported_dtypes("cpu") and not name.startswith("masked.")
+    ]
+
+
+FLOAT16_OPS = supporting(torch.float16)
+INT_OPS = supporting(torch.int64)
+BOOL_OPS = supporting(torch.bool)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_float32(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
+
+
+@pytest.mark.parametrize("op_name", FLOAT16_OPS)
+def test_float16(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+
+
+@pytest.mark.parametrize("op_name", INT_OPS)
+def test_int64(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+
+
+@pytest.mark.parametrize("op_name", BOOL_OPS)
+def test_bool(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
+
+
+class Fn(torch.nn.Module):
+    """A module calling one function of its inputs."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor):
+        return self.fn(*xs)
+
+
+aten = torch.ops.aten
+X = torch.randn(3, 4, 5)
+
+
+@pytest.mark.parametrize("dim", [None, [], [0, 2], [-1], 1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_mean_dims(dim, keepdim: bool) -> None:
+    check_export(Fn(lambda x: aten.sum.dim_IntList(x, dim, keepdim)), (X,))
+    check_export(Fn(lambda x: aten.mean.dim(x, dim, keepdim)), (X,))
+
+
+def test_sum_promotes_integers_and_dtype_argument() -> None:
+    ints = torch.randint(-100, 100, (4, 6), dtype=torch.int32)
+    check_export(Fn(lambda x: torch.sum(x, 1)), (ints,))
+    check_export(Fn(lambda x: torch.prod(x, 0)), (torch.randint(-3, 4, (4, 6), dtype=torch.int8),))
+    check_export(Fn(lambda x: torch.sum(x, 0, dtype=torch.float64)), (X,), atol=1e-6, rtol=1e-6)
+    check_export(Fn(lambda x: torch.mean(x, dtype=torch.float64)), (X,), atol=1e-6, rtol=1e-6)
+    check_export(Fn(lambda x: torch.sum(x > 0, [0, 1])), (X,))
+
+
+def test_mean_of_empty_is_nan() -> None:
+    check_export(Fn(lambda x: torch.mean(x, 0)), (torch.randn(0, 3),))
+
+
+def test_zero_dim_inputs() -> None:
+    s = torch.tensor(2.5)
+    check_export(
+        Fn(lambda x: (torch.sum(x, 0, keepdim=True), torch.amax(x, -1), torch.argmax(x, 0, True))), (s,)
+    )
+    check_export(Fn(lambda x: (torch.var(x, 0, correction=0), torch.cumsum(x, 0), torch.cumprod(x, 0))), (s,))
+    check_export(Fn(lambda x: torch.max(x, 0, keepdim=True)), (s,))
+
+
+@pytest.mark.parametrize("correction", [0, 1, 2, 0.5, 5])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_var_std_correction(correction: float, keepdim: bool) -> None:
+    x = torch.randn(4, 5, 3) * 2 + 10
+    check_export(Fn(lambda v: torch.var(v, [0, 2], correction=correction, keepdim=keepdim)), (x,))
+    check_export(Fn(lambda v: torch.std_mean(v, 1, correction=correction, keepdim=keepdim)), (x,))
+    check_export(Fn(lambda v: torch.var_mean(v, correction=correction)), (x,))
+
+
+def test_var_dynamic_count() -> None:
+    dyn = (({0: torch.export.Dim("a"), 1: torch.export.Dim("b")},),)  # forward(*xs)
+    check_export(
+        Fn(lambda v: torch.var_mean(v, [0, 1])),
+        (torch.randn(3, 4, 2),),
+        dynamic_shapes=dyn,
+        run_args=[(torch.randn(6, 5, 2),)],
+        opsets=(17, 26),
+    )
+
+
+@pytest.mark.parametrize("ord", [2, 1, 0, 3, 0.5, -1, float("inf"), float("-inf")])
+def test_vector_norm_orders(ord: float) -> None:
+    x = torch.randn(3, 4, 5)
+    x[0, 0, 0] = 0.0
+    check_export(
+        Fn(lambda v: torch.linalg.vector_norm(v, ord, [1, 2], keepdim=True)), (x,), atol=1e-3, rtol=1e-3
+    )
+    check_export(Fn(lambda v: aten.norm.ScalarOpt_dim(v, ord, [0])), (x,), atol=1e-3, rtol=1e-3)
+
+
+def test_norm_scalar_overloads() -> None:
+    check_export(Fn(lambda v: aten.norm.Scalar(v, 3)), (X,), atol=1e-3, rtol=1e-3)
+    check_export(
+        Fn(lambda v: aten.norm.ScalarOpt_dtype(v, None, dtype=torch.float64)), (X,), atol=1e-6, rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("dim", [None, [], [1], [0, 1]])
+def test_any_all_dims(dim) -> None:
+    x = torch.tensor([[0.0, 1.0, float("nan")], [0.0, 0.0, 0.0]])
+    check_export(Fn(lambda v: (aten.any.dims(v, dim), aten.all.dims(v, dim, True))), (x,))
+
+
+def test_any_all_empty_and_uint8() -> None:
+    check_export(Fn(lambda v: (torch.any(v, 0), torch.all(v, 0))), (torch.randn(0, 3),))
+    check_export(
+        Fn(lambda v: (torch.any(v), torch.all(v, 1))), (torch.tensor([[0, 3], [1, 2]], dtype=torch.uint8),)
+    )
+
+
+def test_argmax_first_occurrence_and_keepdim() -> None:
+    x = torch.tensor([[1.0, 5.0, 5.0, 2.0], [7.0, 7.0, 0.0, 7.0]])
+    check_export(
+        Fn(lambda v: (torch.argmax(v, 1), torch.argmin(v, 0, True), torch.argmax(v, keepdim=True))), (x,)
+    )
+    check_export(Fn(lambda v: (torch.max(v, 1, keepdim=True), torch.min(v, 1))), (x,))
+    big = torch.tensor([[3, 2**40, 2**40 - 1], [-(2**50), 5, -(2**50)]], dtype=torch.int64)
+    check_export(Fn(lambda v: (torch.argmax(v, 1), torch.argmin(v, 1), torch.amax(v, 0))), (big,))
+
+
+def test_aminmax_keepdim() -> None:
+    check_export(Fn(lambda v: (torch.aminmax(v), torch.aminmax(v, dim=1, keepdim=True))), (X,))
+
+
+def test_logsumexp_infinities() -> None:
+    x = torch.tensor([[float("-inf"), float("-inf")], [1000.0, 0.0], [float("inf"), 1.0]])
+    check_export(Fn(lambda v: torch.logsumexp(v, 1)), (x,))
+    check_export(Fn(lambda v: torch.logsumexp(v, [0, 1], keepdim=True)), (X,))
+
+
+def test_cumsum_dtype() -> None:
+    check_export(Fn(lambda v: torch.cumsum(v, 1, dtype=torch.float64)), (X,), atol=1e-6, rtol=1e-6)
+    check_export(Fn(lambda v: torch.cumsum(v, 0)), (torch.randint(-5, 5, (4, 3), dtype=torch.int8),))
+
+
+def test_cumprod_zeros_and_signs() -> None:
+    x = torch.tensor([[2.0, -1.5, 0.0, 3.0, -2.0], [-1.0, -1.0, -1.0, 4.0, 0.5]])
+    check_export(Fn(lambda v: (torch.cumprod(v, 1), torch.cumprod(v, 0))), (x,))
+    check_export(Fn(lambda v: torch.cumprod(v, 1)), (torch.tensor([[2, -3, 0, 5], [1, 2, 3, 4]]),))
+
+
+def test_cumulative_dynamic_length() -> None:
+    dyn = (({1: torch.export.Dim("n")},),)  # forward(*xs)
+    check_export(
+        Fn(lambda v: (torch.cumprod(v, 1), torch.logcumsumexp(v, 1))),
+        (torch.randn(2, 5, 3),),
+        dynamic_shapes=dyn,
+        run_args=[(torch.randn(2, 9, 3),)],
+        opsets=(17, 26),
+    )
+
+
+def test_logcumsumexp_wide_range() -> None:
+    x = torch.tensor([[-1000.0, 0.0, -5.0, 800.0], [float("-inf"), float("-inf"), 2.0, float("inf")]])
+    check_export(Fn(lambda v: torch.logcumsumexp(v, 1)), (x,))
+
+
+def test_count_nonzero_dims() -> None:
+    x = torch.tensor([[0.0, 1.0, float("nan")], [0.0, 0.0, 2.0]])
+    check_export(
+        Fn(lambda v: (torch.count_nonzero(v), torch.count_nonzero(v, [0]), torch.count_nonzero(v, 1))), (x,)
+    )
+
+
+def test_nansum_nanmean() -> None:
+    x = torch.tensor([[float("nan"), 1.0, 2.0], [float("nan"), float("nan"), float("nan")]])
+    check_export(Fn(lambda v: (torch.nansum(v, 1), torch.nanmean(v, 1), torch.nanmean(v))), (x,))
+
+
+def test_nan_propagates_through_max_min_and_arg() -> None:
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, 2.0], [nan, 5.0, 1.0], [3.0, 4.0, nan], [1.0, 2.0, 3.0]])
+    check_export(
+        Fn(lambda v: (torch.amax(v, 1), torch.max(v, 1), torch.min(v), torch.aminmax(v), torch.argmin(v, 1))),
+        (x,),
+    )
+    check_export(Fn(lambda v: (torch.argmax(v), torch.linalg.vector_norm(v, float("inf"), 1))), (x,))
+
+
+def test_cummax_cummin_ties_nan_ints() -> None:
+    nan = float("nan")
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, nan, 5.0, nan, 0.0], [4.0, 4.0, -1.0, -1.0, 4.0, 7.0, -2.0, -2.0]])
+    check_export(Fn(lambda v: (torch.cummax(v, 1), torch.cummin(v, 1), torch.cummax(v, 0))), (x,))
+    ints = torch.tensor([[3, 1, 3, 2**62, -(2**63), 2**62], [0, 0, 0, -5, -5, 9]])
+    check_export(Fn(lambda v: (torch.cummax(v, 1), torch.cummin(v, 1))), (ints,))
+    check_export(Fn(lambda v: torch.cummax(v, -1)), (torch.tensor([True, False, True, True]),))
