@@ -86,7 +86,11 @@ def _simple(
 
 
 def _mean(ctx: ConversionContext, x: Value, v: str, axes: Axes, keepdim: bool, dtype: torch.dtype) -> str:
-    """sum / count: an empty reduction gives NaN as in torch (onnxruntime's ReduceMean does not)."""
+    """ReduceMean when the reduced dims are known to be non-empty; otherwise sum / count, so that an empty
+    reduction gives NaN as in torch (onnxruntime's ReduceMean does not)."""
+    reduced = range(x.rank) if axes is None else axes
+    if all(isinstance(x.shape[a], int) and x.shape[a] > 0 for a in reduced):
+        return reduce(ctx, "ReduceMean", v, axes, keepdim)
     total = reduce(ctx, "ReduceSum", v, axes, keepdim)
     return ctx.op("Div", total, reduced_count(ctx, x, axes, dtype))
 
