@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fastonnx_core::passes::{optimize, Level};
+use fastonnx_core::passes::{self, optimize, Level};
 use fastonnx_core::{dtype, writer, Model, TensorData};
 
 /// A chain of `n` nodes (Add with a shared constant, Identity every tenth) over one input.
@@ -43,7 +43,34 @@ fn builder(c: &mut Criterion) {
     c.bench_function("builder: add 100k nodes", |b| {
         b.iter(|| black_box(chain(100_000)))
     });
-    c.bench_function("passes: clean-up on 10k nodes", |b| {
+    c.bench_function("lookup: dtype of 100k values", |b| {
+        let m = chain(100_000);
+        let names: Vec<String> = m.graph.nodes.iter().map(|n| n.outputs[0].clone()).collect();
+        b.iter(|| {
+            names
+                .iter()
+                .filter(|n| m.graph.value_type(n).is_some())
+                .count()
+        })
+    });
+    type Pass = fn(&mut fastonnx_core::Graph) -> usize;
+    let passes: [(&str, Pass); 5] = [
+        ("constant folding", passes::fold_constants),
+        ("no-op removal", passes::mark_noops),
+        ("CSE", passes::eliminate_common_subexpressions),
+        ("identity removal", passes::remove_identities),
+        ("unused removal", |g| passes::remove_unused(g).0),
+    ];
+    for (name, pass) in passes {
+        c.bench_function(&format!("pass: {name} on 10k nodes"), |b| {
+            b.iter_batched(
+                || chain(10_000),
+                |mut m| black_box(pass(&mut m.graph)),
+                criterion::BatchSize::LargeInput,
+            )
+        });
+    }
+    c.bench_function("passes: all of optimize=True on 10k nodes", |b| {
         b.iter_batched(
             || chain(10_000),
             |mut m| black_box(optimize(&mut m.graph, Level::Default)),
@@ -53,7 +80,7 @@ fn builder(c: &mut Criterion) {
 }
 
 fn writer_bench(c: &mut Criterion) {
-    const WEIGHTS: usize = 256 << 20;
+    const WEIGHTS: usize = 1 << 30;
     let mut m = chain(10_000);
     let per = WEIGHTS / 16;
     for i in 0..16 {
@@ -72,10 +99,10 @@ fn writer_bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("writer");
     group.sample_size(10);
     group.throughput(Throughput::Bytes(WEIGHTS as u64));
-    group.bench_function("256 MiB + 10k nodes, inline", |b| {
+    group.bench_function("1 GiB + 10k nodes, inline", |b| {
         b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"))
     });
-    group.bench_function("256 MiB + 10k nodes, external data", |b| {
+    group.bench_function("1 GiB + 10k nodes, external data", |b| {
         b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"))
     });
     group.finish();
