@@ -63,6 +63,21 @@ fn constant_is(g: &Graph, name: &str, value: f64) -> bool {
     }
 }
 
+fn constant_all_positive(g: &Graph, name: &str) -> bool {
+    let Some(t) = g.initializer(name) else {
+        return false;
+    };
+    match (t.dtype, t.data.as_slice()) {
+        (dtype::INT64, Some(b)) => b
+            .chunks_exact(8)
+            .all(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) > 0),
+        (dtype::INT32, Some(b)) => b
+            .chunks_exact(4)
+            .all(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) > 0),
+        _ => false,
+    }
+}
+
 /// Turns nodes that change nothing into Identity (remove_identities then drops them). Only when the
 /// output's dtype and static shape, as torch recorded them, equal the input's.
 pub fn mark_noops(g: &mut Graph) -> usize {
@@ -82,8 +97,13 @@ pub fn mark_noops(g: &mut Graph) -> usize {
                 let from = g.value_type(x).and_then(|t| t.dtype).map(i64::from);
                 from.is_some() && from == to
             }
-            "Reshape" | "Expand" | "Squeeze" | "Unsqueeze" | "Flatten" | "Slice" | "Tile" => {
+            "Reshape" | "Expand" | "Squeeze" | "Unsqueeze" | "Flatten" | "Tile" => unchanged,
+            // a reversing Slice keeps the shape: only forward steps make a same-shape Slice a no-op
+            "Slice" => {
                 unchanged
+                    && (n.inputs.len() < 5
+                        || n.inputs[4].is_empty()
+                        || constant_all_positive(g, &n.inputs[4]))
             }
             "Transpose" => ints_attr(n, "perm")
                 .map(|p| p.iter().enumerate().all(|(k, v)| *v == k as i64))
@@ -385,6 +405,57 @@ mod tests {
         }
         assert_eq!(mark_noops(&mut g), 2);
         assert_eq!(g.nodes[2].op_type, "Mul");
+    }
+
+    #[test]
+    fn a_reversing_slice_is_not_a_noop() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, Some(vec![Dim::Fixed(3)]));
+        let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let s = g
+            .add_constant("s", dtype::INT64, vec![1], i64s(&[-1]))
+            .expect("s");
+        let e = g
+            .add_constant("e", dtype::INT64, vec![1], i64s(&[i64::MIN]))
+            .expect("e");
+        let a = g
+            .add_constant("a", dtype::INT64, vec![1], i64s(&[0]))
+            .expect("a");
+        let one = g
+            .add_constant("one", dtype::INT64, vec![1], i64s(&[1]))
+            .expect("one");
+        let rev = g
+            .add_node(
+                "Slice",
+                "",
+                vec![x.clone(), s.clone(), e.clone(), a.clone(), s],
+                &["rev".into()],
+                vec![],
+                None,
+            )
+            .expect("rev");
+        let z = g
+            .add_constant("z", dtype::INT64, vec![1], i64s(&[0]))
+            .expect("z");
+        let all = g
+            .add_node(
+                "Slice",
+                "",
+                vec![rev[0].clone(), z, e, a, one],
+                &["all".into()],
+                vec![],
+                None,
+            )
+            .expect("all");
+        let ty = ValueType {
+            dtype: Some(dtype::FLOAT),
+            shape: Some(vec![Dim::Fixed(3)]),
+        };
+        g.set_type(&rev[0], ty.clone()).expect("t");
+        g.set_type(&all[0], ty).expect("t");
+        assert_eq!(mark_noops(&mut g), 1);
+        assert_eq!(g.nodes[0].op_type, "Slice");
+        assert_eq!(g.nodes[1].op_type, "Identity");
     }
 
     #[test]
