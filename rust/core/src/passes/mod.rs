@@ -2,6 +2,7 @@
 
 mod cleanup;
 mod fold;
+mod fuse;
 mod simplify;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use crate::graph::Graph;
 
 pub use cleanup::{remove_identities, remove_unused};
 pub use fold::fold_constants;
+pub use fuse::fuse_conv_batchnorm;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
 /// The three settings of `optimize=`.
@@ -44,17 +46,20 @@ pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
     if level == Level::None {
         return counts;
     }
-    counts.insert("constants_folded".to_owned(), fold_constants(graph));
-    counts.insert("noops_removed".to_owned(), mark_noops(graph));
-    counts.insert(
-        "cse_merged".to_owned(),
-        eliminate_common_subexpressions(graph),
-    );
-    counts.insert(
-        "weights_transposed".to_owned(),
-        fold_weight_transposes(graph),
-    );
-    counts.insert("identity_removed".to_owned(), remove_identities(graph));
+    // order matters: folding feeds no-op detection, CSE merges duplicate transposes before they are
+    // folded into weights, and the clean-up runs last
+    type Pass = fn(&mut Graph) -> usize;
+    let passes: [(&str, Pass); 6] = [
+        ("constants_folded", fold_constants),
+        ("noops_removed", mark_noops),
+        ("cse_merged", eliminate_common_subexpressions),
+        ("weights_transposed", fold_weight_transposes),
+        ("conv_batchnorm_fused", fuse_conv_batchnorm),
+        ("identity_removed", remove_identities),
+    ];
+    for (name, pass) in passes {
+        counts.insert(name.to_owned(), pass(graph));
+    }
     let (nodes, inits) = remove_unused(graph);
     counts.insert("unused_nodes_removed".to_owned(), nodes);
     counts.insert("unused_initializers_removed".to_owned(), inits);

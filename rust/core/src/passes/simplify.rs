@@ -282,7 +282,8 @@ pub fn fold_weight_transposes(g: &mut Graph) -> usize {
             },
             // transposing a transposed weight gives the original memory back
             TensorData::Transposed { source, .. } => TensorData::Borrowed(Arc::clone(source)),
-            TensorData::Deferred { .. } => continue, // no bytes yet: keep the Transpose node
+            // no bytes yet, or bytes computed as they are written: keep the Transpose node
+            TensorData::Deferred { .. } | TensorData::ChannelScaled { .. } => continue,
             TensorData::Owned(bytes) => {
                 let view = TensorData::Transposed {
                     source: Arc::new(OwnedBytes(bytes.clone())),
