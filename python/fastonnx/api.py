@@ -84,11 +84,13 @@ def to_onnx(
     stats["fx_nodes"] = len(ep.graph.nodes)
     if interp.custom_used:
         stats["custom_converters_used"] = sorted(interp.custom_used)
-    if interp.deferred:
-        builder.set_metadata(DEFERRED_KEY, json.dumps(interp.deferred, sort_keys=True))
-        stats["deferred_weights"] = len(interp.deferred)
 
     stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
+    if interp.deferred:
+        # the weights without bytes that the optimized graph still reads: attach_weights fills them
+        deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
+        builder.set_metadata(DEFERRED_KEY, json.dumps(deferred, sort_keys=True))
+        stats["deferred_weights"] = len(deferred)
     t3 = time.perf_counter()
     stats["optimize_s"] = t3 - t2
     stats["nodes"] = builder.num_nodes

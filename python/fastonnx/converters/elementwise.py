@@ -992,7 +992,16 @@ def _table() -> dict[Any, Any]:
     add(_addc("Div"), "addcdiv")
     add(convert_where, "where", "self", "ScalarSelf", "ScalarOther", "Scalar")
     add(convert_masked_fill, "masked_fill", "Scalar", "Tensor")
-    for name in ("alias", "clone", "detach", "lift_fresh_copy", "lift_fresh", "positive", "alias_copy"):
+    for name in (
+        "alias",
+        "clone",
+        "contiguous",
+        "detach",
+        "lift_fresh_copy",
+        "lift_fresh",
+        "positive",
+        "alias_copy",
+    ):
         add(convert_identity, name)
     add(convert_identity, "resolve_conj")
     add(convert_identity, "resolve_neg")

@@ -213,6 +213,10 @@ impl GraphBuilder {
         self.model.graph.names.unique_value(hint)
     }
 
+    fn has_initializer(&self, name: &str) -> bool {
+        self.model.graph.is_initializer(name)
+    }
+
     fn has_value(&self, name: &str) -> bool {
         self.model.graph.has_value(name)
     }
