@@ -37,7 +37,9 @@ def capture(
     if model.training:
         # torch.export traces what the module does now; only dropout and norms behave differently
         stats["training_mode"] = True
-        sensitive = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _TRAINING_SENSITIVE)})
+        sensitive = sorted(
+            {type(m).__name__ for m in model.modules() if isinstance(m, _TRAINING_SENSITIVE) and m.training}
+        )
         if sensitive:
             warnings.warn(
                 f"{type(model).__name__} is in training mode: it is exported as traced, with "

@@ -12,7 +12,7 @@ use crate::tensor::{Tensor, TensorData};
 /// Largest result folded, in elements.
 const FOLD_LIMIT: usize = 1 << 14;
 /// Largest borrowed tensor (a small buffer, not a weight) read, in bytes.
-const SMALL_BORROWED: usize = 1 << 16;
+const SMALL_BORROWED: usize = 1 << 12;
 /// Largest constant input read, in bytes.
 const READ_LIMIT: usize = 1 << 20;
 
