@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 import fastonnx
 from fastonnx.opsets import MAX_OPSET
+
+
+class Fn(torch.nn.Module):
+    """A module calling one function of its inputs (so a test can export any torch function)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: Any) -> Any:
+        return self.fn(*xs)
+
 
 OPSETS: tuple[int, ...] = (17, 18, 20, 23, MAX_OPSET)
 ENDS: tuple[int, ...] = (17, MAX_OPSET)

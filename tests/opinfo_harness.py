@@ -60,6 +60,16 @@ def op_db_by_name() -> dict[str, Any]:
     return {(f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name): op for op in op_db}
 
 
+def ops_supporting(names: Sequence[str], dtype: torch.dtype, skip_prefix: str | None = None) -> list[str]:
+    """The ops of ``names`` whose OpInfo entry declares ``dtype`` on CPU (minus those named ``skip_prefix*``)."""
+    db = op_db_by_name()
+    return [
+        n
+        for n in names
+        if dtype in db[n].supported_dtypes("cpu") and not (skip_prefix and n.startswith(skip_prefix))
+    ]
+
+
 class OneOp(torch.nn.Module):
     """Calls one op on a sample: forward's tensors replace the sample's tensor leaves, in order."""
 

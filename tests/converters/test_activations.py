@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, op_db_by_name
+from export_check import ENDS, Fn, check_export
+from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
 
 # Tested by hand below instead: nn.functional.rrelu and the dropouts, whose OpInfo samples include
 # training=True with 0 < p < 1 (random masks / slopes eager cannot reproduce).
@@ -47,19 +47,9 @@ OPS = [
 ]
 
 
-def supporting(dtype: torch.dtype) -> list[str]:
-    """The ops of OPS whose OpInfo entry declares ``dtype`` on CPU (masked.* only run in float32: they
-    add other families' ops, not new paths of ours, and the file must stay fast)."""
-    return [
-        name
-        for name in OPS
-        if dtype in op_db_by_name()[name].supported_dtypes("cpu") and not name.startswith("masked.")
-    ]
-
-
-FLOAT16_OPS = supporting(torch.float16)
-INT_OPS = supporting(torch.int64)
-BOOL_OPS = supporting(torch.bool)
+FLOAT16_OPS = ops_supporting(OPS, torch.float16, "masked.")
+INT_OPS = ops_supporting(OPS, torch.int64, "masked.")
+BOOL_OPS = ops_supporting(OPS, torch.bool, "masked.")
 
 
 @pytest.mark.parametrize("op_name", OPS)
@@ -80,17 +70,6 @@ def test_int64(op_name: str) -> None:
 @pytest.mark.parametrize("op_name", BOOL_OPS)
 def test_bool(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
-
-
-class Fn(torch.nn.Module):
-    """A module calling one function of its inputs."""
-
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor):
-        return self.fn(*xs)
 
 
 aten = torch.ops.aten

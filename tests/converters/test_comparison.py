@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
-from export_check import ENDS, check_export
+from export_check import ENDS, Fn, check_export
 from opinfo_harness import assert_op_converts, ci_sample_limit
 
 OPS = [
@@ -53,15 +52,6 @@ def test_int64(op_name: str) -> None:
 @pytest.mark.parametrize("op_name", INT_OPS)
 def test_bool(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.fn(*args)
 
 
 def _all_comparisons(a: Any, b: Any) -> tuple[torch.Tensor, ...]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from export_check import ENDS, check_export
+from export_check import ENDS, Fn, check_export
 from opinfo_harness import assert_op_converts, ci_sample_limit
 
 OPS = [
@@ -182,15 +182,6 @@ def test_int64(op_name: str) -> None:
 
 
 # ---- hand-written cases: modes, dtypes and values the OpInfo samples do not reach ---------------
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        return self.fn(*args)
 
 
 def _signed_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

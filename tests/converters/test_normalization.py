@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, op_db_by_name
+from export_check import ENDS, Fn, check_export
+from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
 
 OPS = [
     "nn.functional.batch_norm",
@@ -28,13 +28,8 @@ OPS = [
 ]
 
 
-def supporting(dtype: torch.dtype) -> list[str]:
-    """The ops of OPS whose OpInfo entry declares ``dtype`` on CPU."""
-    return [name for name in OPS if dtype in op_db_by_name()[name].supported_dtypes("cpu")]
-
-
-FLOAT16_OPS = supporting(torch.float16)
-INT_OPS = supporting(torch.int64)  # no op here declares bool
+FLOAT16_OPS = ops_supporting(OPS, torch.float16)
+INT_OPS = ops_supporting(OPS, torch.int64)  # no op here declares bool
 
 
 @pytest.mark.parametrize("op_name", OPS)
@@ -53,17 +48,6 @@ def test_int64(op_name: str) -> None:
 
 
 aten = torch.ops.aten
-
-
-class Fn(torch.nn.Module):
-    """A module calling one function of its inputs."""
-
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor):
-        return self.fn(*xs)
 
 
 def _bn(cls: type, c: int) -> torch.nn.Module:

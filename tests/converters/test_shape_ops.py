@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import pytest
 import torch
 
-from export_check import ENDS, check_export
+from export_check import ENDS, Fn, check_export
 from opinfo_harness import assert_op_converts, ci_sample_limit
 
 OPS = [
@@ -52,15 +51,6 @@ def test_int64(op_name: str) -> None:
 @pytest.mark.parametrize("op_name", [op for op in OPS if op not in NO_INT | COPIES])
 def test_bool(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        return self.fn(*args)
 
 
 def test_cat_skips_empty_1d_and_promotes() -> None:

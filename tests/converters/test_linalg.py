@@ -1,0 +1,141 @@
+"""Matrix-product converters against torch's OpInfo samples, plus hand-written cases OpInfo lacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from export_check import ENDS, check_export
+from opinfo_harness import assert_op_converts, ci_sample_limit
+
+OPS = [
+    "nn.functional.linear",
+    "mm",
+    "bmm",
+    "matmul",
+    "__rmatmul__",
+    "dot",
+    "vdot",
+    "mv",
+    "addmm",
+    "addmm.decomposed",
+    "baddbmm",
+    "addbmm",
+    "addmv",
+    "outer",
+    "linalg.vecdot",
+    "linalg.multi_dot",
+    "cross",
+    "linalg.cross",
+    "einsum",
+    "tensordot",
+    "nn.functional.bilinear",
+]
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_float32(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
+
+
+# onnxruntime runs float16 MatMul / Gemm / Einsum; the ops whose samples capture in float16
+FLOAT16_OPS = [
+    "nn.functional.linear",
+    "mm",
+    "bmm",
+    "matmul",
+    "addmm",
+    "baddbmm",
+    "addmv",
+    "outer",
+    "linalg.vecdot",
+    "cross",
+    "einsum",
+    "tensordot",
+    "nn.functional.bilinear",
+]
+# integer products: MatMul and Einsum have int64 kernels (Gemm does not, so addmm takes MatMul)
+INT64_OPS = [
+    "mm",
+    "bmm",
+    "matmul",
+    "dot",
+    "mv",
+    "addmm",
+    "baddbmm",
+    "addbmm",
+    "addmv",
+    "outer",
+    "cross",
+    "einsum",
+]
+
+
+@pytest.mark.parametrize("op_name", FLOAT16_OPS)
+def test_float16(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+
+
+@pytest.mark.parametrize("op_name", INT64_OPS)
+def test_int64(op_name: str) -> None:
+    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn: object) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor) -> object:
+        return self.fn(*xs)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_module(shape: tuple[int, ...], bias: bool) -> None:
+    torch.manual_seed(0)
+    check_export(torch.nn.Linear(5, 4, bias=bias), (torch.randn(shape),))
+
+
+def test_linear_dynamic_batch() -> None:
+    batch = torch.export.Dim("batch", max=64)
+    seq = torch.export.Dim("seq", max=64)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3))
+    check_export(
+        model,
+        (torch.randn(2, 3, 5),),
+        dynamic_shapes=({0: batch, 1: seq},),
+        run_args=[(torch.randn(4, 7, 5),)],
+    )
+    check_export(model, (torch.randn(2, 5),), dynamic_shapes=({0: batch},), run_args=[(torch.randn(9, 5),)])
+
+
+def test_addmm_beta_zero_ignores_nan_bias() -> None:
+    bias = torch.full((3, 4), float("nan"))
+    fn = Fn(lambda b, m1, m2: torch.addmm(b, m1, m2, beta=0, alpha=2.0))
+    check_export(fn, (bias, torch.randn(3, 5), torch.randn(5, 4)))
+    fn = Fn(lambda b, m1, m2: torch.baddbmm(b, m1, m2, beta=0.0, alpha=0.5))
+    check_export(fn, (torch.full((2, 3, 4), float("inf")), torch.randn(2, 3, 5), torch.randn(2, 5, 4)))
+
+
+@pytest.mark.parametrize("use_gelu", [False, True])
+def test_addmm_activation(use_gelu: bool) -> None:
+    fn = Fn(lambda b, m1, m2: torch.ops.aten._addmm_activation(b, m1, m2, beta=0.5, use_gelu=use_gelu))
+    check_export(fn, (torch.randn(4), torch.randn(3, 5), torch.randn(5, 4)), opsets=(17, 20))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [((5,), (2, 5, 3)), ((2, 3, 5), (5,)), ((4, 1, 3, 5), (2, 5, 6)), ((5,), (5,))]
+)
+def test_matmul_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    check_export(Fn(torch.matmul), (torch.randn(a), torch.randn(b)))
+
+
+def test_einsum_upper_case_and_ellipsis() -> None:
+    fn = Fn(lambda x, y: torch.einsum("...Ij,jK->...KI", x, y))
+    check_export(fn, (torch.randn(2, 3, 4), torch.randn(4, 5)))
+    check_export(Fn(lambda x: torch.einsum("ii->i", x)), (torch.randn(4, 4),))
+
+
+def test_tensordot_int_dims() -> None:
+    check_export(Fn(lambda x, y: torch.tensordot(x, y, dims=2)), (torch.randn(2, 3, 4), torch.randn(3, 4, 5)))
