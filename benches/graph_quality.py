@@ -51,20 +51,11 @@ def _text_inputs(vocab: int, seq: int = 32) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def llama(layers: int, hidden: int) -> tuple[torch.nn.Module, tuple]:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The same Llama configs as benches/compare.py."""
+    from compare import llama as build
 
-    heads = max(4, hidden // 64)
-    cfg = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=hidden,
-        intermediate_size=int(hidden * 2.75) // 64 * 64,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 4),
-        use_cache=False,
-    )
     torch.manual_seed(0)
-    return Wrap(LlamaForCausalLM(cfg).eval(), "logits"), _text_inputs(32000)
+    return Wrap(build(layers, hidden), "logits"), _text_inputs(32000)
 
 
 def bert() -> tuple[torch.nn.Module, tuple]:
