@@ -1,0 +1,160 @@
+"""Each optimization pass on random graphs that contain its pattern among random surroundings: the pass
+must fire, and onnxruntime must give the same outputs before and after."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnxruntime
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastonnx import dtypes
+from fastonnx._core import GraphBuilder, TensorAttr
+
+F = dtypes.FLOAT
+
+
+def _const(g: GraphBuilder, a: np.ndarray) -> str:
+    dt = {np.dtype(np.float32): dtypes.FLOAT, np.dtype(np.int64): dtypes.INT64}[a.dtype]
+    return g.add_constant(np.ascontiguousarray(a).tobytes(), dt, list(a.shape))
+
+
+def _weight(g: GraphBuilder, a: np.ndarray, hint: str) -> str:
+    """A borrowed initializer, as the exporter adds weights."""
+    return g.add_initializer(
+        hint, np.ascontiguousarray(a).reshape(-1).view(np.uint8), dtypes.FLOAT, list(a.shape)
+    )
+
+
+def _surroundings(g: GraphBuilder, x: str, ops: list[str]) -> str:
+    """Random elementwise nodes before or after a pattern."""
+    for op in ops:
+        if op == "Add":
+            x = g.add_node("Add", [x, _const(g, np.float32(0.5))])[0]
+        else:
+            x = g.add_node(op, [x])[0]
+    return x
+
+
+Builder = Callable[[GraphBuilder, str, Any], str]
+
+
+def _fold(g: GraphBuilder, x: str, p: Any) -> str:
+    # Reshape x by a shape computed from constants: Concat(Mul(Gather(shape constant)...))
+    dims = _const(g, np.array([p["rows"], p["cols"]], dtype=np.int64))
+    first = g.add_node("Gather", [dims, _const(g, np.array([0], dtype=np.int64))], attrs={"axis": 0})[0]
+    rest = g.add_node("Mul", [_const(g, np.array([p["cols"]], dtype=np.int64)), _const(g, np.int64(1))])[0]
+    shape = g.add_node("Concat", [first, rest], attrs={"axis": 0})[0]
+    return g.add_node("Reshape", [x, shape])[0]
+
+
+def _noop(g: GraphBuilder, x: str, p: Any) -> str:
+    y = g.add_node("Cast", [x], attrs={"to": F})[0]
+    g.set_type(y, F, [p["rows"], p["cols"]])
+    z = g.add_node("Mul", [y, _const(g, np.float32(1.0))])[0]
+    g.set_type(z, F, [p["rows"], p["cols"]])
+    return z
+
+
+def _cse(g: GraphBuilder, x: str, p: Any) -> str:
+    a = g.add_node("Sigmoid", [x])[0]
+    b = g.add_node("Sigmoid", [x])[0]
+    return g.add_node("Mul", [a, b])[0]
+
+
+def _transpose(g: GraphBuilder, x: str, p: Any) -> str:
+    # over 4 KiB: a weight, which constant folding never copies (only tiny buffers are read)
+    w = np.random.default_rng(p["seed"]).standard_normal((p["out"] * 1100, p["cols"])).astype(np.float32)
+    wt = g.add_node("Transpose", [_weight(g, w, "w")], attrs={"perm": [1, 0]})[0]
+    return g.add_node("MatMul", [x, wt])[0]
+
+
+def _identity(g: GraphBuilder, x: str, p: Any) -> str:
+    # from a computed value: an Identity between a graph input and a graph output must stay
+    x = g.add_node("Relu", [x])[0]
+    for _ in range(p["depth"]):
+        x = g.add_node("Identity", [x])[0]
+    return x
+
+
+def _conv_bn(g: GraphBuilder, x: str, p: Any) -> str:
+    rng = np.random.default_rng(p["seed"])
+    c = p["out"]
+    img = g.add_node("Reshape", [x, _const(g, np.array([1, 1, p["rows"], p["cols"]], dtype=np.int64))])[0]
+    w = _weight(g, rng.standard_normal((c, 1, 1, 1)).astype(np.float32), "conv_w")
+    b = _weight(g, rng.standard_normal(c).astype(np.float32), "conv_b")
+    conv = g.add_node("Conv", [img, w, b])[0]
+    params = [rng.standard_normal(c), rng.standard_normal(c), rng.standard_normal(c), rng.random(c) + 0.5]
+    names = [_weight(g, a.astype(np.float32), f"bn{i}") for i, a in enumerate(params)]
+    return g.add_node("BatchNormalization", [conv, *names], attrs={"epsilon": 1e-3})[0]
+
+
+PATTERNS: dict[str, tuple[Builder, str]] = {
+    "constant folding": (_fold, "constants_folded"),
+    "no-op removal": (_noop, "noops_removed"),
+    "CSE": (_cse, "cse_merged"),
+    "weight transposes": (_transpose, "weights_transposed"),
+    "identity removal": (_identity, "identity_removed"),
+    "conv + batch norm": (_conv_bn, "conv_batchnorm_fused"),
+}
+
+_elementwise = st.lists(st.sampled_from(["Relu", "Neg", "Add", "Tanh", "Abs"]), max_size=3)
+_params = st.fixed_dictionaries(
+    {
+        "rows": st.integers(1, 4),
+        "cols": st.integers(1, 5),
+        "out": st.integers(1, 4),
+        "depth": st.integers(1, 3),
+        "seed": st.integers(0, 1000),
+        "before": _elementwise,
+        "after": _elementwise,
+    }
+)
+
+
+def _build(pattern: str, p: dict[str, Any]) -> GraphBuilder:
+    g = GraphBuilder(18, 8)
+    x = g.add_input("x", F, [p["rows"], p["cols"]])
+    y = _surroundings(g, x, p["before"])
+    y = PATTERNS[pattern][0](g, y, p)
+    y = _surroundings(g, y, p["after"])
+    g.set_type(y, F, None)
+    g.add_output(y, "y")
+    return g
+
+
+def _run(model: bytes, x: np.ndarray) -> np.ndarray:
+    sess = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+@settings(max_examples=15, deadline=None)
+@given(p=_params)
+def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
+    before = _build(pattern, p).to_bytes()
+    g = _build(pattern, p)
+    counts = g.optimize("default")
+    assert counts[PATTERNS[pattern][1]] >= 1, counts
+    x = np.random.default_rng(p["seed"]).standard_normal((p["rows"], p["cols"])).astype(np.float32)
+    np.testing.assert_allclose(_run(g.to_bytes(), x), _run(before, x), rtol=1e-5, atol=1e-5)
+
+
+def test_constant_of_shape_folds_with_its_value() -> None:
+    g = GraphBuilder(18, 8)
+    x = g.add_input("x", F, [2, 3])
+    fill = g.add_node(
+        "ConstantOfShape",
+        [_const(g, np.array([2, 3], dtype=np.int64))],
+        attrs={"value": TensorAttr(np.float32([2.5]).tobytes(), F, [1])},
+    )[0]
+    y = g.add_node("Add", [x, fill])[0]
+    g.set_type(y, F, [2, 3])
+    g.add_output(y, "y")
+    assert g.optimize("default")["constants_folded"] == 1
+    x_val = np.ones((2, 3), dtype=np.float32)
+    np.testing.assert_array_equal(_run(g.to_bytes(), x_val), x_val + 2.5)
