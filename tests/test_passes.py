@@ -93,7 +93,30 @@ def _conv_bn(g: GraphBuilder, x: str, p: Any) -> str:
     return g.add_node("BatchNormalization", [conv, *names], attrs={"epsilon": 1e-3})[0]
 
 
+def _rewrite(g: GraphBuilder, x: str, p: Any) -> str:
+    """One of the local rewrites, chosen by the seed."""
+    rows, cols = p["rows"], p["cols"]
+    kind = p["seed"] % 4
+    if kind == 0:  # Reshape of a Reshape
+        flat = g.add_node("Reshape", [x, _const(g, np.array([rows * cols], dtype=np.int64))])[0]
+        return g.add_node("Reshape", [flat, _const(g, np.array([cols, rows], dtype=np.int64))])[0]
+    if kind == 1:  # Transpose of a Transpose
+        t = g.add_node("Transpose", [x], attrs={"perm": [1, 0]})[0]
+        return g.add_node("Transpose", [t], attrs={"perm": [1, 0]})[0]
+    if kind == 2:  # a lossless Cast, then another
+        wide = g.add_node("Cast", [x], attrs={"to": dtypes.DOUBLE})[0]
+        return g.add_node("Cast", [wide], attrs={"to": F})[0]
+    # MatMul + Add on 2-D operands
+    w = np.random.default_rng(p["seed"]).standard_normal((cols, p["out"])).astype(np.float32)
+    mm = g.add_node("MatMul", [x, _const(g, w)])[0]
+    g.set_type(x, F, [rows, cols])  # the rewrite needs known 2-D shapes, as torch records them
+    out = g.add_node("Add", [mm, _const(g, np.arange(p["out"], dtype=np.float32))])[0]
+    g.set_type(out, F, [rows, p["out"]])
+    return out
+
+
 PATTERNS: dict[str, tuple[Builder, str]] = {
+    "pattern rewrites": (_rewrite, "patterns_rewritten"),
     "constant folding": (_fold, "constants_folded"),
     "no-op removal": (_noop, "noops_removed"),
     "CSE": (_cse, "cse_merged"),
@@ -122,7 +145,7 @@ def _build(pattern: str, p: dict[str, Any]) -> GraphBuilder:
     y = _surroundings(g, x, p["before"])
     y = PATTERNS[pattern][0](g, y, p)
     y = _surroundings(g, y, p["after"])
-    g.set_type(y, F, None)
+    g.set_type(y, F, g.shape(y))  # keep a shape the pattern recorded
     g.add_output(y, "y")
     return g
 

@@ -3,6 +3,7 @@
 mod cleanup;
 mod fold;
 mod fuse;
+mod rewrite;
 mod simplify;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use crate::graph::Graph;
 pub use cleanup::{remove_identities, remove_unused};
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
+pub use rewrite::rewrite_patterns;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
 /// The three settings of `optimize=`.
@@ -49,8 +51,9 @@ pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
     // order matters: folding feeds no-op detection, CSE merges duplicate transposes before they are
     // folded into weights, and the clean-up runs last
     type Pass = fn(&mut Graph) -> usize;
-    let passes: [(&str, Pass); 6] = [
+    let passes: [(&str, Pass); 7] = [
         ("constants_folded", fold_constants),
+        ("patterns_rewritten", rewrite_patterns),
         ("noops_removed", mark_noops),
         ("cse_merged", eliminate_common_subexpressions),
         ("weights_transposed", fold_weight_transposes),
