@@ -179,7 +179,7 @@ fn write_transposed<W: Write + ?Sized>(
 }
 
 /// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
-trait Pod: Copy + Default {}
+trait Pod: Copy + Default + Send + Sync {}
 impl Pod for u8 {}
 impl Pod for u16 {}
 impl Pod for u32 {}
@@ -196,32 +196,50 @@ fn transpose_typed<T: Pod, W: Write + ?Sized>(
     if !head.is_empty() || !tail.is_empty() {
         return transpose_bytes(src, rows, cols, std::mem::size_of::<T>(), w);
     }
-    const TILE: usize = 32;
     let item = std::mem::size_of::<T>();
     let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
     let mut buf: Vec<T> = vec![T::default(); band * rows];
     let mut j0 = 0;
     while j0 < cols {
         let j1 = (j0 + band).min(cols);
-        for ib in (0..rows).step_by(TILE) {
-            let ie = (ib + TILE).min(rows);
-            for jb in (j0..j1).step_by(TILE) {
-                let je = (jb + TILE).min(j1);
-                for i in ib..ie {
-                    let row = &typed[i * cols + jb..i * cols + je];
-                    for (dj, v) in row.iter().enumerate() {
-                        buf[(jb - j0 + dj) * rows + i] = *v;
-                    }
-                }
-            }
+        let out = &mut buf[..(j1 - j0) * rows];
+        if out.len() >= PARALLEL_MIN_ELEMENTS && j1 - j0 >= 2 {
+            // two cores: each fills the output rows of half of the band's columns
+            let mid = j0 + (j1 - j0) / 2;
+            let (left, right) = out.split_at_mut((mid - j0) * rows);
+            std::thread::scope(|s| {
+                s.spawn(|| fill_band(typed, rows, cols, mid, j1, right));
+                fill_band(typed, rows, cols, j0, mid, left);
+            });
+        } else {
+            fill_band(typed, rows, cols, j0, j1, out);
         }
-        let used = &buf[..(j1 - j0) * rows];
         // SAFETY: viewing initialized integers as bytes is always valid.
-        let (_, bytes, _) = unsafe { used.align_to::<u8>() };
+        let (_, bytes, _) = unsafe { out.align_to::<u8>() };
         w.write_all(bytes)?;
         j0 = j1;
     }
     Ok(())
+}
+
+/// Bands at least this large are transposed by two threads.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+
+/// Output rows j0..j1 of the transpose (out[(j - j0) * rows + i] = src[i * cols + j]), tile by tile.
+fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, out: &mut [T]) {
+    const TILE: usize = 32;
+    for ib in (0..rows).step_by(TILE) {
+        let ie = (ib + TILE).min(rows);
+        for jb in (j0..j1).step_by(TILE) {
+            let je = (jb + TILE).min(j1);
+            for i in ib..ie {
+                let row = &src[i * cols + jb..i * cols + je];
+                for (dj, v) in row.iter().enumerate() {
+                    out[(jb - j0 + dj) * rows + i] = *v;
+                }
+            }
+        }
+    }
 }
 
 /// The general case (odd element sizes or unaligned memory): element by element.
