@@ -147,7 +147,10 @@ def check_sample(
             ep = torch.export.export(module, _clone(tensors), strict=False)
     except Exception as e:
         return [Outcome(CAPTURE_FAILED, f"{type(e).__name__}: {str(e)[:300]}")]
-    atol, rtol = OP_TOLERANCE.get(op_name, TOLERANCE.get(dtype, (1e-4, 1e-4)))
+    # an op's own tolerance widens the dtype's, never narrows it (float16 keeps its 1e-2)
+    base = TOLERANCE.get(dtype, (1e-4, 1e-4))
+    extra = OP_TOLERANCE.get(op_name, base)
+    atol, rtol = max(base[0], extra[0]), max(base[1], extra[1])
     outcomes = []
     for opset in opsets:
         try:

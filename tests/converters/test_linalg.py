@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export_check import ENDS, check_export
+from export_check import ENDS, Fn, check_export
 from opinfo_harness import assert_op_converts, ci_sample_limit
 
 OPS = [
@@ -81,15 +81,6 @@ def test_int64(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
 
 
-class Fn(torch.nn.Module):
-    def __init__(self, fn: object) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor) -> object:
-        return self.fn(*xs)  # type: ignore[operator]
-
-
 @pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_module(shape: tuple[int, ...], bias: bool) -> None:
@@ -135,6 +126,9 @@ def test_einsum_upper_case_and_ellipsis() -> None:
     fn = Fn(lambda x, y: torch.einsum("...Ij,jK->...KI", x, y))
     check_export(fn, (torch.randn(2, 3, 4), torch.randn(4, 5)))
     check_export(Fn(lambda x: torch.einsum("ii->i", x)), (torch.randn(4, 4),))
+    # '...' of different ranks, broadcast and summed away
+    fn = Fn(lambda x, y: torch.einsum("...ik,...j->ij", x, y))
+    check_export(fn, (torch.randn(3, 2, 4), torch.randn(2, 1, 5)))
 
 
 def test_tensordot_int_dims() -> None:

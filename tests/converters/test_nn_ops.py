@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fastonnx
-from export_check import ENDS, check_export
+from export_check import ENDS, Fn, check_export
 from fastonnx.opsets import MAX_OPSET
 from opinfo_harness import assert_op_converts, ci_sample_limit
 
@@ -114,23 +115,23 @@ def test_int64(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
 
 
+def test_embedding_bag_from_opset_18() -> None:
+    # mode="max" needs ScatterND reduction="max" (opset 18); sum / mean also work at 17 (below)
+    assert_op_converts("nn.functional.embedding_bag", (18, MAX_OPSET), limit=ci_sample_limit())
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_opset_17(mode: str) -> None:
+    weight = torch.randn(6, 3)
+    indices = torch.tensor([0, 5, 5, 1, 2, 3, 4])
+    offsets = torch.tensor([0, 3, 3, 5])  # bag 1 is empty: zeros
+    fn = Fn(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=-1))
+    check_export(fn, (weight, indices, offsets), opsets=(17,))
+
+
 def test_grid_sample_5d_from_opset_20() -> None:
     # GridSample takes 3-D grids (5-D inputs) from opset 20; opset 17-19 raise OpsetError
     assert_op_converts("nn.functional.grid_sample", (20, MAX_OPSET), limit=ci_sample_limit())
-
-
-class Fn(torch.nn.Module):
-    """Wraps a function of the inputs (so a test can call torch.nn.functional directly)."""
-
-    def __init__(self, fn: object) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs: torch.Tensor) -> object:
-        return self.fn(*xs)  # type: ignore[operator]
-
-
-F = torch.nn.functional
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,184 @@
+"""scaled_dot_product_attention and the fused variants torch.export may emit, decomposed into
+MatMul / Softmax at every opset.
+
+ONNX's Attention (opset 23) is not used: its masking and softmax conventions are not documented as
+torch's (fully masked rows, GQA head order), and a plain decomposition is exact everywhere.
+
+torch's CPU kernels compute float16 / bfloat16 attention in float32 and round once; so does this.
+A row whose every score is masked gives zeros in torch (not NaN); the same is done here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fastonnx.context import ConversionContext, Value
+from fastonnx.converters.helpers import opmath_dtype, reduce, unsqueeze
+
+aten = torch.ops.aten
+
+
+def _repeat_kv_heads(ctx: ConversionContext, x: str, value: Value, q_heads: int) -> str:
+    """GQA: each of the k/v heads repeated q_heads / kv_heads times in place (repeat_interleave on the
+    heads dim, -3), as torch's enable_gqa does."""
+    kv_heads = value.shape[-3]
+    if not isinstance(kv_heads, int) or q_heads % kv_heads:
+        raise ctx.error(f"enable_gqa: {q_heads} query heads are not a multiple of {kv_heads} key/value heads")
+    group = q_heads // kv_heads
+    rank = value.rank
+    spread = unsqueeze(ctx, x, [rank - 2])  # (..., Hkv, 1, S, E)
+    spread = ctx.op("Expand", spread, ctx.i64([1] * (rank - 2) + [group, 1, 1]))
+    shape = ctx.op(
+        "Concat",
+        ctx.op("Shape", x, start=0, end=rank - 3),
+        ctx.i64([q_heads]),
+        ctx.op("Shape", x, start=rank - 2),
+        axis=0,
+    )
+    return ctx.op("Reshape", spread, shape)
+
+
+def _causal_mask(ctx: ConversionContext, q: Value, k: Value) -> str:
+    """torch's is_causal mask: ones(L, S).tril(), aligned top-left; True where attending is allowed."""
+    lq, sk = q.shape[-2], k.shape[-2]
+    if isinstance(lq, int) and isinstance(sk, int):
+        return ctx.const(torch.ones(lq, sk, dtype=torch.bool).tril(), torch.bool)
+    zero, one = ctx.i64(0), ctx.i64(1)
+    rows = ctx.op("Range", zero, ctx.op("Squeeze", ctx.op("Shape", q, start=-2, end=-1), ctx.i64([0])), one)
+    cols = ctx.op("Range", zero, ctx.op("Squeeze", ctx.op("Shape", k, start=-2, end=-1), ctx.i64([0])), one)
+    return ctx.op("GreaterOrEqual", unsqueeze(ctx, rows, [1]), cols)
+
+
+def _scale(ctx: ConversionContext, q: Value, scale: float | None, dtype: torch.dtype) -> str:
+    if scale is not None:
+        return ctx.const(float(scale), dtype)
+    e = q.shape[-1]
+    if isinstance(e, int):
+        return ctx.const(1.0 / math.sqrt(e), dtype)
+    e_value = ctx.cast(ctx.op("Shape", q, start=-1), dtype)
+    return ctx.op("Reciprocal", ctx.op("Sqrt", e_value))
+
+
+def _attention(
+    ctx: ConversionContext,
+    q: Value,
+    k: Value,
+    v: Value,
+    attn_mask: Value | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    want_lse: bool = False,
+) -> tuple[str, str | None]:
+    """(output in q's dtype, logsumexp of the scores in float32 or None)."""
+    if dropout_p:
+        raise ctx.error(f"scaled_dot_product_attention with dropout_p={dropout_p} is random; export with 0")
+    if is_causal and attn_mask is not None:
+        raise ctx.error("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+    work = opmath_dtype(q.dtype)
+    qn, kn, vn = ctx.cast(q, work), ctx.cast(k, work), ctx.cast(v, work)
+    q_heads = q.shape[-3] if q.rank >= 3 else None
+    if q.rank >= 3 and k.rank >= 3 and k.shape[-3] != q_heads and k.shape[-3] != 1:
+        if not isinstance(q_heads, int):
+            raise ctx.error("enable_gqa needs a static number of query heads")
+        kn = _repeat_kv_heads(ctx, kn, k, q_heads)
+        vn = _repeat_kv_heads(ctx, vn, v, q_heads)
+    perm = list(range(k.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    scores = ctx.op(
+        "MatMul", ctx.op("Mul", qn, _scale(ctx, q, scale, work)), ctx.op("Transpose", kn, perm=perm)
+    )
+    neg_inf = ctx.const(-math.inf, work)
+    masked = False
+    if is_causal:
+        scores = ctx.op("Where", _causal_mask(ctx, q, k), scores, neg_inf)
+    elif attn_mask is not None:
+        masked = True
+        if attn_mask.dtype == torch.bool:
+            scores = ctx.op("Where", attn_mask, scores, neg_inf)
+        else:
+            scores = ctx.op("Add", scores, ctx.cast(attn_mask, work))
+    probs = ctx.op("Softmax", scores, axis=-1)
+    empty_rows = None
+    if masked:
+        # rows with every score at -inf: softmax gives NaN, torch gives 0
+        row_max = reduce(ctx, "ReduceMax", scores, [q.rank - 1], keepdims=True)
+        empty_rows = ctx.op("Equal", row_max, neg_inf)
+        probs = ctx.op("Where", empty_rows, ctx.const(0.0, work), probs)
+    out = ctx.cast(ctx.op("MatMul", probs, vn), q.dtype)
+    lse = None
+    if want_lse:
+        lse = reduce(ctx, "ReduceLogSumExp", ctx.cast(scores, torch.float32), [q.rank - 1], keepdims=True)
+        if empty_rows is not None:
+            lse = ctx.op("Where", empty_rows, ctx.const(0.0, torch.float32), lse)
+        lse = ctx.op("Squeeze", lse, ctx.i64([q.rank - 1]))
+    return out, lse
+
+
+def convert_sdpa(
+    ctx: ConversionContext,
+    q: Value,
+    k: Value,
+    v: Value,
+    attn_mask: Value | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> str:
+    # enable_gqa needs no flag here: torch only accepts differing head counts with it (or when k/v have
+    # one head, which broadcasting covers)
+    out, _ = _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale)
+    return out
+
+
+def _output_used(ctx: ConversionContext, index: int) -> bool:
+    """Whether output ``index`` of the current multi-output node is read by a getitem."""
+    assert ctx.node is not None
+    return any(u.args[1] == index and u.users for u in ctx.node.users if len(u.args) > 1)
+
+
+def convert_flash_attention_for_cpu(
+    ctx: ConversionContext,
+    q: Value,
+    k: Value,
+    v: Value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Value | None = None,
+    scale: float | None = None,
+) -> list[str | None]:
+    out, lse = _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, _output_used(ctx, 1))
+    return [out, lse]
+
+
+def convert_efficient_attention(
+    ctx: ConversionContext,
+    q: Value,
+    k: Value,
+    v: Value,
+    attn_bias: Value | None,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> list[str | None]:
+    # its logsumexp is padded to a multiple of 32 rows and the philox outputs are RNG state: none of
+    # them has a meaning here
+    if any(_output_used(ctx, i) for i in (1, 2, 3)):
+        raise ctx.error("only the attention output of _scaled_dot_product_efficient_attention is supported")
+    out, _ = _attention(ctx, q, k, v, attn_bias, dropout_p, is_causal, scale)
+    return [out, None, None, None]
+
+
+CONVERTERS: dict[Any, Any] = {
+    aten.scaled_dot_product_attention.default: convert_sdpa,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: convert_flash_attention_for_cpu,
+    aten._scaled_dot_product_efficient_attention.default: convert_efficient_attention,
+}
