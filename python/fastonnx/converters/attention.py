@@ -62,6 +62,17 @@ def _scale(ctx: ConversionContext, q: Value, scale: float | None, dtype: torch.d
     return ctx.op("Reciprocal", ctx.op("Sqrt", e_value))
 
 
+def _closed_rows(ctx: ConversionContext, mask: Value) -> str:
+    """True where a row of the mask lets nothing through (all False, or all -inf for a float mask)."""
+    last = [mask.rank - 1]
+    if mask.dtype == torch.bool:
+        open_any = reduce(ctx, "ReduceMax", ctx.cast(mask, torch.int32), last, keepdims=True)
+        return ctx.op("Equal", open_any, ctx.const(0, torch.int32))
+    work = opmath_dtype(mask.dtype)
+    row_max = reduce(ctx, "ReduceMax", ctx.cast(mask, work), last, keepdims=True)
+    return ctx.op("Equal", row_max, ctx.const(-math.inf, work))
+
+
 def _attention(
     ctx: ConversionContext,
     q: Value,
@@ -103,10 +114,10 @@ def _attention(
             scores = ctx.op("Add", scores, ctx.cast(attn_mask, work))
     probs = ctx.op("Softmax", scores, axis=-1)
     empty_rows = None
-    if masked:
-        # rows with every score at -inf: softmax gives NaN, torch gives 0
-        row_max = reduce(ctx, "ReduceMax", scores, [q.rank - 1], keepdims=True)
-        empty_rows = ctx.op("Equal", row_max, neg_inf)
+    if masked and attn_mask is not None:
+        # rows the mask closes entirely: softmax gives NaN, torch gives 0. Found from the mask alone,
+        # so that the layers sharing one mask share this computation too (CSE).
+        empty_rows = _closed_rows(ctx, attn_mask)
         probs = ctx.op("Where", empty_rows, ctx.const(0.0, work), probs)
     out = ctx.cast(ctx.op("MatMul", probs, vn), q.dtype)
     lse = None
