@@ -29,7 +29,9 @@ OPS = [
 
 
 FLOAT16_OPS = ops_supporting(OPS, torch.float16)
-INT_OPS = ops_supporting(OPS, torch.int64)  # no op here declares bool
+# no op here declares bool. local_response_norm on int64 goes through an integer avg_pool, which the nn
+# converters refuse (torch truncates integer window means; a float mean cast back is not always equal)
+INT_OPS = [n for n in ops_supporting(OPS, torch.int64) if n != "nn.functional.local_response_norm"]
 
 
 @pytest.mark.parametrize("op_name", OPS)
