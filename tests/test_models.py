@@ -10,25 +10,38 @@ import fastonnx
 from export_check import OPSETS, check_export
 from model_zoo import MLP, SmallCNN, tiny_bert, tiny_llama, with_random_batchnorm_stats
 
+# every model is exported once, then converted at each opset under each optimization setting
+SETTINGS = (False, True, "onnxruntime")
+
 
 def _check_files(results: list[fastonnx.ExportResult]) -> None:
     for r in results:
         onnx.checker.check_model(r.model_proto, full_check=True)
 
 
+def _same_file_from_module_and_program(model: torch.nn.Module, args: tuple) -> None:
+    model = model.eval()
+    ep = torch.export.export(model, args, strict=False)
+    assert fastonnx.to_onnx(model, args).to_bytes() == fastonnx.to_onnx(ep, args).to_bytes()
+
+
 def test_mlp() -> None:
-    _check_files(check_export(MLP(), (torch.randn(3, 16),), opsets=OPSETS))
+    model, x = MLP(), torch.randn(3, 16)
+    _check_files(check_export(model, (x,), opsets=OPSETS, optimize=SETTINGS))
+    _same_file_from_module_and_program(model, (x,))
 
 
 def test_small_cnn() -> None:
     model = with_random_batchnorm_stats(SmallCNN())
-    _check_files(check_export(model, (torch.randn(2, 3, 32, 32),), opsets=OPSETS))
+    _check_files(check_export(model, (torch.randn(2, 3, 32, 32),), opsets=OPSETS, optimize=SETTINGS))
 
 
 def test_resnet18() -> None:
     torchvision = pytest.importorskip("torchvision")
     model = with_random_batchnorm_stats(torchvision.models.resnet18(weights=None))
-    _check_files(check_export(model, (torch.randn(1, 3, 64, 64),), opsets=OPSETS, atol=1e-3, rtol=1e-3))
+    x = torch.randn(1, 3, 64, 64)
+    _check_files(check_export(model, (x,), opsets=OPSETS, optimize=SETTINGS, atol=1e-3, rtol=1e-3))
+    _same_file_from_module_and_program(model, (x,))
 
 
 def test_llama() -> None:
@@ -44,7 +57,8 @@ def test_llama() -> None:
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
 
-    _check_files(check_export(Logits(), (ids, mask), opsets=OPSETS))
+    _check_files(check_export(Logits(), (ids, mask), opsets=OPSETS, optimize=SETTINGS))
+    _same_file_from_module_and_program(Logits(), (ids, mask))
 
 
 def test_bert() -> None:
@@ -61,7 +75,8 @@ def test_bert() -> None:
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    _check_files(check_export(Hidden(), (ids, mask), opsets=OPSETS))
+    _check_files(check_export(Hidden(), (ids, mask), opsets=OPSETS, optimize=SETTINGS))
+    _same_file_from_module_and_program(Hidden(), (ids, mask))
 
 
 @pytest.mark.parametrize("opset", [17, fastonnx.MAX_OPSET])
