@@ -52,3 +52,24 @@ def test_meta_export_cannot_be_inline_and_attach_checks_shapes(tmp_path) -> None
         fastonnx.attach_weights(tmp_path / "m.onnx", torch.nn.Linear(8, 5))
     with pytest.raises(fastonnx.InputError, match="no tensor for 1 weights: bias"):
         fastonnx.attach_weights(tmp_path / "m.onnx", {"weight": torch.randn(4, 8)})
+
+
+@pytest.mark.slow
+def test_over_2gib_switches_to_external_data_on_its_own(tmp_path) -> None:
+    import onnxruntime
+
+    from test_zero_copy import Wide
+
+    with torch.no_grad():
+        model = Wide(int(2.25 * (1 << 30)), torch.float32).eval()
+    x = torch.randn(1, 4096)
+    path = tmp_path / "big.onnx"
+    result = fastonnx.to_onnx(model, (x,), filename=path)
+    info = result.stats["file"]
+    assert info["switched_to_external"] is True and info["external_data"] is True
+    assert os.path.getsize(path) < (1 << 20) and os.path.getsize(str(path) + ".data") > (2 << 30)
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {result.input_names[0]: x.numpy()})
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-3, rtol=1e-3)
