@@ -2,7 +2,8 @@
 
 Both convert the same ExportedProgram to a file with external data; the runs alternate, and each figure
 is the median of --runs runs. W is one plain write() of the same weight bytes into the same folder
-(no fsync): the disk's yardstick for the write stage. Regenerates its section of docs/benchmarks.md.
+(no fsync): the disk's yardstick for the write stage. Before each timed stage the page cache is flushed
+(os.sync, outside the timing), so that no stage pays for the writeback of another's files. Regenerates its section of docs/benchmarks.md.
 
     python benches/compare.py                      # the whole ladder (16x2048 takes several minutes)
     python benches/compare.py --ladder 2x256,16x256 --runs 3
@@ -63,6 +64,7 @@ def weights_bytes(model: torch.nn.Module) -> int:
 def plain_write(model: torch.nn.Module, folder: str) -> float:
     """W: the weights' bytes written once with write(), no fsync."""
     path = os.path.join(folder, "plain.bin")
+    settle()
     t0 = time.perf_counter()
     with open(path, "wb") as f:
         for t in model.state_dict().values():
@@ -72,9 +74,15 @@ def plain_write(model: torch.nn.Module, folder: str) -> float:
     return dt
 
 
+def settle() -> None:
+    """Flush what earlier runs left dirty in the page cache, so that no write stage pays for another's."""
+    gc.collect()
+    os.sync()
+
+
 def run_fastonnx(ep: Any, args: tuple, folder: str) -> dict[str, float]:
     path = os.path.join(folder, "fast.onnx")
-    gc.collect()
+    settle()
     rss = ledger.reset_peak()
     t0 = time.perf_counter()
     result = fastonnx.to_onnx(ep, args, filename=path, external_data=True)
@@ -98,7 +106,7 @@ def run_fastonnx(ep: Any, args: tuple, folder: str) -> dict[str, float]:
 
 def run_official(ep: Any, args: tuple, folder: str) -> dict[str, float]:
     path = os.path.join(folder, "official.onnx")
-    gc.collect()
+    settle()
     rss = ledger.reset_peak()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
