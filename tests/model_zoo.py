@@ -50,6 +50,17 @@ def with_random_batchnorm_stats(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+class Logits(torch.nn.Module):
+    """A causal LM called with input_ids and attention_mask, returning only its logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
 def tiny_llama(layers: int = 2, hidden: int = 64, use_cache: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -8,16 +8,7 @@ import pytest
 import torch
 
 import fastonnx
-from model_zoo import tiny_llama
-
-
-class Logits(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+from model_zoo import Logits, tiny_llama
 
 
 def test_meta_llama_then_attach_weights(tmp_path) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch.export import Dim
 
 import fastonnx
-from model_zoo import SmallCNN, tiny_llama, with_random_batchnorm_stats
+from model_zoo import Logits, SmallCNN, tiny_llama, with_random_batchnorm_stats
 
 
 def _symbolic_dims(result: fastonnx.ExportResult) -> dict[str, list]:
@@ -16,15 +16,6 @@ def _symbolic_dims(result: fastonnx.ExportResult) -> dict[str, list]:
     return {
         vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in graph.input
     }
-
-
-class Logits(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
 def _left_padded(batch: int, seq: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
