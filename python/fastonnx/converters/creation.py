@@ -66,6 +66,13 @@ def convert_new_zeros(ctx: ConversionContext, x: Value, size: Sequence[Any], **_
     return _full(ctx, size, 0, x)
 
 
+def convert_new_empty_strided(
+    ctx: ConversionContext, x: Value, size: Sequence[Any], stride: Sequence[Any], **_: Any
+) -> str:
+    """Strides describe memory layout, which ONNX tensors do not have: zeros of ``size``."""
+    return _full(ctx, size, 0, x)
+
+
 def convert_new_ones(ctx: ConversionContext, x: Value, size: Sequence[Any], **_: Any) -> str:
     return _full(ctx, size, 1, x)
 
@@ -165,7 +172,7 @@ CONVERTERS: dict[Any, Any] = {
     aten.new_zeros.default: convert_new_zeros,
     aten.new_ones.default: convert_new_ones,
     aten.new_empty.default: convert_new_zeros,
-    aten.new_empty_strided.default: convert_new_zeros,
+    aten.new_empty_strided.default: convert_new_empty_strided,
     aten.zeros_like.default: convert_zeros_like,
     aten.ones_like.default: convert_ones_like,
     aten.full_like.default: convert_full_like,
