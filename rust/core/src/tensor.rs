@@ -10,6 +10,34 @@ pub trait ByteSource: Send + Sync {
     fn bytes(&self) -> &[u8];
 }
 
+/// Bytes a pass computed, shared by lazily transformed tensors like borrowed memory is.
+impl ByteSource for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+macro_rules! le_decoder {
+    ($name:ident, $t:ty) => {
+        /// Little-endian elements of raw tensor bytes (a trailing partial element is ignored).
+        pub fn $name(bytes: &[u8]) -> Vec<$t> {
+            const N: usize = std::mem::size_of::<$t>();
+            bytes
+                .chunks_exact(N)
+                .map(|c| {
+                    let mut a = [0u8; N];
+                    a.copy_from_slice(c);
+                    <$t>::from_le_bytes(a)
+                })
+                .collect()
+        }
+    };
+}
+le_decoder!(le_f32s, f32);
+le_decoder!(le_f64s, f64);
+le_decoder!(le_i32s, i32);
+le_decoder!(le_i64s, i64);
+
 #[derive(Clone)]
 pub enum TensorData {
     Owned(Vec<u8>),

@@ -386,11 +386,6 @@ pub fn to_bytes(m: &Model) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The inline size of the model's protobuf (to decide on external data before writing anything).
-pub fn inline_size(m: &Model) -> Result<u64> {
-    Ok(plan(m, None)?.model_len)
-}
-
 /// A temporary file that is removed unless it was renamed into place.
 struct TempFile {
     path: PathBuf,
@@ -465,21 +460,18 @@ pub fn save(
         )));
     }
 
-    let mut switched = false;
     let deferred = m.graph.has_deferred();
     if deferred && external == Some(false) {
         return Err(Error::Serialization(DEFERRED_INLINE.to_owned()));
     }
-    let use_external = match external {
-        Some(v) => v,
-        None if deferred => true,
-        None => {
-            let size = inline_size(m)?;
-            switched = size > PROTOBUF_LIMIT;
-            switched
-        }
-    };
-    let p = plan(m, use_external.then_some(location))?;
+    let mut use_external = external.unwrap_or(deferred);
+    let mut p = plan(m, use_external.then_some(location))?;
+    // external=None: the data file only when the inline protobuf would pass 2 GiB (planned again then)
+    let switched = external.is_none() && !use_external && p.model_len > PROTOBUF_LIMIT;
+    if switched {
+        use_external = true;
+        p = plan(m, Some(location))?;
+    }
     if p.model_len > PROTOBUF_LIMIT {
         return Err(Error::TooLarge { size: p.model_len });
     }

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::retain_nodes;
 use crate::graph::{rename_in, AttrValue, Graph, Node};
 
 /// Every name read by `nodes`, inside subgraphs too (a subgraph may read outer values).
@@ -56,11 +57,7 @@ pub fn remove_identities(g: &mut Graph) -> usize {
     if count == 0 {
         return 0;
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !removed[k - 1]
-    });
+    retain_nodes(g, |i| !removed[i]);
     if !replace.is_empty() {
         replace_reads(&mut g.nodes, &replace);
     }
@@ -106,11 +103,7 @@ pub fn remove_unused(g: &mut Graph) -> (usize, usize) {
         }
     }
     let before = g.nodes.len();
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        keep[k - 1]
-    });
+    retain_nodes(g, |i| keep[i]);
     let nodes_removed = before - g.nodes.len();
     let inits_removed = g.retain_initializers(|name| live.contains(name));
     (nodes_removed, inits_removed)

@@ -5,9 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::retain_nodes;
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{le_f32s, le_f64s, le_i32s, le_i64s, Tensor, TensorData};
 
 /// Largest result folded, in elements.
 const FOLD_LIMIT: usize = 1 << 14;
@@ -138,30 +139,10 @@ fn read(t: &Tensor) -> Option<Arr> {
         .map(|d| usize::try_from(*d).ok())
         .collect::<Option<_>>()?;
     let data = match t.dtype {
-        dtype::FLOAT => Data::F32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        dtype::DOUBLE => Data::F64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-        dtype::INT64 => Data::I64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-        dtype::INT32 => Data::I32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
+        dtype::FLOAT => Data::F32(le_f32s(bytes)),
+        dtype::DOUBLE => Data::F64(le_f64s(bytes)),
+        dtype::INT64 => Data::I64(le_i64s(bytes)),
+        dtype::INT32 => Data::I32(le_i32s(bytes)),
         dtype::BOOL => Data::Bool(bytes.iter().map(|b| *b != 0).collect()),
         _ => return None,
     };
@@ -822,11 +803,7 @@ pub fn fold_constants(g: &mut Graph) -> usize {
     for t in new_inits {
         g.insert_initializer(t);
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !folded.contains(&(k - 1))
-    });
+    retain_nodes(g, |i| !folded.contains(&i));
     count
 }
 

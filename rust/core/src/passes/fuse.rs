@@ -1,12 +1,12 @@
 //! Fusions that change weights: a BatchNormalization after a Conv is folded into the Conv's weight and
 //! bias. The new weight is the old one scaled per output channel as the writer writes it (no copy).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::{producers, readers, retain_nodes};
 use crate::dtype;
 use crate::graph::{AttrValue, Graph};
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{le_f32s, ByteSource, Tensor, TensorData};
 
 /// Per-channel float32 values of a small initializer (BatchNormalization's parameters).
 fn floats(g: &Graph, name: &str) -> Option<Vec<f32>> {
@@ -14,30 +14,15 @@ fn floats(g: &Graph, name: &str) -> Option<Vec<f32>> {
     if t.dtype != dtype::FLOAT {
         return None;
     }
-    let bytes = t.data.as_slice()?;
-    Some(
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    )
+    Some(le_f32s(t.data.as_slice()?))
 }
 
 /// Conv → BatchNormalization (inference form, float32, the Conv's output read only by it) becomes one
 /// Conv with weight W * s and bias (B - mean) * s + beta, where s = gamma / sqrt(var + eps).
 pub fn fuse_conv_batchnorm(g: &mut Graph) -> usize {
-    let mut readers: HashMap<String, usize> = HashMap::new();
-    for n in &g.nodes {
-        for i in &n.inputs {
-            *readers.entry(i.clone()).or_default() += 1;
-        }
-    }
-    let producer: HashMap<String, usize> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
-        .collect();
+    // graph outputs count as readers: a Conv whose output is also a graph output is not fused
+    let readers = readers(g);
+    let producer = producers(g);
     let mut fused = 0;
     let mut remove = std::collections::HashSet::new();
     for bn_i in 0..g.nodes.len() {
@@ -108,23 +93,16 @@ pub fn fuse_conv_batchnorm(g: &mut Graph) -> usize {
             .map(|c| (bias[c] - mean[c]) * scale[c] + beta[c])
             .collect();
         let inner = w.numel() as usize / channels;
-        let data = match &w.data {
-            TensorData::Borrowed(src) => TensorData::ChannelScaled {
-                source: Arc::clone(src),
-                scale: Arc::new(scale),
-                inner,
-            },
-            TensorData::Owned(bytes) => TensorData::Owned(
-                bytes
-                    .chunks_exact(4)
-                    .enumerate()
-                    .flat_map(|(i, c)| {
-                        (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * scale[i / inner])
-                            .to_le_bytes()
-                    })
-                    .collect(),
-            ),
+        // the scaled weight is computed as it is written, from torch's memory or the constant's bytes
+        let source: Arc<dyn ByteSource> = match &w.data {
+            TensorData::Borrowed(src) => Arc::clone(src),
+            TensorData::Owned(bytes) => Arc::new(bytes.clone()),
             _ => continue,
+        };
+        let data = TensorData::ChannelScaled {
+            source,
+            scale: Arc::new(scale),
+            inner,
         };
         let w_name = g.names.unique_value(&format!("{}_bn", conv.inputs[1]));
         let b_name = g.names.unique_value(&format!("{}_bn_bias", conv.inputs[1]));
@@ -150,11 +128,7 @@ pub fn fuse_conv_batchnorm(g: &mut Graph) -> usize {
         remove.insert(bn_i);
         fused += 1;
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !remove.contains(&(k - 1))
-    });
+    retain_nodes(g, |i| !remove.contains(&i));
     fused
 }
 

@@ -6,7 +6,7 @@ mod fuse;
 mod rewrite;
 mod simplify;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Error, Result};
 use crate::graph::Graph;
@@ -16,6 +16,38 @@ pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
 pub use rewrite::rewrite_patterns;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
+
+/// Keeps the nodes whose index `keep` accepts (passes collect what to drop, then sweep once).
+pub(crate) fn retain_nodes(g: &mut Graph, keep: impl Fn(usize) -> bool) {
+    let mut index = 0;
+    g.nodes.retain(|_| {
+        index += 1;
+        keep(index - 1)
+    });
+}
+
+/// Value name -> index of the node producing it.
+pub(crate) fn producers(g: &Graph) -> HashMap<String, usize> {
+    g.nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
+        .collect()
+}
+
+/// Value name -> how many times it is read (node inputs and graph outputs).
+pub(crate) fn readers(g: &Graph) -> HashMap<String, usize> {
+    let mut r: HashMap<String, usize> = HashMap::new();
+    for name in g
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter())
+        .chain(g.outputs.iter())
+    {
+        *r.entry(name.clone()).or_default() += 1;
+    }
+    r
+}
 
 /// The three settings of `optimize=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,31 +3,10 @@
 //! MatMul + Add → Gemm on 2-D operands. Rewired producers left without readers are removed by the
 //! clean-up that runs after.
 
-use std::collections::HashMap;
-
+use super::{producers, readers, retain_nodes};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Graph, Node};
-
-fn producers(g: &Graph) -> HashMap<String, usize> {
-    g.nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
-        .collect()
-}
-
-fn readers(g: &Graph) -> HashMap<String, usize> {
-    let mut r: HashMap<String, usize> = HashMap::new();
-    for n in &g.nodes {
-        for i in &n.inputs {
-            *r.entry(i.clone()).or_default() += 1;
-        }
-    }
-    for o in &g.outputs {
-        *r.entry(o.clone()).or_default() += 1;
-    }
-    r
-}
+use crate::tensor::le_i64s;
 
 fn by_op(g: &Graph, op: &str) -> Vec<usize> {
     g.nodes
@@ -50,12 +29,7 @@ fn const_i64(g: &Graph, name: &str) -> Option<Vec<i64>> {
     if t.dtype != dtype::INT64 {
         return None;
     }
-    let b = t.data.as_slice()?;
-    Some(
-        b.chunks_exact(8)
-            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect(),
-    )
+    Some(le_i64s(t.data.as_slice()?))
 }
 
 /// Reshape(Reshape(x, a), b) → Reshape(x, b) when b copies no dim from its input (no 0 entries).
@@ -219,7 +193,7 @@ fn matmul_add_to_gemm(g: &mut Graph) -> usize {
     let reads = readers(g);
     let rank = |g: &Graph, n: &str| g.value_type(n).and_then(|t| t.shape.as_ref()).map(Vec::len);
     let mut count = 0;
-    let mut dead = Vec::new();
+    let mut dead = std::collections::HashSet::new();
     for i in by_op(g, "Add") {
         let add = &g.nodes[i];
         for (m_side, c_side) in [(0, 1), (1, 0)] {
@@ -257,16 +231,12 @@ fn matmul_add_to_gemm(g: &mut Graph) -> usize {
             n.op_type = "Gemm".to_owned();
             n.inputs = vec![a, b, c];
             n.attrs.clear();
-            dead.push(j);
+            dead.insert(j);
             count += 1;
             break;
         }
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !dead.contains(&(k - 1))
-    });
+    retain_nodes(g, |i| !dead.contains(&i));
     count
 }
 

@@ -6,9 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::retain_nodes;
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{le_f32s, le_f64s, le_i32s, le_i64s, Tensor, TensorData};
 
 fn static_shape(g: &Graph, name: &str) -> Option<Vec<i64>> {
     let shape = g.value_type(name)?.shape.as_ref()?;
@@ -48,19 +49,14 @@ fn constant_is(g: &Graph, name: &str, value: f64) -> bool {
     if t.data.len() > 1024 {
         return false;
     }
-    let all =
-        |size: usize, f: &dyn Fn(&[u8]) -> f64| bytes.chunks_exact(size).all(|c| f(c) == value);
-    match t.dtype {
-        dtype::FLOAT => all(4, &|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64),
-        dtype::DOUBLE => all(8, &|c| {
-            f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
-        }),
-        dtype::INT64 => all(8, &|c| {
-            i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
-        }),
-        dtype::INT32 => all(4, &|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64),
-        _ => false,
-    }
+    let values: Vec<f64> = match t.dtype {
+        dtype::FLOAT => le_f32s(bytes).into_iter().map(f64::from).collect(),
+        dtype::DOUBLE => le_f64s(bytes),
+        dtype::INT64 => le_i64s(bytes).into_iter().map(|v| v as f64).collect(),
+        dtype::INT32 => le_i32s(bytes).into_iter().map(f64::from).collect(),
+        _ => return false,
+    };
+    values.iter().all(|v| *v == value)
 }
 
 fn constant_all_positive(g: &Graph, name: &str) -> bool {
@@ -68,12 +64,8 @@ fn constant_all_positive(g: &Graph, name: &str) -> bool {
         return false;
     };
     match (t.dtype, t.data.as_slice()) {
-        (dtype::INT64, Some(b)) => b
-            .chunks_exact(8)
-            .all(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) > 0),
-        (dtype::INT32, Some(b)) => b
-            .chunks_exact(4)
-            .all(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) > 0),
+        (dtype::INT64, Some(b)) => le_i64s(b).iter().all(|v| *v > 0),
+        (dtype::INT32, Some(b)) => le_i32s(b).iter().all(|v| *v > 0),
         _ => false,
     }
 }
@@ -238,11 +230,7 @@ pub fn eliminate_common_subexpressions(g: &mut Graph) -> usize {
         }
     }
     let count = removed.len() + to_identity.len();
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !removed.contains(&(k - 1))
-    });
+    retain_nodes(g, |i| !removed.contains(&i));
     count
 }
 
@@ -286,7 +274,7 @@ pub fn fold_weight_transposes(g: &mut Graph) -> usize {
             TensorData::Deferred { .. } | TensorData::ChannelScaled { .. } => continue,
             TensorData::Owned(bytes) => {
                 let view = TensorData::Transposed {
-                    source: Arc::new(OwnedBytes(bytes.clone())),
+                    source: Arc::new(bytes.clone()),
                     rows,
                     cols,
                     item,
@@ -309,20 +297,8 @@ pub fn fold_weight_transposes(g: &mut Graph) -> usize {
     for (_, t) in folded {
         g.insert_initializer(t);
     }
-    let mut k = 0;
-    g.nodes.retain(|_| {
-        k += 1;
-        !drop.contains(&(k - 1))
-    });
+    retain_nodes(g, |i| !drop.contains(&i));
     count
-}
-
-struct OwnedBytes(Vec<u8>);
-
-impl crate::tensor::ByteSource for OwnedBytes {
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 #[cfg(test)]
