@@ -24,8 +24,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
+import memory
+from model_zoo import Logits
 
 LADDER = ["2x256", "16x256", "64x256", "16x1024", "16x2048"]
 
@@ -46,15 +49,6 @@ def llama(layers: int, hidden: int) -> torch.nn.Module:
     )
     with torch.no_grad():
         return LlamaForCausalLM(cfg).eval()
-
-
-class Logits(torch.nn.Module):
-    def __init__(self, m: torch.nn.Module) -> None:
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
 def weights_bytes(model: torch.nn.Module) -> int:
@@ -83,11 +77,11 @@ def settle() -> None:
 def run_fastonnx(ep: Any, args: tuple, folder: str) -> dict[str, float]:
     path = os.path.join(folder, "fast.onnx")
     settle()
-    rss = ledger.reset_peak()
+    rss = memory.reset_peak()
     t0 = time.perf_counter()
     result = fastonnx.to_onnx(ep, args, filename=path, external_data=True)
     total = time.perf_counter() - t0
-    peak = ledger.peak_since(rss)
+    peak = memory.peak_since(rss)
     s = result.stats
     out = {
         "total": total,
@@ -107,7 +101,7 @@ def run_fastonnx(ep: Any, args: tuple, folder: str) -> dict[str, float]:
 def run_official(ep: Any, args: tuple, folder: str) -> dict[str, float]:
     path = os.path.join(folder, "official.onnx")
     settle()
-    rss = ledger.reset_peak()
+    rss = memory.reset_peak()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
@@ -117,7 +111,7 @@ def run_official(ep: Any, args: tuple, folder: str) -> dict[str, float]:
         t2 = time.perf_counter()
         program.save(path, external_data=True)
         t3 = time.perf_counter()
-    peak = ledger.peak_since(rss)
+    peak = memory.peak_since(rss)
     del program
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder, exist_ok=True)

@@ -30,19 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
+from model_zoo import Field
 
 OPSET = 20
-
-
-class Wrap(torch.nn.Module):
-    """Calls a transformers model with keyword inputs and returns one tensor."""
-
-    def __init__(self, m: torch.nn.Module, field: str) -> None:
-        super().__init__()
-        self.m, self.field = m, field
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return getattr(self.m(input_ids=input_ids, attention_mask=attention_mask), self.field)
 
 
 def _text_inputs(vocab: int, seq: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +45,7 @@ def llama(layers: int, hidden: int) -> tuple[torch.nn.Module, tuple]:
     from compare import llama as build
 
     torch.manual_seed(0)
-    return Wrap(build(layers, hidden), "logits"), _text_inputs(32000)
+    return Field(build(layers, hidden), "logits"), _text_inputs(32000)
 
 
 def bert() -> tuple[torch.nn.Module, tuple]:
@@ -65,7 +55,7 @@ def bert() -> tuple[torch.nn.Module, tuple]:
         vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
     )
     torch.manual_seed(0)
-    return Wrap(BertModel(cfg).eval(), "last_hidden_state"), _text_inputs(30522)
+    return Field(BertModel(cfg).eval(), "last_hidden_state"), _text_inputs(30522)
 
 
 class Pixels(torch.nn.Module):

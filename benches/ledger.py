@@ -50,22 +50,3 @@ def machine() -> str:
 
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
-
-
-def status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def reset_peak() -> int:
-    """Resets VmHWM to the current RSS; returns the RSS in bytes."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return status_kib("VmRSS") * 1024
-
-
-def peak_since(rss_before: int) -> int:
-    return status_kib("VmHWM") * 1024 - rss_before

@@ -15,16 +15,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import fastonnx
-from model_zoo import tiny_bert, tiny_llama, with_random_batchnorm_stats
-
-
-class _Field(torch.nn.Module):
-    def __init__(self, m: torch.nn.Module, field: str) -> None:
-        super().__init__()
-        self.m, self.field = m, field
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return getattr(self.m(input_ids=input_ids, attention_mask=attention_mask), self.field)
+from model_zoo import Field, Logits, tiny_bert, tiny_llama, with_random_batchnorm_stats
 
 
 def _text() -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,8 +31,8 @@ def _resnet18() -> tuple[torch.nn.Module, tuple]:
 
 
 CASES = {
-    "tiny_llama": lambda: (_Field(tiny_llama(), "logits"), _text()),
-    "small_bert": lambda: (_Field(tiny_bert(), "last_hidden_state"), _text()),
+    "tiny_llama": lambda: (Logits(tiny_llama()), _text()),
+    "small_bert": lambda: (Field(tiny_bert(), "last_hidden_state"), _text()),
     "resnet18": _resnet18,
 }
 

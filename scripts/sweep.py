@@ -70,6 +70,19 @@ def sweep_op(op_name: str, dtype_name: str, opsets: tuple[int, ...], limit: int 
     return record
 
 
+def load_cached(dtype_names: list[str], limit: int | None) -> list[dict[str, Any]]:
+    """Every cached result for these dtypes and this sample limit."""
+    suffix = ".json" if limit is None else f".limit{limit}.json"
+    records = []
+    for dtype_name in dtype_names:
+        folder = os.path.join(CACHE, dtype_name)
+        for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if f.endswith(suffix) and (limit is not None or ".limit" not in f):
+                with open(os.path.join(folder, f)) as fh:
+                    records.append(json.load(fh))
+    return records
+
+
 def status_of(rec: dict[str, Any], opsets: tuple[int, ...]) -> str:
     if rec.get("error"):
         return "no samples"
@@ -166,7 +179,7 @@ def main() -> None:
     unknown = [n for n in names if n not in db]
     if unknown:
         sys.exit(f"not OpInfo names: {', '.join(unknown)} (see opinfo_harness.op_db_by_name())")
-    records: list[dict[str, Any]] = []
+    cached = 0
     todo: list[tuple[str, str]] = []
     for dtype_name in a.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
@@ -175,11 +188,10 @@ def main() -> None:
                 continue
             path = _cache_path(name, dtype_name, a.limit)
             if os.path.exists(path) and not a.fresh:
-                with open(path) as f:
-                    records.append(json.load(f))
+                cached += 1
             elif not a.report:
                 todo.append((name, dtype_name))
-    print(f"{len(records)} cached, {len(todo)} to run", flush=True)
+    print(f"{cached} cached, {len(todo)} to run", flush=True)
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
         futures = {pool.submit(sweep_op, n, d, opsets, a.limit): (n, d) for n, d in todo}
         for i, fut in enumerate(as_completed(futures)):
@@ -200,22 +212,12 @@ def main() -> None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 json.dump(rec, f)
-            records.append(rec)
             print(
                 f"[{i + 1}/{len(todo)}] {name} {dtype_name}: {status_of(rec, opsets)} ({rec.get('seconds', 0)}s)",
                 flush=True,
             )
-    # the ledger always covers every cached op, not only those run now
-    by_key = {(r["op"], r["dtype"]): r for r in records}
-    for dtype_name in a.dtypes.split(","):
-        folder = os.path.join(CACHE, dtype_name)
-        suffix = ".json" if a.limit is None else f".limit{a.limit}.json"
-        for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            if f.endswith(suffix) and (a.limit is not None or ".limit" not in f):
-                with open(os.path.join(folder, f)) as fh:
-                    rec = json.load(fh)
-                by_key.setdefault((rec["op"], rec["dtype"]), rec)
-    write_report(list(by_key.values()), opsets, a.limit)
+    # every result is in the cache: the ledger covers every cached op, not only those run now
+    write_report(load_cached(a.dtypes.split(","), a.limit), opsets, a.limit)
     print(f"wrote {COVERAGE}")
 
 

@@ -50,15 +50,22 @@ def with_random_batchnorm_stats(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-class Logits(torch.nn.Module):
-    """A causal LM called with input_ids and attention_mask, returning only its logits."""
+class Field(torch.nn.Module):
+    """A transformers model called with input_ids and attention_mask, returning one field of its output."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
         super().__init__()
-        self.m = model
+        self.m, self.field = model, field
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+        return getattr(self.m(input_ids=input_ids, attention_mask=attention_mask), self.field)
+
+
+class Logits(Field):
+    """A causal LM returning only its logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model, "logits")
 
 
 def tiny_llama(layers: int = 2, hidden: int = 64, use_cache: bool = False) -> torch.nn.Module:

@@ -8,7 +8,7 @@ import torch
 
 import fastonnx
 from export_check import OPSETS, check_export
-from model_zoo import MLP, SmallCNN, tiny_bert, tiny_llama, with_random_batchnorm_stats
+from model_zoo import MLP, Field, Logits, SmallCNN, tiny_bert, tiny_llama, with_random_batchnorm_stats
 
 # every model is exported once, then converted at each opset under each optimization setting
 SETTINGS = (False, True, "onnxruntime")
@@ -49,16 +49,8 @@ def test_llama() -> None:
     ids = torch.randint(0, 256, (2, 8))
     mask = torch.ones(2, 8, dtype=torch.int64)
 
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
-
-    _check_files(check_export(Logits(), (ids, mask), opsets=OPSETS, optimize=SETTINGS))
-    _same_file_from_module_and_program(Logits(), (ids, mask))
+    _check_files(check_export(Logits(model), (ids, mask), opsets=OPSETS, optimize=SETTINGS))
+    _same_file_from_module_and_program(Logits(model), (ids, mask))
 
 
 def test_bert() -> None:
@@ -67,16 +59,9 @@ def test_bert() -> None:
     mask = torch.ones(2, 8, dtype=torch.int64)
     mask[1, 6:] = 0
 
-    class Hidden(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    _check_files(check_export(Hidden(), (ids, mask), opsets=OPSETS, optimize=SETTINGS))
-    _same_file_from_module_and_program(Hidden(), (ids, mask))
+    hidden = Field(model, "last_hidden_state")
+    _check_files(check_export(hidden, (ids, mask), opsets=OPSETS, optimize=SETTINGS))
+    _same_file_from_module_and_program(hidden, (ids, mask))
 
 
 @pytest.mark.parametrize("opset", [17, fastonnx.MAX_OPSET])

@@ -3,32 +3,14 @@
 
 from __future__ import annotations
 
-import gc
-
 import onnx
 import pytest
 import torch
 
 import fastonnx
+from memory import peak_extra_bytes
 
 GIB = 1 << 30
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _peak_extra_bytes(fn) -> int:
-    gc.collect()
-    before = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    fn()
-    return (_status_kib("VmHWM") - before) * 1024
 
 
 class Wide(torch.nn.Module):
@@ -56,7 +38,7 @@ def test_peak_memory_of_a_1gib_export(tmp_path, dtype: torch.dtype, external: bo
     x = torch.randn(1, 4096, dtype=dtype)
     ep = torch.export.export(model, (x,), strict=False)
     path = tmp_path / "wide.onnx"
-    extra = _peak_extra_bytes(lambda: fastonnx.to_onnx(ep, (x,), filename=path, external_data=external))
+    extra = peak_extra_bytes(lambda: fastonnx.to_onnx(ep, (x,), filename=path, external_data=external))
     limit = 128 * (1 << 20) + 0.05 * weights
     # shown with `pytest -s`: the figure the ledger and the closing notes quote
     print(

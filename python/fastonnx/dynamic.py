@@ -82,10 +82,8 @@ def output_paths(out_spec: Any, n: int) -> list[str | None]:
     flat = pytree.tree_flatten_with_path(tree)[0]
     if len(flat) != n:
         return [None] * n
-    if all(
-        len(path) <= 1 and isinstance(path[0] if path else None, (pytree.SequenceKey, type(None)))
-        for path, _ in flat
-    ):
+    # one tensor or a flat tuple: paths of at most one sequence index
+    if all(len(path) <= 1 and all(isinstance(k, pytree.SequenceKey) for k in path) for path, _ in flat):
         return [None] * n
     names: list[str | None] = []
     for path, _ in flat:
