@@ -28,6 +28,13 @@ _FAMILIES = (
     "normalization",
     "attention",
     "symbolic",
+    "linalg_solve",
+    "linalg_spectral",
+    "special",
+    "losses",
+    "statistics",
+    "random_ops",
+    "complex_ops",
 )
 
 
