@@ -225,46 +225,102 @@ fn transpose_typed<T: Pod, W: Write + ?Sized>(
         return transpose_bytes(src, rows, cols, std::mem::size_of::<T>(), w);
     }
     let item = std::mem::size_of::<T>();
-    let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
-    let mut buf: Vec<T> = vec![T::default(); band * rows];
-    let mut j0 = 0;
-    while j0 < cols {
-        let j1 = (j0 + band).min(cols);
-        let out = &mut buf[..(j1 - j0) * rows];
-        if out.len() >= PARALLEL_MIN_ELEMENTS && j1 - j0 >= 2 {
-            // two cores: each fills the output rows of half of the band's columns
-            let mid = j0 + (j1 - j0) / 2;
-            let (left, right) = out.split_at_mut((mid - j0) * rows);
-            std::thread::scope(|s| {
-                s.spawn(|| fill_band(typed, rows, cols, mid, j1, right));
-                fill_band(typed, rows, cols, j0, mid, left);
-            });
-        } else {
+    // two band buffers share the memory budget: one being written while the other is filled
+    let band = (TRANSPOSE_BLOCK_BYTES / 2 / (rows * item)).clamp(1, cols);
+    let bands: Vec<(usize, usize)> = (0..cols)
+        .step_by(band)
+        .map(|j0| (j0, (j0 + band).min(cols)))
+        .collect();
+    if bands.len() == 1 || rows * cols < PIPELINE_MIN_ELEMENTS {
+        let mut buf: Vec<T> = vec![T::default(); band * rows];
+        for &(j0, j1) in &bands {
+            let out = &mut buf[..(j1 - j0) * rows];
             fill_band(typed, rows, cols, j0, j1, out);
+            w.write_all(as_bytes(out))?;
         }
-        // SAFETY: viewing initialized integers as bytes is always valid.
-        let (_, bytes, _) = unsafe { out.align_to::<u8>() };
-        w.write_all(bytes)?;
-        j0 = j1;
+        return Ok(());
     }
-    Ok(())
+    // A worker transposes band k+1 while this thread writes band k: the write (a copy into the page
+    // cache, or a wait on the disk) and the transposition overlap instead of taking turns.
+    std::thread::scope(|scope| {
+        let (filled_tx, filled_rx) = std::sync::mpsc::sync_channel::<(Vec<T>, usize)>(1);
+        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<T>>(2);
+        for _ in 0..2 {
+            // cannot fail: the channel has room for both and its receiver is alive
+            let _ = empty_tx.send(vec![T::default(); band * rows]);
+        }
+        let jobs = bands.clone();
+        scope.spawn(move || {
+            for (j0, j1) in jobs {
+                // a closed channel means the writer stopped on an error: nothing left to do
+                let Ok(mut buf) = empty_rx.recv() else { return };
+                let len = (j1 - j0) * rows;
+                fill_band(typed, rows, cols, j0, j1, &mut buf[..len]);
+                if filled_tx.send((buf, len)).is_err() {
+                    return;
+                }
+            }
+        });
+        for _ in &bands {
+            let (buf, len) = filled_rx
+                .recv()
+                .map_err(|_| io::Error::other("the transposing thread stopped early"))?;
+            w.write_all(as_bytes(&buf[..len]))?;
+            let _ = empty_tx.send(buf); // the worker may have finished: the buffer is then dropped
+        }
+        Ok(())
+    })
 }
 
-/// Bands at least this large are transposed by two threads.
-const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+/// Matrices smaller than this are transposed and written on the calling thread alone.
+const PIPELINE_MIN_ELEMENTS: usize = 1 << 18;
+
+fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+    // SAFETY: viewing initialized plain integers as bytes is always valid.
+    let (_, bytes, _) = unsafe { v.align_to::<u8>() };
+    bytes
+}
 
 /// Output rows j0..j1 of the transpose (out[(j - j0) * rows + i] = src[i * cols + j]), tile by tile.
+/// Each TILE x TILE tile is transposed inside a small buffer that stays in L1 (8 x 8 blocks held in
+/// registers where the tile is whole), then copied out a row at a time: writing a tile straight to
+/// `out` touches TILE lines `rows` elements apart, which for power-of-two sizes all fall in one
+/// cache set and evict each other.
 fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, out: &mut [T]) {
-    const TILE: usize = 32;
+    const TILE: usize = 64;
+    const BLOCK: usize = 8;
+    let mut tile = [T::default(); TILE * TILE];
     for ib in (0..rows).step_by(TILE) {
-        let ie = (ib + TILE).min(rows);
+        let h = (ib + TILE).min(rows) - ib;
         for jb in (j0..j1).step_by(TILE) {
-            let je = (jb + TILE).min(j1);
-            for i in ib..ie {
-                let row = &src[i * cols + jb..i * cols + je];
-                for (dj, v) in row.iter().enumerate() {
-                    out[(jb - j0 + dj) * rows + i] = *v;
+            let w = (jb + TILE).min(j1) - jb;
+            if h == TILE && w == TILE {
+                for bi in (0..TILE).step_by(BLOCK) {
+                    for bj in (0..TILE).step_by(BLOCK) {
+                        let mut block = [[T::default(); BLOCK]; BLOCK];
+                        for (r, line) in block.iter_mut().enumerate() {
+                            let at = (ib + bi + r) * cols + jb + bj;
+                            line.copy_from_slice(&src[at..at + BLOCK]);
+                        }
+                        for c in 0..BLOCK {
+                            let at = (bj + c) * TILE + bi;
+                            for (r, line) in block.iter().enumerate() {
+                                tile[at + r] = line[c];
+                            }
+                        }
+                    }
                 }
+            } else {
+                for di in 0..h {
+                    let row = &src[(ib + di) * cols + jb..][..w];
+                    for (dj, v) in row.iter().enumerate() {
+                        tile[dj * TILE + di] = *v;
+                    }
+                }
+            }
+            for dj in 0..w {
+                let at = (jb - j0 + dj) * rows + ib;
+                out[at..at + h].copy_from_slice(&tile[dj * TILE..dj * TILE + h]);
             }
         }
     }
@@ -365,6 +421,8 @@ mod tests {
             (3, 5, 4),
             (1, 7, 2),
             (300, 9000, 4),
+            (2048, 1100, 2),
+            (128, 4096, 8),
             (2, 1, 8),
             (70, 33, 3),
             (40, 9, 1),
