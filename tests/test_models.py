@@ -12,11 +12,15 @@ from model_zoo import MLP, Field, Logits, SmallCNN, tiny_bert, tiny_llama, with_
 
 # every model is exported once, then converted at each opset under each optimization setting
 SETTINGS = (False, True, "onnxruntime")
+_ORT_ONLY = {"SimplifiedLayerNormalization"}
 
 
 def _check_files(results: list[fastonnx.ExportResult]) -> None:
     for r in results:
-        onnx.checker.check_model(r.model_proto, full_check=True)
+        # onnxruntime's contrib operators (optimize="onnxruntime") are unknown to onnx's checker;
+        # onnxruntime itself loaded and ran those files in check_export
+        if not any(n.op_type in _ORT_ONLY for n in r.model_proto.graph.node):
+            onnx.checker.check_model(r.model_proto, full_check=True)
 
 
 def _same_file_from_module_and_program(model: torch.nn.Module, args: tuple) -> None:

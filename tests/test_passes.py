@@ -115,14 +115,40 @@ def _rewrite(g: GraphBuilder, x: str, p: Any) -> str:
     return out
 
 
-PATTERNS: dict[str, tuple[Builder, str]] = {
-    "pattern rewrites": (_rewrite, "patterns_rewritten"),
-    "constant folding": (_fold, "constants_folded"),
-    "no-op removal": (_noop, "noops_removed"),
-    "CSE": (_cse, "cse_merged"),
-    "weight transposes": (_transpose, "weights_transposed"),
-    "identity removal": (_identity, "identity_removed"),
-    "conv + batch norm": (_conv_bn, "conv_batchnorm_fused"),
+def _rms_norm(g: GraphBuilder, x: str, p: Any) -> str:
+    """An RMS norm as models write it, in one of its spellings (chosen by the seed)."""
+    rows, cols = p["rows"], p["cols"]
+    g.set_type(x, F, [rows, cols])  # the fusion checks the weight against the last dim
+    squared = (
+        g.add_node("Mul", [x, x])[0]
+        if p["seed"] % 2
+        else g.add_node("Pow", [x, _const(g, np.float32(2.0))])[0]
+    )
+    mean = g.add_node(
+        "ReduceMean", [squared, _const(g, np.array([-1], dtype=np.int64))], attrs={"keepdims": 1}
+    )[0]
+    root = g.add_node("Sqrt", [g.add_node("Add", [mean, _const(g, np.float32(1e-5))])[0]])[0]
+    if p["seed"] % 3:
+        normed = g.add_node("Mul", [x, g.add_node("Reciprocal", [root])[0]])[0]
+    else:
+        normed = g.add_node("Div", [x, root])[0]
+    w = np.random.default_rng(p["seed"]).standard_normal(cols).astype(np.float32)
+    out = g.add_node("Mul", [_weight(g, w, "norm_w"), normed])[0]
+    g.set_type(out, F, [rows, cols])
+    return out
+
+
+# pattern -> (builder, the pass's count in optimize()'s result, level, opset)
+PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+    "pattern rewrites": (_rewrite, "patterns_rewritten", "default", 18),
+    "constant folding": (_fold, "constants_folded", "default", 18),
+    "no-op removal": (_noop, "noops_removed", "default", 18),
+    "CSE": (_cse, "cse_merged", "default", 18),
+    "weight transposes": (_transpose, "weights_transposed", "default", 18),
+    "identity removal": (_identity, "identity_removed", "default", 18),
+    "conv + batch norm": (_conv_bn, "conv_batchnorm_fused", "default", 18),
+    "RMS norm (standard, opset 23)": (_rms_norm, "rms_norm_fused", "default", 23),
+    "RMS norm (onnxruntime)": (_rms_norm, "rms_norm_fused", "onnxruntime", 18),
 }
 
 _elementwise = st.lists(st.sampled_from(["Relu", "Neg", "Add", "Tanh", "Abs"]), max_size=3)
@@ -140,7 +166,8 @@ _params = st.fixed_dictionaries(
 
 
 def _build(pattern: str, p: dict[str, Any]) -> GraphBuilder:
-    g = GraphBuilder(18, 8)
+    opset = PATTERNS[pattern][3]
+    g = GraphBuilder(opset, 8 if opset < 21 else 10)
     x = g.add_input("x", F, [p["rows"], p["cols"]])
     y = _surroundings(g, x, p["before"])
     y = PATTERNS[pattern][0](g, y, p)
@@ -161,7 +188,7 @@ def _run(model: bytes, x: np.ndarray) -> np.ndarray:
 def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
     before = _build(pattern, p).to_bytes()
     g = _build(pattern, p)
-    counts = g.optimize("default")
+    counts = g.optimize(PATTERNS[pattern][2])
     assert counts[PATTERNS[pattern][1]] >= 1, counts
     x = np.random.default_rng(p["seed"]).standard_normal((p["rows"], p["cols"])).astype(np.float32)
     np.testing.assert_allclose(_run(g.to_bytes(), x), _run(before, x), rtol=1e-5, atol=1e-5)

@@ -73,7 +73,7 @@ fn builder(c: &mut Criterion) {
     c.bench_function("passes: all of optimize=True on 10k nodes", |b| {
         b.iter_batched(
             || chain(10_000),
-            |mut m| black_box(optimize(&mut m.graph, Level::Default)),
+            |mut m| black_box(optimize(&mut m.graph, Level::Default, 20)),
             criterion::BatchSize::LargeInput,
         )
     });

@@ -414,8 +414,9 @@ impl GraphBuilder {
 
     fn optimize(&mut self, py: Python<'_>, level: &str) -> PyResult<BTreeMap<String, usize>> {
         let level: Level = level.parse().map_err(py_err)?;
+        let opset = self.model.opset();
         let graph = &mut self.model.graph;
-        Ok(py.detach(|| optimize(graph, level)))
+        Ok(py.detach(|| optimize(graph, level, opset)))
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

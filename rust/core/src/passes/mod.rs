@@ -3,6 +3,7 @@
 mod cleanup;
 mod fold;
 mod fuse;
+mod norm_fusion;
 mod rewrite;
 mod simplify;
 
@@ -14,6 +15,7 @@ use crate::graph::Graph;
 pub use cleanup::{remove_identities, remove_unused};
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
+pub use norm_fusion::fuse_rms_norm;
 pub use rewrite::rewrite_patterns;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
@@ -74,8 +76,9 @@ impl std::str::FromStr for Level {
     }
 }
 
-/// Runs the passes of `level`; returns how often each pass changed the graph.
-pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
+/// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each
+/// pass changed the graph.
+pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     if level == Level::None {
         return counts;
@@ -94,6 +97,12 @@ pub fn optimize(graph: &mut Graph, level: Level) -> BTreeMap<String, usize> {
     ];
     for (name, pass) in passes {
         counts.insert(name.to_owned(), pass(graph));
+        if name == "patterns_rewritten" {
+            counts.insert(
+                "rms_norm_fused".to_owned(),
+                fuse_rms_norm(graph, level, opset),
+            );
+        }
     }
     let (nodes, inits) = remove_unused(graph);
     counts.insert("unused_nodes_removed".to_owned(), nodes);
