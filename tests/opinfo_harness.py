@@ -3,14 +3,26 @@ arguments are graph inputs, everything else is baked in), exported with torch.ex
 fastonnx at each opset, run in onnxruntime (bfloat16: onnx's reference evaluator) and compared with eager.
 
 Used by tests/converters/ (a few samples per op) and by scripts/sweep.py (every sample, every opset).
+
+Random ops (RANDOM_VALUES: bernoulli, normal, randint, dropout in training mode...) cannot match eager
+values: the exported graph draws from the runtime's generator. They are checked on layout (shape and
+dtype) and on their support (every value is one the distribution can produce: 0 or 1, within
+[low, high), 0 or x / (1 - p)...); their distributions (mean, spread, frequencies) are checked by
+hand-written tests with many draws (tests/converters/test_random.py).
+
+Eigen- and singular vectors (SIGN_AMBIGUOUS: linalg.eigh, linalg.svd, svd) are defined only up to a
+sign per column (a rotation for repeated values): their values are compared as they are, the vectors
+after giving each column the sign of eager's, plus the reconstruction (V diag(w) Vᵀ, U diag(S) Vh);
+samples with repeated values are compared by values and reconstruction only (see SIGN_AMBIGUOUS).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
 
@@ -40,6 +52,248 @@ OP_TOLERANCE: dict[str, tuple[float, float]] = {
 UNDEFINED_VALUES = frozenset(
     {"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"}
 )
+
+
+# ---- random ops: support checks (sample, got, expected) -> problem or None ----------------------
+def _leaves(x: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _first(x: Any) -> torch.Tensor:
+    return _leaves(x)[0]
+
+
+def _tol(t: torch.Tensor) -> tuple[float, float]:
+    return TOLERANCE.get(t.dtype, (1e-4, 1e-4))
+
+
+def _support(ok: torch.Tensor, what: str, got: torch.Tensor) -> str | None:
+    if bool(ok.all()):
+        return None
+    bad = got[~ok]
+    return f"{int((~ok).sum())} values are not {what}, e.g. {bad.flatten()[:5].tolist()}"
+
+
+def _finite(sample: Any, got: Any, expected: Any) -> str | None:
+    g = _first(got)
+    return _support(torch.isfinite(g), "finite", g)
+
+
+def _in_range(lo: float, hi: float, integral: bool = False) -> Callable[[torch.Tensor], str | None]:
+    def check(g: torch.Tensor) -> str | None:
+        v = g.double()
+        ok = (v >= lo) & (v < hi)
+        if integral:
+            ok &= v == v.floor()
+        return _support(ok, f"{'integers ' if integral else ''}in [{lo}, {hi})", g)
+
+    return check
+
+
+def _bernoulli(sample: Any, got: Any, expected: Any) -> str | None:
+    g, p = _first(got).double(), sample.input.double()
+    problem = _support((g == 0) | (g == 1), "0 or 1", g)
+    return problem or _support(
+        ((p != 0) | (g == 0)) & ((p != 1) | (g == 1)), "0 where p = 0, 1 where p = 1", g
+    )
+
+
+def _uniform(sample: Any, got: Any, expected: Any) -> str | None:
+    lo, hi = (list(sample.args) + [0.0, 1.0][len(sample.args) :])[:2]
+    return _in_range(lo, hi)(_first(got))
+
+
+def _randint(sample: Any, got: Any, expected: Any) -> str | None:
+    # randint(high, size) or randint(low, high, size); randint_like(x, high) or (x, low, high)
+    bounds = [sample.input, *sample.args] if not isinstance(sample.input, torch.Tensor) else list(sample.args)
+    bounds = [b for b in bounds if isinstance(b, int)]
+    lo, hi = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+    return _in_range(lo, hi, integral=True)(_first(got))
+
+
+def _exponential(sample: Any, got: Any, expected: Any) -> str | None:
+    return _in_range(0.0, float("inf"))(_first(got))
+
+
+def _geometric(sample: Any, got: Any, expected: Any) -> str | None:
+    return _in_range(1.0, float("inf"), integral=True)(_first(got))
+
+
+def _log_normal(sample: Any, got: Any, expected: Any) -> str | None:
+    g = _first(got)
+    return _support((g > 0) & torch.isfinite(g), "positive and finite", g)
+
+
+def _multinomial(sample: Any, got: Any, expected: Any) -> str | None:
+    g, probs = _first(got), sample.input
+    rows = g.reshape(-1, g.shape[-1]) if g.dim() else g.reshape(1, 1)
+    p_rows = probs.reshape(-1, probs.shape[-1])
+    if g.dtype != torch.int64 or bool(((rows < 0) | (rows >= p_rows.shape[-1])).any()):
+        return f"indices out of [0, {p_rows.shape[-1]}): {rows.tolist()}"
+    if bool((torch.gather(p_rows, 1, rows) == 0).any()):
+        return f"a zero-probability category was drawn: {rows.tolist()}"
+    replacement = sample.kwargs.get("replacement", sample.args[1] if len(sample.args) > 1 else False)
+    if not replacement and any(len(set(r.tolist())) != len(r) for r in rows):
+        return f"repeated categories without replacement: {rows.tolist()}"
+    return None
+
+
+def _dropout(alpha: bool, train_default: bool) -> Callable[[Any, Any, Any], str | None]:
+    """Every element is the kept value (x / (1 - p); alpha: x * a + alpha * a * p) or the dropped one
+    (0; alpha: -alpha * a + alpha * a * p), and x itself in eval mode or with p = 0."""
+
+    def check(sample: Any, got: Any, expected: Any) -> str | None:
+        g = _first(got)
+        x = sample.input.to(g.dtype)
+        p = sample.kwargs.get("p", 0.5)
+        train = sample.kwargs.get("training", train_default)
+        atol, rtol = _tol(g)
+        if not train or p == 0:
+            kept, dropped = x, None
+        elif alpha:
+            sat = 1.7580993408473766
+            a = 1.0 / math.sqrt((sat * sat * p + 1) * (1 - p)) if p < 1 else 0.0
+            kept, dropped = x * a + sat * a * p, torch.full_like(x, sat * a * (p - 1))
+        else:
+            kept, dropped = (x / (1 - p) if p < 1 else x * 0), torch.zeros_like(x)
+        if p == 1 and train:  # torch: x * 0
+            kept = x * 0
+
+        def near(v: torch.Tensor) -> torch.Tensor:
+            return torch.isclose(g.double(), v.double(), atol=atol, rtol=rtol, equal_nan=True)
+
+        ok = near(kept) if dropped is None else near(kept) | near(dropped)
+        return _support(ok, "the kept or the dropped value", g)
+
+    return check
+
+
+def _rrelu(sample: Any, got: Any, expected: Any) -> str | None:
+    """x where x > 0, else x * r with r in [lower, upper] (the mean slope in eval mode)."""
+    g, x = _first(got).double(), sample.input.double()
+    lower, upper = sample.kwargs.get("lower", 1 / 8), sample.kwargs.get("upper", 1 / 3)
+    if not sample.kwargs.get("training", False):
+        lower = upper = (lower + upper) / 2
+    atol, rtol = _tol(_first(got))
+    slack = atol + rtol * x.abs()
+    ok = torch.where(x > 0, (g - x).abs() <= slack, (g <= x * lower + slack) & (g >= x * upper - slack))
+    return _support(ok, f"x or x * r with r in [{lower}, {upper}]", _first(got))
+
+
+def _sdpa(sample: Any, got: Any, expected: Any) -> str | None:
+    """Exact without dropout; with dropout each output is a combination of v's rows: finite."""
+    if not sample.kwargs.get("dropout_p"):
+        atol, rtol = _tol(_first(expected))
+        return _compare(got, expected, atol, rtol)
+    return _finite(sample, got, expected)
+
+
+RANDOM_VALUES: dict[str, Callable[[Any, Any, Any], str | None]] = {
+    "bernoulli": _bernoulli,
+    "cauchy": _finite,
+    "exponential": _exponential,
+    "geometric": _geometric,
+    "log_normal": _log_normal,
+    "multinomial": _multinomial,
+    "normal": _finite,
+    "normal.in_place": _finite,
+    "normal.number_mean": _finite,
+    "rand_like": _finite,  # OpInfo's rand_like calls randn_like
+    "randint": _randint,
+    "randint_like": _randint,
+    "randn": _finite,
+    "randn_like": _finite,
+    "uniform": _uniform,
+    "nn.functional.dropout": _dropout(alpha=False, train_default=True),
+    "nn.functional.dropout2d": _dropout(alpha=False, train_default=True),
+    "nn.functional.dropout3d": _dropout(alpha=False, train_default=True),
+    "nn.functional.alpha_dropout": _dropout(alpha=True, train_default=False),
+    "nn.functional.feature_alpha_dropout.with_train": _dropout(alpha=True, train_default=False),
+    "nn.functional.rrelu": _rrelu,
+    "nn.functional.scaled_dot_product_attention": _sdpa,
+}
+
+
+# ---- decompositions whose vectors are defined up to sign: (got, expected, atol, rtol) -> problem ------
+def _aligned(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Per-column signs (+-1, shape (..., 1, k)) that turn got's columns toward expected's."""
+    dots = (got.double() * expected.double()).sum(dim=-2, keepdim=True)
+    return torch.where(dots < 0, -1.0, 1.0).to(got.dtype)
+
+
+def _repeated(values: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Some two values (per matrix) are too close for their vectors to be well defined."""
+    if values.shape[-1] < 2:
+        return False
+    v = values.double().sort(dim=-1).values
+    gaps = v[..., 1:] - v[..., :-1]
+    return bool((gaps <= 10 * (atol + rtol * v.abs().amax(dim=-1, keepdim=True))).any())
+
+
+def _factors(
+    got_left: torch.Tensor,
+    values: tuple[torch.Tensor, torch.Tensor],
+    got_right: torch.Tensor,
+    exp_left: torch.Tensor,
+    exp_right: torch.Tensor,
+    atol: float,
+    rtol: float,
+) -> str | None:
+    """Checks left @ diag(values) @ rightᵀ, whose k = values.shape[-1] leading columns of left / right are
+    each defined up to one shared sign per column; columns past k (full_matrices) are compared through the
+    projector onto their span, which is unique."""
+    got_vals, exp_vals = values
+    problem = _compare(got_vals, exp_vals, atol, rtol)
+    if problem:
+        return f"values: {problem}"
+    k = exp_vals.shape[-1]
+    gl, el, gr, er = got_left[..., :k], exp_left[..., :k], got_right[..., :k], exp_right[..., :k]
+    rebuilt = (gl * got_vals.unsqueeze(-2)) @ gr.mT
+    problem = _compare(rebuilt, (el * exp_vals.unsqueeze(-2)) @ er.mT, atol, rtol)
+    if problem:
+        return f"reconstruction: {problem}"
+    if not _repeated(exp_vals, atol, rtol):
+        signs = _aligned(gl, el)
+        problem = _compare(gl * signs, el, atol, rtol) or _compare(gr * signs, er, atol, rtol)
+        if problem:
+            return f"vectors (signs aligned): {problem}"
+    for g, e in ((got_left, exp_left), (got_right, exp_right)):
+        if e.shape[-1] > k:
+            ge, ee = g[..., k:], e[..., k:]
+            problem = _compare(ge @ ge.mT, ee @ ee.mT, atol, rtol)
+            if problem:
+                return f"complement basis (projector): {problem}"
+    return None
+
+
+def _eigh_check(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    (w, v), (ew, ev) = got, expected
+    return _compare_layout(got, expected) or _factors(v, (w, ew), v, ev, ev, atol, rtol)
+
+
+def _linalg_svd_check(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    (u, s, vh), (eu, es, evh) = got, expected
+    return _compare_layout(got, expected) or _factors(u, (s, es), vh.mT, eu, evh.mT, atol, rtol)
+
+
+def _svd_check(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    (u, s, v), (eu, es, ev) = got, expected
+    return _compare_layout(got, expected) or _factors(u, (s, es), v, eu, ev, atol, rtol)
+
+
+# Ops returning eigen- / singular vectors: each vector (column) is defined only up to its sign, and only
+# up to a rotation within the space of a repeated value. Their values are compared directly (never
+# loosened); the vectors after turning each got column to the sign of the expected one (the same sign
+# for a singular pair u_i, v_i); the reconstruction V diag(w) Vᵀ / U diag(S) Vh against eager's; the
+# columns full_matrices adds past min(m, n) (any orthonormal basis of the complement) through their
+# projector. Samples with repeated values (gaps within 10x the tolerance) are compared by values and
+# reconstruction only: their vectors are not unique.
+SIGN_AMBIGUOUS: dict[str, Callable[[Any, Any, float, float], str | None]] = {
+    "linalg.eigh": _eigh_check,
+    "linalg.svd": _linalg_svd_check,
+    "svd": _svd_check,
+}
+
 
 PASS = "pass"
 CAPTURE_FAILED = "capture_failed"  # torch.export could not capture the sample: not ours
@@ -190,6 +444,10 @@ def check_sample(
             continue
         if op_name in UNDEFINED_VALUES:
             problem = _compare_layout(got, expected)
+        elif op_name in SIGN_AMBIGUOUS:
+            problem = SIGN_AMBIGUOUS[op_name](got, expected, atol, rtol)
+        elif op_name in RANDOM_VALUES:
+            problem = _compare_layout(got, expected) or RANDOM_VALUES[op_name](sample, got, expected)
         else:
             problem = _compare(got, expected, atol, rtol)
         outcomes.append(Outcome(WRONG, problem, opset) if problem else Outcome(PASS, "", opset))

@@ -9,8 +9,8 @@ import fastonnx
 from export_check import ENDS, Fn, check_export
 from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
 
-# Tested by hand below instead: nn.functional.rrelu and the dropouts, whose OpInfo samples include
-# training=True with 0 < p < 1 (random masks / slopes eager cannot reproduce).
+# nn.functional.rrelu and the dropouts are in tests/converters/test_random.py: their OpInfo samples
+# include training=True with 0 < p < 1 (random masks / slopes, checked on their support there).
 OPS = [
     "nn.functional.relu",
     "nn.functional.relu6",
@@ -113,12 +113,6 @@ def test_rrelu_eval_uses_mean_slope() -> None:
     check_export(Fn(lambda x: aten.rrelu(x, 0.2, 0.2, True)), (X,))  # lower == upper: no randomness
 
 
-def test_rrelu_training_is_refused() -> None:
-    ep = torch.export.export(Fn(lambda x: aten.rrelu(x, 0.1, 0.3, True)), (X,), strict=False)
-    with pytest.raises(fastonnx.ConversionError, match="training=True"):
-        fastonnx.to_onnx(ep, (X,))
-
-
 def test_log_sigmoid_forward_outputs() -> None:
     check_export(Fn(lambda x: aten.log_sigmoid_forward(x)), (X * 10,))
 
@@ -187,15 +181,6 @@ def test_dropout_training_deterministic_p(fn, p: float) -> None:
 @pytest.mark.parametrize(("p", "train"), [(0.0, True), (1.0, True), (0.5, False), (0.0, None)])
 def test_native_dropout(p: float, train: bool | None) -> None:
     check_export(Fn(lambda v: aten.native_dropout(v, p, train)), (torch.randn(2, 5),))
-
-
-@pytest.mark.parametrize(
-    "fn", [aten.dropout.default, aten.native_dropout.default, aten.alpha_dropout.default]
-)
-def test_dropout_training_is_refused(fn) -> None:
-    ep = torch.export.export(Fn(lambda v: fn(v, 0.5, True)), (X,), strict=False)
-    with pytest.raises(fastonnx.ConversionError, match="training mode"):
-        fastonnx.to_onnx(ep, (X,))
 
 
 def test_threshold_fractional_on_integers() -> None:

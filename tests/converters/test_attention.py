@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fastonnx
 from export_check import ENDS, check_export
 from opinfo_harness import PASS, assert_op_converts, check_sample, ci_sample_limit, op_db_by_name, samples
 
@@ -120,11 +119,7 @@ def test_dynamic_head_dim_default_scale() -> None:
     check_export(Sdpa(), (q, k, v), dynamic_shapes=(spec, spec, spec), run_args=[(q2, k2, v2)])
 
 
-def test_dropout_is_refused() -> None:
-    q, k, v = _qkv()
-    ep = torch.export.export(Sdpa(dropout_p=0.1), (q, k, v), strict=False)
-    with pytest.raises(fastonnx.ConversionError, match="dropout_p"):
-        fastonnx.to_onnx(ep, (q, k, v))
+# dropout_p > 0 (random attention weights) is tested in test_random.py
 
 
 def test_single_kv_head_broadcasts() -> None:

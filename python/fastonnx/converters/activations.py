@@ -1,4 +1,4 @@
-"""Activation functions, softmax and dropout.
+"""Activation functions and softmax (dropout, random in training mode, lives in random_ops.py).
 
 float16 / bfloat16 inputs are computed in float32 and rounded once at the end: torch's CPU kernels do
 the same (opmath), and onnxruntime lacks most half-precision kernels for these ops anyway.
@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Value
+from fastonnx.converters import random_ops
 from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, unsqueeze
 
 aten = torch.ops.aten
@@ -101,12 +102,18 @@ def convert_rrelu(
     training: bool = False,
     generator: Any = None,
 ) -> str:
-    if training and lower != upper:
-        raise ctx.error(
-            f"rrelu with training=True draws random slopes from [{lower}, {upper}] and cannot be exported "
-            "deterministically; call model.eval() before exporting"
-        )
-    return convert_leaky_relu(ctx, x, (lower + upper) / 2)
+    if lower > upper:
+        raise ctx.error(f"rrelu: lower ({lower}) must not exceed upper ({upper})")
+    if not training or lower == upper:
+        return convert_leaky_relu(ctx, x, (lower + upper) / 2)
+    random_ops.reject_generator(ctx, generator)
+
+    def body(c: ConversionContext, v: str, dt: torch.dtype) -> str:
+        # training: a slope drawn per element, uniform in [lower, upper]; torch's test is x <= 0
+        slopes = random_ops.rrelu_slopes(c, x, float(lower), float(upper), dt)
+        return c.op("Where", c.op("LessOrEqual", v, c.const(0, dt)), c.op("Mul", v, slopes), v)
+
+    return _float_op(ctx, x, body)
 
 
 def convert_prelu(ctx: ConversionContext, x: Value, weight: Value) -> str:
@@ -296,50 +303,6 @@ def convert_safe_softmax(ctx: ConversionContext, x: Value, dim: int, dtype: torc
     return ctx.op("Where", masked, ctx.const(0, out), y)
 
 
-# ---- dropout ------------------------------------------------------------------------------------
-def _dropout_is_random(ctx: ConversionContext, name: str, x: Value, p: float, train: bool) -> bool:
-    """True when torch would draw a random mask (p == 1 zeroes everything, deterministically)."""
-    if not 0 <= p <= 1:
-        raise ctx.error(f"{name}: p must be in [0, 1], got {p}")
-    if not train or p == 0 or x.static_shape() is not None and 0 in x.shape:
-        return False
-    if p == 1:
-        return False
-    raise ctx.error(
-        f"{name} in training mode (train=True, p={p}) cannot be exported deterministically; "
-        "call model.eval() before exporting"
-    )
-
-
-def _dropped(ctx: ConversionContext, x: Value, p: float, train: bool) -> str:
-    if train and p == 1:
-        return ctx.op("Mul", x, ctx.const(0, x.dtype))  # x * 0 as torch does: NaN stays NaN
-    return ctx.op("Identity", x)
-
-
-def _dropout(name: str) -> Callable[..., str]:
-    def convert(ctx: ConversionContext, x: Value, p: float, train: bool) -> str:
-        _dropout_is_random(ctx, name, x, p, train)
-        return _dropped(ctx, x, p, train)
-
-    convert.__name__ = f"convert_{name}"
-    return convert
-
-
-convert_dropout = _dropout("dropout")
-convert_feature_dropout = _dropout("feature_dropout")
-convert_alpha_dropout = _dropout("alpha_dropout")
-convert_feature_alpha_dropout = _dropout("feature_alpha_dropout")
-
-
-def convert_native_dropout(ctx: ConversionContext, x: Value, p: float, train: bool | None) -> list[str]:
-    train = True if train is None else train  # native_dropout treats train=None as training
-    _dropout_is_random(ctx, "native_dropout", x, p, train)
-    keep = not (train and p == 1)
-    mask = ctx.op("ConstantOfShape", ctx.dims_of(x), value=ctx.tensor_attr(keep, torch.bool))
-    return [_dropped(ctx, x, p, train), mask]
-
-
 CONVERTERS: dict[Any, Any] = {
     aten.relu.default: convert_relu,
     aten.relu6.default: convert_relu6,
@@ -368,9 +331,4 @@ CONVERTERS: dict[Any, Any] = {
     aten._softmax.default: convert__softmax,
     aten._log_softmax.default: convert__log_softmax,
     aten._safe_softmax.default: convert_safe_softmax,
-    aten.dropout.default: convert_dropout,
-    aten.feature_dropout.default: convert_feature_dropout,
-    aten.alpha_dropout.default: convert_alpha_dropout,
-    aten.feature_alpha_dropout.default: convert_feature_alpha_dropout,
-    aten.native_dropout.default: convert_native_dropout,
 }

@@ -6,6 +6,8 @@ torch's (fully masked rows, GQA head order), and a plain decomposition is exact 
 
 torch's CPU kernels compute float16 / bfloat16 attention in float32 and round once; so does this.
 A row whose every score is masked gives zeros in torch (not NaN); the same is done here.
+dropout_p > 0 drops attention weights at random (ONNX random ops: same distribution as torch, other
+values).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Value
+from fastonnx.converters import random_ops
 from fastonnx.converters.helpers import opmath_dtype, reduce, unsqueeze
 
 aten = torch.ops.aten
@@ -85,8 +88,8 @@ def _attention(
     want_lse: bool = False,
 ) -> tuple[str, str | None]:
     """(output in q's dtype, logsumexp of the scores in float32 or None)."""
-    if dropout_p:
-        raise ctx.error(f"scaled_dot_product_attention with dropout_p={dropout_p} is random; export with 0")
+    if not 0 <= dropout_p <= 1:
+        raise ctx.error(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
     if is_causal and attn_mask is not None:
         raise ctx.error("scaled_dot_product_attention takes attn_mask or is_causal, not both")
     work = opmath_dtype(q.dtype)
@@ -119,6 +122,9 @@ def _attention(
         # so that the layers sharing one mask share this computation too (CSE).
         empty_rows = _closed_rows(ctx, attn_mask)
         probs = ctx.op("Where", empty_rows, ctx.const(0.0, work), probs)
+    if dropout_p:
+        # torch's math kernel drops attention weights (random; see random_ops.py), after the softmax
+        probs = random_ops.attention_dropout(ctx, probs, dropout_p, work)
     out = ctx.cast(ctx.op("MatMul", probs, vn), q.dtype)
     lse = None
     if want_lse:
