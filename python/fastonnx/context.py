@@ -81,6 +81,20 @@ def sym_to_dim(d: Any, names: dict[str, str] | None = None) -> Dim:
     return None
 
 
+# Complex tensors are stored as real tensors with a trailing dim of 2 (real, imag): torch.view_as_real's
+# layout. onnxruntime has no complex kernels, so a complex dtype never reaches the ONNX graph.
+COMPLEX_PARTS: dict[torch.dtype, torch.dtype] = {
+    torch.complex32: torch.float16,
+    torch.complex64: torch.float32,
+    torch.complex128: torch.float64,
+}
+
+
+def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a value of ``dtype`` has in the ONNX graph: the part dtype of a complex one."""
+    return COMPLEX_PARTS.get(dtype, dtype)
+
+
 def val_dtype(val: Any) -> torch.dtype:
     """The dtype of what torch recorded for a value: a tensor's, or the tensor type of a scalar."""
     if isinstance(val, torch.Tensor):
@@ -111,6 +125,13 @@ class ConversionContext:
     def dim(self, d: Any) -> Dim:
         """A torch dim as written in the ONNX graph: int, or a readable symbolic name/expression."""
         return sym_to_dim(d, self.dim_names)
+
+    def onnx_type(self, dtype: torch.dtype, shape: Sequence[Any]) -> tuple[int, list[Dim]]:
+        """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2."""
+        dims = [self.dim(d) for d in shape]
+        if dtype in COMPLEX_PARTS:
+            return dtypes.to_onnx_dtype(COMPLEX_PARTS[dtype]), [*dims, 2]
+        return dtypes.to_onnx_dtype(dtype), dims
 
     # ---- the node being converted -------------------------------------------------------------
     @property

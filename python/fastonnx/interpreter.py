@@ -51,6 +51,7 @@ class OutputSlot:
     onnx_name: str | None
     constant: Any = None
     is_scalar: bool = False
+    is_complex: bool = False  # stored as (..., 2) real, returned through torch.view_as_complex
 
 
 @dataclass
@@ -113,6 +114,8 @@ class Interpreter:
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Layout:
+        # the per-node complex check costs a walk over every argument: skip it for real-only programs
+        self._complex = _program_has_complex(self.ep.graph_module)
         sig = self.ep.graph_signature
         specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
         nodes = list(self.ep.graph.nodes)
@@ -156,9 +159,7 @@ class Interpreter:
     def _user_input(self, node: torch.fx.Node, name: str) -> None:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            onnx_name = self.g.add_input(
-                name, dtypes.to_onnx_dtype(val.dtype), [self.ctx.dim(d) for d in val.shape]
-            )
+            onnx_name = self.g.add_input(name, *self.ctx.onnx_type(val.dtype, val.shape))
             self.env[node] = Value(onnx_name, val.dtype, tuple(val.shape))
             self.layout.inputs.append(InputSlot(onnx_name, val.dtype))
             for axis, d in enumerate(val.shape):
@@ -191,6 +192,10 @@ class Interpreter:
         t = tensor.detach()
         if isinstance(t, torch.nn.Parameter):
             t = t.data
+        if t.is_complex():
+            # stored in the (..., 2) real layout: a view of the same bytes
+            value = self.initializer(hint, torch.view_as_real(t))
+            return Value(value.name, t.dtype, tuple(t.shape))
         if t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
             # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
             name = self.g.add_deferred_initializer(hint, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
@@ -263,6 +268,8 @@ class Interpreter:
             )
         args = self.map_arg(node.args)
         kwargs = self.map_arg(node.kwargs)
+        if self._complex and _involves_complex(node, args, kwargs) and fn not in self.custom.values():
+            fn = _complex_converter(target, fn, node, args, kwargs)
         self.ctx.node = node
         try:
             result = fn(self.ctx, *args, **kwargs)
@@ -294,7 +301,7 @@ class Interpreter:
                     f"the converter for {node.target} (node {node.name!r}) returned {result!r}, "
                     "not an ONNX value name"
                 )
-            self.g.set_type(name, dtypes.to_onnx_dtype(val.dtype), [self.ctx.dim(d) for d in val.shape])
+            self.g.set_type(name, *self.ctx.onnx_type(val.dtype, val.shape))
             return Value(name, val.dtype, tuple(val.shape))
         if isinstance(val, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) < len(val):
@@ -359,7 +366,8 @@ class Interpreter:
                 wanted = self.output_names[k] if self.output_names else (path or a.name)
                 k += 1
                 name, is_scalar = self._output_value(a, wanted)
-                self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar))
+                is_complex = isinstance(self.env[a], Value) and self.env[a].dtype.is_complex
+                self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar, is_complex=is_complex))
             else:
                 self.layout.outputs.append(OutputSlot(None, constant=a))
         for a, spec in zip(flat, specs):
@@ -380,9 +388,60 @@ class Interpreter:
             dt = torch.int64 if isinstance(val, (int, torch.SymInt)) else torch.float32
             name = self.ctx.const(value, dt)
             return self.g.add_output(name, wanted), True
-        return self.g.add_output(value.name, wanted), value.rank == 0 and isinstance(
+        name = self.g.add_output(value.name, wanted)
+        if name != value.name:
+            # the builder renamed the value to the output's name: later outputs of the same node
+            # (an input mutated in place and also returned) must read it under its new name
+            self.env[a] = Value(name, value.dtype, value.shape)
+        return name, value.rank == 0 and isinstance(
             a.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float)
         )
+
+
+def _has_complex(a: Any) -> bool:
+    if isinstance(a, (Value, torch.Tensor)):
+        return a.dtype.is_complex
+    if isinstance(a, (list, tuple)):
+        return any(_has_complex(x) for x in a)
+    if isinstance(a, dict):
+        return any(_has_complex(x) for x in a.values())
+    return False
+
+
+def _program_has_complex(root: torch.nn.Module) -> bool:
+    """Whether any node of the program or of its subgraphs holds a complex tensor."""
+    return any(
+        _has_complex(node.meta.get("val"))
+        for gm in root.modules()
+        if isinstance(gm, torch.fx.GraphModule)
+        for node in gm.graph.nodes
+    )
+
+
+def _involves_complex(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+    """Whether a node reads or produces a complex tensor (stored in the (..., 2) real layout)."""
+    return _has_complex(node.meta.get("val")) or _has_complex(args) or _has_complex(kwargs)
+
+
+def _complex_converter(
+    target: Any, fn: Callable[..., Any], node: torch.fx.Node, args: Any, kwargs: Any
+) -> Any:
+    """The converter that understands the real layout of complex values for this op, or a clear error:
+    a converter written for real tensors would compute garbage on the (..., 2) layout."""
+    from fastonnx.converters import complex_ops
+
+    override = complex_ops.COMPLEX_OVERRIDES.get(target)
+    if override is None:
+        override = complex_ops.COMPLEX_OVERRIDES.get(functional_twin(target))
+    if override is not None:
+        return override
+    if fn in complex_ops.CONVERTERS.values():
+        return fn
+    what = "inputs" if _has_complex(args) or _has_complex(kwargs) else "outputs"
+    raise UnsupportedOpError(
+        f"complex {what} are not supported by {target} (FX node {node.name!r}), called at "
+        f"{source_line(node)}; fastonnx converts complex values only for FFTs and complex_ops' operators"
+    )
 
 
 def _is_user(spec: Any) -> bool:

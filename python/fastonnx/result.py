@@ -102,12 +102,16 @@ class ExportResult:
             raise RuntimeCheckError(f"onnxruntime failed to run the exported model: {e}") from e
         it = iter(arrays)
         flat: list[Any] = []
-        for slot in self._layout.outputs:
-            if slot.onnx_name is None:
-                flat.append(slot.constant)
+        for out in self._layout.outputs:
+            if out.onnx_name is None:
+                flat.append(out.constant)
                 continue
             t = torch.from_numpy(next(it))
-            flat.append(t.item() if slot.is_scalar else t)
+            if out.is_complex:
+                if t.numel() == 0:  # numpy gives empty arrays zero strides, which view_as_complex refuses
+                    t = torch.empty(t.shape, dtype=t.dtype)
+                t = torch.view_as_complex(t)  # the graph holds complex values as (..., 2) real
+            flat.append(t.item() if out.is_scalar else t)
         if self._out_spec is None:
             return flat[0] if len(flat) == 1 else tuple(flat)
         return pytree.tree_unflatten(flat, self._out_spec)
@@ -121,7 +125,10 @@ class ExportResult:
 
 
 def _to_numpy(t: torch.Tensor) -> Any:
-    t = t.detach().cpu().contiguous()
+    t = t.detach().cpu()
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj())  # the graph's layout of complex values
+    t = t.contiguous()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
