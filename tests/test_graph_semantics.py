@@ -109,3 +109,20 @@ def test_training_mode_is_reported() -> None:
         result = fastonnx.to_onnx(model, (x,))
     assert result.stats["training_mode"] is True
     torch.testing.assert_close(result(x), model(x))
+
+
+class MutateInputAndReturnIt(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x
+
+
+def test_input_mutated_in_place_and_returned() -> None:
+    x = torch.randn(3, 4)
+    result = fastonnx.to_onnx(MutateInputAndReturnIt(), (x.clone(),))
+    # the user's output, then the mutated input as its own output
+    assert len(result.output_names) == 2 and result.output_names[1] == "mutated.x"
+    torch.testing.assert_close(result(x.clone()), x * 2)
+    session = result.session()
+    outs = session.run(None, {result.input_names[0]: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(outs[1]), x * 2)

@@ -48,14 +48,8 @@ OPS = [
     "nn.functional.feature_alpha_dropout.with_train",
     "nn.functional.rrelu",
 ]
-# Their OpInfo samples mutate the module's input (x.cauchy_()); exporting an in-place op on a graph
-# input fails in shared code for every op (x.zero_() too): the interpreter's value keeps its old name
-# after GraphBuilder.add_output renamed it for the user output, so the input-mutation output reads a
-# name without a type. Reported; the converters are tested below on clones (test_in_place_samplers).
+# their OpInfo samples mutate the module's input (x.cauchy_()) and return it
 IN_PLACE_OPS = ["cauchy", "exponential", "geometric", "log_normal", "normal.in_place", "uniform"]
-_SHARED_BUG = pytest.mark.xfail(
-    strict=True, reason="in-place op on a graph input: output renamed (shared bug)"
-)
 HALF_OPS = ops_supporting(OPS, torch.float16)  # rrelu has no float16 kernel in torch
 INT_OPS = ["randint_like"]
 
@@ -65,10 +59,9 @@ def test_float32(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
 
 
-@_SHARED_BUG
 @pytest.mark.parametrize("op_name", IN_PLACE_OPS)
 def test_float32_in_place(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=1)
+    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
 
 
 @pytest.mark.parametrize("op_name", HALF_OPS)
