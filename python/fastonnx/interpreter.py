@@ -15,6 +15,7 @@ from fastonnx import dtypes, dynamic
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
 from fastonnx.control_flow import CONTROL_FLOW
+from fastonnx.converters import named_registry
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
 
 aten = torch.ops.aten
@@ -254,7 +255,7 @@ class Interpreter:
             self.custom_used.add(str(target))
         mutated: Any = None
         if fn is None:
-            fn = self.converters.get(target)
+            fn = self.converters.get(target) or named_registry().get(str(target))
         if fn is None:
             twin = functional_twin(target)
             if twin is not None:
@@ -450,5 +451,5 @@ def _is_user(spec: Any) -> bool:
 
 def _qualname(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
-        return f"torch.ops.aten.{target.overloadpacket.__name__}.{target._overloadname}"
+        return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{target._overloadname}"
     return getattr(target, "__qualname__", str(target))

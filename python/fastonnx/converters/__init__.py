@@ -56,3 +56,12 @@ def registry() -> dict[Any, Converter]:
                 raise RuntimeError(f"{op} is registered twice ({table[op].__module__} and {family})")
             table[op] = fn
     return table
+
+
+@cache
+def named_registry() -> dict[str, Converter]:
+    """Converters of ops other libraries define (torch.library), keyed by ``str(op)``: their OpOverload
+    objects only exist once those libraries are imported."""
+    from fastonnx.converters.library_ops import NAMED_CONVERTERS
+
+    return dict(NAMED_CONVERTERS)
