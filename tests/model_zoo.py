@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 
@@ -98,3 +101,218 @@ def tiny_bert() -> torch.nn.Module:
     )
     torch.manual_seed(0)
     return BertModel(cfg).eval()
+
+
+# ---- transformers architectures from tiny configs ------------------------------------------------
+# Token ids 0..2 are pad/bos/eos in every tiny config; inputs use ids >= 3.
+TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1}
+TEXT = {
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 72,
+    **TOKENS,
+}
+SEQ2SEQ = {
+    "vocab_size": 128,
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "max_position_embeddings": 64,
+    **TOKENS,
+}
+VISION = {
+    "image_size": 32,
+    "patch_size": 8,
+    "num_channels": 3,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+}
+
+
+class Seq2SeqLogits(torch.nn.Module):
+    """An encoder-decoder LM called with encoder ids, their mask and decoder ids."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_ids: torch.Tensor
+    ) -> Any:
+        return self.m(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids
+        ).logits
+
+
+class Hidden(torch.nn.Module):
+    """A vision or audio encoder returning its last hidden state."""
+
+    def __init__(self, model: torch.nn.Module, keyword: str) -> None:
+        super().__init__()
+        self.m, self.keyword = model, keyword
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.m(**{self.keyword: x}).last_hidden_state
+
+
+class VisionLanguage(torch.nn.Module):
+    """A LLaVA-style model: token ids with image placeholders, their mask and the images."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixels: torch.Tensor) -> Any:
+        return self.m(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixels).logits
+
+
+def _text_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 128, (2, 8), generator=g)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 6:] = 0  # right padding exercises the attention mask
+    return ids, mask
+
+
+def _config(model_type: str, **kwargs: Any) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def _build(cls_name: str, cfg: Any) -> torch.nn.Module:
+    import transformers
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # tiny configs trip harmless vocabulary warnings
+    torch.manual_seed(0)
+    return getattr(transformers, cls_name)(cfg).eval()
+
+
+def causal_lm(model_type: str, cls_name: str, **extra: Any) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    return Logits(_build(cls_name, _config(model_type, **{**TEXT, **extra}))), _text_inputs()
+
+
+def encoder(model_type: str, cls_name: str, **cfg: Any) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    return Field(_build(cls_name, _config(model_type, **cfg)), "last_hidden_state"), _text_inputs()
+
+
+def seq2seq(model_type: str, cls_name: str, **cfg: Any) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    decoder_ids = torch.randint(3, 128, (2, 5), generator=torch.Generator().manual_seed(2))
+    return Seq2SeqLogits(_build(cls_name, _config(model_type, **cfg))), (*_text_inputs(), decoder_ids)
+
+
+def vision(model_type: str, cls_name: str, **cfg: Any) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    return Hidden(_build(cls_name, _config(model_type, **cfg)), "pixel_values"), (pixels,)
+
+
+def whisper_encoder() -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    cfg = _config("whisper", **SEQ2SEQ, num_mel_bins=16, max_source_positions=16)
+    features = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(4))
+    return Hidden(_build("WhisperModel", cfg).get_encoder(), "input_features"), (features,)
+
+
+def llava() -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision_cfg = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=4,
+        projection_dim=32,
+    )
+    text_cfg = LlamaConfig(**{**TEXT, "vocab_size": 160})
+    image_token = 150
+    cfg = LlavaConfig(vision_config=vision_cfg, text_config=text_cfg, image_token_id=image_token)
+    patches = (16 // 4) ** 2  # the 'default' feature strategy drops CLS: one token per patch
+    ids = torch.tensor([[5, 6, *[image_token] * patches, 7, 8], [9, 10, *[image_token] * patches, 11, 12]])
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    return VisionLanguage(_build("LlavaForConditionalGeneration", cfg)), (ids, torch.ones_like(ids), pixels)
+
+
+# name -> builder returning (module, example inputs); each builds a tiny config with random weights
+TRANSFORMERS_MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]]] = {
+    "llama": lambda: causal_lm("llama", "LlamaForCausalLM"),
+    "mistral": lambda: causal_lm("mistral", "MistralForCausalLM"),
+    "qwen2": lambda: causal_lm("qwen2", "Qwen2ForCausalLM"),
+    "phi": lambda: causal_lm("phi", "PhiForCausalLM", num_key_value_heads=4),
+    "phi3": lambda: causal_lm("phi3", "Phi3ForCausalLM"),
+    "gemma": lambda: causal_lm("gemma", "GemmaForCausalLM", head_dim=8),
+    "gemma3": lambda: causal_lm("gemma3_text", "Gemma3ForCausalLM", head_dim=8, sliding_window=4),
+    "gpt2": lambda: causal_lm("gpt2", "GPT2LMHeadModel"),
+    "gpt_neox": lambda: causal_lm("gpt_neox", "GPTNeoXForCausalLM"),
+    "opt": lambda: causal_lm("opt", "OPTForCausalLM", ffn_dim=64, word_embed_proj_dim=32),
+    "granite": lambda: causal_lm("granite", "GraniteForCausalLM"),
+    "olmo": lambda: causal_lm("olmo", "OlmoForCausalLM"),
+    "mixtral": lambda: causal_lm("mixtral", "MixtralForCausalLM", num_local_experts=4, num_experts_per_tok=2),
+    "bert": lambda: encoder("bert", "BertModel", **TEXT),
+    "roberta": lambda: encoder("roberta", "RobertaModel", **TEXT),
+    "xlm-roberta": lambda: encoder("xlm-roberta", "XLMRobertaModel", **TEXT),
+    "distilbert": lambda: encoder(
+        "distilbert",
+        "DistilBertModel",
+        vocab_size=128,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    ),
+    "t5": lambda: seq2seq(
+        "t5",
+        "T5ForConditionalGeneration",
+        vocab_size=128,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        **TOKENS,
+    ),
+    "bart": lambda: seq2seq("bart", "BartForConditionalGeneration", **SEQ2SEQ),
+    "marian": lambda: seq2seq("marian", "MarianMTModel", **SEQ2SEQ),
+    "vit": lambda: vision("vit", "ViTModel", **VISION),
+    "beit": lambda: vision("beit", "BeitModel", **VISION),
+    "swin": lambda: vision(
+        "swin",
+        "SwinModel",
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+    ),
+    "convnext": lambda: vision(
+        "convnext", "ConvNextModel", hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=32
+    ),
+    "mobilevit": lambda: vision(
+        "mobilevit",
+        "MobileViTModel",
+        image_size=32,
+        patch_size=2,
+        hidden_sizes=[16, 24, 32],
+        neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+        num_attention_heads=2,
+    ),
+    "yolos": lambda: vision(
+        "yolos", "YolosModel", **{**VISION, "image_size": [32, 32], "num_detection_tokens": 5}
+    ),
+    "whisper-encoder": whisper_encoder,
+    "llava": llava,
+}
