@@ -46,6 +46,9 @@ OP_TOLERANCE: dict[str, tuple[float, float]] = {
     "nn.functional.conv_transpose3d": (1e-3, 1e-3),
     "nn.functional.conv3d": (1e-3, 1e-3),
     "linalg.vector_norm": (1e-3, 1e-3),
+    # torch's own float32 result on the batched sample is up to 0.24% (relative, on entries ~1e2 next
+    # to ones ~1e5) from the exact one; the converter computes in float64 and matches the exact value
+    "matrix_exp": (1e-3, 1e-3),
 }
 
 # ops whose values are uninitialized memory: only their shape and dtype can be compared
@@ -432,7 +435,7 @@ def check_sample(
             outcomes.append(Outcome(CONVERSION_ERROR, f"{type(e).__name__}: {str(e)[:400]}", opset))
             continue
         try:
-            if dtype == torch.bfloat16:
+            if dtype == torch.bfloat16 or any(t.dtype == torch.bfloat16 for t in _leaves(expected)):
                 got = _run_reference(result, tensors)
             else:
                 got = result(*_clone(tensors))

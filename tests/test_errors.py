@@ -84,3 +84,13 @@ def test_custom_converter_is_used_and_reported() -> None:
 def test_input_names_of_wrong_length() -> None:
     with pytest.raises(fastonnx.InputError, match="input_names has 2 names"):
         fastonnx.to_onnx(Tiny(), (torch.randn(2),), input_names=["a", "b"])
+
+
+class ReturnsOnlyASize(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Size:
+        return x.shape
+
+
+def test_model_without_tensor_outputs_is_refused() -> None:
+    with pytest.raises(fastonnx.InputError, match="returns no tensor"):
+        fastonnx.to_onnx(ReturnsOnlyASize(), (torch.randn(2, 3),))

@@ -380,6 +380,11 @@ class Interpreter:
                 self.layout.extra_outputs.append(name)
             else:
                 raise ConversionError(f"output {a} is a {spec.kind.name}, which fastonnx does not export")
+        if not self.layout.extra_outputs and all(o.onnx_name is None for o in self.layout.outputs):
+            raise InputError(
+                "the model returns no tensor (torch.export made every output a constant: "
+                f"{[o.constant for o in self.layout.outputs]}); an ONNX model needs at least one output"
+            )
 
     def _output_value(self, a: torch.fx.Node, wanted: str) -> tuple[str, bool]:
         value = self.env[a]
