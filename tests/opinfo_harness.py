@@ -473,6 +473,25 @@ def ci_sample_limit() -> int | None:
     return None if os.environ.get("FASTONNX_FULL_SWEEP") == "1" else 3
 
 
+def opinfo_cases(float32: Sequence[str], **by_dtype: Sequence[str]) -> list[Any]:
+    """(op name, dtype) cases for one parametrized test: float32 for every op of ``float32``, and the
+    ops listed under another dtype's name (``float16=[...]``, ``int64=[...]``) for that dtype."""
+    import pytest
+
+    cases = [pytest.param(n, torch.float32, id=f"{n}-float32") for n in float32]
+    for dtype_name, names in by_dtype.items():
+        cases += [pytest.param(n, getattr(torch, dtype_name), id=f"{n}-{dtype_name}") for n in names]
+    return cases
+
+
+def assert_case_converts(op_name: str, dtype: torch.dtype) -> None:
+    """One case of ``opinfo_cases``, at both ends of the opset range: float32 with CI's sample limit,
+    other dtypes with two samples."""
+    from export_check import ENDS
+
+    assert_op_converts(op_name, ENDS, dtype=dtype, limit=ci_sample_limit() if dtype == torch.float32 else 2)
+
+
 def assert_op_converts(
     op_name: str, opsets: Sequence[int], dtype: torch.dtype = torch.float32, limit: int | None = 3
 ) -> None:

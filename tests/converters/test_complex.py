@@ -11,7 +11,7 @@ import torch
 
 import fastonnx
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 FFT_OPS = [
     "fft.fft",
@@ -135,24 +135,11 @@ INT_OPS = [
 ]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", COMPLEX_INPUT_OPS)
-def test_complex64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.complex64, limit=2)
-
-
-@pytest.mark.parametrize("op_name", HALF_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+@pytest.mark.parametrize(
+    ("op_name", "dtype"), opinfo_cases(OPS, complex64=COMPLEX_INPUT_OPS, float16=HALF_OPS, int64=INT_OPS)
+)
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("op_name", ["fft.fft", "fft.irfft", "fft.fftshift", "real", "angle", "chalf"])

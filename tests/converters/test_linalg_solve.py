@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from export_check import Fn, check_export
+from opinfo_harness import assert_case_converts, opinfo_cases
 
 OPS = [
     "linalg.inv",
@@ -50,19 +50,9 @@ FLOAT64_OPS = ["linalg.det", "linalg.slogdet", "linalg.inv", "linalg.lu", "linal
 INT64_OPS = ["linalg.vander"]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", FLOAT64_OPS)
-def test_float64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float64, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT64_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float64=FLOAT64_OPS, int64=INT64_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 # ---- hand-written cases ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import torch
 
 import fastonnx
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "linalg.matrix_norm",
@@ -46,24 +46,14 @@ HALF_OPS = ["linalg.matrix_norm", "linalg.norm", "linalg.norm.subgradients_at_ze
 DOUBLE_OPS = ["linalg.qr", "geqrf", "linalg.eigh", "linalg.svd", "linalg.pinv", "linalg.matrix_norm"]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", HALF_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=HALF_OPS, float64=DOUBLE_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("op_name", ["linalg.matrix_norm", "linalg.norm"])
 def test_bfloat16(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.bfloat16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", DOUBLE_OPS)
-def test_float64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float64, limit=2)
 
 
 # ---- hand-written cases ------------------------------------------------------------------------------

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
+from opinfo_harness import (
+    assert_case_converts,
+    opinfo_cases,
+    ops_supporting,
+)
 
 OPS = [
     "nn.functional.mse_loss",
@@ -38,27 +42,21 @@ OPS = [
 ]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", ops_supporting(OPS, torch.float16))
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
 # integer inputs: these ops promote them to a floating result (or compute in integers where torch does)
 INT_OPS = ops_supporting(OPS, torch.int64)
 
 
-@pytest.mark.parametrize("op_name", INT_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
-
-
-def test_bool_cosine_embedding() -> None:
-    assert_op_converts("nn.functional.cosine_embedding_loss", ENDS, dtype=torch.bool, limit=2)
+@pytest.mark.parametrize(
+    ("op_name", "dtype"),
+    opinfo_cases(
+        OPS,
+        float16=ops_supporting(OPS, torch.float16),
+        int64=INT_OPS,
+        bool=["nn.functional.cosine_embedding_loss"],
+    ),
+)
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 # ---- hand-written cases: arguments and overloads the OpInfo samples do not reach ---------------------

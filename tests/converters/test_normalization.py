@@ -9,7 +9,11 @@ import torch
 
 import fastonnx
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
+from opinfo_harness import (
+    assert_case_converts,
+    opinfo_cases,
+    ops_supporting,
+)
 
 OPS = [
     "nn.functional.batch_norm",
@@ -34,14 +38,9 @@ FLOAT16_OPS = ops_supporting(OPS, torch.float16)
 # error (torch truncates integer window means; a float mean cast back is not always equal).
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", FLOAT16_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=FLOAT16_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 aten = torch.ops.aten

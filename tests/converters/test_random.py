@@ -21,10 +21,11 @@ import fastonnx
 from export_check import ENDS, Fn
 from opinfo_harness import (
     PASS,
+    assert_case_converts,
     assert_op_converts,
     check_sample,
-    ci_sample_limit,
     op_db_by_name,
+    opinfo_cases,
     ops_supporting,
     samples,
 )
@@ -54,19 +55,9 @@ HALF_OPS = ops_supporting(OPS, torch.float16)  # rrelu has no float16 kernel in 
 INT_OPS = ["randint_like"]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", IN_PLACE_OPS)
-def test_float32_in_place(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", HALF_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases([*OPS, *IN_PLACE_OPS], float16=HALF_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool])

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
+from opinfo_harness import (
+    assert_case_converts,
+    opinfo_cases,
+    ops_supporting,
+)
 
 OPS = [
     "kthvalue",
@@ -31,29 +35,17 @@ OPS = [
 INT_OPS = ["isin", "unique", "unique_consecutive"]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
 # torch sums float16 segments in float16, one element at a time (a rounding per step); our float32 sum
 # differs past the float16 tolerance where terms cancel
 HALF_OPS = [op for op in ops_supporting(OPS, torch.float16) if not op.startswith("_segment_reduce")]
 
 
-@pytest.mark.parametrize("op_name", HALF_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
-
-
-@pytest.mark.parametrize("op_name", ["unique", "unique_consecutive", "mode"])
-def test_bool(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
+@pytest.mark.parametrize(
+    ("op_name", "dtype"),
+    opinfo_cases(OPS, float16=HALF_OPS, int64=INT_OPS, bool=["unique", "unique_consecutive", "mode"]),
+)
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 # ---- hand-written cases ------------------------------------------------------------------------------
