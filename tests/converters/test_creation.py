@@ -12,11 +12,13 @@ from opinfo_harness import assert_op_converts, ci_sample_limit
 
 OPS = [
     "arange", "linspace", "eye", "full", "zeros", "ones", "new_full", "new_zeros", "new_ones",
-    "full_like", "zeros_like", "ones_like", "scalar_tensor", "fill", "zero_",
+    "full_like", "zeros_like", "ones_like", "scalar_tensor", "fill", "zero_", "logspace",
+    "logspace.tensor_overload", "linspace.tensor_overload",
 ]  # fmt: skip
 # empty, new_empty, empty_like: the values are arbitrary, so OpInfo's value comparison cannot apply;
 # test_empty_family checks their shapes and dtypes instead.
-NO_BOOL = {"arange", "linspace"}  # no bool kernel in eager torch
+# no bool kernel in eager torch
+NO_BOOL = {"arange", "linspace", "logspace", "logspace.tensor_overload", "linspace.tensor_overload"}
 
 
 @pytest.mark.parametrize("op_name", OPS)
@@ -27,6 +29,11 @@ def test_float32(op_name: str) -> None:
 @pytest.mark.parametrize("op_name", OPS)
 def test_float16(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+
+
+def test_kaiser_window() -> None:
+    # signal.windows.kaiser reaches linspace with tensor endpoints (float32 only in OpInfo)
+    assert_op_converts("signal.windows.kaiser", ENDS, limit=ci_sample_limit())
 
 
 @pytest.mark.parametrize("op_name", ["full", "zeros", "ones", "full_like", "new_ones"])

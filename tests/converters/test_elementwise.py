@@ -466,3 +466,21 @@ def test_half_tensor_with_inexact_scalars() -> None:
     x = (torch.randn(4000, generator=gen) * 10).to(torch.float16)
     fn = Fn(lambda t: (t * 0.3, 0.3 * t, t / 0.3, t * 0.5, t + 0.3, t - 0.3, t % 0.3, torch.fmod(t, 0.3)))
     check_export(fn, (x,), opsets=ENDS, atol=0, rtol=0)
+
+
+def test_numpy_style_aliases() -> None:
+    # torch.export keeps divide / multiply / subtract as their own overloads
+    a = torch.tensor([7.0, -7.5, 3.0, 0.5])
+    b = torch.tensor([2.0, 2.0, -0.7, 4.0])
+    fn = Fn(
+        lambda x, y: (
+            torch.divide(x, y),
+            torch.divide(x, y, rounding_mode="floor"),
+            torch.divide(x, 3, rounding_mode="trunc"),
+            torch.multiply(x, y),
+            torch.multiply(x, 2),
+            torch.subtract(x, y, alpha=2),
+            torch.subtract(x, 1.5),
+        )
+    )
+    check_export(fn, (a, b), opsets=ENDS)

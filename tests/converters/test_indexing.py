@@ -18,15 +18,19 @@ OPS = [
     "index_copy", "index_fill", "select_scatter", "slice_scatter", "diagonal_scatter", "nonzero",
     "argwhere", "masked_select", "topk", "sort", "argsort", "msort", "bucketize", "searchsorted",
     "masked_scatter", "index_reduce.mean", "index_reduce.prod", "put", "nonzero_static",
-    "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
+    "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate", "scatter_reduce.amax",
+    "scatter_reduce.amin", "index_reduce.amax", "index_reduce.amin", "as_strided_scatter",
 ]  # fmt: skip
-# ScatterElements reduces with max/min from opset 18 only: opset 17 raises OpsetError for these
+# ScatterElements reduces with max/min from opset 18; below, a one-hot mask and ReduceMax/Min do it, so
+# the amax/amin ops are checked at 17 and 18 both
 FROM_18 = ["scatter_reduce.amax", "scatter_reduce.amin", "index_reduce.amax", "index_reduce.amin"]
+# no eager kernel for index_reduce with bool inputs
+NO_BOOL_INDEX_REDUCE = {"index_reduce.amax", "index_reduce.amin"}
 # torch's default (unstable) sort orders ties as its implementation happens to; samples with many ties
 # (float16, int64, bool) cannot match index for index. Stable sorts are matched exactly (float32).
 TIES = {"sort", "argsort", "topk", "msort"}
 # no eager kernel for these with bool inputs
-NO_BOOL = {"scatter_reduce.mean", "index_reduce.mean", "bucketize", "topk"}
+NO_BOOL = {"scatter_reduce.mean", "index_reduce.mean", "bucketize", "topk"} | NO_BOOL_INDEX_REDUCE
 
 
 @pytest.mark.parametrize("op_name", OPS)
@@ -211,3 +215,20 @@ def test_symbolic_min_max_rounding_and_comparisons() -> None:
         dynamic_shapes={"x": {0: n}},
         run_args=[(torch.randn(8, 2),), (torch.randn(13, 2),)],
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int8, torch.float32])
+def test_scatter_amax_amin_opset_17(dtype: torch.dtype) -> None:
+    # opset 17 has no ScatterElements max/min: a one-hot mask and ReduceMax/Min, include_self both ways
+    x = torch.randint(-50, 50, (4, 5)).to(dtype)
+    idx = torch.tensor([[0, 0, 1, 3], [4, 4, 4, 0], [2, 1, 2, 1]])
+    src = torch.randint(-50, 50, (3, 4)).to(dtype)
+
+    def fn(t: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            t.scatter_reduce(1, i, s, "amax"),
+            t.scatter_reduce(1, i, s, "amin", include_self=False),
+            t.index_reduce(0, torch.tensor([3, 0, 3]), s.repeat(1, 2)[:, :5], "amax", include_self=False),
+        )
+
+    check_export(Fn(fn), (x, idx, src), opsets=(17, 18))

@@ -49,6 +49,15 @@ OPS = [
     "nn.functional.pairwise_distance",
     "cdist",
     "nn.functional.cosine_similarity",
+    "nn.functional.max_unpool1d",
+    "nn.functional.max_unpool2d",
+    "nn.functional.max_unpool3d",
+    "nn.functional.max_unpool1d.grad",
+    "nn.functional.max_unpool2d.grad",
+    "nn.functional.max_unpool3d.grad",
+    "_upsample_bilinear2d_aa",
+    "grid_sampler_3d",
+    "nn.functional.grid_sample",
 ]
 
 
@@ -89,6 +98,9 @@ FLOAT16_OPS = [
     "nn.functional.unfold",
     "nn.functional.pairwise_distance",
     "nn.functional.cosine_similarity",
+    "nn.functional.max_unpool1d",
+    "nn.functional.max_unpool2d",
+    "nn.functional.max_unpool3d",
 ]
 # integer inputs where eager supports them: max pools (run in float64, exact below 2**53), gathers and
 # data movement. Conv has no integer form in ONNX; integer avg_pool without divisor_override is refused
@@ -115,12 +127,17 @@ def test_int64(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
 
 
-def test_embedding_bag_from_opset_18() -> None:
-    # mode="max" needs ScatterND reduction="max" (opset 18); sum / mean also work at 17 (below)
-    assert_op_converts("nn.functional.embedding_bag", (18, MAX_OPSET), limit=ci_sample_limit())
+def test_embedding_bag_all_opsets() -> None:
+    # mode="max" uses ScatterND reduction="max" from opset 18, a membership mask and ReduceMax below
+    assert_op_converts("nn.functional.embedding_bag", (17, 18, MAX_OPSET), limit=ci_sample_limit())
 
 
-@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_float16() -> None:
+    # ScatterND has no float16 reduction kernels in onnxruntime: the bags are reduced in float32
+    assert_op_converts("nn.functional.embedding_bag", (17, 18, MAX_OPSET), dtype=torch.float16, limit=3)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_opset_17(mode: str) -> None:
     weight = torch.randn(6, 3)
     indices = torch.tensor([0, 5, 5, 1, 2, 3, 4])
@@ -129,9 +146,18 @@ def test_embedding_bag_opset_17(mode: str) -> None:
     check_export(fn, (weight, indices, offsets), opsets=(17,))
 
 
-def test_grid_sample_5d_from_opset_20() -> None:
-    # GridSample takes 3-D grids (5-D inputs) from opset 20; opset 17-19 raise OpsetError
-    assert_op_converts("nn.functional.grid_sample", (20, MAX_OPSET), limit=ci_sample_limit())
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_5d_every_mode(mode: str, padding_mode: str, align_corners: bool) -> None:
+    # GridSample takes 3-D grids from opset 20; below, a gather-based trilinear / nearest form is used
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6, generator=gen)
+    grid = torch.rand(2, 3, 4, 2, 3, generator=gen) * 3 - 1.5  # a third of the points fall outside
+    fn = Fn(
+        lambda a, b: F.grid_sample(a, b, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    )
+    check_export(fn, (x, grid), opsets=(17, 20))
 
 
 @pytest.mark.parametrize(
@@ -332,3 +358,43 @@ def test_integer_conv_is_refused() -> None:
     ep = torch.export.export(Fn(torch.nn.functional.conv1d), (x, w), strict=False)
     with pytest.raises(fastonnx.ConversionError, match="Conv takes floating types"):
         fastonnx.to_onnx(ep, (x, w))
+
+
+def test_max_unpool_unbatched_and_module() -> None:
+    pool = torch.nn.MaxPool2d(2, stride=2, return_indices=True)
+    unpool = torch.nn.MaxUnpool2d(2, stride=2)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y, idx = pool(x)
+        y3, idx3 = F.max_pool1d(x[0], 3, stride=2, return_indices=True)
+        return unpool(y, idx), unpool(y[0], idx[0], output_size=(7, 6)), F.max_unpool1d(y3, idx3, 3, 2)
+
+    check_export(Fn(fn), (torch.randn(2, 3, 6, 6),), opsets=ENDS)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_antialiased_bilinear(align_corners: bool) -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            F.interpolate(x, size=(4, 9), mode="bilinear", antialias=True, align_corners=align_corners),
+            F.interpolate(x, scale_factor=0.4, mode="bilinear", antialias=True, align_corners=align_corners),
+            F.interpolate(x, scale_factor=(1.5, 0.3), mode="bilinear", antialias=True),
+        )
+
+    check_export(Fn(fn), (torch.randn(2, 3, 11, 13),), opsets=ENDS)
+
+
+def test_max_unpool_dynamic_batch() -> None:
+    batch = torch.export.Dim("batch")
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y, idx = F.max_pool2d(x, 2, return_indices=True)
+        return F.max_unpool2d(y, idx, 2)
+
+    check_export(
+        Fn(fn),
+        (torch.randn(2, 3, 4, 6),),
+        opsets=ENDS,
+        dynamic_shapes=(({0: batch},),),  # Fn takes *xs
+        run_args=[(torch.randn(4, 3, 4, 6),)],
+    )

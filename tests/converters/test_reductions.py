@@ -57,6 +57,16 @@ OPS = [
     "masked.cumprod",
     "masked.argmax",
     "masked.argmin",
+    "masked.normalize",
+    "masked.std",
+    "masked.var",
+    "sum_to_size",
+    "renorm",
+    "diff",
+    "trapezoid",
+    "trapz",
+    "cumulative_trapezoid",
+    "gradient",
 ]
 
 
@@ -244,3 +254,103 @@ def test_cummax_cummin_ties_nan_ints() -> None:
     ints = torch.tensor([[3, 1, 3, 2**62, -(2**63), 2**62], [0, 0, 0, -5, -5, 9]])
     check_export(Fn(lambda v: (torch.cummax(v, 1), torch.cummin(v, 1))), (ints,))
     check_export(Fn(lambda v: torch.cummax(v, -1)), (torch.tensor([True, False, True, True]),))
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_spacings(edge_order: int) -> None:
+    # uniform spacing (scalar, per-dim list) and coordinate tensors (non-uniform), both edge orders
+    x = torch.randn(5, 6, 4)
+    coords = (torch.tensor([0.0, 0.5, 1.5, 1.7, 3.0]), torch.tensor([0.0, 1.0, 1.1, 2.5, 4.0, 4.2]))
+
+    def fn(t: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            *torch.gradient(t, spacing=0.7, edge_order=edge_order),
+            *torch.gradient(t, spacing=[2.0, 0.5], dim=[0, 2], edge_order=edge_order),
+            *torch.gradient(t, spacing=(c0, c1), dim=[0, 1], edge_order=edge_order),
+            *torch.gradient(t, dim=-1, edge_order=edge_order),
+        )
+
+    check_export(Fn(fn), (x, *coords), opsets=ENDS, atol=1e-4, rtol=1e-4)
+
+
+def test_diff_trapezoid_variants() -> None:
+    y = torch.randn(3, 5)
+    x2 = torch.cumsum(torch.rand(3, 5), dim=1)
+    b = torch.tensor([True, False, False, True, True])
+
+    def fn(t: torch.Tensor, xs: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.diff(t, n=2, dim=1, prepend=t[:, :1], append=t[:, -2:]),
+            torch.diff(m, prepend=m[:1]),
+            torch.trapezoid(t, xs, dim=1),
+            torch.trapezoid(t, dx=0.3, dim=0),
+            torch.cumulative_trapezoid(t, xs[0], dim=1),
+            torch.cumulative_trapezoid(t, dx=2, dim=0),
+            t.sum_to_size(1, 5),
+            t.renorm(1, 0, 1.5),
+        )
+
+    check_export(Fn(fn), (y, x2, b), opsets=ENDS)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.int64, torch.int32, torch.bool, torch.uint8, torch.float32, torch.float16]
+)
+def test_hash_tensor_bit_exact(dtype: torch.dtype) -> None:
+    # XOR of 64-bit patterns. Run in onnxruntime directly: fastonnx's result object cannot hand back
+    # onnxruntime's uint64 arrays (numpy "ulonglong", which torch.from_numpy rejects)
+    import numpy as np
+    import onnxruntime as ort
+
+    import fastonnx
+
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 5, 3, generator=gen) * 1000).to(dtype)
+    if dtype == torch.int64:
+        x[0, 0, 0] = -(2**63)  # the sign bit
+    fn = Fn(
+        lambda t: (
+            torch.hash_tensor(t),
+            torch.hash_tensor(t, dim=[0, 2]),
+            torch.hash_tensor(t, 1, keepdim=True),
+        )
+    )
+    expected = fn(x)
+    ep = torch.export.export(fn, (x,))
+    for opset in (26,) if dtype.is_floating_point else ENDS:
+        model = fastonnx.to_onnx(ep, (x,), opset=opset).model_proto
+        sess = ort.InferenceSession(model.SerializeToString())
+        outs = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        for got, exp in zip(outs, expected, strict=True):
+            arr = np.asarray(got).astype(np.uint64)
+            assert arr.shape == tuple(exp.shape)
+            assert torch.equal(torch.from_numpy(arr.view(np.int64)), exp.view(torch.int64))
+
+
+def test_hash_tensor_of_floats_needs_opset_26() -> None:
+    import fastonnx
+
+    x = torch.randn(3)
+    ep = torch.export.export(Fn(torch.hash_tensor), (x,))
+    with pytest.raises(fastonnx.OpsetError, match="opset >= 26"):
+        fastonnx.to_onnx(ep, (x,), opset=25)
+
+
+def test_differences_with_dynamic_batch() -> None:
+    # (torch.gradient and sum_to_size specialise the batch dim during export, so they are not here)
+    batch = torch.export.Dim("batch")
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.diff(t, dim=1),
+            torch.cumulative_trapezoid(t, dim=1),
+            torch.trapezoid(t, dim=1),
+        )
+
+    check_export(
+        Fn(fn),
+        (torch.randn(3, 6),),
+        opsets=ENDS,
+        dynamic_shapes=(({0: batch},),),  # Fn takes *xs
+        run_args=[(torch.randn(5, 6),)],
+    )

@@ -143,9 +143,53 @@ def convert_arange_start_step(ctx: ConversionContext, start: Any, end: Any, step
 
 def convert_linspace(ctx: ConversionContext, start: Any, end: Any, steps: Any, **_: Any) -> str:
     dtype = ctx.out_dtype
-    if not all(isinstance(v, (int, float)) for v in (start, end, steps)):
-        raise ctx.error("linspace needs Python numbers for start, end and steps")
-    return ctx.const(torch.linspace(start, end, steps, dtype=dtype), dtype)
+    if all(isinstance(v, (int, float)) for v in (start, end, steps)):
+        return ctx.const(torch.linspace(start, end, steps, dtype=dtype), dtype)
+    return _spaced(ctx, start, end, steps, None)
+
+
+def convert_logspace(
+    ctx: ConversionContext, start: Any, end: Any, steps: Any, base: float = 10.0, **_: Any
+) -> str:
+    dtype = ctx.out_dtype
+    if all(isinstance(v, (int, float)) for v in (start, end, steps, base)):
+        return ctx.const(torch.logspace(start, end, steps, base, dtype=dtype), dtype)
+    return _spaced(ctx, start, end, steps, float(base))
+
+
+def _endpoint(ctx: ConversionContext, v: Any, dtype: torch.dtype, compute: torch.dtype) -> str:
+    """A start / end converted to the output dtype first (torch's ``Scalar.to<scalar_t>()``)."""
+    if isinstance(v, (int, float)):
+        return ctx.const(torch.tensor(v).to(dtype), compute)
+    return ctx.cast(_scalar(ctx, v, dtype), compute)
+
+
+def _spaced(ctx: ConversionContext, start: Any, end: Any, steps: Any, base: float | None) -> str:
+    """linspace (``base`` None) or logspace with tensor endpoints, as torch's CPU kernel computes them:
+    step = (end - start) / (steps - 1); the first half counts up from start, the second half down
+    from end. Integer results (and every logspace) are computed in float64 and truncated."""
+    dtype = ctx.out_dtype
+    if not isinstance(steps, int):
+        raise ctx.error("linspace / logspace need a Python int for steps")
+    if steps == 0:
+        return ctx.const(torch.zeros(0, dtype=dtype), dtype)
+    wide = base is not None or not dtype.is_floating_point
+    compute = (
+        torch.float64 if wide else (torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
+    )
+    s = _endpoint(ctx, start, dtype, compute)
+    if steps == 1:
+        value = s
+    else:
+        e = _endpoint(ctx, end, dtype, compute)
+        step = ctx.op("Div", ctx.op("Sub", e, s), ctx.const(steps - 1, compute))
+        idx = torch.arange(steps, dtype=torch.float64)
+        up = ctx.op("Add", s, ctx.op("Mul", step, ctx.const(idx, compute)))
+        down = ctx.op("Sub", e, ctx.op("Mul", step, ctx.const(steps - 1 - idx, compute)))
+        value = ctx.op("Where", ctx.const(idx < steps // 2, torch.bool), up, down)
+    if base is not None:
+        value = ctx.op("Pow", ctx.const(base, compute), value)
+    return ctx.cast(ctx.op("Reshape", value, ctx.i64([steps])), dtype)
 
 
 def convert_eye(ctx: ConversionContext, n: Any, m: Any = None, **_: Any) -> str:
@@ -185,6 +229,13 @@ CONVERTERS: dict[Any, Any] = {
     aten.arange.start: convert_arange_start,
     aten.arange.start_step: convert_arange_start_step,
     aten.linspace.default: convert_linspace,
+    aten.linspace.Tensor_Tensor: convert_linspace,
+    aten.linspace.Tensor_Scalar: convert_linspace,
+    aten.linspace.Scalar_Tensor: convert_linspace,
+    aten.logspace.default: convert_logspace,
+    aten.logspace.Tensor_Tensor: convert_logspace,
+    aten.logspace.Tensor_Scalar: convert_logspace,
+    aten.logspace.Scalar_Tensor: convert_logspace,
     aten.eye.default: convert_eye,
     aten.eye.m: convert_eye,
 }

@@ -8,13 +8,15 @@ Boolean masks become integer indices through NonZero, as torch itself does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis
+from fastonnx.converters.helpers import normalize_axis, unsqueeze
+from fastonnx.converters.helpers import reduce as helper_reduce
 from fastonnx.converters.shape_ops import (
     INT64_MAX,
     dim_scalar,
@@ -371,7 +373,9 @@ def convert_scatter_reduce(
 ) -> str:
     axis = normalize_axis(dim, x.rank) if x.rank else 0
     upd = ctx.cast(_crop_to(ctx, src, index.shape), x.dtype)
-    return _reduce_into(ctx, x, axis, _index_i64(ctx, index), upd, ctx.dims_of(index), reduce, include_self)
+    return _reduce_into(
+        ctx, x, axis, _index_i64(ctx, index), upd, ctx.dims_of(index), reduce, include_self, index.shape
+    )
 
 
 def _reduce_into(
@@ -383,12 +387,14 @@ def _reduce_into(
     idx_shape: str,
     reduce: str,
     include_self: bool,
+    idx_dims: Sequence[Any] = (),
 ) -> str:
-    """scatter_reduce / index_reduce: ``upd`` reduced into ``x`` at ``idx`` (both of shape ``idx_shape``)."""
+    """scatter_reduce / index_reduce: ``upd`` reduced into ``x`` at ``idx`` (both of shape ``idx_shape``,
+    whose dims ``idx_dims`` are)."""
     if reduce not in ("sum", "prod", "amax", "amin", "mean"):
         raise ctx.error(f"reduce={reduce!r} is not supported (sum, prod, amax, amin, mean)")
-    if reduce in ("amax", "amin"):
-        ctx.require_opset(18, f"reduce={reduce!r} (ScatterElements reduction max/min)")
+    if reduce in ("amax", "amin") and ctx.opset < 18:
+        return _scatter_extreme_opset17(ctx, x, axis, idx, upd, reduce, include_self, idx_dims)
     base: Any = x
     if not include_self:
         # scattered positions start from the reduction's identity instead of x
@@ -408,6 +414,55 @@ def _reduce_into(
         return ctx.op("Div", total, count)
     # integer mean rounds down, as torch does
     return ctx.op("Div", ctx.op("Sub", total, ctx.op("Mod", total, count, fmod=0)), count)
+
+
+def _scatter_extreme_opset17(
+    ctx: ConversionContext,
+    x: Value,
+    axis: int,
+    idx: str,
+    upd: str,
+    reduce: str,
+    include_self: bool,
+    dims: Sequence[Any],
+) -> str:
+    """amax / amin scatter without ScatterElements' max / min reduction (opset 18): each index is
+    compared with every position along ``axis`` (a one-hot mask), the masked updates are reduced over
+    the index axis, and positions that received anything combine with ``x`` (or replace it)."""
+    if x.rank == 0:  # reduced as 1-element vectors
+        one = Value(_as_1d(ctx, x), x.dtype, (1,))
+        out = _scatter_extreme_opset17(
+            ctx, one, 0, _as_1d(ctx, idx), _as_1d(ctx, upd), reduce, include_self, (1,)
+        )
+        return ctx.op("Reshape", out, ctx.i64([]))
+    if x.static_shape() is None or not all(isinstance(d, int) for d in dims):
+        raise ctx.error(f"reduce={reduce!r} below opset 18 needs static shapes")
+    n = int(x.shape[axis])
+    # ReduceMax / ReduceMin have no 16-bit integer kernels in onnxruntime: int32 holds them exactly
+    compute = {torch.int16: torch.int32, torch.uint16: torch.int32}.get(x.dtype, _WIDEN.get(x.dtype, x.dtype))
+    rank = x.rank
+    perm = [d for d in range(rank) if d != axis] + [axis]  # the index axis last
+    inv = [perm.index(d) for d in range(rank)]
+    it = ctx.op("Transpose", idx, perm=perm)
+    ut = ctx.op("Transpose", ctx.cast(upd, compute), perm=perm)
+    mask = ctx.op("Equal", unsqueeze(ctx, it, [rank]), ctx.i64(list(range(n))))  # (..., K, N)
+    fill = ctx.const(_identity_of(reduce, compute), compute)
+    masked = ctx.op("Where", mask, unsqueeze(ctx, ut, [rank]), fill)
+    op_type = "ReduceMax" if reduce == "amax" else "ReduceMin"
+    red = ctx.op("Transpose", helper_reduce(ctx, op_type, masked, [rank - 1], False), perm=inv)
+    hits = ctx.op(
+        "Transpose", helper_reduce(ctx, "ReduceSum", ctx.cast(mask, torch.int64), [rank - 1], False), perm=inv
+    )
+    # an index smaller than x in the other dims covers only their leading part
+    short = [x.shape[d] - dims[d] if d != axis else 0 for d in range(rank)]
+    if any(short):
+        pads = ctx.i64([0] * rank + short)
+        red = ctx.op("Pad", red, pads, fill)
+        hits = ctx.op("Pad", hits, pads, ctx.i64(0))
+    xv = ctx.cast(x, compute)
+    combined = ctx.op("Max" if reduce == "amax" else "Min", xv, red) if include_self else red
+    out = ctx.op("Where", ctx.op("Greater", hits, ctx.i64(0)), combined, xv)
+    return ctx.cast(out, x.dtype)
 
 
 def convert_index_reduce(
@@ -430,7 +485,7 @@ def convert_index_reduce(
     axis = normalize_axis(dim, x.rank)
     idx = _index_along(ctx, index, axis, x.rank, source)
     upd = ctx.cast(source, x.dtype)
-    return _reduce_into(ctx, x, axis, idx, upd, ctx.dims_of(source), reduce, include_self)
+    return _reduce_into(ctx, x, axis, idx, upd, ctx.dims_of(source), reduce, include_self, source.shape)
 
 
 def convert_put(
@@ -768,6 +823,43 @@ def convert_searchsorted(
     return _count_below(ctx, s, ctx.op("Unsqueeze", xv, ctx.i64([-1])), right, dtype)
 
 
+def convert_as_strided_scatter(
+    ctx: ConversionContext,
+    x: Value,
+    src: Value,
+    size: Sequence[Any],
+    stride: Sequence[Any],
+    storage_offset: Any = None,
+) -> str:
+    """``src`` written into x's storage through the given strides: a ScatterElements over the flattened
+    tensor at positions computed at conversion time. Exact when torch recorded x as contiguous from the
+    start of its storage (ONNX has no other layout) and no position is written twice (an overlapping
+    view's result depends on torch's write order)."""
+    assert ctx.node is not None
+    arg = ctx.node.args[0]
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    shape = x.static_shape()
+    offset = 0 if storage_offset is None else storage_offset
+    if val is None or shape is None or not all(isinstance(v, int) for v in (*size, *stride, offset)):
+        raise ctx.error("as_strided_scatter needs static sizes, strides and storage offset")
+    if not val.is_contiguous() or val.storage_offset() != 0:
+        raise ctx.error("as_strided_scatter into a tensor that is not contiguous from its storage start")
+    idx = torch.full(tuple(size), offset, dtype=torch.int64)
+    for axis, (n, st) in enumerate(zip(size, stride)):
+        view = [1] * len(size)
+        view[axis] = n
+        idx = idx + (torch.arange(n, dtype=torch.int64) * st).reshape(view)
+    flat_idx = idx.reshape(-1)
+    if flat_idx.numel() and (int(flat_idx.max()) >= max(1, math.prod(shape)) or int(flat_idx.min()) < 0):
+        raise ctx.error("as_strided_scatter reaches outside the tensor's storage")
+    if flat_idx.unique().numel() != flat_idx.numel():
+        raise ctx.error("as_strided_scatter with overlapping positions (a stride of 0) is not supported")
+    flat = ctx.op("Reshape", x, ctx.i64([-1]))
+    updates = ctx.op("Reshape", ctx.op("Expand", ctx.cast(src, x.dtype), ctx.i64(list(size))), ctx.i64([-1]))
+    out = ctx.op("ScatterElements", flat, ctx.const(flat_idx, torch.int64), updates, axis=0)
+    return ctx.op("Reshape", out, ctx.i64(list(shape)))
+
+
 CONVERTERS: dict[Any, Any] = {
     aten.index.Tensor: convert_index,
     aten._unsafe_index.Tensor: convert_index,
@@ -790,6 +882,7 @@ CONVERTERS: dict[Any, Any] = {
     aten.index_fill.int_Scalar: convert_index_fill,
     aten.index_fill.int_Tensor: convert_index_fill,
     aten.slice_scatter.default: convert_slice_scatter,
+    aten.as_strided_scatter.default: convert_as_strided_scatter,
     aten.select_scatter.default: convert_select_scatter,
     aten.diagonal_scatter.default: convert_diagonal_scatter,
     aten.nonzero.default: convert_nonzero,

@@ -478,9 +478,9 @@ def convert_embedding_bag(
     name = _BAG_MODES.get(mode)
     if name is None:
         raise ctx.error(f"embedding_bag mode {mode} is not known")
-    if name == "max":
-        ctx.require_opset(18, "embedding_bag mode='max' (ScatterND reduction='max')")
-    dtype = weight.dtype
+    out_dtype = weight.dtype
+    # onnxruntime's ScatterND has no float16 / bfloat16 reduction kernels: bags are reduced in float32
+    dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
     starts = offsets.name
     if include_last_offset:
         starts = ctx.op("Slice", offsets, ctx.i64([0]), ctx.i64([-1]), ctx.i64([0]))
@@ -491,7 +491,7 @@ def convert_embedding_bag(
         "GreaterOrEqual", unsqueeze(ctx, positions, [1]), unsqueeze(ctx, ctx.cast(starts, torch.int64), [0])
     )
     bag = ctx.op("Sub", reduce(ctx, "ReduceSum", ctx.cast(started, torch.int64), [1], True), ctx.i64(1))
-    rows = ctx.op("Gather", weight, indices, axis=0)
+    rows = ctx.cast(ctx.op("Gather", weight, indices, axis=0), dtype)
     if per_sample_weights is not None:
         rows = ctx.op("Mul", rows, unsqueeze(ctx, ctx.cast(per_sample_weights, dtype), [1]))
     keep = ctx.const(True, torch.bool)
@@ -518,16 +518,30 @@ def convert_embedding_bag(
     zero = ctx.const(0, dtype)
     if name == "max":
         rows = ctx.op("Where", keep_col, rows, ctx.const(-math.inf, dtype))
-        init = ctx.op("ConstantOfShape", out_shape, value=ctx.tensor_attr(-math.inf, dtype))
-        total = ctx.op("ScatterND", init, bag, rows, reduction="max")
-        return [ctx.op("Where", empty, zero, total), None, None, None]
+        if ctx.opset >= 18:
+            init = ctx.op("ConstantOfShape", out_shape, value=ctx.tensor_attr(-math.inf, dtype))
+            total = ctx.op("ScatterND", init, bag, rows, reduction="max")
+        else:
+            total = _bag_max_opset17(ctx, bag, rows, n_bags, dtype)
+        return [ctx.cast(ctx.op("Where", empty, zero, total), out_dtype), None, None, None]
     rows = ctx.op("Where", keep_col, rows, zero)
     init = ctx.op("ConstantOfShape", out_shape, value=ctx.tensor_attr(0, dtype))
     total = ctx.op("ScatterND", init, bag, rows, reduction="add")
     if name == "mean":
         divisor = ctx.op("Max", ctx.cast(unsqueeze(ctx, count, [1]), dtype), ctx.const(1, dtype))
         total = ctx.op("Div", total, divisor)
-    return [total, None, None, None]
+    return [ctx.cast(total, out_dtype), None, None, None]
+
+
+def _bag_max_opset17(ctx: ConversionContext, bag: str, rows: str, n_bags: str, dtype: torch.dtype) -> str:
+    """Per-bag max without ScatterND's max reduction (opset 18): an (entries, bags) membership mask
+    selects each entry's row for its bag, -inf elsewhere, and ReduceMax runs over the entries."""
+    bag_ids = ctx.op("Range", ctx.i64(0), ctx.op("Squeeze", n_bags, ctx.i64([0])), ctx.i64(1))
+    member = ctx.op("Equal", bag, bag_ids)  # (n, 1) == (B,) -> (n, B)
+    picked = ctx.op(
+        "Where", unsqueeze(ctx, member, [2]), unsqueeze(ctx, rows, [1]), ctx.const(-math.inf, dtype)
+    )
+    return reduce(ctx, "ReduceMax", picked, [0], keepdims=False)
 
 
 # ---- resampling ---------------------------------------------------------------------------------
@@ -652,10 +666,12 @@ def convert_grid_sampler(
     align_corners: bool,
 ) -> str:
     nd = x.rank - 2
-    if nd != 2:
-        ctx.require_opset(20, f"GridSample on {nd}-D inputs")
     if interpolation_mode not in _GRID_MODES or padding_mode not in _GRID_PADDING:
         raise ctx.error(f"grid_sampler mode {interpolation_mode} / padding {padding_mode} is not known")
+    if nd == 3 and ctx.opset < 20 and interpolation_mode in (0, 1):
+        return _grid_sample_3d_gather(ctx, x, grid, interpolation_mode, padding_mode, align_corners)
+    if nd != 2:
+        ctx.require_opset(20, f"GridSample on {nd}-D inputs")
     old, new = _GRID_MODES[interpolation_mode]
     mode = new if ctx.opset >= 20 else old
     dtype = x.dtype
@@ -669,6 +685,106 @@ def convert_grid_sampler(
         align_corners=int(align_corners),
     )
     return ctx.cast(y, dtype)
+
+
+def _grid_source(
+    ctx: ConversionContext, g: str, k: int, size: int, padding: int, align: bool, dt: torch.dtype
+) -> str:
+    """Grid coordinate ``k`` (x, y, z) unnormalised to input indices along an axis of ``size``, then
+    clipped (border) or reflected and clipped (reflection), as torch's grid sampler does."""
+
+    def c(v: float) -> str:
+        return ctx.const(v, dt)
+
+    v = ctx.op("Gather", g, ctx.i64(k), axis=4)
+    if align:
+        v = ctx.op("Mul", ctx.op("Div", ctx.op("Add", v, c(1.0)), c(2.0)), c(size - 1.0))
+    else:
+        v = ctx.op(
+            "Div", ctx.op("Sub", ctx.op("Mul", ctx.op("Add", v, c(1.0)), c(float(size))), c(1.0)), c(2.0)
+        )
+    if padding == 2:
+        v = _reflect(ctx, v, 0.0 if align else -1.0, 2.0 * (size - 1) if align else 2.0 * size - 1, dt)
+    if padding in (1, 2):
+        v = ctx.op("Min", ctx.op("Max", v, c(0.0)), c(size - 1.0))
+    return v
+
+
+def _reflect(ctx: ConversionContext, v: str, twice_low: float, twice_high: float, dt: torch.dtype) -> str:
+    """torch's reflect_coordinates: mirror ``v`` into [twice_low / 2, twice_high / 2]."""
+    if twice_low == twice_high:
+        return ctx.op("Mul", v, ctx.const(0.0, dt))
+    low, span = ctx.const(twice_low / 2, dt), ctx.const((twice_high - twice_low) / 2, dt)
+    v = ctx.op("Abs", ctx.op("Sub", v, low))
+    extra = ctx.op("Mod", v, span, fmod=1)
+    flips = ctx.op("Floor", ctx.op("Div", v, span))
+    even = ctx.op("Equal", ctx.op("Mod", flips, ctx.const(2.0, dt), fmod=1), ctx.const(0.0, dt))
+    return ctx.op("Where", even, ctx.op("Add", extra, low), ctx.op("Add", ctx.op("Sub", span, extra), low))
+
+
+def _grid_sample_3d_gather(
+    ctx: ConversionContext, x: Value, grid: Value, mode: int, padding: int, align: bool
+) -> str:
+    """5-D grid sampling below opset 20 (GridSample takes 3-D grids from 20): every corner of the
+    sampling cell is a GatherElements from the flattened volume, out-of-range corners read as zeros,
+    combined with torch's trilinear weights (or the rounded nearest voxel)."""
+    d, h, w = x.shape[2:]
+    if not all(isinstance(v, int) for v in (d, h, w)):
+        raise ctx.error("grid_sampler_3d below opset 20 needs static input depth, height and width")
+    dtype = x.dtype
+    dt = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    g = ctx.cast(grid, dt)
+    ix, iy, iz = (_grid_source(ctx, g, k, n, padding, align, dt) for k, n in enumerate((w, h, d)))
+    volume = ctx.op("Reshape", ctx.cast(x, dt), ctx.i64([0, 0, -1]))  # (N, C, D*H*W)
+    lead = ctx.op("Shape", x, start=0, end=2)
+
+    def corner(zi: str, yi: str, xi: str) -> tuple[str, str]:
+        """Values (N, C, P) at integer voxel coordinates and whether each lies inside (N, 1, P)."""
+        inside = None
+        for v, n in ((xi, w), (yi, h), (zi, d)):
+            ok = ctx.op("And", ctx.op("GreaterOrEqual", v, ctx.i64(0)), ctx.op("Less", v, ctx.i64(n)))
+            inside = ok if inside is None else ctx.op("And", inside, ok)
+        assert inside is not None
+        lin = ctx.op(
+            "Add", ctx.op("Add", ctx.op("Mul", zi, ctx.i64(h * w)), ctx.op("Mul", yi, ctx.i64(w))), xi
+        )
+        lin = ctx.op("Reshape", ctx.op("Where", inside, lin, ctx.i64(0)), ctx.i64([0, 1, -1]))
+        idx = ctx.op("Expand", lin, ctx.op("Concat", lead, ctx.op("Shape", lin, start=2), axis=0))
+        vals = ctx.op("GatherElements", volume, idx, axis=2)
+        return vals, ctx.op("Reshape", inside, ctx.i64([0, 1, -1]))
+
+    def as_int(v: str) -> str:
+        return ctx.cast(v, torch.int64)
+
+    zero = ctx.const(0.0, dt)
+    if mode == 1:  # nearest: round half to even, as nearbyint
+        vals, inside = corner(*(as_int(ctx.op("Round", v)) for v in (iz, iy, ix)))
+        out = ctx.op("Where", inside, vals, zero)
+    else:
+        x0, y0, z0 = (ctx.op("Floor", v) for v in (ix, iy, iz))
+        one = ctx.const(1.0, dt)
+        x1, y1, z1 = (ctx.op("Add", v, one) for v in (x0, y0, z0))
+        # distances to the far (1) and near (0) planes along each axis
+        fx = {0: ctx.op("Sub", x1, ix), 1: ctx.op("Sub", ix, x0)}
+        fy = {0: ctx.op("Sub", y1, iy), 1: ctx.op("Sub", iy, y0)}
+        fz = {0: ctx.op("Sub", z1, iz), 1: ctx.op("Sub", iz, z0)}
+        xs, ys, zs = (
+            {0: as_int(x0), 1: as_int(x1)},
+            {0: as_int(y0), 1: as_int(y1)},
+            {0: as_int(z0), 1: as_int(z1)},
+        )
+        out = None
+        for cz in (0, 1):  # torch's order: tnw, tne, tsw, tse, bnw, bne, bsw, bse
+            for cy in (0, 1):
+                for cx in (0, 1):
+                    weight = ctx.op("Mul", ctx.op("Mul", fx[cx], fy[cy]), fz[cz])
+                    vals, inside = corner(zs[cz], ys[cy], xs[cx])
+                    term = ctx.op("Mul", vals, ctx.op("Reshape", weight, ctx.i64([0, 1, -1])))
+                    term = ctx.op("Where", inside, term, zero)
+                    out = term if out is None else ctx.op("Add", out, term)
+        assert out is not None
+    shape = ctx.op("Concat", lead, ctx.op("Shape", grid, start=1, end=4), axis=0)
+    return ctx.cast(ctx.op("Reshape", out, shape), dtype)
 
 
 # ---- pixel / channel rearrangements -------------------------------------------------------------
@@ -839,6 +955,74 @@ def convert_weight_norm(ctx: ConversionContext, v: Value, g: Value, dim: int = 0
     return ctx.op("Mul", vn, ctx.op("Div", gn, norm))
 
 
+# ---- max unpooling ----------------------------------------------------------------------------------
+def convert_max_unpool(
+    ctx: ConversionContext,
+    x: Value,
+    indices: Value,
+    output_size: Sequence[Any],
+    stride: Sequence[int] | None = None,
+    padding: Sequence[int] | None = None,
+) -> str:
+    """Each value written at its flat index within its (batch, channel) plane of a zero output:
+    ScatterElements along the flattened spatial axis (stride and padding only shaped the indices)."""
+    nd = len(output_size)
+    sizes = _static_ints(ctx, output_size, "max_unpool output_size")
+    plane = math.prod(sizes)
+    lead = x.rank - nd  # 1 (channels) or 2 (batch, channels)
+    flat_shape = ctx.i64([0] * lead + [-1])  # 0 copies the leading dims
+    values = ctx.op("Reshape", x, flat_shape)
+    idx = ctx.op("Reshape", ctx.cast(indices, torch.int64), flat_shape)
+    zeros_shape = ctx.op("Concat", _shape_slice(ctx, x, 0, lead), ctx.i64([plane]), axis=0)
+    zeros = ctx.op("ConstantOfShape", zeros_shape, value=ctx.tensor_attr(0, x.dtype))
+    out = ctx.op("ScatterElements", zeros, idx, values, axis=lead)
+    out_shape = ctx.op("Concat", _shape_slice(ctx, x, 0, lead), ctx.i64(sizes), axis=0)
+    return ctx.op("Reshape", out, out_shape)
+
+
+# ---- antialiased bilinear resize ---------------------------------------------------------------------
+def _aa_weights(size_in: int, size_out: int, align_corners: bool, scale: float | None) -> torch.Tensor:
+    """The (out, in) matrix of torch's antialiased bilinear filter along one axis: torch's own kernel
+    applied to the basis vectors (the filter is linear and separable, so this is exact)."""
+    # the other axis is 2 wide and kept (torch's kernel mishandles a width of 1)
+    basis = torch.eye(size_in, dtype=torch.float64).reshape(size_in, 1, size_in, 1).expand(-1, -1, -1, 2)
+    y = aten._upsample_bilinear2d_aa.default(basis.contiguous(), [size_out, 2], align_corners, scale, None)
+    return y[:, 0, :, 0].T.contiguous()
+
+
+def _upsample_aa(
+    ctx: ConversionContext, x: Value, align_corners: bool, scales: Sequence[float | None]
+) -> str:
+    """out = Wh @ x @ Ww^T over the last two dims, with the weights computed at conversion time."""
+    (oh, ow), (h, w) = ctx.out_shape[-2:], x.shape[-2:]
+    if not all(isinstance(d, int) for d in (oh, ow, h, w)):
+        raise ctx.error("_upsample_bilinear2d_aa needs static spatial sizes")
+    dtype = x.dtype
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    wh = ctx.const(_aa_weights(h, oh, align_corners, scales[0]), compute)
+    wwt = ctx.const(_aa_weights(w, ow, align_corners, scales[1]).T, compute)
+    rows = ctx.op("MatMul", wh, ctx.cast(x, compute))
+    return ctx.cast(ctx.op("MatMul", rows, wwt), dtype)
+
+
+def convert_upsample_bilinear2d_aa_vec(
+    ctx: ConversionContext, x: Value, output_size: Any, align_corners: bool, scale_factors: Any
+) -> str:
+    scales = list(scale_factors) if scale_factors is not None else [None, None]
+    return _upsample_aa(ctx, x, align_corners, scales)
+
+
+def convert_upsample_bilinear2d_aa(
+    ctx: ConversionContext,
+    x: Value,
+    output_size: Sequence[Any],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> str:
+    return _upsample_aa(ctx, x, align_corners, [scales_h, scales_w])
+
+
 CONVERTERS: dict[Any, Any] = {
     aten._weight_norm.default: convert_weight_norm,
     aten.convolution.default: convert_convolution,
@@ -868,6 +1052,10 @@ CONVERTERS: dict[Any, Any] = {
     aten.cdist.default: convert_cdist,
     aten._cdist_forward.default: convert_cdist,
     aten.cosine_similarity.default: convert_cosine_similarity,
+    aten.max_unpool2d.default: convert_max_unpool,
+    aten.max_unpool3d.default: convert_max_unpool,
+    aten._upsample_bilinear2d_aa.vec: convert_upsample_bilinear2d_aa_vec,
+    aten._upsample_bilinear2d_aa.default: convert_upsample_bilinear2d_aa,
 }
 
 for _nd in (1, 2, 3):

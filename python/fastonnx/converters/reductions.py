@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
 from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, squeeze, unsqueeze
 
@@ -523,6 +524,294 @@ def convert_cummin(ctx: ConversionContext, x: Value, dim: int) -> list[str]:
     return _cum_extreme(ctx, x, dim, "ReduceMin")
 
 
+# ---- sum_to_size, renorm ------------------------------------------------------------------------------
+def convert_sum_to_size(ctx: ConversionContext, x: Value, size: Sequence[Any]) -> str:
+    """Sums the leading dims away and the dims that ``size`` has as 1 (broadcasting's inverse)."""
+    lead = x.rank - len(size)
+    axes = list(range(lead)) + [lead + i for i, s in enumerate(size) if s == 1 and x.shape[lead + i] != 1]
+    dtype = ctx.out_dtype
+    if not axes:
+        return ctx.op("Identity", ctx.cast(x, dtype))
+    compute = opmath_dtype(dtype) if dtype.is_floating_point else torch.int64
+    summed = reduce(ctx, "ReduceSum", ctx.cast(x, compute), axes, keepdims=True)
+    if lead:
+        summed = squeeze(ctx, summed, list(range(lead)))
+    return ctx.cast(summed, dtype)
+
+
+def convert_renorm(ctx: ConversionContext, x: Value, p: float, dim: int, maxnorm: float) -> str:
+    """Each slice along ``dim`` whose p-norm exceeds ``maxnorm`` is scaled by maxnorm / (norm + 1e-7)."""
+    dtype = ctx.out_dtype
+    compute = opmath_dtype(dtype)
+    axis = normalize_axis(dim, x.rank)
+    others = [a for a in range(x.rank) if a != axis]
+    norm = _vector_norm_as(ctx, x, float(p), others, compute)
+    maxn = ctx.const(maxnorm, compute)
+    scale = ctx.op("Div", maxn, ctx.op("Add", norm, ctx.const(1e-7, compute)))
+    factor = ctx.op("Where", ctx.op("Greater", norm, maxn), scale, ctx.const(1.0, compute))
+    return ctx.cast(ctx.op("Mul", ctx.cast(x, compute), factor), dtype)
+
+
+def _vector_norm_as(ctx: ConversionContext, x: Value, p: float, axes: list[int], compute: torch.dtype) -> str:
+    """The p-norm over ``axes`` (kept as 1s) in ``compute``. No axes (renorm of a 1-D tensor: each
+    slice is one element) gives the element's own norm."""
+    v = ctx.cast(x, compute)
+    if not axes:
+        if p == 0:
+            return ctx.cast(ctx.op("Not", ctx.op("Equal", v, ctx.const(0, compute))), compute)
+        return ctx.op("Abs", v)
+    if p == 2:
+        return reduce(ctx, "ReduceL2", v, axes, True)
+    if p == 1:
+        return reduce(ctx, "ReduceL1", v, axes, True)
+    if p == float("inf"):
+        return nan_reduce(ctx, "ReduceMax", ctx.op("Abs", v), axes, True)
+    if p == float("-inf"):
+        return nan_reduce(ctx, "ReduceMin", ctx.op("Abs", v), axes, True)
+    if p == 0:
+        nz = ctx.op("Not", ctx.op("Equal", v, ctx.const(0, compute)))
+        return reduce(ctx, "ReduceSum", ctx.cast(nz, compute), axes, True)
+    powered = ctx.op("Pow", ctx.op("Abs", v), ctx.const(p, compute))
+    return ctx.op("Pow", reduce(ctx, "ReduceSum", powered, axes, True), ctx.const(1.0 / p, compute))
+
+
+# ---- differences and integration ----------------------------------------------------------------------
+def _slice(ctx: ConversionContext, v: str, axis: int, start: int, end: int) -> str:
+    return ctx.op("Slice", v, ctx.i64([start]), ctx.i64([end]), ctx.i64([axis]))
+
+
+_END = 2**63 - 1
+
+
+def _zeros_out(ctx: ConversionContext) -> str | None:
+    """Zeros of the output's static shape when there is nothing to compute (an empty dim)."""
+    shape = ctx.out_shape
+    if all(isinstance(d, int) for d in shape):
+        return ctx.op("ConstantOfShape", ctx.i64(list(shape)), value=ctx.tensor_attr(0, ctx.out_dtype))
+    return None
+
+
+def convert_diff(
+    ctx: ConversionContext,
+    x: Value,
+    n: int = 1,
+    dim: int = -1,
+    prepend: Value | None = None,
+    append: Value | None = None,
+) -> str:
+    """``n`` times ``v[1:] - v[:-1]`` along ``dim`` of ``cat(prepend, x, append)``; bool gives ``!=``."""
+    dtype = ctx.out_dtype
+    if n == 0:
+        return ctx.op("Identity", x)  # torch returns the input itself, without prepend / append
+    axis = normalize_axis(dim, x.rank)
+    parts = [ctx.cast(t, dtype) for t in (prepend, x, append) if t is not None]
+    v = parts[0] if len(parts) == 1 else ctx.op("Concat", *parts, axis=axis)
+    for _ in range(n):
+        right, left = _slice(ctx, v, axis, 1, _END), _slice(ctx, v, axis, 0, -1)
+        v = ctx.op("Xor" if dtype == torch.bool else "Sub", right, left)
+    return v
+
+
+def _x_spacing(ctx: ConversionContext, y: Value, x: Value, axis: int, dtype: torch.dtype) -> str:
+    """``x[1:] - x[:-1]`` along ``axis``, with a 1-D ``x`` laid along ``axis`` of ``y`` and a
+    lower-rank ``x`` padded with leading 1s (torch broadcasts the differences, not ``x``)."""
+    v = ctx.cast(x, dtype)
+    if x.rank == 1:
+        shape = [1] * y.rank
+        shape[axis] = -1
+        v = ctx.op("Reshape", v, ctx.i64(shape))
+    elif x.rank < y.rank:
+        v = unsqueeze(ctx, v, list(range(y.rank - x.rank)))
+    return ctx.op("Sub", _slice(ctx, v, axis, 1, _END), _slice(ctx, v, axis, 0, -1))
+
+
+def _pair_sum(ctx: ConversionContext, y: str, axis: int) -> str:
+    return ctx.op("Add", _slice(ctx, y, axis, 1, _END), _slice(ctx, y, axis, 0, -1))
+
+
+def _trapezoid(cumulative: bool, with_x: bool) -> Any:
+    def convert(ctx: ConversionContext, y: Value, x: Any = None, *, dx: Any = 1, dim: int = -1) -> str:
+        dtype = ctx.out_dtype
+        axis = normalize_axis(dim, y.rank)
+        if y.shape[axis] == 0 or (cumulative and any(d == 0 for d in ctx.out_shape)):
+            zeros = _zeros_out(ctx)
+            if zeros is not None:
+                return zeros
+        compute = opmath_dtype(dtype)
+        v = ctx.cast(ctx.cast(y, dtype), compute)
+        two = ctx.const(2.0, compute)
+        if with_x:
+            spacing = _x_spacing(ctx, y, x, axis, compute)
+            terms = ctx.op("Div", ctx.op("Mul", spacing, _pair_sum(ctx, v, axis)), two)
+        elif cumulative:
+            terms = ctx.op("Mul", ctx.op("Div", ctx.operand(dx, compute), two), _pair_sum(ctx, v, axis))
+        else:
+            # torch: (sum(y) - (y[0] + y[-1]) * 0.5) * dx
+            total = reduce(ctx, "ReduceSum", v, [axis], keepdims=False)
+            ends = ctx.op("Add", _select(ctx, v, axis, 0), _select(ctx, v, axis, -1))
+            inner = ctx.op("Sub", total, ctx.op("Mul", ends, ctx.const(0.5, compute)))
+            return ctx.cast(ctx.op("Mul", inner, ctx.operand(dx, compute)), dtype)
+        if cumulative:
+            return ctx.cast(ctx.op("CumSum", terms, ctx.i64(axis)), dtype)
+        return ctx.cast(reduce(ctx, "ReduceSum", terms, [axis], keepdims=False), dtype)
+
+    convert.__name__ = f"convert_{'cumulative_' if cumulative else ''}trapezoid_{'x' if with_x else 'dx'}"
+    return convert
+
+
+def _select(ctx: ConversionContext, v: str, axis: int, index: int) -> str:
+    return ctx.op("Gather", v, ctx.i64(index), axis=axis)
+
+
+# ---- gradient -------------------------------------------------------------------------------------------
+def convert_gradient(
+    ctx: ConversionContext,
+    x: Value,
+    *,
+    spacing: Any = None,
+    dim: Any = None,
+    edge_order: int = 1,
+) -> list[str]:
+    """numpy.gradient as torch computes it: central differences inside, one-sided differences of order
+    ``edge_order`` at both ends, for uniform (scalar) spacings or coordinate tensors."""
+    dims = list(range(x.rank)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    if spacing is None:
+        spacings: list[Any] = [1.0] * len(dims)
+    elif isinstance(spacing, (list, tuple)):
+        spacings = list(spacing) * len(dims) if len(spacing) == 1 else list(spacing)
+    else:
+        spacings = [spacing] * len(dims)
+    if len(spacings) != len(dims):
+        raise ctx.error("gradient: spacing must give one entry per dim")
+    if edge_order not in (1, 2):
+        raise ctx.error("gradient: edge_order must be 1 or 2")
+    outs = []
+    for i, (d, h) in enumerate(zip(dims, spacings)):
+        dtype = _output_dtype(ctx, i)
+        axis = normalize_axis(d, x.rank)
+        v = ctx.cast(x, dtype)
+        if isinstance(h, Value):
+            outs.append(_gradient_coords(ctx, v, x.rank, axis, ctx.cast(h, dtype), edge_order, dtype))
+        else:
+            outs.append(_gradient_uniform(ctx, v, axis, h, edge_order, dtype))
+    return outs
+
+
+def _output_dtype(ctx: ConversionContext, i: int) -> torch.dtype:
+    out = ctx.out
+    return out[i].dtype if isinstance(out, (list, tuple)) else ctx.out_dtype
+
+
+def _gradient_uniform(
+    ctx: ConversionContext, v: str, axis: int, h: Any, edge_order: int, dt: torch.dtype
+) -> str:
+    def sl(start: int, end: int) -> str:
+        return _slice(ctx, v, axis, start, end)
+
+    def c(value: float) -> str:
+        return ctx.const(value, dt)
+
+    hh = ctx.operand(h, dt)
+    center = ctx.op("Div", ctx.op("Div", ctx.op("Sub", sl(2, _END), sl(0, -2)), hh), c(2.0))
+    if edge_order == 1:
+        first = ctx.op("Div", ctx.op("Sub", sl(1, 2), sl(0, 1)), hh)
+        last = ctx.op("Div", ctx.op("Sub", sl(-1, _END), sl(-2, -1)), hh)
+    else:
+        first = ctx.op(
+            "Sub",
+            ctx.op("Add", ctx.op("Mul", sl(0, 1), c(-1.5)), ctx.op("Mul", sl(1, 2), c(2.0))),
+            ctx.op("Mul", sl(2, 3), c(0.5)),
+        )
+        first = ctx.op("Div", first, hh)
+        last = ctx.op(
+            "Add",
+            ctx.op("Add", ctx.op("Mul", sl(-3, -2), c(0.5)), ctx.op("Mul", sl(-2, -1), c(-2.0))),
+            ctx.op("Mul", sl(-1, _END), c(1.5)),
+        )
+        last = ctx.op("Div", last, hh)
+    return ctx.op("Concat", first, center, last, axis=axis)
+
+
+def _gradient_coords(
+    ctx: ConversionContext, v: str, rank: int, axis: int, coords: str, edge_order: int, dt: torch.dtype
+) -> str:
+    def sl(start: int, end: int) -> str:
+        return _slice(ctx, v, axis, start, end)
+
+    def at(t: str, i: int) -> str:
+        return ctx.op("Gather", t, ctx.i64(i), axis=0)
+
+    def along(t: str) -> str:
+        shape = [1] * rank
+        shape[axis] = -1
+        return ctx.op("Reshape", t, ctx.i64(shape))
+
+    mul, add, sub, div = (lambda a, b, op=op: ctx.op(op, a, b) for op in ("Mul", "Add", "Sub", "Div"))
+    dx = sub(_slice(ctx, coords, 0, 1, _END), _slice(ctx, coords, 0, 0, -1))
+    dx1, dx2 = _slice(ctx, dx, 0, 0, -1), _slice(ctx, dx, 0, 1, _END)
+    a = along(div(ctx.op("Neg", dx2), mul(dx1, add(dx1, dx2))))
+    b = along(div(sub(dx2, dx1), mul(dx1, dx2)))
+    c = along(div(dx1, mul(dx2, add(dx1, dx2))))
+    center = add(add(mul(a, sl(0, -2)), mul(b, sl(1, -1))), mul(c, sl(2, _END)))
+    d0, d1, dm1, dm2 = at(dx, 0), at(dx, 1), at(dx, -1), at(dx, -2)
+    if edge_order == 1:
+        first = div(sub(sl(1, 2), sl(0, 1)), d0)
+        last = div(sub(sl(-1, _END), sl(-2, -1)), dm1)
+    else:
+        two = ctx.const(2.0, dt)
+        fa = ctx.op("Neg", div(add(mul(two, d0), d1), mul(d0, add(d0, d1))))
+        fb = div(add(d0, d1), mul(d0, d1))
+        fc = div(ctx.op("Neg", d0), mul(d1, add(d0, d1)))
+        first = add(add(mul(fa, sl(0, 1)), mul(fb, sl(1, 2))), mul(fc, sl(2, 3)))
+        la = div(dm1, mul(dm2, add(dm1, dm2)))
+        lb = ctx.op("Neg", div(add(dm1, dm2), mul(dm1, dm2)))
+        lc = div(add(mul(two, dm1), dm2), mul(dm1, add(dm1, dm2)))
+        last = add(add(mul(la, sl(-3, -2)), mul(lb, sl(-2, -1))), mul(lc, sl(-1, _END)))
+    return ctx.op("Concat", first, center, last, axis=axis)
+
+
+# ---- hash_tensor ----------------------------------------------------------------------------------------
+def convert_hash_tensor(
+    ctx: ConversionContext, x: Value, dim: Sequence[int] = (), *, keepdim: bool = False, mode: int = 0
+) -> str:
+    """torch.hash_tensor (mode 0): the XOR of the 64-bit patterns of the values, taken as int64 for
+    integers and bool and as float64 for floats. ONNX has no XOR reduction: each of the 64 bits is
+    summed separately, its parity kept, and the bits put back together (disjoint bits: a sum is an OR)."""
+    if mode != 0:
+        raise ctx.error(f"hash_tensor mode={mode} is not supported (only 0, xor_sum)")
+    if x.dtype.is_complex:
+        raise ctx.error("hash_tensor of complex tensors is not supported")
+    if x.dtype.is_floating_point:
+        ctx.require_opset(26, "hash_tensor of a floating point tensor (BitCast)")
+        bits = ctx.op("BitCast", ctx.cast(x, torch.float64), to=dtypes.to_onnx_dtype(torch.int64))
+    else:
+        bits = ctx.cast(x, torch.int64)
+    u = ctx.cast(bits, torch.uint64)
+    if x.rank == 0:
+        u = unsqueeze(ctx, u, [0])
+    rank = max(x.rank, 1)
+    shifts = ctx.const(torch.arange(64, dtype=torch.int64), torch.uint64)
+    shifted = ctx.op("BitShift", unsqueeze(ctx, u, [rank]), shifts, direction="RIGHT")
+    one_bit = ctx.op("Mod", shifted, ctx.const(2, torch.uint64))
+    axes = reduce_axes(x, dim) if x.rank else None
+    axes = list(range(rank)) if axes is None else axes
+    keep = keepdim and x.rank > 0
+    counts = reduce(ctx, "ReduceSum", ctx.cast(one_bit, torch.int64), axes, keepdims=keep)
+    last = rank if keep else rank - len(axes)  # the bit axis of the counts
+    parity = ctx.cast(ctx.op("Mod", counts, ctx.i64(2)), torch.uint64)
+    placed = ctx.cast(ctx.op("BitShift", parity, shifts, direction="LEFT"), torch.int64)
+    # onnxruntime's int64 ReduceSum is not exact near 2**63: sum runs of 16 bits (16 significant bits,
+    # exact), then add the four partial sums elementwise (int64 Add wraps exactly)
+    lead = ctx.op("Shape", placed, start=0, end=last)
+    groups = ctx.op("Reshape", placed, ctx.op("Concat", lead, ctx.i64([4, 16]), axis=0))
+    partial = reduce(ctx, "ReduceSum", groups, [last + 1], keepdims=False)
+    out = None
+    for i in range(4):
+        piece = ctx.op("Gather", partial, ctx.i64(i), axis=last)
+        out = piece if out is None else ctx.op("Add", out, piece)
+    return ctx.cast(out, torch.uint64)
+
+
 CONVERTERS: dict[Any, Any] = {
     aten.sum.dim_IntList: convert_sum,
     aten.sum.default: convert_sum_default,
@@ -564,6 +853,7 @@ CONVERTERS: dict[Any, Any] = {
     aten.all.default: convert_all,
     aten.all.dim: convert_all,
     aten.all.dims: convert_all,
+    aten._is_all_true.default: convert_all,  # what torch.export makes of `assert mask.all()`-style checks
     aten.count_nonzero.default: convert_count_nonzero,
     aten.count_nonzero.dim_IntList: convert_count_nonzero,
     aten.logsumexp.default: convert_logsumexp,
@@ -572,4 +862,15 @@ CONVERTERS: dict[Any, Any] = {
     aten.logcumsumexp.default: convert_logcumsumexp,
     aten.cummax.default: convert_cummax,
     aten.cummin.default: convert_cummin,
+    aten.sum_to_size.default: convert_sum_to_size,
+    aten.hash_tensor.default: convert_hash_tensor,
+    aten.renorm.default: convert_renorm,
+    aten.diff.default: convert_diff,
+    aten.trapezoid.x: _trapezoid(False, True),
+    aten.trapezoid.dx: _trapezoid(False, False),
+    aten.trapz.x: _trapezoid(False, True),
+    aten.trapz.dx: _trapezoid(False, False),
+    aten.cumulative_trapezoid.x: _trapezoid(True, True),
+    aten.cumulative_trapezoid.dx: _trapezoid(True, False),
+    **{getattr(aten.gradient, o): convert_gradient for o in aten.gradient.overloads()},
 }

@@ -402,8 +402,72 @@ def convert_chunk(ctx: ConversionContext, x: Value, chunks: int, dim: int = 0) -
 def convert_tensor_split(ctx: ConversionContext, x: Value, sections: Any, dim: int = 0) -> list[str]:
     axis = normalize_axis(dim, x.rank)
     if isinstance(sections, Value) and not is_static([s[axis] for s in _out_shapes(ctx)]):
-        raise ctx.error("tensor_split by a tensor of indices gives data-dependent sizes; pass ints")
+        sizes = _constant_split_sizes(ctx, x, sections, axis)
+        if sizes is None:
+            raise ctx.error(
+                "tensor_split by a tensor of indices gives data-dependent sizes; pass ints or a constant"
+            )
+        return split_pieces(ctx, x, axis, sizes)
     return _split_from_meta(ctx, x, dim)
+
+
+def _constant_split_sizes(ctx: ConversionContext, x: Value, sections: Value, axis: int) -> list[int] | None:
+    """Piece sizes when the indices / sections tensor is a graph constant and the dim is static."""
+    raw = ctx.g.constant_bytes(sections.name)
+    n = x.shape[axis]
+    if raw is None or not isinstance(n, int) or sections.dtype != torch.int64:
+        return None
+    values = torch.frombuffer(bytearray(raw), dtype=torch.int64).tolist() if raw else []
+    probe = torch.empty(n)
+    if sections.rank == 0:
+        pieces = torch.tensor_split(probe, int(values[0]))
+    else:
+        pieces = torch.tensor_split(probe, [int(v) for v in values])
+    return [int(p.shape[0]) for p in pieces]
+
+
+def _numpy_split(dim_for_rank: Callable[[int], int], name: str, min_rank: int) -> Callable[..., Any]:
+    """hsplit / vsplit / dsplit: tensor_split along a fixed dim (sizes from the FX metadata)."""
+
+    def convert(ctx: ConversionContext, x: Value, sections: Any) -> list[str]:
+        if x.rank < min_rank:
+            raise ctx.error(f"{name} needs a tensor of rank >= {min_rank}")
+        return _split_from_meta(ctx, x, dim_for_rank(x.rank))
+
+    convert.__name__ = f"convert_{name}"
+    return convert
+
+
+convert_hsplit = _numpy_split(lambda rank: 1 if rank > 1 else 0, "hsplit", 1)
+convert_vsplit = _numpy_split(lambda rank: 0, "vsplit", 2)
+convert_dsplit = _numpy_split(lambda rank: 2, "dsplit", 3)
+
+
+def convert_chunk_cat(ctx: ConversionContext, tensors: Sequence[Value], dim: int, num_chunks: int) -> str:
+    """Each tensor padded with zeros along ``dim`` to a multiple of ``num_chunks``, viewed as
+    ``shape[:dim] + (num_chunks, -1)`` and concatenated along ``dim + 1``."""
+    dtype = ctx.out_dtype
+    parts = []
+    for t in tensors:
+        axis = normalize_axis(dim, t.rank)
+        n = t.shape[axis]
+        if not isinstance(n, int):
+            raise ctx.error("_chunk_cat needs a static size along dim")
+        v = ctx.cast(t, dtype)
+        padded = -(-n // num_chunks) * num_chunks
+        if padded != n:
+            pads = [0] * (2 * t.rank)
+            pads[t.rank + axis] = padded - n
+            # Pad has no 16-bit integer kernels in onnxruntime: int32 holds them exactly
+            wide = torch.int32 if dtype in (torch.int16, torch.uint16) else dtype
+            v = ctx.cast(ctx.op("Pad", ctx.cast(v, wide), ctx.i64(pads), ctx.const(0, wide)), dtype)
+        shape = shape_of(ctx, [*t.shape[:axis], num_chunks, -1], (t,), unknown_ok=0)
+        if shape is None:
+            raise ctx.error("_chunk_cat: a symbolic leading dim is not available at runtime")
+        parts.append(ctx.op("Reshape", v, shape))
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.op("Concat", *parts, axis=normalize_axis(dim, tensors[0].rank) + 1)
 
 
 def convert_unbind(ctx: ConversionContext, x: Value, dim: int = 0) -> list[str]:
@@ -680,6 +744,42 @@ def convert_matrix_t(ctx: ConversionContext, x: Value) -> str:
     if x.dtype.is_complex:
         raise ctx.error("complex tensors are not supported")
     return convert_transpose(ctx, x, -2, -1)
+
+
+def convert_resize(ctx: ConversionContext, x: Value, size: Sequence[Any], **_: Any) -> str:
+    """``resize_``: the first numel(size) elements of x's (contiguous) storage in the new shape. A
+    growing resize exposes uninitialised memory in torch; here those elements are zeros."""
+    assert ctx.node is not None
+    arg = ctx.node.args[0]
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    shape = x.static_shape()
+    if val is None or shape is None or not is_static(size):
+        raise ctx.error("resize_ needs static sizes")
+    if not val.is_contiguous():
+        raise ctx.error("resize_ of a tensor that is not contiguous")
+    old, new = math.prod(shape), math.prod(size)
+    flat = ctx.op("Reshape", x, ctx.i64([-1]))
+    if new < old:
+        flat = slice_axis(ctx, flat, 0, 0, new)
+    elif new > old:
+        flat = ctx.op("Pad", flat, ctx.i64([0, new - old]), ctx.const(0, x.dtype))
+    return ctx.op("Reshape", flat, ctx.i64([int(d) for d in size]), allowzero=1 if 0 in size else None)
+
+
+def convert_resize_as(ctx: ConversionContext, x: Value, template: Value, **_: Any) -> str:
+    return convert_resize(ctx, x, template.shape)
+
+
+def convert_numpy_t(ctx: ConversionContext, x: Value) -> str:
+    """``x.T``: every dim reversed."""
+    return transpose(ctx, x, list(range(x.rank))[::-1])
+
+
+def convert_matrix_h(ctx: ConversionContext, x: Value) -> str:
+    """``x.H`` of a 2-D (real) tensor: its transpose."""
+    if x.rank != 2:
+        raise ctx.error("matrix_H needs a 2-D tensor")
+    return convert_matrix_t(ctx, x)
 
 
 def convert_rot90(ctx: ConversionContext, x: Value, k: int = 1, dims: Sequence[int] = (0, 1)) -> str:
@@ -1017,6 +1117,17 @@ CONVERTERS: dict[Any, Any] = {
     aten.mT.default: convert_matrix_t,
     aten.mH.default: convert_matrix_t,
     aten.adjoint.default: convert_matrix_t,
+    aten.matrix_H.default: convert_matrix_h,
+    aten.numpy_T.default: convert_numpy_t,
+    aten.hsplit.int: convert_hsplit,
+    aten.hsplit.array: convert_hsplit,
+    aten.vsplit.int: convert_vsplit,
+    aten.vsplit.array: convert_vsplit,
+    aten.dsplit.int: convert_dsplit,
+    aten.dsplit.array: convert_dsplit,
+    aten._chunk_cat.default: convert_chunk_cat,
+    aten.resize.default: convert_resize,
+    aten.resize_as.default: convert_resize_as,
     aten.rot90.default: convert_rot90,
     aten.unfold.default: convert_unfold,
     aten.unfold_copy.default: convert_unfold,
