@@ -106,7 +106,10 @@ class ExportResult:
             if out.onnx_name is None:
                 flat.append(out.constant)
                 continue
-            t = torch.from_numpy(next(it))
+            a = next(it)
+            if a.dtype.char == "Q":  # onnxruntime's uint64 arrays are numpy ulonglong, which torch refuses
+                a = a.view("uint64")
+            t = torch.from_numpy(a)
             if out.is_complex:
                 if t.numel() == 0:  # numpy gives empty arrays zero strides, which view_as_complex refuses
                     t = torch.empty(t.shape, dtype=t.dtype)

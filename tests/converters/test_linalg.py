@@ -30,6 +30,9 @@ OPS = [
     "einsum",
     "tensordot",
     "nn.functional.bilinear",
+    "addr",
+    "inner",
+    "trace",
 ]
 
 
@@ -53,6 +56,9 @@ FLOAT16_OPS = [
     "einsum",
     "tensordot",
     "nn.functional.bilinear",
+    "addr",
+    "inner",
+    "trace",
 ]
 # integer products: MatMul and Einsum have int64 kernels (Gemm does not, so addmm takes MatMul)
 INT64_OPS = [
@@ -68,6 +74,9 @@ INT64_OPS = [
     "outer",
     "cross",
     "einsum",
+    "addr",
+    "inner",
+    "trace",
 ]
 
 
@@ -79,6 +88,11 @@ def test_float16(op_name: str) -> None:
 @pytest.mark.parametrize("op_name", INT64_OPS)
 def test_int64(op_name: str) -> None:
     assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+
+
+def test_addr_bool() -> None:
+    # bool addr is (beta and self) or (alpha and outer)
+    assert_op_converts("addr", ENDS, dtype=torch.bool, limit=2)
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5)])
@@ -133,3 +147,17 @@ def test_einsum_upper_case_and_ellipsis() -> None:
 
 def test_tensordot_int_dims() -> None:
     check_export(Fn(lambda x, y: torch.tensordot(x, y, dims=2)), (torch.randn(2, 3, 4), torch.randn(3, 4, 5)))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16])
+def test_small_integer_inner_trace_addr(dtype: torch.dtype) -> None:
+    # Einsum has no small-integer kernels: inner runs in int64 and wraps back like torch
+    x = torch.randint(0, 40, (4, 4)).to(dtype)
+    fn = Fn(lambda t: (torch.inner(t, t), torch.trace(t), torch.addr(t, t[0], t[:, 1], beta=2, alpha=3)))
+    check_export(fn, (x,), opsets=ENDS)
+
+
+def test_empty_inner_dim_gives_zeros() -> None:
+    # onnxruntime's MatMul leaves its output uninitialized when the contracted dim is empty
+    a, b = torch.randn(2, 5, 0), torch.randn(2, 0, 3)
+    check_export(Fn(lambda x, y: (x @ y, torch.mm(x[0], y[0]))), (a, b), opsets=ENDS)

@@ -28,6 +28,7 @@ OPS = [
     "svd",
     "linalg.svdvals",
     "linalg.pinv",
+    "linalg.pinv.singular",
     "linalg.pinv.hermitian",
     "pinverse",
     "linalg.matrix_rank",
@@ -35,9 +36,6 @@ OPS = [
     "linalg.cond",
     "linalg.matrix_sqrth",
     "linalg.polar",
-    # linalg.pinv.singular is left out: its samples build the matrix with a matmul over an empty inner
-    # dim, which onnxruntime's MatMul answers with uninitialized memory (the mm converter's case, not
-    # pinv's); test_pinv_of_singular_matrices covers rank-deficient inputs instead.
     # linalg.eig / linalg.eigvals: complex outputs (a real matrix may have complex eigenvalues).
 ]
 # torch computes the norms of float16 inputs (the SVD-based ords are float32 / float64 only)

@@ -75,6 +75,11 @@ def _empty_linear(
 
 
 def convert_mm(ctx: ConversionContext, a: Value, b: Value) -> str:
+    if a.rank and a.shape[-1] == 0:
+        # onnxruntime's MatMul over an empty inner dim returns uninitialized memory, not zeros
+        return ctx.op(
+            "ConstantOfShape", ctx.shape_tensor(ctx.out_shape), value=ctx.tensor_attr(0, ctx.out_dtype)
+        )
     return ctx.op("MatMul", ctx.operand(a, ctx.out_dtype), ctx.operand(b, ctx.out_dtype))
 
 
@@ -278,6 +283,62 @@ def convert_bilinear(
     return out
 
 
+# ---- outer-product updates, inner products, trace -------------------------------------------------
+def convert_addr(
+    ctx: ConversionContext, bias: Any, v1: Value, v2: Value, *, beta: Any = 1, alpha: Any = 1
+) -> str:
+    """``beta * self + alpha * outer(vec1, vec2)``; for bool, ``(beta and self) or (alpha and outer)``.
+    The outer product has the full (n, m) shape, so a broadcast ``self`` needs no Expand."""
+    dtype = ctx.out_dtype
+    if dtype != torch.bool:
+        return _add_scaled(ctx, convert_outer(ctx, v1, v2), bias, beta, alpha, dtype)
+    if not all(isinstance(s, (bool, int, float)) for s in (beta, alpha)):
+        raise ctx.error("addr of bool tensors needs Python beta and alpha")
+    outer = ctx.op("And", unsqueeze(ctx, ctx.cast(v1, torch.bool), [1]), ctx.cast(v2, torch.bool))
+    out = outer if alpha else ctx.op("Xor", outer, outer)  # all False, in the outer product's shape
+    if beta:
+        out = ctx.op("Or", ctx.cast(bias, torch.bool), out)
+    return out
+
+
+def convert_inner(ctx: ConversionContext, a: Value, b: Value) -> str:
+    """Sum over the last dim of both: ``a.shape[:-1] + b.shape[:-1]``; a 0-d operand multiplies."""
+    if a.rank == 0 or b.rank == 0:
+        dtype = ctx.out_dtype
+        return ctx.op("Mul", ctx.operand(a, dtype), ctx.operand(b, dtype))
+    dtype = ctx.out_dtype
+    if dtype in _EINSUM_DTYPES:
+        return convert_tensordot(ctx, a, b, [-1], [-1])
+    # Einsum has no kernel for small integer types: int64 products wrap to the same low bits
+    a64 = Value(ctx.cast(a, torch.int64), torch.int64, a.shape)
+    b64 = Value(ctx.cast(b, torch.int64), torch.int64, b.shape)
+    eq = _inner_equation(a.rank, b.rank)
+    return ctx.cast(ctx.op("Einsum", a64, b64, equation=eq), dtype)
+
+
+# onnxruntime's Einsum kernels
+_EINSUM_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def _inner_equation(rank_a: int, rank_b: int) -> str:
+    letters = string.ascii_lowercase
+    sa, sb = letters[: rank_a - 1], letters[rank_a - 1 : rank_a + rank_b - 2]
+    return f"{sa}z,{sb}z->{sa}{sb}"
+
+
+def convert_trace(ctx: ConversionContext, x: Value) -> str:
+    """The sum of the main diagonal of a 2-D tensor, gathered from the flattened matrix (a product
+    with an identity matrix would turn inf off the diagonal into NaN)."""
+    rows, cols = x.shape
+    if not (isinstance(rows, int) and isinstance(cols, int)):
+        raise ctx.error("trace needs a matrix of static shape")
+    dtype = ctx.out_dtype  # integers sum in int64
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    flat = ctx.op("Reshape", ctx.cast(x, compute), ctx.i64([-1]))
+    diag = ctx.op("Gather", flat, ctx.i64([i * (cols + 1) for i in range(min(rows, cols))]), axis=0)
+    return ctx.cast(reduce(ctx, "ReduceSum", diag, [0], keepdims=False), dtype)
+
+
 CONVERTERS: dict[Any, Any] = {
     aten.linear.default: convert_linear,
     aten.mm.default: convert_mm,
@@ -300,4 +361,7 @@ CONVERTERS: dict[Any, Any] = {
     aten.einsum.default: convert_einsum,
     aten.tensordot.default: convert_tensordot,
     aten.bilinear.default: convert_bilinear,
+    aten.addr.default: convert_addr,
+    aten.inner.default: convert_inner,
+    aten.trace.default: convert_trace,
 }
