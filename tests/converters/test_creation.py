@@ -8,7 +8,7 @@ import torch
 
 import fastonnx
 from export_check import ENDS, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "arange", "linspace", "eye", "full", "zeros", "ones", "new_full", "new_zeros", "new_ones",
@@ -21,14 +21,9 @@ OPS = [
 NO_BOOL = {"arange", "linspace", "logspace", "logspace.tensor_overload", "linspace.tensor_overload"}
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=OPS, int64=OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 def test_kaiser_window() -> None:
@@ -40,11 +35,6 @@ def test_kaiser_window() -> None:
 def test_bfloat16(op_name: str) -> None:
     # ConstantOfShape takes a bfloat16 value from opset 20: below, it is filled in float32 and cast
     assert_op_converts(op_name, (17, fastonnx.MAX_OPSET), dtype=torch.bfloat16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
 
 
 @pytest.mark.parametrize("op_name", [op for op in OPS if op not in NO_BOOL])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "add",
@@ -165,14 +165,9 @@ HALF_OPS = [
 ]
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", HALF_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=HALF_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("op_name", INT_OPS)

@@ -10,7 +10,7 @@ import torch
 
 import fastonnx
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "__getitem__", "index_put", "gather", "take_along_dim", "take", "index_select", "scatter",
@@ -33,9 +33,9 @@ TIES = {"sort", "argsort", "topk", "msort"}
 NO_BOOL = {"scatter_reduce.mean", "index_reduce.mean", "bucketize", "topk"} | NO_BOOL_INDEX_REDUCE
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("op_name", FROM_18)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "nn.functional.linear",
@@ -34,11 +34,6 @@ OPS = [
     "inner",
     "trace",
 ]
-
-
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
 
 
 # onnxruntime runs float16 MatMul / Gemm / Einsum; the ops whose samples capture in float16
@@ -80,14 +75,9 @@ INT64_OPS = [
 ]
 
 
-@pytest.mark.parametrize("op_name", FLOAT16_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT64_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=FLOAT16_OPS, int64=INT64_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 def test_addr_bool() -> None:

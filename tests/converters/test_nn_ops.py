@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import fastonnx
 from export_check import ENDS, Fn, check_export
 from fastonnx.opsets import MAX_OPSET
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "nn.functional.conv1d",
@@ -59,11 +59,6 @@ OPS = [
     "grid_sampler_3d",
     "nn.functional.grid_sample",
 ]
-
-
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
 
 
 # float16 runs in onnxruntime for all of these. Left out: conv_transpose3d (the harness's 1e-3 override
@@ -117,14 +112,9 @@ INT64_OPS = [
 ]
 
 
-@pytest.mark.parametrize("op_name", FLOAT16_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT64_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS, float16=FLOAT16_OPS, int64=INT64_OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 def test_embedding_bag_all_opsets() -> None:

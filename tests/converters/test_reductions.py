@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit, ops_supporting
+from opinfo_harness import (
+    assert_case_converts,
+    opinfo_cases,
+    ops_supporting,
+)
 
 OPS = [
     "sum",
@@ -75,24 +79,11 @@ INT_OPS = ops_supporting(OPS, torch.int64, "masked.")
 BOOL_OPS = ops_supporting(OPS, torch.bool, "masked.")
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
-
-
-@pytest.mark.parametrize("op_name", FLOAT16_OPS)
-def test_float16(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.float16, limit=2)
-
-
-@pytest.mark.parametrize("op_name", INT_OPS)
-def test_int64(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.int64, limit=2)
-
-
-@pytest.mark.parametrize("op_name", BOOL_OPS)
-def test_bool(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, dtype=torch.bool, limit=2)
+@pytest.mark.parametrize(
+    ("op_name", "dtype"), opinfo_cases(OPS, float16=FLOAT16_OPS, int64=INT_OPS, bool=BOOL_OPS)
+)
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 aten = torch.ops.aten

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_op_converts, ci_sample_limit
+from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "transpose", "permute", "t",
@@ -34,9 +34,9 @@ COPIES = {op for op in OPS if op.endswith("_copy") or op.startswith("unsafe_")}
 NO_INT = {"nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative"}
 
 
-@pytest.mark.parametrize("op_name", OPS)
-def test_float32(op_name: str) -> None:
-    assert_op_converts(op_name, ENDS, limit=ci_sample_limit())
+@pytest.mark.parametrize(("op_name", "dtype"), opinfo_cases(OPS))
+def test_opinfo(op_name: str, dtype: torch.dtype) -> None:
+    assert_case_converts(op_name, dtype)
 
 
 @pytest.mark.parametrize("op_name", [op for op in OPS if op not in COPIES])
