@@ -7,6 +7,7 @@ pub mod error;
 pub mod graph;
 pub mod names;
 pub mod passes;
+pub mod prefetch;
 pub mod proto;
 pub mod tensor;
 pub mod writer;

@@ -13,6 +13,7 @@ use prost::Message;
 
 use crate::error::{io_err, Error, Result};
 use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
+use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
 use crate::tensor::Tensor;
 
@@ -319,6 +320,17 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
 }
 
 fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+    let inline = p.tensors.iter().filter(|t| t.offset.is_none());
+    with_prefetch(inline.map(|t| &t.tensor.data).collect(), |ahead| {
+        write_model_with(p, ahead, w)
+    })
+}
+
+fn write_model_with<W: Write>(
+    p: &Plan<'_>,
+    ahead: &mut Prefetched,
+    w: &mut W,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(32);
     w.write_all(&p.head)?;
     encode_key(GRAPH_TAG, WireType::LengthDelimited, &mut buf);
@@ -334,7 +346,7 @@ fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
             encode_key(RAW_DATA_TAG, WireType::LengthDelimited, &mut buf);
             encode_varint(t.tensor.data.len() as u64, &mut buf);
             w.write_all(&buf)?;
-            t.tensor.data.write_to(w)?;
+            ahead.write(&t.tensor.data, w)?;
         } else {
             w.write_all(&buf)?;
         }
@@ -343,6 +355,20 @@ fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
 }
 
 fn write_data<W: Write + Seek>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+    let external = p
+        .tensors
+        .iter()
+        .filter(|t| t.offset.is_some() && !t.tensor.data.is_deferred());
+    with_prefetch(external.map(|t| &t.tensor.data).collect(), |ahead| {
+        write_data_with(p, ahead, w)
+    })
+}
+
+fn write_data_with<W: Write + Seek>(
+    p: &Plan<'_>,
+    ahead: &mut Prefetched,
+    w: &mut W,
+) -> std::io::Result<()> {
     const ZEROS: [u8; 4096] = [0; 4096];
     let mut pos = 0u64;
     for t in &p.tensors {
@@ -361,7 +387,7 @@ fn write_data<W: Write + Seek>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
             w.write_all(&ZEROS[..k])?;
             pad -= k as u64;
         }
-        t.tensor.data.write_to(w)?;
+        ahead.write(&t.tensor.data, w)?;
         pos = offset + t.tensor.data.len() as u64;
     }
     if pos < p.data_len {
