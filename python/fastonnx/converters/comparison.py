@@ -6,6 +6,7 @@ tensor against a float scalar compares as float, like torch. ONNX compares nothi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Value
 from fastonnx.converters.elementwise import compute_dtype, math_dtype, signbit
-from fastonnx.converters.helpers import promote
+from fastonnx.converters.helpers import promote, register
 
 aten = torch.ops.aten
 
@@ -141,11 +142,7 @@ def convert_isclose(
 def _table() -> dict[Any, Any]:
     table: dict[Any, Any] = {}
 
-    def add(fn: Any, name: str, *overloads: str) -> None:
-        packet = getattr(aten, name)
-        for overload in overloads or ("default",):
-            if overload in packet.overloads():
-                table[getattr(packet, overload)] = fn
+    add = functools.partial(register, table)
 
     for name, op_type, negate in (
         ("eq", "Equal", False),

@@ -8,6 +8,7 @@ do ("opmath"); the simple arithmetic ops stay in half precision (one correctly r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Value
+from fastonnx.converters.helpers import ERFC_FIT, register
 
 aten = torch.ops.aten
 
@@ -473,27 +475,11 @@ def _log10(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
     return ctx.op("Div", ctx.op("Log", x), ctx.const(math.log(10.0), dt))
 
 
-# erfc(x) for x >= 0 (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7 everywhere); used
-# where 1 - erf(x) would cancel, i.e. away from 0.
-_ERFC_COEFFS = (
-    -1.26551223,
-    1.00002368,
-    0.37409196,
-    0.09678418,
-    -0.18628806,
-    0.27886807,
-    -1.13520398,
-    1.48851587,
-    -0.82215223,
-    0.17087277,
-)
-
-
 def _erfc(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
     z = ctx.op("Abs", x)
     t = ctx.op("Reciprocal", ctx.op("Add", ctx.const(1.0, dt), ctx.op("Mul", z, ctx.const(0.5, dt))))
-    poly = ctx.const(_ERFC_COEFFS[-1], dt)
-    for c in reversed(_ERFC_COEFFS[:-1]):
+    poly = ctx.const(ERFC_FIT[-1], dt)
+    for c in reversed(ERFC_FIT[:-1]):
         poly = ctx.op("Add", ctx.const(c, dt), ctx.op("Mul", t, poly))
     tail = ctx.op("Mul", t, ctx.op("Exp", ctx.op("Sub", poly, ctx.op("Mul", z, z))))
     tail = ctx.op(
@@ -922,17 +908,10 @@ _BINARY_COMPOSITE = {
 }
 
 
-def _overloads(name: str, *overloads: str) -> list[Any]:
-    packet = getattr(aten, name)
-    return [getattr(packet, o) for o in overloads if o in packet.overloads()]
-
-
 def _table() -> dict[Any, Any]:
     table: dict[Any, Any] = {}
 
-    def add(fn: Any, name: str, *overloads: str) -> None:
-        for op in _overloads(name, *(overloads or ("default",))):
-            table[op] = fn
+    add = functools.partial(register, table)
 
     add(convert_add, "add", "Tensor", "Scalar")
     add(convert_sub, "sub", "Tensor", "Scalar")

@@ -103,3 +103,33 @@ def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype torch's CPU kernels compute a float op in: float32 for float16 / bfloat16 (rounded once
     at the end), the dtype itself otherwise."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def overloads(name: str, *names: str) -> list[Any]:
+    """The overloads ``names`` (default: "default") of ``aten.<name>`` that this torch has."""
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return []
+    return [getattr(packet, o) for o in names or ("default",) if o in packet.overloads()]
+
+
+def register(table: dict[Any, Any], fn: Any, name: str, *names: str) -> None:
+    """Serves ``aten.<name>``'s overloads ``names`` (default: "default") by ``fn`` in ``table``."""
+    for op in overloads(name, *names):
+        table[op] = fn
+
+
+# Numerical Recipes' fit of erfc: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0, relative
+# error < 1.2e-7 everywhere; P's coefficients from t^0 up
+ERFC_FIT = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)

@@ -21,6 +21,7 @@ result within rounding of LAPACK's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ import torch
 
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, squeeze, unsqueeze
+from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, register, squeeze, unsqueeze
 from fastonnx.converters.reductions import convert_linalg_vector_norm, nan_reduce
 
 aten = torch.ops.aten
@@ -898,19 +899,10 @@ def convert_private_linalg_eigh(
     return [convert_linalg_eigvalsh(ctx, x, UPLO), _filled(ctx, shapes[1], 0.0, ctx.out_dtype)]
 
 
-def _overloads(name: str, *overloads: str) -> list[Any]:
-    packet = getattr(aten, name, None)
-    if packet is None:
-        return []
-    return [getattr(packet, o) for o in overloads if o in packet.overloads()]
-
-
 def _table() -> dict[Any, Any]:
     table: dict[Any, Any] = {}
 
-    def add(fn: Any, name: str, *overloads: str) -> None:
-        for op in _overloads(name, *(overloads or ("default",))):
-            table[op] = fn
+    add = functools.partial(register, table)
 
     add(convert_linalg_matrix_norm, "linalg_matrix_norm", "default", "str_ord")
     add(convert_linalg_norm, "linalg_norm", "default", "ord_str")

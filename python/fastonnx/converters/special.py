@@ -24,7 +24,7 @@ import torch
 
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import reduce
+from fastonnx.converters.helpers import ERFC_FIT, reduce
 
 aten = torch.ops.aten
 
@@ -406,25 +406,10 @@ def _erfinv(m: _Math, y: str) -> str:
     return m.mul(value, math.sqrt(0.5))
 
 
-# Numerical Recipes' erfc fit: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0 (rel. error 1.2e-7)
-_ERFC_FIT = (
-    -1.26551223,
-    1.00002368,
-    0.37409196,
-    0.09678418,
-    -0.18628806,
-    0.27886807,
-    -1.13520398,
-    1.48851587,
-    -0.82215223,
-    0.17087277,
-)
-
-
 def _erfc_parts(m: _Math, z: str) -> tuple[str, str]:
     """(t, P(t)) of the erfc fit for z >= 0: erfc(z) = t exp(P(t) - z^2)."""
     t = m.div(1.0, m.add(1.0, m.mul(z, 0.5)))
-    return t, m.poly(t, _ERFC_FIT)
+    return t, m.poly(t, ERFC_FIT)
 
 
 def _erfcx(m: _Math, x: str) -> str:
