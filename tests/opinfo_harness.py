@@ -191,6 +191,15 @@ def _sdpa(sample: Any, got: Any, expected: Any) -> str | None:
     return _finite(sample, got, expected)
 
 
+def _multi_head_attention(sample: Any, got: Any, expected: Any) -> str | None:
+    """Exact unless training with dropout_p > 0 (args[9]); then the attention weights are dropped at
+    random and the outputs are only checked finite."""
+    if not (sample.kwargs.get("training", True) and sample.args[9] > 0):
+        atol, rtol = _tol(_first(expected))
+        return _compare(got, expected, atol, rtol)
+    return _finite(sample, got, expected)
+
+
 RANDOM_VALUES: dict[str, Callable[[Any, Any, Any], str | None]] = {
     "bernoulli": _bernoulli,
     "cauchy": _finite,
@@ -214,6 +223,7 @@ RANDOM_VALUES: dict[str, Callable[[Any, Any, Any], str | None]] = {
     "nn.functional.feature_alpha_dropout.with_train": _dropout(alpha=True, train_default=False),
     "nn.functional.rrelu": _rrelu,
     "nn.functional.scaled_dot_product_attention": _sdpa,
+    "nn.functional.multi_head_attention_forward": _multi_head_attention,
 }
 
 

@@ -32,6 +32,12 @@ def test_sdpa_opinfo(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_multi_head_attention_forward_opinfo(dtype: torch.dtype) -> None:
+    # training samples with dropout are checked as random ops (opinfo_harness.RANDOM_VALUES)
+    assert_op_converts("nn.functional.multi_head_attention_forward", ENDS, dtype=dtype, limit=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_flash_attention_for_cpu_opinfo(dtype: torch.dtype) -> None:
     assert_op_converts("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", ENDS, dtype=dtype)
 
