@@ -30,6 +30,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import fastonnx
+from export_check import ENDS
 
 # Tolerances, per dtype; ops listed in OP_TOLERANCE get their own, with the reason next to them.
 TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
@@ -497,8 +498,6 @@ def opinfo_cases(float32: Sequence[str], **by_dtype: Sequence[str]) -> list[Any]
 def assert_case_converts(op_name: str, dtype: torch.dtype) -> None:
     """One case of ``opinfo_cases``, at both ends of the opset range: float32 with CI's sample limit,
     other dtypes with two samples."""
-    from export_check import ENDS
-
     assert_op_converts(op_name, ENDS, dtype=dtype, limit=ci_sample_limit() if dtype == torch.float32 else 2)
 
 

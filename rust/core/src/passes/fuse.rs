@@ -3,19 +3,10 @@
 
 use std::sync::Arc;
 
-use super::{producers, readers, retain_nodes};
+use super::{f32_values, producers, readers, retain_nodes};
 use crate::dtype;
 use crate::graph::{AttrValue, Graph};
-use crate::tensor::{le_f32s, ByteSource, Tensor, TensorData};
-
-/// Per-channel float32 values of a small initializer (BatchNormalization's parameters).
-fn floats(g: &Graph, name: &str) -> Option<Vec<f32>> {
-    let t = g.initializer(name)?;
-    if t.dtype != dtype::FLOAT {
-        return None;
-    }
-    Some(le_f32s(t.data.as_slice()?))
-}
+use crate::tensor::{ByteSource, Tensor, TensorData};
 
 /// Conv → BatchNormalization (inference form, float32, the Conv's output read only by it) becomes one
 /// Conv with weight W * s and bias (B - mean) * s + beta, where s = gamma / sqrt(var + eps).
@@ -57,10 +48,10 @@ pub fn fuse_conv_batchnorm(g: &mut Graph) -> usize {
             continue;
         }
         let (Some(gamma), Some(beta), Some(mean), Some(var)) = (
-            floats(g, &bn.inputs[1]),
-            floats(g, &bn.inputs[2]),
-            floats(g, &bn.inputs[3]),
-            floats(g, &bn.inputs[4]),
+            f32_values(g, &bn.inputs[1]),
+            f32_values(g, &bn.inputs[2]),
+            f32_values(g, &bn.inputs[3]),
+            f32_values(g, &bn.inputs[4]),
         ) else {
             continue;
         };
@@ -78,7 +69,7 @@ pub fn fuse_conv_batchnorm(g: &mut Graph) -> usize {
             continue;
         }
         let bias = match conv.inputs.get(2).filter(|b| !b.is_empty()) {
-            Some(b) => match floats(g, b) {
+            Some(b) => match f32_values(g, b) {
                 Some(v) if v.len() == channels => v,
                 _ => continue,
             },

@@ -28,6 +28,15 @@ pub(crate) fn retain_nodes(g: &mut Graph, keep: impl Fn(usize) -> bool) {
     });
 }
 
+/// The float32 values of a constant initializer held in memory (None for other types).
+pub(crate) fn f32_values(g: &Graph, name: &str) -> Option<Vec<f32>> {
+    let t = g.initializer(name)?;
+    if t.dtype != crate::dtype::FLOAT {
+        return None;
+    }
+    Some(crate::tensor::le_f32s(t.data.as_slice()?))
+}
+
 /// Value name -> index of the node producing it.
 pub(crate) fn producers(g: &Graph) -> HashMap<String, usize> {
     g.nodes

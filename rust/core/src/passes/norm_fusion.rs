@@ -14,10 +14,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{producers, readers, retain_nodes, Level};
+use super::{f32_values, producers, readers, retain_nodes, Level};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
-use crate::tensor::{le_f32s, le_i64s};
+use crate::tensor::le_i64s;
 
 /// The standard RMSNormalization operator's first opset.
 const RMS_NORMALIZATION_OPSET: i64 = 23;
@@ -88,10 +88,12 @@ fn rank(g: &Graph, name: &str) -> Option<usize> {
         .map(Vec::len)
 }
 
-/// The float32 values of a constant initializer.
-fn floats(g: &Graph, name: &str) -> Option<Vec<f32>> {
-    let t = g.initializer(name)?;
-    (t.dtype == dtype::FLOAT).then(|| le_f32s(t.data.as_slice().unwrap_or_default()))
+/// The value of a one-element float32 constant (a larger one is never decoded).
+fn f32_scalar(g: &Graph, name: &str) -> Option<f32> {
+    if g.initializer(name)?.numel() != 1 {
+        return None;
+    }
+    f32_values(g, name)?.first().copied()
 }
 
 /// Maps built once per pass, so that matching stays linear in the graph's size.
@@ -150,7 +152,7 @@ fn match_chain(g: &Graph, ix: &Index, mean_at: usize) -> Option<Chain> {
     let sq = &g.nodes[sq_at];
     let x = match (sq.op_type.as_str(), sq.inputs.as_slice()) {
         ("Mul", [a, b]) if a == b && sq.domain.is_empty() => a.clone(),
-        ("Pow", [a, p]) if sq.domain.is_empty() && floats(g, p)? == [2.0] => a.clone(),
+        ("Pow", [a, p]) if sq.domain.is_empty() && f32_scalar(g, p)? == 2.0 => a.clone(),
         _ => return None,
     };
     if ix.reads.get(&sq.outputs[0]) != Some(&1) || !is_float(g, &x) {
@@ -165,10 +167,7 @@ fn match_chain(g: &Graph, ix: &Index, mean_at: usize) -> Option<Chain> {
     if !is_op(add, "Add") {
         return None;
     }
-    let eps = match floats(g, other(add, &mean.outputs[0])?)?.as_slice() {
-        [e] => *e,
-        _ => return None,
-    };
+    let eps = f32_scalar(g, other(add, &mean.outputs[0])?)?;
     // Sqrt, then Reciprocal and Mul by x, or Div of x
     let (sqrt_at, sqrt) = sole_reader(g, ix, &add.outputs[0])?;
     if !is_op(sqrt, "Sqrt") {
