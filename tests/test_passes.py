@@ -18,12 +18,12 @@ from fastonnx._core import GraphBuilder, TensorAttr
 F = dtypes.FLOAT
 
 
-def _const(g: GraphBuilder, a: np.ndarray) -> str:
+def const(g: GraphBuilder, a: np.ndarray) -> str:
     dt = {np.dtype(np.float32): dtypes.FLOAT, np.dtype(np.int64): dtypes.INT64}[a.dtype]
     return g.add_constant(np.ascontiguousarray(a).tobytes(), dt, list(a.shape))
 
 
-def _weight(g: GraphBuilder, a: np.ndarray, hint: str) -> str:
+def weight(g: GraphBuilder, a: np.ndarray, hint: str) -> str:
     """A borrowed initializer, as the exporter adds weights."""
     return g.add_initializer(
         hint, np.ascontiguousarray(a).reshape(-1).view(np.uint8), dtypes.FLOAT, list(a.shape)
@@ -34,7 +34,7 @@ def _surroundings(g: GraphBuilder, x: str, ops: list[str]) -> str:
     """Random elementwise nodes before or after a pattern."""
     for op in ops:
         if op == "Add":
-            x = g.add_node("Add", [x, _const(g, np.float32(0.5))])[0]
+            x = g.add_node("Add", [x, const(g, np.float32(0.5))])[0]
         else:
             x = g.add_node(op, [x])[0]
     return x
@@ -45,9 +45,9 @@ Builder = Callable[[GraphBuilder, str, Any], str]
 
 def _fold(g: GraphBuilder, x: str, p: Any) -> str:
     # Reshape x by a shape computed from constants: Concat(Mul(Gather(shape constant)...))
-    dims = _const(g, np.array([p["rows"], p["cols"]], dtype=np.int64))
-    first = g.add_node("Gather", [dims, _const(g, np.array([0], dtype=np.int64))], attrs={"axis": 0})[0]
-    rest = g.add_node("Mul", [_const(g, np.array([p["cols"]], dtype=np.int64)), _const(g, np.int64(1))])[0]
+    dims = const(g, np.array([p["rows"], p["cols"]], dtype=np.int64))
+    first = g.add_node("Gather", [dims, const(g, np.array([0], dtype=np.int64))], attrs={"axis": 0})[0]
+    rest = g.add_node("Mul", [const(g, np.array([p["cols"]], dtype=np.int64)), const(g, np.int64(1))])[0]
     shape = g.add_node("Concat", [first, rest], attrs={"axis": 0})[0]
     return g.add_node("Reshape", [x, shape])[0]
 
@@ -55,7 +55,7 @@ def _fold(g: GraphBuilder, x: str, p: Any) -> str:
 def _noop(g: GraphBuilder, x: str, p: Any) -> str:
     y = g.add_node("Cast", [x], attrs={"to": F})[0]
     g.set_type(y, F, [p["rows"], p["cols"]])
-    z = g.add_node("Mul", [y, _const(g, np.float32(1.0))])[0]
+    z = g.add_node("Mul", [y, const(g, np.float32(1.0))])[0]
     g.set_type(z, F, [p["rows"], p["cols"]])
     return z
 
@@ -69,7 +69,7 @@ def _cse(g: GraphBuilder, x: str, p: Any) -> str:
 def _transpose(g: GraphBuilder, x: str, p: Any) -> str:
     # over 4 KiB: a weight, which constant folding never copies (only tiny buffers are read)
     w = np.random.default_rng(p["seed"]).standard_normal((p["out"] * 1100, p["cols"])).astype(np.float32)
-    wt = g.add_node("Transpose", [_weight(g, w, "w")], attrs={"perm": [1, 0]})[0]
+    wt = g.add_node("Transpose", [weight(g, w, "w")], attrs={"perm": [1, 0]})[0]
     return g.add_node("MatMul", [x, wt])[0]
 
 
@@ -84,12 +84,12 @@ def _identity(g: GraphBuilder, x: str, p: Any) -> str:
 def _conv_bn(g: GraphBuilder, x: str, p: Any) -> str:
     rng = np.random.default_rng(p["seed"])
     c = p["out"]
-    img = g.add_node("Reshape", [x, _const(g, np.array([1, 1, p["rows"], p["cols"]], dtype=np.int64))])[0]
-    w = _weight(g, rng.standard_normal((c, 1, 1, 1)).astype(np.float32), "conv_w")
-    b = _weight(g, rng.standard_normal(c).astype(np.float32), "conv_b")
+    img = g.add_node("Reshape", [x, const(g, np.array([1, 1, p["rows"], p["cols"]], dtype=np.int64))])[0]
+    w = weight(g, rng.standard_normal((c, 1, 1, 1)).astype(np.float32), "conv_w")
+    b = weight(g, rng.standard_normal(c).astype(np.float32), "conv_b")
     conv = g.add_node("Conv", [img, w, b])[0]
     params = [rng.standard_normal(c), rng.standard_normal(c), rng.standard_normal(c), rng.random(c) + 0.5]
-    names = [_weight(g, a.astype(np.float32), f"bn{i}") for i, a in enumerate(params)]
+    names = [weight(g, a.astype(np.float32), f"bn{i}") for i, a in enumerate(params)]
     return g.add_node("BatchNormalization", [conv, *names], attrs={"epsilon": 1e-3})[0]
 
 
@@ -98,8 +98,8 @@ def _rewrite(g: GraphBuilder, x: str, p: Any) -> str:
     rows, cols = p["rows"], p["cols"]
     kind = p["seed"] % 4
     if kind == 0:  # Reshape of a Reshape
-        flat = g.add_node("Reshape", [x, _const(g, np.array([rows * cols], dtype=np.int64))])[0]
-        return g.add_node("Reshape", [flat, _const(g, np.array([cols, rows], dtype=np.int64))])[0]
+        flat = g.add_node("Reshape", [x, const(g, np.array([rows * cols], dtype=np.int64))])[0]
+        return g.add_node("Reshape", [flat, const(g, np.array([cols, rows], dtype=np.int64))])[0]
     if kind == 1:  # Transpose of a Transpose
         t = g.add_node("Transpose", [x], attrs={"perm": [1, 0]})[0]
         return g.add_node("Transpose", [t], attrs={"perm": [1, 0]})[0]
@@ -108,9 +108,9 @@ def _rewrite(g: GraphBuilder, x: str, p: Any) -> str:
         return g.add_node("Cast", [wide], attrs={"to": F})[0]
     # MatMul + Add on 2-D operands
     w = np.random.default_rng(p["seed"]).standard_normal((cols, p["out"])).astype(np.float32)
-    mm = g.add_node("MatMul", [x, _const(g, w)])[0]
+    mm = g.add_node("MatMul", [x, const(g, w)])[0]
     g.set_type(x, F, [rows, cols])  # the rewrite needs known 2-D shapes, as torch records them
-    out = g.add_node("Add", [mm, _const(g, np.arange(p["out"], dtype=np.float32))])[0]
+    out = g.add_node("Add", [mm, const(g, np.arange(p["out"], dtype=np.float32))])[0]
     g.set_type(out, F, [rows, p["out"]])
     return out
 
@@ -122,18 +122,18 @@ def _rms_norm(g: GraphBuilder, x: str, p: Any) -> str:
     squared = (
         g.add_node("Mul", [x, x])[0]
         if p["seed"] % 2
-        else g.add_node("Pow", [x, _const(g, np.float32(2.0))])[0]
+        else g.add_node("Pow", [x, const(g, np.float32(2.0))])[0]
     )
     mean = g.add_node(
-        "ReduceMean", [squared, _const(g, np.array([-1], dtype=np.int64))], attrs={"keepdims": 1}
+        "ReduceMean", [squared, const(g, np.array([-1], dtype=np.int64))], attrs={"keepdims": 1}
     )[0]
-    root = g.add_node("Sqrt", [g.add_node("Add", [mean, _const(g, np.float32(1e-5))])[0]])[0]
+    root = g.add_node("Sqrt", [g.add_node("Add", [mean, const(g, np.float32(1e-5))])[0]])[0]
     if p["seed"] % 3:
         normed = g.add_node("Mul", [x, g.add_node("Reciprocal", [root])[0]])[0]
     else:
         normed = g.add_node("Div", [x, root])[0]
     w = np.random.default_rng(p["seed"]).standard_normal(cols).astype(np.float32)
-    out = g.add_node("Mul", [_weight(g, w, "norm_w"), normed])[0]
+    out = g.add_node("Mul", [weight(g, w, "norm_w"), normed])[0]
     g.set_type(out, F, [rows, cols])
     return out
 
@@ -152,7 +152,7 @@ PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
 }
 
 _elementwise = st.lists(st.sampled_from(["Relu", "Neg", "Add", "Tanh", "Abs"]), max_size=3)
-_params = st.fixed_dictionaries(
+params = st.fixed_dictionaries(
     {
         "rows": st.integers(1, 4),
         "cols": st.integers(1, 5),
@@ -165,33 +165,41 @@ _params = st.fixed_dictionaries(
 )
 
 
-def _build(pattern: str, p: dict[str, Any]) -> GraphBuilder:
-    opset = PATTERNS[pattern][3]
+def build(builder: Builder, opset: int, p: dict[str, Any]) -> GraphBuilder:
+    """A graph of input x (rows x cols): random elementwise nodes, the pattern, random nodes again."""
     g = GraphBuilder(opset, 8 if opset < 21 else 10)
     x = g.add_input("x", F, [p["rows"], p["cols"]])
     y = _surroundings(g, x, p["before"])
-    y = PATTERNS[pattern][0](g, y, p)
+    y = builder(g, y, p)
     y = _surroundings(g, y, p["after"])
     g.set_type(y, F, g.shape(y))  # keep a shape the pattern recorded
     g.add_output(y, "y")
     return g
 
 
-def _run(model: bytes, x: np.ndarray) -> np.ndarray:
+def run(model: bytes, x: np.ndarray) -> np.ndarray:
     sess = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
 
 
+def check_pass(
+    builder: Builder, count: str, level: str, opset: int, p: dict[str, Any], tol: float = 1e-5
+) -> None:
+    """The pass counted under `count` fires on the pattern, and onnxruntime's outputs do not change."""
+    before = build(builder, opset, p).to_bytes()
+    g = build(builder, opset, p)
+    counts = g.optimize(level)
+    assert counts[count] >= 1, counts
+    x = np.random.default_rng(p["seed"]).standard_normal((p["rows"], p["cols"])).astype(np.float32)
+    np.testing.assert_allclose(run(g.to_bytes(), x), run(before, x), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("pattern", sorted(PATTERNS))
 @settings(max_examples=15, deadline=None)
-@given(p=_params)
+@given(p=params)
 def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
-    before = _build(pattern, p).to_bytes()
-    g = _build(pattern, p)
-    counts = g.optimize(PATTERNS[pattern][2])
-    assert counts[PATTERNS[pattern][1]] >= 1, counts
-    x = np.random.default_rng(p["seed"]).standard_normal((p["rows"], p["cols"])).astype(np.float32)
-    np.testing.assert_allclose(_run(g.to_bytes(), x), _run(before, x), rtol=1e-5, atol=1e-5)
+    builder, count, level, opset = PATTERNS[pattern]
+    check_pass(builder, count, level, opset, p)
 
 
 def test_constant_of_shape_folds_with_its_value() -> None:
@@ -199,7 +207,7 @@ def test_constant_of_shape_folds_with_its_value() -> None:
     x = g.add_input("x", F, [2, 3])
     fill = g.add_node(
         "ConstantOfShape",
-        [_const(g, np.array([2, 3], dtype=np.int64))],
+        [const(g, np.array([2, 3], dtype=np.int64))],
         attrs={"value": TensorAttr(np.float32([2.5]).tobytes(), F, [1])},
     )[0]
     y = g.add_node("Add", [x, fill])[0]
@@ -207,4 +215,4 @@ def test_constant_of_shape_folds_with_its_value() -> None:
     g.add_output(y, "y")
     assert g.optimize("default")["constants_folded"] == 1
     x_val = np.ones((2, 3), dtype=np.float32)
-    np.testing.assert_array_equal(_run(g.to_bytes(), x_val), x_val + 2.5)
+    np.testing.assert_array_equal(run(g.to_bytes(), x_val), x_val + 2.5)

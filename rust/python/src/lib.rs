@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fastonnx_core::passes::{optimize, Level};
+use fastonnx_core::passes::{optimize_model, Level};
 use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey,
     ValueType,
@@ -414,9 +414,8 @@ impl GraphBuilder {
 
     fn optimize(&mut self, py: Python<'_>, level: &str) -> PyResult<BTreeMap<String, usize>> {
         let level: Level = level.parse().map_err(py_err)?;
-        let opset = self.model.opset();
-        let graph = &mut self.model.graph;
-        Ok(py.detach(|| optimize(graph, level, opset)))
+        let model = &mut self.model;
+        Ok(py.detach(|| optimize_model(model, level)))
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

@@ -10,7 +10,7 @@ mod simplify;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Error, Result};
-use crate::graph::Graph;
+use crate::graph::{Graph, Model};
 
 pub use cleanup::{remove_identities, remove_unused};
 pub use fold::fold_constants;
@@ -83,6 +83,23 @@ impl std::str::FromStr for Level {
             ))),
         }
     }
+}
+
+/// The domain of onnxruntime's contrib operators, and the version of it the fusions emit.
+pub const MS_DOMAIN: &str = "com.microsoft";
+const MS_DOMAIN_VERSION: i64 = 1;
+
+/// Optimizes a model's graph (see [`optimize`]) and imports the contrib domain when a fusion used it.
+pub fn optimize_model(model: &mut Model, level: Level) -> BTreeMap<String, usize> {
+    let opset = model.opset();
+    let counts = optimize(&mut model.graph, level, opset);
+    if model.graph.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
+        model
+            .opsets
+            .entry(MS_DOMAIN.to_owned())
+            .or_insert(MS_DOMAIN_VERSION);
+    }
+    counts
 }
 
 /// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each
