@@ -70,10 +70,14 @@ def _closed_rows(ctx: ConversionContext, mask: Value) -> str:
     last = [mask.rank - 1]
     if mask.dtype == torch.bool:
         open_any = reduce(ctx, "ReduceMax", ctx.cast(mask, torch.int32), last, keepdims=True)
-        return ctx.op("Equal", open_any, ctx.const(0, torch.int32))
-    work = opmath_dtype(mask.dtype)
-    row_max = reduce(ctx, "ReduceMax", ctx.cast(mask, work), last, keepdims=True)
-    return ctx.op("Equal", row_max, ctx.const(-math.inf, work))
+        closed = ctx.op("Equal", open_any, ctx.const(0, torch.int32))
+    else:
+        work = opmath_dtype(mask.dtype)
+        row_max = reduce(ctx, "ReduceMax", ctx.cast(mask, work), last, keepdims=True)
+        closed = ctx.op("Equal", row_max, ctx.const(-math.inf, work))
+    # recorded so that the attention fusion can see it is one flag per row
+    ctx.g.set_type(closed, *ctx.onnx_type(torch.bool, (*mask.shape[:-1], 1)))
+    return closed
 
 
 def _attention(

@@ -1,5 +1,6 @@
 //! Optimization passes, driven by the `optimize=` setting of `to_onnx`.
 
+mod attention;
 mod cleanup;
 mod fold;
 mod fuse;
@@ -12,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Model};
 
+pub use attention::fuse_attention;
 pub use cleanup::{remove_identities, remove_unused};
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
@@ -122,6 +124,13 @@ pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String,
         ("identity_removed", remove_identities),
     ];
     for (name, pass) in passes {
+        if name == "patterns_rewritten" {
+            // before the rewrites compose the key's two Transposes into one the fusion cannot undo
+            counts.insert(
+                "attention_fused".to_owned(),
+                fuse_attention(graph, level, opset),
+            );
+        }
         counts.insert(name.to_owned(), pass(graph));
         if name == "patterns_rewritten" {
             counts.insert(

@@ -74,22 +74,22 @@ pub fn fuse_rms_norm(g: &mut Graph, level: Level, opset: i64) -> usize {
     chains.len()
 }
 
-fn is_op(n: &Node, op: &str) -> bool {
+pub(crate) fn is_op(n: &Node, op: &str) -> bool {
     n.op_type == op && n.domain.is_empty()
 }
 
-fn is_float(g: &Graph, name: &str) -> bool {
+pub(crate) fn is_float(g: &Graph, name: &str) -> bool {
     g.value_type(name).and_then(|t| t.dtype) == Some(dtype::FLOAT)
 }
 
-fn rank(g: &Graph, name: &str) -> Option<usize> {
+pub(crate) fn rank(g: &Graph, name: &str) -> Option<usize> {
     g.value_type(name)
         .and_then(|t| t.shape.as_ref())
         .map(Vec::len)
 }
 
 /// The value of a one-element float32 constant (a larger one is never decoded).
-fn f32_scalar(g: &Graph, name: &str) -> Option<f32> {
+pub(crate) fn f32_scalar(g: &Graph, name: &str) -> Option<f32> {
     if g.initializer(name)?.numel() != 1 {
         return None;
     }
@@ -97,14 +97,14 @@ fn f32_scalar(g: &Graph, name: &str) -> Option<f32> {
 }
 
 /// Maps built once per pass, so that matching stays linear in the graph's size.
-struct Index {
-    prod: HashMap<String, usize>,
-    reads: HashMap<String, usize>,
+pub(crate) struct Index {
+    pub(crate) prod: HashMap<String, usize>,
+    pub(crate) reads: HashMap<String, usize>,
     /// value -> the first node reading it
-    reader: HashMap<String, usize>,
+    pub(crate) reader: HashMap<String, usize>,
 }
 
-fn first_readers(g: &Graph) -> HashMap<String, usize> {
+pub(crate) fn first_readers(g: &Graph) -> HashMap<String, usize> {
     let mut r = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for input in &n.inputs {
@@ -115,7 +115,7 @@ fn first_readers(g: &Graph) -> HashMap<String, usize> {
 }
 
 /// The node reading `value`, when it is the only reader (graph outputs count as readers).
-fn sole_reader<'a>(g: &'a Graph, ix: &Index, value: &str) -> Option<(usize, &'a Node)> {
+pub(crate) fn sole_reader<'a>(g: &'a Graph, ix: &Index, value: &str) -> Option<(usize, &'a Node)> {
     if ix.reads.get(value) != Some(&1) {
         return None;
     }
@@ -124,7 +124,7 @@ fn sole_reader<'a>(g: &'a Graph, ix: &Index, value: &str) -> Option<(usize, &'a 
 }
 
 /// The input of a two-input node that is not `known`.
-fn other<'a>(n: &'a Node, known: &str) -> Option<&'a str> {
+pub(crate) fn other<'a>(n: &'a Node, known: &str) -> Option<&'a str> {
     match n.inputs.as_slice() {
         [a, b] if a == known => Some(b),
         [a, b] if b == known => Some(a),

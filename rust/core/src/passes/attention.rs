@@ -1,0 +1,295 @@
+//! Scaled dot-product attention, as the converter decomposes it, fused into ONNX's `Attention`
+//! (standard from opset 23, both optimizing levels):
+//!
+//! ```text
+//! scores = MatMul(Mul(q, scale), Transpose(k, perm = [0, 1, 3, 2]))
+//! scores = Where(mask, scores, -inf)  |  Add(scores, bias)  |  scores
+//! probs  = Softmax(scores, axis = -1)
+//! probs  = Where(closed_rows, 0, probs)   (optional: rows the mask closes entirely give 0, as in torch)
+//! out    = MatMul(probs, v)
+//! ```
+//!
+//! becomes `Attention(q, k, v, mask | bias, scale = scale)`, followed by `Where(closed_rows, 0, out)` when
+//! the chain had one (ONNX leaves fully masked rows unspecified). q, k, v are 4-D (batch, heads, seq,
+//! head size), float32. Keys and values repeated per query-head group (transformers' `repeat_kv`, the
+//! converter's `enable_gqa`: Unsqueeze at axis 2, Expand, Reshape) are fed unrepeated: Attention maps
+//! query head i to key/value head i // group, the same order.
+//!
+//! Below opset 23 nothing is fused, at either level: onnxruntime's contrib MultiHeadAttention takes a
+//! 3-D (batch, seq, hidden) query, so the rotated 4-D query would need a Transpose and a Reshape back,
+//! costing what the fusion saves.
+
+use std::collections::{HashMap, HashSet};
+
+use super::norm_fusion::{f32_scalar, first_readers, is_float, is_op, sole_reader, Index};
+use super::{producers, readers, Level};
+use crate::dtype;
+use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
+
+/// The standard Attention operator's first opset.
+const ATTENTION_OPSET: i64 = 23;
+
+struct Fused {
+    q: String,
+    k: String,
+    v: String,
+    mask: Option<String>,
+    scale: f32,
+    closed_rows: Option<String>,
+    /// nodes replaced by the fused one (the final MatMul is rewritten in place)
+    dead: Vec<usize>,
+    last: usize,
+}
+
+/// Fuses every attention chain the level and opset allow; returns how many it fused.
+pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> usize {
+    if level == Level::None || opset < ATTENTION_OPSET {
+        return 0;
+    }
+    let ix = Index {
+        prod: producers(g),
+        reads: readers(g),
+        reader: first_readers(g),
+    };
+    let found: Vec<Fused> = (0..g.nodes.len())
+        .filter(|&i| is_op(&g.nodes[i], "Softmax"))
+        .filter_map(|i| match_chain(g, &ix, i))
+        .collect();
+    let mut dead = HashSet::new();
+    let mut fused = 0;
+    // node index -> the Where to insert right after it
+    let mut after: HashMap<usize, Node> = HashMap::new();
+    for f in &found {
+        let out = g.nodes[f.last].outputs[0].clone();
+        let out_type = g.value_type(&out).cloned().unwrap_or_default();
+        let mut inputs = vec![f.q.clone(), f.k.clone(), f.v.clone()];
+        inputs.extend(f.mask.iter().cloned());
+        let attention_out = match &f.closed_rows {
+            Some(_) => {
+                let name = g.names.unique_value("attention");
+                g.types.insert(name.clone(), out_type.clone());
+                name
+            }
+            None => out.clone(),
+        };
+        if let Some(closed) = &f.closed_rows {
+            let Ok(zero) =
+                g.add_constant("zero", dtype::FLOAT, vec![], 0f32.to_le_bytes().to_vec())
+            else {
+                continue;
+            };
+            after.insert(
+                f.last,
+                Node {
+                    name: g.names.unique_node("Where"),
+                    op_type: "Where".into(),
+                    domain: String::new(),
+                    inputs: vec![closed.clone(), zero, attention_out.clone()],
+                    outputs: vec![out],
+                    attrs: vec![],
+                },
+            );
+        }
+        let n = &mut g.nodes[f.last];
+        n.op_type = "Attention".into();
+        n.domain.clear();
+        n.inputs = inputs;
+        n.outputs = vec![attention_out];
+        n.attrs = vec![Attribute {
+            name: "scale".into(),
+            value: AttrValue::Float(f.scale),
+        }];
+        dead.extend(f.dead.iter().copied());
+        fused += 1;
+    }
+    // one sweep: drop the replaced nodes, insert each Where after its Attention
+    let old = std::mem::take(&mut g.nodes);
+    g.nodes.reserve(old.len());
+    for (i, n) in old.into_iter().enumerate() {
+        if dead.contains(&i) {
+            continue;
+        }
+        g.nodes.push(n);
+        if let Some(w) = after.remove(&i) {
+            g.nodes.push(w);
+        }
+    }
+    fused
+}
+
+fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
+    g.value_type(name)?.shape.clone()
+}
+
+fn is_rank4_float(g: &Graph, name: &str) -> bool {
+    is_float(g, name) && shape(g, name).is_some_and(|s| s.len() == 4)
+}
+
+fn is_neg_inf(g: &Graph, name: &str) -> bool {
+    f32_scalar(g, name).is_some_and(|v| v == f32::NEG_INFINITY)
+}
+
+/// The producer of `value` when it is `op` and `value` has no other reader.
+fn sole_producer<'a>(g: &'a Graph, ix: &Index, value: &str, op: &str) -> Option<(usize, &'a Node)> {
+    let i = *ix.prod.get(value)?;
+    let n = &g.nodes[i];
+    (is_op(n, op) && ix.reads.get(value) == Some(&1)).then_some((i, n))
+}
+
+fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
+    let softmax = &g.nodes[softmax_at];
+    let axis = match softmax.attr("axis") {
+        Some(AttrValue::Int(a)) => *a,
+        _ => return None,
+    };
+    if axis != -1 && axis != 3 {
+        return None;
+    }
+    let mut dead = vec![softmax_at];
+    // the mask, if any
+    let mut scores = softmax.inputs.first()?.clone();
+    let mut mask = None;
+    if let Some(&p) = ix.prod.get(&scores) {
+        let n = &g.nodes[p];
+        let masked = ix.reads.get(&scores) == Some(&1);
+        if masked && is_op(n, "Where") && n.inputs.len() == 3 && is_neg_inf(g, &n.inputs[2]) {
+            if g.value_type(&n.inputs[0])?.dtype != Some(dtype::BOOL) {
+                return None;
+            }
+            mask = Some(n.inputs[0].clone());
+            scores = n.inputs[1].clone();
+            dead.push(p);
+        } else if masked && is_op(n, "Add") {
+            // which operand is the scores: the one a MatMul produces
+            let [a, b] = n.inputs.as_slice() else {
+                return None;
+            };
+            let from_matmul = |v: &str| {
+                ix.prod
+                    .get(v)
+                    .is_some_and(|&j| is_op(&g.nodes[j], "MatMul"))
+            };
+            let (s, bias) = if from_matmul(a) { (a, b) } else { (b, a) };
+            if !from_matmul(s) || !is_float(g, bias) {
+                return None;
+            }
+            mask = Some(bias.clone());
+            scores = s.clone();
+            dead.push(p);
+        }
+    }
+    // the scores: MatMul(Mul(q, scale), Transpose(k))
+    let (mm_at, mm) = sole_producer(g, ix, &scores, "MatMul")?;
+    let (mul_at, mul) = sole_producer(g, ix, mm.inputs.first()?, "Mul")?;
+    let (tr_at, tr) = sole_producer(g, ix, mm.inputs.get(1)?, "Transpose")?;
+    if !matches!(tr.attr("perm"), Some(AttrValue::Ints(p)) if p == &[0, 1, 3, 2]) {
+        return None;
+    }
+    let (q, scale) = match mul.inputs.as_slice() {
+        [a, b] if f32_scalar(g, b).is_some() => (a.clone(), f32_scalar(g, b)?),
+        [a, b] if f32_scalar(g, a).is_some() => (b.clone(), f32_scalar(g, a)?),
+        _ => return None,
+    };
+    dead.extend([mm_at, mul_at, tr_at]);
+    // the closed rows' Where, then the output MatMul
+    let probs = &softmax.outputs[0];
+    let (mut next_at, mut next) = sole_reader(g, ix, probs)?;
+    let mut weights = probs.clone();
+    let mut closed_rows = None;
+    if is_op(next, "Where") && next.inputs.len() == 3 && next.inputs[2] == *probs {
+        if f32_scalar(g, &next.inputs[1]) != Some(0.0) || !ends_in_one(g, &next.inputs[0]) {
+            return None;
+        }
+        closed_rows = Some(next.inputs[0].clone());
+        weights = next.outputs[0].clone();
+        dead.push(next_at);
+        (next_at, next) = sole_reader(g, ix, &weights)?;
+    }
+    if !is_op(next, "MatMul") || next.inputs.first() != Some(&weights) {
+        return None;
+    }
+    let v = next.inputs.get(1)?.clone();
+    let k = tr.inputs.first()?.clone();
+    if ![&q, &k, &v].iter().all(|name| is_rank4_float(g, name)) {
+        return None;
+    }
+    let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
+    Some(Fused {
+        q,
+        k,
+        v,
+        mask,
+        scale,
+        closed_rows,
+        dead,
+        last: next_at,
+    })
+}
+
+/// True when the value's last dim is 1 (a per-row flag, which broadcasts the same against the
+/// scores and the output).
+fn ends_in_one(g: &Graph, name: &str) -> bool {
+    shape(g, name).is_some_and(|s| s.last() == Some(&Dim::Fixed(1)))
+}
+
+/// Keys and values before a per-group repeat (Unsqueeze axis 2, Expand, Reshape merging axes 1 and 2),
+/// when both are repeated and the query's head count is a multiple of theirs.
+fn unrepeated(g: &Graph, ix: &Index, q: &str, k: &str, v: &str) -> Option<(String, String)> {
+    let q_heads = fixed(shape(g, q)?.get(1)?)?;
+    let k0 = repeat_source(g, ix, k)?;
+    let v0 = repeat_source(g, ix, v)?;
+    let kv_heads = fixed(shape(g, &k0)?.get(1)?)?;
+    if kv_heads == 0
+        || q_heads % kv_heads != 0
+        || shape(g, &v0)?.get(1) != Some(&Dim::Fixed(kv_heads))
+    {
+        return None;
+    }
+    Some((k0, v0))
+}
+
+fn fixed(d: &Dim) -> Option<i64> {
+    match d {
+        Dim::Fixed(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// x for `Reshape(Expand(Unsqueeze(x, [2]), ...), ...)` of shapes (b, h, s, e) -> (b, h, 1, s, e) ->
+/// (b, h, n, s, e) -> (b, h*n, s, e), checked on the recorded shapes.
+fn repeat_source(g: &Graph, ix: &Index, value: &str) -> Option<String> {
+    let (_, reshape) = sole_producer(g, ix, value, "Reshape")?;
+    let (_, expand) = sole_producer(g, ix, reshape.inputs.first()?, "Expand")?;
+    let (_, unsq) = sole_producer(g, ix, expand.inputs.first()?, "Unsqueeze")?;
+    let x = unsq.inputs.first()?;
+    let axes = match (unsq.attr("axes"), unsq.inputs.get(1)) {
+        (Some(AttrValue::Ints(a)), _) => a.clone(),
+        (None, Some(name)) => {
+            let t = g.initializer(name)?;
+            (t.dtype == dtype::INT64)
+                .then(|| crate::tensor::le_i64s(t.data.as_slice().unwrap_or_default()))?
+        }
+        _ => return None,
+    };
+    if axes != [2] {
+        return None;
+    }
+    let xs = shape(g, x)?;
+    let es = shape(g, &expand.outputs[0])?;
+    let rs = shape(g, value)?;
+    let (Some(h), Some(n)) = (fixed(xs.get(1)?), fixed(es.get(2)?)) else {
+        return None;
+    };
+    let ok = xs.len() == 4
+        && es.len() == 5
+        && rs.len() == 4
+        && es[0] == xs[0]
+        && es[1] == xs[1]
+        && es[3] == xs[2]
+        && es[4] == xs[3]
+        && rs[0] == xs[0]
+        && rs[1] == Dim::Fixed(h * n)
+        && rs[2] == xs[2]
+        && rs[3] == xs[3];
+    ok.then(|| x.clone())
+}

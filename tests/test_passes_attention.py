@@ -1,0 +1,98 @@
+"""The attention fusion on random graphs holding attention as the converter decomposes it: the pass must
+fire, and onnxruntime must give the same outputs before and after (see test_passes.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from fastonnx import dtypes
+from fastonnx._core import GraphBuilder
+from test_passes import Builder, F, build, check_pass, const, params
+
+HEADS = 2
+
+
+def _heads(g: GraphBuilder, x: str, p: Any, op: str, heads: int) -> str:
+    """(rows, cols) -> (1, heads, rows, cols), each head a different elementwise function of x."""
+    rows, cols = p["rows"], p["cols"]
+    one = g.add_node("Reshape", [x, const(g, np.array([1, 1, rows, cols], dtype=np.int64))])[0]
+    parts = [one] + [
+        g.add_node(op, [g.add_node("Mul", [one, const(g, np.float32(h + 1))])[0]])[0]
+        for h in range(heads - 1)
+    ]
+    out = g.add_node("Concat", parts, attrs={"axis": 1})[0] if heads > 1 else one
+    g.set_type(out, F, [1, heads, rows, cols])
+    return out
+
+
+def _repeated(g: GraphBuilder, x: str, p: Any) -> str:
+    """One key/value head repeated for each query head, as transformers' repeat_kv writes it."""
+    rows, cols = p["rows"], p["cols"]
+    single = _heads(g, x, p, "Tanh", 1)
+    wide = g.add_node("Unsqueeze", [single, const(g, np.array([2], dtype=np.int64))])[0]
+    g.set_type(wide, F, [1, 1, 1, rows, cols])
+    wide = g.add_node("Expand", [wide, const(g, np.array([1, 1, HEADS, rows, cols], dtype=np.int64))])[0]
+    g.set_type(wide, F, [1, 1, HEADS, rows, cols])
+    out = g.add_node("Reshape", [wide, const(g, np.array([1, HEADS, rows, cols], dtype=np.int64))])[0]
+    g.set_type(out, F, [1, HEADS, rows, cols])
+    return out
+
+
+def _attention(g: GraphBuilder, x: str, p: Any) -> str:
+    """Attention over rows x rows positions, its mask spelling and key/value layout chosen by the seed."""
+    rows, seed = p["rows"], p["seed"]
+    g.set_type(x, F, [rows, p["cols"]])
+    rng = np.random.default_rng(seed)
+    q = _heads(g, x, p, "Sin", HEADS)
+    k, v = (
+        (_repeated(g, x, p), _repeated(g, x, p))
+        if seed % 2
+        else (_heads(g, x, p, "Cos", HEADS), _heads(g, x, p, "Neg", HEADS))
+    )
+    scaled = g.add_node("Mul", [q, const(g, np.float32(1.0 / np.sqrt(p["cols"])))])[0]
+    scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
+    kind = seed % 4
+    closed = None
+    if kind in (1, 2):  # a boolean mask (random, or causal), -inf where it is False
+        allowed = np.tril(np.ones((rows, rows), dtype=bool)) if kind == 2 else rng.random((rows, rows)) > 0.4
+        if kind == 1:
+            allowed[rng.integers(rows)] = False  # a row closed entirely: its output must be 0
+            closed = g.add_constant(
+                (~allowed.any(-1, keepdims=True)).tobytes(), dtypes.BOOL, [rows, 1], "closed"
+            )
+        mask = g.add_constant(allowed.tobytes(), dtypes.BOOL, [1, 1, rows, rows], "mask")
+        scores = g.add_node("Where", [mask, scores, const(g, np.float32(-np.inf))])[0]
+    elif kind == 3:  # an additive float bias
+        bias = rng.standard_normal((1, 1, rows, rows)).astype(np.float32)
+        scores = g.add_node("Add", [scores, const(g, bias)])[0]
+    probs = g.add_node("Softmax", [scores], attrs={"axis": -1})[0]
+    if closed is not None:
+        probs = g.add_node("Where", [closed, const(g, np.float32(0.0)), probs])[0]
+    out = g.add_node("MatMul", [probs, v])[0]
+    g.set_type(out, F, [1, HEADS, rows, p["cols"]])
+    return out
+
+
+# pattern -> (builder, the pass's count in optimize()'s result, level, opset)
+PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+    "attention (standard, opset 23)": (_attention, "attention_fused", "default", 23),
+    "attention (onnxruntime level, opset 24)": (_attention, "attention_fused", "onnxruntime", 24),
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+@settings(max_examples=15, deadline=None)
+@given(p=params)
+def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
+    builder, count, level, opset = PATTERNS[pattern]
+    check_pass(builder, count, level, opset, p)
+
+
+def test_attention_is_not_fused_below_opset_23() -> None:
+    p = {"rows": 3, "cols": 4, "seed": 1, "before": [], "after": []}
+    g = build(_attention, 22, p)
+    assert g.optimize("onnxruntime")["attention_fused"] == 0
