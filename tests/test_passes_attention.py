@@ -60,11 +60,25 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
     if kind in (1, 2):  # a boolean mask (random, or causal), -inf where it is False
         allowed = np.tril(np.ones((rows, rows), dtype=bool)) if kind == 2 else rng.random((rows, rows)) > 0.4
         if kind == 1:
+            allowed[0, rng.integers(rows)] = False
             allowed[rng.integers(rows)] = False  # a row closed entirely: its output must be 0
-            closed = g.add_constant(
-                (~allowed.any(-1, keepdims=True)).tobytes(), dtypes.BOOL, [rows, 1], "closed"
-            )
         mask = g.add_constant(allowed.tobytes(), dtypes.BOOL, [1, 1, rows, rows], "mask")
+        if kind == 1:
+            # computed at run time, as padding masks are (x * 0 is 0 for finite x): not folded away
+            zero = g.add_node(
+                "Mul", [g.add_node("ReduceSum", [x], attrs={"keepdims": 1})[0], const(g, np.float32(0))]
+            )[0]
+            open_ = g.add_node("Add", [zero, const(g, allowed.astype(np.float32).reshape(1, 1, rows, rows))])[
+                0
+            ]
+            mask = g.add_node("Greater", [open_, const(g, np.float32(0.5))])[0]
+            g.set_type(mask, dtypes.BOOL, [1, 1, rows, rows])
+            # the converter's flag for closed rows, as in converters/attention.py
+            wide = g.add_node("Cast", [mask], attrs={"to": dtypes.INT32})[0]
+            top = g.add_node(
+                "ReduceMax", [wide, const(g, np.array([3], dtype=np.int64))], attrs={"keepdims": 1}
+            )[0]
+            closed = g.add_node("Equal", [top, g.add_constant(np.int32(0).tobytes(), dtypes.INT32, [])])[0]
         scores = g.add_node("Where", [mask, scores, const(g, np.float32(-np.inf))])[0]
     elif kind == 3:  # an additive float bias
         bias = rng.standard_normal((1, 1, rows, rows)).astype(np.float32)
@@ -96,3 +110,23 @@ def test_attention_is_not_fused_below_opset_23() -> None:
     p = {"rows": 3, "cols": 4, "seed": 1, "before": [], "after": []}
     g = build(_attention, 22, p)
     assert g.optimize("onnxruntime")["attention_fused"] == 0
+
+
+def test_a_where_on_rows_the_mask_leaves_open_blocks_the_fusion() -> None:
+    """Zeroing rows the mask does not close is not what Attention does: the chain stays as it is."""
+    rows, cols = 3, 4
+    g = GraphBuilder(23, 10)
+    x = g.add_input("x", F, [rows, cols])
+    p = {"rows": rows, "cols": cols}
+    q, k, v = (_heads(g, x, p, op, HEADS) for op in ("Sin", "Cos", "Neg"))
+    scaled = g.add_node("Mul", [q, const(g, np.float32(0.5))])[0]
+    scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
+    mask = g.add_constant(np.ones((1, 1, rows, rows), dtype=bool).tobytes(), dtypes.BOOL, [1, 1, rows, rows])
+    scores = g.add_node("Where", [mask, scores, const(g, np.float32(-np.inf))])[0]
+    probs = g.add_node("Softmax", [scores], attrs={"axis": -1})[0]
+    flag = g.add_constant(np.array([[True], [False], [False]]).tobytes(), dtypes.BOOL, [rows, 1])
+    probs = g.add_node("Where", [flag, const(g, np.float32(0.0)), probs])[0]
+    out = g.add_node("MatMul", [probs, v])[0]
+    g.set_type(out, F, [1, HEADS, rows, cols])
+    g.add_output(out, "y")
+    assert g.optimize("default")["attention_fused"] == 0

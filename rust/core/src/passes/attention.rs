@@ -9,8 +9,9 @@
 //! out    = MatMul(probs, v)
 //! ```
 //!
-//! becomes `Attention(q, k, v, mask | bias, scale = scale)`, followed by `Where(closed_rows, 0, out)` when
-//! the chain had one (ONNX leaves fully masked rows unspecified). q, k, v are 4-D (batch, heads, seq,
+//! becomes `Attention(q, k, v, mask | bias, scale = scale)`. The closed rows' Where goes: Attention's
+//! specification (opset 23, with the errata onnx 1.23 documents) gives a zero output row where every
+//! key is masked, as torch does. q, k, v are 4-D (batch, heads, seq,
 //! head size), float32. Keys and values repeated per query-head group (transformers' `repeat_kv`, the
 //! converter's `enable_gqa`: Unsqueeze at axis 2, Expand, Reshape) are fed unrepeated: Attention maps
 //! query head i to key/value head i // group, the same order.
@@ -19,10 +20,12 @@
 //! 3-D (batch, seq, hidden) query, so the rotated 4-D query would need a Transpose and a Reshape back,
 //! costing what the fusion saves.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use super::norm_fusion::{f32_scalar, first_readers, is_float, is_op, sole_reader, Index};
-use super::{producers, readers, Level};
+use super::norm_fusion::{
+    f32_scalar, first_readers, is_float, is_op, reduces_last_axis, sole_reader, Index,
+};
+use super::{producers, readers, retain_nodes, Level};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 
@@ -35,7 +38,6 @@ struct Fused {
     v: String,
     mask: Option<String>,
     scale: f32,
-    closed_rows: Option<String>,
     /// nodes replaced by the fused one (the final MatMul is rewritten in place)
     dead: Vec<usize>,
     last: usize,
@@ -56,65 +58,20 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> usize {
         .filter_map(|i| match_chain(g, &ix, i))
         .collect();
     let mut dead = HashSet::new();
-    let mut fused = 0;
-    // node index -> the Where to insert right after it
-    let mut after: HashMap<usize, Node> = HashMap::new();
     for f in &found {
-        let out = g.nodes[f.last].outputs[0].clone();
-        let out_type = g.value_type(&out).cloned().unwrap_or_default();
-        let mut inputs = vec![f.q.clone(), f.k.clone(), f.v.clone()];
-        inputs.extend(f.mask.iter().cloned());
-        let attention_out = match &f.closed_rows {
-            Some(_) => {
-                let name = g.names.unique_value("attention");
-                g.types.insert(name.clone(), out_type.clone());
-                name
-            }
-            None => out.clone(),
-        };
-        if let Some(closed) = &f.closed_rows {
-            let Ok(zero) =
-                g.add_constant("zero", dtype::FLOAT, vec![], 0f32.to_le_bytes().to_vec())
-            else {
-                continue;
-            };
-            after.insert(
-                f.last,
-                Node {
-                    name: g.names.unique_node("Where"),
-                    op_type: "Where".into(),
-                    domain: String::new(),
-                    inputs: vec![closed.clone(), zero, attention_out.clone()],
-                    outputs: vec![out],
-                    attrs: vec![],
-                },
-            );
-        }
         let n = &mut g.nodes[f.last];
         n.op_type = "Attention".into();
         n.domain.clear();
-        n.inputs = inputs;
-        n.outputs = vec![attention_out];
+        n.inputs = vec![f.q.clone(), f.k.clone(), f.v.clone()];
+        n.inputs.extend(f.mask.iter().cloned());
         n.attrs = vec![Attribute {
             name: "scale".into(),
             value: AttrValue::Float(f.scale),
         }];
         dead.extend(f.dead.iter().copied());
-        fused += 1;
     }
-    // one sweep: drop the replaced nodes, insert each Where after its Attention
-    let old = std::mem::take(&mut g.nodes);
-    g.nodes.reserve(old.len());
-    for (i, n) in old.into_iter().enumerate() {
-        if dead.contains(&i) {
-            continue;
-        }
-        g.nodes.push(n);
-        if let Some(w) = after.remove(&i) {
-            g.nodes.push(w);
-        }
-    }
-    fused
+    retain_nodes(g, |i| !dead.contains(&i));
+    found.len()
 }
 
 fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
@@ -195,12 +152,13 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     let probs = &softmax.outputs[0];
     let (mut next_at, mut next) = sole_reader(g, ix, probs)?;
     let mut weights = probs.clone();
-    let mut closed_rows = None;
     if is_op(next, "Where") && next.inputs.len() == 3 && next.inputs[2] == *probs {
-        if f32_scalar(g, &next.inputs[1]) != Some(0.0) || !ends_in_one(g, &next.inputs[0]) {
+        let flag = &next.inputs[0];
+        if f32_scalar(g, &next.inputs[1]) != Some(0.0)
+            || !closes_rows_of(g, ix, flag, mask.as_deref()?)
+        {
             return None;
         }
-        closed_rows = Some(next.inputs[0].clone());
         weights = next.outputs[0].clone();
         dead.push(next_at);
         (next_at, next) = sole_reader(g, ix, &weights)?;
@@ -220,16 +178,55 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         v,
         mask,
         scale,
-        closed_rows,
         dead,
         last: next_at,
     })
 }
 
-/// True when the value's last dim is 1 (a per-row flag, which broadcasts the same against the
-/// scores and the output).
-fn ends_in_one(g: &Graph, name: &str) -> bool {
-    shape(g, name).is_some_and(|s| s.last() == Some(&Dim::Fixed(1)))
+/// True when `flag` is the converter's "row closed entirely" flag of `mask`:
+/// `Equal(ReduceMax(Cast(mask) | mask, last axis, keepdims), 0 for a boolean mask | -inf for a float one)`.
+/// Only then does Attention's zero output for fully masked rows stand in for the flag's Where.
+fn closes_rows_of(g: &Graph, ix: &Index, flag: &str, mask: &str) -> bool {
+    let check = || -> Option<bool> {
+        let eq = &g.nodes[*ix.prod.get(flag)?];
+        let [row_max, limit] = eq.inputs.as_slice() else {
+            return None;
+        };
+        let rmax = &g.nodes[*ix.prod.get(row_max)?];
+        if !is_op(eq, "Equal") || !is_op(rmax, "ReduceMax") {
+            return None;
+        }
+        let mut source = rmax.inputs.first()?;
+        if let Some(&c) = ix.prod.get(source) {
+            if is_op(&g.nodes[c], "Cast") {
+                source = g.nodes[c].inputs.first()?;
+            }
+        }
+        let mask_rank = shape(g, mask)?.len();
+        let boolean = g.value_type(mask)?.dtype == Some(dtype::BOOL);
+        let expected = if boolean { 0.0 } else { f64::NEG_INFINITY };
+        Some(
+            source == mask
+                && reduces_last_axis(g, rmax, mask_rank)
+                && scalar_f64(g, limit) == Some(expected),
+        )
+    };
+    check().unwrap_or(false)
+}
+
+/// A one-element int32, int64 or float32 constant, widened.
+fn scalar_f64(g: &Graph, name: &str) -> Option<f64> {
+    let t = g.initializer(name)?;
+    let bytes = t.data.as_slice()?;
+    if t.numel() != 1 {
+        return None;
+    }
+    match t.dtype {
+        dtype::FLOAT => Some(f32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
+        dtype::INT32 => Some(i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
+        dtype::INT64 => Some(i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as f64),
+        _ => None,
+    }
 }
 
 /// Keys and values before a per-group repeat (Unsqueeze axis 2, Expand, Reshape merging axes 1 and 2),

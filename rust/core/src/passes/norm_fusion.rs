@@ -132,7 +132,7 @@ pub(crate) fn other<'a>(n: &'a Node, known: &str) -> Option<&'a str> {
     }
 }
 
-fn reduces_last_axis(g: &Graph, mean: &Node, x_rank: usize) -> bool {
+pub(crate) fn reduces_last_axis(g: &Graph, mean: &Node, x_rank: usize) -> bool {
     let axes = match (mean.attr("axes"), mean.inputs.get(1)) {
         (Some(AttrValue::Ints(a)), _) => a.clone(),
         (None, Some(name)) => match g.initializer(name) {
