@@ -1,6 +1,6 @@
 """Graph quality against torch.onnx.export(dynamo=True): node count and onnxruntime latency.
 
-Both exporters convert the same ExportedProgram at the same opset, with their optimizers on (ours at
+Both exporters convert the same ExportedProgram at the same opset (each model at each of --opsets), with their optimizers on (ours at
 optimize=True, the standard-ONNX level). Nodes are counted after inlining local functions, subgraphs
 included. Latency: one onnxruntime thread, the two models alternated, median of --runs runs each.
 Regenerates its section of docs/benchmarks.md.
@@ -32,7 +32,9 @@ import fastonnx
 import ledger
 from model_zoo import Field
 
-OPSET = 20
+# 20: the opset most deployments pin; 23: where ONNX gained Attention, RMSNormalization and
+# RotaryEmbedding, which both exporters then use at their standard level
+OPSETS = (20, 23)
 
 
 def _text_inputs(vocab: int, seq: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,18 +132,18 @@ def feeds_for(sess: onnxruntime.InferenceSession, args: tuple) -> dict[str, np.n
     return {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
 
 
-def measure(name: str, runs: int, folder: str) -> dict[str, Any]:
+def measure(name: str, opset: int, runs: int, folder: str) -> dict[str, Any]:
     model, args = MODELS[name]()
     ep = torch.export.export(model, args, strict=False)
     ours = os.path.join(folder, "ours.onnx")
     theirs = os.path.join(folder, "theirs.onnx")
     ours_ort = os.path.join(folder, "ours_ort.onnx")
-    fastonnx.to_onnx(ep, args, opset=OPSET, filename=ours, external_data=True)
-    fastonnx.to_onnx(ep, args, opset=OPSET, filename=ours_ort, external_data=True, optimize="onnxruntime")
+    fastonnx.to_onnx(ep, args, opset=opset, filename=ours, external_data=True)
+    fastonnx.to_onnx(ep, args, opset=opset, filename=ours_ort, external_data=True, optimize="onnxruntime")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            ep, args, dynamo=True, optimize=True, opset_version=OPSET, external_data=True
+            ep, args, dynamo=True, optimize=True, opset_version=opset, external_data=True
         )
         program.save(theirs, external_data=True)
     n_ours = count_nodes(onnx.load(ours, load_external_data=False))
@@ -164,18 +166,20 @@ def measure(name: str, runs: int, folder: str) -> dict[str, Any]:
             out.append(time.perf_counter() - t0)
     return {
         "name": name,
+        "opset": opset,
         "nodes": (n_ours, n_theirs),
         "latency": tuple(ledger.median(t) for t in times),
     }
 
 
-def report(rows: list[dict[str, Any]], runs: int) -> str:
+def report(rows: list[dict[str, Any]], runs: int, opsets: list[int]) -> str:
     body = []
     for r in rows:
         (no, nt), (lo, lt, lr) = r["nodes"], r["latency"]
         body.append(
             [
                 r["name"],
+                r["opset"],
                 no,
                 nt,
                 f"{no / nt:.2f}",
@@ -190,7 +194,7 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
         [
             "## Graph quality (benches/graph_quality.py)",
             "",
-            f"Machine: {ledger.machine()}. Opset {OPSET}, fastonnx optimize=True vs torch.onnx.export(dynamo=True, "
+            f"Machine: {ledger.machine()}. Each model at opsets {', '.join(map(str, opsets))}: fastonnx optimize=True vs torch.onnx.export(dynamo=True, "
             f"optimize=True). Nodes after inlining local functions, subgraphs included. Latency: onnxruntime, "
             f"1 thread, median of {runs} alternated runs. The last two columns: fastonnx at "
             'optimize="onnxruntime" (contrib operators), same opset.',
@@ -198,6 +202,7 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
             ledger.table(
                 [
                     "model",
+                    "opset",
                     "nodes fastonnx",
                     "nodes official",
                     "ratio",
@@ -217,14 +222,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--opsets", default=",".join(map(str, OPSETS)))
     a = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="fastonnx-quality-") as folder:
+        opsets = [int(o) for o in a.opsets.split(",")]
         for name in a.models.split(","):
-            print(f"{name} ...", flush=True)
-            rows.append(measure(name, a.runs, folder))
-            print(f"  nodes {rows[-1]['nodes']}, latency {rows[-1]['latency']}", flush=True)
-    text = report(rows, a.runs)
+            for opset in opsets:
+                print(f"{name}, opset {opset} ...", flush=True)
+                rows.append(measure(name, opset, a.runs, folder))
+                print(f"  nodes {rows[-1]['nodes']}, latency {rows[-1]['latency']}", flush=True)
+    text = report(rows, a.runs, opsets)
     ledger.write_section("graph_quality", text)
     print(text)
 

@@ -55,8 +55,18 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
     )
     scaled = g.add_node("Mul", [q, const(g, np.float32(1.0 / np.sqrt(p["cols"])))])[0]
     scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
-    kind = seed % 4
+    kind = seed % 5
     closed = None
+    if kind == 4:  # no padding: a constant all-True mask, whose closed-rows flag folds to all-False
+        mask = g.add_constant(
+            np.ones((1, 1, rows, rows), dtype=bool).tobytes(), dtypes.BOOL, [1, 1, rows, rows]
+        )
+        wide = g.add_node("Cast", [mask], attrs={"to": dtypes.INT32})[0]
+        top = g.add_node("ReduceMax", [wide, const(g, np.array([3], dtype=np.int64))], attrs={"keepdims": 1})[
+            0
+        ]
+        closed = g.add_node("Equal", [top, g.add_constant(np.int32(0).tobytes(), dtypes.INT32, [])])[0]
+        scores = g.add_node("Where", [mask, scores, const(g, np.float32(-np.inf))])[0]
     if kind in (1, 2):  # a boolean mask (random, or causal), -inf where it is False
         allowed = np.tril(np.ones((rows, rows), dtype=bool)) if kind == 2 else rng.random((rows, rows)) > 0.4
         if kind == 1:

@@ -11,7 +11,8 @@
 //!
 //! becomes `Attention(q, k, v, mask | bias, scale = scale)`. The closed rows' Where goes: Attention's
 //! specification (opset 23, with the errata onnx 1.23 documents) gives a zero output row where every
-//! key is masked, as torch does. q, k, v are 4-D (batch, heads, seq,
+//! key is masked, as torch does; so does a Where whose flag folded to all-false constants, and a
+//! boolean mask folded to all-true constants (no padding) is dropped. q, k, v are 4-D (batch, heads, seq,
 //! head size), float32. Keys and values repeated per query-head group (transformers' `repeat_kv`, the
 //! converter's `enable_gqa`: Unsqueeze at axis 2, Expand, Reshape) are fed unrepeated: Attention maps
 //! query head i to key/value head i // group, the same order.
@@ -154,9 +155,11 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     let mut weights = probs.clone();
     if is_op(next, "Where") && next.inputs.len() == 3 && next.inputs[2] == *probs {
         let flag = &next.inputs[0];
-        if f32_scalar(g, &next.inputs[1]) != Some(0.0)
-            || !closes_rows_of(g, ix, flag, mask.as_deref()?)
-        {
+        let closes = bool_constant(g, flag) == Some(false)
+            || mask
+                .as_deref()
+                .is_some_and(|m| closes_rows_of(g, ix, flag, m));
+        if f32_scalar(g, &next.inputs[1]) != Some(0.0) || !closes {
             return None;
         }
         weights = next.outputs[0].clone();
@@ -172,6 +175,13 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         return None;
     }
     let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
+    // a constant mask that lets everything through (models without padding) is no mask
+    let mask = mask.filter(|m| bool_constant(g, m) != Some(true));
+    if let Some(m) = &mask {
+        if !mask_fits(g, m, &q) {
+            return None;
+        }
+    }
     Some(Fused {
         q,
         k,
@@ -212,6 +222,28 @@ fn closes_rows_of(g: &Graph, ix: &Index, flag: &str, mask: &str) -> bool {
         )
     };
     check().unwrap_or(false)
+}
+
+/// True when the mask's batch and head dims broadcast to the query's without growing them (the
+/// Where or Add it came from could have grown the scores; Attention's output has the query's shape).
+fn mask_fits(g: &Graph, mask: &str, q: &str) -> bool {
+    let (Some(m), Some(q)) = (shape(g, mask), shape(g, q)) else {
+        return false;
+    };
+    if m.len() > 4 || q.len() != 4 {
+        return false;
+    }
+    // mask dim i sits under query dim i + skip (right-aligned); only batch and heads can grow
+    let skip = 4 - m.len();
+    (0..m.len()).all(|i| i + skip >= 2 || m[i] == Dim::Fixed(1) || m[i] == q[i + skip])
+}
+
+/// Some(b) when `name` is a boolean constant whose every element is b.
+fn bool_constant(g: &Graph, name: &str) -> Option<bool> {
+    let t = g.initializer(name)?;
+    let bytes = t.data.as_slice()?;
+    let first = *bytes.first()? != 0;
+    (t.dtype == dtype::BOOL && bytes.iter().all(|&b| (b != 0) == first)).then_some(first)
 }
 
 /// A one-element int32, int64 or float32 constant, widened.

@@ -738,8 +738,83 @@ fn eval(n: &Node, ins: &[Option<Arr>], g: &Graph) -> Option<Vec<Arr>> {
         "Neg" | "Abs" | "Not" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Cos" | "Sin"
         | "Exp" => one(unary(&n.op_type, get(0)?)?),
         "MatMul" => one(matmul(get(0)?, get(1)?)?),
+        "ReduceMax" | "ReduceMin" => {
+            let axes = match (n.attr("axes"), get(1)) {
+                (Some(AttrValue::Ints(a)), _) => a.clone(),
+                (None, Some(a)) => ints_of(a)?,
+                (None, None) if attr_int(n, "noop_with_empty_axes") == Some(1) => {
+                    return one(get(0)?.clone())
+                }
+                (None, None) => vec![],
+                _ => return None,
+            };
+            let keepdims = attr_int(n, "keepdims") != Some(0);
+            one(reduce_extreme(
+                get(0)?,
+                &axes,
+                keepdims,
+                n.op_type == "ReduceMax",
+            )?)
+        }
         _ => None,
     }
+}
+
+/// ReduceMax / ReduceMin over `axes` (all when empty), in the input's type; NaN propagates.
+fn reduce_extreme(a: &Arr, axes: &[i64], keepdims: bool, max: bool) -> Option<Arr> {
+    let rank = a.dims.len();
+    let mut reduced = vec![axes.is_empty(); rank];
+    for &ax in axes {
+        let k = if ax < 0 { ax + rank as i64 } else { ax };
+        *reduced.get_mut(usize::try_from(k).ok()?)? = true;
+    }
+    if a.dims.iter().zip(&reduced).any(|(&d, &r)| r && d == 0) {
+        return None; // the extreme of nothing is not defined
+    }
+    let dims: Vec<usize> = a
+        .dims
+        .iter()
+        .zip(&reduced)
+        .filter_map(|(&d, &r)| match (r, keepdims) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    // output position of each input element, from a running multi-index
+    let values = a.data.as_f64();
+    let mut best: Vec<Option<usize>> = vec![None; numel(&dims)];
+    let mut index = vec![0usize; rank];
+    for (flat, v) in values.iter().enumerate() {
+        let mut at = 0;
+        for k in 0..rank {
+            if !reduced[k] {
+                at = at * a.dims[k] + index[k];
+            }
+        }
+        let better = match best[at] {
+            None => true,
+            Some(b) => {
+                let cur = values[b];
+                !cur.is_nan() && (v.is_nan() || if max { *v > cur } else { *v < cur })
+            }
+        };
+        if better {
+            best[at] = Some(flat);
+        }
+        for k in (0..rank).rev() {
+            index[k] += 1;
+            if index[k] < a.dims[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+    let picks: Vec<usize> = best.into_iter().collect::<Option<_>>()?;
+    Some(Arr {
+        dims,
+        data: a.data.pick(&picks),
+    })
 }
 
 /// Folds every node it can evaluate, in one forward pass (a folded result feeds later folds).
@@ -947,6 +1022,35 @@ mod tests {
         assert_eq!(fold_constants(&mut g), 3);
         assert_eq!(value(&g, "rev").data, Data::I64(vec![3, 2, 1, 6, 5, 4]));
         assert_eq!(value(&g, "w").data, Data::I64(vec![1, 2, 1, 6, 5, 4]));
+    }
+
+    #[test]
+    fn extremes_reduce_in_the_input_type() {
+        let a = Arr {
+            dims: vec![2, 3],
+            data: Data::I64(vec![4, i64::MAX, -2, 7, 0, 1]),
+        };
+        let max_rows = reduce_extreme(&a, &[-1], true, true).expect("max");
+        assert_eq!(max_rows.dims, vec![2, 1]);
+        assert_eq!(max_rows.data, Data::I64(vec![i64::MAX, 7]));
+        let min_cols = reduce_extreme(&a, &[0], false, false).expect("min");
+        assert_eq!(min_cols.dims, vec![3]);
+        assert_eq!(min_cols.data, Data::I64(vec![4, 0, -2]));
+        let all = reduce_extreme(&a, &[], false, false).expect("all");
+        assert_eq!((all.dims, all.data), (vec![], Data::I64(vec![-2])));
+        let nan = Arr {
+            dims: vec![3],
+            data: Data::F32(vec![1.0, f32::NAN, 3.0]),
+        };
+        let Data::F32(v) = reduce_extreme(&nan, &[0], true, true).expect("nan").data else {
+            panic!("type kept")
+        };
+        assert!(v[0].is_nan());
+        let empty = Arr {
+            dims: vec![2, 0],
+            data: Data::F32(vec![]),
+        };
+        assert!(reduce_extreme(&empty, &[1], true, true).is_none());
     }
 
     #[test]
