@@ -55,7 +55,7 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
     )
     scaled = g.add_node("Mul", [q, const(g, np.float32(1.0 / np.sqrt(p["cols"])))])[0]
     scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
-    kind = seed % 5
+    kind = p.get("kind", seed % 5)
     closed = None
     if kind == 4:  # no padding: a constant all-True mask, whose closed-rows flag folds to all-False
         mask = g.add_constant(
@@ -101,10 +101,16 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
     return out
 
 
+def _open_attention(g: GraphBuilder, x: str, p: Any) -> str:
+    """Attention whose mask is all-true constants: its Wheres go at any opset."""
+    return _attention(g, x, {**p, "kind": 4})
+
+
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
 PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
     "attention (standard, opset 23)": (_attention, "attention_fused", "default", 23),
     "attention (onnxruntime level, opset 24)": (_attention, "attention_fused", "onnxruntime", 24),
+    "attention without padding (opset 20)": (_open_attention, "attention_open_masks_removed", "default", 20),
 }
 
 

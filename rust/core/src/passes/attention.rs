@@ -42,12 +42,19 @@ struct Fused {
     /// nodes replaced by the fused one (the final MatMul is rewritten in place)
     dead: Vec<usize>,
     last: usize,
+    softmax: usize,
+    /// below opset 23: a Where applying an all-true constant mask (index, the scores it passes)
+    open_mask: Option<(usize, String)>,
+    /// below opset 23: a Where zeroing rows by an all-false constant flag (index, the softmax output)
+    open_rows: Option<(usize, String)>,
 }
 
-/// Fuses every attention chain the level and opset allow; returns how many it fused.
-pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> usize {
-    if level == Level::None || opset < ATTENTION_OPSET {
-        return 0;
+/// Fuses every attention chain the level and opset allow; returns how many it fused, and how many
+/// Wheres it removed below opset 23 (an all-true constant mask, an all-false constant closed-rows flag:
+/// models without padding, ViT...).
+pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> (usize, usize) {
+    if level == Level::None {
+        return (0, 0);
     }
     let ix = Index {
         prod: producers(g),
@@ -59,6 +66,20 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> usize {
         .filter_map(|i| match_chain(g, &ix, i))
         .collect();
     let mut dead = HashSet::new();
+    if opset < ATTENTION_OPSET {
+        for f in &found {
+            if let Some((at, scores)) = &f.open_mask {
+                g.nodes[f.softmax].inputs[0] = scores.clone();
+                dead.insert(*at);
+            }
+            if let Some((at, probs)) = &f.open_rows {
+                g.nodes[f.last].inputs[0] = probs.clone();
+                dead.insert(*at);
+            }
+        }
+        retain_nodes(g, |i| !dead.contains(&i));
+        return (0, dead.len());
+    }
     for f in &found {
         let n = &mut g.nodes[f.last];
         n.op_type = "Attention".into();
@@ -72,7 +93,7 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> usize {
         dead.extend(f.dead.iter().copied());
     }
     retain_nodes(g, |i| !dead.contains(&i));
-    found.len()
+    (found.len(), 0)
 }
 
 fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
@@ -107,6 +128,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     // the mask, if any
     let mut scores = softmax.inputs.first()?.clone();
     let mut mask = None;
+    let mut mask_where = None;
     if let Some(&p) = ix.prod.get(&scores) {
         let n = &g.nodes[p];
         let masked = ix.reads.get(&scores) == Some(&1);
@@ -116,6 +138,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
             }
             mask = Some(n.inputs[0].clone());
             scores = n.inputs[1].clone();
+            mask_where = Some(p);
             dead.push(p);
         } else if masked && is_op(n, "Add") {
             // which operand is the scores: the one a MatMul produces
@@ -153,6 +176,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     let probs = &softmax.outputs[0];
     let (mut next_at, mut next) = sole_reader(g, ix, probs)?;
     let mut weights = probs.clone();
+    let mut flag_where = None;
     if is_op(next, "Where") && next.inputs.len() == 3 && next.inputs[2] == *probs {
         let flag = &next.inputs[0];
         let closes = bool_constant(g, flag) == Some(false)
@@ -163,6 +187,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
             return None;
         }
         weights = next.outputs[0].clone();
+        flag_where = Some((next_at, flag.clone()));
         dead.push(next_at);
         (next_at, next) = sole_reader(g, ix, &weights)?;
     }
@@ -175,13 +200,23 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         return None;
     }
     let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
-    // a constant mask that lets everything through (models without padding) is no mask
-    let mask = mask.filter(|m| bool_constant(g, m) != Some(true));
-    if let Some(m) = &mask {
-        if !mask_fits(g, m, &q) {
-            return None;
-        }
+    let (q_dims, k_dims) = (shape(g, &q)?, shape(g, &k)?);
+    let scores_dims = [&q_dims[0], &q_dims[1], &q_dims[2], &k_dims[2]];
+    if mask.as_ref().is_some_and(|m| !fits(g, m, scores_dims)) {
+        return None;
     }
+    // a constant mask that lets everything through (no padding) is no mask, and a constant flag
+    // closing no row zeroes nothing
+    let open_mask = mask_where
+        .filter(|_| {
+            mask.as_ref()
+                .is_some_and(|m| bool_constant(g, m) == Some(true))
+        })
+        .map(|at| (at, scores.clone()));
+    let open_rows = flag_where
+        .filter(|(_, flag)| bool_constant(g, flag) == Some(false) && fits(g, flag, scores_dims))
+        .map(|(at, _)| (at, probs.clone()));
+    let mask = mask.filter(|m| bool_constant(g, m) != Some(true));
     Some(Fused {
         q,
         k,
@@ -190,6 +225,9 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         scale,
         dead,
         last: next_at,
+        softmax: softmax_at,
+        open_mask,
+        open_rows,
     })
 }
 
@@ -224,18 +262,16 @@ fn closes_rows_of(g: &Graph, ix: &Index, flag: &str, mask: &str) -> bool {
     check().unwrap_or(false)
 }
 
-/// True when the mask's batch and head dims broadcast to the query's without growing them (the
-/// Where or Add it came from could have grown the scores; Attention's output has the query's shape).
-fn mask_fits(g: &Graph, mask: &str, q: &str) -> bool {
-    let (Some(m), Some(q)) = (shape(g, mask), shape(g, q)) else {
+/// True when the value broadcasts to the scores' dims without growing them (the Where or Add it
+/// came from could have grown the scores; Attention's output has the query's shape).
+fn fits(g: &Graph, value: &str, scores: [&Dim; 4]) -> bool {
+    let Some(m) = shape(g, value) else {
         return false;
     };
-    if m.len() > 4 || q.len() != 4 {
-        return false;
-    }
-    // mask dim i sits under query dim i + skip (right-aligned); only batch and heads can grow
-    let skip = 4 - m.len();
-    (0..m.len()).all(|i| i + skip >= 2 || m[i] == Dim::Fixed(1) || m[i] == q[i + skip])
+    m.len() <= 4
+        && m.iter()
+            .zip(&scores[4 - m.len()..])
+            .all(|(md, sd)| md == &Dim::Fixed(1) || md == *sd)
 }
 
 /// Some(b) when `name` is a boolean constant whose every element is b.

@@ -126,10 +126,9 @@ pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String,
     for (name, pass) in passes {
         if name == "patterns_rewritten" {
             // before the rewrites compose the key's two Transposes into one the fusion cannot undo
-            counts.insert(
-                "attention_fused".to_owned(),
-                fuse_attention(graph, level, opset),
-            );
+            let (fused, opened) = fuse_attention(graph, level, opset);
+            counts.insert("attention_fused".to_owned(), fused);
+            counts.insert("attention_open_masks_removed".to_owned(), opened);
         }
         counts.insert(name.to_owned(), pass(graph));
         if name == "patterns_rewritten" {
