@@ -46,13 +46,19 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
     """Attention over rows x rows positions, its mask spelling and key/value layout chosen by the seed."""
     rows, seed = p["rows"], p["seed"]
     g.set_type(x, F, [rows, p["cols"]])
-    rng = np.random.default_rng(seed)
     q = _heads(g, x, p, "Sin", HEADS)
     k, v = (
         (_repeated(g, x, p), _repeated(g, x, p))
         if seed % 2
         else (_heads(g, x, p, "Cos", HEADS), _heads(g, x, p, "Neg", HEADS))
     )
+    return _scores_to_output(g, x, p, q, k, v)
+
+
+def _scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) -> str:
+    """The converter's attention chain on 4-D q, k, v of (1, HEADS, rows, cols); the mask by the seed."""
+    rows, seed = p["rows"], p["seed"]
+    rng = np.random.default_rng(seed)
     scaled = g.add_node("Mul", [q, const(g, np.float32(1.0 / np.sqrt(p["cols"])))])[0]
     scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
     kind = p.get("kind", seed % 5)
@@ -95,6 +101,7 @@ def _attention(g: GraphBuilder, x: str, p: Any) -> str:
         scores = g.add_node("Add", [scores, const(g, bias)])[0]
     probs = g.add_node("Softmax", [scores], attrs={"axis": -1})[0]
     if closed is not None:
+        g.set_type(closed, dtypes.BOOL, [1, 1, rows, 1])  # as the converter records it
         probs = g.add_node("Where", [closed, const(g, np.float32(0.0)), probs])[0]
     out = g.add_node("MatMul", [probs, v])[0]
     g.set_type(out, F, [1, HEADS, rows, p["cols"]])
@@ -106,10 +113,36 @@ def _open_attention(g: GraphBuilder, x: str, p: Any) -> str:
     return _attention(g, x, {**p, "kind": 4})
 
 
+def _multi_head(g: GraphBuilder, x: str, p: Any) -> str:
+    """Heads split from 3-D projections and merged back (BERT, ViT), around the attention chain."""
+    rows, cols = p["rows"], p["cols"]
+    g.set_type(x, F, [rows, cols])
+    wide = g.add_node("Concat", [x, g.add_node("Neg", [x])[0]], attrs={"axis": -1})[0]
+    hidden = g.add_node("Reshape", [wide, const(g, np.array([1, rows, HEADS * cols], dtype=np.int64))])[0]
+    g.set_type(hidden, F, [1, rows, HEADS * cols])
+
+    def split(op: str) -> str:
+        x3 = g.add_node(op, [hidden])[0]
+        g.set_type(x3, F, [1, rows, HEADS * cols])
+        x4 = g.add_node("Reshape", [x3, const(g, np.array([1, rows, HEADS, cols], dtype=np.int64))])[0]
+        g.set_type(x4, F, [1, rows, HEADS, cols])
+        heads = g.add_node("Transpose", [x4], attrs={"perm": [0, 2, 1, 3]})[0]
+        g.set_type(heads, F, [1, HEADS, rows, cols])
+        return heads
+
+    out = _scores_to_output(g, x, p, split("Sin"), split("Cos"), split("Tanh"))
+    merged = g.add_node("Transpose", [out], attrs={"perm": [0, 2, 1, 3]})[0]
+    g.set_type(merged, F, [1, rows, HEADS, cols])
+    y = g.add_node("Reshape", [merged, const(g, np.array([1, rows, HEADS * cols], dtype=np.int64))])[0]
+    g.set_type(y, F, [1, rows, HEADS * cols])
+    return y
+
+
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
 PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
     "attention (standard, opset 23)": (_attention, "attention_fused", "default", 23),
     "attention (onnxruntime level, opset 24)": (_attention, "attention_fused", "onnxruntime", 24),
+    "multi-head attention (onnxruntime level, opset 20)": (_multi_head, "attention_fused", "onnxruntime", 20),
     "attention without padding (opset 20)": (_open_attention, "attention_open_masks_removed", "default", 20),
 }
 

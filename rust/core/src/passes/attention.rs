@@ -21,8 +21,9 @@
 //! 3-D (batch, seq, hidden) query, so the rotated 4-D query would need a Transpose and a Reshape back,
 //! costing what the fusion saves.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use super::multi_head::{fuse_multi_head, MultiHead};
 use super::norm_fusion::{
     f32_scalar, first_readers, is_float, is_op, reduces_last_axis, sole_reader, Index,
 };
@@ -33,15 +34,21 @@ use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 /// The standard Attention operator's first opset.
 const ATTENTION_OPSET: i64 = 23;
 
-struct Fused {
-    q: String,
-    k: String,
-    v: String,
-    mask: Option<String>,
-    scale: f32,
+pub(super) struct Fused {
+    pub(super) q: String,
+    pub(super) k: String,
+    pub(super) v: String,
+    /// keys and values as the scores read them (repeated per query-head group, if they were)
+    pub(super) k_read: String,
+    pub(super) v_read: String,
+    /// the mask, without an all-true constant one
+    pub(super) mask: Option<String>,
+    /// the closed-rows flag, unless it is an all-false constant
+    pub(super) closed_rows: Option<String>,
+    pub(super) scale: f32,
     /// nodes replaced by the fused one (the final MatMul is rewritten in place)
-    dead: Vec<usize>,
-    last: usize,
+    pub(super) dead: Vec<usize>,
+    pub(super) last: usize,
     softmax: usize,
     /// below opset 23: a Where applying an all-true constant mask (index, the scores it passes)
     open_mask: Option<(usize, String)>,
@@ -67,18 +74,29 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> (usize, usize)
         .collect();
     let mut dead = HashSet::new();
     if opset < ATTENTION_OPSET {
-        for f in &found {
+        let mut multi_head = MultiHead::default();
+        if level == Level::OnnxRuntime {
+            multi_head = fuse_multi_head(g, &ix, &found);
+        }
+        let mut opened = 0;
+        for (i, f) in found.iter().enumerate() {
+            if multi_head.fused.contains(&i) {
+                continue;
+            }
             if let Some((at, scores)) = &f.open_mask {
                 g.nodes[f.softmax].inputs[0] = scores.clone();
                 dead.insert(*at);
+                opened += 1;
             }
             if let Some((at, probs)) = &f.open_rows {
                 g.nodes[f.last].inputs[0] = probs.clone();
                 dead.insert(*at);
+                opened += 1;
             }
         }
-        retain_nodes(g, |i| !dead.contains(&i));
-        return (0, dead.len());
+        dead.extend(multi_head.dead);
+        sweep(g, &dead, multi_head.before, multi_head.after);
+        return (multi_head.fused.len(), opened);
     }
     for f in &found {
         let n = &mut g.nodes[f.last];
@@ -96,7 +114,25 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> (usize, usize)
     (found.len(), 0)
 }
 
-fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
+/// Drops the `dead` nodes and inserts new ones before or after the node at an index, in one pass.
+fn sweep(
+    g: &mut Graph,
+    dead: &HashSet<usize>,
+    mut before: HashMap<usize, Vec<Node>>,
+    mut after: HashMap<usize, Vec<Node>>,
+) {
+    let old = std::mem::take(&mut g.nodes);
+    g.nodes.reserve(old.len());
+    for (i, n) in old.into_iter().enumerate() {
+        g.nodes.extend(before.remove(&i).unwrap_or_default());
+        if !dead.contains(&i) {
+            g.nodes.push(n);
+        }
+        g.nodes.extend(after.remove(&i).unwrap_or_default());
+    }
+}
+
+pub(super) fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
     g.value_type(name)?.shape.clone()
 }
 
@@ -199,6 +235,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     if ![&q, &k, &v].iter().all(|name| is_rank4_float(g, name)) {
         return None;
     }
+    let (k_read, v_read) = (k.clone(), v.clone());
     let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
     let (q_dims, k_dims) = (shape(g, &q)?, shape(g, &k)?);
     let scores_dims = [&q_dims[0], &q_dims[1], &q_dims[2], &k_dims[2]];
@@ -214,14 +251,21 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         })
         .map(|at| (at, scores.clone()));
     let open_rows = flag_where
+        .clone()
         .filter(|(_, flag)| bool_constant(g, flag) == Some(false) && fits(g, flag, scores_dims))
         .map(|(at, _)| (at, probs.clone()));
     let mask = mask.filter(|m| bool_constant(g, m) != Some(true));
+    let closed_rows = flag_where
+        .map(|(_, flag)| flag)
+        .filter(|flag| bool_constant(g, flag) != Some(false));
     Some(Fused {
         q,
         k,
         v,
+        k_read,
+        v_read,
         mask,
+        closed_rows,
         scale,
         dead,
         last: next_at,

@@ -4,6 +4,7 @@ mod attention;
 mod cleanup;
 mod fold;
 mod fuse;
+mod multi_head;
 mod norm_fusion;
 mod rewrite;
 mod simplify;

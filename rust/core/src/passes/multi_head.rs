@@ -1,0 +1,268 @@
+//! At the onnxruntime level below opset 23: attention whose heads are split from 3-D projections and
+//! merged back, as BERT / ViT / Whisper-style encoders write it, becomes onnxruntime's
+//! `com.microsoft.MultiHeadAttention`:
+//!
+//! ```text
+//! q = Transpose(Reshape(q3, (b, s, n, h)), [0, 2, 1, 3])      (k and v alike, same n)
+//! o = <the attention chain of attention.rs>(q, k, v, mask)
+//! y = Reshape(Transpose(o, [0, 2, 1, 3]), (b, s, n * hv))
+//! ```
+//!
+//! becomes `y = MultiHeadAttention(q3, k3, v3, attention_bias = bias)` with `num_heads = n`. A boolean
+//! mask becomes the additive bias `Where(mask, 0, -inf)` (shared by the layers once CSE has run).
+//! onnxruntime's kernel gives NaN rows where the mask closes every key, torch gives zeros: when the
+//! chain zeroed such rows, `Where(Squeeze(closed_rows, [1]), 0, y)` still does.
+//! Rotated queries and keys (Llama) are 4-D before attention and grouped keys have fewer heads:
+//! neither is fused (transposing back would cost what the fusion saves).
+
+use std::collections::{HashMap, HashSet};
+
+use super::attention::{shape, Fused};
+use super::norm_fusion::{is_float, is_op, sole_reader, Index};
+use super::MS_DOMAIN;
+use crate::dtype;
+use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
+
+/// What the fusion changed, applied by the caller's single sweep over the nodes.
+#[derive(Default)]
+pub(super) struct MultiHead {
+    /// indices (into the chains found) of the chains fused
+    pub(super) fused: HashSet<usize>,
+    pub(super) dead: HashSet<usize>,
+    pub(super) before: HashMap<usize, Vec<Node>>,
+    pub(super) after: HashMap<usize, Vec<Node>>,
+}
+
+struct Heads {
+    q3: String,
+    k3: String,
+    v3: String,
+    heads: i64,
+    /// the final Reshape, rewritten in place, and the Transpose before it
+    merge_at: usize,
+    transpose_at: usize,
+    /// Identity nodes between the attention and the merge (the converter's no-op casts)
+    identities: Vec<usize>,
+}
+
+pub(super) fn fuse_multi_head(g: &mut Graph, ix: &Index, found: &[Fused]) -> MultiHead {
+    let mut out = MultiHead::default();
+    for (i, f) in found.iter().enumerate() {
+        let Some(h) = match_heads(g, ix, f) else {
+            continue;
+        };
+        if emit(g, f, &h, &mut out).is_none() {
+            continue;
+        }
+        out.fused.insert(i);
+        out.dead.extend(f.dead.iter().copied());
+        out.dead.extend([f.last, h.transpose_at]);
+        out.dead.extend(h.identities.iter().copied());
+    }
+    out
+}
+
+fn node(
+    g: &Graph,
+    op: &str,
+    domain: &str,
+    inputs: Vec<String>,
+    output: &str,
+    attrs: Vec<Attribute>,
+) -> Node {
+    Node {
+        name: g.names.unique_node(op),
+        op_type: op.into(),
+        domain: domain.into(),
+        inputs,
+        outputs: vec![output.to_owned()],
+        attrs,
+    }
+}
+
+fn new_value(g: &mut Graph, hint: &str, dtype: i32, shape: Option<Vec<Dim>>) -> String {
+    let name = g.names.unique_value(hint);
+    g.types.insert(
+        name.clone(),
+        ValueType {
+            dtype: Some(dtype),
+            shape,
+        },
+    );
+    name
+}
+
+fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
+    g.add_constant(hint, dtype::FLOAT, vec![], v.to_le_bytes().to_vec())
+        .ok()
+}
+
+/// Adds the fused node and its helpers to `out`; None (and nothing added to the graph's nodes) when a
+/// constant cannot be made.
+fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> {
+    let zero = f32_constant(g, "zero", 0.0)?;
+    let mut before = Vec::new();
+    let bias = match &f.mask {
+        Some(m) if g.value_type(m)?.dtype == Some(dtype::BOOL) => {
+            let neg_inf = f32_constant(g, "neg_inf", f32::NEG_INFINITY)?;
+            let bias = new_value(g, "attention_bias", dtype::FLOAT, shape(g, m));
+            before.push(node(
+                g,
+                "Where",
+                "",
+                vec![m.clone(), zero.clone(), neg_inf],
+                &bias,
+                vec![],
+            ));
+            bias
+        }
+        Some(m) => m.clone(),
+        None => String::new(),
+    };
+    let y = g.nodes[h.merge_at].outputs[0].clone();
+    let y_type = g.value_type(&y).cloned().unwrap_or_default();
+    let mut after = Vec::new();
+    let attention_out = match &f.closed_rows {
+        Some(flag) => {
+            let axes = g
+                .add_constant("axes", dtype::INT64, vec![1], 1i64.to_le_bytes().to_vec())
+                .ok()?;
+            let flag_shape = shape(g, flag)?;
+            let rows = new_value(
+                g,
+                "closed_rows",
+                dtype::BOOL,
+                Some(vec![
+                    flag_shape[0].clone(),
+                    flag_shape[2].clone(),
+                    Dim::Fixed(1),
+                ]),
+            );
+            let fused = new_value(g, "attention", dtype::FLOAT, y_type.shape.clone());
+            after.push(node(
+                g,
+                "Squeeze",
+                "",
+                vec![flag.clone(), axes],
+                &rows,
+                vec![],
+            ));
+            after.push(node(
+                g,
+                "Where",
+                "",
+                vec![rows, zero, fused.clone()],
+                &y,
+                vec![],
+            ));
+            fused
+        }
+        None => y,
+    };
+    let mut inputs = vec![h.q3.clone(), h.k3.clone(), h.v3.clone()];
+    if !bias.is_empty() {
+        inputs.extend([String::new(), String::new(), bias]);
+    }
+    let n = &mut g.nodes[h.merge_at];
+    n.op_type = "MultiHeadAttention".into();
+    n.domain = MS_DOMAIN.into();
+    n.inputs = inputs;
+    n.outputs = vec![attention_out];
+    n.attrs = vec![
+        Attribute {
+            name: "num_heads".into(),
+            value: AttrValue::Int(h.heads),
+        },
+        Attribute {
+            name: "scale".into(),
+            value: AttrValue::Float(f.scale),
+        },
+    ];
+    out.before.insert(h.merge_at, before);
+    out.after.insert(h.merge_at, after);
+    Some(())
+}
+
+/// (x3, heads) for `Transpose(Reshape(x3, (b, s, n, h)), [0, 2, 1, 3])`, each read once, checked on the
+/// recorded shapes.
+fn split_source(g: &Graph, ix: &Index, x4: &str) -> Option<(String, i64)> {
+    let t = &g.nodes[*ix.prod.get(x4)?];
+    if !is_op(t, "Transpose") || ix.reads.get(x4) != Some(&1) || !is_swap12(t) {
+        return None;
+    }
+    let split = t.inputs.first()?;
+    let r = &g.nodes[*ix.prod.get(split)?];
+    if !is_op(r, "Reshape") || ix.reads.get(split) != Some(&1) {
+        return None;
+    }
+    let x3 = r.inputs.first()?;
+    let (s3, s4) = (shape(g, x3)?, shape(g, split)?);
+    let (Dim::Fixed(heads), Dim::Fixed(size), Dim::Fixed(hidden)) = (&s4[2], &s4[3], s3.get(2)?)
+    else {
+        return None;
+    };
+    let ok = is_float(g, x3)
+        && s3.len() == 3
+        && s4.len() == 4
+        && s3[..2] == s4[..2]
+        && heads * size == *hidden;
+    ok.then(|| (x3.clone(), *heads))
+}
+
+fn is_swap12(t: &Node) -> bool {
+    matches!(t.attr("perm"), Some(AttrValue::Ints(p)) if p == &[0, 2, 1, 3])
+}
+
+fn match_heads(g: &Graph, ix: &Index, f: &Fused) -> Option<Heads> {
+    if f.k != f.k_read || f.v != f.v_read {
+        return None; // grouped keys and values
+    }
+    let (q3, heads) = split_source(g, ix, &f.q)?;
+    let (k3, k_heads) = split_source(g, ix, &f.k)?;
+    let (v3, v_heads) = split_source(g, ix, &f.v)?;
+    if k_heads != heads || v_heads != heads || shape(g, &q3)?.get(2) != shape(g, &k3)?.get(2) {
+        return None;
+    }
+    let (q_dims, k_dims) = (shape(g, &f.q)?, shape(g, &f.k)?);
+    if let Some(m) = &f.mask {
+        // onnxruntime broadcasts the bias over batch and heads only
+        let m = shape(g, m)?;
+        if m.len() != 4 || m[2] != q_dims[2] || m[3] != k_dims[2] {
+            return None;
+        }
+    }
+    if let Some(flag) = &f.closed_rows {
+        let s = shape(g, flag)?;
+        if s.len() != 4 || s[1] != Dim::Fixed(1) || s[3] != Dim::Fixed(1) {
+            return None;
+        }
+    }
+    let mut identities = Vec::new();
+    let (mut transpose_at, mut t) = sole_reader(g, ix, &g.nodes[f.last].outputs[0])?;
+    while is_op(t, "Identity") {
+        identities.push(transpose_at);
+        (transpose_at, t) = sole_reader(g, ix, &t.outputs[0])?;
+    }
+    if !is_op(t, "Transpose") || !is_swap12(t) {
+        return None;
+    }
+    let (merge_at, r) = sole_reader(g, ix, &t.outputs[0])?;
+    let v_size = shape(g, &f.v)?.get(3)?.clone();
+    let y = shape(g, &r.outputs[0])?;
+    let Dim::Fixed(v_size) = v_size else {
+        return None;
+    };
+    let ok = is_op(r, "Reshape")
+        && y.len() == 3
+        && y[..2] == shape(g, &q3)?[..2]
+        && y[2] == Dim::Fixed(heads * v_size);
+    ok.then_some(Heads {
+        q3,
+        k3,
+        v3,
+        heads,
+        merge_at,
+        transpose_at,
+        identities,
+    })
+}
