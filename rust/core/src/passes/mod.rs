@@ -2,11 +2,13 @@
 
 mod attention;
 mod cleanup;
+mod decomposed;
 mod fold;
 mod fuse;
 mod multi_head;
 mod norm_fusion;
 mod rewrite;
+mod rotary;
 mod simplify;
 
 use std::collections::{BTreeMap, HashMap};
@@ -16,10 +18,12 @@ use crate::graph::{Graph, Model};
 
 pub use attention::fuse_attention;
 pub use cleanup::{remove_identities, remove_unused};
+pub use decomposed::fuse_decomposed;
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
 pub use norm_fusion::fuse_rms_norm;
 pub use rewrite::rewrite_patterns;
+pub use rotary::fuse_rotary;
 pub use simplify::{eliminate_common_subexpressions, fold_weight_transposes, mark_noops};
 
 /// Keeps the nodes whose index `keep` accepts (passes collect what to drop, then sweep once).
@@ -49,17 +53,24 @@ pub(crate) fn producers(g: &Graph) -> HashMap<String, usize> {
         .collect()
 }
 
-/// Value name -> how many times it is read (node inputs and graph outputs).
+/// Value name -> how many times it is read (node inputs and graph outputs, and reads inside the
+/// subgraphs of If / Loop / Scan nodes, which may read outer values: a fusion must not remove those).
 pub(crate) fn readers(g: &Graph) -> HashMap<String, usize> {
-    let mut r: HashMap<String, usize> = HashMap::new();
-    for name in g
-        .nodes
-        .iter()
-        .flat_map(|n| n.inputs.iter())
-        .chain(g.outputs.iter())
-    {
-        *r.entry(name.clone()).or_default() += 1;
+    fn count(g: &Graph, r: &mut HashMap<String, usize>) {
+        for name in g
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter())
+            .chain(g.outputs.iter())
+        {
+            *r.entry(name.clone()).or_default() += 1;
+        }
+        for sub in g.nodes.iter().flat_map(|n| n.subgraphs()) {
+            count(sub, r);
+        }
     }
+    let mut r = HashMap::new();
+    count(g, &mut r);
     r
 }
 
@@ -105,6 +116,28 @@ pub fn optimize_model(model: &mut Model, level: Level) -> BTreeMap<String, usize
     counts
 }
 
+/// The fusions of hand-written (or decomposed) norms, activations and rotary embeddings. The RMS fusion
+/// goes first: the LayerNorm fusion also completes a LayerNorm whose inner part it took.
+fn fuse_elementwise_chains(
+    graph: &mut Graph,
+    level: Level,
+    opset: i64,
+    counts: &mut BTreeMap<String, usize>,
+) {
+    let rms = fuse_rms_norm(graph, level, opset);
+    let (layer_norm, gelu, silu) = fuse_decomposed(graph, level, opset);
+    let rotary = fuse_rotary(graph, level, opset);
+    for (key, n) in [
+        ("rms_norm_fused", rms),
+        ("layer_norm_fused", layer_norm),
+        ("gelu_fused", gelu),
+        ("silu_fused", silu),
+        ("rotary_fused", rotary),
+    ] {
+        counts.insert(key.to_owned(), n);
+    }
+}
+
 /// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each
 /// pass changed the graph.
 pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String, usize> {
@@ -133,14 +166,50 @@ pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String,
         }
         counts.insert(name.to_owned(), pass(graph));
         if name == "patterns_rewritten" {
-            counts.insert(
-                "rms_norm_fused".to_owned(),
-                fuse_rms_norm(graph, level, opset),
-            );
+            fuse_elementwise_chains(graph, level, opset, &mut counts);
         }
     }
     let (nodes, inits) = remove_unused(graph);
     counts.insert("unused_nodes_removed".to_owned(), nodes);
     counts.insert("unused_initializers_removed".to_owned(), inits);
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype;
+    use crate::graph::{AttrValue, Attribute, Dim};
+
+    #[test]
+    fn reads_inside_subgraphs_count() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, Some(vec![Dim::Fixed(2)]));
+        let y = g
+            .add_node("Neg", "", vec![x.clone()], &["y".into()], vec![], None)
+            .expect("neg");
+        let mut body = g.subgraph("then");
+        let z = body
+            .add_node("Abs", "", vec![y[0].clone()], &["z".into()], vec![], None)
+            .expect("abs");
+        body.outputs.push(z[0].clone());
+        g.add_node("Abs", "", vec![y[0].clone()], &["a".into()], vec![], None)
+            .expect("abs");
+        let cond = g.add_input("c", dtype::BOOL, Some(vec![]));
+        g.add_node(
+            "If",
+            "",
+            vec![cond],
+            &["out".into()],
+            vec![Attribute {
+                name: "then_branch".into(),
+                value: AttrValue::Graph(Box::new(body)),
+            }],
+            None,
+        )
+        .expect("if");
+        // y is read once by the outer graph's nodes, once inside the branch
+        assert_eq!(readers(&g).get(&y[0]), Some(&2));
+        assert_eq!(readers(&g).get(&x), Some(&1));
+    }
 }

@@ -1,0 +1,363 @@
+//! Rotary position embedding in the rotate-half form of transformers' Llama-like models, fused:
+//!
+//! ```text
+//! lo = Slice(x, 0, h/2, axis=-1)     hi = Slice(x, h/2, h (or INT64_MAX), axis=-1)
+//! out = Add(Mul(x, cos), Mul(Concat(Neg(hi), lo, axis=-1), sin))     (operand orders free)
+//! ```
+//!
+//! where x is float32 (batch, heads, seq, h) with static seq and even h, and cos / sin are float32
+//! constants broadcasting to (1, 1, seq, h) whose two halves along h are equal (checked value by value).
+//! It becomes:
+//! - from opset 23, at both levels: the standard `RotaryEmbedding(x, cos_cache, sin_cache)` with
+//!   caches (1, seq, h/2) when the batch is 1; for a larger static batch `RotaryEmbedding(x, cos_cache,
+//!   sin_cache, position_ids)` with caches (seq, h/2) and position_ids (batch, seq) = 0..seq per row
+//!   (onnxruntime wants the caches' first dim to equal the batch, and position ids are smaller than
+//!   caches repeated per batch). A dynamic batch is left unfused at the default level.
+//! - at the onnxruntime level, below opset 23 or for a dynamic batch:
+//!   `com.microsoft.RotaryEmbedding(x, position_ids = [0], cos_cache, sin_cache)` with caches
+//!   (seq, h/2) (a 1-element position_ids is the start position of every sequence), any batch.
+//!
+//! With dynamic sequence lengths cos and sin are computed from position ids at run time, not
+//! constants: that form is left unfused.
+
+use std::collections::{HashMap, HashSet};
+
+use super::norm_fusion::{first_readers, is_float, is_op, other, sole_reader, Index};
+use super::{f32_values, producers, readers, retain_nodes, Level, MS_DOMAIN};
+use crate::dtype;
+use crate::graph::{AttrValue, Dim, Graph, Node};
+use crate::tensor::le_i64s;
+
+/// The standard RotaryEmbedding operator's first opset.
+const ROTARY_EMBEDDING_OPSET: i64 = 23;
+
+/// The most elements (seq * head size) a cos / sin table may have to be decoded.
+const MAX_TABLE: i64 = 1 << 26;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Standard,
+    Contrib,
+}
+
+struct Rotary {
+    x: String,
+    cos: String,
+    sin: String,
+    /// the batch size, when static
+    batch: Option<i64>,
+    seq: i64,
+    /// the head size
+    h: i64,
+    /// the Add, rewritten in place into the fused node
+    add: usize,
+    /// the other nodes of the pattern, dropped
+    dead: [usize; 6],
+}
+
+/// Fuses every rotate-half rotary embedding the level and opset allow; returns how many it fused.
+pub fn fuse_rotary(g: &mut Graph, level: Level, opset: i64) -> usize {
+    let standard = level != Level::None && opset >= ROTARY_EMBEDDING_OPSET;
+    let contrib = level == Level::OnnxRuntime;
+    if !standard && !contrib {
+        return 0;
+    }
+    let index = Index {
+        prod: producers(g),
+        reads: readers(g),
+        reader: first_readers(g),
+    };
+    // queries and keys share their cos / sin constants: decode each once
+    let mut halves: HashMap<(String, i64, i64), Option<Vec<f32>>> = HashMap::new();
+    let found: Vec<Rotary> = (0..g.nodes.len())
+        .filter(|&i| is_op(&g.nodes[i], "Concat"))
+        .filter_map(|i| match_rotary(g, &index, i, &mut halves))
+        .collect();
+    let mut caches = HashMap::new();
+    let mut dead = HashSet::new();
+    let mut fused = 0;
+    for r in &found {
+        // the standard op needs the batch size for its caches or position ids
+        let form = if standard && r.batch.is_some() {
+            Form::Standard
+        } else if contrib {
+            Form::Contrib
+        } else {
+            continue;
+        };
+        let Some((inputs, domain)) = fused_inputs(g, r, form, &halves, &mut caches) else {
+            continue;
+        };
+        let n = &mut g.nodes[r.add];
+        n.op_type = "RotaryEmbedding".to_owned();
+        n.domain = domain.to_owned();
+        n.inputs = inputs;
+        n.attrs.clear();
+        dead.extend(r.dead);
+        fused += 1;
+    }
+    retain_nodes(g, |i| !dead.contains(&i));
+    fused
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The fused node's inputs and domain, adding the caches (each made once per constant and shape,
+/// as large ones are not deduplicated by content).
+fn fused_inputs(
+    g: &mut Graph,
+    r: &Rotary,
+    form: Form,
+    halves: &HashMap<(String, i64, i64), Option<Vec<f32>>>,
+    caches: &mut HashMap<(String, i64, i64, bool), String>,
+) -> Option<(Vec<String>, &'static str)> {
+    let leading = form == Form::Standard && r.batch == Some(1);
+    let mut cache = |g: &mut Graph, table: &str, hint: &str| -> Option<String> {
+        let key = (table.to_owned(), r.seq, r.h, leading);
+        if let Some(name) = caches.get(&key) {
+            return Some(name.clone());
+        }
+        let values = halves.get(&(table.to_owned(), r.seq, r.h))?.as_ref()?;
+        let half = r.h / 2;
+        let dims = if leading {
+            vec![1, r.seq, half]
+        } else {
+            vec![r.seq, half]
+        };
+        let name = g
+            .add_constant(hint, dtype::FLOAT, dims, f32_bytes(values))
+            .ok()?;
+        caches.insert(key, name.clone());
+        Some(name)
+    };
+    let cos = cache(g, &r.cos, "cos_cache")?;
+    let sin = cache(g, &r.sin, "sin_cache")?;
+    match (form, r.batch) {
+        (Form::Contrib, _) => {
+            let start = g
+                .add_constant("position_ids", dtype::INT64, vec![1], i64_bytes(&[0]))
+                .ok()?;
+            Some((vec![r.x.clone(), start, cos, sin], MS_DOMAIN))
+        }
+        (Form::Standard, Some(1)) => Some((vec![r.x.clone(), cos, sin], "")),
+        (Form::Standard, Some(batch)) => {
+            let ids: Vec<i64> = (0..batch).flat_map(|_| 0..r.seq).collect();
+            let ids = g
+                .add_constant(
+                    "position_ids",
+                    dtype::INT64,
+                    vec![batch, r.seq],
+                    i64_bytes(&ids),
+                )
+                .ok()?;
+            Some((vec![r.x.clone(), cos, sin, ids], ""))
+        }
+        (Form::Standard, None) => None,
+    }
+}
+
+/// The value of a one-element int64 constant.
+fn i64_scalar(g: &Graph, name: &str) -> Option<i64> {
+    let t = g.initializer(name)?;
+    if t.dtype != dtype::INT64 || t.numel() != 1 {
+        return None;
+    }
+    le_i64s(t.data.as_slice()?).first().copied()
+}
+
+/// The [start, end) a Slice of `x` takes along its last axis (of length `len`, `rank` axes), with
+/// ONNX's clamping of negative and out-of-range bounds; None for any other Slice.
+fn last_axis_range(g: &Graph, n: &Node, x: &str, rank: i64, len: i64) -> Option<(i64, i64)> {
+    if !is_op(n, "Slice") {
+        return None;
+    }
+    let [data, starts, ends, axes, rest @ ..] = n.inputs.as_slice() else {
+        return None;
+    };
+    let axis = i64_scalar(g, axes)?;
+    if data != x || (axis != -1 && axis != rank - 1) {
+        return None;
+    }
+    match rest {
+        [] => {}
+        [steps] if steps.is_empty() || i64_scalar(g, steps)? == 1 => {}
+        _ => return None,
+    }
+    let clamp = |v: i64| if v < 0 { v.saturating_add(len) } else { v }.clamp(0, len);
+    Some((clamp(i64_scalar(g, starts)?), clamp(i64_scalar(g, ends)?)))
+}
+
+/// The (seq, h/2) first half of the table a float32 constant broadcast to (1, 1, seq, h) holds,
+/// when both halves of every row are equal.
+fn half_table(g: &Graph, name: &str, seq: i64, h: i64) -> Option<Vec<f32>> {
+    let dims = &g.initializer(name)?.dims;
+    if dims.len() > 4 {
+        return None;
+    }
+    let target = [1, 1, seq, h];
+    let aligned = &target[4 - dims.len()..];
+    if dims.iter().zip(aligned).any(|(&d, &t)| d != 1 && d != t) {
+        return None;
+    }
+    let values = f32_values(g, name)?;
+    let dim = |back: usize| dims.len().checked_sub(back).map_or(1, |i| dims[i]);
+    let (rows, cols) = (dim(2), dim(1));
+    if values.len() as i64 != rows * cols {
+        return None;
+    }
+    let at = |s: i64, j: i64| {
+        let (s, j) = (if rows == 1 { 0 } else { s }, if cols == 1 { 0 } else { j });
+        values[(s * cols + j) as usize]
+    };
+    let half = h / 2;
+    let mut out = Vec::with_capacity((seq * half) as usize);
+    for s in 0..seq {
+        for j in 0..half {
+            let v = at(s, j);
+            if v != at(s, j + half) {
+                return None;
+            }
+            out.push(v);
+        }
+    }
+    Some(out)
+}
+
+fn match_rotary(
+    g: &Graph,
+    ix: &Index,
+    concat_at: usize,
+    halves: &mut HashMap<(String, i64, i64), Option<Vec<f32>>>,
+) -> Option<Rotary> {
+    // Concat(Neg(hi), lo) on the last axis
+    let concat = &g.nodes[concat_at];
+    let [negated, lo] = concat.inputs.as_slice() else {
+        return None;
+    };
+    let neg_at = *ix.prod.get(negated)?;
+    let neg = &g.nodes[neg_at];
+    let [hi] = neg.inputs.as_slice() else {
+        return None;
+    };
+    if !is_op(neg, "Neg")
+        || [negated, hi, lo]
+            .iter()
+            .any(|v| ix.reads.get(*v) != Some(&1))
+    {
+        return None;
+    }
+    let (lo_at, hi_at) = (*ix.prod.get(lo)?, *ix.prod.get(hi)?);
+    let x = g.nodes[lo_at].inputs.first()?;
+    if !is_float(g, x) {
+        return None;
+    }
+    let shape = g.value_type(x)?.shape.as_ref()?;
+    let [batch, _, Dim::Fixed(seq), Dim::Fixed(h)] = shape.as_slice() else {
+        return None;
+    };
+    let (seq, h) = (*seq, *h);
+    let half = h / 2;
+    // a table beyond MAX_TABLE is no rotary table a model holds; it bounds what is decoded
+    let sane = seq > 0 && seq.checked_mul(h).is_some_and(|n| n <= MAX_TABLE);
+    if !sane || h < 2 || h % 2 != 0 || !matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 3)))
+    {
+        return None;
+    }
+    if last_axis_range(g, &g.nodes[lo_at], x, 4, h)? != (0, half)
+        || last_axis_range(g, &g.nodes[hi_at], x, 4, h)? != (half, h)
+    {
+        return None;
+    }
+    // * sin, + x * cos
+    let rotated = concat.outputs.first()?;
+    let (sin_at, by_sin) = sole_reader(g, ix, rotated)?;
+    if !is_op(by_sin, "Mul") {
+        return None;
+    }
+    let sin = other(by_sin, rotated)?;
+    let sin_product = by_sin.outputs.first()?;
+    let (add_at, add) = sole_reader(g, ix, sin_product)?;
+    if !is_op(add, "Add") {
+        return None;
+    }
+    let by_cos = other(add, sin_product)?;
+    let cos_at = *ix.prod.get(by_cos)?;
+    let cos_mul = &g.nodes[cos_at];
+    if !is_op(cos_mul, "Mul") || ix.reads.get(by_cos) != Some(&1) {
+        return None;
+    }
+    let cos = other(cos_mul, x)?;
+    for table in [cos, sin] {
+        let known = halves
+            .entry((table.to_owned(), seq, h))
+            .or_insert_with(|| half_table(g, table, seq, h));
+        known.as_ref()?;
+    }
+    Some(Rotary {
+        x: x.clone(),
+        cos: cos.to_owned(),
+        sin: sin.to_owned(),
+        batch: match batch {
+            Dim::Fixed(b) if *b > 0 => Some(*b),
+            _ => None,
+        },
+        seq,
+        h,
+        add: add_at,
+        dead: [lo_at, hi_at, neg_at, concat_at, sin_at, cos_at],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(g: &mut Graph, dims: Vec<i64>, v: &[f32]) -> String {
+        g.add_constant("t", dtype::FLOAT, dims, f32_bytes(v))
+            .expect("table")
+    }
+
+    #[test]
+    fn tables_broadcast_and_need_equal_halves() {
+        let mut g = Graph::new("g");
+        // (seq, h) = (2, 4) from a (1, 4) row and from a (2, 1) column
+        let row = table(&mut g, vec![1, 4], &[1.0, 2.0, 1.0, 2.0]);
+        assert_eq!(half_table(&g, &row, 2, 4), Some(vec![1.0, 2.0, 1.0, 2.0]));
+        let col = table(&mut g, vec![1, 1, 2, 1], &[3.0, 4.0]);
+        assert_eq!(half_table(&g, &col, 2, 4), Some(vec![3.0, 3.0, 4.0, 4.0]));
+        let uneven = table(&mut g, vec![4], &[1.0, 2.0, 2.0, 1.0]);
+        assert_eq!(half_table(&g, &uneven, 2, 4), None);
+        // a leading dim that is not 1 would change the output's shape
+        let batched = table(&mut g, vec![2, 1, 1, 2], &[1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(half_table(&g, &batched, 1, 2), None);
+    }
+
+    #[test]
+    fn slice_bounds_are_clamped_like_onnx() {
+        let mut g = Graph::new("g");
+        let shape = [1, 1, 2, 4].map(Dim::Fixed).to_vec();
+        let x = g.add_input("x", dtype::FLOAT, Some(shape));
+        let int = |g: &mut Graph, v: i64| {
+            g.add_constant("i", dtype::INT64, vec![1], i64_bytes(&[v]))
+                .expect("int")
+        };
+        let (start, end, axis) = (int(&mut g, -2), int(&mut g, i64::MAX), int(&mut g, 3));
+        g.add_node(
+            "Slice",
+            "",
+            vec![x.clone(), start, end, axis],
+            &["s".into()],
+            vec![],
+            None,
+        )
+        .expect("slice");
+        assert_eq!(last_axis_range(&g, &g.nodes[0], &x, 4, 4), Some((2, 4)));
+        assert_eq!(last_axis_range(&g, &g.nodes[0], "other", 4, 4), None);
+    }
+}
