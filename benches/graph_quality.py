@@ -2,7 +2,8 @@
 
 Both exporters convert the same ExportedProgram at the same opset (each model at each of --opsets), with their optimizers on (ours at
 optimize=True, the standard-ONNX level). Nodes are counted after inlining local functions, subgraphs
-included. Latency: one onnxruntime thread, the two models alternated, median of --runs runs each.
+included. Latency: one onnxruntime thread, the models alternated (each run starting with the next one),
+median of --runs runs each.
 Regenerates its section of docs/benchmarks.md.
 
     python benches/graph_quality.py                 # every model
@@ -159,11 +160,13 @@ def measure(name: str, opset: int, runs: int, folder: str) -> dict[str, Any]:
         for sess, f in zip(sessions, feeds):
             sess.run(None, f)
     times: list[list[float]] = [[], [], []]
-    for _ in range(runs):
-        for sess, f, out in zip(sessions, feeds, times):
+    for r in range(runs):
+        # each run starts with the next model: none always runs first, on the caches the others left
+        order = [(r + k) % len(sessions) for k in range(len(sessions))]
+        for k in order:
             t0 = time.perf_counter()
-            sess.run(None, f)
-            out.append(time.perf_counter() - t0)
+            sessions[k].run(None, feeds[k])
+            times[k].append(time.perf_counter() - t0)
     return {
         "name": name,
         "opset": opset,

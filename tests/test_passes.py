@@ -139,7 +139,8 @@ def _rms_norm(g: GraphBuilder, x: str, p: Any) -> str:
 
 
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+Pattern = tuple[Builder, str, str, int]
+PATTERNS: dict[str, Pattern] = {
     "pattern rewrites": (_rewrite, "patterns_rewritten", "default", 18),
     "constant folding": (_fold, "constants_folded", "default", 18),
     "no-op removal": (_noop, "noops_removed", "default", 18),
@@ -194,12 +195,20 @@ def check_pass(
     np.testing.assert_allclose(run(g.to_bytes(), x), run(before, x), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
-@settings(max_examples=15, deadline=None)
-@given(p=params)
-def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
-    builder, count, level, opset = PATTERNS[pattern]
-    check_pass(builder, count, level, opset, p)
+def fires_and_keeps_outputs(patterns: dict[str, Pattern]) -> Callable[..., None]:
+    """The hypothesis test of a module's patterns, each checked by check_pass (assign it to a test_ name)."""
+
+    @pytest.mark.parametrize("pattern", sorted(patterns))
+    @settings(max_examples=15, deadline=None)
+    @given(p=params)
+    def test(pattern: str, p: dict[str, Any]) -> None:
+        builder, count, level, opset = patterns[pattern]
+        check_pass(builder, count, level, opset, p)
+
+    return test
+
+
+test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
 def test_constant_of_shape_folds_with_its_value() -> None:

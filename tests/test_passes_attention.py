@@ -6,12 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
-from hypothesis import given, settings
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
-from test_passes import Builder, F, build, check_pass, const, params
+from test_passes import F, Pattern, build, const, fires_and_keeps_outputs
 
 HEADS = 2
 
@@ -139,7 +137,7 @@ def _multi_head(g: GraphBuilder, x: str, p: Any) -> str:
 
 
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+PATTERNS: dict[str, Pattern] = {
     "attention (standard, opset 23)": (_attention, "attention_fused", "default", 23),
     "attention (onnxruntime level, opset 24)": (_attention, "attention_fused", "onnxruntime", 24),
     "multi-head attention (onnxruntime level, opset 20)": (_multi_head, "attention_fused", "onnxruntime", 20),
@@ -147,12 +145,7 @@ PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
 }
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
-@settings(max_examples=15, deadline=None)
-@given(p=params)
-def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
-    builder, count, level, opset = PATTERNS[pattern]
-    check_pass(builder, count, level, opset, p)
+test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
 def test_attention_is_not_fused_below_opset_23() -> None:

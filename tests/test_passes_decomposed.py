@@ -11,12 +11,20 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from hypothesis import given, settings
 
 import fastonnx
 from fastonnx._core import GraphBuilder
 from model_zoo import TRANSFORMERS_MODELS
-from test_passes import Builder, F, build, check_pass, const, params, run, weight
+from test_passes import (
+    Builder,
+    F,
+    Pattern,
+    build,
+    const,
+    fires_and_keeps_outputs,
+    run,
+    weight,
+)
 
 
 def _scalar(g: GraphBuilder, value: float, p: dict[str, Any]) -> str:
@@ -126,7 +134,7 @@ def _silu(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
 
 
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+PATTERNS: dict[str, Pattern] = {
     "layer norm (opset 18)": (_layer_norm, "layer_norm_fused", "default", 18),
     "layer norm (opset 17, axes attribute)": (_layer_norm, "layer_norm_fused", "default", 17),
     "layer norm (onnxruntime)": (_layer_norm, "layer_norm_fused", "onnxruntime", 18),
@@ -146,12 +154,7 @@ PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
 }
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
-@settings(max_examples=15, deadline=None)
-@given(p=params)
-def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
-    builder, count, level, opset = PATTERNS[pattern]
-    check_pass(builder, count, level, opset, p)
+test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
 def _ops(g: GraphBuilder) -> collections.Counter[tuple[str, str]]:

@@ -11,10 +11,9 @@ import onnx
 import onnx.numpy_helper
 import onnxruntime
 import pytest
-from hypothesis import given, settings
 
 from fastonnx._core import GraphBuilder
-from test_passes import Builder, check_pass, const, params
+from test_passes import Pattern, const, fires_and_keeps_outputs
 
 F = 1  # float32
 INT64_MAX = 2**63 - 1
@@ -66,20 +65,14 @@ def _rotary(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
 
 
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-# pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-PATTERNS: dict[str, tuple[Builder, str, str, int]] = {
+PATTERNS: dict[str, Pattern] = {
     "rotary (standard, opset 23)": (_rotary, "rotary_fused", "default", 23),
     "rotary (standard, onnxruntime, opset 23)": (_rotary, "rotary_fused", "onnxruntime", 23),
     "rotary (contrib, onnxruntime, opset 18)": (_rotary, "rotary_fused", "onnxruntime", 18),
 }
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
-@settings(max_examples=15, deadline=None)
-@given(p=params)
-def test_pass_fires_and_keeps_outputs(pattern: str, p: dict[str, Any]) -> None:
-    builder, count, level, opset = PATTERNS[pattern]
-    check_pass(builder, count, level, opset, p)
+test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
 # ---- what the fusions emit, and what they leave alone -------------------------------------------------

@@ -24,10 +24,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::multi_head::{fuse_multi_head, MultiHead};
-use super::norm_fusion::{
-    f32_scalar, first_readers, is_float, is_op, reduces_last_axis, sole_reader, Index,
-};
-use super::{producers, readers, retain_nodes, Level};
+use super::norm_fusion::{f32_scalar, is_float, is_op, reduces_last_axis, sole_reader, Index};
+use super::{retain_nodes, Level};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 
@@ -63,11 +61,7 @@ pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> (usize, usize)
     if level == Level::None {
         return (0, 0);
     }
-    let ix = Index {
-        prod: producers(g),
-        reads: readers(g),
-        reader: first_readers(g),
-    };
+    let ix = Index::new(g);
     let found: Vec<Fused> = (0..g.nodes.len())
         .filter(|&i| is_op(&g.nodes[i], "Softmax"))
         .filter_map(|i| match_chain(g, &ix, i))

@@ -31,9 +31,9 @@
 use std::collections::HashSet;
 
 use super::norm_fusion::{
-    f32_scalar, first_readers, is_float, is_op, other, rank, reduces_last_axis, sole_reader, Index,
+    f32_scalar, is_float, is_op, other, rank, reduces_last_axis, sole_reader, Index,
 };
-use super::{producers, readers, retain_nodes, Level, MS_DOMAIN};
+use super::{retain_nodes, Level, MS_DOMAIN};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 
@@ -90,11 +90,7 @@ pub fn fuse_decomposed(g: &mut Graph, level: Level, opset: i64) -> (usize, usize
     if !layer_norm && gelu.is_none() && !silu {
         return (0, 0, 0);
     }
-    let ix = Index {
-        prod: producers(g),
-        reads: readers(g),
-        reader: first_readers(g),
-    };
+    let ix = Index::new(g);
     let mut fusions = Vec::new();
     // a node belongs to at most one fusion (the chains are disjoint by construction; this keeps it so)
     let mut claimed = HashSet::new();

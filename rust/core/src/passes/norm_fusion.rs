@@ -39,11 +39,7 @@ pub fn fuse_rms_norm(g: &mut Graph, level: Level, opset: i64) -> usize {
         Level::Default if opset >= RMS_NORMALIZATION_OPSET => "RMSNormalization",
         Level::Default => return 0,
     };
-    let index = Index {
-        prod: producers(g),
-        reads: readers(g),
-        reader: first_readers(g),
-    };
+    let index = Index::new(g);
     let chains: Vec<Chain> = (0..g.nodes.len())
         .filter(|&i| is_op(&g.nodes[i], "ReduceMean"))
         .filter_map(|i| match_chain(g, &index, i))
@@ -104,7 +100,17 @@ pub(crate) struct Index {
     pub(crate) reader: HashMap<String, usize>,
 }
 
-pub(crate) fn first_readers(g: &Graph) -> HashMap<String, usize> {
+impl Index {
+    pub(crate) fn new(g: &Graph) -> Index {
+        Index {
+            prod: producers(g),
+            reads: readers(g),
+            reader: first_readers(g),
+        }
+    }
+}
+
+fn first_readers(g: &Graph) -> HashMap<String, usize> {
     let mut r = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for input in &n.inputs {

@@ -22,8 +22,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::norm_fusion::{first_readers, is_float, is_op, other, sole_reader, Index};
-use super::{f32_values, producers, readers, retain_nodes, Level, MS_DOMAIN};
+use super::norm_fusion::{is_float, is_op, other, sole_reader, Index};
+use super::{f32_values, retain_nodes, Level, MS_DOMAIN};
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
 use crate::tensor::le_i64s;
@@ -62,11 +62,7 @@ pub fn fuse_rotary(g: &mut Graph, level: Level, opset: i64) -> usize {
     if !standard && !contrib {
         return 0;
     }
-    let index = Index {
-        prod: producers(g),
-        reads: readers(g),
-        reader: first_readers(g),
-    };
+    let index = Index::new(g);
     // queries and keys share their cos / sin constants: decode each once
     let mut halves: HashMap<(String, i64, i64), Option<Vec<f32>>> = HashMap::new();
     let found: Vec<Rotary> = (0..g.nodes.len())
