@@ -138,6 +138,16 @@ def _rms_norm(g: GraphBuilder, x: str, p: Any) -> str:
     return out
 
 
+def _equal_weights(g: GraphBuilder, x: str, p: Any) -> str:
+    """Two weights with the same bytes in separate memory (zero biases of untrained layers), and a
+    third that differs: the equal two are stored once."""
+    cols = p["cols"]
+    values = np.random.default_rng(p["seed"]).standard_normal(cols).astype(np.float32)
+    y = g.add_node("Add", [x, weight(g, values.copy(), "b1")])[0]
+    y = g.add_node("Mul", [y, weight(g, values.copy(), "b2")])[0]
+    return g.add_node("Sub", [y, weight(g, values + 1, "b3")])[0]
+
+
 # pattern -> (builder, the pass's count in optimize()'s result, level, opset)
 Pattern = tuple[Builder, str, str, int]
 PATTERNS: dict[str, Pattern] = {
@@ -148,6 +158,7 @@ PATTERNS: dict[str, Pattern] = {
     "weight transposes": (_transpose, "weights_transposed", "default", 18),
     "identity removal": (_identity, "identity_removed", "default", 18),
     "conv + batch norm": (_conv_bn, "conv_batchnorm_fused", "default", 18),
+    "equal small initializers": (_equal_weights, "initializers_deduplicated", "default", 18),
     "RMS norm (standard, opset 23)": (_rms_norm, "rms_norm_fused", "default", 23),
     "RMS norm (onnxruntime)": (_rms_norm, "rms_norm_fused", "onnxruntime", 18),
 }

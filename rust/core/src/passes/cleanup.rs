@@ -92,6 +92,37 @@ fn replace_reads(nodes: &mut [Node], replace: &HashMap<String, String>) {
     }
 }
 
+/// Small initializers (biases, norm scales) with the same type, shape and bytes are stored once: their
+/// readers read the first. Untrained or freshly initialized weights repeat (zero biases, unit scales),
+/// and so do folded constants; one copy keeps them in cache. Only tensors whose bytes are at hand and
+/// at most this size are compared, so the pass never reads a large weight.
+const SMALL_INITIALIZER_BYTES: usize = 64 << 10;
+
+/// Returns how many initializers it redirected to an equal one (the copies go with the clean-up).
+pub fn dedup_small_initializers(g: &mut Graph) -> usize {
+    let outputs: HashSet<&str> = g.outputs.iter().map(String::as_str).collect();
+    let mut first: HashMap<(i32, &[i64], &[u8]), &str> = HashMap::new();
+    let mut replace: HashMap<String, String> = HashMap::new();
+    for t in &g.initializers {
+        let Some(bytes) = t.data.as_slice() else {
+            continue;
+        };
+        if bytes.len() > SMALL_INITIALIZER_BYTES || outputs.contains(t.name.as_str()) {
+            continue;
+        }
+        match first.entry((t.dtype, &t.dims, bytes)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                replace.insert(t.name.clone(), (*e.get()).to_owned());
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(&t.name);
+            }
+        }
+    }
+    replace_reads(&mut g.nodes, &replace);
+    replace.len()
+}
+
 /// Removes nodes whose outputs nobody reads, then initializers nobody reads. Returns both counts.
 pub fn remove_unused(g: &mut Graph) -> (usize, usize) {
     let mut live: HashSet<String> = g.outputs.iter().cloned().collect();

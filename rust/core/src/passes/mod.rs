@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Model};
 
 pub use attention::fuse_attention;
-pub use cleanup::{remove_identities, remove_unused};
+pub use cleanup::{dedup_small_initializers, remove_identities, remove_unused};
 pub use decomposed::fuse_decomposed;
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_batchnorm;
@@ -145,13 +145,15 @@ pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String,
     if level == Level::None {
         return counts;
     }
-    // order matters: folding feeds no-op detection, CSE merges duplicate transposes before they are
-    // folded into weights, and the clean-up runs last
+    // order matters: folding feeds no-op detection, equal initializers merge before CSE (nodes reading
+    // them become equal), CSE merges duplicate transposes before they are folded into weights, and the
+    // clean-up runs last
     type Pass = fn(&mut Graph) -> usize;
-    let passes: [(&str, Pass); 7] = [
+    let passes: [(&str, Pass); 8] = [
         ("constants_folded", fold_constants),
         ("patterns_rewritten", rewrite_patterns),
         ("noops_removed", mark_noops),
+        ("initializers_deduplicated", dedup_small_initializers),
         ("cse_merged", eliminate_common_subexpressions),
         ("weights_transposed", fold_weight_transposes),
         ("conv_batchnorm_fused", fuse_conv_batchnorm),
