@@ -26,20 +26,49 @@ def _left_padded(batch: int, seq: int, generator: torch.Generator) -> tuple[torc
     return ids, mask
 
 
-def test_decoder_runs_at_every_batch_and_length() -> None:
+@pytest.fixture(scope="module")
+def padded_decoder() -> tuple[torch.nn.Module, torch.export.ExportedProgram, tuple]:
+    """A tiny Llama exported once with a dynamic batch and length (converted below per setting)."""
     model = Logits(tiny_llama()).eval()
-    g = torch.Generator().manual_seed(0)
-    ids, mask = _left_padded(2, 8, g)
-    spec = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    result = fastonnx.to_onnx(model, (ids, mask), dynamic_shapes=spec)
-    assert _symbolic_dims(result) == {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
+    ids, mask = _left_padded(2, 8, torch.Generator().manual_seed(0))
+    seq, batch = Dim("seq", min=2, max=64), Dim("batch", min=1, max=8)
+    spec = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+    return model, torch.export.export(model, (ids, mask), dynamic_shapes=spec, strict=False), (ids, mask)
+
+
+# opset 23 fuses attention (with rows the left padding closes entirely), rotary tables computed at run
+# time stay unfused; the onnxruntime level adds its contrib operators
+@pytest.mark.parametrize(
+    ("opset", "optimize"), [(20, True), (20, "onnxruntime"), (23, True), (23, "onnxruntime")]
+)
+def test_decoder_runs_at_every_batch_and_length(
+    padded_decoder: tuple[torch.nn.Module, torch.export.ExportedProgram, tuple],
+    opset: int,
+    optimize: bool | str,
+) -> None:
+    model, ep, args = padded_decoder
+    result = fastonnx.to_onnx(ep, args, opset=opset, optimize=optimize)
+    dims = _symbolic_dims(result)
+    assert dims["input_ids"] == dims["attention_mask"] and all(isinstance(d, str) for d in dims["input_ids"])
+    if opset >= 23:
+        assert result.stats["optimize"]["attention_fused"] == 2, result.stats["optimize"]
+    g = torch.Generator().manual_seed(1)
     for batch, seq in [(2, 8), (1, 5), (3, 17), (4, 33)]:
         ids, mask = _left_padded(batch, seq, g)
         with torch.no_grad():
             expected = model(ids, mask)
         got = result(ids, mask)
-        keep = mask.bool()
-        torch.testing.assert_close(got[keep], expected[keep], atol=1e-4, rtol=1e-4)
+        # every position: padded queries attend to nothing and must give torch's values, not NaN
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_dims_named_by_strings_name_the_inputs(
+    padded_decoder: tuple[torch.nn.Module, torch.export.ExportedProgram, tuple],
+) -> None:
+    model, _, args = padded_decoder
+    spec = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    result = fastonnx.to_onnx(model, args, dynamic_shapes=spec)
+    assert _symbolic_dims(result) == {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
 
 
 def test_cnn_with_dynamic_batch() -> None:
