@@ -6,9 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
+import torch
 
+import fastonnx
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
+from model_zoo import TRANSFORMERS_MODELS
 from test_passes import F, Pattern, build, const, fires_and_keeps_outputs
 
 HEADS = 2
@@ -172,3 +176,18 @@ def test_a_where_on_rows_the_mask_leaves_open_blocks_the_fusion() -> None:
     g.set_type(out, F, [1, HEADS, rows, cols])
     g.add_output(out, "y")
     assert g.optimize("default")["attention_fused"] == 0
+
+
+@pytest.mark.parametrize(("opset", "optimize"), [(20, "onnxruntime"), (23, True)])
+def test_padded_bert_matches_eager_where_attention_fuses(opset: int, optimize: str | bool) -> None:
+    """MultiHeadAttention (opset 20) and Attention (opset 23) on right padding and on an entry that is
+    padding only, whose every query row is closed: torch gives finite values there, and so must we."""
+    model, (ids, mask) = TRANSFORMERS_MODELS["bert"]()
+    ids, mask = ids.repeat(3, 1), mask.repeat(3, 1).clone()
+    mask[1, -3:] = 0
+    mask[2, :] = 0
+    result = fastonnx.to_onnx(model, (ids, mask), opset=opset, optimize=optimize)
+    assert result.stats["optimize"]["attention_fused"] >= 1, result.stats["optimize"]
+    with torch.no_grad():
+        expected = model(ids, mask)
+    torch.testing.assert_close(result(ids, mask), expected, atol=1e-4, rtol=1e-4)
