@@ -17,9 +17,11 @@
 //! converter's `enable_gqa`: Unsqueeze at axis 2, Expand, Reshape) are fed unrepeated: Attention maps
 //! query head i to key/value head i // group, the same order.
 //!
-//! Below opset 23 nothing is fused, at either level: onnxruntime's contrib MultiHeadAttention takes a
-//! 3-D (batch, seq, hidden) query, so the rotated 4-D query would need a Transpose and a Reshape back,
-//! costing what the fusion saves.
+//! Below opset 23 the same chains are matched for two things: the Wheres of an all-true constant mask
+//! and of an all-false constant flag are removed (both levels), and at the onnxruntime level chains
+//! whose heads are split from 3-D projections become MultiHeadAttention (multi_head.rs). A Llama's
+//! rotated 4-D queries stay decomposed there: the contrib operator takes a 3-D query, and transposing
+//! back would cost what the fusion saves.
 
 use std::collections::{HashMap, HashSet};
 
