@@ -135,7 +135,8 @@ impl Graph {
         }
     }
 
-    fn new_value(&mut self, hint: &str, ty: ValueType) -> String {
+    /// A fresh value name from `hint`, recorded with its type.
+    pub(crate) fn new_value(&mut self, hint: &str, ty: ValueType) -> String {
         let name = self.names.unique_value(hint);
         self.types.insert(name.clone(), ty);
         name

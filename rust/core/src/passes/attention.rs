@@ -25,8 +25,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::matching::{
+    f32_scalar, fixed, is_float, is_op, reduces_last_axis, shape, sole_producer_op, sole_reader,
+    Index,
+};
 use super::multi_head::{fuse_multi_head, MultiHead};
-use super::norm_fusion::{f32_scalar, is_float, is_op, reduces_last_axis, sole_reader, Index};
 use super::{retain_nodes, Level};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
@@ -128,23 +131,12 @@ fn sweep(
     }
 }
 
-pub(super) fn shape(g: &Graph, name: &str) -> Option<Vec<Dim>> {
-    g.value_type(name)?.shape.clone()
-}
-
 fn is_rank4_float(g: &Graph, name: &str) -> bool {
     is_float(g, name) && shape(g, name).is_some_and(|s| s.len() == 4)
 }
 
 fn is_neg_inf(g: &Graph, name: &str) -> bool {
     f32_scalar(g, name).is_some_and(|v| v == f32::NEG_INFINITY)
-}
-
-/// The producer of `value` when it is `op` and `value` has no other reader.
-fn sole_producer<'a>(g: &'a Graph, ix: &Index, value: &str, op: &str) -> Option<(usize, &'a Node)> {
-    let i = *ix.prod.get(value)?;
-    let n = &g.nodes[i];
-    (is_op(n, op) && ix.reads.get(value) == Some(&1)).then_some((i, n))
 }
 
 fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
@@ -192,9 +184,9 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
         }
     }
     // the scores: MatMul(Mul(q, scale), Transpose(k))
-    let (mm_at, mm) = sole_producer(g, ix, &scores, "MatMul")?;
-    let (mul_at, mul) = sole_producer(g, ix, mm.inputs.first()?, "Mul")?;
-    let (tr_at, tr) = sole_producer(g, ix, mm.inputs.get(1)?, "Transpose")?;
+    let (mm_at, mm) = sole_producer_op(g, ix, &scores, "MatMul")?;
+    let (mul_at, mul) = sole_producer_op(g, ix, mm.inputs.first()?, "Mul")?;
+    let (tr_at, tr) = sole_producer_op(g, ix, mm.inputs.get(1)?, "Transpose")?;
     if !matches!(tr.attr("perm"), Some(AttrValue::Ints(p)) if p == &[0, 1, 3, 2]) {
         return None;
     }
@@ -353,19 +345,12 @@ fn unrepeated(g: &Graph, ix: &Index, q: &str, k: &str, v: &str) -> Option<(Strin
     Some((k0, v0))
 }
 
-fn fixed(d: &Dim) -> Option<i64> {
-    match d {
-        Dim::Fixed(n) => Some(*n),
-        _ => None,
-    }
-}
-
 /// x for `Reshape(Expand(Unsqueeze(x, [2]), ...), ...)` of shapes (b, h, s, e) -> (b, h, 1, s, e) ->
 /// (b, h, n, s, e) -> (b, h*n, s, e), checked on the recorded shapes.
 fn repeat_source(g: &Graph, ix: &Index, value: &str) -> Option<String> {
-    let (_, reshape) = sole_producer(g, ix, value, "Reshape")?;
-    let (_, expand) = sole_producer(g, ix, reshape.inputs.first()?, "Expand")?;
-    let (_, unsq) = sole_producer(g, ix, expand.inputs.first()?, "Unsqueeze")?;
+    let (_, reshape) = sole_producer_op(g, ix, value, "Reshape")?;
+    let (_, expand) = sole_producer_op(g, ix, reshape.inputs.first()?, "Expand")?;
+    let (_, unsq) = sole_producer_op(g, ix, expand.inputs.first()?, "Unsqueeze")?;
     let x = unsq.inputs.first()?;
     let axes = match (unsq.attr("axes"), unsq.inputs.get(1)) {
         (Some(AttrValue::Ints(a)), _) => a.clone(),

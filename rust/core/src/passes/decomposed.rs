@@ -30,8 +30,9 @@
 
 use std::collections::HashSet;
 
-use super::norm_fusion::{
-    f32_scalar, is_float, is_op, other, rank, reduces_last_axis, sole_reader, Index,
+use super::matching::{
+    f32_scalar, is_float, is_op, other, rank, reduces_last_axis, sole_producer, sole_producer_op,
+    sole_reader, Index,
 };
 use super::{retain_nodes, Level, MS_DOMAIN};
 use crate::dtype;
@@ -191,15 +192,6 @@ fn output(n: &Node) -> Option<&String> {
     }
 }
 
-/// The producer of `value` when `value` is read only once (by the chain).
-fn single_use_producer<'a>(g: &'a Graph, ix: &Index, value: &str) -> Option<(usize, &'a Node)> {
-    if ix.reads.get(value) != Some(&1) {
-        return None;
-    }
-    let i = *ix.prod.get(value)?;
-    Some((i, &g.nodes[i]))
-}
-
 /// The last dimension of x, when fixed and not empty.
 fn last_dim(g: &Graph, x: &str) -> Option<i64> {
     match g.value_type(x)?.shape.as_ref()?.last()? {
@@ -308,7 +300,7 @@ fn layer_norm(
 fn match_layer_norm(g: &Graph, ix: &Index, var_at: usize) -> Option<Fusion> {
     let var = &g.nodes[var_at];
     // the square of d: Pow(d, 2) or d * d
-    let (sq_at, sq) = single_use_producer(g, ix, var.inputs.first()?)?;
+    let (sq_at, sq) = sole_producer(g, ix, var.inputs.first()?)?;
     let (d, d_reads_by_sq) = match (sq.op_type.as_str(), sq.inputs.as_slice()) {
         ("Mul", [a, b]) if a == b && sq.domain.is_empty() => (a.clone(), 2),
         ("Pow", [a, p]) if sq.domain.is_empty() && f32_scalar(g, p) == Some(2.0) => (a.clone(), 1),
@@ -435,7 +427,7 @@ fn match_gelu_erf(
     ops: (&'static str, &'static str, &'static str),
 ) -> Option<Fusion> {
     let erf = &g.nodes[erf_at];
-    let (inner_at, inner) = single_use_producer(g, ix, erf.inputs.first()?)?;
+    let (inner_at, inner) = sole_producer(g, ix, erf.inputs.first()?)?;
     let x = match (inner.op_type.as_str(), inner.inputs.as_slice()) {
         ("Mul", [a, b]) if inner.domain.is_empty() => [(a, b), (b, a)]
             .into_iter()
@@ -458,7 +450,7 @@ fn match_gelu_tanh(
     ops: (&'static str, &'static str, &'static str),
 ) -> Option<Fusion> {
     let tanh = &g.nodes[tanh_at];
-    let (scale_at, scale) = single_use_producer(g, ix, tanh.inputs.first()?)?;
+    let (scale_at, scale) = sole_producer(g, ix, tanh.inputs.first()?)?;
     if !is_op(scale, "Mul") {
         return None;
     }
@@ -466,7 +458,7 @@ fn match_gelu_tanh(
     let (sum_at, sum) = scale
         .inputs
         .iter()
-        .find_map(|v| single_use_producer(g, ix, v).filter(|(_, n)| is_op(n, "Add")))?;
+        .find_map(|v| sole_producer_op(g, ix, v, "Add"))?;
     let [a, b] = sum.inputs.as_slice() else {
         return None;
     };
@@ -484,18 +476,18 @@ fn match_gelu_tanh(
 /// `poly = 0.044715 * (Pow(x, 3) | (x * x) * x | x * (x * x))`; returns the nodes it takes.
 fn cubic_term(g: &Graph, ix: &Index, x: &str, poly: &str) -> Option<Vec<usize>> {
     let x_rank = rank(g, x);
-    let (poly_at, poly) = single_use_producer(g, ix, poly)?;
+    let (poly_at, poly) = sole_producer(g, ix, poly)?;
     if !is_op(poly, "Mul") {
         return None;
     }
     let cube = beside_scalar(g, poly, GELU_TANH_CUBE, x_rank)?;
-    let (cube_at, cube) = single_use_producer(g, ix, &cube)?;
+    let (cube_at, cube) = sole_producer(g, ix, &cube)?;
     let mut dead = vec![poly_at, cube_at];
     match (cube.op_type.as_str(), cube.inputs.as_slice()) {
         ("Pow", [base, e]) if base == x && is_scalar(g, e, 3.0, x_rank) => {}
         ("Mul", [p, q]) if p == x || q == x => {
             let sq = if p == x { q } else { p };
-            let (sq_at, sq) = single_use_producer(g, ix, sq)?;
+            let (sq_at, sq) = sole_producer(g, ix, sq)?;
             if !is_op(sq, "Mul") || sq.inputs != [x, x] {
                 return None;
             }
@@ -549,7 +541,7 @@ fn gelu_tail(
         m2_at
     } else {
         // (x * 0.5) * a
-        let (half_at, half) = single_use_producer(g, ix, o)?;
+        let (half_at, half) = sole_producer(g, ix, o)?;
         if !is_op(half, "Mul") || beside_scalar(g, half, 0.5, x_rank)? != x {
             return None;
         }

@@ -5,6 +5,7 @@ mod cleanup;
 mod decomposed;
 mod fold;
 mod fuse;
+mod matching;
 mod multi_head;
 mod norm_fusion;
 mod rewrite;

@@ -17,8 +17,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::attention::{shape, Fused};
-use super::norm_fusion::{is_float, is_op, sole_reader, Index};
+use super::attention::Fused;
+use super::matching::{is_float, is_op, shape, sole_producer_op, sole_reader, Index};
 use super::MS_DOMAIN;
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
@@ -80,18 +80,6 @@ fn node(
     }
 }
 
-fn new_value(g: &mut Graph, hint: &str, dtype: i32, shape: Option<Vec<Dim>>) -> String {
-    let name = g.names.unique_value(hint);
-    g.types.insert(
-        name.clone(),
-        ValueType {
-            dtype: Some(dtype),
-            shape,
-        },
-    );
-    name
-}
-
 fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
     g.add_constant(hint, dtype::FLOAT, vec![], v.to_le_bytes().to_vec())
         .ok()
@@ -105,7 +93,13 @@ fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> 
     let bias = match &f.mask {
         Some(m) if g.value_type(m)?.dtype == Some(dtype::BOOL) => {
             let neg_inf = f32_constant(g, "neg_inf", f32::NEG_INFINITY)?;
-            let bias = new_value(g, "attention_bias", dtype::FLOAT, shape(g, m));
+            let bias = g.new_value(
+                "attention_bias",
+                ValueType {
+                    dtype: Some(dtype::FLOAT),
+                    shape: shape(g, m),
+                },
+            );
             before.push(node(
                 g,
                 "Where",
@@ -128,17 +122,24 @@ fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> 
                 .add_constant("axes", dtype::INT64, vec![1], 1i64.to_le_bytes().to_vec())
                 .ok()?;
             let flag_shape = shape(g, flag)?;
-            let rows = new_value(
-                g,
+            let rows = g.new_value(
                 "closed_rows",
-                dtype::BOOL,
-                Some(vec![
-                    flag_shape[0].clone(),
-                    flag_shape[2].clone(),
-                    Dim::Fixed(1),
-                ]),
+                ValueType {
+                    dtype: Some(dtype::BOOL),
+                    shape: Some(vec![
+                        flag_shape[0].clone(),
+                        flag_shape[2].clone(),
+                        Dim::Fixed(1),
+                    ]),
+                },
             );
-            let fused = new_value(g, "attention", dtype::FLOAT, y_type.shape.clone());
+            let fused = g.new_value(
+                "attention",
+                ValueType {
+                    dtype: Some(dtype::FLOAT),
+                    shape: y_type.shape.clone(),
+                },
+            );
             after.push(node(
                 g,
                 "Squeeze",
@@ -186,15 +187,12 @@ fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> 
 /// (x3, heads) for `Transpose(Reshape(x3, (b, s, n, h)), [0, 2, 1, 3])`, each read once, checked on the
 /// recorded shapes.
 fn split_source(g: &Graph, ix: &Index, x4: &str) -> Option<(String, i64)> {
-    let t = &g.nodes[*ix.prod.get(x4)?];
-    if !is_op(t, "Transpose") || ix.reads.get(x4) != Some(&1) || !is_swap12(t) {
+    let (_, t) = sole_producer_op(g, ix, x4, "Transpose")?;
+    if !is_swap12(t) {
         return None;
     }
     let split = t.inputs.first()?;
-    let r = &g.nodes[*ix.prod.get(split)?];
-    if !is_op(r, "Reshape") || ix.reads.get(split) != Some(&1) {
-        return None;
-    }
+    let (_, r) = sole_producer_op(g, ix, split, "Reshape")?;
     let x3 = r.inputs.first()?;
     let (s3, s4) = (shape(g, x3)?, shape(g, split)?);
     let (Dim::Fixed(heads), Dim::Fixed(size), Dim::Fixed(hidden)) = (&s4[2], &s4[3], s3.get(2)?)

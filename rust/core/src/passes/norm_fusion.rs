@@ -12,12 +12,14 @@
 //! Only float32 chains are fused: lower precisions go through Casts whose rounding the fused kernels
 //! would change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use super::{f32_values, producers, readers, retain_nodes, Level};
+use super::matching::{
+    f32_scalar, is_float, is_op, other, rank, reduces_last_axis, sole_reader, Index,
+};
+use super::{retain_nodes, Level};
 use crate::dtype;
-use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
-use crate::tensor::le_i64s;
+use crate::graph::{AttrValue, Attribute, Dim, Graph};
 
 /// The standard RMSNormalization operator's first opset.
 const RMS_NORMALIZATION_OPSET: i64 = 23;
@@ -68,87 +70,6 @@ pub fn fuse_rms_norm(g: &mut Graph, level: Level, opset: i64) -> usize {
     }
     retain_nodes(g, |i| !dead.contains(&i));
     chains.len()
-}
-
-pub(crate) fn is_op(n: &Node, op: &str) -> bool {
-    n.op_type == op && n.domain.is_empty()
-}
-
-pub(crate) fn is_float(g: &Graph, name: &str) -> bool {
-    g.value_type(name).and_then(|t| t.dtype) == Some(dtype::FLOAT)
-}
-
-pub(crate) fn rank(g: &Graph, name: &str) -> Option<usize> {
-    g.value_type(name)
-        .and_then(|t| t.shape.as_ref())
-        .map(Vec::len)
-}
-
-/// The value of a one-element float32 constant (a larger one is never decoded).
-pub(crate) fn f32_scalar(g: &Graph, name: &str) -> Option<f32> {
-    if g.initializer(name)?.numel() != 1 {
-        return None;
-    }
-    f32_values(g, name)?.first().copied()
-}
-
-/// Maps built once per pass, so that matching stays linear in the graph's size.
-pub(crate) struct Index {
-    pub(crate) prod: HashMap<String, usize>,
-    pub(crate) reads: HashMap<String, usize>,
-    /// value -> the first node reading it
-    pub(crate) reader: HashMap<String, usize>,
-}
-
-impl Index {
-    pub(crate) fn new(g: &Graph) -> Index {
-        Index {
-            prod: producers(g),
-            reads: readers(g),
-            reader: first_readers(g),
-        }
-    }
-}
-
-fn first_readers(g: &Graph) -> HashMap<String, usize> {
-    let mut r = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for input in &n.inputs {
-            r.entry(input.clone()).or_insert(i);
-        }
-    }
-    r
-}
-
-/// The node reading `value`, when it is the only reader (graph outputs count as readers).
-pub(crate) fn sole_reader<'a>(g: &'a Graph, ix: &Index, value: &str) -> Option<(usize, &'a Node)> {
-    if ix.reads.get(value) != Some(&1) {
-        return None;
-    }
-    let i = *ix.reader.get(value)?;
-    Some((i, &g.nodes[i]))
-}
-
-/// The input of a two-input node that is not `known`.
-pub(crate) fn other<'a>(n: &'a Node, known: &str) -> Option<&'a str> {
-    match n.inputs.as_slice() {
-        [a, b] if a == known => Some(b),
-        [a, b] if b == known => Some(a),
-        _ => None,
-    }
-}
-
-pub(crate) fn reduces_last_axis(g: &Graph, mean: &Node, x_rank: usize) -> bool {
-    let axes = match (mean.attr("axes"), mean.inputs.get(1)) {
-        (Some(AttrValue::Ints(a)), _) => a.clone(),
-        (None, Some(name)) => match g.initializer(name) {
-            Some(t) if t.dtype == dtype::INT64 => le_i64s(t.data.as_slice().unwrap_or_default()),
-            _ => return false,
-        },
-        _ => return false,
-    };
-    let keepdims = !matches!(mean.attr("keepdims"), Some(AttrValue::Int(0)));
-    keepdims && (axes == [-1] || axes == [x_rank as i64 - 1])
 }
 
 fn match_chain(g: &Graph, ix: &Index, mean_at: usize) -> Option<Chain> {

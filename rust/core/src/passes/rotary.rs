@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::norm_fusion::{is_float, is_op, other, sole_reader, Index};
+use super::matching::{is_float, is_op, other, sole_reader, Index};
 use super::{f32_values, retain_nodes, Level, MS_DOMAIN};
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
