@@ -294,15 +294,19 @@ def convert_uniform(
     return ctx.op("Max", ctx.op("Min", result, ctx.const(bound, out)), ctx.const(lowest, out))
 
 
-def _normal_affine(ctx: ConversionContext, shape: Shape, mean: Any, std: Any) -> str:
-    """mean + std * N(0, 1), computed in float32 (float64 for float64) and cast to the output dtype."""
+def _normal_work(ctx: ConversionContext, shape: Shape, mean: Any, std: Any) -> str:
+    """mean + std * N(0, 1), in float32 (float64 for float64): not yet cast to the output dtype."""
     out = ctx.out_dtype
     work = _float_dtype(ctx, out)
     if isinstance(std, (int, float)) and std < 0:
         raise ctx.error(f"normal: std must be >= 0, got {std}")
     n = _std_normal(ctx, shape, out)
-    value = ctx.op("Add", ctx.op("Mul", n, ctx.operand(std, work)), ctx.operand(mean, work))
-    return _finish(ctx, value)
+    return ctx.op("Add", ctx.op("Mul", n, ctx.operand(std, work)), ctx.operand(mean, work))
+
+
+def _normal_affine(ctx: ConversionContext, shape: Shape, mean: Any, std: Any) -> str:
+    """mean + std * N(0, 1), cast to the output dtype."""
+    return _finish(ctx, _normal_work(ctx, shape, mean, std))
 
 
 def convert_normal_inplace(
@@ -355,11 +359,8 @@ def convert_log_normal(
     reject_generator(ctx, generator)
     if std <= 0:
         raise ctx.error(f"log_normal_: std must be > 0, got {std}")
-    out = ctx.out_dtype
-    work = _float_dtype(ctx, out)
-    n = _std_normal(ctx, _shape_of_output(ctx, x), out)
-    value = ctx.op("Add", ctx.op("Mul", n, ctx.const(std, work)), ctx.const(mean, work))
-    return _finish(ctx, ctx.op("Exp", value))
+    # exponentiated before the cast to the output dtype: rounded once
+    return _finish(ctx, ctx.op("Exp", _normal_work(ctx, _shape_of_output(ctx, x), mean, std)))
 
 
 def convert_exponential(
