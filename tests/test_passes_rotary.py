@@ -13,9 +13,8 @@ import onnxruntime
 import pytest
 
 from fastonnx._core import GraphBuilder
-from test_passes import Pattern, const, fires_and_keeps_outputs
+from test_passes import F, Pattern, const, fires_and_keeps_outputs
 
-F = 1  # float32
 INT64_MAX = 2**63 - 1
 
 
