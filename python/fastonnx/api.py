@@ -15,10 +15,10 @@ from fastonnx import capture as capture_mod
 from fastonnx import dynamic
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext
-from fastonnx.converters import registry
 from fastonnx.errors import InputError
 from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
+from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 from fastonnx.transformers_caches import register_transformers_caches
 from fastonnx.weights import DEFERRED_KEY
@@ -59,7 +59,7 @@ def to_onnx(
     opset = resolve_opset(opset)
     if filename is not None:
         _check_writable(os.fspath(filename))
-    custom = dict(custom_converters or {})
+    registry = Registry(custom_converters)
     stats: dict[str, Any] = {"opset": opset}
 
     t0 = time.perf_counter()
@@ -74,9 +74,7 @@ def to_onnx(
 
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
-    interp = Interpreter(
-        ep, ctx, registry(), custom, input_names, output_names, (args, dict(kwargs or {})), requested
-    )
+    interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
     with torch.no_grad():
         layout = interp.run()
     t2 = time.perf_counter()

@@ -8,8 +8,9 @@ name(s) holding the node's result; the interpreter records their dtype and shape
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -19,6 +20,8 @@ from fastonnx._core import GraphBuilder, TensorAttr
 from fastonnx.errors import ConversionError, OpsetError
 
 Dim = int | str | None
+# fn(ctx, *args, **kwargs) -> the ONNX value name(s) of the op's result (see fastonnx.registry)
+Converter = Callable[..., Any]
 
 
 class Value:
@@ -193,7 +196,7 @@ class ConversionContext:
             t = value.detach().to(dtype).contiguous()
         else:
             t = torch.tensor(value, dtype=dtype)
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = dtypes.tensor_bytes(t).tobytes()
         return self.g.add_constant(raw, dtypes.to_onnx_dtype(dtype), list(t.shape), hint)
 
     def i64(self, values: int | Sequence[int]) -> str:
@@ -207,7 +210,7 @@ class ConversionContext:
     def tensor_attr(self, value: float | int | bool, dtype: torch.dtype) -> TensorAttr:
         """A one-element tensor attribute (ConstantOfShape's value)."""
         t = torch.tensor([value], dtype=dtype)
-        return TensorAttr(t.view(torch.uint8).numpy().tobytes(), dtypes.to_onnx_dtype(dtype), [1])
+        return TensorAttr(dtypes.tensor_bytes(t).tobytes(), dtypes.to_onnx_dtype(dtype), [1])
 
     # ---- what is known about a value ----------------------------------------------------------
     def dtype(self, x: Operand) -> torch.dtype | None:
@@ -240,21 +243,26 @@ class ConversionContext:
         """A 1-D int64 tensor from ints and symbolic scalars (Values of SymInt nodes)."""
         if all(isinstance(d, int) for d in dims):
             return self.i64([int(d) for d in dims])
-        parts: list[str] = []
+        return self.concat_dims(
+            [d if isinstance(d, int) else self.unsqueeze0(self.sym_value(d)) for d in dims]
+        )
+
+    def concat_dims(self, parts: Sequence[int | str]) -> str:
+        """One 1-D int64 shape tensor from ints and 1-element 1-D int64 values: the one place shape
+        tensors are assembled (runs of ints become one constant, a single part is used as it is)."""
+        pieces: list[str] = []
         run: list[int] = []
-        for d in dims:
-            if isinstance(d, int):
-                run.append(d)
+        for p in parts:
+            if isinstance(p, int):
+                run.append(p)
                 continue
             if run:
-                parts.append(self.i64(run))
+                pieces.append(self.i64(run))
                 run = []
-            parts.append(self.unsqueeze0(self.sym_value(d)))
+            pieces.append(p)
         if run:
-            parts.append(self.i64(run))
-        if len(parts) == 1:
-            return parts[0]
-        return self.op("Concat", *parts, axis=0)
+            pieces.append(self.i64(run))
+        return pieces[0] if len(pieces) == 1 else self.op("Concat", *pieces, axis=0)
 
     def unsqueeze0(self, x: Operand) -> str:
         """A 0-d value as a 1-element 1-D tensor (a 1-D one is returned as it is)."""
@@ -288,3 +296,24 @@ class ConversionContext:
         if static is not None:
             return self.i64(list(static))
         return self.op("Shape", x)
+
+
+class Walker(Protocol):
+    """The interpreter as the converters of higher-order ops (control flow) use it: they convert their
+    subgraphs through it, so they are called as ``fn(walker, node)`` instead of ``fn(ctx, *args)``."""
+
+    ctx: ConversionContext
+    g: GraphBuilder
+    env: dict[torch.fx.Node, Any]
+
+    def map_arg(self, a: Any) -> Any:
+        """An FX argument with every node replaced by what it was converted to."""
+        ...
+
+    def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
+        """Convert ``graph`` in place, its placeholders bound to ``operands``; returns its outputs."""
+        ...
+
+    def emitting_into(self, sub: GraphBuilder) -> contextlib.AbstractContextManager[None]:
+        """Converters emit into ``sub`` (a subgraph builder) inside the block."""
+        ...

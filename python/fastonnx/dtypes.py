@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 # ONNX TensorProto.DataType values (onnx.proto); kept here so that `import fastonnx` does not import onnx.
@@ -65,3 +66,11 @@ def to_torch_dtype(elem_type: int) -> torch.dtype:
         return ONNX_TO_TORCH[elem_type]
     except KeyError:
         raise TypeError(f"ONNX element type {elem_type} has no torch equivalent") from None
+
+
+def tensor_bytes(t: torch.Tensor) -> np.ndarray:
+    """The bytes of ``t`` in row-major order as a uint8 array sharing its memory (a copy only when ``t``
+    is not contiguous): the one path from a tensor to ONNX bytes, bfloat16 and float8 included
+    (numpy has no such dtypes; their bytes pass as uint8). ``reshape(-1)`` handles 0-d tensors."""
+    flat = t.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,27 +14,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from fastonnx import dtypes, dynamic
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
-from fastonnx.control_flow import CONTROL_FLOW
-from fastonnx.converters import named_registry
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
-
-aten = torch.ops.aten
-
-# Nodes that check what torch.export assumed; ONNX has nothing to check them with at runtime.
-_DROPPED = {
-    aten._assert_tensor_metadata.default,
-    aten._assert_scalar.default,
-    aten.sym_constrain_range_for_size.default,
-    aten.sym_constrain_range.default,
-    aten._assert_async.msg,
-    aten._assert_async.default,
-    aten._functional_assert_async.msg,
-    aten._functional_sym_constrain_range_for_size.default,
-    aten._functional_sym_constrain_range.default,
-}
-
-# Higher-order ops whose body runs inline: they only change autograd or autocast state.
-_INLINED = {"wrap_with_set_grad_enabled", "wrap_with_autocast"}
+from fastonnx.registry import Registry
 
 
 @dataclass
@@ -73,26 +54,12 @@ def source_line(node: torch.fx.Node) -> str:
     return "unknown source line"
 
 
-def functional_twin(target: Any) -> Any:
-    """aten.add_.Tensor -> aten.add.Tensor; None when the op is not an in-place overload."""
-    if not isinstance(target, torch._ops.OpOverload):
-        return None
-    packet = target.overloadpacket.__name__
-    if not packet.endswith("_") or packet.startswith("_") and packet.endswith("__"):
-        return None
-    base = getattr(aten, packet[:-1], None)
-    if base is None:
-        return None
-    return getattr(base, target._overloadname, None)
-
-
 class Interpreter:
     def __init__(
         self,
         ep: torch.export.ExportedProgram,
         ctx: ConversionContext,
-        converters: dict[Any, Callable[..., Any]],
-        custom: dict[Any, Callable[..., Any]],
+        registry: Registry,
         input_names: Sequence[str] | None,
         output_names: Sequence[str] | None,
         user_args: tuple[tuple[Any, ...], dict[str, Any]],
@@ -101,8 +68,7 @@ class Interpreter:
         self.ep = ep
         self.ctx = ctx
         self.g = ctx.g
-        self.converters = converters
-        self.custom = custom
+        self.registry = registry
         self.input_names = list(input_names) if input_names is not None else None
         self.output_names = list(output_names) if output_names is not None else None
         self.env: dict[torch.fx.Node, Any] = {}
@@ -202,7 +168,7 @@ class Interpreter:
             name = self.g.add_deferred_initializer(hint, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
             self.deferred[name] = hint
             return Value(name, t.dtype, tuple(t.shape))
-        data = t.contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        data = dtypes.tensor_bytes(t)
         name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
         return Value(name, t.dtype, tuple(t.shape))
 
@@ -234,59 +200,53 @@ class Interpreter:
             seq, i = node.args
             self.env[node] = self.env[seq][i]  # type: ignore[index]
             return
-        if target in _DROPPED:
-            self.env[node] = None
-            return
-        hop = getattr(target, "__name__", "")
-        if isinstance(target, torch._ops.HigherOrderOperator) and hop in _INLINED:
-            self.env[node] = self._inline(node)
-            return
-        if isinstance(target, torch._ops.HigherOrderOperator) and hop in CONTROL_FLOW:
-            self.ctx.node = node
+        where = f"FX node {node.name!r}, node {index + 1} of {total}"
+        entry = self.registry.lookup(target)
+        if entry is None:
+            raise UnsupportedOpError(
+                f"no converter for {target} ({where}), called at {source_line(node)}. Converted so far: "
+                f"{index} nodes. Pass custom_converters={{{_qualname(target)}: fn}} or a decompositions "
+                "table to go on."
+            )
+        if entry.custom:
+            self.custom_used.add(str(target))
+        self.ctx.node = node
+        if entry.takes_node:
+            # a higher-order op: its operands are subgraphs, converted through this walker
             try:
-                result = CONTROL_FLOW[hop](self, node)
+                result = entry.convert(self, node)
             except FastOnnxError as e:
-                e.add_note(f"while converting {hop} (FX node {node.name!r}), called at {source_line(node)}")
+                e.add_note(f"while converting {target} ({where}), called at {source_line(node)}")
                 raise
             self.env[node] = self._bind(node, result)
             return
-        fn = self.custom.get(target)
-        if fn is not None:
-            self.custom_used.add(str(target))
-        mutated: Any = None
-        if fn is None:
-            fn = self.converters.get(target) or named_registry().get(str(target))
-        if fn is None:
-            twin = functional_twin(target)
-            if twin is not None:
-                fn = self.custom.get(twin) or self.converters.get(twin)
-                mutated = node.args[0] if node.args else None
-        if fn is None:
-            raise UnsupportedOpError(
-                f"no converter for {target} (FX node {node.name!r}, node {index + 1} of {total}), "
-                f"called at {source_line(node)}. Converted so far: {index} nodes. Pass "
-                f"custom_converters={{{_qualname(target)}: fn}} or a decompositions table to go on."
-            )
         args = self.map_arg(node.args)
         kwargs = self.map_arg(node.kwargs)
-        if self._complex and _involves_complex(node, args, kwargs) and fn not in self.custom.values():
-            fn = _complex_converter(target, fn, node, args, kwargs)
+        fn = entry.convert
+        if self._complex and _involves_complex(node, args, kwargs):
+            complex_fn = self.registry.complex_converter(entry)
+            if complex_fn is None:
+                what = "inputs" if _has_complex(args) or _has_complex(kwargs) else "outputs"
+                raise UnsupportedOpError(
+                    f"complex {what} are not supported by {target} ({where}), called at "
+                    f"{source_line(node)}; fastonnx converts complex values only for FFTs and "
+                    "complex_ops' operators"
+                )
+            fn = complex_fn
         self.ctx.node = node
         try:
             result = fn(self.ctx, *args, **kwargs)
         except FastOnnxError as e:
-            e.add_note(
-                f"while converting {target} (FX node {node.name!r}, node {index + 1} of {total}), "
-                f"called at {source_line(node)}"
-            )
+            e.add_note(f"while converting {target} ({where}), called at {source_line(node)}")
             raise
         except Exception as e:
             raise ConversionError(
-                f"converting {target} (FX node {node.name!r}, node {index + 1} of {total}) failed: "
-                f"{type(e).__name__}: {e}; called at {source_line(node)}"
+                f"converting {target} ({where}) failed: {type(e).__name__}: {e}; called at "
+                f"{source_line(node)}"
             ) from e
         value = self._bind(node, result)
         self.env[node] = value
+        mutated = node.args[0] if entry.in_place and node.args else None
         if isinstance(mutated, torch.fx.Node):
             # an in-place op on an unaliased value: later readers of that value read the result
             self.env[mutated] = value
@@ -322,15 +282,6 @@ class Interpreter:
                 return Value(result, dt, ())
             return result  # a Python number the converter folded
         return result
-
-    def _inline(self, node: torch.fx.Node) -> Any:
-        """Run the body of wrap_with_set_grad_enabled / wrap_with_autocast in this graph."""
-        hop = node.target.__name__  # type: ignore[union-attr]
-        # wrap_with_set_grad_enabled(enabled, body, *args); wrap_with_autocast(dev, dt, en, cache, body, *a)
-        skip = 1 if hop == "wrap_with_set_grad_enabled" else 4
-        body = self.env[node.args[skip]]
-        operands = [self.map_arg(a) for a in node.args[skip + 1 :]]
-        return self.run_subgraph(body.graph, operands)
 
     def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
         """Convert a submodule's graph in place, its placeholders bound to ``operands``."""
@@ -427,27 +378,6 @@ def _program_has_complex(root: torch.nn.Module) -> bool:
 def _involves_complex(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
     """Whether a node reads or produces a complex tensor (stored in the (..., 2) real layout)."""
     return _has_complex(node.meta.get("val")) or _has_complex(args) or _has_complex(kwargs)
-
-
-def _complex_converter(
-    target: Any, fn: Callable[..., Any], node: torch.fx.Node, args: Any, kwargs: Any
-) -> Any:
-    """The converter that understands the real layout of complex values for this op, or a clear error:
-    a converter written for real tensors would compute garbage on the (..., 2) layout."""
-    from fastonnx.converters import complex_ops
-
-    override = complex_ops.COMPLEX_OVERRIDES.get(target)
-    if override is None:
-        override = complex_ops.COMPLEX_OVERRIDES.get(functional_twin(target))
-    if override is not None:
-        return override
-    if fn in complex_ops.CONVERTERS.values():
-        return fn
-    what = "inputs" if _has_complex(args) or _has_complex(kwargs) else "outputs"
-    raise UnsupportedOpError(
-        f"complex {what} are not supported by {target} (FX node {node.name!r}), called at "
-        f"{source_line(node)}; fastonnx converts complex values only for FFTs and complex_ops' operators"
-    )
 
 
 def _is_user(spec: Any) -> bool:

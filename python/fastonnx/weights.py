@@ -81,7 +81,7 @@ def attach_weights(
                     f"attach_weights: {key!r} is {t.dtype} {tuple(t.shape)}, the model expects element type "
                     f"{init.data_type} with shape {tuple(init.dims)}"
                 )
-            data = t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            data = dtypes.tensor_bytes(t.cpu())
             if data.nbytes != int(entry["length"]):
                 raise SerializationError(
                     f"{path}: {name!r} has {entry['length']} bytes reserved, {data.nbytes} given"

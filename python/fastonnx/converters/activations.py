@@ -1,4 +1,4 @@
-"""Activation functions and softmax (dropout, random in training mode, lives in random_ops.py).
+"""Activation functions and softmax (dropout, random in training mode, lives in py).
 
 float16 / bfloat16 inputs are computed in float32 and rounded once at the end: torch's CPU kernels do
 the same (opmath), and onnxruntime lacks most half-precision kernels for these ops anyway.
@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters import random_ops
-from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import normalize_axis, reduce, unsqueeze
+from fastonnx.converters.lib.random import reject_generator, rrelu_slopes
 
 aten = torch.ops.aten
 
@@ -106,11 +107,11 @@ def convert_rrelu(
         raise ctx.error(f"rrelu: lower ({lower}) must not exceed upper ({upper})")
     if not training or lower == upper:
         return convert_leaky_relu(ctx, x, (lower + upper) / 2)
-    random_ops.reject_generator(ctx, generator)
+    reject_generator(ctx, generator)
 
     def body(c: ConversionContext, v: str, dt: torch.dtype) -> str:
         # training: a slope drawn per element, uniform in [lower, upper]; torch's test is x <= 0
-        slopes = random_ops.rrelu_slopes(c, x, float(lower), float(upper), dt)
+        slopes = rrelu_slopes(c, x, float(lower), float(upper), dt)
         return c.op("Where", c.op("LessOrEqual", v, c.const(0, dt)), c.op("Mul", v, slopes), v)
 
     return _float_op(ctx, x, body)
@@ -303,32 +304,32 @@ def convert_safe_softmax(ctx: ConversionContext, x: Value, dim: int, dtype: torc
     return ctx.op("Where", masked, ctx.const(0, out), y)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.relu.default: convert_relu,
-    aten.relu6.default: convert_relu6,
-    aten.hardtanh.default: convert_hardtanh,
-    aten.hardswish.default: convert_hardswish,
-    aten.hardsigmoid.default: convert_hardsigmoid,
-    aten.elu.default: convert_elu,
-    aten.selu.default: convert_selu,
-    aten.celu.default: convert_celu,
-    aten.leaky_relu.default: convert_leaky_relu,
-    aten.rrelu.default: convert_rrelu,
-    aten.prelu.default: convert_prelu,
-    aten._prelu_kernel.default: convert_prelu_kernel,
-    aten.softplus.default: convert_softplus,
-    aten.mish.default: convert_mish,
-    aten.log_sigmoid.default: convert_log_sigmoid,
-    aten.log_sigmoid_forward.default: convert_log_sigmoid_forward,
-    aten.glu.default: convert_glu,
-    aten.threshold.default: convert_threshold,
-    aten.hardshrink.default: convert_hardshrink,
-    aten.softshrink.default: convert_softshrink,
-    aten.gelu.default: convert_gelu,
-    aten.silu.default: convert_silu,
-    aten.softmax.int: convert_softmax,
-    aten.log_softmax.int: convert_log_softmax,
-    aten._softmax.default: convert__softmax,
-    aten._log_softmax.default: convert__log_softmax,
-    aten._safe_softmax.default: convert_safe_softmax,
+CONVERTERS: dict[str, Converter] = {
+    "aten.relu.default": convert_relu,
+    "aten.relu6.default": convert_relu6,
+    "aten.hardtanh.default": convert_hardtanh,
+    "aten.hardswish.default": convert_hardswish,
+    "aten.hardsigmoid.default": convert_hardsigmoid,
+    "aten.elu.default": convert_elu,
+    "aten.selu.default": convert_selu,
+    "aten.celu.default": convert_celu,
+    "aten.leaky_relu.default": convert_leaky_relu,
+    "aten.rrelu.default": convert_rrelu,
+    "aten.prelu.default": convert_prelu,
+    "aten._prelu_kernel.default": convert_prelu_kernel,
+    "aten.softplus.default": convert_softplus,
+    "aten.mish.default": convert_mish,
+    "aten.log_sigmoid.default": convert_log_sigmoid,
+    "aten.log_sigmoid_forward.default": convert_log_sigmoid_forward,
+    "aten.glu.default": convert_glu,
+    "aten.threshold.default": convert_threshold,
+    "aten.hardshrink.default": convert_hardshrink,
+    "aten.softshrink.default": convert_softshrink,
+    "aten.gelu.default": convert_gelu,
+    "aten.silu.default": convert_silu,
+    "aten.softmax.int": convert_softmax,
+    "aten.log_softmax.int": convert_log_softmax,
+    "aten._softmax.default": convert__softmax,
+    "aten._log_softmax.default": convert__log_softmax,
+    "aten._safe_softmax.default": convert_safe_softmax,
 }

@@ -13,13 +13,13 @@ values).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters import random_ops
-from fastonnx.converters.helpers import opmath_dtype, reduce, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import reduce, unsqueeze
+from fastonnx.converters.lib.random import attention_dropout
 
 aten = torch.ops.aten
 
@@ -127,8 +127,8 @@ def _attention(
         empty_rows = _closed_rows(ctx, attn_mask)
         probs = ctx.op("Where", empty_rows, ctx.const(0.0, work), probs)
     if dropout_p:
-        # torch's math kernel drops attention weights (random; see random_ops.py), after the softmax
-        probs = random_ops.attention_dropout(ctx, probs, dropout_p, work)
+        # torch's math kernel drops attention weights (random; see py), after the softmax
+        probs = attention_dropout(ctx, probs, dropout_p, work)
     out = ctx.cast(ctx.op("MatMul", probs, vn), q.dtype)
     lse = None
     if want_lse:
@@ -198,8 +198,8 @@ def convert_efficient_attention(
     return [out, None, None, None]
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.scaled_dot_product_attention.default: convert_sdpa,
-    aten._scaled_dot_product_flash_attention_for_cpu.default: convert_flash_attention_for_cpu,
-    aten._scaled_dot_product_efficient_attention.default: convert_efficient_attention,
+CONVERTERS: dict[str, Converter] = {
+    "aten.scaled_dot_product_attention.default": convert_sdpa,
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": convert_flash_attention_for_cpu,
+    "aten._scaled_dot_product_efficient_attention.default": convert_efficient_attention,
 }

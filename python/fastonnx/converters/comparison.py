@@ -6,20 +6,16 @@ tensor against a float scalar compares as float, like torch. ONNX compares nothi
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.elementwise import compute_dtype, math_dtype, signbit
-from fastonnx.converters.helpers import promote, register
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import compute_dtype, opmath_dtype
+from fastonnx.converters.lib.ops import promote, signbit
 
 aten = torch.ops.aten
-
-Converter = Callable[..., str]
 
 
 def _operands(ctx: ConversionContext, op_type: str, a: Any, b: Any) -> tuple[str, str]:
@@ -88,7 +84,7 @@ def convert_signbit(ctx: ConversionContext, x: Value) -> str:
         return ctx.op(
             "Less", ctx.cast(x, compute_dtype("Less", x.dtype)), ctx.const(0, compute_dtype("Less", x.dtype))
         )
-    dt = math_dtype(x.dtype)
+    dt = opmath_dtype(x.dtype)
     return signbit(ctx, ctx.cast(x, dt), dt)
 
 
@@ -123,7 +119,7 @@ def convert_isclose(
     dtype = promote(ctx, a, b)
     if not dtype.is_floating_point:
         raise ctx.error(f"isclose is converted for floating point tensors only, got {dtype}")
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     lhs, rhs = (ctx.cast(ctx.operand(v, dtype), dt) for v in (a, b))
     result = ctx.op("Equal", lhs, rhs)
     if equal_nan:
@@ -139,33 +135,29 @@ def convert_isclose(
     return ctx.op("Or", result, close)
 
 
-def _table() -> dict[Any, Any]:
-    table: dict[Any, Any] = {}
-
-    add = functools.partial(register, table)
-
-    for name, op_type, negate in (
-        ("eq", "Equal", False),
-        ("ne", "Equal", True),
-        ("lt", "Less", False),
-        ("le", "LessOrEqual", False),
-        ("gt", "Greater", False),
-        ("ge", "GreaterOrEqual", False),
-    ):
-        add(_compare(op_type, negate), name, "Tensor", "Scalar")
-    add(convert_isnan, "isnan")
-    add(_isinf(True, True), "isinf")
-    add(_isinf(True, False), "isposinf")
-    add(_isinf(False, True), "isneginf")
-    add(convert_isfinite, "isfinite")
-    add(convert_isreal, "isreal")
-    add(convert_signbit, "signbit")
-    add(_logical("And"), "logical_and")
-    add(_logical("Or"), "logical_or")
-    add(_logical("Xor"), "logical_xor")
-    add(convert_logical_not, "logical_not")
-    add(convert_isclose, "isclose")
-    return table
-
-
-CONVERTERS: dict[Any, Any] = _table()
+CONVERTERS: dict[str, Converter] = {
+    "aten.eq.Tensor": _compare("Equal", False),
+    "aten.eq.Scalar": _compare("Equal", False),
+    "aten.ne.Tensor": _compare("Equal", True),
+    "aten.ne.Scalar": _compare("Equal", True),
+    "aten.lt.Tensor": _compare("Less", False),
+    "aten.lt.Scalar": _compare("Less", False),
+    "aten.le.Tensor": _compare("LessOrEqual", False),
+    "aten.le.Scalar": _compare("LessOrEqual", False),
+    "aten.gt.Tensor": _compare("Greater", False),
+    "aten.gt.Scalar": _compare("Greater", False),
+    "aten.ge.Tensor": _compare("GreaterOrEqual", False),
+    "aten.ge.Scalar": _compare("GreaterOrEqual", False),
+    "aten.isnan.default": convert_isnan,
+    "aten.isinf.default": _isinf(True, True),
+    "aten.isposinf.default": _isinf(True, False),
+    "aten.isneginf.default": _isinf(False, True),
+    "aten.isfinite.default": convert_isfinite,
+    "aten.isreal.default": convert_isreal,
+    "aten.signbit.default": convert_signbit,
+    "aten.logical_and.default": _logical("And"),
+    "aten.logical_or.default": _logical("Or"),
+    "aten.logical_xor.default": _logical("Xor"),
+    "aten.logical_not.default": convert_logical_not,
+    "aten.isclose.default": convert_isclose,
+}

@@ -21,10 +21,9 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value, storage_dtype
-from fastonnx.converters.elementwise import _atan2, _hypot, convert_identity, convert_to
-from fastonnx.converters.helpers import normalize_axis, reduce, unsqueeze
-from fastonnx.converters.symbolic import convert_sym_size
+from fastonnx.context import ConversionContext, Converter, Value, storage_dtype
+from fastonnx.converters.lib.ops import atan2, hypot, normalize_axis, reduce, unsqueeze
+from fastonnx.converters.lib.shapes import dim_scalar
 
 aten = torch.ops.aten
 
@@ -498,7 +497,7 @@ def convert_angle(ctx: ConversionContext, x: Value) -> str:
     dt = _math(out)
     if _is_complex(x):
         re, im = ctx.cast(_real_part(ctx, x), dt), ctx.cast(_imag_part(ctx, x), dt)
-        return ctx.cast(_atan2(ctx, im, re, dt), out)
+        return ctx.cast(atan2(ctx, im, re, dt), out)
     v = ctx.cast(x, dt)
     zero = ctx.const(0.0, dt)
     result = ctx.op("Where", ctx.op("Less", v, zero), ctx.const(math.pi, dt), zero)
@@ -512,7 +511,7 @@ def convert_abs(ctx: ConversionContext, x: Value) -> str:
     if not _is_complex(x):
         raise ctx.error("the complex abs converter got a real input")
     dt = _part(x.dtype)
-    return ctx.cast(_hypot(ctx, _real_part(ctx, x), _imag_part(ctx, x), dt), ctx.out_dtype)
+    return ctx.cast(hypot(ctx, _real_part(ctx, x), _imag_part(ctx, x), dt), ctx.out_dtype)
 
 
 def convert_to_complex_aware(ctx: ConversionContext, x: Any, *args: Any, **kwargs: Any) -> str:
@@ -523,14 +522,20 @@ def convert_to_complex_aware(ctx: ConversionContext, x: Any, *args: Any, **kwarg
         return _as_complex(ctx, x, _part(out))
     if _is_complex(x):
         return ctx.cast(_real_part(ctx, x), out)
-    return convert_to(ctx, x, *args, **kwargs)
+    # device, layout, copy and memory_format have no meaning in an ONNX graph
+    return ctx.cast(x, out)
+
+
+def convert_sym_size(ctx: ConversionContext, x: Value, dim: int) -> Any:
+    """A torch dim indexes the same ONNX axis of the (..., 2) layout."""
+    return dim_scalar(ctx, x, normalize_axis(dim, x.rank))
 
 
 def convert_identity_complex(ctx: ConversionContext, x: Any, *args: Any, **kwargs: Any) -> str:
     """clone / alias / detach / resolve_conj...: the same value (conjugation is never lazy here)."""
     if _is_complex(x):
         return x.name
-    return convert_identity(ctx, x, *args, **kwargs)
+    return ctx.cast(ctx.operand(x, ctx.out_dtype), ctx.out_dtype)
 
 
 # ---- arithmetic on complex values (what FFT pipelines use) ----------------------------------
@@ -818,83 +823,97 @@ def convert_stack(ctx: ConversionContext, tensors: Sequence[Value], dim: int = 0
     return values[0] if len(values) == 1 else ctx.op("Concat", *values, axis=axis)
 
 
-def _table() -> tuple[dict[Any, Callable[..., Any]], dict[Any, Callable[..., Any]]]:
-    own: dict[Any, Callable[..., Any]] = {}
-    c2c, ic2c = _c2c_fft(False), _c2c_fft(True)
-    r2c, hr2c = _r2c_fft(False), _r2c_fft(True)
-    c2r, hc2r = _c2r_fft(False), _c2r_fft(True)
-    for name, fn in {
-        "fft": c2c,
-        "ifft": ic2c,
-        "rfft": r2c,
-        "ihfft": hr2c,
-        "irfft": c2r,
-        "hfft": hc2r,
-    }.items():
-        own[getattr(aten, f"fft_{name}").default] = fn
-        own[getattr(aten, f"fft_{name}2").default] = _with_dims(fn, [-2, -1])
-        own[getattr(aten, f"fft_{name}n").default] = _with_dims(fn, None)
-    own[aten.stft.default] = convert_stft
-    own[aten.fft_fftshift.default] = _shift(False)
-    own[aten.fft_ifftshift.default] = _shift(True)
-    own[aten._fft_r2c.default] = convert_fft_r2c
-    own[aten._fft_c2c.default] = convert_fft_c2c
-    own[aten._fft_c2r.default] = convert_fft_c2r
-    own[aten.view_as_complex.default] = convert_view_as_complex
-    own[aten.view_as_real.default] = convert_view_as_real
-    own[aten.complex.default] = convert_complex
-    own[aten.polar.default] = convert_polar
-    own[aten.real.default] = convert_real
-    own[aten.imag.default] = convert_imag
-    own[aten.angle.default] = convert_angle
-    own[aten.conj.default] = convert_conj
-    own[aten._conj.default] = convert_conj
-    own[aten.conj_physical.default] = convert_conj
-    own[aten.chalf.default] = convert_to_complex_aware
+# every converter of this family understands the (..., 2) layout of complex values
+COMPLEX_NATIVE = True
 
-    overrides: dict[Any, Callable[..., Any]] = {aten.abs.default: convert_abs, aten.neg.default: convert_neg}
-    for overload in ("dtype", "device", "dtype_layout", "other"):
-        overrides[getattr(aten.to, overload)] = convert_to_complex_aware
-    overrides[aten._to_copy.default] = convert_to_complex_aware
-    for name in ("alias", "clone", "contiguous", "detach", "lift_fresh_copy", "lift_fresh", "alias_copy"):
-        overrides[getattr(aten, name).default] = convert_identity_complex
-    overrides[aten.resolve_conj.default] = convert_identity_complex
-    overrides[aten.resolve_neg.default] = convert_identity_complex
-    for name, op_type in (("add", "Add"), ("sub", "Sub")):
-        overrides[getattr(aten, name).Tensor] = _add_sub(op_type)
-        overrides[getattr(aten, name).Scalar] = _add_sub(op_type)
-    for name, overload in (("view", "default"), ("reshape", "default"), ("_unsafe_view", "default")):
-        overrides[getattr(getattr(aten, name), overload)] = convert_reshape
-    overrides[aten.flatten.using_ints] = convert_reshape
-    overrides[aten.expand.default] = convert_expand
-    overrides[aten.permute.default] = convert_permute
-    overrides[aten.transpose.int] = convert_transpose
-    overrides[aten.unsqueeze.default] = convert_unsqueeze
-    overrides[aten.squeeze.default] = convert_squeeze
-    overrides[aten.squeeze.dim] = convert_squeeze
-    overrides[aten.squeeze.dims] = convert_squeeze
-    overrides[aten.slice.Tensor] = convert_slice
-    overrides[aten.select.int] = convert_select
-    overrides[aten.narrow.default] = convert_narrow
-    overrides[aten.pad.default] = convert_pad
-    overrides[aten.constant_pad_nd.default] = convert_constant_pad_nd
-    overrides[aten.cat.default] = convert_cat
-    overrides[aten.stack.default] = convert_stack
-    # a torch dim indexes the same ONNX axis: symbolic's size converter is right for complex values
-    overrides[aten.sym_size.int] = convert_sym_size
-    overrides[aten.sym_numel.default] = convert_sym_numel
-    overrides[aten.div.Tensor] = convert_div
-    overrides[aten.div.Scalar] = convert_div
-    overrides[aten.div.Tensor_mode] = convert_div
-    overrides[aten.true_divide.Tensor] = convert_div
-    overrides[aten.reciprocal.default] = convert_reciprocal
-    overrides[aten.exp.default] = convert_exp
-    summed, averaged = _reduce("ReduceSum"), _reduce("ReduceMean")
-    overrides.update({aten.sum.default: summed, aten.sum.dim_IntList: summed})
-    overrides.update({aten.mean.default: averaged, aten.mean.dim: averaged})
-    overrides[aten.mul.Tensor] = convert_mul
-    overrides[aten.mul.Scalar] = convert_mul
-    return own, overrides
-
-
-CONVERTERS, COMPLEX_OVERRIDES = _table()
+CONVERTERS: dict[str, Converter] = {
+    "aten.fft_fft.default": _c2c_fft(False),
+    "aten.fft_fft2.default": _with_dims(_c2c_fft(False), [-2, -1]),
+    "aten.fft_fftn.default": _with_dims(_c2c_fft(False), None),
+    "aten.fft_ifft.default": _c2c_fft(True),
+    "aten.fft_ifft2.default": _with_dims(_c2c_fft(True), [-2, -1]),
+    "aten.fft_ifftn.default": _with_dims(_c2c_fft(True), None),
+    "aten.fft_rfft.default": _r2c_fft(False),
+    "aten.fft_rfft2.default": _with_dims(_r2c_fft(False), [-2, -1]),
+    "aten.fft_rfftn.default": _with_dims(_r2c_fft(False), None),
+    "aten.fft_ihfft.default": _r2c_fft(True),
+    "aten.fft_ihfft2.default": _with_dims(_r2c_fft(True), [-2, -1]),
+    "aten.fft_ihfftn.default": _with_dims(_r2c_fft(True), None),
+    "aten.fft_irfft.default": _c2r_fft(False),
+    "aten.fft_irfft2.default": _with_dims(_c2r_fft(False), [-2, -1]),
+    "aten.fft_irfftn.default": _with_dims(_c2r_fft(False), None),
+    "aten.fft_hfft.default": _c2r_fft(True),
+    "aten.fft_hfft2.default": _with_dims(_c2r_fft(True), [-2, -1]),
+    "aten.fft_hfftn.default": _with_dims(_c2r_fft(True), None),
+    "aten.stft.default": convert_stft,
+    "aten.fft_fftshift.default": _shift(False),
+    "aten.fft_ifftshift.default": _shift(True),
+    "aten._fft_r2c.default": convert_fft_r2c,
+    "aten._fft_c2c.default": convert_fft_c2c,
+    "aten._fft_c2r.default": convert_fft_c2r,
+    "aten.view_as_complex.default": convert_view_as_complex,
+    "aten.view_as_real.default": convert_view_as_real,
+    "aten.complex.default": convert_complex,
+    "aten.polar.default": convert_polar,
+    "aten.real.default": convert_real,
+    "aten.imag.default": convert_imag,
+    "aten.angle.default": convert_angle,
+    "aten.conj.default": convert_conj,
+    "aten._conj.default": convert_conj,
+    "aten.conj_physical.default": convert_conj,
+    "aten.chalf.default": convert_to_complex_aware,
+}
+COMPLEX_CONVERTERS: dict[str, Converter] = {
+    "aten.abs.default": convert_abs,
+    "aten.neg.default": convert_neg,
+    "aten.to.dtype": convert_to_complex_aware,
+    "aten.to.device": convert_to_complex_aware,
+    "aten.to.dtype_layout": convert_to_complex_aware,
+    "aten.to.other": convert_to_complex_aware,
+    "aten._to_copy.default": convert_to_complex_aware,
+    "aten.alias.default": convert_identity_complex,
+    "aten.clone.default": convert_identity_complex,
+    "aten.contiguous.default": convert_identity_complex,
+    "aten.detach.default": convert_identity_complex,
+    "aten.lift_fresh_copy.default": convert_identity_complex,
+    "aten.lift_fresh.default": convert_identity_complex,
+    "aten.alias_copy.default": convert_identity_complex,
+    "aten.resolve_conj.default": convert_identity_complex,
+    "aten.resolve_neg.default": convert_identity_complex,
+    "aten.add.Tensor": _add_sub("Add"),
+    "aten.add.Scalar": _add_sub("Add"),
+    "aten.sub.Tensor": _add_sub("Sub"),
+    "aten.sub.Scalar": _add_sub("Sub"),
+    "aten.view.default": convert_reshape,
+    "aten.reshape.default": convert_reshape,
+    "aten._unsafe_view.default": convert_reshape,
+    "aten.flatten.using_ints": convert_reshape,
+    "aten.expand.default": convert_expand,
+    "aten.permute.default": convert_permute,
+    "aten.transpose.int": convert_transpose,
+    "aten.unsqueeze.default": convert_unsqueeze,
+    "aten.squeeze.default": convert_squeeze,
+    "aten.squeeze.dim": convert_squeeze,
+    "aten.squeeze.dims": convert_squeeze,
+    "aten.slice.Tensor": convert_slice,
+    "aten.select.int": convert_select,
+    "aten.narrow.default": convert_narrow,
+    "aten.pad.default": convert_pad,
+    "aten.constant_pad_nd.default": convert_constant_pad_nd,
+    "aten.cat.default": convert_cat,
+    "aten.stack.default": convert_stack,
+    "aten.sym_size.int": convert_sym_size,
+    "aten.sym_numel.default": convert_sym_numel,
+    "aten.div.Tensor": convert_div,
+    "aten.div.Scalar": convert_div,
+    "aten.div.Tensor_mode": convert_div,
+    "aten.true_divide.Tensor": convert_div,
+    "aten.reciprocal.default": convert_reciprocal,
+    "aten.exp.default": convert_exp,
+    "aten.sum.default": _reduce("ReduceSum"),
+    "aten.sum.dim_IntList": _reduce("ReduceSum"),
+    "aten.mean.default": _reduce("ReduceMean"),
+    "aten.mean.dim": _reduce("ReduceMean"),
+    "aten.mul.Tensor": convert_mul,
+    "aten.mul.Scalar": convert_mul,
+}

@@ -1,4 +1,7 @@
-"""torch.cond → If, torch.ops.higher_order.while_loop → Loop, torch.ops.higher_order.scan → Scan.
+"""torch.cond → If, torch.ops.higher_order.while_loop → Loop, torch.ops.higher_order.scan → Scan;
+wrap_with_set_grad_enabled / wrap_with_autocast bodies inlined (they only change autograd or autocast
+state). Higher-order ops take subgraphs as operands, so their converters get the walker and the node:
+``fn(walker, node)`` (see ``fastonnx.context.Walker``).
 
 The branch and body graphs are converted into subgraph builders that share the main graph's names;
 they read outer values (operands, weights, additional inputs) by name, as ONNX allows.
@@ -7,18 +10,14 @@ they read outer values (operands, weights, additional inputs) by name, as ONNX a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
-from fastonnx.context import Value, val_dtype
+from fastonnx.context import Converter, Value, Walker, val_dtype
 from fastonnx.errors import ConversionError
-
-if TYPE_CHECKING:
-    from fastonnx.interpreter import Interpreter
-
 
 Spec = tuple[torch.dtype, list[Any] | None]  # dtype and ONNX dims (None: unknown rank)
 
@@ -28,7 +27,7 @@ def _fake_vals(node: torch.fx.Node) -> list[Any]:
     return list(val) if isinstance(val, (list, tuple)) else [val]
 
 
-def _spec(interp: Interpreter, val: Any, *, drop_first: bool = False, rank_only: bool = False) -> Spec:
+def _spec(interp: Walker, val: Any, *, drop_first: bool = False, rank_only: bool = False) -> Spec:
     """The dtype and ONNX dims of a FakeTensor or symbolic scalar recorded by torch."""
     if not isinstance(val, torch.Tensor):
         return val_dtype(val), []
@@ -38,7 +37,7 @@ def _spec(interp: Interpreter, val: Any, *, drop_first: bool = False, rank_only:
     return val.dtype, [interp.ctx.dim(d) for d in dims]
 
 
-def _as_output(sub: GraphBuilder, interp: Interpreter, result: Any, spec: Spec, hint: str) -> None:
+def _as_output(sub: GraphBuilder, interp: Walker, result: Any, spec: Spec, hint: str) -> None:
     """Declares ``result`` (a Value, an outer value or a folded Python number) a subgraph output."""
     dtype, dims = spec
     if isinstance(result, Value):
@@ -46,7 +45,7 @@ def _as_output(sub: GraphBuilder, interp: Interpreter, result: Any, spec: Spec, 
     elif isinstance(result, str):
         name = result
     elif isinstance(result, (int, float, bool)):
-        raw = torch.tensor(result, dtype=dtype).reshape(-1).view(torch.uint8).numpy().tobytes()
+        raw = dtypes.tensor_bytes(torch.tensor(result, dtype=dtype)).tobytes()
         name = sub.add_constant(raw, dtypes.to_onnx_dtype(dtype), [], "const")
     else:
         raise ConversionError(f"{hint}: a subgraph returned {result!r}, which ONNX cannot hold")
@@ -55,7 +54,7 @@ def _as_output(sub: GraphBuilder, interp: Interpreter, result: Any, spec: Spec, 
 
 
 def _subgraph(
-    interp: Interpreter,
+    interp: Walker,
     name: str,
     body: Callable[[list[Value]], Sequence[Any]],
     out_specs: Sequence[Spec],
@@ -78,7 +77,7 @@ def _subgraph(
     return sub
 
 
-def convert_cond(interp: Interpreter, node: torch.fx.Node) -> Any:
+def convert_cond(interp: Walker, node: torch.fx.Node) -> Any:
     pred, true_gm, false_gm, operands = node.args
     pred_v = interp.env[pred]  # type: ignore[index]
     ops = [interp.map_arg(o) for o in operands]  # type: ignore[union-attr]
@@ -93,7 +92,7 @@ def convert_cond(interp: Interpreter, node: torch.fx.Node) -> Any:
     return interp.ctx.op("If", cond, outputs=len(specs), then_branch=then_g, else_branch=else_g)
 
 
-def convert_while_loop(interp: Interpreter, node: torch.fx.Node) -> Any:
+def convert_while_loop(interp: Walker, node: torch.fx.Node) -> Any:
     cond_gm, body_gm, carried, additional = node.args
     c_gm, b_gm = interp.env[cond_gm], interp.env[body_gm]  # type: ignore[index]
     carried_v = [interp.map_arg(c) for c in carried]  # type: ignore[union-attr]
@@ -116,7 +115,7 @@ def convert_while_loop(interp: Interpreter, node: torch.fx.Node) -> Any:
     return ctx.op("Loop", None, cond0, *operands, outputs=len(state), body=body_g)
 
 
-def convert_scan(interp: Interpreter, node: torch.fx.Node) -> Any:
+def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
     combine_gm, init, xs, additional = node.args
     gm = interp.env[combine_gm]  # type: ignore[index]
     init_v = [interp.map_arg(v) for v in init]  # type: ignore[union-attr]
@@ -145,8 +144,19 @@ def _only(result: Any) -> Any:
     return result
 
 
-CONTROL_FLOW: dict[str, Callable[[Interpreter, torch.fx.Node], Any]] = {
-    "cond": convert_cond,
-    "while_loop": convert_while_loop,
-    "scan": convert_scan,
+def convert_inline(interp: Walker, node: torch.fx.Node) -> Any:
+    """The body of wrap_with_set_grad_enabled / wrap_with_autocast, converted into this graph."""
+    # wrap_with_set_grad_enabled(enabled, body, *args); wrap_with_autocast(dev, dt, en, cache, body, *a)
+    skip = 1 if node.target.__name__ == "wrap_with_set_grad_enabled" else 4  # type: ignore[union-attr]
+    body = interp.env[node.args[skip]]  # type: ignore[index]
+    operands = [interp.map_arg(a) for a in node.args[skip + 1 :]]
+    return interp.run_subgraph(body.graph, operands)
+
+
+CONVERTERS: dict[str, Converter] = {
+    "higher_order.cond": convert_cond,
+    "higher_order.while_loop": convert_while_loop,
+    "higher_order.scan": convert_scan,
+    "higher_order.wrap_with_set_grad_enabled": convert_inline,
+    "higher_order.wrap_with_autocast": convert_inline,
 }

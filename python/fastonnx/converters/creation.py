@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.shape_ops import is_static, shape_of
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.shapes import is_static, shape_of
 
 aten = torch.ops.aten
 
@@ -205,37 +205,37 @@ def convert_eye(ctx: ConversionContext, n: Any, m: Any = None, **_: Any) -> str:
     return ctx.cast(ctx.op("EyeLike", zeros), dtype)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.full.default: convert_full,
-    aten.zeros.default: convert_zeros,
-    aten.ones.default: convert_ones,
-    aten.empty.memory_format: convert_zeros,
-    aten.empty_permuted.default: convert_zeros,
-    aten.empty_strided.default: convert_zeros,
-    aten.new_full.default: convert_new_full,
-    aten.new_zeros.default: convert_new_zeros,
-    aten.new_ones.default: convert_new_ones,
-    aten.new_empty.default: convert_new_zeros,
-    aten.new_empty_strided.default: convert_new_empty_strided,
-    aten.zeros_like.default: convert_zeros_like,
-    aten.ones_like.default: convert_ones_like,
-    aten.full_like.default: convert_full_like,
-    aten.empty_like.default: convert_zeros_like,
-    aten.scalar_tensor.default: convert_scalar_tensor,
-    aten.fill.Scalar: convert_fill,
-    aten.fill.Tensor: convert_fill,
-    aten.zero.default: convert_zero,
-    aten.arange.default: convert_arange,
-    aten.arange.start: convert_arange_start,
-    aten.arange.start_step: convert_arange_start_step,
-    aten.linspace.default: convert_linspace,
-    aten.linspace.Tensor_Tensor: convert_linspace,
-    aten.linspace.Tensor_Scalar: convert_linspace,
-    aten.linspace.Scalar_Tensor: convert_linspace,
-    aten.logspace.default: convert_logspace,
-    aten.logspace.Tensor_Tensor: convert_logspace,
-    aten.logspace.Tensor_Scalar: convert_logspace,
-    aten.logspace.Scalar_Tensor: convert_logspace,
-    aten.eye.default: convert_eye,
-    aten.eye.m: convert_eye,
+CONVERTERS: dict[str, Converter] = {
+    "aten.full.default": convert_full,
+    "aten.zeros.default": convert_zeros,
+    "aten.ones.default": convert_ones,
+    "aten.empty.memory_format": convert_zeros,
+    "aten.empty_permuted.default": convert_zeros,
+    "aten.empty_strided.default": convert_zeros,
+    "aten.new_full.default": convert_new_full,
+    "aten.new_zeros.default": convert_new_zeros,
+    "aten.new_ones.default": convert_new_ones,
+    "aten.new_empty.default": convert_new_zeros,
+    "aten.new_empty_strided.default": convert_new_empty_strided,
+    "aten.zeros_like.default": convert_zeros_like,
+    "aten.ones_like.default": convert_ones_like,
+    "aten.full_like.default": convert_full_like,
+    "aten.empty_like.default": convert_zeros_like,
+    "aten.scalar_tensor.default": convert_scalar_tensor,
+    "aten.fill.Scalar": convert_fill,
+    "aten.fill.Tensor": convert_fill,
+    "aten.zero.default": convert_zero,
+    "aten.arange.default": convert_arange,
+    "aten.arange.start": convert_arange_start,
+    "aten.arange.start_step": convert_arange_start_step,
+    "aten.linspace.default": convert_linspace,
+    "aten.linspace.Tensor_Tensor": convert_linspace,
+    "aten.linspace.Tensor_Scalar": convert_linspace,
+    "aten.linspace.Scalar_Tensor": convert_linspace,
+    "aten.logspace.default": convert_logspace,
+    "aten.logspace.Tensor_Tensor": convert_logspace,
+    "aten.logspace.Tensor_Scalar": convert_logspace,
+    "aten.logspace.Scalar_Tensor": convert_logspace,
+    "aten.eye.default": convert_eye,
+    "aten.eye.m": convert_eye,
 }

@@ -8,100 +8,32 @@ do ("opmath"); the simple arithmetic ops stay in half precision (one correctly r
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import ERFC_FIT, register
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import (
+    HALF,
+    NATIVE,
+    compute_dtype,
+    emit,
+    f32,
+    i8,
+    i16,
+    i32,
+    i64,
+    opmath_dtype,
+    u8,
+    u16,
+    u32,
+    u64,
+)
+from fastonnx.converters.lib.ops import ERFC_FIT, atan2, hypot, log1p, signbit, where
 
 aten = torch.ops.aten
-
-Converter = Callable[..., str]
-
-f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
-i8, i16, i32, i64 = torch.int8, torch.int16, torch.int32, torch.int64
-u8, u16, u32, u64 = torch.uint8, torch.uint16, torch.uint32, torch.uint64
-HALF = frozenset({f16, bf16})
-
-# dtypes onnxruntime 1.31's CPU provider has kernels for (probed at opsets 17 and 26). bfloat16 is
-# listed where the ONNX spec allows it at opset 17: onnxruntime has no bf16 kernels at all, such graphs
-# are checked with onnx's reference evaluator. An op whose float64 kernel is missing in onnxruntime
-# (Tan, Asin, Erf...) stays in float64: the graph is valid ONNX and keeps torch's precision.
-_FLOATS = frozenset({f16, bf16, f32, f64})
-_INTS = frozenset({i8, i16, i32, i64, u8, u16, u32, u64})
-_MINMAX = _FLOATS | {i8, i32, i64, u8, u32, u64}
-_COMPARE = _FLOATS | _INTS
-NATIVE: dict[str, frozenset[torch.dtype]] = {
-    "Add": _FLOATS | _INTS,
-    "Sub": _FLOATS | _INTS,
-    "Mul": _FLOATS | _INTS,
-    "Div": _FLOATS | _INTS,
-    "Mod": _FLOATS | _INTS,
-    "Abs": _FLOATS | _INTS,
-    "Sign": _FLOATS | _INTS,
-    "Neg": _FLOATS | {i8, i16, i32, i64},
-    "Pow": _FLOATS | {i32, i64},
-    "Max": _MINMAX,
-    "Min": _MINMAX,
-    "Clip": _MINMAX,
-    "Where": _FLOATS | {i8, i32, i64, u8, u32},
-    "Equal": _COMPARE | {torch.bool},
-    "Less": _COMPARE,
-    "LessOrEqual": _COMPARE,
-    "Greater": _COMPARE,
-    "GreaterOrEqual": _COMPARE,
-    "IsNaN": frozenset({f16, f32, f64}),
-    "IsInf": frozenset({f32, f64}),  # float16 only from opset 20 in onnxruntime
-    "Round": frozenset({f16, f32, f64}),
-    "Floor": _FLOATS,
-    "Ceil": _FLOATS,
-    "Sqrt": _FLOATS,
-    "Reciprocal": _FLOATS,
-    "Exp": _FLOATS,
-    "Log": _FLOATS,
-    "Tanh": _FLOATS,
-    "Sigmoid": _FLOATS,
-    "Erf": frozenset({f16, bf16, f32}),
-    "Sin": frozenset({f16, f32, f64}),
-    "Cos": frozenset({f16, f32, f64}),
-    **{op: frozenset({f16, f32}) for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh")},
-    **{op: frozenset({f16, f32}) for op in ("Asinh", "Acosh", "Atanh")},
-}
-
-
-def compute_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
-    """The dtype to run ``op_type`` in so that onnxruntime has a kernel and values stay exact."""
-    native = NATIVE.get(op_type)
-    if native is None or dtype in native or dtype == f64:
-        return dtype
-    if dtype.is_floating_point:
-        return f32
-    if dtype == torch.bool:
-        return u8 if u8 in native else i32
-    # narrow integers widen to int32 (all values fit; a cast back wraps like torch's arithmetic)
-    if dtype in (i8, i16, u8, u16) and i32 in native:
-        return i32
-    if dtype == u32 and i64 in native:
-        return i64
-    return dtype
-
-
-def emit(
-    ctx: ConversionContext, op_type: str, inputs: Sequence[Any], dtype: torch.dtype, **attrs: Any
-) -> str:
-    """``op_type`` on ``inputs`` converted to ``dtype``, run in ``compute_dtype``, result as ``dtype``."""
-    cd = compute_dtype(op_type, dtype)
-    names = [ctx.cast(ctx.operand(x, dtype), cd) for x in inputs]
-    return ctx.cast(ctx.op(op_type, *names, **attrs), dtype)
-
-
-def math_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype composite float formulas run in: float32 for half types, as torch's opmath."""
-    return f32 if dtype in HALF else dtype
 
 
 def _floating_out(ctx: ConversionContext, op: str) -> torch.dtype:
@@ -129,7 +61,7 @@ def _add_sub(op_type: str, reverse: bool = False) -> Converter:
         scaled = alpha is not None and (isinstance(alpha, Value) or alpha != 1)
         # half precision with alpha: torch rounds alpha to the tensor's dtype, then a + alpha * b
         # once (float32 opmath); so do we
-        cd = math_dtype(dtype) if scaled else dtype
+        cd = opmath_dtype(dtype) if scaled else dtype
         lhs = ctx.cast(ctx.operand(a, dtype), cd)
         rhs = _scaled(ctx, ctx.cast(ctx.operand(b, dtype), cd), alpha, cd, dtype)
         return ctx.cast(emit(ctx, op_type, [lhs, rhs], cd), dtype)
@@ -172,14 +104,14 @@ def _trunc(ctx: ConversionContext, x: str, dtype: torch.dtype) -> str:
 
 
 def _float_floor_div(ctx: ConversionContext, a: str, b: str, dtype: torch.dtype, round_steps: bool) -> str:
-    """torch's floor division of floats (c10 div_floor_floating) on ``math_dtype`` operands: exact
+    """torch's floor division of floats (c10 div_floor_floating) on ``opmath_dtype`` operands: exact
     where floor(a / b) is not.
 
     With ``round_steps`` (half types divided by a tensor) every step is rounded back to the half type
     (Cast there and back), as torch's half arithmetic does; onnxruntime's own float16 graphs may keep
     intermediate results in float32 and differ.
     """
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
 
     def rnd(x: str) -> str:
         return ctx.cast(ctx.cast(x, dtype), dt) if round_steps and dt != dtype else x
@@ -221,7 +153,7 @@ def _div_mode(ctx: ConversionContext, a: Any, b: Any, mode: str | None) -> str:
         if mode == "trunc":  # ONNX integer Div truncates, like C
             return emit(ctx, "Div", [a, b], dtype)
         return _int_floor_div(ctx, a, b, dtype)
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     lhs = ctx.cast(ctx.operand(a, dtype), dt)
     # torch's kernels take a scalar divisor (Python number or 0-d tensor) in float32 opmath as it
     # is, and then compute in float32; a tensor divisor makes half types compute in half precision
@@ -249,7 +181,7 @@ def convert_remainder(ctx: ConversionContext, a: Any, b: Any) -> str:
     dtype = ctx.out_dtype
     if not dtype.is_floating_point:
         return emit(ctx, "Mod", [a, b], dtype, fmod=0)
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     lhs, rhs = ctx.cast(ctx.operand(a, dtype), dt), ctx.cast(ctx.operand(b, dtype), dt)
     zero = ctx.const(0.0, dt)
     mod = ctx.op("Mod", lhs, rhs, fmod=1)
@@ -424,11 +356,11 @@ def _unary(op_type: str) -> Converter:
 
 
 def _composite(build: Callable[[ConversionContext, str, torch.dtype], str]) -> Converter:
-    """A float formula on one tensor, evaluated in ``math_dtype`` and cast back."""
+    """A float formula on one tensor, evaluated in ``opmath_dtype`` and cast back."""
 
     def convert(ctx: ConversionContext, x: Value) -> str:
         dtype = _floating_out(ctx, build.__name__)
-        dt = math_dtype(dtype)
+        dt = opmath_dtype(dtype)
         return ctx.cast(build(ctx, ctx.cast(x, dt), dt), dtype)
 
     convert.__name__ = f"convert_{build.__name__.lstrip('_')}"
@@ -451,15 +383,6 @@ def _expm1(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
     general = ctx.op("Div", ctx.op("Mul", um1, x), ctx.op("Log", u))
     result = ctx.op("Where", ctx.op("Equal", um1, ctx.const(-1.0, dt)), um1, general)
     result = ctx.op("Where", ctx.op("Equal", u, ctx.const(math.inf, dt)), u, result)
-    return ctx.op("Where", ctx.op("Equal", u, one), x, result)
-
-
-def log1p(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
-    """Kahan's accurate log1p: log(u) * x / (u - 1) with u = 1 + x; log(1 + x) loses small x."""
-    one = ctx.const(1.0, dt)
-    u = ctx.op("Add", x, one)
-    general = ctx.op("Div", ctx.op("Mul", ctx.op("Log", u), x), ctx.op("Sub", u, one))
-    result = ctx.op("Where", ctx.op("Equal", u, ctx.const(math.inf, dt)), u, general)
     return ctx.op("Where", ctx.op("Equal", u, one), x, result)
 
 
@@ -531,7 +454,7 @@ def _rounding(
         if not dtype.is_floating_point:
             return ctx.cast(x, dtype)
         if build is not None:
-            dt = math_dtype(dtype)
+            dt = opmath_dtype(dtype)
             return ctx.cast(build(ctx, ctx.cast(x, dt), dt), dtype)
         return emit(ctx, op_type, [x], dtype)
 
@@ -546,7 +469,7 @@ def convert_round(ctx: ConversionContext, x: Value, *, decimals: int = 0) -> str
         return ctx.cast(x, dtype)
     if decimals == 0:
         return emit(ctx, "Round", [x], dtype)
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     v = ctx.cast(x, dt)
     scale = ctx.const(10.0 ** abs(decimals), dt)
     if decimals > 0:
@@ -565,7 +488,7 @@ def _scale(factor: float) -> Converter:
 
 def convert_logit(ctx: ConversionContext, x: Value, eps: float | None = None) -> str:
     dtype = _floating_out(ctx, "logit")
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     v = ctx.cast(x, dt)
     if eps is not None and eps >= 0:
         # torch tests the low bound first: with eps > 0.5 the bounds cross and Clip would differ
@@ -604,46 +527,16 @@ def convert_nan_to_num(
 
 
 def _binary_composite(build: Callable[[ConversionContext, str, str, torch.dtype], str]) -> Converter:
-    """A float formula on two operands (tensors or scalars) in ``math_dtype``, cast back."""
+    """A float formula on two operands (tensors or scalars) in ``opmath_dtype``, cast back."""
 
     def convert(ctx: ConversionContext, a: Any, b: Any) -> str:
         dtype = _floating_out(ctx, build.__name__)
-        dt = math_dtype(dtype)
+        dt = opmath_dtype(dtype)
         lhs, rhs = ctx.cast(ctx.operand(a, dtype), dt), ctx.cast(ctx.operand(b, dtype), dt)
         return ctx.cast(build(ctx, lhs, rhs, dt), dtype)
 
     convert.__name__ = f"convert_{build.__name__.lstrip('_')}"
     return convert
-
-
-def signbit(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
-    """x < 0, or -0.0 (1 / -0.0 is -inf). The sign of a NaN is not visible without a bit cast."""
-    zero = ctx.const(0.0, dt)
-    negative_zero = ctx.op("Less", ctx.op("Reciprocal", x), zero)
-    return ctx.op("Or", ctx.op("Less", x, zero), ctx.op("And", ctx.op("Equal", x, zero), negative_zero))
-
-
-def _atan2(ctx: ConversionContext, y: str, x: str, dt: torch.dtype) -> str:
-    """atan(y / x) moved to the right quadrant by +-pi when x is negative (or -0.0)."""
-    base = ctx.op("Atan", ctx.op("Div", y, x))
-    pi = ctx.op("Where", signbit(ctx, y, dt), ctx.const(-math.pi, dt), ctx.const(math.pi, dt))
-    shifted = ctx.op("Add", base, pi)
-    result = ctx.op("Where", signbit(ctx, x, dt), shifted, base)
-    # atan2(+-0, +-0) is +-0 or +-pi; y / x is NaN there
-    zero = ctx.const(0.0, dt)
-    both_zero = ctx.op("And", ctx.op("Equal", y, zero), ctx.op("Equal", x, zero))
-    at_zero = ctx.op("Where", signbit(ctx, x, dt), pi, ctx.op("Mul", y, ctx.const(1.0, dt)))
-    return ctx.op("Where", both_zero, at_zero, result)
-
-
-def _hypot(ctx: ConversionContext, a: str, b: str, dt: torch.dtype) -> str:
-    """sqrt(a² + b²) in float64 (no overflow of the squares for float32 inputs); an infinite operand
-    gives inf even when the other is NaN, as C's hypot."""
-    wide = f64
-    a64, b64 = ctx.cast(a, wide), ctx.cast(b, wide)
-    root = ctx.op("Sqrt", ctx.op("Add", ctx.op("Mul", a64, a64), ctx.op("Mul", b64, b64)))
-    infinite = ctx.op("Or", ctx.op("IsInf", a64), ctx.op("IsInf", b64))
-    return ctx.cast(ctx.op("Where", infinite, ctx.const(math.inf, wide), root), dt)
 
 
 def _copysign(ctx: ConversionContext, a: str, b: str, dt: torch.dtype) -> str:
@@ -756,7 +649,7 @@ def convert_clamp_max(ctx: ConversionContext, x: Value, max: Any) -> str:
 def convert_lerp(ctx: ConversionContext, start: Any, end: Any, weight: Any) -> str:
     """torch's two-sided lerp: exact at both ends (weight 0 gives start, weight 1 gives end)."""
     dtype = _floating_out(ctx, "lerp")
-    dt = math_dtype(dtype)
+    dt = opmath_dtype(dtype)
     s, e, w = (ctx.cast(ctx.operand(v, dtype), dt) for v in (start, end, weight))
     diff = ctx.op("Sub", e, s)
     near_start = ctx.op("Add", s, ctx.op("Mul", w, diff))
@@ -772,7 +665,7 @@ def _addc(op_type: str) -> Converter:
         dtype = ctx.out_dtype
         if op_type == "Div" and not dtype.is_floating_point:
             raise ctx.error("addcdiv with integer tensors is not supported by torch")
-        dt = math_dtype(dtype) if dtype.is_floating_point else dtype
+        dt = opmath_dtype(dtype) if dtype.is_floating_point else dtype
         a, b, c = (ctx.cast(ctx.operand(v, dtype), dt) for v in (x, t1, t2))
         scaled = _scaled(ctx, b, value, dt, dt)  # torch keeps value in float32 opmath
         return ctx.cast(emit(ctx, "Add", [a, emit(ctx, op_type, [scaled, c], dt)], dt), dtype)
@@ -782,14 +675,6 @@ def _addc(op_type: str) -> Converter:
 
 
 # ---- where / masked_fill ------------------------------------------------------------------------
-
-
-def where(ctx: ConversionContext, cond: Any, a: Any, b: Any, dtype: torch.dtype) -> str:
-    """Where with both branches as ``dtype`` (bool / int16 / uint64 run in a dtype with a kernel)."""
-    cd = compute_dtype("Where", dtype)
-    lhs = ctx.cast(ctx.operand(a, dtype), cd)
-    rhs = ctx.cast(ctx.operand(b, dtype), cd)
-    return ctx.cast(ctx.op("Where", ctx.cast(cond, torch.bool), lhs, rhs), dtype)
 
 
 def convert_where(ctx: ConversionContext, cond: Value, a: Any, b: Any) -> str:
@@ -897,8 +782,8 @@ _COMPOSITE_UNARY = {
     "special_entr": _entr,
 }
 _BINARY_COMPOSITE = {
-    "atan2": _atan2,
-    "hypot": _hypot,
+    "atan2": atan2,
+    "hypot": hypot,
     "copysign": _copysign,
     "xlogy": _xlogy,
     "special_xlog1py": _xlog1py,
@@ -908,110 +793,167 @@ _BINARY_COMPOSITE = {
 }
 
 
-def _table() -> dict[Any, Any]:
-    table: dict[Any, Any] = {}
-
-    add = functools.partial(register, table)
-
-    add(convert_add, "add", "Tensor", "Scalar")
-    add(convert_sub, "sub", "Tensor", "Scalar")
-    add(convert_rsub, "rsub", "Tensor", "Scalar")
-    add(convert_mul, "mul", "Tensor", "Scalar")
-    add(convert_div, "div", "Tensor", "Scalar", "Tensor_mode", "Scalar_mode")
-    add(convert_div, "true_divide", "Tensor", "Scalar")
-    # numpy-style aliases that torch.export keeps as they are (masked.* ops reach them)
-    add(convert_div, "divide", "Tensor", "Scalar", "Tensor_mode", "Scalar_mode")
-    add(convert_mul, "multiply", "Tensor", "Scalar")
-    add(convert_sub, "subtract", "Tensor", "Scalar")
-    add(convert_floor_divide, "floor_divide", "default", "Scalar")
-    add(convert_remainder, "remainder", "Tensor", "Scalar", "Scalar_Tensor")
-    add(convert_fmod, "fmod", "Tensor", "Scalar")
-    add(convert_pow, "pow", "Tensor_Tensor", "Tensor_Scalar", "Scalar")
-    add(convert_float_power, "float_power", "Tensor_Tensor", "Tensor_Scalar", "Scalar")
-    add(convert_neg, "neg")
-    add(convert_abs, "abs")
-    add(convert_sign, "sign")
-    add(convert_sign, "sgn")
-    add(convert_square, "square")
-    for name, op_type in _UNARY_OPS.items():
-        add(_unary(op_type), name)
-    for name, build in _COMPOSITE_UNARY.items():
-        add(_composite(build), name)
-    add(_rounding("Floor"), "floor")
-    add(_rounding("Ceil"), "ceil")
-    add(_rounding("Trunc", _trunc_float), "trunc")
-    add(_rounding("Trunc", _trunc_float), "fix")
-    add(_rounding("Frac", _frac), "frac")
-    add(convert_round, "round", "default", "decimals")
-    add(_scale(math.pi / 180.0), "deg2rad")
-    add(_scale(180.0 / math.pi), "rad2deg")
-    add(convert_logit, "logit")
-    add(convert_nan_to_num, "nan_to_num")
-    for name, build in _BINARY_COMPOSITE.items():
-        add(
-            _binary_composite(build),
-            name,
-            "default",
-            "Tensor",
-            "Scalar",
-            "Scalar_Self",
-            "Scalar_Other",
-            "self_scalar",
-            "other_scalar",
-        )
-    add(_fmax_fmin("Max"), "fmax")
-    add(_fmax_fmin("Min"), "fmin")
-    add(_min_max("Max"), "maximum")
-    add(_min_max("Min"), "minimum")
-    add(_min_max("Max"), "max", "other")  # torch.max(a, b)
-    add(_min_max("Min"), "min", "other")
-    add(convert_heaviside, "heaviside")
-    add(convert_clamp, "clamp", "default", "Tensor")
-    add(convert_clamp, "clip", "default", "Tensor")
-    add(convert_clamp_min, "clamp_min", "default", "Tensor")
-    add(convert_clamp_max, "clamp_max", "default", "Tensor")
-    add(convert_lerp, "lerp", "Scalar", "Tensor")
-    add(_addc("Mul"), "addcmul")
-    add(_addc("Div"), "addcdiv")
-    add(convert_where, "where", "self", "ScalarSelf", "ScalarOther", "Scalar")
-    add(convert_masked_fill, "masked_fill", "Scalar", "Tensor")
-    for name in (
-        "alias",
-        "clone",
-        "contiguous",
-        "detach",
-        "lift_fresh_copy",
-        "lift_fresh",
-        "positive",
-        "alias_copy",
-    ):
-        add(convert_identity, name)
-    add(convert_identity, "resolve_conj")
-    add(convert_identity, "resolve_neg")
-    add(convert_to, "to", "dtype", "device", "dtype_layout", "other")
-    add(convert_to, "_to_copy")
-    add(convert_to, "type_as")
-    add(convert_copy, "copy")
-    for packet, (logic, bitwise) in {
-        "bitwise_and": ("And", "BitwiseAnd"),
-        "__and__": ("And", "BitwiseAnd"),
-        "bitwise_or": ("Or", "BitwiseOr"),
-        "__or__": ("Or", "BitwiseOr"),
-        "bitwise_xor": ("Xor", "BitwiseXor"),
-        "__xor__": ("Xor", "BitwiseXor"),
-    }.items():
-        add(_bitwise(logic, bitwise), packet, "Tensor", "Scalar", "Scalar_Tensor")
-    add(convert_bitwise_not, "bitwise_not")
-    for packet, direction in {
-        "bitwise_left_shift": "LEFT",
-        "__lshift__": "LEFT",
-        "bitwise_right_shift": "RIGHT",
-        "__rshift__": "RIGHT",
-    }.items():
-        add(_shift(direction), packet, "Tensor", "Tensor_Scalar", "Scalar_Tensor", "Scalar")
-    return table
-
-
-CONVERTERS: dict[Any, Any] = _table()
-
-__all__ = ["CONVERTERS", "NATIVE", "compute_dtype", "emit", "log1p", "math_dtype", "signbit", "where"]
+CONVERTERS: dict[str, Converter] = {
+    "aten.add.Tensor": convert_add,
+    "aten.add.Scalar": convert_add,
+    "aten.sub.Tensor": convert_sub,
+    "aten.sub.Scalar": convert_sub,
+    "aten.rsub.Tensor": convert_rsub,
+    "aten.rsub.Scalar": convert_rsub,
+    "aten.mul.Tensor": convert_mul,
+    "aten.mul.Scalar": convert_mul,
+    "aten.div.Tensor": convert_div,
+    "aten.div.Scalar": convert_div,
+    "aten.div.Tensor_mode": convert_div,
+    "aten.div.Scalar_mode": convert_div,
+    "aten.true_divide.Tensor": convert_div,
+    "aten.true_divide.Scalar": convert_div,
+    "aten.divide.Tensor": convert_div,
+    "aten.divide.Scalar": convert_div,
+    "aten.divide.Tensor_mode": convert_div,
+    "aten.divide.Scalar_mode": convert_div,
+    "aten.multiply.Tensor": convert_mul,
+    "aten.multiply.Scalar": convert_mul,
+    "aten.subtract.Tensor": convert_sub,
+    "aten.subtract.Scalar": convert_sub,
+    "aten.floor_divide.default": convert_floor_divide,
+    "aten.floor_divide.Scalar": convert_floor_divide,
+    "aten.remainder.Tensor": convert_remainder,
+    "aten.remainder.Scalar": convert_remainder,
+    "aten.remainder.Scalar_Tensor": convert_remainder,
+    "aten.fmod.Tensor": convert_fmod,
+    "aten.fmod.Scalar": convert_fmod,
+    "aten.pow.Tensor_Tensor": convert_pow,
+    "aten.pow.Tensor_Scalar": convert_pow,
+    "aten.pow.Scalar": convert_pow,
+    "aten.float_power.Tensor_Tensor": convert_float_power,
+    "aten.float_power.Tensor_Scalar": convert_float_power,
+    "aten.float_power.Scalar": convert_float_power,
+    "aten.neg.default": convert_neg,
+    "aten.abs.default": convert_abs,
+    "aten.sign.default": convert_sign,
+    "aten.sgn.default": convert_sign,
+    "aten.square.default": convert_square,
+    "aten.exp.default": _unary("Exp"),
+    "aten.log.default": _unary("Log"),
+    "aten.sqrt.default": _unary("Sqrt"),
+    "aten.reciprocal.default": _unary("Reciprocal"),
+    "aten.sin.default": _unary("Sin"),
+    "aten.cos.default": _unary("Cos"),
+    "aten.asin.default": _unary("Asin"),
+    "aten.acos.default": _unary("Acos"),
+    "aten.atan.default": _unary("Atan"),
+    "aten.sinh.default": _unary("Sinh"),
+    "aten.cosh.default": _unary("Cosh"),
+    "aten.asinh.default": _unary("Asinh"),
+    "aten.acosh.default": _unary("Acosh"),
+    "aten.atanh.default": _unary("Atanh"),
+    "aten.tanh.default": _unary("Tanh"),
+    "aten.sigmoid.default": _unary("Sigmoid"),
+    "aten.erf.default": _unary("Erf"),
+    "aten.rsqrt.default": _composite(_rsqrt),
+    "aten.exp2.default": _composite(_exp2),
+    "aten.expm1.default": _composite(_expm1),
+    "aten.log1p.default": _composite(_log1p),
+    "aten.log2.default": _composite(_log2),
+    "aten.log10.default": _composite(_log10),
+    "aten.erfc.default": _composite(_erfc),
+    "aten.tan.default": _composite(_tan),
+    "aten.sinc.default": _composite(_sinc),
+    "aten.special_ndtr.default": _composite(_ndtr),
+    "aten.special_entr.default": _composite(_entr),
+    "aten.floor.default": _rounding("Floor", None),
+    "aten.ceil.default": _rounding("Ceil", None),
+    "aten.trunc.default": _rounding("Trunc", _trunc_float),
+    "aten.fix.default": _rounding("Trunc", _trunc_float),
+    "aten.frac.default": _rounding("Frac", _frac),
+    "aten.round.default": convert_round,
+    "aten.round.decimals": convert_round,
+    "aten.deg2rad.default": _scale(0.017453292519943295),
+    "aten.rad2deg.default": _scale(57.29577951308232),
+    "aten.logit.default": convert_logit,
+    "aten.nan_to_num.default": convert_nan_to_num,
+    "aten.atan2.default": _binary_composite(atan2),
+    "aten.hypot.default": _binary_composite(hypot),
+    "aten.copysign.default": _binary_composite(_copysign),
+    "aten.copysign.Tensor": _binary_composite(_copysign),
+    "aten.copysign.Scalar": _binary_composite(_copysign),
+    "aten.xlogy.Tensor": _binary_composite(_xlogy),
+    "aten.xlogy.Scalar_Self": _binary_composite(_xlogy),
+    "aten.xlogy.Scalar_Other": _binary_composite(_xlogy),
+    "aten.special_xlog1py.default": _binary_composite(_xlog1py),
+    "aten.special_xlog1py.self_scalar": _binary_composite(_xlog1py),
+    "aten.special_xlog1py.other_scalar": _binary_composite(_xlog1py),
+    "aten.logaddexp.default": _binary_composite(_logaddexp),
+    "aten.logaddexp2.default": _binary_composite(_logaddexp2),
+    "aten.ldexp.default": _binary_composite(_ldexp),
+    "aten.ldexp.Tensor": _binary_composite(_ldexp),
+    "aten.fmax.default": _fmax_fmin("Max"),
+    "aten.fmin.default": _fmax_fmin("Min"),
+    "aten.maximum.default": _min_max("Max"),
+    "aten.minimum.default": _min_max("Min"),
+    "aten.max.other": _min_max("Max"),
+    "aten.min.other": _min_max("Min"),
+    "aten.heaviside.default": convert_heaviside,
+    "aten.clamp.default": convert_clamp,
+    "aten.clamp.Tensor": convert_clamp,
+    "aten.clip.default": convert_clamp,
+    "aten.clip.Tensor": convert_clamp,
+    "aten.clamp_min.default": convert_clamp_min,
+    "aten.clamp_min.Tensor": convert_clamp_min,
+    "aten.clamp_max.default": convert_clamp_max,
+    "aten.clamp_max.Tensor": convert_clamp_max,
+    "aten.lerp.Scalar": convert_lerp,
+    "aten.lerp.Tensor": convert_lerp,
+    "aten.addcmul.default": _addc("Mul"),
+    "aten.addcdiv.default": _addc("Div"),
+    "aten.where.self": convert_where,
+    "aten.where.ScalarSelf": convert_where,
+    "aten.where.ScalarOther": convert_where,
+    "aten.where.Scalar": convert_where,
+    "aten.masked_fill.Scalar": convert_masked_fill,
+    "aten.masked_fill.Tensor": convert_masked_fill,
+    "aten.alias.default": convert_identity,
+    "aten.clone.default": convert_identity,
+    "aten.contiguous.default": convert_identity,
+    "aten.detach.default": convert_identity,
+    "aten.lift_fresh_copy.default": convert_identity,
+    "aten.lift_fresh.default": convert_identity,
+    "aten.positive.default": convert_identity,
+    "aten.alias_copy.default": convert_identity,
+    "aten.resolve_conj.default": convert_identity,
+    "aten.resolve_neg.default": convert_identity,
+    "aten.to.dtype": convert_to,
+    "aten.to.device": convert_to,
+    "aten.to.dtype_layout": convert_to,
+    "aten.to.other": convert_to,
+    "aten._to_copy.default": convert_to,
+    "aten.type_as.default": convert_to,
+    "aten.copy.default": convert_copy,
+    "aten.bitwise_and.Tensor": _bitwise("And", "BitwiseAnd"),
+    "aten.bitwise_and.Scalar": _bitwise("And", "BitwiseAnd"),
+    "aten.bitwise_and.Scalar_Tensor": _bitwise("And", "BitwiseAnd"),
+    "aten.__and__.Tensor": _bitwise("And", "BitwiseAnd"),
+    "aten.__and__.Scalar": _bitwise("And", "BitwiseAnd"),
+    "aten.bitwise_or.Tensor": _bitwise("Or", "BitwiseOr"),
+    "aten.bitwise_or.Scalar": _bitwise("Or", "BitwiseOr"),
+    "aten.bitwise_or.Scalar_Tensor": _bitwise("Or", "BitwiseOr"),
+    "aten.__or__.Tensor": _bitwise("Or", "BitwiseOr"),
+    "aten.__or__.Scalar": _bitwise("Or", "BitwiseOr"),
+    "aten.bitwise_xor.Tensor": _bitwise("Xor", "BitwiseXor"),
+    "aten.bitwise_xor.Scalar": _bitwise("Xor", "BitwiseXor"),
+    "aten.bitwise_xor.Scalar_Tensor": _bitwise("Xor", "BitwiseXor"),
+    "aten.__xor__.Tensor": _bitwise("Xor", "BitwiseXor"),
+    "aten.__xor__.Scalar": _bitwise("Xor", "BitwiseXor"),
+    "aten.bitwise_not.default": convert_bitwise_not,
+    "aten.bitwise_left_shift.Tensor": _shift("LEFT"),
+    "aten.bitwise_left_shift.Tensor_Scalar": _shift("LEFT"),
+    "aten.bitwise_left_shift.Scalar_Tensor": _shift("LEFT"),
+    "aten.__lshift__.Tensor": _shift("LEFT"),
+    "aten.__lshift__.Scalar": _shift("LEFT"),
+    "aten.bitwise_right_shift.Tensor": _shift("RIGHT"),
+    "aten.bitwise_right_shift.Tensor_Scalar": _shift("RIGHT"),
+    "aten.bitwise_right_shift.Scalar_Tensor": _shift("RIGHT"),
+    "aten.__rshift__.Tensor": _shift("RIGHT"),
+    "aten.__rshift__.Scalar": _shift("RIGHT"),
+}

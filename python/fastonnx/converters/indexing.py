@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, unsqueeze
-from fastonnx.converters.helpers import reduce as helper_reduce
-from fastonnx.converters.shape_ops import (
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.ops import normalize_axis, unsqueeze, where
+from fastonnx.converters.lib.ops import reduce as helper_reduce
+from fastonnx.converters.lib.shapes import (
     INT64_MAX,
+    diagonal_positions,
     dim_scalar,
     is_static,
-    select,
     slice_axis,
     transpose,
 )
@@ -138,13 +138,13 @@ def convert_unsafe_masked_index(
     ctx: ConversionContext, x: Value, mask: Value, indices: Sequence[Any], fill: Any
 ) -> str:
     taken = convert_index(ctx, x, _clamped(ctx, x, indices))
-    return select(ctx, ctx.cast(mask, torch.bool), taken, fill, x.dtype)
+    return where(ctx, ctx.cast(mask, torch.bool), taken, fill, x.dtype)
 
 
 def convert_unsafe_masked_index_put_accumulate(
     ctx: ConversionContext, x: Value, mask: Value, indices: Sequence[Any], values: Value
 ) -> str:
-    masked = select(ctx, ctx.cast(mask, torch.bool), values, 0, x.dtype)
+    masked = where(ctx, ctx.cast(mask, torch.bool), values, 0, x.dtype)
     vals = Value(masked, x.dtype, tuple(values.shape))
     return convert_index_put(ctx, x, _clamped(ctx, x, indices), vals, True)
 
@@ -170,7 +170,7 @@ def _mask_put(
     new = v
     if accumulate:
         new = ctx.op("Or", x, v) if x.dtype == torch.bool else ctx.op("Add", x, v)
-    return select(ctx, cond, new, x, x.dtype)
+    return where(ctx, cond, new, x, x.dtype)
 
 
 def convert_index_put(
@@ -513,7 +513,7 @@ def convert_masked_scatter(ctx: ConversionContext, x: Value, mask: Value, source
     # positions before the first true read index 0; Where discards them
     pos = ctx.op("Max", ctx.op("Sub", rank, ctx.i64(1)), ctx.i64(0))
     taken = ctx.op("Gather", ctx.op("Reshape", ctx.cast(source, x.dtype), ctx.i64([-1])), pos, axis=0)
-    return ctx.op("Reshape", select(ctx, flat_m, taken, flat_x, x.dtype), shape)
+    return ctx.op("Reshape", where(ctx, flat_m, taken, flat_x, x.dtype), shape)
 
 
 def _index_along(ctx: ConversionContext, index: Value, axis: int, rank: int, like: Any) -> str:
@@ -647,9 +647,8 @@ def convert_diagonal_scatter(
     rows, cols = x.shape[a], x.shape[b]
     if x.static_shape() is None:
         raise ctx.error("diagonal_scatter needs static shapes")
-    from fastonnx.converters.shape_ops import _diag_positions
 
-    r, c = _diag_positions(rows, cols, offset)
+    r, c = diagonal_positions(rows, cols, offset)
     if not r:
         return ctx.op("Identity", x)
     perm = [i for i in range(x.rank) if i not in (a, b)] + [a, b]
@@ -860,49 +859,49 @@ def convert_as_strided_scatter(
     return ctx.op("Reshape", out, ctx.i64(list(shape)))
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.index.Tensor: convert_index,
-    aten._unsafe_index.Tensor: convert_index,
-    aten.index_put.default: convert_index_put,
-    aten._unsafe_masked_index.default: convert_unsafe_masked_index,
-    aten._unsafe_masked_index_put_accumulate.default: convert_unsafe_masked_index_put_accumulate,
-    aten._unsafe_index_put.default: convert_index_put,
-    aten.gather.default: convert_gather,
-    aten.take_along_dim.default: convert_take_along_dim,
-    aten.take.default: convert_take,
-    aten.index_select.default: convert_index_select,
-    aten.scatter.src: convert_scatter_src,
-    aten.scatter.value: convert_scatter_src,
-    aten.scatter.reduce: convert_scatter_reduce_legacy,
-    aten.scatter.value_reduce: convert_scatter_reduce_legacy,
-    aten.scatter_add.default: convert_scatter_add,
-    aten.scatter_reduce.two: convert_scatter_reduce,
-    aten.index_add.default: convert_index_add,
-    aten.index_copy.default: convert_index_copy,
-    aten.index_fill.int_Scalar: convert_index_fill,
-    aten.index_fill.int_Tensor: convert_index_fill,
-    aten.slice_scatter.default: convert_slice_scatter,
-    aten.as_strided_scatter.default: convert_as_strided_scatter,
-    aten.select_scatter.default: convert_select_scatter,
-    aten.diagonal_scatter.default: convert_diagonal_scatter,
-    aten.nonzero.default: convert_nonzero,
-    aten.argwhere.default: convert_nonzero,
-    aten.nonzero_numpy.default: convert_nonzero_numpy,
-    aten.where.default: convert_where_one,
-    aten.masked_select.default: convert_masked_select,
-    aten.masked_scatter.default: convert_masked_scatter,
-    aten.nonzero_static.default: convert_nonzero_static,
-    aten.index_reduce.default: convert_index_reduce,
-    aten.put.default: convert_put,
-    aten.topk.default: convert_topk,
-    aten.sort.default: convert_sort,
-    aten.sort.stable: convert_sort_stable,
-    aten.argsort.default: convert_argsort,
-    aten.argsort.stable: convert_argsort_stable,
-    aten.msort.default: convert_msort,
-    aten.one_hot.default: convert_one_hot,
-    aten.bucketize.Tensor: convert_bucketize,
-    aten.bucketize.Scalar: convert_bucketize,
-    aten.searchsorted.Tensor: convert_searchsorted,
-    aten.searchsorted.Scalar: convert_searchsorted,
+CONVERTERS: dict[str, Converter] = {
+    "aten.index.Tensor": convert_index,
+    "aten._unsafe_index.Tensor": convert_index,
+    "aten.index_put.default": convert_index_put,
+    "aten._unsafe_masked_index.default": convert_unsafe_masked_index,
+    "aten._unsafe_masked_index_put_accumulate.default": convert_unsafe_masked_index_put_accumulate,
+    "aten._unsafe_index_put.default": convert_index_put,
+    "aten.gather.default": convert_gather,
+    "aten.take_along_dim.default": convert_take_along_dim,
+    "aten.take.default": convert_take,
+    "aten.index_select.default": convert_index_select,
+    "aten.scatter.src": convert_scatter_src,
+    "aten.scatter.value": convert_scatter_src,
+    "aten.scatter.reduce": convert_scatter_reduce_legacy,
+    "aten.scatter.value_reduce": convert_scatter_reduce_legacy,
+    "aten.scatter_add.default": convert_scatter_add,
+    "aten.scatter_reduce.two": convert_scatter_reduce,
+    "aten.index_add.default": convert_index_add,
+    "aten.index_copy.default": convert_index_copy,
+    "aten.index_fill.int_Scalar": convert_index_fill,
+    "aten.index_fill.int_Tensor": convert_index_fill,
+    "aten.slice_scatter.default": convert_slice_scatter,
+    "aten.as_strided_scatter.default": convert_as_strided_scatter,
+    "aten.select_scatter.default": convert_select_scatter,
+    "aten.diagonal_scatter.default": convert_diagonal_scatter,
+    "aten.nonzero.default": convert_nonzero,
+    "aten.argwhere.default": convert_nonzero,
+    "aten.nonzero_numpy.default": convert_nonzero_numpy,
+    "aten.where.default": convert_where_one,
+    "aten.masked_select.default": convert_masked_select,
+    "aten.masked_scatter.default": convert_masked_scatter,
+    "aten.nonzero_static.default": convert_nonzero_static,
+    "aten.index_reduce.default": convert_index_reduce,
+    "aten.put.default": convert_put,
+    "aten.topk.default": convert_topk,
+    "aten.sort.default": convert_sort,
+    "aten.sort.stable": convert_sort_stable,
+    "aten.argsort.default": convert_argsort,
+    "aten.argsort.stable": convert_argsort_stable,
+    "aten.msort.default": convert_msort,
+    "aten.one_hot.default": convert_one_hot,
+    "aten.bucketize.Tensor": convert_bucketize,
+    "aten.bucketize.Scalar": convert_bucketize,
+    "aten.searchsorted.Tensor": convert_searchsorted,
+    "aten.searchsorted.Scalar": convert_searchsorted,
 }

@@ -1,7 +1,7 @@
 """Ops that libraries define with torch.library, known by their qualified name.
 
-Their OpOverload objects exist only once the defining library is imported, which may happen after the
-registry was built; so they are looked up by ``str(op)`` ("transformers.grouped_mm_fallback.default").
+Their OpOverload objects exist only once the defining library is imported; the registry's keys are
+names, so they need not exist when the registry is built.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from fastonnx import dtypes
-from fastonnx.context import ConversionContext, Value
+from fastonnx.context import ConversionContext, Converter, Value
 
 
 def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value, offs: Value) -> str:
@@ -58,6 +58,6 @@ def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value,
     return ctx.op("Concat", computed, zeros, axis=0)
 
 
-NAMED_CONVERTERS = {
+CONVERTERS: dict[str, Converter] = {
     "transformers.grouped_mm_fallback.default": convert_grouped_mm_fallback,
 }

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, reduce, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.ops import normalize_axis, reduce, unsqueeze
 
 aten = torch.ops.aten
 
@@ -339,29 +339,29 @@ def convert_trace(ctx: ConversionContext, x: Value) -> str:
     return ctx.cast(reduce(ctx, "ReduceSum", diag, [0], keepdims=False), dtype)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.linear.default: convert_linear,
-    aten.mm.default: convert_mm,
-    aten.bmm.default: convert_mm,
-    aten.matmul.default: convert_mm,
-    aten.dot.default: convert_mm,
-    aten.vdot.default: convert_mm,
-    aten.mv.default: convert_mm,
-    aten.addmm.default: convert_addmm,
-    aten._addmm_activation.default: convert_addmm_activation,
-    aten.baddbmm.default: convert_baddbmm,
-    aten.addbmm.default: convert_addbmm,
-    aten.addmv.default: convert_addmv,
-    aten.outer.default: convert_outer,
-    aten.ger.default: convert_outer,
-    aten.linalg_vecdot.default: convert_vecdot,
-    aten.linalg_multi_dot.default: convert_multi_dot,
-    aten.cross.default: convert_cross,
-    aten.linalg_cross.default: convert_linalg_cross,
-    aten.einsum.default: convert_einsum,
-    aten.tensordot.default: convert_tensordot,
-    aten.bilinear.default: convert_bilinear,
-    aten.addr.default: convert_addr,
-    aten.inner.default: convert_inner,
-    aten.trace.default: convert_trace,
+CONVERTERS: dict[str, Converter] = {
+    "aten.linear.default": convert_linear,
+    "aten.mm.default": convert_mm,
+    "aten.bmm.default": convert_mm,
+    "aten.matmul.default": convert_mm,
+    "aten.dot.default": convert_mm,
+    "aten.vdot.default": convert_mm,
+    "aten.mv.default": convert_mm,
+    "aten.addmm.default": convert_addmm,
+    "aten._addmm_activation.default": convert_addmm_activation,
+    "aten.baddbmm.default": convert_baddbmm,
+    "aten.addbmm.default": convert_addbmm,
+    "aten.addmv.default": convert_addmv,
+    "aten.outer.default": convert_outer,
+    "aten.ger.default": convert_outer,
+    "aten.linalg_vecdot.default": convert_vecdot,
+    "aten.linalg_multi_dot.default": convert_multi_dot,
+    "aten.cross.default": convert_cross,
+    "aten.linalg_cross.default": convert_linalg_cross,
+    "aten.einsum.default": convert_einsum,
+    "aten.tensordot.default": convert_tensordot,
+    "aten.bilinear.default": convert_bilinear,
+    "aten.addr.default": convert_addr,
+    "aten.inner.default": convert_inner,
+    "aten.trace.default": convert_trace,
 }

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Operand, Value
-from fastonnx.converters.helpers import reduce
+from fastonnx.context import ConversionContext, Converter, Operand, Value
+from fastonnx.converters.lib.ops import reduce
 
 aten = torch.ops.aten
 f32, f64, i32, i64 = torch.float32, torch.float64, torch.int32, torch.int64
@@ -1170,42 +1170,42 @@ def convert_ormqr(
     return _apply_reflectors(ctx, a, tau, x, k, left=left, reverse=reverse, dtype=dtype)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.linalg_inv.default: convert_linalg_inv,
-    aten.linalg_inv_ex.default: convert_linalg_inv_ex,
-    aten.linalg_solve.default: convert_linalg_solve,
-    aten.linalg_solve_ex.default: convert_linalg_solve_ex,
-    aten.linalg_det.default: convert_linalg_det,
-    aten.det.default: convert_linalg_det,
-    aten.linalg_slogdet.default: convert_linalg_slogdet,
-    aten.slogdet.default: convert_linalg_slogdet,
-    aten.logdet.default: convert_logdet,
-    aten._linalg_det.default: convert_linalg_det_internal,
-    aten._linalg_slogdet.default: convert_linalg_slogdet_internal,
-    aten._linalg_solve_ex.default: convert_linalg_solve_ex_internal,
-    aten.linalg_cholesky.default: convert_linalg_cholesky,
-    aten.linalg_cholesky_ex.default: convert_linalg_cholesky_ex,
-    aten.cholesky_solve.default: convert_cholesky_solve,
-    aten.cholesky_inverse.default: convert_cholesky_inverse,
-    aten.linalg_solve_triangular.default: convert_linalg_solve_triangular,
-    aten.triangular_solve.default: convert_triangular_solve,
-    aten._lu_with_info.default: convert_lu_with_info,
-    aten.linalg_lu.default: convert_linalg_lu,
-    aten.linalg_lu_factor.default: convert_linalg_lu_factor,
-    aten.linalg_lu_factor_ex.default: convert_linalg_lu_factor_ex,
-    aten.lu_unpack.default: convert_lu_unpack,
-    aten.linalg_lu_solve.default: convert_linalg_lu_solve,
-    aten.lu_solve.default: convert_lu_solve,
-    aten.linalg_ldl_factor.default: convert_linalg_ldl_factor,
-    aten.linalg_ldl_factor_ex.default: convert_linalg_ldl_factor_ex,
-    aten.linalg_ldl_solve.default: convert_linalg_ldl_solve,
-    aten.linalg_matrix_power.default: convert_linalg_matrix_power,
-    aten.matrix_power.default: convert_linalg_matrix_power,
-    aten.matrix_exp.default: convert_matrix_exp,
-    aten.linalg_matrix_exp.default: convert_matrix_exp,
-    aten.linalg_tensorinv.default: convert_linalg_tensorinv,
-    aten.linalg_tensorsolve.default: convert_linalg_tensorsolve,
-    aten.linalg_vander.default: convert_linalg_vander,
-    aten.linalg_householder_product.default: convert_linalg_householder_product,
-    aten.ormqr.default: convert_ormqr,
+CONVERTERS: dict[str, Converter] = {
+    "aten.linalg_inv.default": convert_linalg_inv,
+    "aten.linalg_inv_ex.default": convert_linalg_inv_ex,
+    "aten.linalg_solve.default": convert_linalg_solve,
+    "aten.linalg_solve_ex.default": convert_linalg_solve_ex,
+    "aten.linalg_det.default": convert_linalg_det,
+    "aten.det.default": convert_linalg_det,
+    "aten.linalg_slogdet.default": convert_linalg_slogdet,
+    "aten.slogdet.default": convert_linalg_slogdet,
+    "aten.logdet.default": convert_logdet,
+    "aten._linalg_det.default": convert_linalg_det_internal,
+    "aten._linalg_slogdet.default": convert_linalg_slogdet_internal,
+    "aten._linalg_solve_ex.default": convert_linalg_solve_ex_internal,
+    "aten.linalg_cholesky.default": convert_linalg_cholesky,
+    "aten.linalg_cholesky_ex.default": convert_linalg_cholesky_ex,
+    "aten.cholesky_solve.default": convert_cholesky_solve,
+    "aten.cholesky_inverse.default": convert_cholesky_inverse,
+    "aten.linalg_solve_triangular.default": convert_linalg_solve_triangular,
+    "aten.triangular_solve.default": convert_triangular_solve,
+    "aten._lu_with_info.default": convert_lu_with_info,
+    "aten.linalg_lu.default": convert_linalg_lu,
+    "aten.linalg_lu_factor.default": convert_linalg_lu_factor,
+    "aten.linalg_lu_factor_ex.default": convert_linalg_lu_factor_ex,
+    "aten.lu_unpack.default": convert_lu_unpack,
+    "aten.linalg_lu_solve.default": convert_linalg_lu_solve,
+    "aten.lu_solve.default": convert_lu_solve,
+    "aten.linalg_ldl_factor.default": convert_linalg_ldl_factor,
+    "aten.linalg_ldl_factor_ex.default": convert_linalg_ldl_factor_ex,
+    "aten.linalg_ldl_solve.default": convert_linalg_ldl_solve,
+    "aten.linalg_matrix_power.default": convert_linalg_matrix_power,
+    "aten.matrix_power.default": convert_linalg_matrix_power,
+    "aten.matrix_exp.default": convert_matrix_exp,
+    "aten.linalg_matrix_exp.default": convert_matrix_exp,
+    "aten.linalg_tensorinv.default": convert_linalg_tensorinv,
+    "aten.linalg_tensorsolve.default": convert_linalg_tensorsolve,
+    "aten.linalg_vander.default": convert_linalg_vander,
+    "aten.linalg_householder_product.default": convert_linalg_householder_product,
+    "aten.ormqr.default": convert_ormqr,
 }

@@ -21,7 +21,6 @@ result within rounding of LAPACK's.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -29,9 +28,10 @@ from typing import Any
 import torch
 
 from fastonnx import dtypes
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, register, squeeze, unsqueeze
-from fastonnx.converters.reductions import convert_linalg_vector_norm, nan_reduce
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import normalize_axis, reduce, squeeze, unsqueeze
+from fastonnx.converters.lib.reductions import nan_reduce, vector_norm
 
 aten = torch.ops.aten
 
@@ -713,7 +713,7 @@ def convert_linalg_norm(
             return _matrix_norm(ctx, x, ord, [-2, -1], keepdim)
         if x.rank != 1:
             raise ctx.error(f"linalg_norm: with ord={ord!r} and no dim the input must be 1-D or 2-D")
-    return convert_linalg_vector_norm(ctx, x, 2 if ord is None else ord, dims, keepdim)
+    return vector_norm(ctx, x, 2 if ord is None else ord, dims, keepdim)
 
 
 # ---- pinv / matrix_rank / cond --------------------------------------------------------------------
@@ -899,33 +899,33 @@ def convert_private_linalg_eigh(
     return [convert_linalg_eigvalsh(ctx, x, UPLO), _filled(ctx, shapes[1], 0.0, ctx.out_dtype)]
 
 
-def _table() -> dict[Any, Any]:
-    table: dict[Any, Any] = {}
-
-    add = functools.partial(register, table)
-
-    add(convert_linalg_matrix_norm, "linalg_matrix_norm", "default", "str_ord")
-    add(convert_linalg_norm, "linalg_norm", "default", "ord_str")
-    add(convert_linalg_qr, "linalg_qr")
-    add(convert_geqrf, "geqrf")
-    add(convert_linalg_eigh, "linalg_eigh")
-    add(convert_linalg_eigvalsh, "linalg_eigvalsh")
-    add(convert_matrix_sqrth, "linalg_matrix_sqrth")
-    add(convert_linalg_svd, "linalg_svd")
-    add(convert_svd, "svd")
-    add(convert_linalg_svdvals, "linalg_svdvals")
-    add(convert_linalg_polar, "linalg_polar")
-    add(convert_pinv, "linalg_pinv", "atol_rtol_tensor", "atol_rtol_float")
-    add(convert_pinverse, "pinverse")
-    add(convert_matrix_rank, "linalg_matrix_rank", "atol_rtol_tensor", "atol_rtol_float")
-    add(convert_linalg_cond, "linalg_cond", "default", "p_str")
-    add(convert_legacy_matrix_rank, "linalg_matrix_rank", "default", "tol_tensor")
-    add(convert_legacy_pinv, "linalg_pinv", "default", "rcond_tensor")
-    add(convert_nuclear_norm, "nuclear_norm")
-    add(convert_nuclear_norm_dim, "nuclear_norm", "dim")
-    add(convert_private_linalg_svd, "_linalg_svd")
-    add(convert_private_linalg_eigh, "_linalg_eigh")
-    return table
-
-
-CONVERTERS: dict[Any, Any] = _table()
+CONVERTERS: dict[str, Converter] = {
+    "aten.linalg_matrix_norm.default": convert_linalg_matrix_norm,
+    "aten.linalg_matrix_norm.str_ord": convert_linalg_matrix_norm,
+    "aten.linalg_norm.default": convert_linalg_norm,
+    "aten.linalg_norm.ord_str": convert_linalg_norm,
+    "aten.linalg_qr.default": convert_linalg_qr,
+    "aten.geqrf.default": convert_geqrf,
+    "aten.linalg_eigh.default": convert_linalg_eigh,
+    "aten.linalg_eigvalsh.default": convert_linalg_eigvalsh,
+    "aten.linalg_matrix_sqrth.default": convert_matrix_sqrth,
+    "aten.linalg_svd.default": convert_linalg_svd,
+    "aten.svd.default": convert_svd,
+    "aten.linalg_svdvals.default": convert_linalg_svdvals,
+    "aten.linalg_polar.default": convert_linalg_polar,
+    "aten.linalg_pinv.atol_rtol_tensor": convert_pinv,
+    "aten.linalg_pinv.atol_rtol_float": convert_pinv,
+    "aten.pinverse.default": convert_pinverse,
+    "aten.linalg_matrix_rank.atol_rtol_tensor": convert_matrix_rank,
+    "aten.linalg_matrix_rank.atol_rtol_float": convert_matrix_rank,
+    "aten.linalg_cond.default": convert_linalg_cond,
+    "aten.linalg_cond.p_str": convert_linalg_cond,
+    "aten.linalg_matrix_rank.default": convert_legacy_matrix_rank,
+    "aten.linalg_matrix_rank.tol_tensor": convert_legacy_matrix_rank,
+    "aten.linalg_pinv.default": convert_legacy_pinv,
+    "aten.linalg_pinv.rcond_tensor": convert_legacy_pinv,
+    "aten.nuclear_norm.default": convert_nuclear_norm,
+    "aten.nuclear_norm.dim": convert_nuclear_norm_dim,
+    "aten._linalg_svd.default": convert_private_linalg_svd,
+    "aten._linalg_eigh.default": convert_private_linalg_eigh,
+}

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import opmath_dtype, reduce, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import reduce, unsqueeze
 
 aten = torch.ops.aten
 
@@ -641,47 +642,32 @@ def convert_linear_cross_entropy_chunked_none(
     return convert_cross_entropy_loss(ctx, logits, target, weight, NONE, ignore_index, 0.0)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.mse_loss.default: convert_mse_loss,
-    aten.l1_loss.default: convert_l1_loss,
-    aten.smooth_l1_loss.default: convert_smooth_l1_loss,
-    aten.huber_loss.default: convert_huber_loss,
-    aten.poisson_nll_loss.default: convert_poisson_nll_loss,
-    aten.binary_cross_entropy.default: convert_binary_cross_entropy,
-    aten.binary_cross_entropy_with_logits.default: convert_binary_cross_entropy_with_logits,
-    aten.kl_div.default: convert_kl_div,
-    aten.soft_margin_loss.default: convert_soft_margin_loss,
-    aten.hinge_embedding_loss.default: convert_hinge_embedding_loss,
-    aten.margin_ranking_loss.default: convert_margin_ranking_loss,
-    aten.cosine_embedding_loss.default: convert_cosine_embedding_loss,
-    aten.triplet_margin_loss.default: convert_triplet_margin_loss,
-    aten.multi_margin_loss.default: convert_multi_margin_loss,
-    aten.multilabel_margin_loss.default: convert_multilabel_margin_loss,
-    aten.multilabel_margin_loss_forward.default: convert_multilabel_margin_loss_forward,
-    aten.nll_loss.default: convert_nll_loss,
-    aten.nll_loss_nd.default: convert_nll_loss,
-    aten.nll_loss2d.default: convert_nll_loss,
-    aten.nll_loss_forward.default: convert_nll_loss_forward,
-    aten.nll_loss2d_forward.default: convert_nll_loss_forward,
-    aten.cross_entropy_loss.default: convert_cross_entropy_loss,
-    aten.dist.default: convert_dist,
-    aten.pdist.default: convert_pdist,
-    aten._pdist_forward.default: convert_pdist,
+CONVERTERS: dict[str, Converter] = {
+    "aten.mse_loss.default": convert_mse_loss,
+    "aten.l1_loss.default": convert_l1_loss,
+    "aten.smooth_l1_loss.default": convert_smooth_l1_loss,
+    "aten.huber_loss.default": convert_huber_loss,
+    "aten.poisson_nll_loss.default": convert_poisson_nll_loss,
+    "aten.binary_cross_entropy.default": convert_binary_cross_entropy,
+    "aten.binary_cross_entropy_with_logits.default": convert_binary_cross_entropy_with_logits,
+    "aten.kl_div.default": convert_kl_div,
+    "aten.soft_margin_loss.default": convert_soft_margin_loss,
+    "aten.hinge_embedding_loss.default": convert_hinge_embedding_loss,
+    "aten.margin_ranking_loss.default": convert_margin_ranking_loss,
+    "aten.cosine_embedding_loss.default": convert_cosine_embedding_loss,
+    "aten.triplet_margin_loss.default": convert_triplet_margin_loss,
+    "aten.multi_margin_loss.default": convert_multi_margin_loss,
+    "aten.multilabel_margin_loss.default": convert_multilabel_margin_loss,
+    "aten.multilabel_margin_loss_forward.default": convert_multilabel_margin_loss_forward,
+    "aten.nll_loss.default": convert_nll_loss,
+    "aten.nll_loss_nd.default": convert_nll_loss,
+    "aten.nll_loss2d.default": convert_nll_loss,
+    "aten.nll_loss_forward.default": convert_nll_loss_forward,
+    "aten.nll_loss2d_forward.default": convert_nll_loss_forward,
+    "aten.cross_entropy_loss.default": convert_cross_entropy_loss,
+    "aten.dist.default": convert_dist,
+    "aten.pdist.default": convert_pdist,
+    "aten._pdist_forward.default": convert_pdist,
+    "torch_nn._linear_cross_entropy_batch_chunked.default": convert_linear_cross_entropy_chunked,
+    "torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default": convert_linear_cross_entropy_chunked_none,
 }
-
-
-def _chunked_ops() -> dict[Any, Any]:
-    """The custom ops exist once torch.nn.modules.linear_cross_entropy is imported (torch >= 2.12)."""
-    try:
-        import torch.nn.modules.linear_cross_entropy
-
-        ns = torch.ops.torch_nn
-        return {
-            ns._linear_cross_entropy_batch_chunked.default: convert_linear_cross_entropy_chunked,
-            ns._linear_cross_entropy_batch_chunked_no_reduction.default: convert_linear_cross_entropy_chunked_none,
-        }
-    except (ImportError, AttributeError):
-        return {}
-
-
-CONVERTERS.update(_chunked_ops())

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Operand, Value
-from fastonnx.converters.helpers import reduce, squeeze, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Operand, Value
+from fastonnx.converters.lib.ops import reduce, squeeze, unsqueeze
 
 aten = torch.ops.aten
 
@@ -1023,59 +1023,84 @@ def convert_upsample_bilinear2d_aa(
     return _upsample_aa(ctx, x, align_corners, [scales_h, scales_w])
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten._weight_norm.default: convert_weight_norm,
-    aten.convolution.default: convert_convolution,
-    aten._convolution.default: convert_convolution,
-    aten.conv1d.default: convert_conv,
-    aten.conv1d.padding: convert_conv,
-    aten.conv2d.default: convert_conv,
-    aten.conv2d.padding: convert_conv,
-    aten.conv3d.default: convert_conv,
-    aten.conv3d.padding: convert_conv,
-    aten.conv_transpose1d.default: convert_conv_transpose,
-    aten.conv_transpose2d.input: convert_conv_transpose,
-    aten.conv_transpose3d.input: convert_conv_transpose,
-    aten.embedding.default: convert_embedding,
-    aten.embedding_renorm.default: convert_embedding_renorm,
-    aten.embedding_bag.default: convert_embedding_bag,
-    aten.embedding_bag.padding_idx: convert_embedding_bag,
-    aten.grid_sampler.default: convert_grid_sampler,
-    aten.grid_sampler_2d.default: convert_grid_sampler,
-    aten.grid_sampler_3d.default: convert_grid_sampler,
-    aten.pixel_shuffle.default: convert_pixel_shuffle,
-    aten.pixel_unshuffle.default: convert_pixel_unshuffle,
-    aten.channel_shuffle.default: convert_channel_shuffle,
-    aten.native_channel_shuffle.default: convert_channel_shuffle,
-    aten.im2col.default: convert_im2col,
-    aten.pairwise_distance.default: convert_pairwise_distance,
-    aten.cdist.default: convert_cdist,
-    aten._cdist_forward.default: convert_cdist,
-    aten.cosine_similarity.default: convert_cosine_similarity,
-    aten.max_unpool2d.default: convert_max_unpool,
-    aten.max_unpool3d.default: convert_max_unpool,
-    aten._upsample_bilinear2d_aa.vec: convert_upsample_bilinear2d_aa_vec,
-    aten._upsample_bilinear2d_aa.default: convert_upsample_bilinear2d_aa,
-}
+upsample_nearest1d_vec, upsample_nearest1d = _upsample_converter(1, "nearest", False)
+upsample_nearest2d_vec, upsample_nearest2d = _upsample_converter(2, "nearest", False)
+upsample_nearest3d_vec, upsample_nearest3d = _upsample_converter(3, "nearest", False)
+_upsample_nearest_exact1d_vec, _upsample_nearest_exact1d = _upsample_converter(1, "nearest", True)
+_upsample_nearest_exact2d_vec, _upsample_nearest_exact2d = _upsample_converter(2, "nearest", True)
+_upsample_nearest_exact3d_vec, _upsample_nearest_exact3d = _upsample_converter(3, "nearest", True)
+upsample_linear1d_vec, upsample_linear1d = _upsample_converter(1, "linear", False)
+upsample_bilinear2d_vec, upsample_bilinear2d = _upsample_converter(2, "linear", False)
+upsample_trilinear3d_vec, upsample_trilinear3d = _upsample_converter(3, "linear", False)
+upsample_bicubic2d_vec, upsample_bicubic2d = _upsample_converter(2, "cubic", False)
 
-for _nd in (1, 2, 3):
-    CONVERTERS[getattr(aten, f"max_pool{_nd}d").default] = _max_pool_converter(_nd, False)
-    CONVERTERS[getattr(aten, f"max_pool{_nd}d_with_indices").default] = _max_pool_converter(_nd, True)
-    CONVERTERS[getattr(aten, f"avg_pool{_nd}d").default] = _avg_pool_converter(_nd)
-    CONVERTERS[getattr(aten, f"adaptive_avg_pool{_nd}d").default] = _adaptive_avg_converter(_nd)
-    CONVERTERS[getattr(aten, f"adaptive_max_pool{_nd}d").default] = _adaptive_max_converter(_nd)
 
-_UPSAMPLE = {
-    "upsample_nearest": ("nearest", False, (1, 2, 3)),
-    "_upsample_nearest_exact": ("nearest", True, (1, 2, 3)),
-    "upsample_linear": ("linear", False, (1,)),
-    "upsample_bilinear": ("linear", False, (2,)),
-    "upsample_trilinear": ("linear", False, (3,)),
-    "upsample_bicubic": ("cubic", False, (2,)),
+CONVERTERS: dict[str, Converter] = {
+    "aten._weight_norm.default": convert_weight_norm,
+    "aten.convolution.default": convert_convolution,
+    "aten._convolution.default": convert_convolution,
+    "aten.conv1d.default": convert_conv,
+    "aten.conv1d.padding": convert_conv,
+    "aten.conv2d.default": convert_conv,
+    "aten.conv2d.padding": convert_conv,
+    "aten.conv3d.default": convert_conv,
+    "aten.conv3d.padding": convert_conv,
+    "aten.conv_transpose1d.default": convert_conv_transpose,
+    "aten.conv_transpose2d.input": convert_conv_transpose,
+    "aten.conv_transpose3d.input": convert_conv_transpose,
+    "aten.embedding.default": convert_embedding,
+    "aten.embedding_renorm.default": convert_embedding_renorm,
+    "aten.embedding_bag.default": convert_embedding_bag,
+    "aten.embedding_bag.padding_idx": convert_embedding_bag,
+    "aten.grid_sampler.default": convert_grid_sampler,
+    "aten.grid_sampler_2d.default": convert_grid_sampler,
+    "aten.grid_sampler_3d.default": convert_grid_sampler,
+    "aten.pixel_shuffle.default": convert_pixel_shuffle,
+    "aten.pixel_unshuffle.default": convert_pixel_unshuffle,
+    "aten.channel_shuffle.default": convert_channel_shuffle,
+    "aten.native_channel_shuffle.default": convert_channel_shuffle,
+    "aten.im2col.default": convert_im2col,
+    "aten.pairwise_distance.default": convert_pairwise_distance,
+    "aten.cdist.default": convert_cdist,
+    "aten._cdist_forward.default": convert_cdist,
+    "aten.cosine_similarity.default": convert_cosine_similarity,
+    "aten.max_unpool2d.default": convert_max_unpool,
+    "aten.max_unpool3d.default": convert_max_unpool,
+    "aten._upsample_bilinear2d_aa.vec": convert_upsample_bilinear2d_aa_vec,
+    "aten._upsample_bilinear2d_aa.default": convert_upsample_bilinear2d_aa,
+    "aten.max_pool1d.default": _max_pool_converter(1, False),
+    "aten.max_pool1d_with_indices.default": _max_pool_converter(1, True),
+    "aten.avg_pool1d.default": _avg_pool_converter(1),
+    "aten.adaptive_avg_pool1d.default": _adaptive_avg_converter(1),
+    "aten.adaptive_max_pool1d.default": _adaptive_max_converter(1),
+    "aten.max_pool2d.default": _max_pool_converter(2, False),
+    "aten.max_pool2d_with_indices.default": _max_pool_converter(2, True),
+    "aten.avg_pool2d.default": _avg_pool_converter(2),
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_converter(2),
+    "aten.adaptive_max_pool2d.default": _adaptive_max_converter(2),
+    "aten.max_pool3d.default": _max_pool_converter(3, False),
+    "aten.max_pool3d_with_indices.default": _max_pool_converter(3, True),
+    "aten.avg_pool3d.default": _avg_pool_converter(3),
+    "aten.adaptive_avg_pool3d.default": _adaptive_avg_converter(3),
+    "aten.adaptive_max_pool3d.default": _adaptive_max_converter(3),
+    "aten.upsample_nearest1d.vec": upsample_nearest1d_vec,
+    "aten.upsample_nearest1d.default": upsample_nearest1d,
+    "aten.upsample_nearest2d.vec": upsample_nearest2d_vec,
+    "aten.upsample_nearest2d.default": upsample_nearest2d,
+    "aten.upsample_nearest3d.vec": upsample_nearest3d_vec,
+    "aten.upsample_nearest3d.default": upsample_nearest3d,
+    "aten._upsample_nearest_exact1d.vec": _upsample_nearest_exact1d_vec,
+    "aten._upsample_nearest_exact1d.default": _upsample_nearest_exact1d,
+    "aten._upsample_nearest_exact2d.vec": _upsample_nearest_exact2d_vec,
+    "aten._upsample_nearest_exact2d.default": _upsample_nearest_exact2d,
+    "aten._upsample_nearest_exact3d.vec": _upsample_nearest_exact3d_vec,
+    "aten._upsample_nearest_exact3d.default": _upsample_nearest_exact3d,
+    "aten.upsample_linear1d.vec": upsample_linear1d_vec,
+    "aten.upsample_linear1d.default": upsample_linear1d,
+    "aten.upsample_bilinear2d.vec": upsample_bilinear2d_vec,
+    "aten.upsample_bilinear2d.default": upsample_bilinear2d,
+    "aten.upsample_trilinear3d.vec": upsample_trilinear3d_vec,
+    "aten.upsample_trilinear3d.default": upsample_trilinear3d,
+    "aten.upsample_bicubic2d.vec": upsample_bicubic2d_vec,
+    "aten.upsample_bicubic2d.default": upsample_bicubic2d,
 }
-for _prefix, (_mode, _exact, _dims) in _UPSAMPLE.items():
-    for _nd in _dims:
-        _vec, _default = _upsample_converter(_nd, _mode, _exact)
-        _packet = getattr(aten, f"{_prefix}{_nd}d")
-        CONVERTERS[_packet.vec] = _vec
-        CONVERTERS[_packet.default] = _default

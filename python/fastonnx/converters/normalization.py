@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import opmath_dtype, reduce, squeeze, unsqueeze
-from fastonnx.converters.reductions import reduced_count
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import reduce, squeeze, unsqueeze
+from fastonnx.converters.lib.reductions import reduced_count
 
 aten = torch.ops.aten
 
@@ -508,21 +509,21 @@ def convert_fused_rms_norm(
     return [_finish(ctx, 0, y), _finish(ctx, 1, rstd)]
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.batch_norm.default: convert_batch_norm,
-    aten.native_batch_norm.default: convert_native_batch_norm,
-    aten._native_batch_norm_legit_no_training.default: convert_bn_legit_no_training,
-    aten._native_batch_norm_legit.default: convert_native_batch_norm,
-    aten._native_batch_norm_legit.no_stats: convert_bn_legit_no_stats,
-    aten._native_batch_norm_legit_functional.default: convert_bn_legit_functional,
-    aten._batch_norm_with_update.default: convert_bn_with_update,
-    aten._batch_norm_no_update.default: convert_bn_no_update,
-    aten._batch_norm_with_update_functional.default: convert_bn_with_update_functional,
-    aten.layer_norm.default: convert_layer_norm,
-    aten.native_layer_norm.default: convert_native_layer_norm,
-    aten.group_norm.default: convert_group_norm,
-    aten.native_group_norm.default: convert_native_group_norm,
-    aten.instance_norm.default: convert_instance_norm,
-    aten.rms_norm.default: convert_rms_norm,
-    aten._fused_rms_norm.default: convert_fused_rms_norm,
+CONVERTERS: dict[str, Converter] = {
+    "aten.batch_norm.default": convert_batch_norm,
+    "aten.native_batch_norm.default": convert_native_batch_norm,
+    "aten._native_batch_norm_legit_no_training.default": convert_bn_legit_no_training,
+    "aten._native_batch_norm_legit.default": convert_native_batch_norm,
+    "aten._native_batch_norm_legit.no_stats": convert_bn_legit_no_stats,
+    "aten._native_batch_norm_legit_functional.default": convert_bn_legit_functional,
+    "aten._batch_norm_with_update.default": convert_bn_with_update,
+    "aten._batch_norm_no_update.default": convert_bn_no_update,
+    "aten._batch_norm_with_update_functional.default": convert_bn_with_update_functional,
+    "aten.layer_norm.default": convert_layer_norm,
+    "aten.native_layer_norm.default": convert_native_layer_norm,
+    "aten.group_norm.default": convert_group_norm,
+    "aten.native_group_norm.default": convert_native_group_norm,
+    "aten.instance_norm.default": convert_instance_norm,
+    "aten.rms_norm.default": convert_rms_norm,
+    "aten._fused_rms_norm.default": convert_fused_rms_norm,
 }

@@ -30,142 +30,29 @@ from typing import Any
 
 import torch
 
-from fastonnx import dtypes
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import reduce
-from fastonnx.converters.shape_ops import shape_of
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.random import (
+    NO_RANDOM_KERNELS_OPSET,
+    Shape,
+    empty_of,
+    float_dtype,
+    keep_mask,
+    onnx_draw,
+    reject_generator,
+    shape_value,
+    unit_uniform,
+)
 
 aten = torch.ops.aten
 
-Shape = Value | str | Sequence[Any]
-
-# random bits per uniform: torch's resolution for half types, the full significand otherwise
-_DIGITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
-# the opset whose random ops onnxruntime 1.31 has no kernels for (see the module docstring)
-_NO_RANDOM_KERNELS = 22
-
-
-def reject_generator(ctx: ConversionContext, generator: Any) -> None:
-    if generator is not None:
-        raise ctx.error(
-            "an explicit torch.Generator cannot be exported: ONNX random ops draw from the runtime's own "
-            "generator (pass generator=None)"
-        )
-
-
-def _float_dtype(ctx: ConversionContext, dtype: torch.dtype) -> torch.dtype:
-    """The dtype a draw is computed in: float64 for float64, float32 otherwise (onnxruntime has no
-    half-precision kernels for the random ops)."""
-    if dtype.is_complex:
-        raise ctx.error(f"random draws of complex dtype {dtype} are not supported")
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _static_dims(shape: Shape) -> list[int] | None:
-    if isinstance(shape, Value):
-        static = shape.static_shape()
-        return None if static is None else list(static)
-    if isinstance(shape, str):
-        return None
-    dims = list(shape)
-    return [int(d) for d in dims] if all(isinstance(d, int) for d in dims) else None
-
-
-def _empty(ctx: ConversionContext, shape: Shape, dtype: torch.dtype) -> str | None:
-    """A tensor of ``shape`` when it statically has no element (nothing to draw), else None.
-    onnxruntime's Dropout / MatMul mishandle empty tensors; nothing random is needed for them."""
-    static = _static_dims(shape)
-    if static is None or 0 not in static:
-        return None
-    return ctx.op("ConstantOfShape", ctx.i64(static), value=ctx.tensor_attr(0, dtype))
-
-
-def shape_value(ctx: ConversionContext, shape: Shape) -> str:
-    """``shape`` as a 1-D int64 value: a Value's runtime shape, a shape value as it is, or dims."""
-    static = _static_dims(shape)
-    if static is not None:
-        return ctx.i64(static)
-    if isinstance(shape, Value):
-        return ctx.op("Shape", shape)
-    if isinstance(shape, str):
-        return shape
-    runtime = shape_of(ctx, list(shape), (), unknown_ok=0)
-    if runtime is None:
-        raise ctx.error(f"cannot build the runtime size {list(shape)} of the random draw")
-    return runtime
-
-
-def _onnx_draw(ctx: ConversionContext, kind: str, shape: Shape, work: torch.dtype) -> str:
-    """RandomUniform ([0, 1)) or RandomNormal (0, 1) of ``work`` dtype (below opset 22)."""
-    onnx_dtype = dtypes.to_onnx_dtype(work)
-    static = _static_dims(shape)
-    if static is not None:
-        return ctx.op(kind, dtype=onnx_dtype, shape=static)
-    like = shape if isinstance(shape, Value) else ctx.op("ConstantOfShape", shape_value(ctx, shape))
-    return ctx.op(f"{kind}Like", like, dtype=onnx_dtype)
-
-
-def keep_mask(ctx: ConversionContext, shape: Shape, p: float) -> str:
-    """A bool mask of ``shape``, True with probability ``p`` (0 < p < 1): the mask of
-    Dropout(ratio = 1 - p) in training mode.
-
-    onnxruntime 1.31's Dropout decides the first element of its mask deterministically (always dropped
-    at ratio 0.5, always kept at 0.2 and 0.9): the mask is drawn flat with one extra leading element,
-    which is sliced off."""
-    empty = _empty(ctx, shape, torch.bool)
-    if empty is not None:
-        return empty
-    dims = shape_value(ctx, shape)
-    static = _static_dims(shape)
-    if static is not None:
-        count = ctx.i64([1 + math.prod(static)])
-    else:
-        count = ctx.op("Add", reduce(ctx, "ReduceProd", dims, [0], keepdims=True), ctx.i64([1]))
-    ones = ctx.op("ConstantOfShape", count, value=ctx.tensor_attr(1.0, torch.float32))
-    ratio = ctx.const(1.0 - p, torch.float32)
-    _, mask = ctx.op("Dropout", ones, ratio, ctx.const(True, torch.bool), outputs=2)
-    mask = ctx.op("Slice", mask, ctx.i64([1]), ctx.i64([2**62]), ctx.i64([0]))
-    return ctx.op("Reshape", mask, dims)
-
-
-def _bits_uniform(ctx: ConversionContext, shape: Shape, digits: int, work: torch.dtype) -> str:
-    """U = sum_k b_k 2^-k over ``digits`` fair bits from Dropout masks: exactly uniform on the multiples
-    of 2^-digits in [0, 1)."""
-    static = _static_dims(shape)
-    if static is not None:
-        bits = keep_mask(ctx, [*static, digits], 0.5)
-    else:
-        bits = keep_mask(ctx, ctx.op("Concat", shape_value(ctx, shape), ctx.i64([digits]), axis=0), 0.5)
-    weights = ctx.const([2.0 ** -(k + 1) for k in range(digits)], work)
-    # (..., digits) @ (digits,): every partial sum is exact, so the order of the additions is free
-    return ctx.op("MatMul", ctx.cast(bits, work), weights)
-
-
-def unit_uniform(ctx: ConversionContext, shape: Shape, dtype: torch.dtype) -> str:
-    """U in [0, 1) for a result of ``dtype``, in its compute dtype (float32 / float64), with the
-    dtype's resolution (so that a cast back never rounds up to 1)."""
-    work = _float_dtype(ctx, dtype)
-    digits = _DIGITS.get(dtype, _DIGITS[work])
-    empty = _empty(ctx, shape, work)
-    if empty is not None:
-        return empty
-    if ctx.opset >= _NO_RANDOM_KERNELS:
-        return _bits_uniform(ctx, shape, digits, work)
-    u = _onnx_draw(ctx, "RandomUniform", shape, work)
-    if digits < _DIGITS[work]:
-        scale = ctx.const(float(2**digits), work)
-        return ctx.op("Div", ctx.op("Floor", ctx.op("Mul", u, scale)), scale)
-    # std::uniform_real_distribution may return its upper bound (LWG 2524)
-    return ctx.op("Min", u, ctx.const(1.0 - 2.0**-digits, work))
-
 
 def _std_normal(ctx: ConversionContext, shape: Shape, dtype: torch.dtype) -> str:
-    work = _float_dtype(ctx, dtype)
-    empty = _empty(ctx, shape, work)
+    work = float_dtype(ctx, dtype)
+    empty = empty_of(ctx, shape, work)
     if empty is not None:
         return empty
-    if ctx.opset < _NO_RANDOM_KERNELS:
-        return _onnx_draw(ctx, "RandomNormal", shape, work)
+    if ctx.opset < NO_RANDOM_KERNELS_OPSET:
+        return onnx_draw(ctx, "RandomNormal", shape, work)
     # Box-Muller: sqrt(-2 log V) cos(2 pi U) with V = 1 - U' in (0, 1]
     v = ctx.op("Sub", ctx.const(1.0, work), unit_uniform(ctx, shape, work))
     radius = ctx.op("Sqrt", ctx.op("Mul", ctx.op("Log", v), ctx.const(-2.0, work)))
@@ -193,7 +80,7 @@ def _finish(ctx: ConversionContext, x: str) -> str:
 def _unit_open_below(ctx: ConversionContext, shape: Shape, dtype: torch.dtype) -> tuple[str, torch.dtype]:
     """1 - U, in (0, 1]: never 0, so that its log is finite. Drawn at the compute dtype's resolution:
     a transformed draw is rounded once, at the end."""
-    work = _float_dtype(ctx, dtype)
+    work = float_dtype(ctx, dtype)
     return ctx.op("Sub", ctx.const(1.0, work), unit_uniform(ctx, shape, work)), work
 
 
@@ -283,7 +170,7 @@ def convert_uniform(
     if low > high:
         raise ctx.error(f"uniform_: from ({low}) must not exceed to ({high})")
     out = ctx.out_dtype
-    work = _float_dtype(ctx, out)
+    work = float_dtype(ctx, out)
     u = unit_uniform(ctx, _shape_of_output(ctx, x), out)
     value = ctx.op("Add", ctx.op("Mul", u, ctx.const(high - low, work)), ctx.const(low, work))
     result = ctx.cast(value, out)
@@ -297,7 +184,7 @@ def convert_uniform(
 def _normal_work(ctx: ConversionContext, shape: Shape, mean: Any, std: Any) -> str:
     """mean + std * N(0, 1), in float32 (float64 for float64): not yet cast to the output dtype."""
     out = ctx.out_dtype
-    work = _float_dtype(ctx, out)
+    work = float_dtype(ctx, out)
     if isinstance(std, (int, float)) and std < 0:
         raise ctx.error(f"normal: std must be >= 0, got {std}")
     n = _std_normal(ctx, shape, out)
@@ -341,7 +228,7 @@ def convert_normal_tensor_tensor(
         shape = _shape_of_output(ctx, like)
     else:
         # mean and std broadcast to a symbolic shape: the shape of their sum (its values are unused)
-        work = _float_dtype(ctx, ctx.out_dtype)
+        work = float_dtype(ctx, ctx.out_dtype)
         shape = ctx.op("Shape", ctx.op("Add", ctx.cast(mean, work), ctx.cast(std, work)))
     return _normal_affine(ctx, shape, mean, std)
 
@@ -381,7 +268,7 @@ def convert_cauchy(
     if sigma <= 0:
         raise ctx.error(f"cauchy_: sigma must be > 0, got {sigma}")
     out = ctx.out_dtype
-    work = _float_dtype(ctx, out)
+    work = float_dtype(ctx, out)
     u = unit_uniform(ctx, _shape_of_output(ctx, x), work)
     angle = ctx.op("Mul", ctx.op("Sub", u, ctx.const(0.5, work)), ctx.const(math.pi, work))
     # onnxruntime's Tan has no float64 kernel; Sin / Cos do
@@ -413,7 +300,7 @@ def bernoulli_mask(ctx: ConversionContext, shape: Shape, p: Any, dtype: torch.dt
         return ctx.op("ConstantOfShape", shape_value(ctx, shape), value=ctx.tensor_attr(p == 1, torch.bool))
     if isinstance(p, (int, float)):
         return keep_mask(ctx, shape, float(p))
-    work = _float_dtype(ctx, dtype)
+    work = float_dtype(ctx, dtype)
     return ctx.op("Less", unit_uniform(ctx, shape, work), ctx.operand(p, work))
 
 
@@ -449,7 +336,7 @@ def convert_multinomial(
         raise ctx.error(
             f"multinomial: {num_samples} samples without replacement from {categories} categories"
         )
-    work = _float_dtype(ctx, probs.dtype)
+    work = float_dtype(ctx, probs.dtype)
     p = ctx.cast(probs, work)
     rows = p if probs.rank == 2 else ctx.op("Unsqueeze", p, ctx.i64([0]))
     if replacement:
@@ -557,62 +444,47 @@ def convert_native_dropout(ctx: ConversionContext, x: Value, p: float, train: bo
     return [out, mask]
 
 
-def attention_dropout(ctx: ConversionContext, probs: str, p: float, dtype: torch.dtype) -> str:
-    """Dropout of attention weights (scaled_dot_product_attention with dropout_p > 0): each weight
-    is kept with probability 1 - p and scaled by 1 / (1 - p), as torch's math kernel does."""
-    if p == 1:
-        return ctx.op("Mul", probs, ctx.const(0.0, dtype))
-    keep = ctx.cast(keep_mask(ctx, ctx.op("Shape", probs), 1.0 - p), dtype)
-    return ctx.op("Mul", probs, ctx.op("Mul", keep, ctx.const(1.0 / (1.0 - p), dtype)))
-
-
-def rrelu_slopes(ctx: ConversionContext, x: Value, lower: float, upper: float, dtype: torch.dtype) -> str:
-    """One slope per element, uniform in [lower, upper), in ``dtype`` (the compute dtype)."""
-    u = unit_uniform(ctx, x if x.static_shape() is None else list(x.shape), dtype)
-    return ctx.op("Add", ctx.op("Mul", u, ctx.const(upper - lower, dtype)), ctx.const(lower, dtype))
-
-
-CONVERTERS: dict[Any, Any] = {
-    aten.rand.default: convert_rand,
-    aten.rand.generator: convert_rand,
-    aten.randn.default: convert_randn,
-    aten.randn.generator: convert_randn,
-    aten.rand_like.default: convert_rand_like,
-    aten.rand_like.generator: convert_rand_like,
-    aten.randn_like.default: convert_randn_like,
-    aten.randn_like.generator: convert_randn_like,
-    aten.randint.default: convert_randint,
-    aten.randint.generator: convert_randint,
-    aten.randint.low: convert_randint_low,
-    aten.randint.low_generator: convert_randint_low,
-    aten.randint_like.default: convert_randint_like,
-    aten.randint_like.generator: convert_randint_like,
-    aten.randint_like.Tensor: convert_randint_like,
-    aten.randint_like.Tensor_generator: convert_randint_like,
-    aten.randint_like.low_dtype: convert_randint_like_low,
-    aten.randint_like.low_generator_dtype: convert_randint_like_low,
-    aten.random.to: convert_random_to,
-    aten.randperm.default: convert_randperm,
-    aten.randperm.generator: convert_randperm,
-    aten.uniform.default: convert_uniform,
-    aten.normal_.default: convert_normal_inplace,
-    aten.normal_functional.default: convert_normal_inplace,
-    aten.normal.Tensor_float: convert_normal_tensor_float,
-    aten.normal.float_Tensor: convert_normal_float_tensor,
-    aten.normal.Tensor_Tensor: convert_normal_tensor_tensor,
-    aten.normal.float_float: convert_normal_float_float,
-    aten.log_normal.default: convert_log_normal,
-    aten.exponential.default: convert_exponential,
-    aten.cauchy.default: convert_cauchy,
-    aten.geometric.default: convert_geometric,
-    aten.bernoulli.default: convert_bernoulli,
-    aten.bernoulli.p: convert_bernoulli_p,
-    aten.bernoulli.Tensor: convert_bernoulli_p,
-    aten.bernoulli_.float: convert_bernoulli_p,
-    aten.multinomial.default: convert_multinomial,
-    aten.dropout.default: convert_dropout,
-    aten.feature_dropout.default: convert_feature_dropout,
-    aten.alpha_dropout.default: convert_alpha_dropout,
-    aten.feature_alpha_dropout.default: convert_feature_alpha_dropout,
-    aten.native_dropout.default: convert_native_dropout,
+CONVERTERS: dict[str, Converter] = {
+    "aten.rand.default": convert_rand,
+    "aten.rand.generator": convert_rand,
+    "aten.randn.default": convert_randn,
+    "aten.randn.generator": convert_randn,
+    "aten.rand_like.default": convert_rand_like,
+    "aten.rand_like.generator": convert_rand_like,
+    "aten.randn_like.default": convert_randn_like,
+    "aten.randn_like.generator": convert_randn_like,
+    "aten.randint.default": convert_randint,
+    "aten.randint.generator": convert_randint,
+    "aten.randint.low": convert_randint_low,
+    "aten.randint.low_generator": convert_randint_low,
+    "aten.randint_like.default": convert_randint_like,
+    "aten.randint_like.generator": convert_randint_like,
+    "aten.randint_like.Tensor": convert_randint_like,
+    "aten.randint_like.Tensor_generator": convert_randint_like,
+    "aten.randint_like.low_dtype": convert_randint_like_low,
+    "aten.randint_like.low_generator_dtype": convert_randint_like_low,
+    "aten.random.to": convert_random_to,
+    "aten.randperm.default": convert_randperm,
+    "aten.randperm.generator": convert_randperm,
+    "aten.uniform.default": convert_uniform,
+    "aten.normal_.default": convert_normal_inplace,
+    "aten.normal_functional.default": convert_normal_inplace,
+    "aten.normal.Tensor_float": convert_normal_tensor_float,
+    "aten.normal.float_Tensor": convert_normal_float_tensor,
+    "aten.normal.Tensor_Tensor": convert_normal_tensor_tensor,
+    "aten.normal.float_float": convert_normal_float_float,
+    "aten.log_normal.default": convert_log_normal,
+    "aten.exponential.default": convert_exponential,
+    "aten.cauchy.default": convert_cauchy,
+    "aten.geometric.default": convert_geometric,
+    "aten.bernoulli.default": convert_bernoulli,
+    "aten.bernoulli.p": convert_bernoulli_p,
+    "aten.bernoulli.Tensor": convert_bernoulli_p,
+    "aten.bernoulli_.float": convert_bernoulli_p,
+    "aten.multinomial.default": convert_multinomial,
+    "aten.dropout.default": convert_dropout,
+    "aten.feature_dropout.default": convert_feature_dropout,
+    "aten.alpha_dropout.default": convert_alpha_dropout,
+    "aten.feature_alpha_dropout.default": convert_feature_alpha_dropout,
+    "aten.native_dropout.default": convert_native_dropout,
 }

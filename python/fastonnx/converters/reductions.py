@@ -16,30 +16,20 @@ from typing import Any
 import torch
 
 from fastonnx import dtypes
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, squeeze, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import normalize_axis, reduce, squeeze, unsqueeze
+from fastonnx.converters.lib.reductions import (
+    Axes,
+    nan_reduce,
+    prepared_for_norm,
+    reduce_axes,
+    reduced_count,
+    vector_norm,
+    vector_norm_of,
+)
 
 aten = torch.ops.aten
-
-Axes = list[int] | None  # None: every axis
-
-
-# ---- shared pieces ------------------------------------------------------------------------------
-def reduce_axes(x: Value, dim: int | Sequence[int] | None) -> Axes:
-    """Sorted non-negative axes, or None for all of them."""
-    if x.rank == 0 or dim is None:
-        return None
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    if not dims:
-        return None
-    return sorted({normalize_axis(int(d), x.rank) for d in dims})
-
-
-def _prepared(ctx: ConversionContext, x: Value, v: str, axes: Axes, keepdim: bool) -> tuple[str, Axes, bool]:
-    """A 0-d input becomes 1-D, reduced over all with keepdims off: the result is 0-d as in torch."""
-    if x.rank == 0:
-        return unsqueeze(ctx, v, [0]), None, False
-    return v, axes, keepdim
 
 
 def _squeeze_reduced(ctx: ConversionContext, x: Value, v: str, axes: Axes) -> str:
@@ -47,19 +37,6 @@ def _squeeze_reduced(ctx: ConversionContext, x: Value, v: str, axes: Axes) -> st
     if x.rank == 0:
         return squeeze(ctx, v, [0]) if ctx.rank(v) == 1 else v
     return squeeze(ctx, v, axes if axes is not None else list(range(x.rank)))
-
-
-def reduced_count(ctx: ConversionContext, x: Value, axes: Axes, dtype: torch.dtype) -> str:
-    """The number of elements each output reduces over, as a 0-d ``dtype`` value."""
-    picked = list(range(x.rank)) if axes is None else axes
-    dims = [x.shape[a] for a in picked]
-    if all(isinstance(d, int) for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return ctx.const(n, dtype)
-    sizes = ctx.op("Gather", ctx.dims_of(x), ctx.i64(picked), axis=0)
-    return ctx.cast(reduce(ctx, "ReduceProd", sizes, None, False), dtype)
 
 
 def _nonzero(ctx: ConversionContext, x: Value) -> str:
@@ -80,7 +57,7 @@ def _simple(
     # too (sum/prod with dtype=bool are any/all)
     compute = opmath_dtype(dtype) if dtype.is_floating_point else torch.int64
     v = ctx.cast(ctx.cast(x, dtype), compute)
-    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, v, reduce_axes(x, dim), keepdim)
     if op_type == "ReduceMean":
         return ctx.cast(_mean(ctx, x, v, axes, keep, compute), ctx.out_dtype)
     return ctx.cast(reduce(ctx, op_type, v, axes, keep), ctx.out_dtype)
@@ -154,7 +131,7 @@ def convert_nansum(
     dtype: torch.dtype | None = None,
 ) -> str:
     out = ctx.out_dtype
-    v, axes, keep = _prepared(ctx, x, _without_nan(ctx, x, out), reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, _without_nan(ctx, x, out), reduce_axes(x, dim), keepdim)
     return ctx.cast(reduce(ctx, "ReduceSum", v, axes, keep), out)
 
 
@@ -169,7 +146,7 @@ def convert_nanmean(
     out = ctx.out_dtype
     compute = opmath_dtype(out)
     v = ctx.cast(ctx.cast(x, out), compute)
-    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, v, reduce_axes(x, dim), keepdim)
     is_nan = ctx.op("IsNaN", v)
     total = reduce(ctx, "ReduceSum", ctx.op("Where", is_nan, ctx.const(0, compute), v), axes, keep)
     count = reduce(ctx, "ReduceSum", ctx.cast(ctx.op("Not", is_nan), compute), axes, keep)
@@ -184,20 +161,9 @@ def _minmax_dtype(dtype: torch.dtype) -> torch.dtype:
     return opmath_dtype(dtype)
 
 
-def nan_reduce(ctx: ConversionContext, op_type: str, v: str, axes: Axes, keepdim: bool) -> str:
-    """ReduceMax/Min that returns NaN where a NaN was reduced, as torch does (onnxruntime skips them)."""
-    r = reduce(ctx, op_type, v, axes, keepdim)
-    dtype = ctx.dtype(v)
-    if dtype is None or not dtype.is_floating_point:
-        return r
-    flags = ctx.cast(ctx.op("IsNaN", v), torch.int32)
-    seen = ctx.cast(reduce(ctx, "ReduceMax", flags, axes, keepdim), torch.bool)
-    return ctx.op("Where", seen, ctx.const(float("nan"), dtype), r)
-
-
 def _extreme(ctx: ConversionContext, op_type: str, x: Value, dim: Any, keepdim: bool) -> str:
     v = ctx.cast(x, _minmax_dtype(x.dtype))
-    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, v, reduce_axes(x, dim), keepdim)
     return ctx.cast(nan_reduce(ctx, op_type, v, axes, keep), ctx.out_dtype)
 
 
@@ -268,7 +234,7 @@ def var_mean(
         raise ctx.error(f"var/std of a {x.dtype} tensor is not supported (torch needs a float input)")
     compute = opmath_dtype(dtype)
     axes = reduce_axes(x, dim)
-    v, axes_p, keep = _prepared(ctx, x, ctx.cast(x, compute), axes, keepdim)
+    v, axes_p, keep = prepared_for_norm(ctx, x, ctx.cast(x, compute), axes, keepdim)
     mean = _mean(ctx, x, v, axes_p, True, compute)
     d = ctx.op("Sub", v, mean)
     ss = reduce(ctx, "ReduceSum", ctx.op("Mul", d, d), axes_p, keep)
@@ -320,44 +286,6 @@ convert_std_mean, convert_std_mean_dim, convert_std_mean_correction = _variance(
 )
 
 
-# ---- norms ------------------------------------------------------------------------------------------
-def _vector_norm(ctx: ConversionContext, x: Value, ord: float, dim: Any, keepdim: bool) -> str:
-    out = ctx.out_dtype
-    if not out.is_floating_point:
-        raise ctx.error(f"vector norm of a {x.dtype} tensor is not supported (torch needs a float input)")
-    compute = opmath_dtype(out)
-    v = ctx.cast(ctx.cast(x, out), compute)  # dtype= casts the input first
-    v, axes, keep = _prepared(ctx, x, v, reduce_axes(x, dim), keepdim)
-    p = float(ord)
-    if p == 2:
-        r = reduce(ctx, "ReduceL2", v, axes, keep)
-    elif p == 1:
-        r = reduce(ctx, "ReduceL1", v, axes, keep)
-    elif p == float("inf"):
-        r = nan_reduce(ctx, "ReduceMax", ctx.op("Abs", v), axes, keep)
-    elif p == float("-inf"):
-        r = nan_reduce(ctx, "ReduceMin", ctx.op("Abs", v), axes, keep)
-    elif p == 0:
-        nz = ctx.op("Not", ctx.op("Equal", v, ctx.const(0, compute)))
-        r = reduce(ctx, "ReduceSum", ctx.cast(nz, compute), axes, keep)
-    else:
-        powered = ctx.op("Pow", ctx.op("Abs", v), ctx.const(p, compute))
-        r = ctx.op("Pow", reduce(ctx, "ReduceSum", powered, axes, keep), ctx.const(1.0 / p, compute))
-    return ctx.cast(r, out)
-
-
-def convert_linalg_vector_norm(
-    ctx: ConversionContext,
-    x: Value,
-    ord: float = 2,
-    dim: Any = None,
-    keepdim: bool = False,
-    *,
-    dtype: torch.dtype | None = None,
-) -> str:
-    return _vector_norm(ctx, x, ord, dim, keepdim)
-
-
 def convert_norm(
     ctx: ConversionContext,
     x: Value,
@@ -367,11 +295,11 @@ def convert_norm(
     *,
     dtype: torch.dtype | None = None,
 ) -> str:
-    return _vector_norm(ctx, x, 2 if p is None else p, dim, keepdim)
+    return vector_norm_of(ctx, x, 2 if p is None else p, dim, keepdim)
 
 
 def convert_norm_dtype(ctx: ConversionContext, x: Value, p: float | None, *, dtype: torch.dtype) -> str:
-    return _vector_norm(ctx, x, 2 if p is None else p, None, False)
+    return vector_norm_of(ctx, x, 2 if p is None else p, None, False)
 
 
 # ---- any / all / count_nonzero ------------------------------------------------------------------------
@@ -382,7 +310,7 @@ def _any_all(ctx: ConversionContext, x: Value, dim: Any, keepdim: bool, want_all
     if want_all:
         flags = ctx.op("Not", flags)
     # counting (not ReduceMax) keeps empty reductions right: any([]) is False, all([]) is True
-    v, axes, keep = _prepared(ctx, x, ctx.cast(flags, torch.int64), reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, ctx.cast(flags, torch.int64), reduce_axes(x, dim), keepdim)
     count = reduce(ctx, "ReduceSum", v, axes, keep)
     zero = ctx.const(0, torch.int64)
     result = ctx.op("Equal", count, zero) if want_all else ctx.op("Greater", count, zero)
@@ -398,7 +326,9 @@ def convert_all(ctx: ConversionContext, x: Value, dim: Any = None, keepdim: bool
 
 
 def convert_count_nonzero(ctx: ConversionContext, x: Value, dim: Any = None) -> str:
-    v, axes, _ = _prepared(ctx, x, ctx.cast(_nonzero(ctx, x), torch.int64), reduce_axes(x, dim), False)
+    v, axes, _ = prepared_for_norm(
+        ctx, x, ctx.cast(_nonzero(ctx, x), torch.int64), reduce_axes(x, dim), False
+    )
     return reduce(ctx, "ReduceSum", v, axes, False)
 
 
@@ -412,7 +342,7 @@ def _stable_max(ctx: ConversionContext, v: str, axes: Axes, dtype: torch.dtype) 
 def convert_logsumexp(ctx: ConversionContext, x: Value, dim: Any = (), keepdim: bool = False) -> str:
     out = ctx.out_dtype  # integer inputs give the default float dtype
     compute = opmath_dtype(out)
-    v, axes, keep = _prepared(ctx, x, ctx.cast(x, compute), reduce_axes(x, dim), keepdim)
+    v, axes, keep = prepared_for_norm(ctx, x, ctx.cast(x, compute), reduce_axes(x, dim), keepdim)
     m = _stable_max(ctx, v, axes, compute)
     s = reduce(ctx, "ReduceSum", ctx.op("Exp", ctx.op("Sub", v, m)), axes, True)
     r = ctx.op("Add", ctx.op("Log", s), m)
@@ -812,65 +742,71 @@ def convert_hash_tensor(
     return ctx.cast(out, torch.uint64)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.sum.dim_IntList: convert_sum,
-    aten.sum.default: convert_sum_default,
-    aten.mean.dim: convert_mean,
-    aten.mean.default: convert_mean_default,
-    aten.prod.dim_int: convert_prod,
-    aten.prod.default: convert_prod_default,
-    aten.nansum.default: convert_nansum,
-    aten.nanmean.default: convert_nanmean,
-    aten.amax.default: convert_amax,
-    aten.amin.default: convert_amin,
-    aten.max.default: convert_max_all,
-    aten.min.default: convert_min_all,
-    aten.max.dim: convert_max_dim,
-    aten.min.dim: convert_min_dim,
-    aten.aminmax.default: convert_aminmax,
-    aten.argmax.default: convert_argmax,
-    aten.argmin.default: convert_argmin,
-    aten.var.default: convert_var,
-    aten.var.dim: convert_var_dim,
-    aten.var.correction: convert_var_correction,
-    aten.std.default: convert_std,
-    aten.std.dim: convert_std_dim,
-    aten.std.correction: convert_std_correction,
-    aten.var_mean.default: convert_var_mean,
-    aten.var_mean.dim: convert_var_mean_dim,
-    aten.var_mean.correction: convert_var_mean_correction,
-    aten.std_mean.default: convert_std_mean,
-    aten.std_mean.dim: convert_std_mean_dim,
-    aten.std_mean.correction: convert_std_mean_correction,
-    aten.linalg_vector_norm.default: convert_linalg_vector_norm,
-    aten.norm.Scalar: convert_norm,
-    aten.norm.ScalarOpt_dim: convert_norm,
-    aten.norm.ScalarOpt_dim_dtype: convert_norm,
-    aten.norm.ScalarOpt_dtype: convert_norm_dtype,
-    aten.any.default: convert_any,
-    aten.any.dim: convert_any,
-    aten.any.dims: convert_any,
-    aten.all.default: convert_all,
-    aten.all.dim: convert_all,
-    aten.all.dims: convert_all,
-    aten._is_all_true.default: convert_all,  # what torch.export makes of `assert mask.all()`-style checks
-    aten.count_nonzero.default: convert_count_nonzero,
-    aten.count_nonzero.dim_IntList: convert_count_nonzero,
-    aten.logsumexp.default: convert_logsumexp,
-    aten.cumsum.default: convert_cumsum,
-    aten.cumprod.default: convert_cumprod,
-    aten.logcumsumexp.default: convert_logcumsumexp,
-    aten.cummax.default: convert_cummax,
-    aten.cummin.default: convert_cummin,
-    aten.sum_to_size.default: convert_sum_to_size,
-    aten.hash_tensor.default: convert_hash_tensor,
-    aten.renorm.default: convert_renorm,
-    aten.diff.default: convert_diff,
-    aten.trapezoid.x: _trapezoid(False, True),
-    aten.trapezoid.dx: _trapezoid(False, False),
-    aten.trapz.x: _trapezoid(False, True),
-    aten.trapz.dx: _trapezoid(False, False),
-    aten.cumulative_trapezoid.x: _trapezoid(True, True),
-    aten.cumulative_trapezoid.dx: _trapezoid(True, False),
-    **{getattr(aten.gradient, o): convert_gradient for o in aten.gradient.overloads()},
+CONVERTERS: dict[str, Converter] = {
+    "aten.sum.dim_IntList": convert_sum,
+    "aten.sum.default": convert_sum_default,
+    "aten.mean.dim": convert_mean,
+    "aten.mean.default": convert_mean_default,
+    "aten.prod.dim_int": convert_prod,
+    "aten.prod.default": convert_prod_default,
+    "aten.nansum.default": convert_nansum,
+    "aten.nanmean.default": convert_nanmean,
+    "aten.amax.default": convert_amax,
+    "aten.amin.default": convert_amin,
+    "aten.max.default": convert_max_all,
+    "aten.min.default": convert_min_all,
+    "aten.max.dim": convert_max_dim,
+    "aten.min.dim": convert_min_dim,
+    "aten.aminmax.default": convert_aminmax,
+    "aten.argmax.default": convert_argmax,
+    "aten.argmin.default": convert_argmin,
+    "aten.var.default": convert_var,
+    "aten.var.dim": convert_var_dim,
+    "aten.var.correction": convert_var_correction,
+    "aten.std.default": convert_std,
+    "aten.std.dim": convert_std_dim,
+    "aten.std.correction": convert_std_correction,
+    "aten.var_mean.default": convert_var_mean,
+    "aten.var_mean.dim": convert_var_mean_dim,
+    "aten.var_mean.correction": convert_var_mean_correction,
+    "aten.std_mean.default": convert_std_mean,
+    "aten.std_mean.dim": convert_std_mean_dim,
+    "aten.std_mean.correction": convert_std_mean_correction,
+    "aten.linalg_vector_norm.default": vector_norm,
+    "aten.norm.Scalar": convert_norm,
+    "aten.norm.ScalarOpt_dim": convert_norm,
+    "aten.norm.ScalarOpt_dim_dtype": convert_norm,
+    "aten.norm.ScalarOpt_dtype": convert_norm_dtype,
+    "aten.any.default": convert_any,
+    "aten.any.dim": convert_any,
+    "aten.any.dims": convert_any,
+    "aten.all.default": convert_all,
+    "aten.all.dim": convert_all,
+    "aten.all.dims": convert_all,
+    "aten._is_all_true.default": convert_all,
+    "aten.count_nonzero.default": convert_count_nonzero,
+    "aten.count_nonzero.dim_IntList": convert_count_nonzero,
+    "aten.logsumexp.default": convert_logsumexp,
+    "aten.cumsum.default": convert_cumsum,
+    "aten.cumprod.default": convert_cumprod,
+    "aten.logcumsumexp.default": convert_logcumsumexp,
+    "aten.cummax.default": convert_cummax,
+    "aten.cummin.default": convert_cummin,
+    "aten.sum_to_size.default": convert_sum_to_size,
+    "aten.hash_tensor.default": convert_hash_tensor,
+    "aten.renorm.default": convert_renorm,
+    "aten.diff.default": convert_diff,
+    "aten.trapezoid.x": _trapezoid(False, True),
+    "aten.trapezoid.dx": _trapezoid(False, False),
+    "aten.trapz.x": _trapezoid(False, True),
+    "aten.trapz.dx": _trapezoid(False, False),
+    "aten.cumulative_trapezoid.x": _trapezoid(True, True),
+    "aten.cumulative_trapezoid.dx": _trapezoid(True, False),
+    "aten.gradient.scalarint": convert_gradient,
+    "aten.gradient.scalararray": convert_gradient,
+    "aten.gradient.array": convert_gradient,
+    "aten.gradient.scalarrayint": convert_gradient,
+    "aten.gradient.scalarrayarray": convert_gradient,
+    "aten.gradient.tensorarrayint": convert_gradient,
+    "aten.gradient.tensorarray": convert_gradient,
 }

@@ -12,78 +12,22 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.ops import normalize_axis, where
+from fastonnx.converters.lib.shapes import (
+    INT64_MAX,
+    diagonal_positions,
+    dim_piece,
+    dim_scalar,
+    is_static,
+    shape_of,
+    slice_axis,
+    transpose,
+)
 
 aten = torch.ops.aten
 
-INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
-
-
-# ---- shape building blocks (indexing.py and creation.py use them too) ----------------------------
-def is_static(dims: Sequence[Any]) -> bool:
-    return all(isinstance(d, int) for d in dims)
-
-
-def _dim_key(ctx: ConversionContext, d: Any) -> str:
-    return str(ctx.dim(d))
-
-
-def dim_piece(ctx: ConversionContext, d: Any, sources: Sequence[Value] = ()) -> str | None:
-    """A 1-element 1-D int64 tensor holding one dim (int, SymInt or Value), or None when a SymInt is
-    neither a graph input's dim nor a dim of one of ``sources``."""
-    if isinstance(d, int):
-        return ctx.i64([d])
-    if isinstance(d, (Value, str)):
-        return ctx.unsqueeze0(ctx.sym_value(d))
-    key = _dim_key(ctx, d)
-    if key in ctx.sym_values or key in ctx.sym_sources:
-        return ctx.unsqueeze0(ctx.sym_value(d))
-    for src in sources:
-        for axis, sd in enumerate(src.shape):
-            if not isinstance(sd, int) and _dim_key(ctx, sd) == key:
-                return ctx.op("Shape", src, start=axis, end=axis + 1)
-    return None
-
-
-def dim_scalar(ctx: ConversionContext, x: Value, axis: int) -> Any:
-    """The size of ``x`` along ``axis``: an int when static, else a 0-d int64 value."""
-    d = x.shape[axis]
-    if isinstance(d, int):
-        return d
-    key = _dim_key(ctx, d)
-    if key in ctx.sym_values or key in ctx.sym_sources:
-        return ctx.sym_value(d)  # shared with every other use of this dim
-    piece = dim_piece(ctx, d, (x,))
-    assert piece is not None  # x itself carries the dim
-    return ctx.op("Squeeze", piece, ctx.i64([0]))
-
-
-def shape_of(
-    ctx: ConversionContext, dims: Sequence[Any], sources: Sequence[Value] = (), unknown_ok: int = 1
-) -> str | None:
-    """A 1-D int64 shape tensor for ``dims`` (ints, SymInts, Values); a constant when all are ints.
-    Up to ``unknown_ok`` dims that cannot be found become -1 (Reshape infers one); None when more are
-    unknown (nothing is emitted then)."""
-    if is_static(dims):
-        return ctx.i64([int(d) for d in dims])
-    found = [d if isinstance(d, int) else dim_piece(ctx, d, sources) for d in dims]
-    if sum(1 for p in found if p is None) > unknown_ok:
-        return None
-    pieces: list[str] = []
-    run: list[int] = []
-    for p in found:
-        if p is None or isinstance(p, int):
-            run.append(-1 if p is None else p)
-            continue
-        if run:
-            pieces.append(ctx.i64(run))
-            run = []
-        pieces.append(p)
-    if run:
-        pieces.append(ctx.i64(run))
-    return pieces[0] if len(pieces) == 1 else ctx.op("Concat", *pieces, axis=0)
 
 
 def expand_shape(ctx: ConversionContext, dims: Sequence[Any], sources: Sequence[Value] = ()) -> str:
@@ -104,36 +48,6 @@ def reshape(ctx: ConversionContext, x: Any, dims: Sequence[Any], sources: Sequen
     # a 0 in a torch shape is a real 0, not "copy the input dim"
     zero = any(isinstance(d, int) and d == 0 for d in dims)
     return ctx.op("Reshape", x, shape, allowzero=1 if zero else None)
-
-
-def slice_axis(ctx: ConversionContext, x: Any, axis: int, start: Any, end: Any, step: int = 1) -> str:
-    """Slice one axis; start/end are ints (negative counts from the end, clamped as in Python) or Values."""
-    starts = ctx.i64([start]) if isinstance(start, int) else ctx.unsqueeze0(ctx.sym_value(start))
-    ends = ctx.i64([end]) if isinstance(end, int) else ctx.unsqueeze0(ctx.sym_value(end))
-    steps = ctx.i64([step]) if step != 1 else None
-    return ctx.op("Slice", x, starts, ends, ctx.i64([axis]), steps)
-
-
-# dtypes onnxruntime's Where has kernels for; others are selected in a wider type (exact round trip)
-_WHERE_TYPES = {
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.uint32,
-}
-_WHERE_WIDER = {torch.bool: torch.uint8, torch.int16: torch.int32, torch.uint16: torch.int32}
-
-
-def select(ctx: ConversionContext, cond: Any, a: Any, b: Any, dtype: torch.dtype) -> str:
-    """Where(cond, a, b) in ``dtype`` (a, b: values or Python scalars)."""
-    wide = dtype if dtype in _WHERE_TYPES else _WHERE_WIDER.get(dtype, dtype)
-    out = ctx.op("Where", cond, ctx.operand(a, wide), ctx.operand(b, wide))
-    return ctx.cast(out, dtype)
 
 
 def cast_all(ctx: ConversionContext, tensors: Sequence[Any], dtype: torch.dtype) -> list[str]:
@@ -186,12 +100,6 @@ def convert_transpose(ctx: ConversionContext, x: Value, dim0: int, dim1: int) ->
     a, b = normalize_axis(dim0, x.rank), normalize_axis(dim1, x.rank)
     perm[a], perm[b] = perm[b], perm[a]
     return transpose(ctx, x, perm)
-
-
-def transpose(ctx: ConversionContext, x: Any, perm: Sequence[int]) -> str:
-    if list(perm) == sorted(perm):
-        return ctx.op("Identity", x)
-    return ctx.op("Transpose", x, perm=list(perm))
 
 
 def convert_permute(ctx: ConversionContext, x: Value, dims: Sequence[int]) -> str:
@@ -671,7 +579,7 @@ def _trilu(ctx: ConversionContext, x: Value, diagonal: Any, upper: int) -> str:
     mask = ctx.op(
         "Trilu", ctx.op("ConstantOfShape", ones, value=ctx.tensor_attr(True, torch.bool)), k, upper=upper
     )
-    return select(ctx, mask, x, 0, x.dtype)
+    return where(ctx, mask, x, 0, x.dtype)
 
 
 def convert_tril(ctx: ConversionContext, x: Value, diagonal: Any = 0) -> str:
@@ -682,14 +590,6 @@ def convert_triu(ctx: ConversionContext, x: Value, diagonal: Any = 0) -> str:
     return _trilu(ctx, x, diagonal, 1)
 
 
-def _diag_positions(rows: int, cols: int, offset: int) -> tuple[list[int], list[int]]:
-    if offset >= 0:
-        n = max(0, min(rows, cols - offset))
-        return list(range(n)), [i + offset for i in range(n)]
-    n = max(0, min(rows + offset, cols))
-    return [i - offset for i in range(n)], list(range(n))
-
-
 def convert_diagonal(ctx: ConversionContext, x: Value, offset: int = 0, dim1: int = 0, dim2: int = 1) -> str:
     a, b = normalize_axis(dim1, x.rank), normalize_axis(dim2, x.rank)
     rows, cols = x.shape[a], x.shape[b]
@@ -697,7 +597,7 @@ def convert_diagonal(ctx: ConversionContext, x: Value, offset: int = 0, dim1: in
         raise ctx.error("diagonal needs static sizes for dim1 and dim2")
     perm = [i for i in range(x.rank) if i not in (a, b)] + [a, b]
     y = transpose(ctx, x, perm)
-    r, c = _diag_positions(rows, cols, offset)
+    r, c = diagonal_positions(rows, cols, offset)
     flat_idx = [i * cols + j for i, j in zip(r, c)]
     batch = [x.shape[i] for i in perm[:-2]]
     flat = reshape(ctx, y, [*batch, rows * cols], (x,)) if x.rank > 2 else ctx.op("Reshape", y, ctx.i64([-1]))
@@ -715,7 +615,7 @@ def convert_diag_embed(
     a, b = normalize_axis(dim1, out_rank), normalize_axis(dim2, out_rank)
     # rows hold x[..., i] where the column is i + offset; Where (not Mul) keeps inf/nan exact
     eye = torch.zeros(m, m, dtype=torch.bool)
-    r, c = _diag_positions(m, m, offset)
+    r, c = diagonal_positions(m, m, offset)
     eye[r, c] = True
     src = torch.zeros(m, m, dtype=torch.int64)
     src[r, c] = torch.arange(len(r))
@@ -727,7 +627,7 @@ def convert_diag_embed(
         if batch
         else ctx.op("Reshape", gathered, ctx.i64([m, m]))
     )
-    masked = select(ctx, ctx.const(eye, torch.bool), square, 0, x.dtype)
+    masked = where(ctx, ctx.const(eye, torch.bool), square, 0, x.dtype)
     # the two new dims sit last (rows, cols); move them to dim1, dim2
     perm: list[int | None] = [None] * out_rank
     perm[a], perm[b] = out_rank - 2, out_rank - 1
@@ -1024,123 +924,123 @@ def convert_combinations(ctx: ConversionContext, x: Value, r: int = 2, with_repl
     return ctx.op("Gather", x, ctx.const(torch.tensor(idx, dtype=torch.int64), torch.int64), axis=0)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.view.default: convert_view,
-    aten._unsafe_view.default: convert_view,
-    aten.view_copy.default: convert_view,
-    aten.reshape.default: convert_view,
-    aten.view_as.default: convert_view_as,
-    aten.reshape_as.default: convert_view_as,
-    aten.flatten.using_ints: convert_flatten,
-    aten.unflatten.int: convert_unflatten,
-    aten.transpose.int: convert_transpose,
-    aten.transpose_copy.int: convert_transpose,
-    aten.swapaxes.default: convert_transpose,
-    aten.swapdims.default: convert_transpose,
-    aten.permute.default: convert_permute,
-    aten.permute_copy.default: convert_permute,
-    aten.t.default: convert_t,
-    aten.t_copy.default: convert_t,
-    aten.movedim.int: convert_movedim,
-    aten.movedim.intlist: convert_movedim,
-    aten.moveaxis.int: convert_movedim,
-    aten.moveaxis.intlist: convert_movedim,
-    aten.unsqueeze.default: convert_unsqueeze,
-    aten.unsqueeze_copy.default: convert_unsqueeze,
-    aten.squeeze.default: convert_squeeze,
-    aten.squeeze.dim: convert_squeeze,
-    aten.squeeze.dims: convert_squeeze,
-    aten.squeeze_copy.default: convert_squeeze,
-    aten.squeeze_copy.dim: convert_squeeze,
-    aten.squeeze_copy.dims: convert_squeeze,
-    aten.expand.default: convert_expand,
-    aten.expand_copy.default: convert_expand,
-    aten.expand_as.default: convert_expand_as,
-    aten.broadcast_to.default: convert_broadcast_to,
-    aten.slice.Tensor: convert_slice,
-    aten.slice_copy.Tensor: convert_slice,
-    aten.narrow.default: convert_narrow,
-    aten.narrow_copy.default: convert_narrow,
-    aten.select.int: convert_select,
-    aten.select_copy.int: convert_select,
-    aten.cat.default: convert_cat,
-    aten.concat.default: convert_cat,
-    aten.concatenate.default: convert_cat,
-    aten.stack.default: convert_stack,
-    aten.hstack.default: convert_hstack,
-    aten.vstack.default: convert_vstack,
-    aten.dstack.default: convert_dstack,
-    aten.column_stack.default: convert_column_stack,
-    aten.atleast_1d.default: _atleast(1),
-    aten.atleast_1d.Sequence: _atleast(1),
-    aten.atleast_2d.default: _atleast(2),
-    aten.atleast_2d.Sequence: _atleast(2),
-    aten.atleast_3d.default: _atleast(3),
-    aten.atleast_3d.Sequence: _atleast(3),
-    aten.split.Tensor: convert_split,
-    aten.split.sizes: convert_split,
-    aten.split_with_sizes.default: convert_split,
-    aten.split_with_sizes_copy.default: convert_split,
-    aten.unsafe_split.Tensor: convert_split,
-    aten.unsafe_split_with_sizes.default: convert_split,
-    aten.chunk.default: convert_chunk,
-    aten.unsafe_chunk.default: convert_chunk,
-    aten.tensor_split.sections: convert_tensor_split,
-    aten.tensor_split.indices: convert_tensor_split,
-    aten.tensor_split.tensor_indices_or_sections: convert_tensor_split,
-    aten.unbind.int: convert_unbind,
-    aten.unbind_copy.int: convert_unbind,
-    aten.flip.default: convert_flip,
-    aten.fliplr.default: convert_fliplr,
-    aten.flipud.default: convert_flipud,
-    aten.roll.default: convert_roll,
-    aten.repeat.default: convert_repeat,
-    aten.tile.default: convert_tile,
-    aten.constant_pad_nd.default: convert_constant_pad_nd,
-    aten.pad.default: convert_pad,
-    aten.reflection_pad1d.default: _pad_mode("reflect"),
-    aten.reflection_pad2d.default: _pad_mode("reflect"),
-    aten.reflection_pad3d.default: _pad_mode("reflect"),
-    aten.replication_pad1d.default: _pad_mode("edge"),
-    aten.replication_pad2d.default: _pad_mode("edge"),
-    aten.replication_pad3d.default: _pad_mode("edge"),
-    aten._pad_circular.default: _pad_mode("circular"),
-    aten.tril.default: convert_tril,
-    aten.triu.default: convert_triu,
-    aten.diagonal.default: convert_diagonal,
-    aten.diagonal_copy.default: convert_diagonal,
-    aten.diag_embed.default: convert_diag_embed,
-    aten.diag.default: convert_diag,
-    aten.diagflat.default: convert_diagflat,
-    aten.linalg_diagonal.default: convert_linalg_diagonal,
-    aten.ravel.default: convert_ravel,
-    aten.mT.default: convert_matrix_t,
-    aten.mH.default: convert_matrix_t,
-    aten.adjoint.default: convert_matrix_t,
-    aten.matrix_H.default: convert_matrix_h,
-    aten.numpy_T.default: convert_numpy_t,
-    aten.hsplit.int: convert_hsplit,
-    aten.hsplit.array: convert_hsplit,
-    aten.vsplit.int: convert_vsplit,
-    aten.vsplit.array: convert_vsplit,
-    aten.dsplit.int: convert_dsplit,
-    aten.dsplit.array: convert_dsplit,
-    aten._chunk_cat.default: convert_chunk_cat,
-    aten.resize.default: convert_resize,
-    aten.resize_as.default: convert_resize_as,
-    aten.rot90.default: convert_rot90,
-    aten.unfold.default: convert_unfold,
-    aten.unfold_copy.default: convert_unfold,
-    aten.repeat_interleave.self_int: convert_repeat_interleave,
-    aten.repeat_interleave.self_Tensor: convert_repeat_interleave,
-    aten.repeat_interleave.Tensor: convert_repeat_interleave_indices,
-    aten.meshgrid.default: convert_meshgrid,
-    aten.meshgrid.indexing: convert_meshgrid,
-    aten.broadcast_tensors.default: convert_broadcast_tensors,
-    aten.block_diag.default: convert_block_diag,
-    aten.as_strided.default: convert_as_strided,
-    aten.as_strided_copy.default: convert_as_strided,
-    aten.cartesian_prod.default: convert_cartesian_prod,
-    aten.kron.default: convert_kron,
-    aten.combinations.default: convert_combinations,
+CONVERTERS: dict[str, Converter] = {
+    "aten.view.default": convert_view,
+    "aten._unsafe_view.default": convert_view,
+    "aten.view_copy.default": convert_view,
+    "aten.reshape.default": convert_view,
+    "aten.view_as.default": convert_view_as,
+    "aten.reshape_as.default": convert_view_as,
+    "aten.flatten.using_ints": convert_flatten,
+    "aten.unflatten.int": convert_unflatten,
+    "aten.transpose.int": convert_transpose,
+    "aten.transpose_copy.int": convert_transpose,
+    "aten.swapaxes.default": convert_transpose,
+    "aten.swapdims.default": convert_transpose,
+    "aten.permute.default": convert_permute,
+    "aten.permute_copy.default": convert_permute,
+    "aten.t.default": convert_t,
+    "aten.t_copy.default": convert_t,
+    "aten.movedim.int": convert_movedim,
+    "aten.movedim.intlist": convert_movedim,
+    "aten.moveaxis.int": convert_movedim,
+    "aten.moveaxis.intlist": convert_movedim,
+    "aten.unsqueeze.default": convert_unsqueeze,
+    "aten.unsqueeze_copy.default": convert_unsqueeze,
+    "aten.squeeze.default": convert_squeeze,
+    "aten.squeeze.dim": convert_squeeze,
+    "aten.squeeze.dims": convert_squeeze,
+    "aten.squeeze_copy.default": convert_squeeze,
+    "aten.squeeze_copy.dim": convert_squeeze,
+    "aten.squeeze_copy.dims": convert_squeeze,
+    "aten.expand.default": convert_expand,
+    "aten.expand_copy.default": convert_expand,
+    "aten.expand_as.default": convert_expand_as,
+    "aten.broadcast_to.default": convert_broadcast_to,
+    "aten.slice.Tensor": convert_slice,
+    "aten.slice_copy.Tensor": convert_slice,
+    "aten.narrow.default": convert_narrow,
+    "aten.narrow_copy.default": convert_narrow,
+    "aten.select.int": convert_select,
+    "aten.select_copy.int": convert_select,
+    "aten.cat.default": convert_cat,
+    "aten.concat.default": convert_cat,
+    "aten.concatenate.default": convert_cat,
+    "aten.stack.default": convert_stack,
+    "aten.hstack.default": convert_hstack,
+    "aten.vstack.default": convert_vstack,
+    "aten.dstack.default": convert_dstack,
+    "aten.column_stack.default": convert_column_stack,
+    "aten.atleast_1d.default": _atleast(1),
+    "aten.atleast_1d.Sequence": _atleast(1),
+    "aten.atleast_2d.default": _atleast(2),
+    "aten.atleast_2d.Sequence": _atleast(2),
+    "aten.atleast_3d.default": _atleast(3),
+    "aten.atleast_3d.Sequence": _atleast(3),
+    "aten.split.Tensor": convert_split,
+    "aten.split.sizes": convert_split,
+    "aten.split_with_sizes.default": convert_split,
+    "aten.split_with_sizes_copy.default": convert_split,
+    "aten.unsafe_split.Tensor": convert_split,
+    "aten.unsafe_split_with_sizes.default": convert_split,
+    "aten.chunk.default": convert_chunk,
+    "aten.unsafe_chunk.default": convert_chunk,
+    "aten.tensor_split.sections": convert_tensor_split,
+    "aten.tensor_split.indices": convert_tensor_split,
+    "aten.tensor_split.tensor_indices_or_sections": convert_tensor_split,
+    "aten.unbind.int": convert_unbind,
+    "aten.unbind_copy.int": convert_unbind,
+    "aten.flip.default": convert_flip,
+    "aten.fliplr.default": convert_fliplr,
+    "aten.flipud.default": convert_flipud,
+    "aten.roll.default": convert_roll,
+    "aten.repeat.default": convert_repeat,
+    "aten.tile.default": convert_tile,
+    "aten.constant_pad_nd.default": convert_constant_pad_nd,
+    "aten.pad.default": convert_pad,
+    "aten.reflection_pad1d.default": _pad_mode("reflect"),
+    "aten.reflection_pad2d.default": _pad_mode("reflect"),
+    "aten.reflection_pad3d.default": _pad_mode("reflect"),
+    "aten.replication_pad1d.default": _pad_mode("edge"),
+    "aten.replication_pad2d.default": _pad_mode("edge"),
+    "aten.replication_pad3d.default": _pad_mode("edge"),
+    "aten._pad_circular.default": _pad_mode("circular"),
+    "aten.tril.default": convert_tril,
+    "aten.triu.default": convert_triu,
+    "aten.diagonal.default": convert_diagonal,
+    "aten.diagonal_copy.default": convert_diagonal,
+    "aten.diag_embed.default": convert_diag_embed,
+    "aten.diag.default": convert_diag,
+    "aten.diagflat.default": convert_diagflat,
+    "aten.linalg_diagonal.default": convert_linalg_diagonal,
+    "aten.ravel.default": convert_ravel,
+    "aten.mT.default": convert_matrix_t,
+    "aten.mH.default": convert_matrix_t,
+    "aten.adjoint.default": convert_matrix_t,
+    "aten.matrix_H.default": convert_matrix_h,
+    "aten.numpy_T.default": convert_numpy_t,
+    "aten.hsplit.int": convert_hsplit,
+    "aten.hsplit.array": convert_hsplit,
+    "aten.vsplit.int": convert_vsplit,
+    "aten.vsplit.array": convert_vsplit,
+    "aten.dsplit.int": convert_dsplit,
+    "aten.dsplit.array": convert_dsplit,
+    "aten._chunk_cat.default": convert_chunk_cat,
+    "aten.resize.default": convert_resize,
+    "aten.resize_as.default": convert_resize_as,
+    "aten.rot90.default": convert_rot90,
+    "aten.unfold.default": convert_unfold,
+    "aten.unfold_copy.default": convert_unfold,
+    "aten.repeat_interleave.self_int": convert_repeat_interleave,
+    "aten.repeat_interleave.self_Tensor": convert_repeat_interleave,
+    "aten.repeat_interleave.Tensor": convert_repeat_interleave_indices,
+    "aten.meshgrid.default": convert_meshgrid,
+    "aten.meshgrid.indexing": convert_meshgrid,
+    "aten.broadcast_tensors.default": convert_broadcast_tensors,
+    "aten.block_diag.default": convert_block_diag,
+    "aten.as_strided.default": convert_as_strided,
+    "aten.as_strided_copy.default": convert_as_strided,
+    "aten.cartesian_prod.default": convert_cartesian_prod,
+    "aten.kron.default": convert_kron,
+    "aten.combinations.default": convert_combinations,
 }

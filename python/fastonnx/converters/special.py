@@ -23,13 +23,12 @@ import numpy as np
 import torch
 
 from fastonnx import dtypes
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import ERFC_FIT, reduce
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.ops import ERFC_FIT, reduce
 
 aten = torch.ops.aten
 
 f32, f64 = torch.float32, torch.float64
-Converter = Callable[..., str]
 Num = str | float | int
 
 # float32's pi: torch's trigamma kernel reflects with it
@@ -1101,29 +1100,123 @@ _UNARY: dict[str, Callable[[_Math, str], str]] = {
 }
 
 
-def _table() -> dict[Any, Any]:
-    table: dict[Any, Any] = {}
-    for name, build in _UNARY.items():
-        packet = getattr(aten, name, None)
-        if packet is not None and "default" in packet.overloads():
-            table[packet.default] = _unary(build, name)
-    table[aten.polygamma.default] = convert_polygamma
-    table[aten.special_polygamma.default] = convert_polygamma
-    table[aten.mvlgamma.default] = convert_mvlgamma
-    table[aten.frexp.Tensor] = convert_frexp
-    table[aten.nextafter.default] = convert_nextafter
-    for overload in ("default", "self_scalar", "other_scalar"):
-        table[getattr(aten.special_zeta, overload)] = _binary("zeta", _zeta)
-    table[aten.igamma.default] = _binary("igamma", lambda m, a, x, r: _igamma_pair(m, a, x, r)[0])
-    table[aten.igammac.default] = _binary("igammac", lambda m, a, x, r: _igamma_pair(m, a, x, r)[1])
-    for name, poly in _POLYNOMIALS.items():
-        packet = getattr(aten, f"special_{name}")
-        fn = _polynomial(name.replace("_polynomial", ""), poly)
-        for overload in ("default", "x_scalar", "n_scalar"):
-            table[getattr(packet, overload)] = fn
-    if hasattr(aten, "special_multigammaln"):
-        table[aten.special_multigammaln.default] = convert_mvlgamma
-    return table
+def _igamma(m: _Math, a: str, x: str, rank: int) -> str:
+    return _igamma_pair(m, a, x, rank)[0]
 
 
-CONVERTERS: dict[Any, Any] = _table()
+def _igammac(m: _Math, a: str, x: str, rank: int) -> str:
+    return _igamma_pair(m, a, x, rank)[1]
+
+
+CONVERTERS: dict[str, Converter] = {
+    "aten.lgamma.default": _unary(_lgamma, "lgamma"),
+    "aten.digamma.default": _unary(_digamma, "digamma"),
+    "aten.special_digamma.default": _unary(_digamma, "special_digamma"),
+    "aten.special_psi.default": _unary(_digamma, "special_psi"),
+    "aten.special_gammaln.default": _unary(_lgamma, "special_gammaln"),
+    "aten.erfinv.default": _unary(_erfinv, "erfinv"),
+    "aten.special_erfinv.default": _unary(_erfinv, "special_erfinv"),
+    "aten.special_ndtri.default": _unary(_ndtri, "special_ndtri"),
+    "aten.special_erfcx.default": _unary(_erfcx, "special_erfcx"),
+    "aten.special_log_ndtr.default": _unary(_log_ndtr, "special_log_ndtr"),
+    "aten.i0.default": _unary(_UNARY["i0"], "i0"),
+    "aten.special_i0.default": _unary(_UNARY["special_i0"], "special_i0"),
+    "aten.special_modified_bessel_i0.default": _unary(
+        _UNARY["special_modified_bessel_i0"], "special_modified_bessel_i0"
+    ),
+    "aten.special_i0e.default": _unary(_UNARY["special_i0e"], "special_i0e"),
+    "aten.special_i1.default": _unary(_UNARY["special_i1"], "special_i1"),
+    "aten.special_modified_bessel_i1.default": _unary(
+        _UNARY["special_modified_bessel_i1"], "special_modified_bessel_i1"
+    ),
+    "aten.special_i1e.default": _unary(_UNARY["special_i1e"], "special_i1e"),
+    "aten.special_bessel_j0.default": _unary(_UNARY["special_bessel_j0"], "special_bessel_j0"),
+    "aten.special_bessel_j1.default": _unary(_UNARY["special_bessel_j1"], "special_bessel_j1"),
+    "aten.special_bessel_y0.default": _unary(_UNARY["special_bessel_y0"], "special_bessel_y0"),
+    "aten.special_bessel_y1.default": _unary(_UNARY["special_bessel_y1"], "special_bessel_y1"),
+    "aten.special_modified_bessel_k0.default": _unary(
+        _UNARY["special_modified_bessel_k0"], "special_modified_bessel_k0"
+    ),
+    "aten.special_modified_bessel_k1.default": _unary(
+        _UNARY["special_modified_bessel_k1"], "special_modified_bessel_k1"
+    ),
+    "aten.special_scaled_modified_bessel_k0.default": _unary(
+        _UNARY["special_scaled_modified_bessel_k0"], "special_scaled_modified_bessel_k0"
+    ),
+    "aten.special_scaled_modified_bessel_k1.default": _unary(
+        _UNARY["special_scaled_modified_bessel_k1"], "special_scaled_modified_bessel_k1"
+    ),
+    "aten.special_spherical_bessel_j0.default": _unary(_spherical_j0, "special_spherical_bessel_j0"),
+    "aten.special_airy_ai.default": _unary(_airy_ai, "special_airy_ai"),
+    "aten.polygamma.default": convert_polygamma,
+    "aten.special_polygamma.default": convert_polygamma,
+    "aten.mvlgamma.default": convert_mvlgamma,
+    "aten.frexp.Tensor": convert_frexp,
+    "aten.nextafter.default": convert_nextafter,
+    "aten.special_zeta.default": _binary("zeta", _zeta),
+    "aten.special_zeta.self_scalar": _binary("zeta", _zeta),
+    "aten.special_zeta.other_scalar": _binary("zeta", _zeta),
+    "aten.igamma.default": _binary("igamma", _igamma),
+    "aten.igammac.default": _binary("igammac", _igammac),
+    "aten.special_chebyshev_polynomial_t.default": _polynomial("chebyshev_t", _chebyshev("t", False)),
+    "aten.special_chebyshev_polynomial_t.x_scalar": _polynomial("chebyshev_t", _chebyshev("t", False)),
+    "aten.special_chebyshev_polynomial_t.n_scalar": _polynomial("chebyshev_t", _chebyshev("t", False)),
+    "aten.special_chebyshev_polynomial_u.default": _polynomial("chebyshev_u", _chebyshev("u", False)),
+    "aten.special_chebyshev_polynomial_u.x_scalar": _polynomial("chebyshev_u", _chebyshev("u", False)),
+    "aten.special_chebyshev_polynomial_u.n_scalar": _polynomial("chebyshev_u", _chebyshev("u", False)),
+    "aten.special_chebyshev_polynomial_v.default": _polynomial("chebyshev_v", _chebyshev("v", False)),
+    "aten.special_chebyshev_polynomial_v.x_scalar": _polynomial("chebyshev_v", _chebyshev("v", False)),
+    "aten.special_chebyshev_polynomial_v.n_scalar": _polynomial("chebyshev_v", _chebyshev("v", False)),
+    "aten.special_chebyshev_polynomial_w.default": _polynomial("chebyshev_w", _chebyshev("w", False)),
+    "aten.special_chebyshev_polynomial_w.x_scalar": _polynomial("chebyshev_w", _chebyshev("w", False)),
+    "aten.special_chebyshev_polynomial_w.n_scalar": _polynomial("chebyshev_w", _chebyshev("w", False)),
+    "aten.special_shifted_chebyshev_polynomial_t.default": _polynomial(
+        "shifted_chebyshev_t", _chebyshev("t", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_t.x_scalar": _polynomial(
+        "shifted_chebyshev_t", _chebyshev("t", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_t.n_scalar": _polynomial(
+        "shifted_chebyshev_t", _chebyshev("t", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_u.default": _polynomial(
+        "shifted_chebyshev_u", _chebyshev("u", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_u.x_scalar": _polynomial(
+        "shifted_chebyshev_u", _chebyshev("u", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_u.n_scalar": _polynomial(
+        "shifted_chebyshev_u", _chebyshev("u", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_v.default": _polynomial(
+        "shifted_chebyshev_v", _chebyshev("v", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_v.x_scalar": _polynomial(
+        "shifted_chebyshev_v", _chebyshev("v", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_v.n_scalar": _polynomial(
+        "shifted_chebyshev_v", _chebyshev("v", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_w.default": _polynomial(
+        "shifted_chebyshev_w", _chebyshev("w", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_w.x_scalar": _polynomial(
+        "shifted_chebyshev_w", _chebyshev("w", True)
+    ),
+    "aten.special_shifted_chebyshev_polynomial_w.n_scalar": _polynomial(
+        "shifted_chebyshev_w", _chebyshev("w", True)
+    ),
+    "aten.special_hermite_polynomial_h.default": _polynomial("hermite_h", _hermite_h),
+    "aten.special_hermite_polynomial_h.x_scalar": _polynomial("hermite_h", _hermite_h),
+    "aten.special_hermite_polynomial_h.n_scalar": _polynomial("hermite_h", _hermite_h),
+    "aten.special_hermite_polynomial_he.default": _polynomial("hermite_he", _hermite_he),
+    "aten.special_hermite_polynomial_he.x_scalar": _polynomial("hermite_he", _hermite_he),
+    "aten.special_hermite_polynomial_he.n_scalar": _polynomial("hermite_he", _hermite_he),
+    "aten.special_laguerre_polynomial_l.default": _polynomial("laguerre_l", _laguerre),
+    "aten.special_laguerre_polynomial_l.x_scalar": _polynomial("laguerre_l", _laguerre),
+    "aten.special_laguerre_polynomial_l.n_scalar": _polynomial("laguerre_l", _laguerre),
+    "aten.special_legendre_polynomial_p.default": _polynomial("legendre_p", _legendre),
+    "aten.special_legendre_polynomial_p.x_scalar": _polynomial("legendre_p", _legendre),
+    "aten.special_legendre_polynomial_p.n_scalar": _polynomial("legendre_p", _legendre),
+    "aten.special_multigammaln.default": convert_mvlgamma,
+}

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis, opmath_dtype, reduce, unsqueeze
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.ops import normalize_axis, promote, reduce, unsqueeze
 
 aten = torch.ops.aten
 i64 = torch.int64
@@ -307,7 +308,6 @@ def convert_isin(
     assume_unique: bool = False,
     invert: bool = False,
 ) -> str:
-    from fastonnx.converters.helpers import promote
 
     dtype = promote(ctx, elements, test_elements)
     wide = torch.float64 if dtype.is_floating_point else i64
@@ -800,28 +800,28 @@ def convert_segment_reduce(
     return ctx.cast(out, dtype)
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.kthvalue.default: convert_kthvalue,
-    aten.median.default: convert_median,
-    aten.median.dim: convert_median_dim,
-    aten.nanmedian.default: convert_nanmedian,
-    aten.nanmedian.dim: convert_nanmedian_dim,
-    aten.mode.default: convert_mode,
-    aten.quantile.default: convert_quantile,
-    aten.quantile.scalar: convert_quantile,
-    aten.nanquantile.default: convert_nanquantile,
-    aten.nanquantile.scalar: convert_nanquantile,
-    aten.isin.Tensor_Tensor: convert_isin,
-    aten.isin.Tensor_Scalar: convert_isin,
-    aten.isin.Scalar_Tensor: convert_isin,
-    aten._unique2.default: convert_unique2,
-    aten.unique_consecutive.default: convert_unique_consecutive,
-    aten.unique_dim.default: convert_unique_dim,
-    aten.histc.default: convert_histc,
-    aten.histogram.bin_ct: convert_histogram_bin_ct,
-    aten.histogram.bins_tensor: convert_histogram_bins_tensor,
-    aten.histogramdd.default: convert_histogramdd,
-    aten.histogramdd.int_bins: convert_histogramdd,
-    aten.histogramdd.TensorList_bins: convert_histogramdd,
-    aten.segment_reduce.default: convert_segment_reduce,
+CONVERTERS: dict[str, Converter] = {
+    "aten.kthvalue.default": convert_kthvalue,
+    "aten.median.default": convert_median,
+    "aten.median.dim": convert_median_dim,
+    "aten.nanmedian.default": convert_nanmedian,
+    "aten.nanmedian.dim": convert_nanmedian_dim,
+    "aten.mode.default": convert_mode,
+    "aten.quantile.default": convert_quantile,
+    "aten.quantile.scalar": convert_quantile,
+    "aten.nanquantile.default": convert_nanquantile,
+    "aten.nanquantile.scalar": convert_nanquantile,
+    "aten.isin.Tensor_Tensor": convert_isin,
+    "aten.isin.Tensor_Scalar": convert_isin,
+    "aten.isin.Scalar_Tensor": convert_isin,
+    "aten._unique2.default": convert_unique2,
+    "aten.unique_consecutive.default": convert_unique_consecutive,
+    "aten.unique_dim.default": convert_unique_dim,
+    "aten.histc.default": convert_histc,
+    "aten.histogram.bin_ct": convert_histogram_bin_ct,
+    "aten.histogram.bins_tensor": convert_histogram_bins_tensor,
+    "aten.histogramdd.default": convert_histogramdd,
+    "aten.histogramdd.int_bins": convert_histogramdd,
+    "aten.histogramdd.TensorList_bins": convert_histogramdd,
+    "aten.segment_reduce.default": convert_segment_reduce,
 }

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from fastonnx.context import ConversionContext, Value
-from fastonnx.converters.helpers import normalize_axis
-from fastonnx.converters.shape_ops import dim_scalar
+from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.ops import normalize_axis
+from fastonnx.converters.lib.shapes import dim_scalar
 
 aten = torch.ops.aten
 
@@ -207,36 +207,36 @@ def convert_sym_ite(ctx: ConversionContext, cond: Any, a: Any, b: Any) -> Any:
     return ctx.op("Where", _operand(ctx, cond, torch.bool), _operand(ctx, a, dtype), _operand(ctx, b, dtype))
 
 
-CONVERTERS: dict[Any, Any] = {
-    aten.sym_size.int: convert_sym_size,
-    aten.sym_numel.default: convert_sym_numel,
-    aten.sym_storage_offset.default: convert_sym_storage_offset,
-    aten.sym_stride.int: convert_sym_stride,
-    aten._local_scalar_dense.default: convert_local_scalar_dense,
-    aten.item.default: convert_local_scalar_dense,
-    operator.add: convert_sym_add,
-    operator.sub: convert_sym_sub,
-    operator.mul: convert_sym_mul,
-    operator.floordiv: convert_sym_floordiv,
-    operator.mod: convert_sym_mod,
-    operator.truediv: convert_sym_truediv,
-    operator.pow: convert_sym_pow,
-    operator.neg: convert_sym_neg,
-    operator.eq: convert_sym_eq,
-    operator.ne: convert_sym_ne,
-    operator.lt: convert_sym_lt,
-    operator.le: convert_sym_le,
-    operator.gt: convert_sym_gt,
-    operator.ge: convert_sym_ge,
-    operator.and_: convert_sym_and,
-    operator.or_: convert_sym_or,
-    torch.sym_max: convert_sym_max,
-    torch.sym_min: convert_sym_min,
-    torch.sym_float: convert_sym_float,
-    torch.sym_int: convert_sym_int,
-    torch.sym_not: convert_sym_not,
-    torch.sym_ite: convert_sym_ite,
-    math.ceil: _rounding(math.ceil, "Ceil"),
-    math.floor: _rounding(math.floor, "Floor"),
-    math.trunc: convert_sym_int,
+CONVERTERS: dict[str, Converter] = {
+    "aten.sym_size.int": convert_sym_size,
+    "aten.sym_numel.default": convert_sym_numel,
+    "aten.sym_storage_offset.default": convert_sym_storage_offset,
+    "aten.sym_stride.int": convert_sym_stride,
+    "aten._local_scalar_dense.default": convert_local_scalar_dense,
+    "aten.item.default": convert_local_scalar_dense,
+    "operator.add": convert_sym_add,
+    "operator.sub": convert_sym_sub,
+    "operator.mul": convert_sym_mul,
+    "operator.floordiv": convert_sym_floordiv,
+    "operator.mod": convert_sym_mod,
+    "operator.truediv": convert_sym_truediv,
+    "operator.pow": convert_sym_pow,
+    "operator.neg": convert_sym_neg,
+    "operator.eq": convert_sym_eq,
+    "operator.ne": convert_sym_ne,
+    "operator.lt": convert_sym_lt,
+    "operator.le": convert_sym_le,
+    "operator.gt": convert_sym_gt,
+    "operator.ge": convert_sym_ge,
+    "operator.and_": convert_sym_and,
+    "operator.or_": convert_sym_or,
+    "torch.sym_max": convert_sym_max,
+    "torch.sym_min": convert_sym_min,
+    "torch.sym_float": convert_sym_float,
+    "torch.sym_int": convert_sym_int,
+    "torch.sym_not": convert_sym_not,
+    "torch.sym_ite": convert_sym_ite,
+    "math.ceil": _rounding(math.ceil, "Ceil"),
+    "math.floor": _rounding(math.floor, "Floor"),
+    "math.trunc": convert_sym_int,
 }

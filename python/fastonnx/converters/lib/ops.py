@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from fastonnx.context import ConversionContext, Operand, Value
+from fastonnx.converters.lib.kernels import compute_dtype, f64
 
 
 def normalize_axis(axis: int, rank: int) -> int:
@@ -99,26 +101,6 @@ def promote(ctx: ConversionContext, *args: Any) -> torch.dtype:
     return result
 
 
-def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype torch's CPU kernels compute a float op in: float32 for float16 / bfloat16 (rounded once
-    at the end), the dtype itself otherwise."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def overloads(name: str, *names: str) -> list[Any]:
-    """The overloads ``names`` (default: "default") of ``aten.<name>`` that this torch has."""
-    packet = getattr(torch.ops.aten, name, None)
-    if packet is None:
-        return []
-    return [getattr(packet, o) for o in names or ("default",) if o in packet.overloads()]
-
-
-def register(table: dict[Any, Any], fn: Any, name: str, *names: str) -> None:
-    """Serves ``aten.<name>``'s overloads ``names`` (default: "default") by ``fn`` in ``table``."""
-    for op in overloads(name, *names):
-        table[op] = fn
-
-
 # Numerical Recipes' fit of erfc: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0, relative
 # error < 1.2e-7 everywhere; P's coefficients from t^0 up
 ERFC_FIT = (
@@ -133,3 +115,50 @@ ERFC_FIT = (
     -0.82215223,
     0.17087277,
 )
+
+
+def log1p(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
+    """Kahan's accurate log1p: log(u) * x / (u - 1) with u = 1 + x; log(1 + x) loses small x."""
+    one = ctx.const(1.0, dt)
+    u = ctx.op("Add", x, one)
+    general = ctx.op("Div", ctx.op("Mul", ctx.op("Log", u), x), ctx.op("Sub", u, one))
+    result = ctx.op("Where", ctx.op("Equal", u, ctx.const(math.inf, dt)), u, general)
+    return ctx.op("Where", ctx.op("Equal", u, one), x, result)
+
+
+def signbit(ctx: ConversionContext, x: str, dt: torch.dtype) -> str:
+    """x < 0, or -0.0 (1 / -0.0 is -inf). The sign of a NaN is not visible without a bit cast."""
+    zero = ctx.const(0.0, dt)
+    negative_zero = ctx.op("Less", ctx.op("Reciprocal", x), zero)
+    return ctx.op("Or", ctx.op("Less", x, zero), ctx.op("And", ctx.op("Equal", x, zero), negative_zero))
+
+
+def atan2(ctx: ConversionContext, y: str, x: str, dt: torch.dtype) -> str:
+    """atan(y / x) moved to the right quadrant by +-pi when x is negative (or -0.0)."""
+    base = ctx.op("Atan", ctx.op("Div", y, x))
+    pi = ctx.op("Where", signbit(ctx, y, dt), ctx.const(-math.pi, dt), ctx.const(math.pi, dt))
+    shifted = ctx.op("Add", base, pi)
+    result = ctx.op("Where", signbit(ctx, x, dt), shifted, base)
+    # atan2(+-0, +-0) is +-0 or +-pi; y / x is NaN there
+    zero = ctx.const(0.0, dt)
+    both_zero = ctx.op("And", ctx.op("Equal", y, zero), ctx.op("Equal", x, zero))
+    at_zero = ctx.op("Where", signbit(ctx, x, dt), pi, ctx.op("Mul", y, ctx.const(1.0, dt)))
+    return ctx.op("Where", both_zero, at_zero, result)
+
+
+def hypot(ctx: ConversionContext, a: str, b: str, dt: torch.dtype) -> str:
+    """sqrt(a² + b²) in float64 (no overflow of the squares for float32 inputs); an infinite operand
+    gives inf even when the other is NaN, as C's hypot."""
+    wide = f64
+    a64, b64 = ctx.cast(a, wide), ctx.cast(b, wide)
+    root = ctx.op("Sqrt", ctx.op("Add", ctx.op("Mul", a64, a64), ctx.op("Mul", b64, b64)))
+    infinite = ctx.op("Or", ctx.op("IsInf", a64), ctx.op("IsInf", b64))
+    return ctx.cast(ctx.op("Where", infinite, ctx.const(math.inf, wide), root), dt)
+
+
+def where(ctx: ConversionContext, cond: Any, a: Any, b: Any, dtype: torch.dtype) -> str:
+    """Where with both branches as ``dtype`` (bool / int16 / uint64 run in a dtype with a kernel)."""
+    cd = compute_dtype("Where", dtype)
+    lhs = ctx.cast(ctx.operand(a, dtype), cd)
+    rhs = ctx.cast(ctx.operand(b, dtype), cd)
+    return ctx.cast(ctx.op("Where", ctx.cast(cond, torch.bool), lhs, rhs), dtype)

@@ -1,0 +1,11 @@
+"""The converter library: the building blocks converter families share. Families import only this
+package, ``fastonnx.context`` and ``fastonnx.dtypes``, never each other.
+
+- ``kernels``: which dtypes onnxruntime's CPU kernels take (one table), ``compute_dtype``, ``emit``,
+  the opmath rule;
+- ``ops``: common ONNX forms by opset (Reduce, Squeeze, Split...), ``where``, type promotion, exact
+  math pieces (log1p, atan2, hypot, signbit);
+- ``shapes``: shape tensors from torch's (symbolic) sizes, slicing, transposes;
+- ``random``: uniform draws and dropout masks at every opset;
+- ``reductions``: reduced-element counts, NaN-aware reductions, vector norms.
+"""
