@@ -12,14 +12,13 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.shapes import is_static, shape_of
 
 aten = torch.ops.aten
 
 # ConstantOfShape takes bfloat16 values from opset 20 only; below that it is filled in float32 and cast
 _CAST_FILL = {torch.bfloat16: 20}
-# Range has kernels for these; other dtypes are computed in float32 / int64 and cast
-_RANGE_TYPES = {torch.float32, torch.float64, torch.int16, torch.int32, torch.int64}
 
 
 def _shape(ctx: ConversionContext, size: Sequence[Any], like: Value | None = None) -> str:
@@ -116,7 +115,9 @@ def _arange(ctx: ConversionContext, start: Any, end: Any, step: Any) -> str:
     if all(isinstance(v, (int, float)) for v in (start, end, step)):
         # torch computes the values; they become a constant of exactly that content
         return ctx.const(torch.arange(start, end, step, dtype=dtype), dtype)
-    compute = dtype if dtype in _RANGE_TYPES else (torch.float32 if dtype.is_floating_point else torch.int64)
+    compute = (
+        dtype if dtype in NATIVE["Range"] else (torch.float32 if dtype.is_floating_point else torch.int64)
+    )
     parts = [_scalar(ctx, v, compute) for v in (start, end, step)]
     return ctx.cast(ctx.op("Range", *parts), dtype)
 

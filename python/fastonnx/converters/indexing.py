@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.ops import normalize_axis, unsqueeze, where
 from fastonnx.converters.lib.ops import reduce as helper_reduce
 from fastonnx.converters.lib.shapes import (
@@ -706,8 +707,7 @@ def convert_masked_select(ctx: ConversionContext, x: Value, mask: Value) -> str:
 
 
 # ---- sorting ------------------------------------------------------------------------------------------
-# onnxruntime's TopK kernels: these dtypes; the others are sorted as a wider type (exact conversions)
-_TOPK_TYPES = {torch.float32, torch.float64, torch.int32, torch.int64}
+# dtypes without a TopK kernel (lib.kernels.NATIVE) are sorted as a wider type (exact conversions)
 
 
 def _topk(ctx: ConversionContext, x: Value, k: Any, dim: int, largest: bool, sorted_: bool) -> list[str]:
@@ -717,7 +717,7 @@ def _topk(ctx: ConversionContext, x: Value, k: Any, dim: int, largest: bool, sor
     axis = normalize_axis(dim, x.rank)
     kk = ctx.i64([k]) if isinstance(k, int) else ctx.unsqueeze0(ctx.sym_value(k))
     data = x.name
-    if x.dtype not in _TOPK_TYPES:
+    if x.dtype not in NATIVE["TopK"]:
         wide = torch.float32 if x.dtype.is_floating_point and x.dtype != torch.float64 else torch.int64
         data = ctx.cast(x, wide)
     values, indices = ctx.op(

@@ -14,12 +14,11 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.ops import normalize_axis, reduce, unsqueeze
 
 aten = torch.ops.aten
 
-# onnxruntime's CPU Gemm has kernels for these only; other dtypes go through MatMul.
-_GEMM_DTYPES = (torch.float32, torch.float64, torch.float16)
 
 
 def _transpose_last2(ctx: ConversionContext, x: Value | str, rank: int) -> str:
@@ -51,7 +50,7 @@ def convert_linear(ctx: ConversionContext, x: Value, weight: Value, bias: Value 
     dtype = ctx.out_dtype
     if weight.shape[-1] == 0:
         return _empty_linear(ctx, x, weight, bias, dtype)
-    if x.rank == 2 and weight.rank == 2 and dtype in _GEMM_DTYPES:
+    if x.rank == 2 and weight.rank == 2 and dtype in NATIVE["Gemm"]:
         return ctx.op("Gemm", x, weight, bias, transB=1)
     # the Transpose is folded into the constant weight by the optimizer
     wt = ctx.op("Transpose", weight, perm=[1, 0]) if weight.rank == 2 else weight.name
@@ -90,7 +89,7 @@ def convert_addmm(
     plain = all(isinstance(s, (int, float)) for s in (beta, alpha))
     # onnxruntime's Gemm skips the bias when the inner dim is empty
     empty = m1.shape[1] == 0
-    if dtype in _GEMM_DTYPES and plain and not empty and isinstance(bias, Value) and bias.rank <= 2:
+    if dtype in NATIVE["Gemm"] and plain and not empty and isinstance(bias, Value) and bias.rank <= 2:
         if beta == 0:
             return ctx.op("Gemm", m1, m2, alpha=float(alpha))
         return ctx.op("Gemm", m1, m2, bias, alpha=float(alpha), beta=float(beta))
@@ -307,7 +306,7 @@ def convert_inner(ctx: ConversionContext, a: Value, b: Value) -> str:
         dtype = ctx.out_dtype
         return ctx.op("Mul", ctx.operand(a, dtype), ctx.operand(b, dtype))
     dtype = ctx.out_dtype
-    if dtype in _EINSUM_DTYPES:
+    if dtype in NATIVE["Einsum"]:
         return convert_tensordot(ctx, a, b, [-1], [-1])
     # Einsum has no kernel for small integer types: int64 products wrap to the same low bits
     a64 = Value(ctx.cast(a, torch.int64), torch.int64, a.shape)
@@ -316,8 +315,6 @@ def convert_inner(ctx: ConversionContext, a: Value, b: Value) -> str:
     return ctx.cast(ctx.op("Einsum", a64, b64, equation=eq), dtype)
 
 
-# onnxruntime's Einsum kernels
-_EINSUM_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def _inner_equation(rank_a: int, rank_b: int) -> str:

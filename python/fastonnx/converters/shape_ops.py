@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.ops import normalize_axis, where
 from fastonnx.converters.lib.shapes import (
     INT64_MAX,
@@ -567,12 +568,11 @@ def _pad_mode(mode: str) -> Callable[..., Any]:
 
 
 # ---- triangles and diagonals ---------------------------------------------------------------------
-_TRILU_TYPES = {torch.float32, torch.float64, torch.int64, torch.bool}
 
 
 def _trilu(ctx: ConversionContext, x: Value, diagonal: Any, upper: int) -> str:
     k = ctx.i64(diagonal) if isinstance(diagonal, int) else ctx.sym_value(diagonal)
-    if x.dtype in _TRILU_TYPES:
+    if x.dtype in NATIVE["Trilu"]:
         return ctx.op("Trilu", x, k, upper=upper)
     # onnxruntime's Trilu has no kernel for this dtype: select with a mask, exact for every dtype
     ones = ctx.op("Shape", x, start=-2) if x.static_shape() is None else ctx.i64(list(x.shape[-2:]))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
-from fastonnx.converters.lib.kernels import opmath_dtype
+from fastonnx.converters.lib.kernels import NATIVE, opmath_dtype
 from fastonnx.converters.lib.ops import normalize_axis, promote, reduce, unsqueeze
 
 aten = torch.ops.aten
@@ -409,9 +409,6 @@ def convert_unique_consecutive(
     return [out, inverse, counts if return_counts else _empty_i64(ctx)]
 
 
-_UNIQUE_TYPES = {torch.float32, torch.float64, torch.int64, torch.int8}
-
-
 def convert_unique_dim(
     ctx: ConversionContext,
     x: Value,
@@ -425,7 +422,7 @@ def convert_unique_dim(
     # compares with <, where NaN is unordered.
     axis = normalize_axis(dim, max(x.rank, 1))
     data = x.name
-    if x.dtype not in _UNIQUE_TYPES:
+    if x.dtype not in NATIVE["Unique"]:
         data = ctx.cast(x, torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else i64)
     y, _, inverse, counts = ctx.op("Unique", data, axis=axis, sorted=1, outputs=4)
     return [

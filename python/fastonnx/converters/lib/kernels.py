@@ -1,4 +1,10 @@
-"""DOC_kernels"""
+"""Which dtypes onnxruntime's CPU kernels take, and the dtype an op runs in.
+
+``NATIVE`` is the one table of kernel dtypes (probed on onnxruntime 1.31 at opsets 17 and 26): an op
+whose dtype has no kernel runs in ``compute_dtype`` (a wider dtype holding every value exactly) and is
+cast back (``emit``). ``opmath_dtype`` is torch's rule for composite float formulas: float16 / bfloat16
+compute in float32 and round once.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,6 @@ from typing import Any
 import torch
 
 from fastonnx.context import ConversionContext
-
-aten = torch.ops.aten
-
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 
@@ -75,6 +78,13 @@ NATIVE: dict[str, frozenset[torch.dtype]] = {
     "Cos": frozenset({f16, f32, f64}),
     **{op: frozenset({f16, f32}) for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh")},
     **{op: frozenset({f16, f32}) for op in ("Asinh", "Acosh", "Atanh")},
+    # kernels whose dtypes decide a converter's form rather than a cast around one op
+    "Range": frozenset({f32, f64, i16, i32, i64}),
+    "TopK": frozenset({f32, f64, i32, i64}),
+    "Gemm": frozenset({f16, f32, f64}),
+    "Einsum": frozenset({f16, f32, f64, i32, i64}),
+    "Trilu": frozenset({f32, f64, i64, torch.bool}),
+    "Unique": frozenset({f32, f64, i64, i8}),
 }
 
 

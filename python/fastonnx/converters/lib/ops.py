@@ -1,4 +1,6 @@
-"""Building blocks several converter families share: opset-dependent forms of common ONNX ops."""
+"""Common ONNX forms shared by families: opset-dependent Reduce / Squeeze / Unsqueeze / Split, torch's
+type promotion, ``where`` in a dtype with a kernel, and exact math pieces (log1p, signbit, atan2,
+hypot, the erfc fit)."""
 
 from __future__ import annotations
 

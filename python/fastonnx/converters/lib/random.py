@@ -1,4 +1,6 @@
-"""DOC_random"""
+"""Uniform and normal draws and dropout masks at every opset (see random_ops' docstring for why
+opset 22+ builds them from training-mode Dropout masks): shared by random ops, activations (rrelu) and
+attention (dropout)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,6 @@ from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
 from fastonnx.converters.lib.ops import reduce
 from fastonnx.converters.lib.shapes import shape_of
-
-aten = torch.ops.aten
-
 
 Shape = Value | str | Sequence[Any]
 

@@ -1,4 +1,5 @@
-"""DOC_reductions"""
+"""Reduction pieces shared by families: the axes a dim argument names, the count of reduced elements,
+NaN-propagating Max / Min reductions, and vector norms (also used by the matrix norms)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ import torch
 from fastonnx.context import ConversionContext, Value
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import normalize_axis, reduce, unsqueeze
-
-aten = torch.ops.aten
-
 
 Axes = list[int] | None  # None: every axis
 

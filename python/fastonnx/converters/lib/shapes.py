@@ -1,16 +1,12 @@
-"""DOC_shapes"""
+"""Shapes as tensors: a dim or a whole shape from ints, SymInts and Values (the runtime shape of a
+graph input or of another value carrying the same symbol), slicing one axis, transposes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from fastonnx.context import ConversionContext, Value
-
-aten = torch.ops.aten
-
 
 INT64_MAX = 2**63 - 1
 
