@@ -204,6 +204,7 @@ class Interpreter:
             return Value(name, t.dtype, tuple(t.shape))
         data = t.contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
         name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+        self.ctx.weights[name] = t
         return Value(name, t.dtype, tuple(t.shape))
 
     # ---- calls ----------------------------------------------------------------------------------
