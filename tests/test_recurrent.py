@@ -344,6 +344,17 @@ def test_to_onnx_keeps_the_sequence_dynamic() -> None:
             torch.testing.assert_close(result(x), model(x))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda: torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True), lambda: torch.nn.LSTM(4, 6, proj_size=3)],
+    ids=["lstm", "lstm_proj"],
+)
+def test_custom_op_and_aten_captures_give_identical_files(make: Callable[[], torch.nn.Module]) -> None:
+    model, x = make().eval(), _randn(3, 2, 4)
+    ep = torch.export.export(model, (x,), strict=False)  # aten.lstm.input
+    assert fastonnx.to_onnx(model, (x,)).to_bytes() == fastonnx.to_onnx(ep, (x,)).to_bytes()
+
+
 def test_torch_export_alone_specialises_the_sequence() -> None:
     """Why the custom ops exist: if this starts passing, torch.export no longer needs them."""
     with pytest.raises(Exception, match="specialized"):
