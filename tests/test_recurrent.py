@@ -237,6 +237,26 @@ def test_weights_computed_in_the_graph_are_reordered_at_run_time() -> None:
     check_export(Scaled(), (_randn(5, 3, 4), _randn(2, 3, 5), _randn(2, 3, 5)), optimize=SETTINGS)
 
 
+def test_meta_device_weights_are_reordered_at_run_time(tmp_path: Any) -> None:
+    """A model exported without weights: the reordering runs in the graph on the weights
+    attach_weights writes later."""
+    import onnxruntime
+
+    real = torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True).eval()
+    with torch.device("meta"):
+        meta = torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True).eval()
+    x = _randn(3, 2, 4)
+    path = tmp_path / "lstm.onnx"
+    result = fastonnx.to_onnx(meta, (x.to("meta"),), filename=path)
+    assert result.stats["deferred_weights"] == 16
+    fastonnx.attach_weights(path, real)
+    session = onnxruntime.InferenceSession(str(path))
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        y, (h, c) = real(x)
+    torch.testing.assert_close([torch.from_numpy(g) for g in got], [y, h, c])
+
+
 def test_module_called_twice_stores_its_reordered_weights_once() -> None:
     class Twice(torch.nn.Module):
         def __init__(self) -> None:
