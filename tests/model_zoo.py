@@ -316,3 +316,44 @@ TRANSFORMERS_MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any, ..
     "whisper-encoder": whisper_encoder,
     "llava": llava,
 }
+
+
+class SpeechEncoder(torch.nn.Module):
+    """A small speech-style encoder: log-mel frames (batch, mels, frames) through a strided conv1d
+    front end, a two-layer bidirectional LSTM and a linear head giving per-frame token logits."""
+
+    def __init__(self, mels: int = 16, channels: int = 24, hidden: int = 20, tokens: int = 12) -> None:
+        super().__init__()
+        self.front = torch.nn.Sequential(
+            torch.nn.Conv1d(mels, channels, kernel_size=3, padding=1),
+            torch.nn.GELU(),
+            torch.nn.Conv1d(channels, channels, kernel_size=3, stride=2, padding=1),
+            torch.nn.GELU(),
+        )
+        self.lstm = torch.nn.LSTM(
+            channels, hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=0.1
+        )
+        self.head = torch.nn.Linear(2 * hidden, tokens)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = self.front(features).transpose(1, 2)  # (batch, frames / 2, channels)
+        x, _ = self.lstm(x)
+        return self.head(x).log_softmax(-1)
+
+
+class GRUTagger(torch.nn.Module):
+    """A GRU sequence model: token embeddings, a two-layer GRU started from a learned state, and a
+    per-step classifier; it also returns the last hidden state."""
+
+    def __init__(self, vocab: int = 50, dim: int = 16, hidden: int = 24, classes: int = 5) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.gru = torch.nn.GRU(dim, hidden, num_layers=2)
+        self.h0 = torch.nn.Parameter(torch.randn(2, 1, hidden) * 0.5)
+        self.out = torch.nn.Linear(hidden, classes)
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(tokens)  # (seq, batch, dim)
+        h0 = self.h0.expand(-1, tokens.shape[1], -1).contiguous()
+        y, h = self.gru(x, h0)
+        return self.out(y), h

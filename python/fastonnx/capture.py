@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from fastonnx.errors import CaptureError, InputError
+from fastonnx.recurrent_capture import rnn_as_custom_ops
 
 _TRAINING_SENSITIVE = (
     torch.nn.modules.dropout._DropoutNd,
@@ -47,7 +48,9 @@ def capture(
                 stacklevel=3,
             )
     try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic
+        with rnn_as_custom_ops():
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # torch raises many types; its message is what the user needs
         raise CaptureError(f"torch.export.export failed on {type(model).__name__}: {e}") from e
 

@@ -124,6 +124,9 @@ class ConversionContext:
         self.sym_sources: dict[str, tuple[str, int]] = {}
         # symbol text -> ONNX 0-d int64 value holding it, created on first use
         self.sym_values: dict[str, str] = {}
+        # initializer name -> the torch tensor it borrows, for converters that lay a weight out anew
+        # at export (recurrent gate orders) instead of reshuffling it at every run
+        self.weights: dict[str, torch.Tensor] = {}
 
     def dim(self, d: Any) -> Dim:
         """A torch dim as written in the ONNX graph: int, or a readable symbolic name/expression."""

@@ -170,6 +170,7 @@ class Interpreter:
             return Value(name, t.dtype, tuple(t.shape))
         data = dtypes.tensor_bytes(t)
         name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+        self.ctx.weights[name] = t
         return Value(name, t.dtype, tuple(t.shape))
 
     # ---- calls ----------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ FAMILIES: tuple[str, ...] = (
     "nn_ops",
     "normalization",
     "random_ops",
+    "recurrent",
     "reductions",
     "shape_ops",
     "special",

@@ -20,7 +20,6 @@ from fastonnx.converters.lib.ops import normalize_axis, reduce, unsqueeze
 aten = torch.ops.aten
 
 
-
 def _transpose_last2(ctx: ConversionContext, x: Value | str, rank: int) -> str:
     perm = list(range(rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
@@ -313,8 +312,6 @@ def convert_inner(ctx: ConversionContext, a: Value, b: Value) -> str:
     b64 = Value(ctx.cast(b, torch.int64), torch.int64, b.shape)
     eq = _inner_equation(a.rank, b.rank)
     return ctx.cast(ctx.op("Einsum", a64, b64, equation=eq), dtype)
-
-
 
 
 def _inner_equation(rank_a: int, rank_b: int) -> str:
