@@ -112,7 +112,7 @@ class _Calls(TorchFunctionMode):
         super().__init__()
         self.calls: dict[Any, int] = {}
         self.conv_out: dict[int, list[Any]] = {}  # id -> [tensor (kept alive), readers]
-        self.bn_inputs: list[int] = []
+        self.bn_after_conv: list[list[Any]] = []  # the conv_out entry of each BatchNorm's input
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -122,8 +122,8 @@ class _Calls(TorchFunctionMode):
                 if isinstance(t, torch.Tensor) and id(t) in self.conv_out:
                     self.conv_out[id(t)][1] += 1
         self.calls[func] = self.calls.get(func, 0) + 1
-        if func in _BATCH_NORMS:
-            self.bn_inputs.append(id(args[0]))
+        if func in _BATCH_NORMS and id(args[0]) in self.conv_out:  # now: ids of dead tensors are reused
+            self.bn_after_conv.append(self.conv_out[id(args[0])])
         if func in _CONVS:
             self.conv_out[id(out)] = [out, 0]
         return out
@@ -144,7 +144,7 @@ def traced_patterns(model: torch.nn.Module, args: tuple[Any, ...]) -> Patterns:
         model(*args)
     c = mode.calls
     return Patterns(
-        conv_batchnorm=sum(mode.conv_out.get(i, [None, 0])[1] == 1 for i in mode.bn_inputs),
+        conv_batchnorm=sum(readers == 1 for _, readers in mode.bn_after_conv),
         gelu_op=c.get(f.gelu, 0),
         silu=c.get(f.silu, 0),
         # nn.MultiheadAttention splits heads seq-first ((s, b * n, h) views): 4-D at the attention
