@@ -41,10 +41,11 @@ ROTARY_EMBEDDING_OPSET = 23
 class Patterns:
     """How many fusable float32 patterns a model's graph holds.
 
-    ``attention`` counts attention chains whose queries are 4-D before attention (rotated, or split
-    from a fused qkv projection by a permute): they fuse to Attention from opset 23 only.
-    ``attention_3d`` counts chains whose heads are split from 3-D projections by Reshape + Transpose and
-    merged back (BERT, ViT): they also become MultiHeadAttention below opset 23 at the onnxruntime level.
+    ``attention_3d`` counts attention chains whose heads are split from 3-D projections by Reshape +
+    Transpose and merged back (BERT, ViT): Attention from opset 23, MultiHeadAttention below it at the
+    onnxruntime level. ``attention`` counts the chains fused to Attention from opset 23 only: queries
+    4-D before attention (rotated, or split from a fused qkv projection by a permute), and the other
+    reasons MultiHeadAttention does not take a chain, given with each model.
     ``gelu_op`` counts torch's own gelu (nn.GELU, F.gelu): its converter writes the standard Gelu from
     opset 20 (nothing to fuse) and the erf / tanh formula below it, which only the onnxruntime level
     fuses (into com.microsoft Gelu / FastGelu). ``gelu_written`` counts GELUs a model writes out by
@@ -241,8 +242,9 @@ TRANSFORMERS_PATTERNS: dict[str, Callable[[torch.nn.Module], Patterns]] = {
         + (Patterns(attention=2) + _activation(_config(m))) * _config(m).decoder_layers
     ),
     # T5's LayerNorm is an RMS norm: 2 per encoder layer, 3 per decoder layer, one final each. Its
-    # attention (relative-position bias, scale 1) fuses from opset 23; below it MultiHeadAttention does
-    # not fire, not even in the encoder or with use_cache=False: cause not found, reported.
+    # attention (scale 1) fuses from opset 23. Below it MultiHeadAttention does not fire: the mask is a
+    # float bias with a value per head (relative positions), so the converter's flag of rows the mask
+    # closes is (b, heads, q, 1), and the fusion keeps that Where only for a (b, 1, q, 1) flag.
     "t5": lambda m: (
         Patterns(rms_norm=2, attention=1) * _config(m).num_layers
         + Patterns(rms_norm=3, attention=2) * _config(m).num_decoder_layers

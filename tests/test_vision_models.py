@@ -21,13 +21,14 @@ OPSETS = (18, fastonnx.MAX_OPSET)
 SETTINGS = (False, True, "onnxruntime")
 # Tolerances. With BatchNorm statistics measured on random images (model_zoo.with_calibrated_batchnorm)
 # the logits are O(1) (0.07-16), and onnxruntime differs from eager by float32 rounding only: at most
-# 4e-5 (googlenet), 2e-5 (regnet_y_400mf, mnasnet0_5), under 1e-5 elsewhere, the same under every
+# 4e-5 (googlenet), 2e-5 (regnet_y_400mf, mnasnet0_5), about 1e-5 or less elsewhere, the same under every
 # optimize setting. 5e-5 absolute plus 1e-4 relative passes them all; a wrong normalisation, activation
 # or fold moves logits by orders more. Inception v3 is the exception: eager float32 itself is 1.7e-4
 # (torchvision) / 9e-4 (timm, logits ~16) away from the same model in float64, and onnxruntime is as
-# far (closer to float64 than eager, in fact): deep stacks of BatchNorms whose measured variance is
-# small amplify rounding. So the absolute tolerance is the larger of 5e-5 and twice the model's own
-# float32 error, measured against float64 on the test input.
+# far (closer to float64 than eager, in fact). Measured block by block against float64, the rounding
+# difference grows 1.5-2x per Inception block (no residual path damps it) to 6e-5 of the logits. So
+# the absolute tolerance is the larger of 5e-5 and twice the model's own float32 error, measured
+# against float64 on the test input.
 ATOL, RTOL = 5e-5, 1e-4
 
 # name -> input side; VGG and AlexNet are left out: 130M+ parameters of plain Conv/Linear, nothing new
