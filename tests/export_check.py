@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -37,10 +37,13 @@ def check_export(
     rtol: float = 1e-4,
     dynamic_shapes: Any = None,
     run_args: Sequence[tuple[Any, ...]] | None = None,
+    fusions: Callable[[int, bool | str], Mapping[str, int]] | None = None,
 ) -> list[fastonnx.ExportResult]:
     """torch.export once; for each opset and optimize setting: convert, run in onnxruntime, compare.
 
     ``run_args`` are further inputs (for dynamic shapes) run on the same exported file.
+    ``fusions(opset, optimize)`` gives the counters of ``stats["optimize"]`` each conversion must report
+    (a counter the stats do not hold counts as 0; counters not named are not checked).
     """
     model = model.eval()
     kwargs = kwargs or {}
@@ -52,6 +55,11 @@ def check_export(
     for opset in opsets:
         for opt in optimize:
             result = fastonnx.to_onnx(ep, args, kwargs, opset=opset, optimize=opt)
+            if fusions is not None:
+                want = dict(fusions(opset, opt))
+                stats = result.stats.get("optimize") or {}
+                got = {name: stats.get(name, 0) for name in want}
+                assert got == want, f"opset={opset} optimize={opt}: fusions {got}, expected {want}"
             for a, exp in zip(all_inputs, expected, strict=True):
                 got = result(*a, **kwargs)
                 torch.testing.assert_close(

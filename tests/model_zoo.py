@@ -43,6 +43,40 @@ class SmallCNN(torch.nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
+def with_calibrated_batchnorm(
+    model: torch.nn.Module, side: int, batches: int = 4, batch_size: int = 4
+) -> torch.nn.Module:
+    """BatchNorm statistics measured on random images, as training would give, and random affine terms.
+
+    A fresh BatchNorm (mean 0, var 1, weight 1, bias 0) is nearly the identity, which would hide a wrong
+    normalisation; random statistics instead make deep nets' activations grow layer by layer (logits
+    ~1e6), so that a comparison must scale its tolerance by the largest logit. Here each layer's weight
+    and bias are drawn at random (weight in [0.5, 1.5], bias ~ N(0, 0.1²): timm zero-initialises the
+    last BatchNorm of each residual block, which would leave that branch out), then a few training-mode
+    passes on random ``side``-pixel images (fixed seed) set each layer's running mean and variance to the
+    average of its batches' (momentum None): per-channel statistics that differ from 0 / 1, and
+    activations of order 1 throughout, so logits are O(1) and compared with tight absolute tolerances.
+    Returns the model in eval mode.
+    """
+    g = torch.Generator().manual_seed(0)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    momenta = [m.momentum for m in norms]
+    with torch.no_grad():
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the calibration batches
+            if m.affine:
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+        if norms:
+            model.train()
+            for _ in range(batches):
+                model(torch.randn(batch_size, 3, side, side, generator=g))
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    return model.eval()
+
+
 def with_random_batchnorm_stats(model: torch.nn.Module) -> torch.nn.Module:
     """Fresh BatchNorm layers have mean 0 / var 1, which would hide a wrong normalisation."""
     g = torch.Generator().manual_seed(0)
@@ -214,7 +248,11 @@ def seq2seq(model_type: str, cls_name: str, **cfg: Any) -> tuple[torch.nn.Module
 
 def vision(model_type: str, cls_name: str, **cfg: Any) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
-    return Hidden(_build(cls_name, _config(model_type, **cfg)), "pixel_values"), (pixels,)
+    # BatchNorm (MobileViT): its initial statistics let activations shrink to 0 by the last layer
+    model = with_calibrated_batchnorm(
+        Hidden(_build(cls_name, _config(model_type, **cfg)), "pixel_values"), 32
+    )
+    return model, (pixels,)
 
 
 def whisper_encoder() -> tuple[torch.nn.Module, tuple[Any, ...]]:
