@@ -62,6 +62,7 @@ def registry() -> dict[Any, Converter]:
 def named_registry() -> dict[str, Converter]:
     """Converters of ops other libraries define (torch.library), keyed by ``str(op)``: their OpOverload
     objects only exist once those libraries are imported."""
+    from fastonnx.converters import detection
     from fastonnx.converters.library_ops import NAMED_CONVERTERS
 
-    return dict(NAMED_CONVERTERS)
+    return {**NAMED_CONVERTERS, **detection.CONVERTERS}
