@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fastonnx
 from export_check import ENDS, Fn, check_export
 
 torchvision = pytest.importorskip("torchvision")
@@ -181,3 +182,49 @@ def test_deform_conv2d(case: tuple) -> None:
 
     # sums of cin / groups * kernel products of values ~3: float32 rounding in another order
     check_export(Fn(fn), (x, offset, mask), opsets=ENDS, atol=2e-5, rtol=1e-5)
+
+
+# ---- whole detection models --------------------------------------------------------------------------
+
+
+def _detector(name: str, classifier_scale: float) -> torch.nn.Module:
+    """A detection model with random weights and random BatchNorm statistics, every box kept (score
+    threshold 0), its classifier's weights scaled: with torchvision's initialisation, random weights
+    give nearly equal scores (~1 / classes) to every box, and the order of equal scores is arbitrary
+    (torch's sort and onnxruntime's NonMaxSuppression break ties differently)."""
+    from model_zoo import with_random_batchnorm_stats
+
+    kwargs: dict = {"weights": None, "weights_backbone": None, "min_size": 320, "max_size": 320}
+    kwargs["score_thresh" if name.startswith("retinanet") else "box_score_thresh"] = 0.0
+    torch.manual_seed(0)
+    model = with_random_batchnorm_stats(torchvision.models.get_model(name, **kwargs)).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "cls_score" in pname or "cls_logits" in pname:
+                p.mul_(classifier_scale)
+    return model
+
+
+def _check_detector(model: torch.nn.Module, opset: int = 20) -> None:
+    image = torch.rand(3, 320, 320, generator=_gen(0))
+    with torch.no_grad():
+        (expected,) = model([image])
+    assert len(expected["boxes"]) > 0
+    gaps = expected["scores"][:-1] - expected["scores"][1:]
+    assert float(gaps.min()) > 1e-6, "scores too close to have a well-defined order"
+    result = fastonnx.to_onnx(model, ([image],), opset=opset)
+    (got,) = result([image])
+    assert got.keys() == expected.keys()
+    # boxes are pixel coordinates up to 320 after ~60 float32 convolutions (and an exp of the box
+    # deltas); onnxruntime's convolutions round differently from torch's: ~1e-5 relative
+    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=5e-3, rtol=2e-5)
+    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
+
+
+def test_fasterrcnn_mobilenet_v3_large_320_fpn() -> None:
+    _check_detector(_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 300.0))
+
+
+def test_retinanet_resnet50_fpn() -> None:
+    _check_detector(_detector("retinanet_resnet50_fpn", 1.0))

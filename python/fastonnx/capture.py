@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
 
 _TRAINING_SENSITIVE = (
@@ -47,7 +48,8 @@ def capture(
                 stacklevel=3,
             )
     try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        with traceable_detection_ops():  # torchvision's detection models (see detection_capture.py)
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # torch raises many types; its message is what the user needs
         raise CaptureError(f"torch.export.export failed on {type(model).__name__}: {e}") from e
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -32,19 +33,54 @@ def traceable_batched_nms(
     return torchvision.ops.nms(boxes + offsets[:, None], scores, iou_threshold)
 
 
+def traceable_multiscale_roi_align(
+    x_filtered: list[torch.Tensor],
+    boxes: list[torch.Tensor],
+    output_size: list[int],
+    sampling_ratio: int,
+    scales: list[float] | None,
+    mapper: Any,
+) -> torch.Tensor:
+    """``torchvision.ops.poolers._multiscale_roi_align`` with ``rois.shape[0]`` for its ``len(rois)``
+    (an int conversion of a data-dependent size) and an out-of-place ``index_put`` per level."""
+    from torchvision.ops import poolers, roi_align
+
+    if scales is None or mapper is None:
+        raise ValueError("scales and mapper should not be None")
+    rois = poolers._convert_to_roi_format(boxes)
+    if len(x_filtered) == 1:
+        return roi_align(x_filtered[0], rois, output_size, scales[0], sampling_ratio)
+    levels = mapper(boxes)
+    first = x_filtered[0]
+    result = first.new_zeros((rois.shape[0], first.shape[1], *output_size))
+    for level, (feature, scale) in enumerate(zip(x_filtered, scales, strict=True)):
+        in_level = torch.where(levels == level)[0]
+        pooled = roi_align(feature, rois[in_level], output_size, scale, sampling_ratio)
+        result = result.index_put((in_level,), pooled.to(result.dtype))
+    return result
+
+
+# (module, attribute, replacement): what traceable_detection_ops swaps in
+_REPLACEMENTS = (
+    ("torchvision.ops.boxes", "batched_nms", traceable_batched_nms),
+    ("torchvision.ops.poolers", "_multiscale_roi_align", traceable_multiscale_roi_align),
+)
+
+
 @contextmanager
 def traceable_detection_ops() -> Iterator[None]:
-    """Within this block torchvision's ``batched_nms`` is :func:`traceable_batched_nms`.
+    """Within this block torchvision's detection helpers are their traceable forms above.
 
-    A no-op when torchvision has not been imported (then no model can call it).
+    A no-op for the modules not imported (then no model can call them).
     """
-    boxes_module = sys.modules.get("torchvision.ops.boxes")
-    if boxes_module is None:
-        yield
-        return
-    original = boxes_module.batched_nms
-    boxes_module.batched_nms = traceable_batched_nms
+    saved = []
+    for module_name, attr, replacement in _REPLACEMENTS:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, replacement)
     try:
         yield
     finally:
-        boxes_module.batched_nms = original
+        for module, attr, original in reversed(saved):
+            setattr(module, attr, original)
