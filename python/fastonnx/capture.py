@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
 from fastonnx.recurrent_capture import rnn_as_custom_ops
 
@@ -48,8 +49,9 @@ def capture(
                 stacklevel=3,
             )
     try:
-        # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic
-        with rnn_as_custom_ops():
+        # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
+        # detection post-processing in a traceable form (see recurrent_capture.py, detection_capture.py)
+        with rnn_as_custom_ops(), traceable_detection_ops():
             return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # torch raises many types; its message is what the user needs
         raise CaptureError(f"torch.export.export failed on {type(model).__name__}: {e}") from e

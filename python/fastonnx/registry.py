@@ -58,6 +58,7 @@ FAMILIES: tuple[str, ...] = (
     "complex_ops",
     "control_flow",
     "creation",
+    "detection",
     "elementwise",
     "indexing",
     "library_ops",

@@ -913,6 +913,12 @@ FAMILY_OF: dict[str, str] = {
     "torch.sym_not": "symbolic",
     "torch_nn._linear_cross_entropy_batch_chunked.default": "losses",
     "torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default": "losses",
+    "torchvision.deform_conv2d.default": "detection",
+    "torchvision.nms.default": "detection",
+    "torchvision.ps_roi_align.default": "detection",
+    "torchvision.ps_roi_pool.default": "detection",
+    "torchvision.roi_align.default": "detection",
+    "torchvision.roi_pool.default": "detection",
     "transformers.grouped_mm_fallback.default": "library_ops",
 }
 

@@ -1,0 +1,230 @@
+"""torchvision's detection operators and detection models: onnxruntime against eager torchvision.
+
+Operators run at opsets 17 (onnxruntime's RoiAlign / MaxRoiPool kernels, DeformConv composed) and
+MAX_OPSET (RoiAlign / MaxRoiPool composed, DeformConv), with several shapes and parameters each.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastonnx
+from export_check import ENDS, Fn, check_export
+
+torchvision = pytest.importorskip("torchvision")
+ops = torchvision.ops
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _rois(n: int, images: int, h: int, w: int, seed: int) -> torch.Tensor:
+    """(n, 5) rois: batch index, then x1, y1, x2, y2 in pixels of an h x w image, some reaching past
+    its borders, one degenerate (a point), one tiny."""
+    g = _gen(seed)
+    xy = torch.rand(n, 2, generator=g) * torch.tensor([w, h]) * 1.1 - 2
+    wh = torch.rand(n, 2, generator=g) * torch.tensor([w, h]) * 0.8
+    boxes = torch.cat([xy, xy + wh], dim=1)
+    boxes[0, 2:] = boxes[0, :2]  # a point
+    boxes[1, 2:] = boxes[1, :2] + 0.3  # smaller than a pixel
+    batch = torch.randint(0, images, (n, 1), generator=g).float()
+    return torch.cat([batch, boxes], dim=1)
+
+
+# ---- nms --------------------------------------------------------------------------------------------
+
+
+def _boxes(n: int, seed: int, spread: float) -> tuple[torch.Tensor, torch.Tensor]:
+    g = _gen(seed)
+    xy = torch.rand(n, 2, generator=g) * spread
+    wh = torch.rand(n, 2, generator=g) * 30 + 1
+    return torch.cat([xy, xy + wh], dim=1), torch.rand(n, generator=g)
+
+
+@pytest.mark.parametrize(
+    ("n", "iou", "spread"), [(1, 0.5, 10.0), (40, 0.5, 50.0), (300, 0.3, 100.0), (200, 0.9, 20.0)]
+)
+def test_nms(n: int, iou: float, spread: float) -> None:
+    boxes, scores = _boxes(n, n, spread)
+    check_export(Fn(lambda b, s: ops.nms(b, s, iou)), (boxes, scores), opsets=ENDS, atol=0, rtol=0)
+
+
+def test_nms_dynamic_count() -> None:
+    boxes, scores = _boxes(50, 1, 40.0)
+    other = _boxes(7, 2, 40.0)
+    n = torch.export.Dim("n")
+    check_export(
+        Fn(lambda b, s: ops.nms(b, s, 0.5)),
+        (boxes, scores),
+        opsets=ENDS,
+        atol=0,
+        rtol=0,
+        dynamic_shapes=(({0: n}, {0: n}),),  # Fn takes *xs
+        run_args=[other],
+    )
+
+
+def test_batched_nms_traceable() -> None:
+    """The capture-time replacement of batched_nms keeps what torchvision keeps, in its order."""
+    from fastonnx.detection_capture import traceable_batched_nms
+
+    boxes, scores = _boxes(400, 3, 60.0)
+    labels = torch.randint(0, 5, (400,), generator=_gen(4))
+    expected = ops.batched_nms(boxes, scores, labels, 0.5)
+    torch.testing.assert_close(traceable_batched_nms(boxes, scores, labels, 0.5), expected, atol=0, rtol=0)
+    check_export(
+        Fn(lambda b, s, c: traceable_batched_nms(b, s, c, 0.5)),
+        (boxes, scores, labels),
+        opsets=ENDS,
+        atol=0,
+        rtol=0,
+    )
+
+
+# ---- roi_align / roi_pool ------------------------------------------------------------------------------
+
+# (images, channels, height, width, rois, output size, spatial scale)
+ROI_CASES = [
+    (1, 3, 12, 15, 6, (3, 4), 1.0),
+    (2, 4, 17, 11, 9, (2, 2), 0.5),
+    (3, 2, 8, 8, 5, (7, 7), 0.25),
+]
+# float32 sums of 4 products per sample, up to 16 samples per bin; composed forms add them in another
+# order than torchvision: a few ulp of values of size ~4
+TOL = {"atol": 2e-6, "rtol": 1e-5}
+
+
+@pytest.mark.parametrize("case", ROI_CASES)
+@pytest.mark.parametrize("sampling_ratio", [-1, 0, 2, 5])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align(case: tuple, sampling_ratio: int, aligned: bool) -> None:
+    n, c, h, w, k, size, scale = case
+    x = torch.randn(n, c, h, w, generator=_gen(1))
+    rois = _rois(k, n, int(h / scale), int(w / scale), seed=k)
+    fn = Fn(lambda a, r: ops.roi_align(a, r, size, scale, sampling_ratio, aligned))
+    check_export(fn, (x, rois), opsets=ENDS, **TOL)
+
+
+@pytest.mark.parametrize("case", ROI_CASES)
+def test_roi_pool(case: tuple) -> None:
+    n, c, h, w, k, size, scale = case
+    x = torch.randn(n, c, h, w, generator=_gen(2))
+    rois = _rois(k, n, int(h / scale), int(w / scale), seed=k + 1)
+    check_export(Fn(lambda a, r: ops.roi_pool(a, r, size, scale)), (x, rois), opsets=ENDS, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("case", ROI_CASES)
+@pytest.mark.parametrize("sampling_ratio", [-1, 2])
+def test_ps_roi_align(case: tuple, sampling_ratio: int) -> None:
+    n, _, h, w, k, size, scale = case
+    c = 2 * size[0] * size[1]
+    x = torch.randn(n, c, h, w, generator=_gen(3))
+    rois = _rois(k, n, int(h / scale), int(w / scale), seed=k + 2)[
+        2:
+    ]  # no zero-size roi: 0 / 0 in torchvision
+    fn = Fn(lambda a, r: ops.ps_roi_align(a, r, size, scale, sampling_ratio))
+    check_export(fn, (x, rois), opsets=ENDS, **TOL)
+
+
+@pytest.mark.parametrize("case", ROI_CASES)
+def test_ps_roi_pool(case: tuple) -> None:
+    n, _, h, w, k, size, scale = case
+    c = 3 * size[0] * size[1]
+    x = torch.randn(n, c, h, w, generator=_gen(4))
+    rois = _rois(k, n, int(h / scale), int(w / scale), seed=k + 3)
+    check_export(Fn(lambda a, r: ops.ps_roi_pool(a, r, size, scale)), (x, rois), opsets=ENDS, **TOL)
+
+
+def test_roi_align_dynamic_rois() -> None:
+    x = torch.randn(1, 3, 10, 10, generator=_gen(5))
+    rois = _rois(6, 1, 10, 10, seed=5)
+    k = torch.export.Dim("k")
+    check_export(
+        Fn(lambda a, r: ops.roi_align(a, r, (3, 3), 1.0, -1, True)),
+        (x, rois),
+        opsets=ENDS,
+        dynamic_shapes=(({}, {0: k}),),  # Fn takes *xs
+        run_args=[(x, _rois(11, 1, 10, 10, seed=6))],
+        **TOL,
+    )
+
+
+# ---- deform_conv2d ---------------------------------------------------------------------------------------
+
+# (batch, in, out, H, W, kernel, stride, padding, dilation, groups, offset groups, mask)
+DEFORM_CASES = [
+    (1, 3, 4, 7, 8, (3, 3), (1, 1), (1, 1), (1, 1), 1, 1, True),
+    (2, 4, 6, 9, 10, (3, 3), (2, 1), (1, 1), (1, 1), 2, 2, True),
+    (1, 6, 3, 8, 6, (2, 3), (1, 2), (0, 1), (2, 1), 3, 3, False),
+    (2, 2, 2, 5, 5, (1, 1), (1, 1), (0, 0), (1, 1), 1, 2, False),
+]
+
+
+@pytest.mark.parametrize("case", DEFORM_CASES)
+def test_deform_conv2d(case: tuple) -> None:
+    b, cin, cout, h, w, k, s, p, d, groups, off_groups, use_mask = case
+    g = _gen(7)
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    x = torch.randn(b, cin, h, w, generator=g)
+    weight = torch.randn(cout, cin // groups, *k, generator=g)
+    bias = torch.randn(cout, generator=g)
+    # offsets of a few pixels: samples land between pixels and past the borders
+    offset = torch.randn(b, 2 * off_groups * k[0] * k[1], oh, ow, generator=g) * 2
+    mask = torch.rand(b, off_groups * k[0] * k[1], oh, ow, generator=g)
+
+    def fn(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return ops.deform_conv2d(
+            x, offset, weight, bias, stride=s, padding=p, dilation=d, mask=mask if use_mask else None
+        )
+
+    # sums of cin / groups * kernel products of values ~3: float32 rounding in another order
+    check_export(Fn(fn), (x, offset, mask), opsets=ENDS, atol=2e-5, rtol=1e-5)
+
+
+# ---- whole detection models --------------------------------------------------------------------------
+
+
+def _detector(name: str, classifier_scale: float) -> torch.nn.Module:
+    """A detection model with random weights and random BatchNorm statistics, every box kept (score
+    threshold 0), its classifier's weights scaled: with torchvision's initialisation, random weights
+    give nearly equal scores (~1 / classes) to every box, and the order of equal scores is arbitrary
+    (torch's sort and onnxruntime's NonMaxSuppression break ties differently)."""
+    from model_zoo import with_random_batchnorm_stats
+
+    kwargs: dict = {"weights": None, "weights_backbone": None, "min_size": 320, "max_size": 320}
+    kwargs["score_thresh" if name.startswith("retinanet") else "box_score_thresh"] = 0.0
+    torch.manual_seed(0)
+    model = with_random_batchnorm_stats(torchvision.models.get_model(name, **kwargs)).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "cls_score" in pname or "cls_logits" in pname:
+                p.mul_(classifier_scale)
+    return model
+
+
+def _check_detector(model: torch.nn.Module, opset: int = 20) -> None:
+    image = torch.rand(3, 320, 320, generator=_gen(0))
+    with torch.no_grad():
+        (expected,) = model([image])
+    assert len(expected["boxes"]) > 0
+    gaps = expected["scores"][:-1] - expected["scores"][1:]
+    assert float(gaps.min()) > 1e-6, "scores too close to have a well-defined order"
+    result = fastonnx.to_onnx(model, ([image],), opset=opset)
+    (got,) = result([image])
+    assert got.keys() == expected.keys()
+    # boxes are pixel coordinates up to 320 after ~60 float32 convolutions (and an exp of the box
+    # deltas); onnxruntime's convolutions round differently from torch's: ~1e-5 relative
+    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=5e-3, rtol=2e-5)
+    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
+
+
+def test_fasterrcnn_mobilenet_v3_large_320_fpn() -> None:
+    _check_detector(_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 300.0))
+
+
+def test_retinanet_resnet50_fpn() -> None:
+    _check_detector(_detector("retinanet_resnet50_fpn", 1.0))
