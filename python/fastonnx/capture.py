@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.aliasing import unsupported_mutation
 from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
 from fastonnx.recurrent_capture import rnn_as_custom_ops
@@ -57,43 +58,9 @@ def capture(
         raise CaptureError(f"torch.export.export failed on {type(model).__name__}: {e}") from e
 
 
-def _mutated_args(node: torch.fx.Node) -> list[Any]:
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.is_mutable:
-        return []
-    out = []
-    for i, a in enumerate(schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            if a.kwarg_only or i >= len(node.args):
-                out.append(node.kwargs.get(a.name))
-            else:
-                out.append(node.args[i])
-    return out
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and bool(getattr(node.target, "is_view", False))
-
-
 def functionalization_reason(ep: torch.export.ExportedProgram) -> str | None:
-    """Why in-place ops in the graph cannot simply be rebound, or None when they can.
-
-    Rebinding (the mutated value's later readers see the op's result) is right for a value that is
-    neither a view, nor viewed, nor a graph input; anything else needs torch's functionalization.
-    """
-    for node in ep.graph.nodes:
-        if node.op != "call_function":
-            continue
-        for target in _mutated_args(node):
-            if not isinstance(target, torch.fx.Node):
-                return f"{node.name} ({node.target}) mutates a non-tensor argument"
-            if target.op == "placeholder":
-                return f"{node.name} ({node.target}) mutates the input or buffer {target.name}"
-            if _is_view(target):
-                return f"{node.name} ({node.target}) mutates {target.name}, a view"
-            if any(_is_view(u) for u in target.users if u is not node):
-                return f"{node.name} ({node.target}) mutates {target.name}, which has views"
-    return None
+    """Why the walker cannot write every in-place op of ``ep`` itself (see aliasing.py), or None."""
+    return unsupported_mutation(ep)
 
 
 def prepare(

@@ -5,17 +5,17 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fastonnx import dtypes, dynamic
+from fastonnx import aliasing, dtypes, dynamic
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
-from fastonnx.registry import Registry
+from fastonnx.registry import Entry, Registry
 
 
 @dataclass
@@ -34,6 +34,17 @@ class OutputSlot:
     constant: Any = None
     is_scalar: bool = False
     is_complex: bool = False  # stored as (..., 2) real, returned through torch.view_as_complex
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A value sharing its base's memory: a view, a piece of one, or an in-place op's result. It was
+    computed from ``parent`` when the base was at ``version``; a write to the base since makes it
+    stale, and it is recomputed from the parent on its next read (see aliasing.py)."""
+
+    base: torch.fx.Node
+    parent: torch.fx.Node
+    version: int
 
 
 @dataclass
@@ -78,6 +89,12 @@ class Interpreter:
         self.deferred: dict[str, str] = {}
         self.user_args = user_args
         self.requested_dims = requested_dims
+        # writes through views (aliasing.py): what each alias came from, how often each base was written
+        self.aliases: dict[torch.fx.Node, Alias] = {}
+        self.versions: dict[torch.fx.Node, int] = {}
+        self.mutated_placeholders: dict[torch.fx.Node, None] = {}  # in graph order
+        # value names the builder changed to an output's name (one value may be several outputs)
+        self.renamed: dict[str, str] = {}
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Layout:
@@ -177,7 +194,7 @@ class Interpreter:
     def map_arg(self, a: Any) -> Any:
         """An FX argument with every node replaced by what it was converted to."""
         if isinstance(a, torch.fx.Node):
-            return self.env[a]
+            return self.value_of(a)
         if isinstance(a, (list, tuple)):
             return type(a)(self.map_arg(x) for x in a)
         if isinstance(a, dict):
@@ -195,11 +212,35 @@ class Interpreter:
             # values created inside the subgraph are not visible outside it
             self.g, self.ctx.g, self.ctx.sym_values = saved
 
+    def value_of(self, node: torch.fx.Node) -> Any:
+        """What ``node`` converted to, as it is now: an alias whose base was written since it was
+        computed is recomputed from its (current) parent first."""
+        alias = self.aliases.get(node)
+        if alias is None or alias.version == self.versions.get(alias.base, 0):
+            return self.env[node]
+        parent = self.value_of(alias.parent)
+        if node.target is operator.getitem:
+            value = parent[node.args[1]]
+        elif aliasing.is_in_place(node):
+            value = parent  # an in-place op returns what it wrote
+        else:
+            entry = self.registry.lookup(node.target)
+            assert entry is not None  # it was converted once already
+            args = (parent, *self.map_arg(node.args[1:]))
+            where = f"FX node {node.name!r}, recomputed after a write to {alias.base.name}"
+            value = self._apply(node, entry, args, self.map_arg(node.kwargs), where)
+        self.env[node] = value
+        self.aliases[node] = replace(alias, version=self.versions.get(alias.base, 0))
+        return value
+
     def _call(self, node: torch.fx.Node, index: int, total: int) -> None:
         target = node.target
         if target is operator.getitem:
             seq, i = node.args
-            self.env[node] = self.env[seq][i]  # type: ignore[index]
+            self.env[node] = self.value_of(seq)[i]  # type: ignore[arg-type, index]
+            if seq in self.aliases:
+                base = self.aliases[seq].base  # type: ignore[index]
+                self.aliases[node] = Alias(base, seq, self.versions.get(base, 0))  # type: ignore[arg-type]
             return
         where = f"FX node {node.name!r}, node {index + 1} of {total}"
         entry = self.registry.lookup(target)
@@ -221,8 +262,20 @@ class Interpreter:
                 raise
             self.env[node] = self._bind(node, result)
             return
-        args = self.map_arg(node.args)
-        kwargs = self.map_arg(node.kwargs)
+        value = self._apply(node, entry, self.map_arg(node.args), self.map_arg(node.kwargs), where)
+        self.env[node] = value
+        first = node.args[0] if node.args else None
+        if not isinstance(first, torch.fx.Node):
+            return
+        if entry.in_place:
+            self._written(node, first, value)
+        elif aliasing.is_view(node):
+            base = self.aliases[first].base if first in self.aliases else first
+            self.aliases[node] = Alias(base, first, self.versions.get(base, 0))
+
+    def _apply(self, node: torch.fx.Node, entry: Entry, args: Any, kwargs: Any, where: str) -> Any:
+        """Convert ``node`` with its mapped arguments; the result bound to torch's dtype and shape."""
+        target = node.target
         fn = entry.convert
         if self._complex and _involves_complex(node, args, kwargs):
             complex_fn = self.registry.complex_converter(entry)
@@ -245,12 +298,38 @@ class Interpreter:
                 f"converting {target} ({where}) failed: {type(e).__name__}: {e}; called at "
                 f"{source_line(node)}"
             ) from e
-        value = self._bind(node, result)
-        self.env[node] = value
-        mutated = node.args[0] if entry.in_place and node.args else None
-        if isinstance(mutated, torch.fx.Node):
-            # an in-place op on an unaliased value: later readers of that value read the result
-            self.env[mutated] = value
+        return self._bind(node, result)
+
+    def _written(self, node: torch.fx.Node, target: torch.fx.Node, value: Any) -> None:
+        """An in-place op wrote ``value`` into ``target``: rebind the base (through the views between
+        them) and make the op's own result an alias of ``target``."""
+        alias = self.aliases.get(target)
+        base = alias.base if alias is not None else target
+        new = value
+        child = target
+        while child is not base:
+            # the parent as it is now, with the part ``child`` shows replaced
+            link = self.aliases[child]
+            parent = self.value_of(link.parent)
+            if aliasing.is_in_place(child):
+                pass  # the in-place result is its target itself
+            elif child.target is operator.getitem or not isinstance(parent, Value):
+                raise ConversionError(f"cannot write through {child.name} ({child.target})")
+            else:
+                args = aliasing.bound_args(child, self.map_arg(child.args), self.map_arg(child.kwargs))
+                self.ctx.node = child
+                name = aliasing.write_into(self.ctx, child, args, parent, new)
+                self.g.set_type(name, *self.ctx.onnx_type(parent.dtype, parent.shape))
+                new = Value(name, parent.dtype, parent.shape)
+            child = link.parent
+        self.env[base] = new
+        version = self.versions[base] = self.versions.get(base, 0) + 1
+        if target is not base:
+            self.env[target] = value
+            self.aliases[target] = Alias(self.aliases[target].base, self.aliases[target].parent, version)
+        self.aliases[node] = Alias(base, target, version)
+        if base.op == "placeholder":
+            self.mutated_placeholders[base] = None
 
     def _bind(self, node: torch.fx.Node, result: Any) -> Any:
         return self._bind_val(node, node.meta.get("val"), result)
@@ -319,7 +398,8 @@ class Interpreter:
                 wanted = self.output_names[k] if self.output_names else (path or a.name)
                 k += 1
                 name, is_scalar = self._output_value(a, wanted)
-                is_complex = isinstance(self.env[a], Value) and self.env[a].dtype.is_complex
+                value = self.value_of(a)
+                is_complex = isinstance(value, Value) and value.dtype.is_complex
                 self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar, is_complex=is_complex))
             else:
                 self.layout.outputs.append(OutputSlot(None, constant=a))
@@ -332,6 +412,13 @@ class Interpreter:
                 self.layout.extra_outputs.append(name)
             else:
                 raise ConversionError(f"output {a} is a {spec.kind.name}, which fastonnx does not export")
+        # inputs and buffers the walker wrote in place (aliasing.py), named as functionalization would
+        kinds = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+        for ph in (n for n in self.ep.graph.nodes if n in self.mutated_placeholders):
+            spec = kinds.get(ph.name)
+            target = spec.target if spec is not None and spec.kind == InputKind.BUFFER else ph.name
+            name, _ = self._output_value(ph, f"mutated.{target}")
+            self.layout.extra_outputs.append(name)
         if not self.layout.extra_outputs and all(o.onnx_name is None for o in self.layout.outputs):
             raise InputError(
                 "the model returns no tensor (torch.export made every output a constant: "
@@ -339,7 +426,9 @@ class Interpreter:
             )
 
     def _output_value(self, a: torch.fx.Node, wanted: str) -> tuple[str, bool]:
-        value = self.env[a]
+        value = self.value_of(a)
+        if isinstance(value, Value) and value.name in self.renamed:
+            value = Value(self.renamed[value.name], value.dtype, value.shape)
         if not isinstance(value, Value):
             # a constant the converters folded (e.g. a static size); it becomes a constant output
             val = a.meta.get("val")
@@ -350,7 +439,7 @@ class Interpreter:
         if name != value.name:
             # the builder renamed the value to the output's name: later outputs of the same node
             # (an input mutated in place and also returned) must read it under its new name
-            self.env[a] = Value(name, value.dtype, value.shape)
+            self.renamed[value.name] = name
         return name, value.rank == 0 and isinstance(
             a.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float)
         )
