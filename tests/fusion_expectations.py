@@ -253,8 +253,7 @@ TRANSFORMERS_PATTERNS: dict[str, Callable[[torch.nn.Module], Patterns]] = {
     # ConvNeXt's LayerNorms are torch's (permuted for channels-first): converted directly
     "convnext": lambda m: _activation(_config(m)) * sum(_config(m).depths),
     # MobileViT's CNN parts are counted from its calls (traced_patterns); its attention divides the
-    # scores by sqrt(d) after QK^T (not Mul(q, scale) before it) and passes an eval-mode Dropout
-    # (Identity): not the README's pattern, not fused
+    # scores by sqrt(d) after QK^T (not Mul(q, scale) before it): not the README's pattern, not fused
     "mobilevit": lambda m: Patterns(),
     # LLaVA: the CLIP vision tower (every layer is traced, even the one after the feature layer),
     # its projector's gelu and a Llama

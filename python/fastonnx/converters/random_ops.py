@@ -396,7 +396,9 @@ def _dropout(name: str, feature: bool, alpha: bool) -> Any:
     def convert(ctx: ConversionContext, x: Value, p: float, train: bool) -> str:
         _check_p(ctx, name, p)
         if _is_identity(x, p, train):
-            return ctx.op("Identity", x)
+            # the value itself, as clone / detach give it: an Identity node would stand between the
+            # ops around it and hide patterns such as attention from the fusions
+            return x.name
         dt = x.dtype
         if p == 1:
             return ctx.op("Mul", x, ctx.const(0, dt))  # x * 0 as torch does: NaN stays NaN
