@@ -42,6 +42,7 @@ def to_onnx(
     output_names: Sequence[str] | None = None,
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
+    strict_dynamic: bool = True,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -49,6 +50,12 @@ def to_onnx(
     placeholders unless ``input_names`` is given. ``opset`` defaults to 20. ``optimize`` is False,
     True (standard ONNX) or "onnxruntime". When ``filename`` is given the model is written there
     (atomically; ``external_data=None`` switches to a ``.data`` file only past 2 GiB).
+
+    ``dynamic_shapes`` are refined once with torch.export's suggested fixes when it refuses them
+    (``stats["dynamic_shapes_refined"]``). A dim asked to be dynamic that torch.export specialises
+    raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
+    the fixed size and a warning instead. Safe to call from several threads: the capture is
+    serialised, conversion and writing run in parallel.
     """
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
@@ -67,7 +74,7 @@ def to_onnx(
     requested: dynamic.Requested = {}
     if isinstance(model, torch.nn.Module):
         dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats)
+    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
     ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
