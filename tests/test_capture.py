@@ -233,6 +233,8 @@ def test_conversion_does_not_wait_for_a_capture() -> None:
     model = MLP().eval()
     x = _randn(2, 16)
     ep = torch.export.export(model, (x,), strict=False)
+    # the first call of a process may register transformers' caches with torch's pytree, under the lock
+    fastonnx.to_onnx(ep, (x,))
     done = threading.Event()
 
     def convert() -> None:

@@ -20,7 +20,6 @@ from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
-from fastonnx.transformers_caches import register_transformers_caches
 from fastonnx.weights import DEFERRED_KEY
 
 log = logging.getLogger("fastonnx")
@@ -70,7 +69,7 @@ def to_onnx(
     stats: dict[str, Any] = {"opset": opset}
 
     t0 = time.perf_counter()
-    register_transformers_caches()
+    capture_mod.register_pytree_types()
     requested: dynamic.Requested = {}
     if isinstance(model, torch.nn.Module):
         dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from fastonnx import dynamic
 from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
 from fastonnx.recurrent_capture import rnn_as_custom_ops
+from fastonnx.transformers_caches import register_transformers_caches
 
 log = logging.getLogger("fastonnx")
 
@@ -33,6 +35,20 @@ TRACE_LOCK = threading.RLock()
 """Held by every fastonnx call that traces (torch.export, run_decompositions) or patches process-wide
 state for it (torch._VF, torchvision's detection helpers, torch.fx.experimental._config). Reentrant, so
 a user who exports their own ExportedProgram under it may call to_onnx inside."""
+
+_pytree_registered = False
+
+
+def register_pytree_types() -> None:
+    """transformers' cache classes registered with torch's pytree (process-wide, once, under the lock;
+    a no-op without a lock once done or while transformers is not imported)."""
+    global _pytree_registered
+    if _pytree_registered or "transformers" not in sys.modules:
+        return
+    with TRACE_LOCK:
+        register_transformers_caches()
+        _pytree_registered = True
+
 
 _TRAINING_SENSITIVE = (
     torch.nn.modules.dropout._DropoutNd,
