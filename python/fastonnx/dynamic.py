@@ -217,6 +217,7 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
     """
     names: dict[str, str] = {}
     defaults: dict[str, str] = {}
+    roots: dict[str, str] = {}
     for index, (input_name, val) in enumerate(placeholders):
         if not isinstance(val, torch.Tensor):
             continue
@@ -231,14 +232,18 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
                     )
                 continue
             expr = d.node.expr
+            wanted = requested.get((index, axis))
             if not expr.is_Symbol:
+                # a dim torch's suggested fixes derived from a new root ("n = 2*_n"): the root is
+                # named as torch names it, "_" + the user's name
+                if wanted and len(expr.free_symbols) == 1:
+                    roots.setdefault(str(next(iter(expr.free_symbols))), f"_{wanted}")
                 continue
             key = str(expr)
-            wanted = requested.get((index, axis))
             if wanted and key not in names:
                 names[key] = wanted
             defaults.setdefault(key, f"{input_name}_dim{axis}")
-    return {**defaults, **names}
+    return {**roots, **defaults, **names}
 
 
 def specialised(
