@@ -20,7 +20,6 @@ from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
-from fastonnx.transformers_caches import register_transformers_caches
 from fastonnx.weights import DEFERRED_KEY
 
 log = logging.getLogger("fastonnx")
@@ -42,6 +41,7 @@ def to_onnx(
     output_names: Sequence[str] | None = None,
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
+    strict_dynamic: bool = True,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -49,6 +49,12 @@ def to_onnx(
     placeholders unless ``input_names`` is given. ``opset`` defaults to 20. ``optimize`` is False,
     True (standard ONNX) or "onnxruntime". When ``filename`` is given the model is written there
     (atomically; ``external_data=None`` switches to a ``.data`` file only past 2 GiB).
+
+    ``dynamic_shapes`` are refined once with torch.export's suggested fixes when it refuses them
+    (``stats["dynamic_shapes_refined"]``). A dim asked to be dynamic that torch.export specialises
+    raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
+    the fixed size and a warning instead. Safe to call from several threads: the capture is
+    serialised, conversion and writing run in parallel.
     """
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
@@ -63,11 +69,11 @@ def to_onnx(
     stats: dict[str, Any] = {"opset": opset}
 
     t0 = time.perf_counter()
-    register_transformers_caches()
+    capture_mod.register_pytree_types()
     requested: dynamic.Requested = {}
     if isinstance(model, torch.nn.Module):
         dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats)
+    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
     ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0

@@ -1,17 +1,55 @@
 """From what the user passed to an ExportedProgram: torch.export (non-strict), decompositions only on
-request, and functionalization only when the graph mutates a view or an input."""
+request, and functionalization only when the graph mutates a view or an input.
+
+With dynamic shapes the capture runs with size-oblivious reasoning, so that a dim whose example size
+is 0 or 1 stays dynamic; when torch.export refuses the dynamic shapes and suggests fixes, it is tried
+once more with them. A dim asked to be dynamic that still comes out fixed is an error (a warning with
+``strict_dynamic=False``).
+
+torch.export is not thread-safe, nor are the module patches applied while capturing: everything that
+traces runs under :data:`TRACE_LOCK`; conversion and writing do not take it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.fx.experimental._config as fx_config
 
+from fastonnx import dynamic
 from fastonnx.aliasing import unsupported_mutation
 from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
 from fastonnx.recurrent_capture import rnn_as_custom_ops
+from fastonnx.transformers_caches import register_transformers_caches
+
+log = logging.getLogger("fastonnx")
+
+TRACE_LOCK = threading.RLock()
+"""Held by every fastonnx call that traces (torch.export, run_decompositions) or patches process-wide
+state for it (torch._VF, torchvision's detection helpers, torch.fx.experimental._config). Reentrant, so
+a user who exports their own ExportedProgram under it may call to_onnx inside."""
+
+_pytree_registered = False
+
+
+def register_pytree_types() -> None:
+    """transformers' cache classes registered with torch's pytree (process-wide, once, under the lock;
+    a no-op without a lock once done or while transformers is not imported)."""
+    global _pytree_registered
+    if _pytree_registered or "transformers" not in sys.modules:
+        return
+    with TRACE_LOCK:
+        register_transformers_caches()
+        _pytree_registered = True
+
 
 _TRAINING_SENSITIVE = (
     torch.nn.modules.dropout._DropoutNd,
@@ -25,7 +63,11 @@ def capture(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     stats: dict[str, Any],
+    requested: dynamic.Requested | None = None,
+    strict_dynamic: bool = True,
 ) -> torch.export.ExportedProgram:
+    """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
+    (``dynamic.normalize``), checked against what torch.export made of them."""
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
             raise InputError(
@@ -49,13 +91,76 @@ def capture(
                 f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
                 stacklevel=3,
             )
+    with TRACE_LOCK:
+        ep, reason = _export_refined(model, args, kwargs, dynamic_shapes, stats)
+    fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
+    if fixed and strict_dynamic:
+        where = "; ".join(f"input {path!r} axis {axis} to {size}" for path, axis, size in fixed)
+        why = f" torch.export said:\n{reason}\n" if reason else " "
+        raise CaptureError(
+            f"dynamic_shapes asked for dynamic dims that torch.export specialised: {where}: the ONNX model "
+            f"would only accept that size there.{why}Make the model's code keep the dim symbolic, give an "
+            f"example input whose size there is not special, or pass strict_dynamic=False to export with "
+            f"the fixed size (with a warning)"
+        )
+    return ep
+
+
+def _export(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, dynamic_shapes: Any
+) -> torch.export.ExportedProgram:
+    # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
+    # detection post-processing in a traceable form (see recurrent_capture.py, detection_capture.py)
+    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(dynamic_shapes is not None):
+        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def _export_refined(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    dynamic_shapes: Any,
+    stats: dict[str, Any],
+) -> tuple[torch.export.ExportedProgram, str | None]:
+    """torch.export, and once more with torch's suggested dynamic shapes when it refuses the user's.
+
+    Returns the program and, after a refinement, torch's explanation of why the shapes were changed.
+    """
+    name = type(model).__name__
     try:
-        # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
-        # detection post-processing in a traceable form (see recurrent_capture.py, detection_capture.py)
-        with rnn_as_custom_ops(), traceable_detection_ops():
-            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        return _export(model, args, kwargs, dynamic_shapes), None
     except Exception as e:  # torch raises many types; its message is what the user needs
-        raise CaptureError(f"torch.export.export failed on {type(model).__name__}: {e}") from e
+        message = getattr(e, "msg", None) or str(e)
+        refined = dynamic.refine(message, dynamic_shapes) if "Constraints violated" in message else None
+        if refined is None:
+            raise CaptureError(f"torch.export.export failed on {name}: {e}") from e
+        first = e
+    new_shapes, fixes = refined
+    log.warning(
+        "torch.export refused the dynamic_shapes of %s; retrying with its suggested fixes: %s",
+        name,
+        "; ".join(fixes),
+    )
+    try:
+        ep = _export(model, args, kwargs, new_shapes)
+    except Exception as e:
+        raise CaptureError(
+            f"torch.export.export failed on {name}: {first}\nand failed again with its suggested fixes "
+            f"({'; '.join(fixes)}): {e}"
+        ) from e
+    stats["dynamic_shapes_refined"] = fixes
+    return ep, message.split("\nThe error above occurred")[0]
+
+
+@contextlib.contextmanager
+def size_oblivious(enabled: bool) -> Iterator[None]:
+    """torch.export's size-oblivious reasoning (as torch.onnx sets it): a dynamic dim whose example
+    size is 0 or 1 stays symbolic instead of being specialised to that size."""
+    if not enabled:
+        yield
+        return
+    with fx_config.patch(backed_size_oblivious=True):
+        yield
 
 
 def functionalization_reason(ep: torch.export.ExportedProgram) -> str | None:
@@ -72,10 +177,20 @@ def prepare(
             raise InputError(
                 f"decompositions must be a dict of op overload -> function, got {type(decompositions).__name__}"
             )
-        ep = ep.run_decompositions(decompositions)
+        with TRACE_LOCK, size_oblivious(_has_symbolic_inputs(ep)):
+            ep = ep.run_decompositions(decompositions)
         stats["decompositions"] = len(decompositions)
     reason = functionalization_reason(ep)
     if reason is not None:
-        ep = ep.run_decompositions({})
+        with TRACE_LOCK, size_oblivious(_has_symbolic_inputs(ep)):
+            ep = ep.run_decompositions({})
         stats["functionalized"] = reason
     return ep
+
+
+def _has_symbolic_inputs(ep: torch.export.ExportedProgram) -> bool:
+    for node in ep.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape):
+            return True
+    return False

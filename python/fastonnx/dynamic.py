@@ -3,7 +3,10 @@
 Accepted per tensor: a dict {axis: spec} or a list/tuple with one spec per axis, where a spec is a
 ``torch.export.Dim`` (with min/max, or derived like ``seq + 1``), ``Dim.DYNAMIC`` / ``Dim.AUTO`` /
 ``Dim.STATIC``, None (static), or a string: the name the ONNX dim gets. A string becomes ``Dim.AUTO``
-for torch.export (torch may then specialise it; fastonnx warns when it does).
+for torch.export (torch may then specialise it: see :func:`specialised`).
+
+When torch.export refuses the dynamic shapes with its "Constraints violated ... Suggested fixes" error,
+:func:`refine` turns the suggested fixes into new dynamic shapes for one more try.
 
 Names of ONNX dims: the user's string, else the Dim's name, else ``<input>_dim<axis>``; a derived dim is
 written as its expression over those names ("seq+1").
@@ -12,6 +15,7 @@ written as its expression over those names ("seq+1").
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -213,6 +217,7 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
     """
     names: dict[str, str] = {}
     defaults: dict[str, str] = {}
+    roots: dict[str, str] = {}
     for index, (input_name, val) in enumerate(placeholders):
         if not isinstance(val, torch.Tensor):
             continue
@@ -227,11 +232,71 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
                     )
                 continue
             expr = d.node.expr
+            wanted = requested.get((index, axis))
             if not expr.is_Symbol:
+                # a dim torch's suggested fixes derived from a new root ("n = 2*_n"): the root is
+                # named as torch names it, "_" + the user's name
+                if wanted and len(expr.free_symbols) == 1:
+                    roots.setdefault(str(next(iter(expr.free_symbols))), f"_{wanted}")
                 continue
             key = str(expr)
-            wanted = requested.get((index, axis))
             if wanted and key not in names:
                 names[key] = wanted
             defaults.setdefault(key, f"{input_name}_dim{axis}")
-    return {**defaults, **names}
+    return {**roots, **defaults, **names}
+
+
+def specialised(
+    ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any], requested: Requested
+) -> list[tuple[str, int, int]]:
+    """(input path, axis, size) of every dim the user asked to be dynamic that torch.export fixed."""
+    if not requested:
+        return []
+    paths = input_paths(ep, args, kwargs)
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    out = []
+    for index, name in enumerate(ep.graph_signature.user_inputs):
+        val = nodes[name].meta.get("val") if name in nodes else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, d in enumerate(val.shape):
+            if (index, axis) in requested and (isinstance(d, int) or d.node.expr.is_number):
+                out.append((paths[index], axis, int(d)))
+    return out
+
+
+# one fix per line after "Suggested fixes:": "n = Dim('n', min=2, max=32)", "n = 2*_n", "batch = 2"
+_FIX = re.compile(r"^\s+([A-Za-z_][\w.]*) = (\S.*)$")
+
+
+def suggested_fixes(message: str) -> list[str]:
+    """The lines of torch.export's "Suggested fixes:" block ("n = 2*_n"), without the text after it."""
+    _, found, rest = message.partition("Suggested fixes:")
+    if not found:
+        return []
+    lines = rest.splitlines()
+    if lines and not lines[0].strip():
+        lines = lines[1:]  # the end of the header's own line
+    fixes = []
+    for line in lines:
+        match = _FIX.match(line)
+        if match is None:
+            break
+        fixes.append(f"{match.group(1)} = {match.group(2).strip()}")
+    return fixes
+
+
+def refine(message: str, dynamic_shapes: Any) -> tuple[Any, list[str]] | None:
+    """torch's suggested fixes applied to ``dynamic_shapes`` (with the fixes as text), or None when
+    the message suggests none or torch cannot apply them."""
+    fixes = suggested_fixes(message)
+    if not fixes or dynamic_shapes is None:
+        return None
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    # torch's parser reads every line after the header as a fix: give it only the fixes
+    clean = "Suggested fixes:\n" + "\n".join(f"  {f}" for f in fixes)
+    try:
+        return refine_dynamic_shapes_from_suggested_fixes(clean, dynamic_shapes), fixes
+    except Exception:  # a fix torch's own helper cannot apply (an unsupported relation)
+        return None
