@@ -371,6 +371,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.isneginf.default": "comparison",
     "aten.isposinf.default": "comparison",
     "aten.isreal.default": "comparison",
+    "aten.istft.default": "complex_ops",
     "aten.item.default": "symbolic",
     "aten.kl_div.default": "losses",
     "aten.kron.default": "shape_ops",
