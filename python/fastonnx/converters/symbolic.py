@@ -54,7 +54,37 @@ def convert_sym_numel(ctx: ConversionContext, x: Value) -> Any:
     return ctx.op("ReduceProd", ctx.op("Shape", x), keepdims=0)
 
 
+# what a value may flow into and still be read by runtime assertions only (which convert to nothing)
+_ASSERTION_PATH = frozenset(
+    {
+        operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+        operator.add, operator.sub, operator.mul, operator.and_, operator.or_, torch.sym_not,
+        aten._assert_scalar.default, aten.sym_constrain_range.default,
+        aten.sym_constrain_range_for_size.default,
+    }
+)  # fmt: skip
+
+
+def _read_by_assertions_only(node: torch.fx.Node) -> bool:
+    seen: set[torch.fx.Node] = set()
+    todo = list(node.users)
+    while todo:
+        user = todo.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op != "call_function" or user.target not in _ASSERTION_PATH:
+            return False
+        todo.extend(user.users)
+    return True
+
+
 def convert_sym_storage_offset(ctx: ConversionContext, x: Value, *args: Any) -> Any:
+    # torch.export reads the storage offsets of views with data-dependent bounds (tensor_split at a
+    # tensor of indices) only to assert they are in range; those assertions convert to nothing
+    assert ctx.node is not None
+    if _read_by_assertions_only(ctx.node):
+        return 0
     raise ctx.error("storage offsets do not exist in ONNX; the model reads x.storage_offset()")
 
 
