@@ -99,6 +99,20 @@ def status_of(rec: dict[str, Any], opsets: tuple[int, ...]) -> str:
     return statuses.most_common(1)[0][0] if not any(passes) else "partial"
 
 
+def _owned_sections() -> list[str]:
+    """The marked sections of the current docs/coverage.md, each with its markers."""
+    if not os.path.exists(COVERAGE):
+        return []
+    text = open(COVERAGE).read()
+    blocks = []
+    for part in text.split("<!-- section:")[1:]:
+        name = part.split(" -->", 1)[0]
+        end = f"<!-- /section:{name} -->"
+        if end in part:
+            blocks.append("<!-- section:" + part.split(end, 1)[0] + end)
+    return blocks
+
+
 def write_report(records: list[dict[str, Any]], opsets: tuple[int, ...], limit: int | None) -> str:
     by_dtype: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in records:
@@ -153,6 +167,8 @@ def write_report(records: list[dict[str, Any]], opsets: tuple[int, ...], limit: 
         lines.append("")
     os.makedirs(os.path.dirname(COVERAGE), exist_ok=True)
     text = "\n".join(lines)
+    # sections other scripts own (scripts/module_sweep.py: <!-- section:modules -->) are kept as they are
+    text = text.rstrip() + "".join(f"\n\n{block}" for block in _owned_sections()) + "\n"
     with open(COVERAGE, "w") as f:
         f.write(text)
     return text

@@ -132,8 +132,18 @@ class ConversionContext:
         """A torch dim as written in the ONNX graph: int, or a readable symbolic name/expression."""
         return sym_to_dim(d, self.dim_names)
 
+    def require_dtype(self, dtype: torch.dtype | None) -> None:
+        """OpsetError when the target opset predates ``dtype`` (float8 types exist from opset 19)."""
+        minimum = dtypes.MIN_OPSET_OF.get(dtype) if dtype is not None else None
+        if minimum is not None and self.opset < minimum:
+            raise OpsetError(
+                f"{dtype} tensors need opset >= {minimum} (the first opset defining ONNX's float8 "
+                f"types), the export targets opset {self.opset}"
+            )
+
     def onnx_type(self, dtype: torch.dtype, shape: Sequence[Any]) -> tuple[int, list[Dim]]:
         """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2."""
+        self.require_dtype(dtype)
         dims = [self.dim(d) for d in shape]
         if dtype in COMPLEX_PARTS:
             return dtypes.to_onnx_dtype(COMPLEX_PARTS[dtype]), [*dims, 2]
@@ -195,6 +205,7 @@ class ConversionContext:
 
     def const(self, value: Any, dtype: torch.dtype, hint: str = "const") -> str:
         """A constant (scalar → 0-d, nested lists / arrays → their shape) of ``dtype``, deduplicated."""
+        self.require_dtype(dtype)
         if isinstance(value, torch.Tensor):
             t = value.detach().to(dtype).contiguous()
         else:
@@ -231,6 +242,8 @@ class ConversionContext:
         """``x`` as ``dtype``: the same name when it already is, a Cast node otherwise."""
         if self.dtype(x) == dtype:
             return _name(x)
+        self.require_dtype(dtype)
+        self.require_dtype(self.dtype(x))  # a float8 weight read at an opset without float8
         return self.op("Cast", x, to=dtypes.to_onnx_dtype(dtype))
 
     def operand(self, x: Any, dtype: torch.dtype) -> str:

@@ -50,6 +50,14 @@ TORCH_TO_ONNX: dict[torch.dtype, int] = {
 }
 ONNX_TO_TORCH: dict[int, torch.dtype] = {v: k for k, v in TORCH_TO_ONNX.items()}
 
+# The first opset whose operators accept these types (Cast, QuantizeLinear... define float8 from 19).
+MIN_OPSET_OF: dict[torch.dtype, int] = {
+    torch.float8_e4m3fn: 19,
+    torch.float8_e4m3fnuz: 19,
+    torch.float8_e5m2: 19,
+    torch.float8_e5m2fnuz: 19,
+}
+
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
 

@@ -132,3 +132,52 @@ def test_single_kv_head_broadcasts() -> None:
     # k / v with one head broadcast over the query heads, with or without enable_gqa
     check_export(Sdpa(), _qkv(h=4, hk=1))
     check_export(Sdpa(enable_gqa=True, is_causal=True), _qkv(h=4, hk=1))
+
+
+# torch's enable_gqa rule (the math kernel): with enable_gqa, key and value are each repeat_interleaved
+# on dim -3 to the query's head count unless all three counts are equal; without it, heads broadcast
+# as matmul does, so one query head against several key/value heads is broadcasting, not GQA
+GQA_CASES = {
+    # name: (q shape, k shape, v shape, enable_gqa)
+    "one_q_head_broadcasts": ((2, 1, 5, 8), (2, 4, 6, 8), (2, 4, 6, 8), False),
+    "one_q_head_one_v_head": ((2, 1, 5, 8), (2, 4, 6, 8), (2, 1, 6, 8), False),
+    "k_and_v_groups_differ": ((2, 8, 5, 8), (2, 2, 6, 8), (2, 4, 6, 8), True),
+    "only_v_repeated": ((2, 4, 5, 8), (2, 4, 6, 8), (2, 1, 6, 8), True),
+    "only_k_repeated": ((2, 6, 5, 8), (2, 3, 6, 8), (2, 6, 6, 8), True),
+    "equal_heads_with_flag": ((2, 4, 5, 8), (2, 4, 6, 8), (2, 4, 6, 8), True),
+    "unbatched": ((4, 5, 8), (2, 6, 8), (2, 6, 8), True),
+    "rank5": ((3, 2, 4, 5, 8), (3, 2, 2, 6, 8), (3, 2, 2, 6, 8), True),
+    "batch_broadcast": ((2, 4, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GQA_CASES))
+def test_enable_gqa_rule(name: str) -> None:
+    qs, ks, vs, gqa = GQA_CASES[name]
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(s, generator=g) for s in (qs, ks, vs))
+    expected_shape = F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa).shape
+    for causal in (False, True):
+        # opset 17 keeps the MatMul / Softmax form; at MAX_OPSET the fusion may form ONNX Attention
+        results = check_export(Sdpa(enable_gqa=gqa, is_causal=causal), (q, k, v), atol=1e-5, rtol=1e-5)
+        assert tuple(results[0](q, k, v).shape) == tuple(expected_shape)
+
+
+def test_enable_gqa_mask_and_dynamic_sequence() -> None:
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (
+        torch.randn(1, 6, 5, 8, generator=g),
+        torch.randn(1, 2, 7, 8, generator=g),
+        torch.randn(1, 3, 7, 8),
+    )
+    mask = torch.rand(5, 7, generator=g) > 0.3
+    seq = torch.export.Dim("s", min=2, max=64)
+    q2, k2, v2 = torch.randn(1, 6, 5, 8), torch.randn(1, 2, 11, 8), torch.randn(1, 3, 11, 8)
+    check_export(
+        Sdpa(enable_gqa=True),
+        (q, k, v, mask),
+        dynamic_shapes=(None, {2: seq}, {2: seq}, ({1: seq},)),
+        run_args=[(q2, k2, v2, torch.rand(5, 11) > 0.3)],
+        atol=1e-5,
+        rtol=1e-5,
+    )

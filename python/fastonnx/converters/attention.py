@@ -25,12 +25,16 @@ aten = torch.ops.aten
 
 
 def _repeat_kv_heads(ctx: ConversionContext, x: str, value: Value, q_heads: int) -> str:
-    """GQA: each of the k/v heads repeated q_heads / kv_heads times in place (repeat_interleave on the
-    heads dim, -3), as torch's enable_gqa does."""
+    """enable_gqa: each of the k/v heads repeated q_heads / kv_heads times in place (repeat_interleave
+    on the heads dim, -3), as torch's math kernel does; unchanged when the head counts are equal."""
     kv_heads = value.shape[-3]
-    if not isinstance(kv_heads, int) or q_heads % kv_heads:
+    if not isinstance(kv_heads, int):
+        raise ctx.error("enable_gqa needs a static number of key/value heads")
+    if q_heads % kv_heads:
         raise ctx.error(f"enable_gqa: {q_heads} query heads are not a multiple of {kv_heads} key/value heads")
     group = q_heads // kv_heads
+    if group == 1:
+        return x
     rank = value.rank
     spread = unsqueeze(ctx, x, [rank - 2])  # (..., Hkv, 1, S, E)
     spread = ctx.op("Expand", spread, ctx.i64([1] * (rank - 2) + [group, 1, 1]))
@@ -42,6 +46,23 @@ def _repeat_kv_heads(ctx: ConversionContext, x: str, value: Value, q_heads: int)
         axis=0,
     )
     return ctx.op("Reshape", spread, shape)
+
+
+def _broadcast_heads(
+    ctx: ConversionContext, values: tuple[Value, Value, Value], names: tuple[str, str, str]
+) -> tuple[str, str, str]:
+    """Without enable_gqa, head counts broadcast (equal or 1). MatMul broadcasts them by itself; the
+    one-head operands are expanded explicitly only where ONNX Attention (which the attention fusion
+    may form) has no broadcasting: a single query head, or key and value head counts that differ.
+    Keys and values that both have one head (multi-query attention) are left as they are."""
+    heads = [x.shape[-3] for x in values]
+    if not all(isinstance(h, int) for h in heads) or len(set(heads)) == 1:
+        return names
+    target = max(heads)
+    expand = [heads[0] == 1, heads[1] != heads[2] and heads[1] == 1, heads[1] != heads[2] and heads[2] == 1]
+    shape = ctx.i64([target, 1, 1])
+    out = [ctx.op("Expand", n, shape) if e else n for n, e in zip(names, expand)]
+    return out[0], out[1], out[2]
 
 
 def _causal_mask(ctx: ConversionContext, q: Value, k: Value) -> str:
@@ -90,6 +111,7 @@ def _attention(
     is_causal: bool,
     scale: float | None,
     want_lse: bool = False,
+    enable_gqa: bool = False,
 ) -> tuple[str, str | None]:
     """(output in q's dtype, logsumexp of the scores in float32 or None)."""
     if not 0 <= dropout_p <= 1:
@@ -98,12 +120,18 @@ def _attention(
         raise ctx.error("scaled_dot_product_attention takes attn_mask or is_causal, not both")
     work = opmath_dtype(q.dtype)
     qn, kn, vn = ctx.cast(q, work), ctx.cast(k, work), ctx.cast(v, work)
-    q_heads = q.shape[-3] if q.rank >= 3 else None
-    if q.rank >= 3 and k.rank >= 3 and k.shape[-3] != q_heads and k.shape[-3] != 1:
+    if enable_gqa and q.rank >= 3 and k.rank >= 3 and v.rank >= 3:
+        # torch's rule: with enable_gqa, key and value are each repeated to the query's head count
+        # when the three head counts are not all equal. Without it nothing is repeated and heads
+        # broadcast as MatMul does (one query head against several key/value heads is broadcasting)
+        q_heads = q.shape[-3]
         if not isinstance(q_heads, int):
             raise ctx.error("enable_gqa needs a static number of query heads")
-        kn = _repeat_kv_heads(ctx, kn, k, q_heads)
-        vn = _repeat_kv_heads(ctx, vn, v, q_heads)
+        if not q_heads == k.shape[-3] == v.shape[-3]:
+            kn = _repeat_kv_heads(ctx, kn, k, q_heads)
+            vn = _repeat_kv_heads(ctx, vn, v, q_heads)
+    elif q.rank >= 3 and k.rank >= 3 and v.rank >= 3:
+        qn, kn, vn = _broadcast_heads(ctx, (q, k, v), (qn, kn, vn))
     perm = list(range(k.rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = ctx.op(
@@ -151,9 +179,7 @@ def convert_sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> str:
-    # enable_gqa needs no flag here: torch only accepts differing head counts with it (or when k/v have
-    # one head, which broadcasting covers)
-    out, _ = _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale)
+    out, _ = _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa=enable_gqa)
     return out
 
 

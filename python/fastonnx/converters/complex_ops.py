@@ -386,7 +386,9 @@ def convert_stft(
     out_dtype = ctx.out_dtype  # complex, or real with return_complex=False: the same (..., 2) layout
     dt = _dft_dtype(out_dtype, [n_fft])
     axis = x.rank - 1
-    frames = ctx.op("Gather", ctx.cast(x.name, dt), _frame_index(ctx, x.shape[axis], n_fft, hop), axis=axis)
+    # the length read from x itself: after center=True's pad it is an expression of the input's dims
+    index = _frame_index(ctx, dim_scalar(ctx, x, axis), n_fft, hop)
+    frames = ctx.op("Gather", ctx.cast(x.name, dt), index, axis=axis)
     complex_window = window is not None and _is_complex(window)
     if window is not None and complex_window:
         # (..., 2) frames times the (n_fft, 2) window, padded to n_fft along its first axis
@@ -413,6 +415,110 @@ def convert_stft(
         y = ctx.op("Mul", y, ctx.const(n_fft**-0.5, dt))
     perm = [1, 0, 2] if x.rank == 1 else [0, 2, 1, 3]
     return ctx.cast(ctx.op("Transpose", y, perm=perm), _part(out_dtype))
+
+
+def _overlap_add(ctx: ConversionContext, frames: str, index: str, total: str, trailing: list[int]) -> str:
+    """Sums (batch, n_frames, n_fft, *trailing) frames into (batch, total, *trailing) at the positions
+    ``index`` (n_frames, n_fft): one ScatterElements with reduction="add" along axis 1."""
+    flat_shape = ctx.concat_dims([ctx.op("Shape", frames, start=0, end=1), -1, *trailing])
+    updates = ctx.op("Reshape", frames, flat_shape)
+    idx = ctx.op("Reshape", index, ctx.i64([1, -1, *([1] * len(trailing))]))
+    idx = ctx.op("Expand", idx, ctx.op("Shape", updates))
+    zeros_shape = ctx.concat_dims([ctx.op("Shape", frames, start=0, end=1), ctx.unsqueeze0(total), *trailing])
+    zeros = ctx.op(
+        "ConstantOfShape", zeros_shape, value=ctx.tensor_attr(0.0, ctx.dtype(frames) or torch.float32)
+    )
+    return ctx.op("ScatterElements", zeros, idx, updates, axis=1, reduction="add")
+
+
+def convert_istft(
+    ctx: ConversionContext,
+    x: Value,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: Value | None = None,
+    center: bool = True,
+    normalized: bool = False,
+    onesided: bool | None = None,
+    length: Any = None,
+    return_complex: bool = False,
+) -> str:
+    """Inverse STFT as torch computes it: an inverse DFT of every frame (c2r, or c2c with
+    return_complex), times the window (zero-padded to n_fft, centered), overlap-added, divided by the
+    overlap-added squared window, trimmed by n_fft // 2 on each side when centered (or to ``length``,
+    zero-padded past the signal). torch's check that the window envelope is nowhere below 1e-11 is a
+    runtime check on the window's values; it is not repeated here (such a window gives inf / NaN)."""
+    if not _is_complex(x):
+        raise ctx.error("istft takes a complex input (freq, frames), as torch requires")
+    if x.rank not in (2, 3):
+        raise ctx.error(f"istft takes a 2-D or 3-D complex input, got rank {x.rank}")
+    if window is not None and _is_complex(window):
+        raise ctx.error("istft with a complex window is not converted")
+    hop = hop_length if hop_length is not None else n_fft // 4
+    win = win_length if win_length is not None else n_fft
+    if not 0 < win <= n_fft or hop <= 0:
+        raise ctx.error(f"istft: invalid win_length={win} or hop_length={hop} for n_fft={n_fft}")
+    fft_size, n_frames = x.shape[-2], x.shape[-1]
+    if not isinstance(fft_size, int):
+        raise ctx.error("istft needs a static number of frequency bins")
+    one_sided = fft_size != n_fft if onesided is None else onesided
+    if one_sided and fft_size != n_fft // 2 + 1:
+        raise ctx.error(f"one-sided istft expects n_fft // 2 + 1 = {n_fft // 2 + 1} bins, got {fft_size}")
+    if not one_sided and fft_size != n_fft:
+        raise ctx.error(f"two-sided istft expects n_fft = {n_fft} bins, got {fft_size}")
+    if return_complex and one_sided:
+        raise ctx.error("istft with return_complex=True needs a two-sided input (onesided=False)")
+    mode = _BY_ROOT_N if normalized else _BY_N
+    spec = x.name if x.rank == 3 else unsqueeze(ctx, x.name, [0])
+    spec = ctx.op("Transpose", spec, perm=[0, 2, 1, 3])  # (batch, frames, freq, 2)
+    batch = x.shape[0] if x.rank == 3 else 1
+    framed = Value(spec, x.dtype, (batch, n_frames, fft_size))
+    if return_complex:
+        frames = _c2c(ctx, framed, [2], [n_fft], True, mode)  # (batch, frames, n_fft, 2)
+    else:
+        frames = _c2r(ctx, framed, [2], [n_fft], mode)  # (batch, frames, n_fft)
+    dt = ctx.dtype(frames) or torch.float32
+    w = ctx.cast(window, dt) if window is not None else ctx.const([1.0] * win, dt)
+    if win < n_fft:
+        left = (n_fft - win) // 2
+        w = ctx.op("Pad", w, ctx.i64([left, n_fft - win - left]))
+    trailing = [2] if return_complex else []
+    frames = ctx.op("Mul", frames, unsqueeze(ctx, w, [-1]) if return_complex else w)
+    count = _i64_scalar(ctx, dim_scalar(ctx, x, x.rank - 1))
+    starts = ctx.op("Mul", ctx.op("Range", ctx.i64(0), count, ctx.i64(1)), ctx.i64(hop))
+    index = ctx.op(
+        "Add", unsqueeze(ctx, starts, [1]), ctx.op("Range", ctx.i64(0), ctx.i64(n_fft), ctx.i64(1))
+    )
+    # expected_output_signal_len = n_fft + hop * (n_frames - 1)
+    total = ctx.op("Add", ctx.op("Mul", ctx.op("Sub", count, ctx.i64(1)), ctx.i64(hop)), ctx.i64(n_fft))
+    y = _overlap_add(ctx, frames, index, total, trailing)
+    squared = ctx.op("Mul", w, w)
+    tiled = ctx.op(
+        "Expand", unsqueeze(ctx, squared, [0, 1]), ctx.concat_dims([1, ctx.unsqueeze0(count), n_fft])
+    )
+    envelope = _overlap_add(ctx, tiled, index, total, [])  # (1, total)
+    start = n_fft // 2 if center else 0
+    if length is not None:
+        end = ctx.op("Add", _i64_scalar(ctx, length), ctx.i64(start))
+    elif center:
+        end = ctx.op("Sub", total, ctx.i64(n_fft // 2))
+    else:
+        end = total
+    begin, stop, axis = ctx.i64([start]), ctx.unsqueeze0(end), ctx.i64([1])
+    y = ctx.op("Slice", y, begin, stop, axis)
+    envelope = ctx.op("Slice", envelope, begin, stop, axis)
+    y = ctx.op("Div", y, unsqueeze(ctx, envelope, [-1]) if return_complex else envelope)
+    if length is not None:
+        # a requested length past the signal is zero-padded, after the division
+        short = ctx.op("Max", ctx.op("Sub", end, total), ctx.i64(0))
+        pads = ctx.concat_dims(
+            [0, 0, *([0] * len(trailing)), 0, ctx.unsqueeze0(short), *([0] * len(trailing))]
+        )
+        y = ctx.op("Pad", y, pads)
+    if x.rank == 2:
+        y = ctx.op("Squeeze", y, ctx.i64([0]))
+    return ctx.cast(y, _part(ctx.out_dtype))
 
 
 # ---- aten's FFT primitives (what decomposition tables produce) -------------------------------
@@ -846,6 +952,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.fft_hfft2.default": _with_dims(_c2r_fft(True), [-2, -1]),
     "aten.fft_hfftn.default": _with_dims(_c2r_fft(True), None),
     "aten.stft.default": convert_stft,
+    "aten.istft.default": convert_istft,
     "aten.fft_fftshift.default": _shift(False),
     "aten.fft_ifftshift.default": _shift(True),
     "aten._fft_r2c.default": convert_fft_r2c,

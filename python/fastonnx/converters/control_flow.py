@@ -1,6 +1,6 @@
 """torch.cond → If, torch.ops.higher_order.while_loop → Loop, torch.ops.higher_order.scan → Scan;
 wrap_with_set_grad_enabled / wrap_with_autocast bodies inlined (they only change autograd or autocast
-state). Higher-order ops take subgraphs as operands, so their converters get the walker and the node:
+state), and invoke_subgraph (torch.export's repeated regions) inlined at each call. Higher-order ops take subgraphs as operands, so their converters get the walker and the node:
 ``fn(walker, node)`` (see ``fastonnx.context.Walker``).
 
 The branch and body graphs are converted into subgraph builders that share the main graph's names;
@@ -97,10 +97,12 @@ def convert_while_loop(interp: Walker, node: torch.fx.Node) -> Any:
     c_gm, b_gm = interp.env[cond_gm], interp.env[body_gm]  # type: ignore[index]
     carried_v = [interp.map_arg(c) for c in carried]  # type: ignore[union-attr]
     extra = [interp.map_arg(a) for a in additional]  # type: ignore[union-attr]
-    # a loop-carried value may change size from one iteration to the next: only its rank is declared
-    state = [_spec(interp, c.meta["val"], rank_only=True) for c in carried]  # type: ignore[union-attr]
+    # a loop-carried value may change size from one iteration to the next: only its rank is declared;
+    # a carried Python number (a loop counter `0`) or SymInt becomes a 0-d tensor of its type
+    state = [_spec(interp, _carried_val(c), rank_only=True) for c in carried]  # type: ignore[union-attr]
     ctx = interp.ctx
-    cond0 = ctx.cast(_only(interp.run_subgraph(c_gm.graph, [*carried_v, *extra])), torch.bool)
+    # the first test runs on the initial values, which may fold to a Python bool
+    cond0 = ctx.operand(_only(interp.run_subgraph(c_gm.graph, [*carried_v, *extra])), torch.bool)
     scalar_bool: Spec = (torch.bool, [])
     in_specs = [("iter", (torch.int64, [])), ("cond_in", scalar_bool)]
     in_specs += [(f"carried_{i}", s) for i, s in enumerate(state)]
@@ -108,11 +110,16 @@ def convert_while_loop(interp: Walker, node: torch.fx.Node) -> Any:
     def body(formal: list[Value]) -> list[Any]:
         new = list(interp.run_subgraph(b_gm.graph, [*formal[2:], *extra]))
         again = interp.run_subgraph(c_gm.graph, [*new, *extra])
-        return [ctx.cast(_only(again), torch.bool), *new]
+        return [ctx.operand(_only(again), torch.bool), *new]
 
     body_g = _subgraph(interp, "loop_body", body, [scalar_bool, *state], in_specs)
     operands = [ctx.operand(v, dt) for v, (dt, _) in zip(carried_v, state)]
     return ctx.op("Loop", None, cond0, *operands, outputs=len(state), body=body_g)
+
+
+def _carried_val(c: Any) -> Any:
+    """What torch recorded for a loop-carried operand: a node's meta value, or the number itself."""
+    return c.meta["val"] if isinstance(c, torch.fx.Node) else c
 
 
 def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
@@ -153,10 +160,19 @@ def convert_inline(interp: Walker, node: torch.fx.Node) -> Any:
     return interp.run_subgraph(body.graph, operands)
 
 
+def convert_invoke_subgraph(interp: Walker, node: torch.fx.Node) -> Any:
+    """torch.export's repeated subgraph (``torch.compiler.nested_compile_region``), inlined at each call:
+    ``invoke_subgraph(subgraph, identifier, *operands)`` returns the subgraph's outputs as a tuple."""
+    gm = interp.env[node.args[0]]  # type: ignore[index]
+    operands = [interp.map_arg(a) for a in node.args[2:]]
+    return interp.run_subgraph(gm.graph, operands)
+
+
 CONVERTERS: dict[str, Converter] = {
     "higher_order.cond": convert_cond,
     "higher_order.while_loop": convert_while_loop,
     "higher_order.scan": convert_scan,
+    "higher_order.invoke_subgraph": convert_invoke_subgraph,
     "higher_order.wrap_with_set_grad_enabled": convert_inline,
     "higher_order.wrap_with_autocast": convert_inline,
 }

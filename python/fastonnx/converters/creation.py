@@ -17,8 +17,17 @@ from fastonnx.converters.lib.shapes import is_static, shape_of
 
 aten = torch.ops.aten
 
-# ConstantOfShape takes bfloat16 values from opset 20 only; below that it is filled in float32 and cast
-_CAST_FILL = {torch.bfloat16: 20}
+# ConstantOfShape takes bfloat16 values from opset 20 only; below that it is filled in float32 and cast.
+# onnxruntime 1.31 has no float8 ConstantOfShape kernel at any opset: float8 fills are always cast
+# (Cast rounds to nearest even as torch's conversion does).
+_NEVER = 1 << 30
+_CAST_FILL = {
+    torch.bfloat16: 20,
+    torch.float8_e4m3fn: _NEVER,
+    torch.float8_e4m3fnuz: _NEVER,
+    torch.float8_e5m2: _NEVER,
+    torch.float8_e5m2fnuz: _NEVER,
+}
 
 
 def _shape(ctx: ConversionContext, size: Sequence[Any], like: Value | None = None) -> str:

@@ -312,12 +312,30 @@ def convert_tensor_split(ctx: ConversionContext, x: Value, sections: Any, dim: i
     axis = normalize_axis(dim, x.rank)
     if isinstance(sections, Value) and not is_static([s[axis] for s in _out_shapes(ctx)]):
         sizes = _constant_split_sizes(ctx, x, sections, axis)
-        if sizes is None:
+        if sizes is not None:
+            return split_pieces(ctx, x, axis, sizes)
+        if sections.rank != 1:
             raise ctx.error(
-                "tensor_split by a tensor of indices gives data-dependent sizes; pass ints or a constant"
+                "tensor_split into a number of sections held in a tensor gives a data-dependent number "
+                "of pieces; pass an int"
             )
-        return split_pieces(ctx, x, axis, sizes)
+        return _split_at_indices(ctx, x, sections, axis)
     return _split_from_meta(ctx, x, dim)
+
+
+def _split_at_indices(ctx: ConversionContext, x: Value, indices: Value, axis: int) -> list[str]:
+    """tensor_split at runtime indices: piece i is x[idx[i-1]:idx[i]] along ``axis`` with Python slice
+    semantics (negative indices wrap, bounds clamp, a start past its end gives an empty piece), which
+    are ONNX Slice's."""
+    count = indices.shape[0]
+    if not isinstance(count, int):
+        raise ctx.error("tensor_split needs a static number of indices (the number of pieces)")
+    idx = ctx.cast(indices, torch.int64)
+    axes = ctx.i64([axis])
+    bounds = [ctx.i64([0])]
+    bounds += [ctx.op("Slice", idx, ctx.i64([i]), ctx.i64([i + 1])) for i in range(count)]
+    bounds.append(ctx.i64([torch.iinfo(torch.int64).max]))
+    return [ctx.op("Slice", x, bounds[i], bounds[i + 1], axes) for i in range(count + 1)]
 
 
 def _constant_split_sizes(ctx: ConversionContext, x: Value, sections: Value, axis: int) -> list[int] | None:

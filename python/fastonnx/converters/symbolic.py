@@ -54,7 +54,37 @@ def convert_sym_numel(ctx: ConversionContext, x: Value) -> Any:
     return ctx.op("ReduceProd", ctx.op("Shape", x), keepdims=0)
 
 
+# what a value may flow into and still be read by runtime assertions only (which convert to nothing)
+_ASSERTION_PATH = frozenset(
+    {
+        operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+        operator.add, operator.sub, operator.mul, operator.and_, operator.or_, torch.sym_not,
+        aten._assert_scalar.default, aten.sym_constrain_range.default,
+        aten.sym_constrain_range_for_size.default,
+    }
+)  # fmt: skip
+
+
+def _read_by_assertions_only(node: torch.fx.Node) -> bool:
+    seen: set[torch.fx.Node] = set()
+    todo = list(node.users)
+    while todo:
+        user = todo.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op != "call_function" or user.target not in _ASSERTION_PATH:
+            return False
+        todo.extend(user.users)
+    return True
+
+
 def convert_sym_storage_offset(ctx: ConversionContext, x: Value, *args: Any) -> Any:
+    # torch.export reads the storage offsets of views with data-dependent bounds (tensor_split at a
+    # tensor of indices) only to assert they are in range; those assertions convert to nothing
+    assert ctx.node is not None
+    if _read_by_assertions_only(ctx.node):
+        return 0
     raise ctx.error("storage offsets do not exist in ONNX; the model reads x.storage_offset()")
 
 
@@ -90,6 +120,24 @@ convert_sym_sub = _binary(operator.sub, "Sub")
 convert_sym_mul = _binary(operator.mul, "Mul")
 convert_sym_max = _binary(builtins.max, "Max")
 convert_sym_min = _binary(builtins.min, "Min")
+
+
+def convert_sym_sum(ctx: ConversionContext, args: Any) -> Any:
+    """torch.sym_sum([a, b, ...]): the symbolic terms added in turn (ONNX Sum has no integer form),
+    the static ones folded into one constant."""
+    terms = list(args)
+    dynamic = [t for t in terms if not _static(t)]
+    folded = sum(t for t in terms if _static(t))
+    if not dynamic:
+        return folded
+    dtype = torch.float32 if any(_common(t, 0) == torch.float32 for t in terms) else torch.int64
+    operands = [_operand(ctx, t, dtype) for t in dynamic]
+    if folded != 0:
+        operands.append(_operand(ctx, folded, dtype))
+    total = operands[0]
+    for term in operands[1:]:
+        total = ctx.op("Add", total, term)
+    return total
 
 
 def convert_sym_floordiv(ctx: ConversionContext, a: Any, b: Any) -> Any:
@@ -128,6 +176,54 @@ def convert_sym_pow(ctx: ConversionContext, a: Any, b: Any) -> Any:
     return ctx.op("Pow", _operand(ctx, a, dtype), _operand(ctx, b, dtype))
 
 
+def convert_sym_abs(ctx: ConversionContext, a: Any) -> Any:
+    if _static(a):
+        return abs(a)
+    return ctx.op("Abs", _operand(ctx, a, _common(a, 0)))
+
+
+def convert_sym_sqrt(ctx: ConversionContext, a: Any) -> Any:
+    """torch.sym_sqrt (recorded as torch._sym_sqrt): a float result, as math.sqrt gives."""
+    if _static(a):
+        return math.sqrt(a)
+    return ctx.op("Sqrt", _operand(ctx, a, torch.float32))
+
+
+def convert_sym_round(ctx: ConversionContext, a: Any, ndigits: Any = None) -> Any:
+    """round(x): halves to even, as ONNX Round; with ndigits the result stays a float."""
+    if _static(a, ndigits if ndigits is not None else 0):
+        return round(a) if ndigits is None else round(a, ndigits)
+    if isinstance(a, Value) and not a.dtype.is_floating_point:
+        if ndigits is None or (isinstance(ndigits, int) and ndigits >= 0):
+            return a.name  # an int rounds to itself
+        raise ctx.error("round(int, ndigits) with a negative or symbolic ndigits is not supported")
+    x = _operand(ctx, a, torch.float32)
+    if ndigits is None:
+        return ctx.cast(ctx.op("Round", x), torch.int64)
+    if not isinstance(ndigits, int):
+        raise ctx.error("round(x, ndigits) needs a static ndigits")
+    scale = ctx.const(10.0**ndigits, torch.float32)
+    return ctx.op("Div", ctx.op("Round", ctx.op("Mul", x, scale)), scale)
+
+
+def _shift(fold: Callable[[Any, Any], Any], direction: str) -> Callable[..., Any]:
+    def convert(ctx: ConversionContext, a: Any, b: Any) -> Any:
+        if _static(a, b):
+            return fold(a, b)
+        # Python's shifts of ints: a << b == a * 2**b, a >> b == a // 2**b (floored)
+        x = _operand(ctx, a, torch.int64)
+        if _static(b):
+            power = ctx.const(2**b, torch.int64)
+        else:
+            power = ctx.op("Pow", ctx.const(2, torch.int64), _operand(ctx, b, torch.int64))
+        if direction == "LEFT":
+            return ctx.op("Mul", x, power)
+        return convert_sym_floordiv(ctx, Value(x, torch.int64, ()), Value(power, torch.int64, ()))
+
+    convert.__name__ = f"convert_sym_{direction.lower()}_shift"
+    return convert
+
+
 def convert_sym_neg(ctx: ConversionContext, a: Any) -> Any:
     if _static(a):
         return -a
@@ -159,6 +255,10 @@ def _logical(fold: Callable[[Any, Any], Any], op_type: str) -> Callable[..., Any
     def convert(ctx: ConversionContext, a: Any, b: Any) -> Any:
         if _static(a, b):
             return fold(a, b)
+        if isinstance(ctx.out, (torch.SymInt, int)) and not isinstance(ctx.out, bool):
+            # `&` / `|` of SymInts are bitwise, not logical
+            ctx.require_opset(18, f"a bitwise {op_type} of symbolic ints (Bitwise{op_type})")
+            return ctx.op(f"Bitwise{op_type}", _operand(ctx, a, torch.int64), _operand(ctx, b, torch.int64))
         return ctx.op(op_type, _operand(ctx, a, torch.bool), _operand(ctx, b, torch.bool))
 
     convert.__name__ = f"convert_sym_{op_type.lower()}"
@@ -230,6 +330,12 @@ CONVERTERS: dict[str, Converter] = {
     "operator.ge": convert_sym_ge,
     "operator.and_": convert_sym_and,
     "operator.or_": convert_sym_or,
+    "operator.lshift": _shift(operator.lshift, "LEFT"),
+    "operator.rshift": _shift(operator.rshift, "RIGHT"),
+    "operator.abs": convert_sym_abs,
+    "builtins.round": convert_sym_round,
+    "torch.sym_sum": convert_sym_sum,
+    "torch._sym_sqrt": convert_sym_sqrt,
     "torch.sym_max": convert_sym_max,
     "torch.sym_min": convert_sym_min,
     "torch.sym_float": convert_sym_float,
