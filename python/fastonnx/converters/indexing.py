@@ -791,7 +791,7 @@ def convert_bucketize(
     ctx: ConversionContext, x: Any, boundaries: Value, *, out_int32: bool = False, right: bool = False
 ) -> str:
     dtype = ctx.out_dtype
-    common = torch.promote_types(ctx.dtype(x) if isinstance(x, Value) else boundaries.dtype, boundaries.dtype)
+    common = torch.promote_types(x.dtype if isinstance(x, Value) else boundaries.dtype, boundaries.dtype)
     xv = ctx.op("Unsqueeze", ctx.operand(x, common), ctx.i64([-1]))
     return _count_below(ctx, ctx.cast(boundaries, common), xv, right, dtype)
 
