@@ -243,7 +243,7 @@ def _c2r(
     return ctx.cast(y, ctx.out_dtype)
 
 
-def _half_length(ctx: ConversionContext, x: Value, d: int) -> Any:
+def _half_length(ctx: ConversionContext, x: Value, d: int) -> int:
     """The default output length of a c2r transform: 2 * (input length - 1)."""
     m = x.shape[d]
     if not isinstance(m, int):
