@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: Rust lints and tests, Python lints, then pytest (which also checks the .pyi stubs).
+# The test command: Rust lints and tests, Python lints, mypy --strict over the package (settings in
+# pyproject.toml; its cache is .mypy_cache), then pytest (which also checks the .pyi stubs).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`. No test collected is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 ruff check python tests benches scripts examples
 ruff format --check python tests benches scripts examples
+mypy
 
 set +e
 python -m pytest -q -n 2 "$@"

@@ -94,7 +94,7 @@ def unsupported_mutation(ep: torch.export.ExportedProgram) -> str | None:
         val = first.meta.get("val")
         if isinstance(val, torch.Tensor) and val.dtype.is_complex:
             return f"{node.name} ({node.target}) mutates {first.name}, a complex tensor"
-        target = first
+        target: Any = first
         while True:
             if target.op == "placeholder":
                 kind = kinds.get(target.name, InputKind.USER_INPUT)
@@ -113,10 +113,10 @@ def unsupported_mutation(ep: torch.export.ExportedProgram) -> str | None:
                         "a view fastonnx does not write through"
                     )
                 target = target.args[0]
-            elif target.target is operator.getitem and is_view(target.args[0]):  # type: ignore[arg-type]
+            elif target.target is operator.getitem and is_view(target.args[0]):
                 return (
                     f"{node.name} ({node.target}) writes through {target.name}, a piece of "
-                    f"{target.args[0]} ({target.args[0].target})"  # type: ignore[union-attr]
+                    f"{target.args[0]} ({target.args[0].target})"
                 )
             else:
                 break
@@ -129,8 +129,8 @@ def _normalized(ctx: ConversionContext, index: Any, size: Any, clamp: bool) -> A
     """A Python-style index (negative counts from the end) as a position in ``[0, size]``; an int when
     both are ints, else a 0-d int64 value."""
     if isinstance(index, int) and isinstance(size, int):
-        pos = index + size if index < 0 else index
-        return min(max(pos, 0), size) if clamp else pos
+        at = index + size if index < 0 else index
+        return min(max(at, 0), size) if clamp else at
     i = ctx.cast(index, torch.int64) if not isinstance(index, int) else ctx.i64(index)
     n = ctx.sym_value(size) if not isinstance(size, int) else ctx.i64(size)
     zero = ctx.i64(0)

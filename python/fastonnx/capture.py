@@ -159,7 +159,8 @@ def size_oblivious(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    with fx_config.patch(backed_size_oblivious=True):
+    # patch() is added at import by torch's install_config_module, which mypy cannot see
+    with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
         yield
 
 

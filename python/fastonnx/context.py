@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 import torch
@@ -184,6 +184,15 @@ class ConversionContext:
             raise OpsetError(f"{what} needs opset >= {minimum}, the export targets opset {self.opset}")
 
     # ---- emitting -------------------------------------------------------------------------------
+    # one output name without ``outputs``, a list of names with it
+    @overload
+    def op(
+        self, op_type: str, *inputs: Operand, outputs: None = None, domain: str = "", **attrs: Any
+    ) -> str: ...
+    @overload
+    def op(
+        self, op_type: str, *inputs: Operand, outputs: int | Sequence[str], domain: str = "", **attrs: Any
+    ) -> list[str]: ...
     def op(
         self,
         op_type: str,
@@ -191,7 +200,7 @@ class ConversionContext:
         outputs: int | Sequence[str] | None = None,
         domain: str = "",
         **attrs: Any,
-    ) -> Any:
+    ) -> str | list[str]:
         """Add one node. Returns its output name, or a list of names when ``outputs`` is given.
 
         Trailing ``None`` inputs are dropped, inner ones become "" (omitted optional input).

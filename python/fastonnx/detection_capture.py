@@ -30,7 +30,8 @@ def traceable_batched_nms(
     lowest = boxes.new_full((1,), float("-inf"))
     max_coordinate = torch.cat([boxes.reshape(-1), lowest]).max()
     offsets = idxs.to(boxes) * (max_coordinate + torch.tensor(1).to(boxes))
-    return torchvision.ops.nms(boxes + offsets[:, None], scores, iou_threshold)
+    kept: torch.Tensor = torchvision.ops.nms(boxes + offsets[:, None], scores, iou_threshold)
+    return kept
 
 
 def traceable_multiscale_roi_align(
@@ -49,7 +50,8 @@ def traceable_multiscale_roi_align(
         raise ValueError("scales and mapper should not be None")
     rois = poolers._convert_to_roi_format(boxes)
     if len(x_filtered) == 1:
-        return roi_align(x_filtered[0], rois, output_size, scales[0], sampling_ratio)
+        pooled: torch.Tensor = roi_align(x_filtered[0], rois, output_size, scales[0], sampling_ratio)
+        return pooled
     levels = mapper(boxes)
     first = x_filtered[0]
     result = first.new_zeros((rois.shape[0], first.shape[1], *output_size))

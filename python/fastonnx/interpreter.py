@@ -237,7 +237,7 @@ class Interpreter:
         target = node.target
         if target is operator.getitem:
             seq, i = node.args
-            self.env[node] = self.value_of(seq)[i]  # type: ignore[arg-type, index]
+            self.env[node] = self.value_of(seq)[i]  # type: ignore[arg-type]
             if seq in self.aliases:
                 base = self.aliases[seq].base  # type: ignore[index]
                 self.aliases[node] = Alias(base, seq, self.versions.get(base, 0))  # type: ignore[arg-type]

@@ -209,7 +209,7 @@ class _Families:
         """A converter the index does not know of (it is stale): every family is loaded to look."""
         self._load_all()
         for module in self._modules.values():
-            fn = module.CONVERTERS.get(key)
+            fn: Converter | None = module.CONVERTERS.get(key)
             if fn is not None:
                 return fn
         return None

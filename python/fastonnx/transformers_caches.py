@@ -12,7 +12,9 @@ Only layers that hold tensors are flattened; uninitialized layers make a cache u
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import torch.utils._pytree as pytree
@@ -39,7 +41,8 @@ def _flatten_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
     return [(pytree.SequenceKey(i), layer) for i, layer in enumerate(layers)], context
 
 
-def _unflatten(cache_type: type, layers: list[dict[str, Any]], context: list[tuple[type, Any]]) -> Any:
+# pytree hands the leaves back as any iterable (its UnflattenFn takes Iterable[Any])
+def _unflatten(cache_type: type, layers: Iterable[dict[str, Any]], context: list[tuple[type, Any]]) -> Any:
     cache = cache_type()
     cache.layers = []
     for (layer_type, window), kv in zip(context, layers):
@@ -69,7 +72,7 @@ def register_transformers_caches() -> None:
         pytree.register_pytree_node(
             cls,
             _flatten,
-            lambda layers, context, c=cls: _unflatten(c, layers, context),
+            functools.partial(_unflatten, cls),
             serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
             flatten_with_keys_fn=_flatten_with_keys,
         )

@@ -91,7 +91,9 @@ def attach_weights(
             if f is None:
                 f = handles[location] = open(location, "r+b")
             f.seek(int(entry["offset"]))
-            f.write(data)
+            # .data (the array's memoryview): numpy's stubs give ndarray the buffer protocol only on
+            # Python >= 3.12
+            f.write(data.data)
     finally:
         for f in handles.values():
             f.close()

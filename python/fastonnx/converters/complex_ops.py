@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -34,7 +34,7 @@ _NONE, _BY_ROOT_N, _BY_N = 0, 1, 2
 # ---- the (..., 2) layout ------------------------------------------------------------------------
 
 
-def _is_complex(x: Any) -> bool:
+def _is_complex(x: Any) -> TypeGuard[Value]:
     return isinstance(x, Value) and x.dtype.is_complex
 
 
@@ -243,7 +243,7 @@ def _c2r(
     return ctx.cast(y, ctx.out_dtype)
 
 
-def _half_length(ctx: ConversionContext, x: Value, d: int) -> Any:
+def _half_length(ctx: ConversionContext, x: Value, d: int) -> int:
     """The default output length of a c2r transform: 2 * (input length - 1)."""
     m = x.shape[d]
     if not isinstance(m, int):

@@ -10,7 +10,7 @@ they read outer values (operands, weights, additional inputs) by name, as ONNX a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -20,6 +20,10 @@ from fastonnx.context import Converter, Value, Walker, val_dtype
 from fastonnx.errors import ConversionError
 
 Spec = tuple[torch.dtype, list[Any] | None]  # dtype and ONNX dims (None: unknown rank)
+# node.args of the higher-order ops, which FX types only as its generic argument union: subgraphs are
+# get_attr nodes, operands lists of nodes (read through .meta) or of any argument (only mapped)
+Node = torch.fx.Node
+Args = Sequence[torch.fx.node.Argument]
 
 
 def _fake_vals(node: torch.fx.Node) -> list[Any]:
@@ -78,10 +82,10 @@ def _subgraph(
 
 
 def convert_cond(interp: Walker, node: torch.fx.Node) -> Any:
-    pred, true_gm, false_gm, operands = node.args
-    pred_v = interp.env[pred]  # type: ignore[index]
-    ops = [interp.map_arg(o) for o in operands]  # type: ignore[union-attr]
-    t_gm, f_gm = interp.env[true_gm], interp.env[false_gm]  # type: ignore[index]
+    pred, true_gm, false_gm, operands = cast(tuple[Node, Node, Node, Args], node.args)
+    pred_v = interp.env[pred]
+    ops = [interp.map_arg(o) for o in operands]
+    t_gm, f_gm = interp.env[true_gm], interp.env[false_gm]
     if isinstance(pred_v, (bool, int)):
         # the predicate folded to a constant: only the branch taken exists in ONNX
         return interp.run_subgraph((t_gm if pred_v else f_gm).graph, ops)
@@ -93,13 +97,13 @@ def convert_cond(interp: Walker, node: torch.fx.Node) -> Any:
 
 
 def convert_while_loop(interp: Walker, node: torch.fx.Node) -> Any:
-    cond_gm, body_gm, carried, additional = node.args
-    c_gm, b_gm = interp.env[cond_gm], interp.env[body_gm]  # type: ignore[index]
-    carried_v = [interp.map_arg(c) for c in carried]  # type: ignore[union-attr]
-    extra = [interp.map_arg(a) for a in additional]  # type: ignore[union-attr]
+    cond_gm, body_gm, carried, additional = cast(tuple[Node, Node, Sequence[Any], Args], node.args)
+    c_gm, b_gm = interp.env[cond_gm], interp.env[body_gm]
+    carried_v = [interp.map_arg(c) for c in carried]
+    extra = [interp.map_arg(a) for a in additional]
     # a loop-carried value may change size from one iteration to the next: only its rank is declared;
     # a carried Python number (a loop counter `0`) or SymInt becomes a 0-d tensor of its type
-    state = [_spec(interp, _carried_val(c), rank_only=True) for c in carried]  # type: ignore[union-attr]
+    state = [_spec(interp, _carried_val(c), rank_only=True) for c in carried]
     ctx = interp.ctx
     # the first test runs on the initial values, which may fold to a Python bool
     cond0 = ctx.operand(_only(interp.run_subgraph(c_gm.graph, [*carried_v, *extra])), torch.bool)
@@ -123,13 +127,13 @@ def _carried_val(c: Any) -> Any:
 
 
 def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
-    combine_gm, init, xs, additional = node.args
-    gm = interp.env[combine_gm]  # type: ignore[index]
-    init_v = [interp.map_arg(v) for v in init]  # type: ignore[union-attr]
-    xs_v = [interp.map_arg(v) for v in xs]  # type: ignore[union-attr]
-    extra = [interp.map_arg(a) for a in additional]  # type: ignore[union-attr]
-    state = [_spec(interp, v.meta["val"]) for v in init]  # type: ignore[union-attr]
-    slices = [_spec(interp, v.meta["val"], drop_first=True) for v in xs]  # type: ignore[union-attr]
+    combine_gm, init, xs, additional = cast(tuple[Node, Sequence[Node], Sequence[Node], Args], node.args)
+    gm = interp.env[combine_gm]
+    init_v = [interp.map_arg(v) for v in init]
+    xs_v = [interp.map_arg(v) for v in xs]
+    extra = [interp.map_arg(a) for a in additional]
+    state = [_spec(interp, v.meta["val"]) for v in init]
+    slices = [_spec(interp, v.meta["val"], drop_first=True) for v in xs]
     outs = _fake_vals(node)
     # the body returns the next state and one slice of each stacked output
     out_specs = [*state, *[_spec(interp, v, drop_first=True) for v in outs[len(state) :]]]
@@ -154,8 +158,10 @@ def _only(result: Any) -> Any:
 def convert_inline(interp: Walker, node: torch.fx.Node) -> Any:
     """The body of wrap_with_set_grad_enabled / wrap_with_autocast, converted into this graph."""
     # wrap_with_set_grad_enabled(enabled, body, *args); wrap_with_autocast(dev, dt, en, cache, body, *a)
-    skip = 1 if node.target.__name__ == "wrap_with_set_grad_enabled" else 4  # type: ignore[union-attr]
-    body = interp.env[node.args[skip]]  # type: ignore[index]
+    # a call_function node: its target is the higher-order op (FX types it as callable or str)
+    target = cast(Callable[..., Any], node.target)
+    skip = 1 if target.__name__ == "wrap_with_set_grad_enabled" else 4
+    body = interp.env[cast(Node, node.args[skip])]
     operands = [interp.map_arg(a) for a in node.args[skip + 1 :]]
     return interp.run_subgraph(body.graph, operands)
 

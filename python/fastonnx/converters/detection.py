@@ -156,9 +156,9 @@ def _grid(
     """
     if static is not None and static[0] * static[1] <= _UNROLL_SAMPLES:
         acc = init
-        for iy in range(static[0]):
-            for ix in range(static[1]):
-                acc = ctx.op(combine, acc, step(g.f(ctx, float(iy)), g.f(ctx, float(ix)), False))
+        for row in range(static[0]):
+            for col in range(static[1]):
+                acc = ctx.op(combine, acc, step(g.f(ctx, float(row)), g.f(ctx, float(col)), False))
         return acc
     if static is not None:
         rows, cols = ctx.i64(static[0]), ctx.i64(static[1])
@@ -518,6 +518,7 @@ def _deform_conv_composed(
 ) -> str:
     """Deformable im2col by Gathers (every kernel position and channel at once), then a grouped MatMul."""
     sh, sw, ph, pw, dh, dw = geometry
+    # static shapes: the caller refuses symbolic ones
     n, c, h, w = x.static_shape()  # type: ignore[misc]
     o, _, kh, kw = weight.static_shape()  # type: ignore[misc]
     oh, ow = offset.static_shape()[2:]  # type: ignore[index]

@@ -240,9 +240,11 @@ def _as_1d(ctx: ConversionContext, x: Any) -> str:
     return ctx.op("Reshape", x, ctx.i64([1]))
 
 
-def _crop_to(ctx: ConversionContext, src: Value, shape: tuple[Any, ...], skip: int | None = None) -> Any:
+def _crop_to(
+    ctx: ConversionContext, src: Value, shape: tuple[Any, ...], skip: int | None = None
+) -> Value | str:
     """Slices ``src`` down to ``shape`` on the (static) dims where it is larger (torch allows it)."""
-    y: Any = src
+    y: Value | str = src
     for axis, (s, t) in enumerate(zip(src.shape, shape)):
         if axis != skip and isinstance(s, int) and isinstance(t, int) and s > t:
             y = slice_axis(ctx, y, axis, 0, t)
@@ -791,7 +793,7 @@ def convert_bucketize(
     ctx: ConversionContext, x: Any, boundaries: Value, *, out_int32: bool = False, right: bool = False
 ) -> str:
     dtype = ctx.out_dtype
-    common = torch.promote_types(ctx.dtype(x) if isinstance(x, Value) else boundaries.dtype, boundaries.dtype)
+    common = torch.promote_types(x.dtype if isinstance(x, Value) else boundaries.dtype, boundaries.dtype)
     xv = ctx.op("Unsqueeze", ctx.operand(x, common), ctx.i64([-1]))
     return _count_below(ctx, ctx.cast(boundaries, common), xv, right, dtype)
 

@@ -110,7 +110,7 @@ def _empty_outputs(ctx: ConversionContext, fill: Sequence[float | int]) -> list[
     ]
 
 
-def _empty_result(ctx: ConversionContext) -> Any:
+def _empty_result(ctx: ConversionContext) -> str | list[str] | None:
     """When every output of the node has no elements (a zero batch or matrix dim), the outputs as
     constants of their recorded shapes, else None. The unrolled graphs do not run on empty batches in
     onnxruntime (ArgMax), and there is nothing to compute."""
@@ -119,6 +119,20 @@ def _empty_result(ctx: ConversionContext) -> Any:
         return None
     outs = [_full(ctx, shape, 0, dtype) for shape, dtype in zip(shapes, _out_dtypes(ctx), strict=True)]
     return outs if isinstance(ctx.out, (list, tuple)) else outs[0]
+
+
+def _empty_single(ctx: ConversionContext) -> str | None:
+    """``_empty_result`` of an op with one output."""
+    empty = _empty_result(ctx)
+    assert not isinstance(empty, list), "a single-output op"
+    return empty
+
+
+def _empty_multi(ctx: ConversionContext) -> list[str] | None:
+    """``_empty_result`` of an op with several outputs."""
+    empty = _empty_result(ctx)
+    assert not isinstance(empty, str), "a multi-output op"
+    return empty
 
 
 def _first_true(ctx: ConversionContext, flags: str, count: int, batch_of: str) -> str:
@@ -281,13 +295,13 @@ def _inverse(ctx: ConversionContext, a: Value, what: str) -> tuple[str, str]:
 
 
 def convert_linalg_inv(ctx: ConversionContext, a: Value) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     return _inverse(ctx, a, "linalg.inv")[0]
 
 
 def convert_linalg_inv_ex(ctx: ConversionContext, a: Value, *, check_errors: bool = False) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return list(_inverse(ctx, a, "linalg.inv_ex"))
 
@@ -320,7 +334,7 @@ def _solve(ctx: ConversionContext, a: Value, b: Value, left: bool, what: str) ->
 
 
 def convert_linalg_solve(ctx: ConversionContext, a: Value, b: Value, *, left: bool = True) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     return _solve(ctx, a, b, left, "linalg.solve")[0]
 
@@ -328,7 +342,7 @@ def convert_linalg_solve(ctx: ConversionContext, a: Value, b: Value, *, left: bo
 def convert_linalg_solve_ex(
     ctx: ConversionContext, a: Value, b: Value, *, left: bool = True, check_errors: bool = False
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     x, f = _solve(ctx, a, b, left, "linalg.solve_ex")
     dtype = ctx.out_dtype
@@ -346,7 +360,7 @@ def _det_parts(ctx: ConversionContext, a: Value, dtype: torch.dtype, what: str) 
 
 
 def convert_linalg_det(ctx: ConversionContext, a: Value) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.det")
     n, _ = _matrix_dims(ctx, a, "linalg.det")
@@ -372,13 +386,13 @@ def _slogdet(ctx: ConversionContext, a: Value, what: str) -> tuple[str, str]:
 
 
 def convert_linalg_slogdet(ctx: ConversionContext, a: Value) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return list(_slogdet(ctx, a, "linalg.slogdet"))
 
 
 def convert_logdet(ctx: ConversionContext, a: Value) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     sign, logabs = _slogdet(ctx, a, "logdet")
     dtype = ctx.out_dtype
@@ -401,7 +415,7 @@ def _torch_lu_input(ctx: ConversionContext, a: Value) -> str:
 
 def convert_linalg_det_internal(ctx: ConversionContext, a: Value) -> list[str]:
     """_linalg_det: (det, LU, pivots)."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     n, _ = _matrix_dims(ctx, a, "_linalg_det")
     if n == 0:
@@ -413,7 +427,7 @@ def convert_linalg_det_internal(ctx: ConversionContext, a: Value) -> list[str]:
 
 def convert_linalg_slogdet_internal(ctx: ConversionContext, a: Value) -> list[str]:
     """_linalg_slogdet: (sign, logabsdet, LU, pivots); det(A^T) = det(A), so one factorisation serves."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "_linalg_slogdet")
     n, _ = _matrix_dims(ctx, a, "_linalg_slogdet")
@@ -431,7 +445,7 @@ def convert_linalg_solve_ex_internal(
     ctx: ConversionContext, a: Value, b: Value, *, left: bool = True, check_errors: bool = False
 ) -> list[str]:
     """_linalg_solve_ex: (result, LU, pivots, info), the LU of A itself."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "_linalg_solve_ex")
     n, _ = _matrix_dims(ctx, a, "_linalg_solve_ex")
@@ -466,13 +480,13 @@ def _lu_factor_outputs(ctx: ConversionContext, a: Value, pivot: bool, what: str)
 def convert_lu_with_info(
     ctx: ConversionContext, a: Value, pivot: bool = True, check_errors: bool = True
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return _lu_factor_outputs(ctx, a, pivot, "lu")
 
 
 def convert_linalg_lu_factor(ctx: ConversionContext, a: Value, *, pivot: bool = True) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return _lu_factor_outputs(ctx, a, pivot, "linalg.lu_factor")[:2]
 
@@ -480,7 +494,7 @@ def convert_linalg_lu_factor(ctx: ConversionContext, a: Value, *, pivot: bool = 
 def convert_linalg_lu_factor_ex(
     ctx: ConversionContext, a: Value, *, pivot: bool = True, check_errors: bool = False
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return _lu_factor_outputs(ctx, a, pivot, "linalg.lu_factor_ex")
 
@@ -499,7 +513,7 @@ def _unpack(ctx: ConversionContext, lu: str, m: int, n: int) -> tuple[str, str]:
 
 
 def convert_linalg_lu(ctx: ConversionContext, a: Value, *, pivot: bool = True) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     m, n = _matrix_dims(ctx, a, "linalg.lu")
     if min(m, n) == 0:
@@ -541,8 +555,8 @@ def _perm_from_pivots(ctx: ConversionContext, pivots: Value, m: int) -> str:
 def convert_lu_unpack(
     ctx: ConversionContext, lu: Value, pivots: Value, unpack_data: bool = True, unpack_pivots: bool = True
 ) -> list[str | None]:
-    if (empty := _empty_result(ctx)) is not None:
-        return empty
+    if (empty := _empty_multi(ctx)) is not None:
+        return [*empty]
     m, n = _matrix_dims(ctx, lu, "lu_unpack")
     shapes = _out_shapes(ctx)
     dtype = ctx.out_dtype
@@ -578,13 +592,13 @@ def _lu_solve_common(
 def convert_linalg_lu_solve(
     ctx: ConversionContext, lu: Value, pivots: Value, b: Value, *, left: bool = True, adjoint: bool = False
 ) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     return _lu_solve_common(ctx, lu, pivots, b, left, adjoint, "linalg.lu_solve")
 
 
 def convert_lu_solve(ctx: ConversionContext, b: Value, lu: Value, pivots: Value) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     return _lu_solve_common(ctx, lu, pivots, b, True, False, "lu_solve")
 
@@ -626,7 +640,7 @@ def _cholesky(ctx: ConversionContext, a: Value, upper: bool, what: str) -> tuple
 
 
 def convert_linalg_cholesky(ctx: ConversionContext, a: Value, *, upper: bool = False) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     return _cholesky(ctx, a, upper, "linalg.cholesky")[0]
 
@@ -634,7 +648,7 @@ def convert_linalg_cholesky(ctx: ConversionContext, a: Value, *, upper: bool = F
 def convert_linalg_cholesky_ex(
     ctx: ConversionContext, a: Value, *, upper: bool = False, check_errors: bool = False
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return list(_cholesky(ctx, a, upper, "linalg.cholesky_ex"))
 
@@ -651,7 +665,7 @@ def _cholesky_solve_with(
 
 
 def convert_cholesky_solve(ctx: ConversionContext, b: Value, factor: Value, upper: bool = False) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "cholesky_solve")
     n, _ = _matrix_dims(ctx, factor, "cholesky_solve")
@@ -661,7 +675,7 @@ def convert_cholesky_solve(ctx: ConversionContext, b: Value, factor: Value, uppe
 
 
 def convert_cholesky_inverse(ctx: ConversionContext, factor: Value, upper: bool = False) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "cholesky_inverse")
     n, _ = _matrix_dims(ctx, factor, "cholesky_inverse")
@@ -677,7 +691,7 @@ def convert_cholesky_inverse(ctx: ConversionContext, factor: Value, upper: bool 
 def convert_linalg_solve_triangular(
     ctx: ConversionContext, a: Value, b: Value, *, upper: bool, left: bool = True, unitriangular: bool = False
 ) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.solve_triangular")
     n, _ = _matrix_dims(ctx, a, "linalg.solve_triangular")
@@ -699,7 +713,7 @@ def convert_triangular_solve(
     transpose: bool = False,
     unitriangular: bool = False,
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "triangular_solve")
     n, _ = _matrix_dims(ctx, a, "triangular_solve")
@@ -861,7 +875,7 @@ def _ldl_factor(ctx: ConversionContext, a: Value, hermitian: bool, what: str) ->
 
 
 def convert_linalg_ldl_factor(ctx: ConversionContext, a: Value, *, hermitian: bool = False) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return _ldl_factor(ctx, a, hermitian, "linalg.ldl_factor")[:2]
 
@@ -869,7 +883,7 @@ def convert_linalg_ldl_factor(ctx: ConversionContext, a: Value, *, hermitian: bo
 def convert_linalg_ldl_factor_ex(
     ctx: ConversionContext, a: Value, *, hermitian: bool = False, check_errors: bool = False
 ) -> list[str]:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_multi(ctx)) is not None:
         return empty
     return _ldl_factor(ctx, a, hermitian, "linalg.ldl_factor_ex")
 
@@ -961,7 +975,7 @@ def _ldl_solve(
 def convert_linalg_ldl_solve(
     ctx: ConversionContext, ld: Value, pivots: Value, b: Value, *, hermitian: bool = False
 ) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.ldl_solve")
     n, _ = _matrix_dims(ctx, ld, "linalg.ldl_solve")
@@ -974,7 +988,7 @@ def convert_linalg_ldl_solve(
 
 
 def convert_linalg_matrix_power(ctx: ConversionContext, a: Value, k: int) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = ctx.out_dtype
     n, _ = _matrix_dims(ctx, a, "linalg.matrix_power")
@@ -1009,7 +1023,7 @@ def convert_matrix_exp(ctx: ConversionContext, a: Value) -> str:
     """Scaling and squaring: A / 2^s has a 1-norm <= 1, a Taylor polynomial of degree 18 gives its
     exponential, s squarings undo the scaling. s is data-dependent, so every batch element runs its own
     count through the unrolled squarings (``Where`` keeps the finished ones)."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = ctx.out_dtype
     if not dtype.is_floating_point:
@@ -1048,7 +1062,7 @@ def _static_shape(ctx: ConversionContext, x: Value, what: str) -> tuple[int, ...
 
 
 def convert_linalg_tensorinv(ctx: ConversionContext, a: Value, ind: int = 2) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.tensorinv")
     shape = _static_shape(ctx, a, "linalg.tensorinv")
@@ -1061,7 +1075,7 @@ def convert_linalg_tensorinv(ctx: ConversionContext, a: Value, ind: int = 2) -> 
 def convert_linalg_tensorsolve(
     ctx: ConversionContext, a: Value, b: Value, dims: Sequence[int] | None = None
 ) -> str:
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.tensorsolve")
     shape = _static_shape(ctx, a, "linalg.tensorsolve")
@@ -1081,7 +1095,7 @@ def convert_linalg_tensorsolve(
 
 def convert_linalg_vander(ctx: ConversionContext, x: Value, *, N: int | None = None) -> str:
     """Columns 1, x, x^2, ... as torch builds them: a running product (cumprod), not powers."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = ctx.out_dtype
     count = ctx.out_shape[-1]
@@ -1139,7 +1153,7 @@ def _apply_reflectors(
 
 def convert_linalg_householder_product(ctx: ConversionContext, a: Value, tau: Value) -> str:
     """orgqr: the first n columns of H_0 H_1 ... H_{k-1}."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "linalg.householder_product")
     m, n = _matrix_dims(ctx, a, "linalg.householder_product")
@@ -1155,7 +1169,7 @@ def convert_ormqr(
     ctx: ConversionContext, a: Value, tau: Value, c: Value, left: bool = True, transpose: bool = False
 ) -> str:
     """Q C, Q^T C, C Q or C Q^T with Q = H_0 ... H_{k-1} from geqrf's reflectors."""
-    if (empty := _empty_result(ctx)) is not None:
+    if (empty := _empty_single(ctx)) is not None:
         return empty
     dtype = _float_dtype(ctx, "ormqr")
     _matrix_dims(ctx, a, "ormqr")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -109,7 +109,9 @@ def _conv_transpose(
     extra = [max(o - e, 0) for e, o in zip(end, out_pad)]
     attrs = {**attrs, "pads": begin + new_end}
     if not any(extra):
-        return ctx.op("ConvTranspose", x, weight, bias, **attrs)
+        # annotated: with **attrs of Any the overloads of ctx.op cannot tell one output from several
+        y: str = ctx.op("ConvTranspose", x, weight, bias, **attrs)
+        return y
     y = ctx.op("ConvTranspose", x, weight, **attrs)
     y = ctx.op("Pad", y, ctx.i64([0] * (nd + 2) + [0, 0, *extra]))
     if bias is None:
@@ -181,6 +183,32 @@ def _float_for_pool(ctx: ConversionContext, x: str, dtype: torch.dtype, exact: b
     return ctx.cast(x, torch.float64 if exact else torch.float32)
 
 
+# the pooled value, or [pooled, indices] with_indices
+@overload
+def _max_pool(
+    ctx: ConversionContext,
+    x: Value,
+    nd: int,
+    kernel: IntOrList,
+    stride: IntOrList | None,
+    padding: IntOrList,
+    dilation: IntOrList,
+    ceil_mode: bool,
+    with_indices: Literal[False],
+) -> str: ...
+@overload
+def _max_pool(
+    ctx: ConversionContext,
+    x: Value,
+    nd: int,
+    kernel: IntOrList,
+    stride: IntOrList | None,
+    padding: IntOrList,
+    dilation: IntOrList,
+    ceil_mode: bool,
+    with_indices: Literal[True],
+) -> list[str]: ...
+@overload
 def _max_pool(
     ctx: ConversionContext,
     x: Value,
@@ -191,11 +219,28 @@ def _max_pool(
     dilation: IntOrList,
     ceil_mode: bool,
     with_indices: bool,
-) -> Any:
+) -> str | list[str]: ...
+def _max_pool(
+    ctx: ConversionContext,
+    x: Value,
+    nd: int,
+    kernel: IntOrList,
+    stride: IntOrList | None,
+    padding: IntOrList,
+    dilation: IntOrList,
+    ceil_mode: bool,
+    with_indices: bool,
+) -> str | list[str]:
     k, s, pads, d = _pool_args(nd, kernel, stride, padding, dilation)
     xin, added = _batched(ctx, x, nd)
     xin = _float_for_pool(ctx, xin, x.dtype, exact=True)
-    attrs = {"kernel_shape": k, "strides": s, "pads": pads, "dilations": d, "ceil_mode": int(ceil_mode)}
+    attrs: dict[str, Any] = {
+        "kernel_shape": k,
+        "strides": s,
+        "pads": pads,
+        "dilations": d,
+        "ceil_mode": int(ceil_mode),
+    }
     if not with_indices:
         y = ctx.op("MaxPool", xin, **attrs)
         return _unbatch(ctx, ctx.cast(y, x.dtype), added)
@@ -221,7 +266,7 @@ def _max_pool_converter(nd: int, with_indices: bool) -> Callable[..., Any]:
         padding: IntOrList = 0,
         dilation: IntOrList = 1,
         ceil_mode: bool = False,
-    ) -> Any:
+    ) -> str | list[str]:
         return _max_pool(ctx, x, nd, kernel_size, stride, padding, dilation, ceil_mode, with_indices)
 
     convert.__name__ = f"convert_max_pool{nd}d{'_with_indices' if with_indices else ''}"
@@ -559,7 +604,12 @@ def _resize(
     if scales is not None and output_size is not None and all(s is not None for s in scales):
         spatial = x.shape[-nd:]
         for size, scale, out in zip(spatial, scales, output_size):
-            if isinstance(size, int) and isinstance(out, int) and math.floor(size * scale) != out:
+            if (
+                isinstance(size, int)
+                and isinstance(out, int)
+                and scale is not None
+                and math.floor(size * scale) != out
+            ):
                 # Resize derives the output size from its scales; torch takes both separately
                 raise ctx.error(
                     f"upsample with output_size {list(output_size)} and scales {list(scales)} that do not "
@@ -569,6 +619,7 @@ def _resize(
     dtype = x.dtype
     work = xin if dtype == torch.float32 else ctx.cast(xin, torch.float32)
     if scales is not None and all(s is not None for s in scales):
+        # no None among the scales (checked above; all() does not narrow)
         scale_t = ctx.const([1.0, 1.0, *[float(s) for s in scales]], torch.float32)  # type: ignore[arg-type]
         y = ctx.op("Resize", work, "", scale_t, **attrs)
     else:
@@ -599,6 +650,9 @@ def _upsample_converter(
     nd: int, mode: str, exact: bool = False
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(vec overload, default overload) converters for upsample_{nearest,linear,bilinear,...}."""
+    # declared: the two branches define them with different signatures (align_corners or not)
+    vec: Callable[..., str]
+    default: Callable[..., str]
     if mode == "nearest":
 
         def attrs_for(align: bool) -> dict[str, Any]:
@@ -826,8 +880,8 @@ def convert_pixel_unshuffle(ctx: ConversionContext, x: Value, r: int) -> str:
     spatial = _shape_slice(ctx, y, 2)
     split = ctx.op("Reshape", y, ctx.op("Concat", ctx.i64([0, r * r, -1]), spatial, axis=0))
     swapped = ctx.op("Transpose", split, perm=[0, 2, 1, 3, 4])
-    lead = _shape_slice(ctx, x, 0, -3)
-    return ctx.op("Reshape", swapped, ctx.op("Concat", lead, ctx.i64([-1]), spatial, axis=0))
+    lead_dims = _shape_slice(ctx, x, 0, -3)
+    return ctx.op("Reshape", swapped, ctx.op("Concat", lead_dims, ctx.i64([-1]), spatial, axis=0))
 
 
 def convert_channel_shuffle(ctx: ConversionContext, x: Value, groups: int) -> str:
@@ -986,7 +1040,9 @@ def _aa_weights(size_in: int, size_out: int, align_corners: bool, scale: float |
     applied to the basis vectors (the filter is linear and separable, so this is exact)."""
     # the other axis is 2 wide and kept (torch's kernel mishandles a width of 1)
     basis = torch.eye(size_in, dtype=torch.float64).reshape(size_in, 1, size_in, 1).expand(-1, -1, -1, 2)
-    y = aten._upsample_bilinear2d_aa.default(basis.contiguous(), [size_out, 2], align_corners, scale, None)
+    y: torch.Tensor = aten._upsample_bilinear2d_aa.default(
+        basis.contiguous(), [size_out, 2], align_corners, scale, None
+    )
     return y[:, 0, :, 0].T.contiguous()
 
 

@@ -23,7 +23,8 @@ aten = torch.ops.aten
 # ---- shared pieces ------------------------------------------------------------------------------
 def _out_meta(ctx: ConversionContext, i: int) -> torch.Tensor:
     val = ctx.out
-    return val[i] if isinstance(val, (list, tuple)) else val
+    meta: torch.Tensor = val[i] if isinstance(val, (list, tuple)) else val
+    return meta
 
 
 def _finish(ctx: ConversionContext, i: int, v: str) -> str:

@@ -10,7 +10,7 @@ Conventions shared by every converter here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -676,7 +676,10 @@ def _gradient_coords(
         shape[axis] = -1
         return ctx.op("Reshape", t, ctx.i64(shape))
 
-    mul, add, sub, div = (lambda a, b, op=op: ctx.op(op, a, b) for op in ("Mul", "Add", "Sub", "Div"))
+    def binary(op: str) -> Callable[[str, str], str]:
+        return lambda a, b: ctx.op(op, a, b)
+
+    mul, add, sub, div = (binary(op) for op in ("Mul", "Add", "Sub", "Div"))
     dx = sub(_slice(ctx, coords, 0, 1, _END), _slice(ctx, coords, 0, 0, -1))
     dx1, dx2 = _slice(ctx, dx, 0, 0, -1), _slice(ctx, dx, 0, 1, _END)
     a = along(div(ctx.op("Neg", dx2), mul(dx1, add(dx1, dx2))))

@@ -412,7 +412,7 @@ def convert_flip(ctx: ConversionContext, x: Value, dims: Sequence[int]) -> str:
     if not axes:
         return ctx.op("Identity", x)
     static = [a for a in axes if isinstance(x.shape[a], int)]
-    y: Any = x
+    y = x.name
     # static dims: Gather with reversed indices (the builder's no-op pass would drop a reversing Slice
     # whose output has the input's static shape)
     for a in static:
@@ -545,9 +545,9 @@ def _pad_replicate_gather(ctx: ConversionContext, x: Value, pad: Sequence[int]) 
     return y if isinstance(y, str) else ctx.op("Identity", y)
 
 
-def _pad_circular(ctx: ConversionContext, x: Any, rank: int, pad: Sequence[int]) -> str:
+def _pad_circular(ctx: ConversionContext, x: Value | str, rank: int, pad: Sequence[int]) -> str:
     # wrap-around by concatenating slices: the same graph at every opset (Pad's "wrap" needs 19)
-    y = x
+    y = x.name if isinstance(x, Value) else x
     for i in range(len(pad) // 2):
         axis = rank - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]

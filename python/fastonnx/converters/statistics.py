@@ -708,7 +708,7 @@ def convert_histogramdd(
     dims = x.shape[-1]
     if not isinstance(dims, int):
         raise ctx.error("histogramdd needs a static number of dimensions (the input's last dim)")
-    bin_list = [bins] * dims if isinstance(bins, int) else list(bins)
+    bin_list: list[Any] = [bins] * dims if isinstance(bins, int) else list(bins)
     hist, edges = _histogramdd(ctx, x, bin_list, range, weight, density)
     if any(isinstance(b, (Value, str)) for b in bin_list):
         edges = [ctx.op("Identity", b) for b in bin_list]

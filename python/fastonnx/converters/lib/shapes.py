@@ -37,7 +37,7 @@ def dim_piece(ctx: ConversionContext, d: Any, sources: Sequence[Value] = ()) -> 
     return None
 
 
-def dim_scalar(ctx: ConversionContext, x: Value, axis: int) -> Any:
+def dim_scalar(ctx: ConversionContext, x: Value, axis: int) -> int | str:
     """The size of ``x`` along ``axis``: an int when static, else a 0-d int64 value."""
     d = x.shape[axis]
     if isinstance(d, int):
