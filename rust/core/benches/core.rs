@@ -59,7 +59,7 @@ fn builder(c: &mut Criterion) {
         ("no-op removal", passes::mark_noops),
         ("CSE", passes::eliminate_common_subexpressions),
         ("identity removal", passes::remove_identities),
-        ("unused removal", |g| passes::remove_unused(g).0),
+        ("unused removal", passes::remove_unused_nodes),
     ];
     for (name, pass) in passes {
         c.bench_function(&format!("pass: {name} on 10k nodes"), |b| {
@@ -137,5 +137,58 @@ fn transpose_bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, builder, writer_bench, transpose_bench);
+fn transposed_writer_bench(c: &mut Criterion) {
+    // Llama-like projections stored transposed (the writer transposes them as it writes): square,
+    // wide, tall and a vocabulary-sized one, 174 MB of float32 in all
+    let mut m = chain(1000);
+    let mut bytes = 0;
+    for (i, (rows, cols)) in [
+        (2048usize, 2048usize),
+        (2048, 5632),
+        (5632, 2048),
+        (32000, 512),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = TensorData::Transposed {
+            source: std::sync::Arc::new(Bytes(vec![(i + 1) as u8; rows * cols * 4])),
+            rows,
+            cols,
+            item: 4,
+        };
+        bytes += rows * cols * 4;
+        m.graph
+            .add_initializer(
+                &format!("wt{i}"),
+                dtype::FLOAT,
+                vec![cols as i64, rows as i64],
+                data,
+                None,
+            )
+            .expect("weight");
+    }
+    let dir = std::env::var("FASTONNX_BENCH_DIR").unwrap_or_else(|_| "/dev/shm".to_owned());
+    let path = std::path::Path::new(&dir).join("fastonnx-bench-t.onnx");
+    let mut group = c.benchmark_group("writer");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("174 MB transposed, inline", |b| {
+        b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"))
+    });
+    group.bench_function("174 MB transposed, external data", |b| {
+        b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"))
+    });
+    group.finish();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("onnx.data"));
+}
+
+criterion_group!(
+    benches,
+    builder,
+    writer_bench,
+    transpose_bench,
+    transposed_writer_bench
+);
 criterion_main!(benches);
