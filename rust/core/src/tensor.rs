@@ -103,14 +103,13 @@ impl TensorData {
 
     /// The bytes as written, copied (for small tensors: attributes, folding, tests).
     pub fn to_vec(&self) -> Vec<u8> {
-        match self.as_slice() {
-            Some(s) => s.to_vec(),
-            None => {
-                let mut out = Vec::with_capacity(self.len());
-                // writing to a Vec cannot fail
-                let _ = self.write_to(&mut out);
-                out
-            }
+        if let Some(s) = self.as_slice() {
+            s.to_vec()
+        } else {
+            let mut out = Vec::with_capacity(self.len());
+            // writing to a Vec cannot fail
+            let _ = self.write_to(&mut out);
+            out
         }
     }
 

@@ -79,6 +79,8 @@ pub(crate) fn float(name: &str, v: f32) -> Attribute {
     }
 }
 
+/// A static shape, as `Graph::add_input` takes it.
+#[allow(clippy::unnecessary_wraps)] // add_input takes an optional shape
 pub(crate) fn fixed(dims: &[i64]) -> Option<Vec<Dim>> {
     Some(dims.iter().map(|d| Dim::Fixed(*d)).collect())
 }

@@ -74,15 +74,15 @@ pub fn remove_identities(g: &mut Graph) -> usize {
 
 fn replace_reads(nodes: &mut [Node], replace: &HashMap<String, String>) {
     for n in nodes.iter_mut() {
-        for i in n.inputs.iter_mut() {
+        for i in &mut n.inputs {
             if let Some(r) = replace.get(i) {
                 *i = r.clone();
             }
         }
-        for a in n.attrs.iter_mut() {
+        for a in &mut n.attrs {
             if let AttrValue::Graph(sub) = &mut a.value {
                 replace_reads(&mut sub.nodes, replace);
-                for o in sub.outputs.iter_mut() {
+                for o in &mut sub.outputs {
                     if let Some(r) = replace.get(o) {
                         *o = r.clone();
                     }

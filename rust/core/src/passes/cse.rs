@@ -58,7 +58,7 @@ pub fn eliminate_common_subexpressions(g: &mut Graph) -> usize {
     let mut to_identity: Vec<(usize, String)> = Vec::new();
     let mut removed: HashSet<usize> = HashSet::new();
     for i in 0..g.nodes.len() {
-        for input in g.nodes[i].inputs.iter_mut() {
+        for input in &mut g.nodes[i].inputs {
             if let Some(r) = replace.get(input) {
                 *input = r.clone();
             }
@@ -108,8 +108,8 @@ pub fn eliminate_common_subexpressions(g: &mut Graph) -> usize {
     }
     // readers inside subgraphs may also refer to merged values
     if !replace.is_empty() {
-        for n in g.nodes.iter_mut() {
-            for a in n.attrs.iter_mut() {
+        for n in &mut g.nodes {
+            for a in &mut n.attrs {
                 if let AttrValue::Graph(sub) = &mut a.value {
                     for (old, new) in &replace {
                         sub.rename(old, new);

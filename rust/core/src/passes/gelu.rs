@@ -25,7 +25,7 @@ const SQRT_2: f64 = std::f64::consts::SQRT_2;
 const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
 /// sqrt(2 / pi), the tanh approximation's scale
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-const GELU_TANH_CUBE: f64 = 0.044715;
+const GELU_TANH_CUBE: f64 = 0.044_715;
 
 /// (domain, erf op, tanh op); the standard op carries the form in an attribute
 type Ops = (&'static str, &'static str, &'static str);

@@ -38,7 +38,11 @@ pub(crate) fn readers(g: &Graph) -> HashMap<String, usize> {
         {
             *r.entry(name.clone()).or_default() += 1;
         }
-        for sub in g.nodes.iter().flat_map(|n| n.subgraphs()) {
+        for sub in g
+            .nodes
+            .iter()
+            .flat_map(super::super::graph::Node::subgraphs)
+        {
             count(sub, r);
         }
     }

@@ -92,8 +92,7 @@ pub fn mark_noops(g: &mut Graph) -> usize {
                         || constant_all_positive(g, &n.inputs[4]))
             }
             "Transpose" => ints_attr(n, "perm")
-                .map(|p| p.iter().enumerate().all(|(k, v)| *v == k as i64))
-                .unwrap_or(false),
+                .is_some_and(|p| p.iter().enumerate().all(|(k, v)| *v == k as i64)),
             "Mul" | "Div" if n.inputs.len() == 2 => unchanged && constant_is(g, &n.inputs[1], 1.0),
             "Add" | "Sub" if n.inputs.len() == 2 => unchanged && constant_is(g, &n.inputs[1], 0.0),
             _ => false,

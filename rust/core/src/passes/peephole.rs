@@ -95,7 +95,10 @@ fn transpose_chains(g: &mut Graph) -> usize {
 
 /// True when every value of `from` is exactly representable in `to`.
 fn lossless(from: i32, to: i32) -> bool {
-    use dtype::*;
+    use dtype::{
+        BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT16, INT32, INT64, INT8, UINT16, UINT32, UINT64,
+        UINT8,
+    };
     if from == to {
         return true;
     }

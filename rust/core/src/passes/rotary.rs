@@ -33,6 +33,9 @@ use crate::tensor::le_i64s;
 /// The most elements (seq * head size) a cos / sin table may have to be decoded.
 const MAX_TABLE: i64 = 1 << 26;
 
+/// (table, seq, head size) -> the first halves of its rows, when both halves are equal
+type Halves = HashMap<(String, i64, i64), Option<Rc<Vec<f32>>>>;
+
 #[derive(Clone, Copy, PartialEq)]
 enum Form {
     Standard,
@@ -76,7 +79,7 @@ pub(crate) fn fuse_contrib(g: &mut Graph) -> usize {
 
 fn fuse_forms(g: &mut Graph, standard: bool, contrib: bool) -> usize {
     // queries and keys share their cos / sin constants: decode each once
-    let mut halves: HashMap<(String, i64, i64), Option<Rc<Vec<f32>>>> = HashMap::new();
+    let mut halves = Halves::new();
     let find = |g: &Graph, ix: &Index, i: usize| match_rotary(g, ix, i, &mut halves);
     let mut caches = HashMap::new();
     fuse(g, &["Concat"], find, |g, r| {
@@ -221,12 +224,7 @@ fn half_table(g: &Graph, name: &str, seq: i64, h: i64) -> Option<Vec<f32>> {
     Some(out)
 }
 
-fn match_rotary(
-    g: &Graph,
-    ix: &Index,
-    concat_at: usize,
-    halves: &mut HashMap<(String, i64, i64), Option<Rc<Vec<f32>>>>,
-) -> Option<Rotary> {
+fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) -> Option<Rotary> {
     // Concat(Neg(hi), lo) on the last axis
     let concat = &g.nodes[concat_at];
     let [negated, lo] = concat.inputs.as_slice() else {

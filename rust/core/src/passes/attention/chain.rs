@@ -235,8 +235,12 @@ fn scalar_f64(g: &Graph, name: &str) -> Option<f64> {
         return None;
     }
     match t.dtype {
-        dtype::FLOAT => Some(f32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
-        dtype::INT32 => Some(i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
+        dtype::FLOAT => Some(f64::from(f32::from_le_bytes(
+            bytes.get(..4)?.try_into().ok()?,
+        ))),
+        dtype::INT32 => Some(f64::from(i32::from_le_bytes(
+            bytes.get(..4)?.try_into().ok()?,
+        ))),
         dtype::INT64 => Some(i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as f64),
         _ => None,
     }

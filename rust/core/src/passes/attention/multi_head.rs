@@ -26,7 +26,7 @@ struct Heads {
     q3: String,
     k3: String,
     v3: String,
-    heads: i64,
+    count: i64,
     /// the final Reshape, rewritten in place, and the Transpose before it
     merge_at: usize,
     transpose_at: usize,
@@ -150,7 +150,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
     let attrs = vec![
         Attribute {
             name: "num_heads".into(),
-            value: AttrValue::Int(h.heads),
+            value: AttrValue::Int(h.count),
         },
         Attribute {
             name: "scale".into(),
@@ -240,7 +240,7 @@ fn match_heads(g: &Graph, ix: &Index, f: &Chain) -> Option<Heads> {
         q3,
         k3,
         v3,
-        heads,
+        count: heads,
         merge_at,
         transpose_at,
         identities,
