@@ -141,9 +141,28 @@ pub fn remove_unused_nodes(g: &mut Graph) -> usize {
 
 /// Removes the initializers no node (nor subgraph, nor graph output) reads; returns how many.
 pub(crate) fn remove_unused_initializers(g: &mut Graph) -> usize {
-    let mut live: HashSet<String> = g.outputs.iter().cloned().collect();
-    collect_reads(g.nodes.iter(), &mut live);
-    g.retain_initializers(|name| live.contains(name))
+    fn reads<'a>(g: &'a Graph, out: &mut HashSet<&'a str>) {
+        out.extend(g.outputs.iter().map(String::as_str));
+        for n in &g.nodes {
+            out.extend(n.inputs.iter().map(String::as_str));
+            for sub in n.subgraphs() {
+                reads(sub, out);
+            }
+        }
+    }
+    // names borrowed, not copied: only the few dead initializers' names are
+    let mut live = HashSet::new();
+    reads(g, &mut live);
+    let dead: HashSet<String> = g
+        .initializers
+        .iter()
+        .filter(|t| !live.contains(t.name.as_str()))
+        .map(|t| t.name.clone())
+        .collect();
+    if dead.is_empty() {
+        return 0;
+    }
+    g.retain_initializers(|name| !dead.contains(name))
 }
 
 #[cfg(test)]

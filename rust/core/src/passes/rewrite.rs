@@ -151,11 +151,14 @@ pub(crate) fn fuse<M>(
     mut find: impl FnMut(&Graph, &Index, usize) -> Option<M>,
     mut build: impl FnMut(&mut Graph, M) -> Option<Rewrite>,
 ) -> usize {
-    let ix = Index::new(g);
-    let found: Vec<M> = (0..g.nodes.len())
+    let starts: Vec<usize> = (0..g.nodes.len())
         .filter(|&i| anchors.iter().any(|op| is_op(&g.nodes[i], op)))
-        .filter_map(|i| find(g, &ix, i))
         .collect();
+    if starts.is_empty() {
+        return 0; // most graphs hold few of the fusions' patterns: no index for nothing
+    }
+    let ix = Index::new(g);
+    let found: Vec<M> = starts.into_iter().filter_map(|i| find(g, &ix, i)).collect();
     let rewrites = found.into_iter().filter_map(|m| build(g, m)).collect();
     apply(g, rewrites)
 }

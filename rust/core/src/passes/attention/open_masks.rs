@@ -9,9 +9,15 @@ use crate::passes::rewrite::{apply, Rewrite};
 
 /// Removes the Wheres of open masks and of flags closing no row; returns how many it removed.
 pub(crate) fn remove_open_masks(g: &mut Graph) -> usize {
+    let softmaxes: Vec<usize> = (0..g.nodes.len())
+        .filter(|&i| is_op(&g.nodes[i], "Softmax"))
+        .collect();
+    if softmaxes.is_empty() {
+        return 0;
+    }
     let ix = Index::new(g);
     let mut rewrites = Vec::new();
-    for i in (0..g.nodes.len()).filter(|&i| is_op(&g.nodes[i], "Softmax")) {
+    for i in softmaxes {
         let Some(c) = match_chain(g, &ix, i) else {
             continue;
         };
