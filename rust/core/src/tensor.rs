@@ -499,4 +499,37 @@ mod tests {
             assert!(data.to_vec() == want, "{rows}x{cols}x{item}");
         }
     }
+
+    /// Memory starting one byte into its allocation: no element type is aligned there.
+    struct Unaligned(Vec<u8>);
+    impl ByteSource for Unaligned {
+        fn bytes(&self) -> &[u8] {
+            &self.0[1..]
+        }
+    }
+
+    #[test]
+    fn unaligned_weights_take_the_byte_path_and_pieces_cover_them() {
+        let (rows, cols) = (600, 900);
+        let src: Vec<u8> = (0..=rows * cols * 4).map(|i| (i % 251) as u8).collect();
+        let aligned = TensorData::Transposed {
+            source: Arc::new(Mem(src[1..].to_vec())),
+            rows,
+            cols,
+            item: 4,
+        };
+        let unaligned = TensorData::Transposed {
+            source: Arc::new(Unaligned(src)),
+            rows,
+            cols,
+            item: 4,
+        };
+        assert!(unaligned.to_vec() == aligned.to_vec());
+        let pieces = unaligned.pieces().expect("pieces");
+        assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= PIECE_BYTES));
+        assert_eq!(
+            pieces.iter().map(Piece::len).sum::<usize>(),
+            unaligned.len()
+        );
+    }
 }
