@@ -24,8 +24,8 @@ COUNTER = {
     "silu": "silu_fused",
     "rotary": "rotary_fused",
     "attention": "attention_fused",
-    # com.microsoft.MultiHeadAttention (onnxruntime level, below opset 23) is counted with Attention today
-    "multi_head_attention": "attention_fused",
+    # com.microsoft.MultiHeadAttention (onnxruntime level, below opset 23)
+    "multi_head_attention": "multi_head_attention_fused",
     "conv_batchnorm": "conv_batchnorm_fused",
 }
 

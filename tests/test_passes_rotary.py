@@ -1,5 +1,5 @@
 """The rotary-embedding fusion on random graphs that contain their patterns among random
-surroundings (see test_passes.py): each must fire, and onnxruntime must give the same outputs before and
+surroundings (see pass_harness.py): each must fire, and onnxruntime must give the same outputs before and
 after. Then what each fusion emits, and the graphs each must leave alone."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import onnxruntime
 import pytest
 
 from fastonnx._core import GraphBuilder
-from test_passes import F, Pattern, const, fires_and_keeps_outputs
+from pass_harness import F, Pattern, const, fires_and_keeps_outputs
 
 INT64_MAX = 2**63 - 1
 

@@ -39,9 +39,11 @@ fn chain(n: usize) -> Model {
     m
 }
 
+type Pass = fn(&mut fastonnx_core::Graph) -> usize;
+
 fn builder(c: &mut Criterion) {
     c.bench_function("builder: add 100k nodes", |b| {
-        b.iter(|| black_box(chain(100_000)))
+        b.iter(|| black_box(chain(100_000)));
     });
     c.bench_function("lookup: dtype of 100k values", |b| {
         let m = chain(100_000);
@@ -51,15 +53,14 @@ fn builder(c: &mut Criterion) {
                 .iter()
                 .filter(|n| m.graph.value_type(n).is_some())
                 .count()
-        })
+        });
     });
-    type Pass = fn(&mut fastonnx_core::Graph) -> usize;
     let passes: [(&str, Pass); 5] = [
         ("constant folding", passes::fold_constants),
         ("no-op removal", passes::mark_noops),
         ("CSE", passes::eliminate_common_subexpressions),
         ("identity removal", passes::remove_identities),
-        ("unused removal", |g| passes::remove_unused(g).0),
+        ("unused removal", passes::remove_unused_nodes),
     ];
     for (name, pass) in passes {
         c.bench_function(&format!("pass: {name} on 10k nodes"), |b| {
@@ -67,7 +68,7 @@ fn builder(c: &mut Criterion) {
                 || chain(10_000),
                 |mut m| black_box(pass(&mut m.graph)),
                 criterion::BatchSize::LargeInput,
-            )
+            );
         });
     }
     c.bench_function("passes: all of optimize=True on 10k nodes", |b| {
@@ -75,7 +76,7 @@ fn builder(c: &mut Criterion) {
             || chain(10_000),
             |mut m| black_box(optimize(&mut m.graph, Level::Default, 20)),
             criterion::BatchSize::LargeInput,
-        )
+        );
     });
 }
 
@@ -100,10 +101,10 @@ fn writer_bench(c: &mut Criterion) {
     group.sample_size(10);
     group.throughput(Throughput::Bytes(WEIGHTS as u64));
     group.bench_function("1 GiB + 10k nodes, inline", |b| {
-        b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"))
+        b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"));
     });
     group.bench_function("1 GiB + 10k nodes, external data", |b| {
-        b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"))
+        b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"));
     });
     group.finish();
     let _ = std::fs::remove_file(&path);
@@ -132,10 +133,63 @@ fn transpose_bench(c: &mut Criterion) {
     group.sample_size(10);
     group.throughput(Throughput::Bytes((rows * cols * 4) as u64));
     group.bench_function("2048x5632 f32 to a sink", |b| {
-        b.iter(|| data.write_to(&mut std::io::sink()).expect("write"))
+        b.iter(|| data.write_to(&mut std::io::sink()).expect("write"));
     });
     group.finish();
 }
 
-criterion_group!(benches, builder, writer_bench, transpose_bench);
+fn transposed_writer_bench(c: &mut Criterion) {
+    // Llama-like projections stored transposed (the writer transposes them as it writes): square,
+    // wide, tall and a vocabulary-sized one, 174 MB of float32 in all
+    let mut m = chain(1000);
+    let mut bytes = 0;
+    for (i, (rows, cols)) in [
+        (2048usize, 2048usize),
+        (2048, 5632),
+        (5632, 2048),
+        (32000, 512),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = TensorData::Transposed {
+            source: std::sync::Arc::new(Bytes(vec![(i + 1) as u8; rows * cols * 4])),
+            rows,
+            cols,
+            item: 4,
+        };
+        bytes += rows * cols * 4;
+        m.graph
+            .add_initializer(
+                &format!("wt{i}"),
+                dtype::FLOAT,
+                vec![cols as i64, rows as i64],
+                data,
+                None,
+            )
+            .expect("weight");
+    }
+    let dir = std::env::var("FASTONNX_BENCH_DIR").unwrap_or_else(|_| "/dev/shm".to_owned());
+    let path = std::path::Path::new(&dir).join("fastonnx-bench-t.onnx");
+    let mut group = c.benchmark_group("writer");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("174 MB transposed, inline", |b| {
+        b.iter(|| writer::save(&m, &path, Some(false), None).expect("save"));
+    });
+    group.bench_function("174 MB transposed, external data", |b| {
+        b.iter(|| writer::save(&m, &path, Some(true), None).expect("save"));
+    });
+    group.finish();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("onnx.data"));
+}
+
+criterion_group!(
+    benches,
+    builder,
+    writer_bench,
+    transpose_bench,
+    transposed_writer_bench
+);
 criterion_main!(benches);

@@ -86,7 +86,7 @@ pub struct SharedNames {
 
 fn lock(m: &Mutex<NameTable>) -> MutexGuard<'_, NameTable> {
     // A panic while holding the lock cannot leave the table half-updated in a harmful way.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl SharedNames {
@@ -397,7 +397,7 @@ impl Graph {
     /// Renames a value everywhere it is produced or read, subgraphs included.
     pub fn rename(&mut self, old: &str, new: &str) {
         rename_in(&mut self.nodes, old, new);
-        for o in self.outputs.iter_mut() {
+        for o in &mut self.outputs {
             if o == old {
                 *o = new.to_owned();
             }
@@ -433,7 +433,7 @@ pub(crate) fn rename_in(nodes: &mut [Node], old: &str, new: &str) {
                 *name = new.to_owned();
             }
         }
-        for a in node.attrs.iter_mut() {
+        for a in &mut node.attrs {
             if let AttrValue::Graph(g) = &mut a.value {
                 g.rename(old, new);
             }

@@ -12,6 +12,9 @@ pub mod proto;
 pub mod tensor;
 pub mod writer;
 
+#[cfg(test)]
+mod testing;
+
 pub use error::{Error, Result};
 pub use graph::{AttrValue, Attribute, Dim, Graph, Model, Node, TiedKey, ValueType};
 pub use tensor::{ByteSource, Tensor, TensorData};

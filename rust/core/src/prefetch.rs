@@ -1,50 +1,53 @@
-//! Bytes computed while they are written (weights stored transposed, convolutions with a batch norm
-//! folded in) are produced ahead by a worker thread, so that computing one tensor overlaps writing
-//! the tensors before it instead of taking turns with the write. Borrowed weights are still written
-//! straight from their memory by the calling thread; at most PREFETCH_CHUNKS chunks of CHUNK bytes
-//! are in flight.
+//! The writer's one pipeline. Bytes computed while they are written (weights stored transposed,
+//! convolutions with a batch norm folded in) are produced ahead by one worker thread, piece by piece
+//! (see [`TensorData::pieces`]), so that computing a tensor overlaps writing the ones before it instead
+//! of taking turns with the write. Borrowed weights are still written straight from their memory by
+//! the calling thread.
+//!
+//! One memory budget: the worker fills BUFFERS piece buffers that the writer hands back once written,
+//! so at most [`IN_FLIGHT_BYTES`] are in flight (more only for a transposed weight whose single output
+//! row is larger than a piece).
 
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use crate::tensor::TensorData;
+use crate::tensor::{piece_buffer, TensorData, PIECE_BYTES};
 
-const CHUNK: usize = 1 << 20;
-const PREFETCH_CHUNKS: usize = 8;
+/// How many piece buffers exist: one being written while the others are filled.
+const BUFFERS: usize = 4;
+
+/// The bytes the pipeline holds at most, every buffer counted.
+pub const IN_FLIGHT_BYTES: usize = BUFFERS * PIECE_BYTES;
+
+/// A filled buffer and how many of its bytes are the piece.
+type Filled = io::Result<(Vec<u64>, usize)>;
 
 /// Hands out, in the order the writer asks for them, the bytes of the computed tensors.
 pub struct Prefetched {
-    chunks: Receiver<io::Result<Vec<u8>>>,
-    spent: SyncSender<Vec<u8>>,
-}
-
-/// Whether a tensor's bytes take work to produce (anything but a plain copy of memory).
-fn computed(data: &TensorData) -> bool {
-    matches!(
-        data,
-        TensorData::Transposed { .. } | TensorData::ChannelScaled { .. }
-    )
+    filled: Receiver<Filled>,
+    spent: SyncSender<Vec<u64>>,
 }
 
 impl Prefetched {
-    /// Writes `data`: computed tensors from the worker's chunks, the others from their memory.
+    /// Writes `data`: computed tensors from the worker's pieces, the others from their memory.
     /// `data` must come in the order given to `with_prefetch`.
     pub fn write<W: Write + ?Sized>(&mut self, data: &TensorData, w: &mut W) -> io::Result<()> {
-        if !computed(data) {
+        if !data.is_computed() {
             return data.write_to(w);
         }
         let mut left = data.len();
         while left > 0 {
-            let chunk = self
-                .chunks
+            let (mut buf, len) = self
+                .filled
                 .recv()
                 .map_err(|_| io::Error::other("the prefetching thread stopped early"))??;
-            if chunk.len() > left {
+            if len > left {
                 return Err(io::Error::other("prefetched bytes out of order"));
             }
-            w.write_all(&chunk)?;
-            left -= chunk.len();
-            let _ = self.spent.send(chunk); // the worker may be done: the buffer is then dropped
+            w.write_all(piece_buffer(&mut buf, len))?;
+            left -= len;
+            // cannot block: the channel has room for every buffer; if the worker is done, it drops
+            let _ = self.spent.send(buf);
         }
         Ok(())
     }
@@ -56,83 +59,42 @@ pub fn with_prefetch<R>(
     order: Vec<&TensorData>,
     body: impl FnOnce(&mut Prefetched) -> io::Result<R>,
 ) -> io::Result<R> {
-    let work: Vec<&TensorData> = order.into_iter().filter(|d| computed(d)).collect();
+    let work: Vec<&TensorData> = order.into_iter().filter(|d| d.is_computed()).collect();
     std::thread::scope(|scope| {
-        let (chunk_tx, chunks) = sync_channel(PREFETCH_CHUNKS);
-        let (spent, spent_rx) = sync_channel(PREFETCH_CHUNKS + 2);
+        let (filled_tx, filled) = sync_channel(BUFFERS);
+        let (spent, spent_rx) = sync_channel(BUFFERS);
         if !work.is_empty() {
-            scope.spawn(move || produce(work, chunk_tx, spent_rx));
+            for _ in 0..BUFFERS {
+                // cannot fail: the channel has room for every buffer and its receiver is alive
+                let _ = spent.send(Vec::with_capacity(PIECE_BYTES / 8));
+            }
+            scope.spawn(move || produce(&work, &filled_tx, &spent_rx));
         }
-        body(&mut Prefetched { chunks, spent })
+        // the Prefetched (and so both channel ends the worker waits on) is dropped when body returns,
+        // which stops a worker left waiting after an error
+        body(&mut Prefetched { filled, spent })
     })
 }
 
-fn produce(
-    work: Vec<&TensorData>,
-    chunks: SyncSender<io::Result<Vec<u8>>>,
-    spent: Receiver<Vec<u8>>,
-) {
+fn produce(work: &[&TensorData], filled: &SyncSender<Filled>, spent: &Receiver<Vec<u64>>) {
     for data in work {
-        let mut sink = ChunkSink {
-            buf: Vec::new(),
-            chunks: &chunks,
-            spent: &spent,
-            closed: false,
+        let pieces = match data.pieces() {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = filled.send(Err(e));
+                return;
+            }
         };
-        let result = data.write_to(&mut sink).and_then(|()| sink.flush());
-        if sink.closed {
-            return; // the writer stopped (an error on its side): nothing left to do
-        }
-        if let Err(e) = result {
-            let _ = chunks.send(Err(e));
-            return;
-        }
-    }
-}
-
-/// A `Write` that cuts what it is given into CHUNK-byte buffers and sends them to the writer.
-struct ChunkSink<'a> {
-    buf: Vec<u8>,
-    chunks: &'a SyncSender<io::Result<Vec<u8>>>,
-    spent: &'a Receiver<Vec<u8>>,
-    closed: bool,
-}
-
-impl ChunkSink<'_> {
-    fn send(&mut self) -> io::Result<()> {
-        let mut next = self.spent.try_recv().unwrap_or_default();
-        next.clear();
-        let full = std::mem::replace(&mut self.buf, next);
-        if self.chunks.send(Ok(full)).is_err() {
-            self.closed = true;
-            return Err(io::Error::other("the writer stopped"));
-        }
-        Ok(())
-    }
-}
-
-impl Write for ChunkSink<'_> {
-    fn write(&mut self, mut bytes: &[u8]) -> io::Result<usize> {
-        let total = bytes.len();
-        while !bytes.is_empty() {
-            if self.buf.capacity() < CHUNK {
-                self.buf.reserve_exact(CHUNK - self.buf.len());
-            }
-            let take = (CHUNK - self.buf.len()).min(bytes.len());
-            self.buf.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
-            if self.buf.len() == CHUNK {
-                self.send()?;
+        for piece in pieces {
+            // a closed channel means the writer stopped (an error on its side): nothing left to do
+            let Ok(mut buf) = spent.recv() else { return };
+            let out = piece_buffer(&mut buf, piece.len());
+            let message = data.fill(piece, out).map(|()| (buf, piece.len()));
+            let failed = message.is_err();
+            if filled.send(message).is_err() || failed {
+                return;
             }
         }
-        Ok(total)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        self.send()
     }
 }
 
@@ -141,27 +103,35 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn matrix(rows: usize, cols: usize, seed: u8) -> TensorData {
+        let src: Vec<u8> = (0..rows * cols * 4)
+            .map(|i| (i as u8).wrapping_mul(seed))
+            .collect();
+        TensorData::Transposed {
+            source: Arc::new(src),
+            rows,
+            cols,
+            item: 4,
+        }
+    }
+
     #[test]
     fn computed_bytes_arrive_in_order_between_plain_ones() {
-        let matrix = |rows: usize, cols: usize, seed: u8| {
-            let src: Vec<u8> = (0..rows * cols * 4)
-                .map(|i| (i as u8).wrapping_mul(seed))
-                .collect();
-            TensorData::Transposed {
-                source: Arc::new(src),
-                rows,
-                cols,
-                item: 4,
-            }
+        let scaled = TensorData::ChannelScaled {
+            source: Arc::new(vec![1u8; 4 * 3 * PIECE_BYTES / 2]),
+            scale: Arc::new(vec![2.0, 3.0, 0.5]),
+            inner: PIECE_BYTES / 2,
         };
         let tensors = [
             matrix(300, 1000, 3),
             TensorData::Owned(vec![7; 10]),
             matrix(2, 3, 5),
+            scaled,
             matrix(1024, 700, 11),
-            TensorData::Owned(vec![9; 3 * CHUNK + 5]),
+            TensorData::Owned(vec![9; 3 * PIECE_BYTES + 5]),
+            matrix(9000, 70, 13),
         ];
-        let want: Vec<u8> = tensors.iter().flat_map(|t| t.to_vec()).collect();
+        let want: Vec<u8> = tensors.iter().flat_map(TensorData::to_vec).collect();
         let mut got = Vec::new();
         with_prefetch(tensors.iter().collect(), |p| {
             for t in &tensors {
@@ -184,13 +154,21 @@ mod tests {
                 Ok(())
             }
         }
-        let big = TensorData::Transposed {
-            source: Arc::new(vec![1u8; 4096 * 4096 * 4]),
-            rows: 4096,
-            cols: 4096,
-            item: 4,
-        };
+        let big = matrix(4096, 4096, 1);
         let err = with_prefetch(vec![&big], |p| p.write(&big, &mut Full)).expect_err("must fail");
         assert!(err.to_string().contains("disk full"));
+    }
+
+    #[test]
+    fn a_tensor_of_the_wrong_size_fails_the_write() {
+        let bad = TensorData::Transposed {
+            source: Arc::new(vec![0u8; 10]),
+            rows: 2,
+            cols: 2,
+            item: 4,
+        };
+        let mut sink = Vec::new();
+        let err = with_prefetch(vec![&bad], |p| p.write(&bad, &mut sink)).expect_err("must fail");
+        assert!(err.to_string().contains("wrong size"));
     }
 }

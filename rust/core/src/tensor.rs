@@ -64,8 +64,30 @@ pub enum TensorData {
     },
 }
 
-/// Extra memory the block transposition may use.
-const TRANSPOSE_BLOCK_BYTES: usize = 8 << 20;
+/// The most bytes of a computed tensor (transposed or scaled as it is written) produced at a time: the
+/// writer's pipeline holds a few such pieces (see `prefetch`). A band of a transposed weight holds one
+/// output row at least, so a weight whose single output row is larger makes larger pieces.
+pub const PIECE_BYTES: usize = 2 << 20;
+
+/// A part of a computed tensor's bytes, produced on its own and written in order: a band of output
+/// rows of a transposed weight (`first..end` are output rows), or a range of a scaled one's elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    first: usize,
+    end: usize,
+    len: usize,
+}
+
+impl Piece {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
 
 impl TensorData {
     /// The bytes in place, when they are stored as written (None for a lazily transposed weight).
@@ -81,14 +103,13 @@ impl TensorData {
 
     /// The bytes as written, copied (for small tensors: attributes, folding, tests).
     pub fn to_vec(&self) -> Vec<u8> {
-        match self.as_slice() {
-            Some(s) => s.to_vec(),
-            None => {
-                let mut out = Vec::with_capacity(self.len());
-                // writing to a Vec cannot fail
-                let _ = self.write_to(&mut out);
-                out
-            }
+        if let Some(s) = self.as_slice() {
+            s.to_vec()
+        } else {
+            let mut out = Vec::with_capacity(self.len());
+            // writing to a Vec cannot fail
+            let _ = self.write_to(&mut out);
+            out
         }
     }
 
@@ -126,84 +147,169 @@ impl TensorData {
         }
     }
 
-    /// Writes the bytes as they belong in the file.
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+    /// Whether the bytes take work to produce (anything but a plain copy of memory): such tensors are
+    /// produced piece by piece, see [`TensorData::pieces`].
+    pub fn is_computed(&self) -> bool {
+        matches!(
+            self,
+            TensorData::Transposed { .. } | TensorData::ChannelScaled { .. }
+        )
+    }
+
+    /// The pieces a computed tensor's bytes are produced in, in order (none for the other kinds).
+    pub fn pieces(&self) -> io::Result<Vec<Piece>> {
         match self {
-            TensorData::Owned(v) => w.write_all(v),
-            TensorData::Borrowed(b) => w.write_all(b.bytes()),
             TensorData::Transposed {
                 source,
                 rows,
                 cols,
                 item,
-            } => write_transposed(source.bytes(), *rows, *cols, *item, w),
-            TensorData::Deferred { .. } => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a deferred weight (meta device) has no bytes to write",
-            )),
+            } => {
+                let (rows, cols, item) = (*rows, *cols, *item);
+                if item == 0
+                    || rows.checked_mul(cols).and_then(|n| n.checked_mul(item))
+                        != Some(source.bytes().len())
+                {
+                    return Err(wrong_size("transposed"));
+                }
+                if rows == 0 || cols == 0 {
+                    return Ok(Vec::new());
+                }
+                let row = rows * item;
+                let mut band = (PIECE_BYTES / row).clamp(1, cols);
+                if band >= TILE {
+                    band -= band % TILE; // whole tiles: the fast path of fill_band
+                }
+                Ok((0..cols)
+                    .step_by(band)
+                    .map(|first| {
+                        let end = (first + band).min(cols);
+                        Piece {
+                            first,
+                            end,
+                            len: (end - first) * row,
+                        }
+                    })
+                    .collect())
+            }
             TensorData::ChannelScaled {
                 source,
                 scale,
                 inner,
-            } => write_scaled(source.bytes(), scale, *inner, w),
+            } => {
+                let n = source.bytes().len();
+                if scale
+                    .len()
+                    .checked_mul(*inner)
+                    .and_then(|e| e.checked_mul(4))
+                    != Some(n)
+                {
+                    return Err(wrong_size("scaled"));
+                }
+                let per = PIECE_BYTES / 4;
+                let elements = n / 4;
+                Ok((0..elements)
+                    .step_by(per)
+                    .map(|first| {
+                        let end = (first + per).min(elements);
+                        Piece {
+                            first,
+                            end,
+                            len: (end - first) * 4,
+                        }
+                    })
+                    .collect())
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Produces `piece` (one of [`TensorData::pieces`]) into `out`, exactly `piece.len()` bytes; the
+    /// fast paths need `out` aligned to 8 bytes (as [`piece_buffer`] gives it).
+    pub fn fill(&self, piece: Piece, out: &mut [u8]) -> io::Result<()> {
+        if out.len() != piece.len {
+            return Err(io::Error::other("piece buffer of the wrong size"));
+        }
+        match self {
+            TensorData::Transposed {
+                source,
+                rows,
+                cols,
+                item,
+            } => {
+                let (src, rows, cols, item) = (source.bytes(), *rows, *cols, *item);
+                let (j0, j1) = (piece.first, piece.end);
+                let done = match item {
+                    1 => fill_typed::<u8>(src, rows, cols, j0, j1, out),
+                    2 => fill_typed::<u16>(src, rows, cols, j0, j1, out),
+                    4 => fill_typed::<u32>(src, rows, cols, j0, j1, out),
+                    8 => fill_typed::<u64>(src, rows, cols, j0, j1, out),
+                    _ => false,
+                };
+                if !done {
+                    fill_bytes(src, rows, cols, item, j0, j1, out);
+                }
+                Ok(())
+            }
+            TensorData::ChannelScaled {
+                source,
+                scale,
+                inner,
+            } => {
+                let src = &source.bytes()[piece.first * 4..piece.end * 4];
+                for ((e, c), o) in (piece.first..)
+                    .zip(src.chunks_exact(4))
+                    .zip(out.chunks_exact_mut(4))
+                {
+                    let s = scale[e / *inner];
+                    let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * s;
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+                Ok(())
+            }
+            _ => Err(io::Error::other(
+                "only computed tensors are produced piece by piece",
+            )),
+        }
+    }
+
+    /// Writes the bytes as they belong in the file (a computed tensor through one piece buffer, on
+    /// the calling thread: the writer's pipeline produces them ahead instead, see `prefetch`).
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        match self {
+            TensorData::Owned(v) => w.write_all(v),
+            TensorData::Borrowed(b) => w.write_all(b.bytes()),
+            TensorData::Deferred { .. } => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a deferred weight (meta device) has no bytes to write",
+            )),
+            TensorData::Transposed { .. } | TensorData::ChannelScaled { .. } => {
+                let mut buf = Vec::new();
+                for piece in self.pieces()? {
+                    let out = piece_buffer(&mut buf, piece.len());
+                    self.fill(piece, out)?;
+                    w.write_all(out)?;
+                }
+                Ok(())
+            }
         }
     }
 }
 
-/// Writes float32 `src`, slice `o` of `inner` elements multiplied by `scale[o]`, through a small buffer.
-fn write_scaled<W: Write + ?Sized>(
-    src: &[u8],
-    scale: &[f32],
-    inner: usize,
-    w: &mut W,
-) -> io::Result<()> {
-    if src.len() != scale.len() * inner * 4 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "scaled tensor of the wrong size",
-        ));
-    }
-    let mut buf: Vec<u8> = Vec::with_capacity((inner * 4).min(TRANSPOSE_BLOCK_BYTES));
-    for (o, s) in scale.iter().enumerate() {
-        for chunk in src[o * inner * 4..(o + 1) * inner * 4].chunks(TRANSPOSE_BLOCK_BYTES) {
-            buf.clear();
-            buf.extend(
-                chunk
-                    .chunks_exact(4)
-                    .flat_map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * s).to_le_bytes()),
-            );
-            w.write_all(&buf)?;
-        }
-    }
-    Ok(())
+fn wrong_size(kind: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{kind} tensor of the wrong size"),
+    )
 }
 
-/// Writes the (cols x rows) transpose of a row-major (rows x cols) matrix, a band of output rows at a
-/// time through a buffer of at most TRANSPOSE_BLOCK_BYTES, copying tile by tile so that both the
-/// reads and the writes stay in cache.
-fn write_transposed<W: Write + ?Sized>(
-    src: &[u8],
-    rows: usize,
-    cols: usize,
-    item: usize,
-    w: &mut W,
-) -> io::Result<()> {
-    if rows * cols * item != src.len() || item == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "transposed tensor of the wrong size",
-        ));
-    }
-    if rows == 0 || cols == 0 {
-        return Ok(());
-    }
-    match item {
-        1 => transpose_typed::<u8, W>(src, rows, cols, w),
-        2 => transpose_typed::<u16, W>(src, rows, cols, w),
-        4 => transpose_typed::<u32, W>(src, rows, cols, w),
-        8 => transpose_typed::<u64, W>(src, rows, cols, w),
-        _ => transpose_bytes(src, rows, cols, item, w),
-    }
+/// `len` bytes of `buf`, grown as needed: a piece buffer, 8-byte aligned (it is made of u64s) so that
+/// any element type can be viewed in it.
+pub fn piece_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
+    buf.resize(len.div_ceil(8), 0);
+    // SAFETY: any initialized u64 is valid as bytes, and u8 needs no alignment.
+    let (_, bytes, _) = unsafe { buf.as_mut_slice().align_to_mut::<u8>() };
+    &mut bytes[..len]
 }
 
 /// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
@@ -213,73 +319,29 @@ impl Pod for u16 {}
 impl Pod for u32 {}
 impl Pod for u64 {}
 
-fn transpose_typed<T: Pod, W: Write + ?Sized>(
+/// Output rows j0..j1 of the transpose into `out` as `T` elements; false (nothing done) when the
+/// source or `out` is not aligned for `T`.
+fn fill_typed<T: Pod>(
     src: &[u8],
     rows: usize,
     cols: usize,
-    w: &mut W,
-) -> io::Result<()> {
+    j0: usize,
+    j1: usize,
+    out: &mut [u8],
+) -> bool {
     // SAFETY: T is a plain integer type (every bit pattern valid); align_to only returns the aligned middle.
     let (head, typed, tail) = unsafe { src.align_to::<T>() };
-    if !head.is_empty() || !tail.is_empty() {
-        return transpose_bytes(src, rows, cols, std::mem::size_of::<T>(), w);
+    // SAFETY: the same, for the output buffer.
+    let (out_head, out_typed, out_tail) = unsafe { out.align_to_mut::<T>() };
+    if !head.is_empty() || !tail.is_empty() || !out_head.is_empty() || !out_tail.is_empty() {
+        return false;
     }
-    let item = std::mem::size_of::<T>();
-    // two band buffers share the memory budget: one being written while the other is filled
-    let band = (TRANSPOSE_BLOCK_BYTES / 2 / (rows * item)).clamp(1, cols);
-    let bands: Vec<(usize, usize)> = (0..cols)
-        .step_by(band)
-        .map(|j0| (j0, (j0 + band).min(cols)))
-        .collect();
-    if bands.len() == 1 || rows * cols < PIPELINE_MIN_ELEMENTS {
-        let mut buf: Vec<T> = vec![T::default(); band * rows];
-        for &(j0, j1) in &bands {
-            let out = &mut buf[..(j1 - j0) * rows];
-            fill_band(typed, rows, cols, j0, j1, out);
-            w.write_all(as_bytes(out))?;
-        }
-        return Ok(());
-    }
-    // A worker transposes band k+1 while this thread writes band k: the write (a copy into the page
-    // cache, or a wait on the disk) and the transposition overlap instead of taking turns.
-    std::thread::scope(|scope| {
-        let (filled_tx, filled_rx) = std::sync::mpsc::sync_channel::<(Vec<T>, usize)>(1);
-        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<T>>(2);
-        for _ in 0..2 {
-            // cannot fail: the channel has room for both and its receiver is alive
-            let _ = empty_tx.send(vec![T::default(); band * rows]);
-        }
-        let jobs = bands.clone();
-        scope.spawn(move || {
-            for (j0, j1) in jobs {
-                // a closed channel means the writer stopped on an error: nothing left to do
-                let Ok(mut buf) = empty_rx.recv() else { return };
-                let len = (j1 - j0) * rows;
-                fill_band(typed, rows, cols, j0, j1, &mut buf[..len]);
-                if filled_tx.send((buf, len)).is_err() {
-                    return;
-                }
-            }
-        });
-        for _ in &bands {
-            let (buf, len) = filled_rx
-                .recv()
-                .map_err(|_| io::Error::other("the transposing thread stopped early"))?;
-            w.write_all(as_bytes(&buf[..len]))?;
-            let _ = empty_tx.send(buf); // the worker may have finished: the buffer is then dropped
-        }
-        Ok(())
-    })
+    fill_band(typed, rows, cols, j0, j1, out_typed);
+    true
 }
 
-/// Matrices smaller than this are transposed and written on the calling thread alone.
-const PIPELINE_MIN_ELEMENTS: usize = 1 << 18;
-
-fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
-    // SAFETY: viewing initialized plain integers as bytes is always valid.
-    let (_, bytes, _) = unsafe { v.align_to::<u8>() };
-    bytes
-}
+/// Tiles of the transposition: TILE x TILE elements, copied through a small buffer that stays in L1.
+const TILE: usize = 64;
 
 /// Output rows j0..j1 of the transpose (out[(j - j0) * rows + i] = src[i * cols + j]), tile by tile.
 /// Each TILE x TILE tile is transposed inside a small buffer that stays in L1 (8 x 8 blocks held in
@@ -287,7 +349,6 @@ fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
 /// `out` touches TILE lines `rows` elements apart, which for power-of-two sizes all fall in one
 /// cache set and evict each other.
 fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, out: &mut [T]) {
-    const TILE: usize = 64;
     const BLOCK: usize = 8;
     let mut tile = [T::default(); TILE * TILE];
     for ib in (0..rows).step_by(TILE) {
@@ -327,29 +388,22 @@ fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, 
 }
 
 /// The general case (odd element sizes or unaligned memory): element by element.
-fn transpose_bytes<W: Write + ?Sized>(
+fn fill_bytes(
     src: &[u8],
     rows: usize,
     cols: usize,
     item: usize,
-    w: &mut W,
-) -> io::Result<()> {
-    let band = (TRANSPOSE_BLOCK_BYTES / (rows * item)).clamp(1, cols);
-    let mut buf = vec![0u8; band * rows * item];
-    let mut j0 = 0;
-    while j0 < cols {
-        let j1 = (j0 + band).min(cols);
-        for i in 0..rows {
-            let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
-            for (dj, elem) in row.chunks_exact(item).enumerate() {
-                let at = (dj * rows + i) * item;
-                buf[at..at + item].copy_from_slice(elem);
-            }
+    j0: usize,
+    j1: usize,
+    out: &mut [u8],
+) {
+    for i in 0..rows {
+        let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
+        for (dj, elem) in row.chunks_exact(item).enumerate() {
+            let at = (dj * rows + i) * item;
+            out[at..at + item].copy_from_slice(elem);
         }
-        w.write_all(&buf[..(j1 - j0) * rows * item])?;
-        j0 = j1;
     }
-    Ok(())
 }
 
 impl fmt::Debug for TensorData {
@@ -444,5 +498,38 @@ mod tests {
             };
             assert!(data.to_vec() == want, "{rows}x{cols}x{item}");
         }
+    }
+
+    /// Memory starting one byte into its allocation: no element type is aligned there.
+    struct Unaligned(Vec<u8>);
+    impl ByteSource for Unaligned {
+        fn bytes(&self) -> &[u8] {
+            &self.0[1..]
+        }
+    }
+
+    #[test]
+    fn unaligned_weights_take_the_byte_path_and_pieces_cover_them() {
+        let (rows, cols) = (600, 900);
+        let src: Vec<u8> = (0..=rows * cols * 4).map(|i| (i % 251) as u8).collect();
+        let aligned = TensorData::Transposed {
+            source: Arc::new(Mem(src[1..].to_vec())),
+            rows,
+            cols,
+            item: 4,
+        };
+        let unaligned = TensorData::Transposed {
+            source: Arc::new(Unaligned(src)),
+            rows,
+            cols,
+            item: 4,
+        };
+        assert!(unaligned.to_vec() == aligned.to_vec());
+        let pieces = unaligned.pieces().expect("pieces");
+        assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= PIECE_BYTES));
+        assert_eq!(
+            pieces.iter().map(Piece::len).sum::<usize>(),
+            unaligned.len()
+        );
     }
 }

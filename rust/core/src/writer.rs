@@ -237,12 +237,11 @@ struct TensorPlan<'a> {
 impl TensorPlan<'_> {
     fn message_len(&self) -> u64 {
         let h = self.header.len() as u64;
-        match self.offset {
-            Some(_) => h,
-            None => {
-                let n = self.tensor.data.len() as u64;
-                h + key_len(RAW_DATA_TAG) as u64 + encoded_len_varint(n) as u64 + n
-            }
+        if self.offset.is_some() {
+            h
+        } else {
+            let n = self.tensor.data.len() as u64;
+            h + key_len(RAW_DATA_TAG) as u64 + encoded_len_varint(n) as u64 + n
         }
     }
 }
@@ -635,7 +634,7 @@ mod tests {
         assert!(g.initializer[1].raw_data.is_some());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())
             .expect("ls")
-            .filter_map(|e| e.ok())
+            .filter_map(std::result::Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.contains(".tmp-"))
             .collect();

@@ -425,6 +425,7 @@ impl GraphBuilder {
     }
 
     #[pyo3(signature = (path, external_data = None, location = None))]
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
     fn save<'py>(
         &self,
         py: Python<'py>,

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::retain_nodes;
+use super::rewrite::retain_nodes;
 use crate::graph::{rename_in, AttrValue, Graph, Node};
 
 /// Every name read by `nodes`, inside subgraphs too (a subgraph may read outer values).
@@ -74,15 +74,15 @@ pub fn remove_identities(g: &mut Graph) -> usize {
 
 fn replace_reads(nodes: &mut [Node], replace: &HashMap<String, String>) {
     for n in nodes.iter_mut() {
-        for i in n.inputs.iter_mut() {
+        for i in &mut n.inputs {
             if let Some(r) = replace.get(i) {
                 *i = r.clone();
             }
         }
-        for a in n.attrs.iter_mut() {
+        for a in &mut n.attrs {
             if let AttrValue::Graph(sub) = &mut a.value {
                 replace_reads(&mut sub.nodes, replace);
-                for o in sub.outputs.iter_mut() {
+                for o in &mut sub.outputs {
                     if let Some(r) = replace.get(o) {
                         *o = r.clone();
                     }
@@ -99,7 +99,7 @@ fn replace_reads(nodes: &mut [Node], replace: &HashMap<String, String>) {
 const SMALL_INITIALIZER_BYTES: usize = 64 << 10;
 
 /// Returns how many initializers it redirected to an equal one (the copies go with the clean-up).
-pub fn dedup_small_initializers(g: &mut Graph) -> usize {
+pub(crate) fn dedup_small_initializers(g: &mut Graph) -> usize {
     let outputs: HashSet<&str> = g.outputs.iter().map(String::as_str).collect();
     let mut first: HashMap<(i32, &[i64], &[u8]), &str> = HashMap::new();
     let mut replace: HashMap<String, String> = HashMap::new();
@@ -123,8 +123,9 @@ pub fn dedup_small_initializers(g: &mut Graph) -> usize {
     replace.len()
 }
 
-/// Removes nodes whose outputs nobody reads, then initializers nobody reads. Returns both counts.
-pub fn remove_unused(g: &mut Graph) -> (usize, usize) {
+/// Removes the nodes whose outputs nobody reads (graph outputs, subgraph reads and what they read,
+/// transitively); returns how many.
+pub fn remove_unused_nodes(g: &mut Graph) -> usize {
     let mut live: HashSet<String> = g.outputs.iter().cloned().collect();
     let mut keep = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate().rev() {
@@ -135,73 +136,66 @@ pub fn remove_unused(g: &mut Graph) -> (usize, usize) {
     }
     let before = g.nodes.len();
     retain_nodes(g, |i| keep[i]);
-    let nodes_removed = before - g.nodes.len();
-    let inits_removed = g.retain_initializers(|name| live.contains(name));
-    (nodes_removed, inits_removed)
+    before - g.nodes.len()
+}
+
+/// Removes the initializers no node (nor subgraph, nor graph output) reads; returns how many.
+pub(crate) fn remove_unused_initializers(g: &mut Graph) -> usize {
+    fn reads<'a>(g: &'a Graph, out: &mut HashSet<&'a str>) {
+        out.extend(g.outputs.iter().map(String::as_str));
+        for n in &g.nodes {
+            out.extend(n.inputs.iter().map(String::as_str));
+            for sub in n.subgraphs() {
+                reads(sub, out);
+            }
+        }
+    }
+    // names borrowed, not copied: only the few dead initializers' names are
+    let mut live = HashSet::new();
+    reads(g, &mut live);
+    let dead: HashSet<String> = g
+        .initializers
+        .iter()
+        .filter(|t| !live.contains(t.name.as_str()))
+        .map(|t| t.name.clone())
+        .collect();
+    if dead.is_empty() {
+        return 0;
+    }
+    g.retain_initializers(|name| !dead.contains(name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dtype;
+    use crate::testing::GraphExt;
 
     #[test]
     fn identities_and_dead_nodes_go() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
-        let c = g
-            .add_constant("c", dtype::FLOAT, vec![], vec![0, 0, 128, 63])
-            .expect("c");
-        let unused_c = g
-            .add_constant("u", dtype::FLOAT, vec![], vec![0, 0, 0, 64])
-            .expect("u");
-        let a = g
-            .add_node("Identity", "", vec![x.clone()], &["a".into()], vec![], None)
-            .expect("a");
-        let b = g
-            .add_node(
-                "Add",
-                "",
-                vec![a[0].clone(), c],
-                &["b".into()],
-                vec![],
-                None,
-            )
-            .expect("b");
-        let _dead = g.add_node(
-            "Mul",
-            "",
-            vec![b[0].clone(), unused_c],
-            &["dead".into()],
-            vec![],
-            None,
-        );
-        let out = g
-            .add_node(
-                "Identity",
-                "",
-                vec![b[0].clone()],
-                &["out".into()],
-                vec![],
-                None,
-            )
-            .expect("o");
-        g.outputs.push(out[0].clone());
+        let c = g.f32s(&[], &[1.0]);
+        let unused_c = g.f32s(&[], &[2.0]);
+        let a = g.op("Identity", &[&x]);
+        let b = g.op("Add", &[&a, &c]);
+        let _dead = g.op("Mul", &[&b, &unused_c]);
+        let out = g.op("Identity", &[&b]);
+        g.outputs.push(out.clone());
         assert_eq!(remove_identities(&mut g), 2);
-        assert_eq!(remove_unused(&mut g), (1, 1));
+        assert_eq!(remove_unused_nodes(&mut g), 1);
+        assert_eq!(remove_unused_initializers(&mut g), 1);
         assert_eq!(g.nodes.len(), 1);
-        assert_eq!(g.nodes[0].inputs[0], "x");
-        assert_eq!(g.nodes[0].outputs[0], "out");
+        assert_eq!(g.nodes[0].inputs[0], x);
+        assert_eq!(g.nodes[0].outputs[0], out);
     }
 
     #[test]
     fn identity_between_input_and_output_stays() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, None);
-        let o = g
-            .add_node("Identity", "", vec![x], &["o".into()], vec![], None)
-            .expect("o");
-        g.outputs.push(o[0].clone());
+        let o = g.op("Identity", &[&x]);
+        g.outputs.push(o);
         assert_eq!(remove_identities(&mut g), 0);
         assert_eq!(g.nodes.len(), 1);
     }

@@ -1,13 +1,105 @@
-//! What the fusion passes share to match their chains: maps of producers and readers built once per
-//! pass (so that matching stays linear in the graph's size), and small readers of nodes, types and
-//! one-element constants.
+//! What the passes share to match their chains: maps of producers and readers built once per pass
+//! (so that matching stays linear in the graph's size), and small readers of nodes, types, attributes
+//! and one-element constants.
 
 use std::collections::HashMap;
 
-use super::{f32_values, producers, readers};
 use crate::dtype;
-use crate::graph::{AttrValue, Dim, Graph, Node};
+use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 use crate::tensor::le_i64s;
+
+/// The float32 values of a constant initializer held in memory (None for other types).
+pub(crate) fn f32_values(g: &Graph, name: &str) -> Option<Vec<f32>> {
+    let t = g.initializer(name)?;
+    if t.dtype != dtype::FLOAT {
+        return None;
+    }
+    Some(crate::tensor::le_f32s(t.data.as_slice()?))
+}
+
+/// Value name -> index of the node producing it.
+pub(crate) fn producers(g: &Graph) -> HashMap<String, usize> {
+    g.nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
+        .collect()
+}
+
+/// Value name -> how many times it is read (node inputs and graph outputs, and reads inside the
+/// subgraphs of If / Loop / Scan nodes, which may read outer values: a fusion must not remove those).
+pub(crate) fn readers(g: &Graph) -> HashMap<String, usize> {
+    fn count(g: &Graph, r: &mut HashMap<String, usize>) {
+        for name in g
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter())
+            .chain(g.outputs.iter())
+        {
+            *r.entry(name.clone()).or_default() += 1;
+        }
+        for sub in g
+            .nodes
+            .iter()
+            .flat_map(super::super::graph::Node::subgraphs)
+        {
+            count(sub, r);
+        }
+    }
+    let mut r = HashMap::new();
+    count(g, &mut r);
+    r
+}
+
+pub(crate) fn int_attr(name: &str, v: i64) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Int(v),
+    }
+}
+
+pub(crate) fn float_attr(name: &str, v: f32) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Float(v),
+    }
+}
+
+/// The output of a single-output node (every node of a chain has one).
+pub(crate) fn output(n: &Node) -> Option<&String> {
+    match n.outputs.as_slice() {
+        [o] => Some(o),
+        _ => None,
+    }
+}
+
+/// `name` is a one-element float32 constant within 1e-6 (relative) of `want`, and broadcasting it
+/// against a value of rank `x_rank` cannot add dimensions.
+pub(crate) fn is_scalar(g: &Graph, name: &str, want: f64, x_rank: Option<usize>) -> bool {
+    scalar(g, name, x_rank).is_some_and(|v| (f64::from(v) - want).abs() <= 1e-6 * want.abs())
+}
+
+/// The value of a one-element float32 constant whose rank is at most `x_rank` (0 when x's is unknown).
+pub(crate) fn scalar(g: &Graph, name: &str, x_rank: Option<usize>) -> Option<f32> {
+    let dims = g.initializer(name)?.dims.len();
+    if dims > x_rank.unwrap_or(0) {
+        return None;
+    }
+    f32_scalar(g, name)
+}
+
+/// The value read by a two-input node besides the constant `want` (either operand order).
+pub(crate) fn beside_scalar(
+    g: &Graph,
+    n: &Node,
+    want: f64,
+    x_rank: Option<usize>,
+) -> Option<String> {
+    match n.inputs.as_slice() {
+        [a, c] | [c, a] if is_scalar(g, c, want, x_rank) => Some(a.clone()),
+        _ => None,
+    }
+}
 
 /// A node of the default domain with this op type.
 pub(crate) fn is_op(n: &Node, op: &str) -> bool {
@@ -122,5 +214,32 @@ pub(crate) fn fixed(d: &Dim) -> Option<i64> {
     match d {
         Dim::Fixed(n) => Some(*n),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::AttrValue;
+    use crate::testing::{fixed, GraphExt};
+
+    #[test]
+    fn reads_inside_subgraphs_count() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, fixed(&[2]));
+        let y = g.op("Neg", &[&x]);
+        let mut body = g.subgraph("then");
+        let z = body.op("Abs", &[&y]);
+        body.outputs.push(z);
+        g.op("Abs", &[&y]);
+        let cond = g.add_input("c", dtype::BOOL, Some(vec![]));
+        let branch = Attribute {
+            name: "then_branch".into(),
+            value: AttrValue::Graph(Box::new(body)),
+        };
+        g.op_with("If", &[&cond], vec![branch]);
+        // y is read once by the outer graph's nodes, once inside the branch
+        assert_eq!(readers(&g).get(&y), Some(&2));
+        assert_eq!(readers(&g).get(&x), Some(&1));
     }
 }

@@ -1,342 +1,203 @@
-//! Pattern rewrites, each visiting only the nodes of its op type (an index by op type, built once):
-//! Reshape∘Reshape, Transpose∘Transpose, lossless Cast∘Cast, Squeeze∘Unsqueeze on the same axes, and
-//! MatMul + Add → Gemm on 2-D operands. Rewired producers left without readers are removed by the
-//! clean-up that runs after.
+//! The one way a fusion changes the graph: it describes each change as a [`Rewrite`] of one node (the
+//! node that produces the fused result, so that the result keeps its name and place), the nodes the
+//! rewrite makes dead, and new nodes to insert around it; [`apply`] then performs every rewrite of a
+//! pass in one sweep over the nodes. [`fuse`] is the loop most fusions are: match on the unchanged
+//! graph from every node of an anchor op type, build the rewrites, apply them.
 
-use super::{producers, readers, retain_nodes};
-use crate::dtype;
-use crate::graph::{AttrValue, Attribute, Graph, Node};
-use crate::tensor::le_i64s;
+use std::collections::{HashMap, HashSet};
 
-fn by_op(g: &Graph, op: &str) -> Vec<usize> {
-    g.nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.op_type == op && n.domain.is_empty())
-        .map(|(i, _)| i)
-        .collect()
+use super::matching::{is_op, Index};
+use crate::graph::{Attribute, Graph, Node};
+
+/// A change to the node at `at` (kept in place, with its name), the nodes it makes dead and the nodes
+/// to insert before or after it.
+#[derive(Debug)]
+pub(crate) struct Rewrite {
+    at: usize,
+    /// the new op: (op type, domain, attributes); None keeps the node's op and attributes
+    op: Option<(String, String, Vec<Attribute>)>,
+    inputs: Vec<String>,
+    /// None keeps the node's outputs
+    outputs: Option<Vec<String>>,
+    remove: Vec<usize>,
+    before: Vec<Node>,
+    after: Vec<Node>,
 }
 
-fn ints(n: &Node, name: &str) -> Option<Vec<i64>> {
-    match n.attr(name) {
-        Some(AttrValue::Ints(v)) => Some(v.clone()),
-        _ => None,
+impl Rewrite {
+    /// The node at `at` becomes `op_type(inputs)` of `domain` ("" for the standard one) with `attrs`.
+    pub(crate) fn replace(
+        at: usize,
+        op_type: &str,
+        domain: &str,
+        inputs: Vec<String>,
+        attrs: Vec<Attribute>,
+    ) -> Rewrite {
+        Rewrite {
+            op: Some((op_type.to_owned(), domain.to_owned(), attrs)),
+            ..Rewrite::rewire(at, inputs)
+        }
+    }
+
+    /// The node at `at` keeps its op and reads `inputs` instead.
+    pub(crate) fn rewire(at: usize, inputs: Vec<String>) -> Rewrite {
+        Rewrite {
+            at,
+            op: None,
+            inputs,
+            outputs: None,
+            remove: Vec::new(),
+            before: Vec::new(),
+            after: Vec::new(),
+        }
+    }
+
+    /// The node at `at` reads `value` as its input `slot`; its op and other inputs stay.
+    pub(crate) fn rewire_input(g: &Graph, at: usize, slot: usize, value: String) -> Rewrite {
+        let mut inputs = g.nodes[at].inputs.clone();
+        if let Some(input) = inputs.get_mut(slot) {
+            *input = value;
+        }
+        Rewrite::rewire(at, inputs)
+    }
+
+    /// The nodes (indices of the graph the rewrite was matched on) that go.
+    pub(crate) fn removing(mut self, nodes: impl IntoIterator<Item = usize>) -> Rewrite {
+        self.remove.extend(nodes);
+        self
+    }
+
+    /// The node writes `outputs` instead of its own (it takes over the value of a node it replaces).
+    pub(crate) fn writing(mut self, outputs: Vec<String>) -> Rewrite {
+        self.outputs = Some(outputs);
+        self
+    }
+
+    /// Nodes inserted before the rewritten one (they compute what it reads).
+    pub(crate) fn inserting_before(mut self, nodes: Vec<Node>) -> Rewrite {
+        self.before = nodes;
+        self
+    }
+
+    /// Nodes inserted after the rewritten one (they read what it writes).
+    pub(crate) fn inserting_after(mut self, nodes: Vec<Node>) -> Rewrite {
+        self.after = nodes;
+        self
+    }
+
+    /// The node rewritten in place.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
+    fn touches(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.at).chain(self.remove.iter().copied())
     }
 }
 
-fn const_i64(g: &Graph, name: &str) -> Option<Vec<i64>> {
-    let t = g.initializer(name)?;
-    if t.dtype != dtype::INT64 {
-        return None;
+/// Applies `rewrites` (all matched on the current graph) in one sweep; returns how many it applied.
+/// A rewrite touching a node an earlier one already took is skipped: matches are meant to be disjoint,
+/// and this keeps them so whatever a matcher does.
+pub(crate) fn apply(g: &mut Graph, rewrites: Vec<Rewrite>) -> usize {
+    if rewrites.is_empty() {
+        return 0;
     }
-    Some(le_i64s(t.data.as_slice()?))
-}
-
-/// Reshape(Reshape(x, a), b) → Reshape(x, b) when b copies no dim from its input (no 0 entries).
-fn reshape_chains(g: &mut Graph) -> usize {
-    let prod = producers(g);
-    let mut count = 0;
-    for i in by_op(g, "Reshape") {
-        let Some(shape) = g.nodes[i].inputs.get(1).and_then(|s| const_i64(g, s)) else {
-            continue;
-        };
-        if shape.contains(&0) {
+    let mut claimed = HashSet::new();
+    let mut dead = HashSet::new();
+    let mut edits: HashMap<usize, Rewrite> = HashMap::new();
+    for r in rewrites {
+        let fresh = r
+            .touches()
+            .all(|i| i < g.nodes.len() && !claimed.contains(&i));
+        if !fresh {
             continue;
         }
-        let Some(&j) = prod.get(&g.nodes[i].inputs[0]) else {
-            continue;
-        };
-        if g.nodes[j].op_type != "Reshape" || !g.nodes[j].domain.is_empty() {
-            continue;
-        }
-        let src = g.nodes[j].inputs[0].clone();
-        g.nodes[i].inputs[0] = src;
-        count += 1;
+        claimed.extend(r.touches());
+        dead.extend(r.remove.iter().copied());
+        edits.insert(r.at, r);
     }
-    count
-}
-
-/// Transpose(Transpose(x, p), q) → Transpose(x, p∘q), or Identity when that is the identity.
-fn transpose_chains(g: &mut Graph) -> usize {
-    let prod = producers(g);
-    let mut count = 0;
-    for i in by_op(g, "Transpose") {
-        let Some(&j) = prod.get(&g.nodes[i].inputs[0]) else {
-            continue;
-        };
-        if g.nodes[j].op_type != "Transpose" || !g.nodes[j].domain.is_empty() {
-            continue;
-        }
-        let (Some(p), Some(q)) = (ints(&g.nodes[j], "perm"), ints(&g.nodes[i], "perm")) else {
-            continue;
-        };
-        if p.len() != q.len() {
-            continue;
-        }
-        // out[k] = mid[q[k]] = x[p[q[k]]]
-        let composed: Vec<i64> = q.iter().map(|&k| p[k as usize]).collect();
-        let src = g.nodes[j].inputs[0].clone();
-        let n = &mut g.nodes[i];
-        n.inputs = vec![src];
-        if composed.iter().enumerate().all(|(k, v)| *v == k as i64) {
-            n.op_type = "Identity".to_owned();
-            n.attrs.clear();
-        } else {
-            n.attrs = vec![Attribute {
-                name: "perm".to_owned(),
-                value: AttrValue::Ints(composed),
-            }];
-        }
-        count += 1;
-    }
-    count
-}
-
-/// True when every value of `from` is exactly representable in `to`.
-fn lossless(from: i32, to: i32) -> bool {
-    use dtype::*;
-    if from == to {
-        return true;
-    }
-    match from {
-        BOOL => true,
-        FLOAT16 | BFLOAT16 => matches!(to, FLOAT | DOUBLE),
-        FLOAT => to == DOUBLE,
-        INT8 => matches!(to, INT16 | INT32 | INT64 | FLOAT | DOUBLE | FLOAT16),
-        UINT8 => matches!(
-            to,
-            INT16 | UINT16 | INT32 | UINT32 | INT64 | UINT64 | FLOAT | DOUBLE | FLOAT16
-        ),
-        INT16 => matches!(to, INT32 | INT64 | FLOAT | DOUBLE),
-        INT32 => matches!(to, INT64 | DOUBLE),
-        UINT16 => matches!(to, INT32 | UINT32 | INT64 | UINT64 | FLOAT | DOUBLE),
-        UINT32 => matches!(to, INT64 | UINT64 | DOUBLE),
-        _ => false,
-    }
-}
-
-/// Cast(Cast(x, t1), t2) → Cast(x, t2) when x → t1 loses nothing (the middle value is x itself).
-fn cast_chains(g: &mut Graph) -> usize {
-    let prod = producers(g);
-    let mut count = 0;
-    for i in by_op(g, "Cast") {
-        let Some(&j) = prod.get(&g.nodes[i].inputs[0]) else {
-            continue;
-        };
-        if g.nodes[j].op_type != "Cast" || !g.nodes[j].domain.is_empty() {
-            continue;
-        }
-        let src = g.nodes[j].inputs[0].clone();
-        let Some(from) = g.value_type(&src).and_then(|t| t.dtype) else {
-            continue;
-        };
-        let Some(AttrValue::Int(mid)) = g.nodes[j].attr("to") else {
-            continue;
-        };
-        let Ok(mid) = i32::try_from(*mid) else {
-            continue;
-        };
-        if !lossless(from, mid) {
-            continue;
-        }
-        g.nodes[i].inputs[0] = src;
-        count += 1;
-    }
-    count
-}
-
-/// Unsqueeze(Squeeze(x, a), a) → x and Squeeze(Unsqueeze(x, a), a) → x, for constant equal axes.
-fn squeeze_pairs(g: &mut Graph) -> usize {
-    let prod = producers(g);
-    let mut count = 0;
-    for (outer, inner) in [("Unsqueeze", "Squeeze"), ("Squeeze", "Unsqueeze")] {
-        for i in by_op(g, outer) {
-            let Some(&j) = prod.get(&g.nodes[i].inputs[0]) else {
-                continue;
-            };
-            if g.nodes[j].op_type != inner || !g.nodes[j].domain.is_empty() {
-                continue;
+    let applied = edits.len();
+    let old = std::mem::take(&mut g.nodes);
+    g.nodes.reserve(old.len());
+    for (i, mut n) in old.into_iter().enumerate() {
+        let Some(r) = edits.remove(&i) else {
+            if !dead.contains(&i) {
+                g.nodes.push(n);
             }
-            let axes = |n: &Node| n.inputs.get(1).and_then(|a| const_i64(g, a));
-            let (Some(a), Some(b)) = (axes(&g.nodes[i]), axes(&g.nodes[j])) else {
-                continue;
-            };
-            // negative axes mean different dims before and after; only equal non-negative lists match
-            if a != b || a.iter().any(|v| *v < 0) {
-                continue;
-            }
-            let src = g.nodes[j].inputs[0].clone();
-            let n = &mut g.nodes[i];
-            n.op_type = "Identity".to_owned();
-            n.inputs = vec![src];
-            count += 1;
+            continue;
+        };
+        if let Some((op_type, domain, attrs)) = r.op {
+            n.op_type = op_type;
+            n.domain = domain;
+            n.attrs = attrs;
         }
-    }
-    count
-}
-
-fn static_dims(g: &Graph, name: &str) -> Option<Vec<i64>> {
-    g.value_type(name)?
-        .shape
-        .as_ref()?
-        .iter()
-        .map(|d| match d {
-            crate::graph::Dim::Fixed(v) => Some(*v),
-            _ => None,
-        })
-        .collect()
-}
-
-/// MatMul(A, B) + C → Gemm(A, B, C) when A and B are 2-D and the MatMul result has no other reader.
-fn matmul_add_to_gemm(g: &mut Graph) -> usize {
-    let prod = producers(g);
-    let reads = readers(g);
-    let rank = |g: &Graph, n: &str| g.value_type(n).and_then(|t| t.shape.as_ref()).map(Vec::len);
-    let mut count = 0;
-    let mut dead = std::collections::HashSet::new();
-    for i in by_op(g, "Add") {
-        let add = &g.nodes[i];
-        for (m_side, c_side) in [(0, 1), (1, 0)] {
-            let mm_out = &add.inputs[m_side];
-            let Some(&j) = prod.get(mm_out) else { continue };
-            let mm = &g.nodes[j];
-            if mm.op_type != "MatMul" || !mm.domain.is_empty() || reads.get(mm_out) != Some(&1) {
-                continue;
-            }
-            let (a, b, c) = (
-                mm.inputs[0].clone(),
-                mm.inputs[1].clone(),
-                add.inputs[c_side].clone(),
-            );
-            if rank(g, &a) != Some(2) || rank(g, &b) != Some(2) || rank(g, &c).is_none_or(|r| r > 2)
-            {
-                continue;
-            }
-            // Gemm broadcasts C to A·B's shape only: the Add must not be larger than the product
-            let (Some(sa), Some(sb), Some(so)) = (
-                static_dims(g, &a),
-                static_dims(g, &b),
-                static_dims(g, &add.outputs[0]),
-            ) else {
-                continue;
-            };
-            if so != [sa[0], sb[1]] {
-                continue;
-            }
-            let float = |n: &str| g.value_type(n).and_then(|t| t.dtype);
-            if float(&a) != Some(dtype::FLOAT) || float(&c) != Some(dtype::FLOAT) {
-                continue;
-            }
-            let n = &mut g.nodes[i];
-            n.op_type = "Gemm".to_owned();
-            n.inputs = vec![a, b, c];
-            n.attrs.clear();
-            dead.insert(j);
-            count += 1;
-            break;
+        n.inputs = r.inputs;
+        if let Some(outputs) = r.outputs {
+            n.outputs = outputs;
         }
+        g.nodes.extend(r.before);
+        g.nodes.push(n);
+        g.nodes.extend(r.after);
     }
-    retain_nodes(g, |i| !dead.contains(&i));
-    count
+    applied
 }
 
-/// Runs every rewrite once; returns how many fired.
-pub fn rewrite_patterns(g: &mut Graph) -> usize {
-    reshape_chains(g)
-        + transpose_chains(g)
-        + cast_chains(g)
-        + squeeze_pairs(g)
-        + matmul_add_to_gemm(g)
+/// The usual fusion: `find` is tried, on the unchanged graph, at every node whose op type (standard
+/// domain) is one of `anchors`; `build` turns each match into a rewrite (adding the constants it
+/// needs, or giving up with None); the rewrites are applied together. Returns how many were applied.
+pub(crate) fn fuse<M>(
+    g: &mut Graph,
+    anchors: &[&str],
+    mut find: impl FnMut(&Graph, &Index, usize) -> Option<M>,
+    mut build: impl FnMut(&mut Graph, M) -> Option<Rewrite>,
+) -> usize {
+    let starts: Vec<usize> = (0..g.nodes.len())
+        .filter(|&i| anchors.iter().any(|op| is_op(&g.nodes[i], op)))
+        .collect();
+    if starts.is_empty() {
+        return 0; // most graphs hold few of the fusions' patterns: no index for nothing
+    }
+    let ix = Index::new(g);
+    let found: Vec<M> = starts.into_iter().filter_map(|i| find(g, &ix, i)).collect();
+    let rewrites = found.into_iter().filter_map(|m| build(g, m)).collect();
+    apply(g, rewrites)
+}
+
+/// Keeps the nodes whose index `keep` accepts (passes collect what to drop, then sweep once).
+pub(crate) fn retain_nodes(g: &mut Graph, keep: impl Fn(usize) -> bool) {
+    let mut index = 0;
+    g.nodes.retain(|_| {
+        index += 1;
+        keep(index - 1)
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Dim, ValueType};
-
-    fn i64s(v: &[i64]) -> Vec<u8> {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
+    use crate::dtype;
+    use crate::testing::GraphExt;
 
     #[test]
-    fn chains_collapse() {
+    fn rewrites_apply_in_one_sweep_and_overlaps_are_skipped() {
         let mut g = Graph::new("g");
-        let x = g.add_input(
-            "x",
-            dtype::FLOAT16,
-            Some(vec![Dim::Fixed(2), Dim::Fixed(3)]),
-        );
-        let s1 = g
-            .add_constant("s1", dtype::INT64, vec![1], i64s(&[6]))
-            .expect("s1");
-        let s2 = g
-            .add_constant("s2", dtype::INT64, vec![2], i64s(&[3, 2]))
-            .expect("s2");
-        let r1 = g
-            .add_node(
-                "Reshape",
-                "",
-                vec![x.clone(), s1],
-                &["r1".into()],
-                vec![],
-                None,
-            )
-            .expect("r1");
-        let r2 = g
-            .add_node(
-                "Reshape",
-                "",
-                vec![r1[0].clone(), s2],
-                &["r2".into()],
-                vec![],
-                None,
-            )
-            .expect("r2");
-        let to = |t: i32| {
-            vec![Attribute {
-                name: "to".into(),
-                value: AttrValue::Int(i64::from(t)),
-            }]
-        };
-        let c1 = g
-            .add_node(
-                "Cast",
-                "",
-                vec![r2[0].clone()],
-                &["c1".into()],
-                to(dtype::FLOAT),
-                None,
-            )
-            .expect("c1");
-        let c2 = g
-            .add_node(
-                "Cast",
-                "",
-                vec![c1[0].clone()],
-                &["c2".into()],
-                to(dtype::FLOAT16),
-                None,
-            )
-            .expect("c2");
-        g.outputs.push(c2[0].clone());
-        assert_eq!(reshape_chains(&mut g), 1);
-        assert_eq!(g.nodes[1].inputs[0], x);
-        g.set_type(
-            &r2[0],
-            ValueType {
-                dtype: Some(dtype::FLOAT16),
-                shape: None,
-            },
-        )
-        .expect("t");
-        assert_eq!(cast_chains(&mut g), 1);
-        assert_eq!(g.nodes[3].inputs[0], r2[0]);
-    }
-
-    #[test]
-    fn lossy_casts_stay() {
-        assert!(!lossless(dtype::FLOAT, dtype::FLOAT16));
-        assert!(!lossless(dtype::INT64, dtype::FLOAT));
-        assert!(lossless(dtype::FLOAT16, dtype::FLOAT));
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let a = g.op("Neg", &[&x]);
+        let b = g.op("Abs", &[&a]);
+        let c = g.op("Relu", &[&b]);
+        g.outputs.push(c.clone());
+        let extra = g.node_of("Sigmoid", &[&x]);
+        let rewrites = vec![
+            Rewrite::replace(2, "Fused", "", vec![x.clone()], vec![])
+                .removing([0, 1])
+                .inserting_before(vec![extra]),
+            // takes node 1, already taken: skipped
+            Rewrite::rewire(1, vec![x.clone()]),
+        ];
+        assert_eq!(apply(&mut g, rewrites), 1);
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Sigmoid", "Fused"]);
+        assert_eq!(g.nodes[1].outputs, [c]);
+        assert_eq!(g.nodes[1].inputs, [x]);
     }
 }

@@ -20,19 +20,21 @@
 //! With dynamic sequence lengths cos and sin are computed from position ids at run time, not
 //! constants: that form is left unfused.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::rc::Rc;
 
-use super::matching::{is_float, is_op, other, sole_reader, Index};
-use super::{f32_values, retain_nodes, Level, MS_DOMAIN};
+use super::matching::{f32_values, is_float, is_op, other, sole_reader, Index};
+use super::rewrite::{fuse, Rewrite};
+use super::MS_DOMAIN;
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
 use crate::tensor::le_i64s;
 
-/// The standard RotaryEmbedding operator's first opset.
-const ROTARY_EMBEDDING_OPSET: i64 = 23;
-
 /// The most elements (seq * head size) a cos / sin table may have to be decoded.
 const MAX_TABLE: i64 = 1 << 26;
+
+/// (table, seq, head size) -> the first halves of its rows, when both halves are equal
+type Halves = HashMap<(String, i64, i64), Option<Rc<Vec<f32>>>>;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Form {
@@ -44,6 +46,9 @@ struct Rotary {
     x: String,
     cos: String,
     sin: String,
+    /// the first halves of cos' and sin's rows, (seq, h/2)
+    cos_half: Rc<Vec<f32>>,
+    sin_half: Rc<Vec<f32>>,
     /// the batch size, when static
     batch: Option<i64>,
     seq: i64,
@@ -55,45 +60,41 @@ struct Rotary {
     dead: [usize; 6],
 }
 
-/// Fuses every rotate-half rotary embedding the level and opset allow; returns how many it fused.
-pub fn fuse_rotary(g: &mut Graph, level: Level, opset: i64) -> usize {
-    let standard = level != Level::None && opset >= ROTARY_EMBEDDING_OPSET;
-    let contrib = level == Level::OnnxRuntime;
-    if !standard && !contrib {
-        return 0;
-    }
-    let index = Index::new(g);
+/// Rotary embeddings → the standard `RotaryEmbedding` (opset 23 on), where the batch is static;
+/// returns how many it fused.
+pub(crate) fn fuse_standard(g: &mut Graph) -> usize {
+    fuse_forms(g, true, false)
+}
+
+/// Rotary embeddings → the standard `RotaryEmbedding` where the batch is static, onnxruntime's
+/// otherwise (opset 23 on); returns how many it fused.
+pub(crate) fn fuse_standard_or_contrib(g: &mut Graph) -> usize {
+    fuse_forms(g, true, true)
+}
+
+/// Rotary embeddings → onnxruntime's `com.microsoft.RotaryEmbedding`; returns how many it fused.
+pub(crate) fn fuse_contrib(g: &mut Graph) -> usize {
+    fuse_forms(g, false, true)
+}
+
+fn fuse_forms(g: &mut Graph, standard: bool, contrib: bool) -> usize {
     // queries and keys share their cos / sin constants: decode each once
-    let mut halves: HashMap<(String, i64, i64), Option<Vec<f32>>> = HashMap::new();
-    let found: Vec<Rotary> = (0..g.nodes.len())
-        .filter(|&i| is_op(&g.nodes[i], "Concat"))
-        .filter_map(|i| match_rotary(g, &index, i, &mut halves))
-        .collect();
+    let mut halves = Halves::new();
+    let find = |g: &Graph, ix: &Index, i: usize| match_rotary(g, ix, i, &mut halves);
     let mut caches = HashMap::new();
-    let mut dead = HashSet::new();
-    let mut fused = 0;
-    for r in &found {
+    fuse(g, &["Concat"], find, |g, r| {
         // the standard op needs the batch size for its caches or position ids
         let form = if standard && r.batch.is_some() {
             Form::Standard
         } else if contrib {
             Form::Contrib
         } else {
-            continue;
+            return None;
         };
-        let Some((inputs, domain)) = fused_inputs(g, r, form, &halves, &mut caches) else {
-            continue;
-        };
-        let n = &mut g.nodes[r.add];
-        n.op_type = "RotaryEmbedding".to_owned();
-        n.domain = domain.to_owned();
-        n.inputs = inputs;
-        n.attrs.clear();
-        dead.extend(r.dead);
-        fused += 1;
-    }
-    retain_nodes(g, |i| !dead.contains(&i));
-    fused
+        let (inputs, domain) = fused_inputs(g, &r, form, &mut caches)?;
+        let rewrite = Rewrite::replace(r.add, "RotaryEmbedding", domain, inputs, vec![]);
+        Some(rewrite.removing(r.dead))
+    })
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -110,16 +111,14 @@ fn fused_inputs(
     g: &mut Graph,
     r: &Rotary,
     form: Form,
-    halves: &HashMap<(String, i64, i64), Option<Vec<f32>>>,
     caches: &mut HashMap<(String, i64, i64, bool), String>,
 ) -> Option<(Vec<String>, &'static str)> {
     let leading = form == Form::Standard && r.batch == Some(1);
-    let mut cache = |g: &mut Graph, table: &str, hint: &str| -> Option<String> {
+    let mut cache = |g: &mut Graph, table: &str, values: &[f32], hint: &str| -> Option<String> {
         let key = (table.to_owned(), r.seq, r.h, leading);
         if let Some(name) = caches.get(&key) {
             return Some(name.clone());
         }
-        let values = halves.get(&(table.to_owned(), r.seq, r.h))?.as_ref()?;
         let half = r.h / 2;
         let dims = if leading {
             vec![1, r.seq, half]
@@ -132,8 +131,8 @@ fn fused_inputs(
         caches.insert(key, name.clone());
         Some(name)
     };
-    let cos = cache(g, &r.cos, "cos_cache")?;
-    let sin = cache(g, &r.sin, "sin_cache")?;
+    let cos = cache(g, &r.cos, &r.cos_half, "cos_cache")?;
+    let sin = cache(g, &r.sin, &r.sin_half, "sin_cache")?;
     match (form, r.batch) {
         (Form::Contrib, _) => {
             let start = g
@@ -225,12 +224,7 @@ fn half_table(g: &Graph, name: &str, seq: i64, h: i64) -> Option<Vec<f32>> {
     Some(out)
 }
 
-fn match_rotary(
-    g: &Graph,
-    ix: &Index,
-    concat_at: usize,
-    halves: &mut HashMap<(String, i64, i64), Option<Vec<f32>>>,
-) -> Option<Rotary> {
+fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) -> Option<Rotary> {
     // Concat(Neg(hi), lo) on the last axis
     let concat = &g.nodes[concat_at];
     let [negated, lo] = concat.inputs.as_slice() else {
@@ -289,16 +283,19 @@ fn match_rotary(
         return None;
     }
     let cos = other(cos_mul, x)?;
-    for table in [cos, sin] {
-        let known = halves
+    let mut half = |table: &str| {
+        halves
             .entry((table.to_owned(), seq, h))
-            .or_insert_with(|| half_table(g, table, seq, h));
-        known.as_ref()?;
-    }
+            .or_insert_with(|| half_table(g, table, seq, h).map(Rc::new))
+            .clone()
+    };
+    let (cos_half, sin_half) = (half(cos)?, half(sin)?);
     Some(Rotary {
         x: x.clone(),
         cos: cos.to_owned(),
         sin: sin.to_owned(),
+        cos_half,
+        sin_half,
         batch: match batch {
             Dim::Fixed(b) if *b > 0 => Some(*b),
             _ => None,
@@ -313,6 +310,7 @@ fn match_rotary(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{fixed, GraphExt};
 
     fn table(g: &mut Graph, dims: Vec<i64>, v: &[f32]) -> String {
         g.add_constant("t", dtype::FLOAT, dims, f32_bytes(v))
@@ -337,22 +335,13 @@ mod tests {
     #[test]
     fn slice_bounds_are_clamped_like_onnx() {
         let mut g = Graph::new("g");
-        let shape = [1, 1, 2, 4].map(Dim::Fixed).to_vec();
-        let x = g.add_input("x", dtype::FLOAT, Some(shape));
-        let int = |g: &mut Graph, v: i64| {
-            g.add_constant("i", dtype::INT64, vec![1], i64_bytes(&[v]))
-                .expect("int")
-        };
-        let (start, end, axis) = (int(&mut g, -2), int(&mut g, i64::MAX), int(&mut g, 3));
-        g.add_node(
-            "Slice",
-            "",
-            vec![x.clone(), start, end, axis],
-            &["s".into()],
-            vec![],
-            None,
-        )
-        .expect("slice");
+        let x = g.add_input("x", dtype::FLOAT, fixed(&[1, 1, 2, 4]));
+        let (start, end, axis) = (
+            g.i64s(&[1], &[-2]),
+            g.i64s(&[1], &[i64::MAX]),
+            g.i64s(&[1], &[3]),
+        );
+        g.op("Slice", &[&x, &start, &end, &axis]);
         assert_eq!(last_axis_range(&g, &g.nodes[0], &x, 4, 4), Some((2, 4)));
         assert_eq!(last_axis_range(&g, &g.nodes[0], "other", 4, 4), None);
     }

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::retain_nodes;
+use super::rewrite::retain_nodes;
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
 use crate::tensor::{le_f32s, le_f64s, le_i32s, le_i64s, Tensor, TensorData};
@@ -885,10 +885,7 @@ pub fn fold_constants(g: &mut Graph) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn i64s(v: &[i64]) -> Vec<u8> {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
+    use crate::testing::{fixed, GraphExt};
 
     fn value(g: &Graph, name: &str) -> Arr {
         read(g.initializer(name).expect("folded")).expect("readable")
@@ -897,68 +894,20 @@ mod tests {
     #[test]
     fn shape_arithmetic_folds() {
         let mut g = Graph::new("g");
-        let x = g.add_input(
-            "x",
-            dtype::FLOAT,
-            Some(vec![Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(4)]),
-        );
-        let s = g
-            .add_node("Shape", "", vec![x.clone()], &["s".into()], vec![], None)
-            .expect("s");
-        let idx = g
-            .add_constant("i", dtype::INT64, vec![2], i64s(&[2, 0]))
-            .expect("i");
-        let gat = g
-            .add_node(
-                "Gather",
-                "",
-                vec![s[0].clone(), idx],
-                &["g".into()],
-                vec![],
-                None,
-            )
-            .expect("g");
-        let two = g
-            .add_constant("two", dtype::INT64, vec![], i64s(&[2]))
-            .expect("two");
-        let mul = g
-            .add_node(
-                "Mul",
-                "",
-                vec![gat[0].clone(), two],
-                &["m".into()],
-                vec![],
-                None,
-            )
-            .expect("m");
-        let ax = g
-            .add_constant("ax", dtype::INT64, vec![1], i64s(&[0]))
-            .expect("ax");
-        let un = g
-            .add_node(
-                "Unsqueeze",
-                "",
-                vec![mul[0].clone(), ax],
-                &["u".into()],
-                vec![],
-                None,
-            )
-            .expect("u");
-        let r = g
-            .add_node(
-                "Reshape",
-                "",
-                vec![x, un[0].clone()],
-                &["r".into()],
-                vec![],
-                None,
-            )
-            .expect("r");
-        g.outputs.push(r[0].clone());
+        let x = g.add_input("x", dtype::FLOAT, fixed(&[2, 3, 4]));
+        let s = g.op("Shape", &[&x]);
+        let idx = g.i64s(&[2], &[2, 0]);
+        let gat = g.op("Gather", &[&s, &idx]);
+        let two = g.i64s(&[], &[2]);
+        let mul = g.op("Mul", &[&gat, &two]);
+        let ax = g.i64s(&[1], &[0]);
+        let un = g.op("Unsqueeze", &[&mul, &ax]);
+        let r = g.op("Reshape", &[&x, &un]);
+        g.outputs.push(r);
         assert_eq!(fold_constants(&mut g), 4);
         assert_eq!(g.nodes.len(), 1);
         assert_eq!(
-            value(&g, "u"),
+            value(&g, &un),
             Arr {
                 dims: vec![1, 2],
                 data: Data::I64(vec![8, 4])
@@ -969,59 +918,19 @@ mod tests {
     #[test]
     fn where_slice_concat_and_broadcast() {
         let mut g = Graph::new("g");
-        let a = g
-            .add_constant("a", dtype::INT64, vec![2, 3], i64s(&[1, 2, 3, 4, 5, 6]))
-            .expect("a");
-        let s0 = g
-            .add_constant("s0", dtype::INT64, vec![1], i64s(&[-1]))
-            .expect("s0");
-        let e0 = g
-            .add_constant("e0", dtype::INT64, vec![1], i64s(&[i64::MIN]))
-            .expect("e0");
-        let ax = g
-            .add_constant("ax", dtype::INT64, vec![1], i64s(&[1]))
-            .expect("ax");
-        let st = g
-            .add_constant("st", dtype::INT64, vec![1], i64s(&[-1]))
-            .expect("st");
-        let rev = g
-            .add_node(
-                "Slice",
-                "",
-                vec![a.clone(), s0, e0, ax, st],
-                &["rev".into()],
-                vec![],
-                None,
-            )
-            .expect("slice");
-        let three = g
-            .add_constant("three", dtype::INT64, vec![], i64s(&[3]))
-            .expect("3");
-        let lt = g
-            .add_node(
-                "Less",
-                "",
-                vec![a.clone(), three],
-                &["lt".into()],
-                vec![],
-                None,
-            )
-            .expect("lt");
-        let w = g
-            .add_node(
-                "Where",
-                "",
-                vec![lt[0].clone(), a.clone(), rev[0].clone()],
-                &["w".into()],
-                vec![],
-                None,
-            )
-            .expect("w");
-        g.outputs.push("out".into());
-        let _ = g.add_node("Neg", "", vec![w[0].clone()], &["out".into()], vec![], None);
+        let a = g.i64s(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let s0 = g.i64s(&[1], &[-1]);
+        let e0 = g.i64s(&[1], &[i64::MIN]);
+        let ax = g.i64s(&[1], &[1]);
+        let rev = g.op("Slice", &[&a, &s0, &e0, &ax, &s0]);
+        let three = g.i64s(&[], &[3]);
+        let lt = g.op("Less", &[&a, &three]);
+        let w = g.op("Where", &[&lt, &a, &rev]);
+        let out = g.op("Neg", &[&w]);
+        g.outputs.push(out);
         assert_eq!(fold_constants(&mut g), 3);
-        assert_eq!(value(&g, "rev").data, Data::I64(vec![3, 2, 1, 6, 5, 4]));
-        assert_eq!(value(&g, "w").data, Data::I64(vec![1, 2, 1, 6, 5, 4]));
+        assert_eq!(value(&g, &rev).data, Data::I64(vec![3, 2, 1, 6, 5, 4]));
+        assert_eq!(value(&g, &w).data, Data::I64(vec![1, 2, 1, 6, 5, 4]));
     }
 
     #[test]
@@ -1056,17 +965,13 @@ mod tests {
     #[test]
     fn small_transposes_fold() {
         let mut g = Graph::new("g");
-        let a = g
-            .add_constant("a", dtype::INT64, vec![2, 3], i64s(&[1, 2, 3, 4, 5, 6]))
-            .expect("a");
-        let t = g
-            .add_node("Transpose", "", vec![a], &["t".into()], vec![], None)
-            .expect("t");
-        g.outputs.push("out".into());
-        let _ = g.add_node("Neg", "", vec![t[0].clone()], &["out".into()], vec![], None);
+        let a = g.i64s(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let t = g.op("Transpose", &[&a]);
+        let out = g.op("Neg", &[&t]);
+        g.outputs.push(out);
         assert_eq!(fold_constants(&mut g), 1);
         assert_eq!(
-            value(&g, "t"),
+            value(&g, &t),
             Arr {
                 dims: vec![3, 2],
                 data: Data::I64(vec![1, 4, 2, 5, 3, 6])

@@ -6,23 +6,20 @@
 //!   or  y = x / Sqrt(ms + eps)
 //! ```
 //!
-//! becomes `RMSNormalization(x, w)` (standard from opset 23) or, at the onnxruntime level, its
-//! `SimplifiedLayerNormalization(x, w)` (any opset). onnxruntime's own session optimizer does not
-//! recognise this form (it looks for Pow and Div), so the fused node is what makes it one kernel.
+//! becomes `RMSNormalization(x, w)` (standard from opset 23) or onnxruntime's
+//! `SimplifiedLayerNormalization(x, w)` (any opset; the pipeline says which where). onnxruntime's own
+//! session optimizer does not recognise this form (it looks for Pow and Div), so the fused node is
+//! what makes it one kernel.
 //! Only float32 chains are fused: lower precisions go through Casts whose rounding the fused kernels
 //! would change.
 
-use std::collections::HashSet;
-
 use super::matching::{
-    f32_scalar, is_float, is_op, other, rank, reduces_last_axis, sole_reader, Index,
+    f32_scalar, float_attr, int_attr, is_float, is_op, other, rank, reduces_last_axis, sole_reader,
+    Index,
 };
-use super::{retain_nodes, Level};
+use super::rewrite::{fuse, Rewrite};
 use crate::dtype;
-use crate::graph::{AttrValue, Attribute, Dim, Graph};
-
-/// The standard RMSNormalization operator's first opset.
-const RMS_NORMALIZATION_OPSET: i64 = 23;
+use crate::graph::{Dim, Graph};
 
 struct Chain {
     x: String,
@@ -33,43 +30,27 @@ struct Chain {
     last: usize,
 }
 
-/// Fuses every RMS-norm chain the level and opset allow; returns how many it fused.
-pub fn fuse_rms_norm(g: &mut Graph, level: Level, opset: i64) -> usize {
-    let op = match level {
-        Level::None => return 0,
-        Level::OnnxRuntime => "SimplifiedLayerNormalization",
-        Level::Default if opset >= RMS_NORMALIZATION_OPSET => "RMSNormalization",
-        Level::Default => return 0,
-    };
-    let index = Index::new(g);
-    let chains: Vec<Chain> = (0..g.nodes.len())
-        .filter(|&i| is_op(&g.nodes[i], "ReduceMean"))
-        .filter_map(|i| match_chain(g, &index, i))
-        .collect();
-    let mut dead = HashSet::new();
-    for c in &chains {
-        let n = &mut g.nodes[c.last];
-        n.op_type = op.to_owned();
-        n.domain.clear();
-        n.inputs = vec![c.x.clone(), c.weight.clone()];
-        n.attrs = vec![
-            Attribute {
-                name: "axis".into(),
-                value: AttrValue::Int(-1),
-            },
-            Attribute {
-                name: "epsilon".into(),
-                value: AttrValue::Float(c.eps),
-            },
-            Attribute {
-                name: "stash_type".into(),
-                value: AttrValue::Int(1),
-            },
+/// RMS norms → the standard `RMSNormalization` (opset 23 on); returns how many it fused.
+pub(crate) fn fuse_standard(g: &mut Graph) -> usize {
+    fuse_as(g, "RMSNormalization")
+}
+
+/// RMS norms → onnxruntime's `SimplifiedLayerNormalization` (any opset); returns how many it fused.
+pub(crate) fn fuse_contrib(g: &mut Graph) -> usize {
+    fuse_as(g, "SimplifiedLayerNormalization")
+}
+
+fn fuse_as(g: &mut Graph, op: &str) -> usize {
+    // onnxruntime registers SimplifiedLayerNormalization in the default domain
+    fuse(g, &["ReduceMean"], match_chain, |_, c| {
+        let attrs = vec![
+            int_attr("axis", -1),
+            float_attr("epsilon", c.eps),
+            int_attr("stash_type", 1),
         ];
-        dead.extend(c.dead.iter().copied());
-    }
-    retain_nodes(g, |i| !dead.contains(&i));
-    chains.len()
+        let rewrite = Rewrite::replace(c.last, op, "", vec![c.x, c.weight], attrs);
+        Some(rewrite.removing(c.dead))
+    })
 }
 
 fn match_chain(g: &Graph, ix: &Index, mean_at: usize) -> Option<Chain> {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! q = Transpose(Reshape(q3, (b, s, n, h)), [0, 2, 1, 3])      (k and v alike, same n)
-//! o = <the attention chain of attention.rs>(q, k, v, mask)
+//! o = <the attention chain of chain.rs>(q, k, v, mask)
 //! y = Reshape(Transpose(o, [0, 2, 1, 3]), (b, s, n * hv))
 //! ```
 //!
@@ -15,29 +15,18 @@
 //! Rotated queries and keys (Llama) are 4-D before attention and grouped keys have fewer heads:
 //! neither is fused (transposing back would cost what the fusion saves).
 
-use std::collections::{HashMap, HashSet};
-
-use super::attention::Fused;
-use super::matching::{is_float, is_op, shape, sole_producer_op, sole_reader, Index};
-use super::MS_DOMAIN;
+use super::chain::{match_chain, Chain};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
-
-/// What the fusion changed, applied by the caller's single sweep over the nodes.
-#[derive(Default)]
-pub(super) struct MultiHead {
-    /// indices (into the chains found) of the chains fused
-    pub(super) fused: HashSet<usize>,
-    pub(super) dead: HashSet<usize>,
-    pub(super) before: HashMap<usize, Vec<Node>>,
-    pub(super) after: HashMap<usize, Vec<Node>>,
-}
+use crate::passes::matching::{is_float, is_op, shape, sole_producer_op, sole_reader, Index};
+use crate::passes::rewrite::{fuse, Rewrite};
+use crate::passes::MS_DOMAIN;
 
 struct Heads {
     q3: String,
     k3: String,
     v3: String,
-    heads: i64,
+    count: i64,
     /// the final Reshape, rewritten in place, and the Transpose before it
     merge_at: usize,
     transpose_at: usize,
@@ -45,21 +34,16 @@ struct Heads {
     identities: Vec<usize>,
 }
 
-pub(super) fn fuse_multi_head(g: &mut Graph, ix: &Index, found: &[Fused]) -> MultiHead {
-    let mut out = MultiHead::default();
-    for (i, f) in found.iter().enumerate() {
-        let Some(h) = match_heads(g, ix, f) else {
-            continue;
-        };
-        if emit(g, f, &h, &mut out).is_none() {
-            continue;
-        }
-        out.fused.insert(i);
-        out.dead.extend(f.dead.iter().copied());
-        out.dead.extend([f.last, h.transpose_at]);
-        out.dead.extend(h.identities.iter().copied());
-    }
-    out
+/// Fuses every attention chain whose heads are split from 3-D projections; returns how many it fused.
+pub(crate) fn fuse_multi_head(g: &mut Graph) -> usize {
+    let find = |g: &Graph, ix: &Index, i: usize| {
+        let chain = match_chain(g, ix, i)?;
+        let heads = match_heads(g, ix, &chain)?;
+        Some((chain, heads))
+    };
+    fuse(g, &["Softmax"], find, |g, (chain, heads)| {
+        emit(g, &chain, &heads)
+    })
 }
 
 fn node(
@@ -85,9 +69,8 @@ fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
         .ok()
 }
 
-/// Adds the fused node and its helpers to `out`; None (and nothing added to the graph's nodes) when a
-/// constant cannot be made.
-fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> {
+/// The fused node and its helpers; None when a constant cannot be made.
+fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
     let zero = f32_constant(g, "zero", 0.0)?;
     let mut before = Vec::new();
     let bias = match &f.mask {
@@ -164,24 +147,23 @@ fn emit(g: &mut Graph, f: &Fused, h: &Heads, out: &mut MultiHead) -> Option<()> 
     if !bias.is_empty() {
         inputs.extend([String::new(), String::new(), bias]);
     }
-    let n = &mut g.nodes[h.merge_at];
-    n.op_type = "MultiHeadAttention".into();
-    n.domain = MS_DOMAIN.into();
-    n.inputs = inputs;
-    n.outputs = vec![attention_out];
-    n.attrs = vec![
+    let attrs = vec![
         Attribute {
             name: "num_heads".into(),
-            value: AttrValue::Int(h.heads),
+            value: AttrValue::Int(h.count),
         },
         Attribute {
             name: "scale".into(),
             value: AttrValue::Float(f.scale),
         },
     ];
-    out.before.insert(h.merge_at, before);
-    out.after.insert(h.merge_at, after);
-    Some(())
+    let dead = f.dead.iter().copied().chain([f.last, h.transpose_at]);
+    let rewrite = Rewrite::replace(h.merge_at, "MultiHeadAttention", MS_DOMAIN, inputs, attrs)
+        .writing(vec![attention_out])
+        .removing(dead.chain(h.identities.iter().copied()))
+        .inserting_before(before)
+        .inserting_after(after);
+    Some(rewrite)
 }
 
 /// (x3, heads) for `Transpose(Reshape(x3, (b, s, n, h)), [0, 2, 1, 3])`, each read once, checked on the
@@ -211,7 +193,7 @@ fn is_swap12(t: &Node) -> bool {
     matches!(t.attr("perm"), Some(AttrValue::Ints(p)) if p == &[0, 2, 1, 3])
 }
 
-fn match_heads(g: &Graph, ix: &Index, f: &Fused) -> Option<Heads> {
+fn match_heads(g: &Graph, ix: &Index, f: &Chain) -> Option<Heads> {
     if f.k != f.k_read || f.v != f.v_read {
         return None; // grouped keys and values
     }
@@ -258,7 +240,7 @@ fn match_heads(g: &Graph, ix: &Index, f: &Fused) -> Option<Heads> {
         q3,
         k3,
         v3,
-        heads,
+        count: heads,
         merge_at,
         transpose_at,
         identities,

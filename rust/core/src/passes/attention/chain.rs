@@ -1,5 +1,5 @@
-//! Scaled dot-product attention, as the converter decomposes it, fused into ONNX's `Attention`
-//! (standard from opset 23, both optimizing levels):
+//! The attention chain as the converter decomposes `scaled_dot_product_attention`, matched from its
+//! Softmax; the three attention passes start from what this finds.
 //!
 //! ```text
 //! scores = MatMul(Mul(q, scale), Transpose(k, perm = [0, 1, 3, 2]))
@@ -9,35 +9,19 @@
 //! out    = MatMul(probs, v)
 //! ```
 //!
-//! becomes `Attention(q, k, v, mask | bias, scale = scale)`. The closed rows' Where goes: Attention's
-//! specification (opset 23, with the errata onnx 1.23 documents) gives a zero output row where every
-//! key is masked, as torch does; so does a Where whose flag folded to all-false constants, and a
-//! boolean mask folded to all-true constants (no padding) is dropped. q, k, v are 4-D (batch, heads, seq,
-//! head size), float32. Keys and values repeated per query-head group (transformers' `repeat_kv`, the
-//! converter's `enable_gqa`: Unsqueeze at axis 2, Expand, Reshape) are fed unrepeated: Attention maps
-//! query head i to key/value head i // group, the same order.
-//!
-//! Below opset 23 the same chains are matched for two things: the Wheres of an all-true constant mask
-//! and of an all-false constant flag are removed (both levels), and at the onnxruntime level chains
-//! whose heads are split from 3-D projections become MultiHeadAttention (multi_head.rs). A Llama's
-//! rotated 4-D queries stay decomposed there: the contrib operator takes a 3-D query, and transposing
-//! back would cost what the fusion saves.
+//! q, k, v are 4-D (batch, heads, seq, head size), float32. Keys and values repeated per query-head
+//! group (transformers' `repeat_kv`, the converter's `enable_gqa`: Unsqueeze at axis 2, Expand,
+//! Reshape) are reported unrepeated too.
 
-use std::collections::{HashMap, HashSet};
-
-use super::matching::{
+use crate::dtype;
+use crate::graph::{AttrValue, Dim, Graph};
+use crate::passes::matching::{
     f32_scalar, fixed, is_float, is_op, reduces_last_axis, shape, sole_producer_op, sole_reader,
     Index,
 };
-use super::multi_head::{fuse_multi_head, MultiHead};
-use super::{retain_nodes, Level};
-use crate::dtype;
-use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 
-/// The standard Attention operator's first opset.
-const ATTENTION_OPSET: i64 = 23;
-
-pub(super) struct Fused {
+/// One attention chain, as found.
+pub(super) struct Chain {
     pub(super) q: String,
     pub(super) k: String,
     pub(super) v: String,
@@ -52,83 +36,11 @@ pub(super) struct Fused {
     /// nodes replaced by the fused one (the final MatMul is rewritten in place)
     pub(super) dead: Vec<usize>,
     pub(super) last: usize,
-    softmax: usize,
-    /// below opset 23: a Where applying an all-true constant mask (index, the scores it passes)
-    open_mask: Option<(usize, String)>,
-    /// below opset 23: a Where zeroing rows by an all-false constant flag (index, the softmax output)
-    open_rows: Option<(usize, String)>,
-}
-
-/// Fuses every attention chain the level and opset allow; returns how many it fused, and how many
-/// Wheres it removed below opset 23 (an all-true constant mask, an all-false constant closed-rows flag:
-/// models without padding, ViT...).
-pub fn fuse_attention(g: &mut Graph, level: Level, opset: i64) -> (usize, usize) {
-    if level == Level::None {
-        return (0, 0);
-    }
-    let ix = Index::new(g);
-    let found: Vec<Fused> = (0..g.nodes.len())
-        .filter(|&i| is_op(&g.nodes[i], "Softmax"))
-        .filter_map(|i| match_chain(g, &ix, i))
-        .collect();
-    let mut dead = HashSet::new();
-    if opset < ATTENTION_OPSET {
-        let mut multi_head = MultiHead::default();
-        if level == Level::OnnxRuntime {
-            multi_head = fuse_multi_head(g, &ix, &found);
-        }
-        let mut opened = 0;
-        for (i, f) in found.iter().enumerate() {
-            if multi_head.fused.contains(&i) {
-                continue;
-            }
-            if let Some((at, scores)) = &f.open_mask {
-                g.nodes[f.softmax].inputs[0] = scores.clone();
-                dead.insert(*at);
-                opened += 1;
-            }
-            if let Some((at, probs)) = &f.open_rows {
-                g.nodes[f.last].inputs[0] = probs.clone();
-                dead.insert(*at);
-                opened += 1;
-            }
-        }
-        dead.extend(multi_head.dead);
-        sweep(g, &dead, multi_head.before, multi_head.after);
-        return (multi_head.fused.len(), opened);
-    }
-    for f in &found {
-        let n = &mut g.nodes[f.last];
-        n.op_type = "Attention".into();
-        n.domain.clear();
-        n.inputs = vec![f.q.clone(), f.k.clone(), f.v.clone()];
-        n.inputs.extend(f.mask.iter().cloned());
-        n.attrs = vec![Attribute {
-            name: "scale".into(),
-            value: AttrValue::Float(f.scale),
-        }];
-        dead.extend(f.dead.iter().copied());
-    }
-    retain_nodes(g, |i| !dead.contains(&i));
-    (found.len(), 0)
-}
-
-/// Drops the `dead` nodes and inserts new ones before or after the node at an index, in one pass.
-fn sweep(
-    g: &mut Graph,
-    dead: &HashSet<usize>,
-    mut before: HashMap<usize, Vec<Node>>,
-    mut after: HashMap<usize, Vec<Node>>,
-) {
-    let old = std::mem::take(&mut g.nodes);
-    g.nodes.reserve(old.len());
-    for (i, n) in old.into_iter().enumerate() {
-        g.nodes.extend(before.remove(&i).unwrap_or_default());
-        if !dead.contains(&i) {
-            g.nodes.push(n);
-        }
-        g.nodes.extend(after.remove(&i).unwrap_or_default());
-    }
+    pub(super) softmax: usize,
+    /// a Where applying an all-true constant mask (index, the scores it passes)
+    pub(super) open_mask: Option<(usize, String)>,
+    /// a Where zeroing rows by an all-false constant flag (index, the softmax output)
+    pub(super) open_rows: Option<(usize, String)>,
 }
 
 fn is_rank4_float(g: &Graph, name: &str) -> bool {
@@ -139,7 +51,8 @@ fn is_neg_inf(g: &Graph, name: &str) -> bool {
     f32_scalar(g, name).is_some_and(|v| v == f32::NEG_INFINITY)
 }
 
-fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
+/// The chain ending in the Softmax at `softmax_at`, if it is one.
+pub(super) fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Chain> {
     let softmax = &g.nodes[softmax_at];
     let axis = match softmax.attr("axis") {
         Some(AttrValue::Int(a)) => *a,
@@ -246,7 +159,7 @@ fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Fused> {
     let closed_rows = flag_where
         .map(|(_, flag)| flag)
         .filter(|flag| bool_constant(g, flag) != Some(false));
-    Some(Fused {
+    Some(Chain {
         q,
         k,
         v,
@@ -322,8 +235,12 @@ fn scalar_f64(g: &Graph, name: &str) -> Option<f64> {
         return None;
     }
     match t.dtype {
-        dtype::FLOAT => Some(f32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
-        dtype::INT32 => Some(i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64),
+        dtype::FLOAT => Some(f64::from(f32::from_le_bytes(
+            bytes.get(..4)?.try_into().ok()?,
+        ))),
+        dtype::INT32 => Some(f64::from(i32::from_le_bytes(
+            bytes.get(..4)?.try_into().ok()?,
+        ))),
         dtype::INT64 => Some(i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as f64),
         _ => None,
     }

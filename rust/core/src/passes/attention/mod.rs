@@ -1,0 +1,17 @@
+//! Scaled dot-product attention, as the converter decomposes it (see [`chain`]), in three passes that
+//! share one matcher:
+//!
+//! - [`standard`]: from opset 23, the chain becomes the standard `Attention` operator (both levels).
+//! - [`multi_head`]: below opset 23, at the onnxruntime level, chains whose heads are split from 3-D
+//!   projections (BERT, ViT) become `com.microsoft.MultiHeadAttention`.
+//! - [`open_masks`]: below opset 23, the Wheres of an all-true constant mask and of an all-false
+//!   constant closed-rows flag are removed from the chains left (models without padding, ViT).
+//!
+//! A Llama's rotated 4-D queries stay decomposed below opset 23: the contrib operator takes a 3-D query,
+//! and transposing back would cost what the fusion saves. The three run before the peephole rewrites,
+//! which would compose the key's two Transposes into one the matcher does not know.
+
+mod chain;
+pub(crate) mod multi_head;
+pub(crate) mod open_masks;
+pub(crate) mod standard;
