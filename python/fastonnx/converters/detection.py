@@ -97,6 +97,23 @@ class _Geometry:
         return ctx.op("ConstantOfShape", shape, value=ctx.tensor_attr(value, self.dt))
 
 
+def _input_channels(
+    ctx: ConversionContext, g: Any, ph: int, pw: int, position_sensitive: bool
+) -> tuple[str, str]:
+    """(the input channel each output bin reads, shaped (1, C_out, ph, pw) or (1, C, 1, 1); C_out).
+    Position-sensitive pooling reads channel c * ph * pw + (i * pw + j) for bin (i, j) of output c."""
+    if position_sensitive:
+        mapping = torch.arange(ph * pw, dtype=torch.int64).reshape(1, 1, ph, pw)
+        c_out = ctx.op("Div", g.c, ctx.i64(ph * pw))
+        first = ctx.op("Mul", ctx.op("Range", ctx.i64(0), c_out, ctx.i64(1)), ctx.i64(ph * pw))
+        channels = ctx.op(
+            "Add", ctx.op("Reshape", first, ctx.i64([1, -1, 1, 1])), ctx.const(mapping, torch.int64)
+        )
+        return channels, c_out
+    channels = ctx.op("Reshape", ctx.op("Range", ctx.i64(0), g.c, ctx.i64(1)), ctx.i64([1, -1, 1, 1]))
+    return channels, g.c
+
+
 def _bin_index(ctx: ConversionContext, n: int, axis: int, dtype: torch.dtype) -> str:
     """0..n-1 along ``axis`` of a rank-4 tensor of ones elsewhere."""
     shape = [1, 1, 1, 1]
@@ -241,17 +258,7 @@ def _sampled_bins(
     bin_y0 = ctx.op("Add", y1, ctx.op("Mul", _bin_index(ctx, ph, 2, dt), bin_h))  # (K, 1, ph, 1)
     bin_x0 = ctx.op("Add", x1, ctx.op("Mul", _bin_index(ctx, pw, 3, dt), bin_w))  # (K, 1, 1, pw)
 
-    if position_sensitive:
-        mapping = torch.arange(ph * pw, dtype=torch.int64).reshape(1, 1, ph, pw)
-        c_out = ctx.op("Div", g.c, ctx.i64(ph * pw))
-        first = ctx.op("Mul", ctx.op("Range", ctx.i64(0), c_out, ctx.i64(1)), ctx.i64(ph * pw))
-        channels = ctx.op(
-            "Add", ctx.op("Reshape", first, ctx.i64([1, -1, 1, 1])), ctx.const(mapping, torch.int64)
-        )
-        out_channels = c_out
-    else:
-        channels = ctx.op("Reshape", ctx.op("Range", ctx.i64(0), g.c, ctx.i64(1)), ctx.i64([1, -1, 1, 1]))
-        out_channels = g.c
+    channels, out_channels = _input_channels(ctx, g, ph, pw, position_sensitive)
     base = g.plane_base(ctx, channels)
     half = g.f(ctx, 0.5)
 
@@ -380,17 +387,7 @@ def _pooled_windows(
     w0, ew = window(_bin_index(ctx, pw, 3, dt), limit_w, x1, bin_w)  # (K, 1, 1, pw)
     empty = ctx.op("Or", ctx.op("LessOrEqual", eh, ctx.i64(0)), ctx.op("LessOrEqual", ew, ctx.i64(0)))
 
-    if position_sensitive:
-        mapping = torch.arange(ph * pw, dtype=torch.int64).reshape(1, 1, ph, pw)
-        c_out = ctx.op("Div", g.c, ctx.i64(ph * pw))
-        first = ctx.op("Mul", ctx.op("Range", ctx.i64(0), c_out, ctx.i64(1)), ctx.i64(ph * pw))
-        channels = ctx.op(
-            "Add", ctx.op("Reshape", first, ctx.i64([1, -1, 1, 1])), ctx.const(mapping, torch.int64)
-        )
-        out_channels = c_out
-    else:
-        channels = ctx.op("Reshape", ctx.op("Range", ctx.i64(0), g.c, ctx.i64(1)), ctx.i64([1, -1, 1, 1]))
-        out_channels = g.c
+    channels, out_channels = _input_channels(ctx, g, ph, pw, position_sensitive)
     base = g.plane_base(ctx, channels)
     last_row = ctx.op("Sub", g.h, ctx.i64(1))
     last_col = ctx.op("Sub", g.w, ctx.i64(1))

@@ -392,88 +392,43 @@ def lstm_input(
     )
 
 
-def gru_input(
-    ctx: ConversionContext,
-    input: Value,
-    hx: Value,
-    params: Sequence[Value],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[str]:
-    return _sequence(
-        ctx,
-        "GRU",
-        None,
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
+def _one_state_sequence(op_type: str, activation: str | None, name: str) -> Converter:
+    """gru.input / rnn_tanh.input / rnn_relu.input: the sequence ops with one hidden state."""
+
+    def convert(
+        ctx: ConversionContext,
+        input: Value,
+        hx: Value,
+        params: Sequence[Value],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> list[str]:
+        return _sequence(
+            ctx,
+            op_type,
+            activation,
+            input,
+            [hx],
+            params,
+            has_biases,
+            num_layers,
+            dropout,
+            train,
+            bidirectional,
+            batch_first,
+        )
+
+    convert.__name__ = name
+    return convert
 
 
-def rnn_tanh_input(
-    ctx: ConversionContext,
-    input: Value,
-    hx: Value,
-    params: Sequence[Value],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[str]:
-    return _sequence(
-        ctx,
-        "RNN",
-        "Tanh",
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
-
-
-def rnn_relu_input(
-    ctx: ConversionContext,
-    input: Value,
-    hx: Value,
-    params: Sequence[Value],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[str]:
-    return _sequence(
-        ctx,
-        "RNN",
-        "Relu",
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
+gru_input = _one_state_sequence("GRU", None, "gru_input")
+rnn_tanh_input = _one_state_sequence("RNN", "Tanh", "rnn_tanh_input")
+rnn_relu_input = _one_state_sequence("RNN", "Relu", "rnn_relu_input")
 
 
 def packed_sequence(ctx: ConversionContext, *args: Any, **kwargs: Any) -> Any:
