@@ -133,20 +133,28 @@ class ConversionContext:
         return sym_to_dim(d, self.dim_names)
 
     def require_dtype(self, dtype: torch.dtype | None) -> None:
-        """OpsetError when the target opset predates ``dtype`` (float8 types exist from opset 19)."""
+        """OpsetError when the target opset predates ``dtype`` (float8 types exist from opset 19,
+        float4 e2m1 from 23)."""
         minimum = dtypes.MIN_OPSET_OF.get(dtype) if dtype is not None else None
         if minimum is not None and self.opset < minimum:
+            kind = "float4" if dtype in dtypes.PACKED_X2 else "float8"
             raise OpsetError(
-                f"{dtype} tensors need opset >= {minimum} (the first opset defining ONNX's float8 "
+                f"{dtype} tensors need opset >= {minimum} (the first opset defining ONNX's {kind} "
                 f"types), the export targets opset {self.opset}"
             )
 
     def onnx_type(self, dtype: torch.dtype, shape: Sequence[Any]) -> tuple[int, list[Dim]]:
-        """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2."""
+        """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2, a
+        float4_e2m1fn_x2 one (two 4-bit values per torch element) a last dim twice torch's."""
         self.require_dtype(dtype)
         dims = [self.dim(d) for d in shape]
         if dtype in COMPLEX_PARTS:
             return dtypes.to_onnx_dtype(COMPLEX_PARTS[dtype]), [*dims, 2]
+        if dtype in dtypes.PACKED_X2:
+            try:
+                dims = dtypes.onnx_dims(dtype, dims)
+            except TypeError as e:
+                raise ConversionError(str(e)) from None
         return dtypes.to_onnx_dtype(dtype), dims
 
     # ---- the node being converted -------------------------------------------------------------

@@ -182,11 +182,12 @@ class Interpreter:
             return Value(value.name, t.dtype, tuple(t.shape))
         if t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
             # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
-            name = self.g.add_deferred_initializer(hint, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+            name = self.g.add_deferred_initializer(hint, *self.ctx.onnx_type(t.dtype, t.shape))
             self.deferred[name] = hint
             return Value(name, t.dtype, tuple(t.shape))
         data = dtypes.tensor_bytes(t)
-        name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+        # float8 / float4 weights: OpsetError below their first opset; float4's last dim doubles
+        name = self.g.add_initializer(hint, data, *self.ctx.onnx_type(t.dtype, t.shape))
         self.ctx.weights[name] = t
         return Value(name, t.dtype, tuple(t.shape))
 
