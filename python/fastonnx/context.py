@@ -118,6 +118,12 @@ class ConversionContext:
         self.g = builder
         self.opset = opset
         self.node: torch.fx.Node | None = None
+        # When the node's first argument is a view (or another alias: an in-place op's result, a split
+        # piece) of a base tensor, the walker's alias tracking gives the base FX node and its current
+        # value here, set for the node being converted (None otherwise): ops that read the storage
+        # rather than the view (as_strided) work from the base's layout (base_node.meta["val"]).
+        self.base_node: torch.fx.Node | None = None
+        self.base: Value | None = None
         # symbol text ("s17") -> readable dim name ("batch"); see dynamic.py
         self.dim_names: dict[str, str] = {}
         # symbol text -> (graph input, axis) it is read from; filled by the interpreter per input dim

@@ -254,6 +254,7 @@ class Interpreter:
         if entry.custom:
             self.custom_used.add(str(target))
         self.ctx.node = node
+        self.ctx.base_node = self.ctx.base = None
         if entry.takes_node:
             # a higher-order op: its operands are subgraphs, converted through this walker
             try:
@@ -289,6 +290,7 @@ class Interpreter:
                 )
             fn = complex_fn
         self.ctx.node = node
+        self._set_base(node)
         try:
             result = fn(self.ctx, *args, **kwargs)
         except FastOnnxError as e:
@@ -300,6 +302,18 @@ class Interpreter:
                 f"{source_line(node)}"
             ) from e
         return self._bind(node, result)
+
+    def _set_base(self, node: torch.fx.Node) -> None:
+        """``ctx.base_node`` / ``ctx.base``: the base of ``node``'s first argument when that is an alias
+        (a view of a base tensor), with the base's current value; None otherwise."""
+        first = node.args[0] if node.args else None
+        alias = self.aliases.get(first) if isinstance(first, torch.fx.Node) else None
+        if alias is None:
+            self.ctx.base_node = self.ctx.base = None
+            return
+        base = self.value_of(alias.base)
+        self.ctx.base_node = alias.base
+        self.ctx.base = base if isinstance(base, Value) else None
 
     def _written(self, node: torch.fx.Node, target: torch.fx.Node, value: Any) -> None:
         """An in-place op wrote ``value`` into ``target``: rebind the base (through the views between
@@ -319,6 +333,7 @@ class Interpreter:
             else:
                 args = aliasing.bound_args(child, self.map_arg(child.args), self.map_arg(child.kwargs))
                 self.ctx.node = child
+                self.ctx.base_node = self.ctx.base = None
                 name = aliasing.write_into(self.ctx, child, args, parent, new)
                 self.g.set_type(name, *self.ctx.onnx_type(parent.dtype, parent.shape))
                 new = Value(name, parent.dtype, parent.shape)
