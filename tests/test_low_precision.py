@@ -200,3 +200,31 @@ def test_float4_below_opset_23(opset: int) -> None:
             opset=opset,
             custom_converters={torch.ops.fastonnx_test.fp4_dequant.default: fp4_dequant_as_cast},
         )
+
+
+def test_float4_weights_from_the_meta_device_then_attach_weights(tmp_path) -> None:
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    real = Float4Weights().eval()
+    meta = Float4Weights().to("meta").eval()
+    x = torch.rand(32) + 0.5
+    path = tmp_path / "fp4.onnx"
+    result = fastonnx.to_onnx(
+        meta,
+        (x.to("meta"),),
+        opset=23,
+        filename=path,
+        custom_converters={torch.ops.fastonnx_test.fp4_dequant.default: fp4_dequant_as_cast},
+    )
+    assert result.stats["deferred_weights"] == 2
+    assert fastonnx.attach_weights(path, real) == 2
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto, full_check=True)
+    got = ReferenceEvaluator(proto).run(None, {proto.graph.input[0].name: x.numpy()})
+    expected = real(x)
+    for g, e in zip(got[:2], expected[:2]):
+        torch.testing.assert_close(torch.from_numpy(g), e, atol=0, rtol=0)
+    for g, t in zip(got[2:], (real.w, real.p)):
+        torch.testing.assert_close(torch.from_numpy(g.astype(np.float32)), decode_e2m1(t), atol=0, rtol=0)
