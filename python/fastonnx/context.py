@@ -118,6 +118,12 @@ class ConversionContext:
         self.g = builder
         self.opset = opset
         self.node: torch.fx.Node | None = None
+        # When the node's first argument is a view (or another alias: an in-place op's result, a split
+        # piece) of a base tensor, the walker's alias tracking gives the base FX node and its current
+        # value here, set for the node being converted (None otherwise): ops that read the storage
+        # rather than the view (as_strided) work from the base's layout (base_node.meta["val"]).
+        self.base_node: torch.fx.Node | None = None
+        self.base: Value | None = None
         # symbol text ("s17") -> readable dim name ("batch"); see dynamic.py
         self.dim_names: dict[str, str] = {}
         # symbol text -> (graph input, axis) it is read from; filled by the interpreter per input dim
@@ -133,20 +139,28 @@ class ConversionContext:
         return sym_to_dim(d, self.dim_names)
 
     def require_dtype(self, dtype: torch.dtype | None) -> None:
-        """OpsetError when the target opset predates ``dtype`` (float8 types exist from opset 19)."""
+        """OpsetError when the target opset predates ``dtype`` (float8 types exist from opset 19,
+        float4 e2m1 from 23)."""
         minimum = dtypes.MIN_OPSET_OF.get(dtype) if dtype is not None else None
         if minimum is not None and self.opset < minimum:
+            kind = "float4" if dtype in dtypes.PACKED_X2 else "float8"
             raise OpsetError(
-                f"{dtype} tensors need opset >= {minimum} (the first opset defining ONNX's float8 "
+                f"{dtype} tensors need opset >= {minimum} (the first opset defining ONNX's {kind} "
                 f"types), the export targets opset {self.opset}"
             )
 
     def onnx_type(self, dtype: torch.dtype, shape: Sequence[Any]) -> tuple[int, list[Dim]]:
-        """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2."""
+        """The ONNX element type and dims of a torch value; a complex one gets a trailing dim of 2, a
+        float4_e2m1fn_x2 one (two 4-bit values per torch element) a last dim twice torch's."""
         self.require_dtype(dtype)
         dims = [self.dim(d) for d in shape]
         if dtype in COMPLEX_PARTS:
             return dtypes.to_onnx_dtype(COMPLEX_PARTS[dtype]), [*dims, 2]
+        if dtype in dtypes.PACKED_X2:
+            try:
+                dims = dtypes.onnx_dims(dtype, dims)
+            except TypeError as e:
+                raise ConversionError(str(e)) from None
         return dtypes.to_onnx_dtype(dtype), dims
 
     # ---- the node being converted -------------------------------------------------------------

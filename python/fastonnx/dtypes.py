@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -26,6 +28,7 @@ FLOAT8E4M3FN = 17
 FLOAT8E4M3FNUZ = 18
 FLOAT8E5M2 = 19
 FLOAT8E5M2FNUZ = 20
+FLOAT4E2M1 = 23
 
 TORCH_TO_ONNX: dict[torch.dtype, int] = {
     torch.float32: FLOAT,
@@ -47,16 +50,23 @@ TORCH_TO_ONNX: dict[torch.dtype, int] = {
     torch.float8_e4m3fnuz: FLOAT8E4M3FNUZ,
     torch.float8_e5m2: FLOAT8E5M2,
     torch.float8_e5m2fnuz: FLOAT8E5M2FNUZ,
+    torch.float4_e2m1fn_x2: FLOAT4E2M1,
 }
 ONNX_TO_TORCH: dict[int, torch.dtype] = {v: k for k, v in TORCH_TO_ONNX.items()}
 
-# The first opset whose operators accept these types (Cast, QuantizeLinear... define float8 from 19).
+# The first opset whose operators accept these types (Cast, QuantizeLinear... define float8 from 19,
+# float4 e2m1 from 23).
 MIN_OPSET_OF: dict[torch.dtype, int] = {
     torch.float8_e4m3fn: 19,
     torch.float8_e4m3fnuz: 19,
     torch.float8_e5m2: 19,
     torch.float8_e5m2fnuz: 19,
+    torch.float4_e2m1fn_x2: 23,
 }
+
+# torch dtypes whose one element packs two 4-bit ONNX elements (low nibble first, as ONNX packs them):
+# the ONNX tensor has the same bytes and a last dim twice torch's.
+PACKED_X2 = frozenset({torch.float4_e2m1fn_x2})
 
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -67,6 +77,20 @@ def to_onnx_dtype(dtype: torch.dtype) -> int:
         return TORCH_TO_ONNX[dtype]
     except KeyError:
         raise TypeError(f"torch dtype {dtype} has no ONNX equivalent") from None
+
+
+def onnx_dims(dtype: torch.dtype, dims: list[Any]) -> list[Any]:
+    """The ONNX dims of a torch tensor of ``dtype`` and ``dims``: torch's, except that a dtype packing two
+    4-bit values per element (float4_e2m1fn_x2) doubles the last one. ``dims`` are ints or the
+    builder's dims (a symbolic last dim of a packed dtype is refused)."""
+    if dtype not in PACKED_X2:
+        return dims
+    if not dims:
+        raise TypeError(f"a 0-d {dtype} tensor has no ONNX equivalent (ONNX packs along the last dim)")
+    last = dims[-1]
+    if not isinstance(last, int):
+        raise TypeError(f"a {dtype} tensor with a symbolic last dim ({last}) has no ONNX equivalent")
+    return [*dims[:-1], 2 * last]
 
 
 def to_torch_dtype(elem_type: int) -> torch.dtype:

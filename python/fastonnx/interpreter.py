@@ -180,13 +180,17 @@ class Interpreter:
             # stored in the (..., 2) real layout: a view of the same bytes
             value = self.initializer(hint, torch.view_as_real(t))
             return Value(value.name, t.dtype, tuple(t.shape))
+        # float8 / float4 weights: OpsetError below their first opset; float4's last dim doubles
+        elem_type, dims = self.ctx.onnx_type(t.dtype, t.shape)
+        shape = [d for d in dims if isinstance(d, int)]
+        if len(shape) != len(dims):
+            raise ConversionError(f"weight {hint!r} has a symbolic shape {dims}; weights need static ones")
         if t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
             # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
-            name = self.g.add_deferred_initializer(hint, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+            name = self.g.add_deferred_initializer(hint, elem_type, shape)
             self.deferred[name] = hint
             return Value(name, t.dtype, tuple(t.shape))
-        data = dtypes.tensor_bytes(t)
-        name = self.g.add_initializer(hint, data, dtypes.to_onnx_dtype(t.dtype), list(t.shape))
+        name = self.g.add_initializer(hint, dtypes.tensor_bytes(t), elem_type, shape)
         self.ctx.weights[name] = t
         return Value(name, t.dtype, tuple(t.shape))
 
@@ -253,6 +257,7 @@ class Interpreter:
         if entry.custom:
             self.custom_used.add(str(target))
         self.ctx.node = node
+        self.ctx.base_node = self.ctx.base = None
         if entry.takes_node:
             # a higher-order op: its operands are subgraphs, converted through this walker
             try:
@@ -288,6 +293,7 @@ class Interpreter:
                 )
             fn = complex_fn
         self.ctx.node = node
+        self._set_base(node)
         try:
             result = fn(self.ctx, *args, **kwargs)
         except FastOnnxError as e:
@@ -299,6 +305,18 @@ class Interpreter:
                 f"{source_line(node)}"
             ) from e
         return self._bind(node, result)
+
+    def _set_base(self, node: torch.fx.Node) -> None:
+        """``ctx.base_node`` / ``ctx.base``: the base of ``node``'s first argument when that is an alias
+        (a view of a base tensor), with the base's current value; None otherwise."""
+        first = node.args[0] if node.args else None
+        alias = self.aliases.get(first) if isinstance(first, torch.fx.Node) else None
+        if alias is None:
+            self.ctx.base_node = self.ctx.base = None
+            return
+        base = self.value_of(alias.base)
+        self.ctx.base_node = alias.base
+        self.ctx.base = base if isinstance(base, Value) else None
 
     def _written(self, node: torch.fx.Node, target: torch.fx.Node, value: Any) -> None:
         """An in-place op wrote ``value`` into ``target``: rebind the base (through the views between
@@ -318,6 +336,7 @@ class Interpreter:
             else:
                 args = aliasing.bound_args(child, self.map_arg(child.args), self.map_arg(child.kwargs))
                 self.ctx.node = child
+                self.ctx.base_node = self.ctx.base = None
                 name = aliasing.write_into(self.ctx, child, args, parent, new)
                 self.g.set_type(name, *self.ctx.onnx_type(parent.dtype, parent.shape))
                 new = Value(name, parent.dtype, parent.shape)

@@ -76,7 +76,8 @@ def attach_weights(
                 raise InputError(f"attach_weights: {key!r} is still on the meta device")
             if t.is_complex():
                 t = torch.view_as_real(t.resolve_conj())  # complex weights are stored as (..., 2) reals
-            if list(t.shape) != list(init.dims) or dtypes.to_onnx_dtype(t.dtype) != init.data_type:
+            dims = dtypes.onnx_dims(t.dtype, list(t.shape))  # float4's last dim doubles
+            if dims != list(init.dims) or dtypes.to_onnx_dtype(t.dtype) != init.data_type:
                 raise InputError(
                     f"attach_weights: {key!r} is {t.dtype} {tuple(t.shape)}, the model expects element type "
                     f"{init.data_type} with shape {tuple(init.dims)}"

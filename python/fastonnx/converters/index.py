@@ -175,6 +175,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.clip.Tensor": "elementwise",
     "aten.clip.default": "elementwise",
     "aten.clone.default": "elementwise",
+    "aten.col2im.default": "nn_ops",
     "aten.column_stack.default": "shape_ops",
     "aten.combinations.default": "shape_ops",
     "aten.complex.default": "complex_ops",

@@ -931,6 +931,47 @@ def convert_im2col(
     return _unbatch(ctx, y, added)
 
 
+def convert_col2im(
+    ctx: ConversionContext,
+    x: Value,
+    output_size: IntOrList,
+    kernel_size: IntOrList,
+    dilation: IntOrList,
+    padding: IntOrList,
+    stride: IntOrList,
+) -> str:
+    """nn.functional.fold: the patches (N, C*kh*kw, L) summed into the zero-padded image by one
+    ScatterElements(reduction="add") over its flattened (H+2p, W+2p) plane, then the padding sliced off."""
+    k = _expand(kernel_size, 2, 1)
+    d = _expand(dilation, 2, 1)
+    p = _expand(padding, 2, 0)
+    s = _expand(stride, 2, 1)
+    h, w = _expand(output_size, 2, 1)
+    rows, length = _static_ints(ctx, x.shape[-2:], "col2im's patch rows and count")
+    c = rows // (k[0] * k[1])
+    hp, wp = h + 2 * p[0], w + 2 * p[1]
+    out_h = (hp - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    out_w = (wp - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    if out_h * out_w != length or c * k[0] * k[1] != rows:
+        raise ctx.error(f"col2im: {rows} x {length} patches do not fold into a {h} x {w} image")
+    # where each patch element lands in the padded plane, in the patches' (kh, kw, L) order
+    ki, kj, oh, ow = torch.meshgrid(
+        torch.arange(k[0]), torch.arange(k[1]), torch.arange(out_h), torch.arange(out_w), indexing="ij"
+    )
+    idx = ((oh * s[0] + ki * d[0]) * wp + ow * s[1] + kj * d[1]).reshape(1, 1, -1)
+    xin, added = _batched(ctx, x, 1)
+    patches = ctx.op("Reshape", xin, ctx.i64([0, c, -1]))
+    lead = ctx.op("Shape", patches, start=0, end=2)
+    indices = ctx.op("Expand", ctx.const(idx, torch.int64), ctx.op("Shape", patches))
+    zero = ctx.const(torch.zeros(1, 1, 1), x.dtype)
+    plane = ctx.op("Expand", zero, ctx.op("Concat", lead, ctx.i64([hp * wp]), axis=0))
+    summed = ctx.op("ScatterElements", plane, indices, patches, axis=2, reduction="add")
+    y = ctx.op("Reshape", summed, ctx.i64([0, 0, hp, wp]))
+    if any(p):
+        y = ctx.op("Slice", y, ctx.i64(p), ctx.i64([p[0] + h, p[1] + w]), ctx.i64([2, 3]))
+    return _unbatch(ctx, y, added)
+
+
 # ---- distances ------------------------------------------------------------------------------------
 def _norm(ctx: ConversionContext, x: str, p: float, axis: int, keepdims: bool) -> str:
     """torch.linalg.vector_norm over one axis for p in {0, 1, 2, inf, -inf, other}."""
@@ -1116,6 +1157,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.channel_shuffle.default": convert_channel_shuffle,
     "aten.native_channel_shuffle.default": convert_channel_shuffle,
     "aten.im2col.default": convert_im2col,
+    "aten.col2im.default": convert_col2im,
     "aten.pairwise_distance.default": convert_pairwise_distance,
     "aten.cdist.default": convert_cdist,
     "aten._cdist_forward.default": convert_cdist,

@@ -843,23 +843,39 @@ def convert_diagflat(ctx: ConversionContext, x: Value, offset: int = 0) -> str:
 def convert_as_strided(
     ctx: ConversionContext, x: Value, size: Sequence[int], stride: Sequence[int], storage_offset: Any = None
 ) -> str:
-    """Reads x's storage with the given strides: a Gather over the flattened tensor, exact when torch
-    recorded x as contiguous from the start of its storage (ONNX has no other layout)."""
+    """Reads the storage behind x with the given strides: a Gather over the flattened storage. When x is a
+    view (a slice, a transpose... of a base tensor, known from the walker's alias tracking:
+    ``ctx.base``), the storage is the base's, so views with a storage offset or other strides read
+    what torch reads; otherwise x itself. Exact when torch recorded that tensor as contiguous from the
+    start of its storage (ONNX has no other layout)."""
     assert ctx.node is not None
     src = ctx.node.args[0]
     val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
-    shape = x.static_shape()
-    if val is None or shape is None or not (is_static(size) and is_static(stride)):
+    if val is None or x.static_shape() is None or not (is_static(size) and is_static(stride)):
         raise ctx.error("as_strided needs static sizes and strides")
-    if not val.is_contiguous() or val.storage_offset() != 0:
-        raise ctx.error("as_strided of a tensor that is not contiguous from its storage start")
-    offset = storage_offset or 0
+    storage, layout = x, val
+    if ctx.base is not None and ctx.base_node is not None:
+        base_val = ctx.base_node.meta.get("val")
+        if isinstance(base_val, torch.Tensor) and base_val.dtype == val.dtype:
+            storage, layout = ctx.base, base_val
+    if storage.static_shape() is None:
+        raise ctx.error("as_strided needs a static shape of the tensor whose storage it reads")
+    if not layout.is_contiguous() or layout.storage_offset() != 0:
+        what = "a view of a tensor" if storage is not x else "a tensor"
+        raise ctx.error(f"as_strided of {what} that is not contiguous from its storage start")
+    # an explicit storage offset is absolute; without one, torch keeps the input's own offset
+    offset = int(storage_offset) if storage_offset is not None else int(val.storage_offset())
     idx = torch.full(tuple(size), offset, dtype=torch.int64)
     for axis, (n, st) in enumerate(zip(size, stride)):
         view = [1] * len(size)
         view[axis] = n
         idx = idx + (torch.arange(n, dtype=torch.int64) * st).reshape(view)
-    flat = ctx.op("Reshape", x, ctx.i64([-1]))
+    numel = math.prod(storage.static_shape() or ())
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel):
+        raise ctx.error(
+            f"as_strided reads positions {int(idx.min())}..{int(idx.max())} of a storage of {numel} elements"
+        )
+    flat = ctx.op("Reshape", storage, ctx.i64([-1]))
     return ctx.op("Gather", flat, ctx.const(idx, torch.int64), axis=0)
 
 

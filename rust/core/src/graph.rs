@@ -221,19 +221,14 @@ impl Graph {
         dtype: i32,
         dims: Vec<i64>,
     ) -> Result<String> {
-        let item = dtype::item_size(dtype).ok_or_else(|| {
+        let numel = dims.iter().product::<i64>().max(0) as usize;
+        let len = dtype::data_len(dtype, numel).ok_or_else(|| {
             graph_err(format!(
                 "initializer {hint:?}: element type {dtype} has no fixed size"
             ))
         })?;
-        let numel = dims.iter().product::<i64>().max(0) as usize;
         let name = self.names.unique_value(hint);
-        self.push_initializer(
-            name.clone(),
-            dtype,
-            dims,
-            TensorData::Deferred { len: numel * item },
-        );
+        self.push_initializer(name.clone(), dtype, dims, TensorData::Deferred { len });
         Ok(name)
     }
 

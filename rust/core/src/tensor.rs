@@ -441,15 +441,14 @@ pub fn check_size(what: &str, dtype: i32, dims: &[i64], len: usize) -> crate::Re
             "{what}: negative dimension {d} in shape {dims:?}"
         )));
     }
-    let Some(item) = crate::dtype::item_size(dtype) else {
+    let numel: i64 = dims.iter().product();
+    let Some(expected) = crate::dtype::data_len(dtype, numel as usize) else {
         return Err(crate::error::graph_err(format!(
             "{what}: element type {dtype} ({}) cannot be stored as raw bytes",
             crate::dtype::name(dtype)
         )));
     };
-    let numel: i64 = dims.iter().product();
-    let expected = numel as u128 * item as u128;
-    if expected != len as u128 {
+    if expected != len {
         return Err(crate::error::graph_err(format!(
             "{what}: {len} bytes do not hold a {} tensor of shape {dims:?} ({expected} bytes expected)",
             crate::dtype::name(dtype)
@@ -467,6 +466,17 @@ mod tests {
         fn bytes(&self) -> &[u8] {
             &self.0
         }
+    }
+
+    #[test]
+    fn four_bit_types_are_packed_two_per_byte() {
+        use crate::dtype::{FLOAT4E2M1, FLOAT8E8M0, INT4, UINT4};
+        for dtype in [FLOAT4E2M1, INT4, UINT4] {
+            assert!(check_size("w", dtype, &[3, 4], 6).is_ok());
+            assert!(check_size("w", dtype, &[3], 2).is_ok()); // an odd count pads the last byte
+            assert!(check_size("w", dtype, &[3, 4], 12).is_err());
+        }
+        assert!(check_size("w", FLOAT8E8M0, &[3, 4], 12).is_ok());
     }
 
     #[test]

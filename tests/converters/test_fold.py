@@ -1,0 +1,48 @@
+"""aten.col2im (nn.Fold / F.fold): the patches summed into the image by one ScatterElements-add,
+checked against eager nn.Fold for kernel / stride / padding / dilation settings, batched and unbatched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from export_check import check_export
+
+SETTINGS = [  # output_size, kernel_size, dilation, padding, stride
+    ((4, 5), 2, 1, 0, 1),
+    ((6, 6), 3, 1, 1, 1),
+    ((7, 9), (2, 3), 1, 0, (2, 1)),  # non-square kernel, stride
+    ((8, 7), 3, (2, 1), (1, 2), 2),  # dilation, padding and stride together
+    ((5, 5), 2, 1, 0, 3),  # stride larger than the kernel: some pixels get no patch (zeros)
+    ((3, 3), 3, 1, 0, 1),  # one patch
+]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize(("output_size", "kernel_size", "dilation", "padding", "stride"), SETTINGS)
+def test_fold_matches_eager(output_size, kernel_size, dilation, padding, stride, batched: bool) -> None:
+    fold = torch.nn.Fold(output_size, kernel_size, dilation=dilation, padding=padding, stride=stride)
+    unfold = torch.nn.Unfold(kernel_size, dilation=dilation, padding=padding, stride=stride)
+    channels = 3
+    # the patch count nn.Unfold gives for that image: what Fold expects
+    length = unfold(torch.zeros(1, channels, *output_size)).shape[-1]
+    rows = (
+        channels * unfold.kernel_size**2
+        if isinstance(kernel_size, int)
+        else channels * kernel_size[0] * kernel_size[1]
+    )
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, rows, length, generator=g) if batched else torch.randn(rows, length, generator=g)
+    check_export(fold, (x,), optimize=(False, True), atol=1e-5, rtol=1e-5)
+
+
+def test_fold_inverts_unfold_times_counts() -> None:
+    """fold(unfold(x)) = x * how many patches cover each pixel (the classic identity), float64."""
+
+    class RoundTrip(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            cols = torch.nn.functional.unfold(x, 3, padding=1, stride=2)
+            return torch.nn.functional.fold(cols, x.shape[-2:], 3, padding=1, stride=2)
+
+    x = torch.randn(2, 4, 7, 6, dtype=torch.float64)
+    check_export(RoundTrip(), (x,), atol=1e-12, rtol=1e-12)
