@@ -204,8 +204,9 @@ def _detector(name: str, classifier_scale: float, fpn_scale: float = 1.0, **extr
     if not name.startswith("ssd"):  # SSD's input size is part of the model
         kwargs.update(min_size=320, max_size=320)
     kwargs["score_thresh" if name.startswith(("retinanet", "ssd")) else "box_score_thresh"] = 0.0
+    kwargs.update(extra)
     torch.manual_seed(0)
-    model = with_random_batchnorm_stats(torchvision.models.get_model(name, **kwargs, **extra)).eval()
+    model = with_random_batchnorm_stats(torchvision.models.get_model(name, **kwargs)).eval()
     # the last convolution of each of SSDlite's classification heads
     ssd_classifier = re.compile(r"classification_head\.module_list\.\d+\.1\.")
     with torch.no_grad():
@@ -313,3 +314,51 @@ def test_keypointrcnn_resnet50_fpn() -> None:
     torch.testing.assert_close(got["keypoints"], expected["keypoints"], atol=5e-4, rtol=2e-5)
     # heatmap values ~1.5 after 8 convolutions, a transposed convolution and a bicubic resize: ~4e-6
     torch.testing.assert_close(got["keypoints_scores"], expected["keypoints_scores"], atol=2e-5, rtol=1e-5)
+
+
+def test_ssdlite320_mobilenet_v3_large() -> None:
+    """SSDlite with random weights gives many detections exactly the same score (its coarse feature
+    maps are constant along rows), so their order is arbitrary; which of them a cut at
+    detections_per_img or topk_candidates keeps, and which of two tied boxes overlapping by more than
+    the NMS threshold survives, are arbitrary too (torch and onnxruntime break ties differently: 306
+    against 332 detections at torchvision's 0.55). So every detection above a score threshold is kept
+    (no cut), NMS suppresses nothing (IoU > 1 never holds: NMS still runs) and the two sets are
+    compared: each detection matched with the one of the same label whose box is nearest (boxes of
+    one label are far apart)."""
+    model = _detector(
+        "ssdlite320_mobilenet_v3_large",
+        100.0,
+        score_thresh=0.99,
+        nms_thresh=1.0,
+        topk_candidates=100_000,
+        detections_per_img=100_000,
+    )
+    image = torch.rand(3, 320, 320, generator=_gen(0))
+    with torch.no_grad():
+        (expected,) = model([image])
+    n = len(expected["boxes"])
+    assert n > 100
+    assert len(expected["scores"].unique()) < n // 4  # ties: what this test is about
+    # the lowest score is well above the threshold: the set is not decided by rounding
+    assert float(expected["scores"].min()) > 0.99 + 1e-3
+    # pixel coordinates up to 320 after ~50 float32 convolutions and an exp of the box deltas
+    box_atol = 5e-3
+    inf = float("inf")
+
+    def distances(a: dict, b: dict) -> torch.Tensor:  # largest coordinate difference, inf across labels
+        d = torch.cdist(a["boxes"].double(), b["boxes"].double(), p=inf)
+        return d.masked_fill(a["labels"][:, None] != b["labels"][None, :], inf)
+
+    apart = distances(expected, expected).fill_diagonal_(inf)
+    assert float(apart.min()) > 4 * box_atol, "two detections too close for a well-defined matching"
+    result = fastonnx.to_onnx(model, ([image],), opset=20)
+    (got,) = result([image])
+    assert got.keys() == expected.keys()
+    assert len(got["boxes"]) == n
+    nearest = distances(expected, got).argmin(dim=1)
+    assert len(nearest.unique()) == n  # a one-to-one matching
+    got = {name: value[nearest] for name, value in got.items()}
+    torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
+    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=box_atol, rtol=2e-5)
+    # scores ~0.99 from a softmax over 91 classes
+    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
