@@ -341,8 +341,9 @@ def test_ssdlite320_mobilenet_v3_large() -> None:
     assert len(expected["scores"].unique()) < n // 4  # ties: what this test is about
     # the lowest score is well above the threshold: the set is not decided by rounding
     assert float(expected["scores"].min()) > 0.99 + 1e-3
-    # pixel coordinates up to 320 after ~50 float32 convolutions and an exp of the box deltas
-    box_atol = 5e-3
+    # pixel coordinates up to 320 after ~50 float32 convolutions and an exp of the box deltas: ONNX and
+    # eager ~3e-5 apart (801 detections); boxes of one label are >= 16 pixels apart
+    box_atol = 5e-4
     inf = float("inf")
 
     def distances(a: dict, b: dict) -> torch.Tensor:  # largest coordinate difference, inf across labels
@@ -360,5 +361,5 @@ def test_ssdlite320_mobilenet_v3_large() -> None:
     got = {name: value[nearest] for name, value in got.items()}
     torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
     torch.testing.assert_close(got["boxes"], expected["boxes"], atol=box_atol, rtol=2e-5)
-    # scores ~0.99 from a softmax over 91 classes
-    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
+    # scores ~0.99 from a softmax over 91 classes: ~1e-7 apart
+    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-6, rtol=1e-6)
