@@ -92,7 +92,7 @@ def traceable_paste_masks_in_image(
     inside the box, else 0: the resized value is computed directly from torch's bilinear taps and
     weights (:func:`_linear_taps`), four gathers from the flattened masks. The boxes, the pixels
     covered and the taps are exactly torchvision's; the values agree up to float32 rounding (torch's
-    kernel accumulates the weights in another order: ~1e-7 relative).
+    vectorised kernel rounds its weights and sums differently: up to ~1e-6 for masks in [0, 1]).
     """
     from torchvision.models.detection import roi_heads
 
