@@ -6,6 +6,8 @@ MAX_OPSET (RoiAlign / MaxRoiPool composed, DeformConv), with several shapes and 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -187,25 +189,43 @@ def test_deform_conv2d(case: tuple) -> None:
 # ---- whole detection models --------------------------------------------------------------------------
 
 
-def _detector(name: str, classifier_scale: float) -> torch.nn.Module:
+def _detector(name: str, classifier_scale: float, fpn_scale: float = 1.0, **extra: object) -> torch.nn.Module:
     """A detection model with random weights and random BatchNorm statistics, every box kept (score
     threshold 0), its classifier's weights scaled: with torchvision's initialisation, random weights
     give nearly equal scores (~1 / classes) to every box, and the order of equal scores is arbitrary
-    (torch's sort and onnxruntime's NonMaxSuppression break ties differently)."""
+    (torch's sort and onnxruntime's NonMaxSuppression break ties differently).
+
+    ``fpn_scale`` scales the FPN's output convolutions: a random ResNet-50 gives features ~800, box
+    deltas of tens and boxes ~exp(delta) that float32 itself cannot pin down (eager float32 and float64
+    then differ by 0.4 pixel); features ~10 make the boxes as well conditioned as the other models'."""
     from model_zoo import with_random_batchnorm_stats
 
-    kwargs: dict = {"weights": None, "weights_backbone": None, "min_size": 320, "max_size": 320}
-    kwargs["score_thresh" if name.startswith("retinanet") else "box_score_thresh"] = 0.0
+    kwargs: dict = {"weights": None, "weights_backbone": None}
+    if not name.startswith("ssd"):  # SSD's input size is part of the model
+        kwargs.update(min_size=320, max_size=320)
+    kwargs["score_thresh" if name.startswith(("retinanet", "ssd")) else "box_score_thresh"] = 0.0
+    kwargs.update(extra)
     torch.manual_seed(0)
     model = with_random_batchnorm_stats(torchvision.models.get_model(name, **kwargs)).eval()
+    # the last convolution of each of SSDlite's classification heads
+    ssd_classifier = re.compile(r"classification_head\.module_list\.\d+\.1\.")
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if "cls_score" in pname or "cls_logits" in pname:
+            if "cls_score" in pname or "cls_logits" in pname or ssd_classifier.search(pname):
                 p.mul_(classifier_scale)
+            if "fpn.layer_blocks" in pname:
+                p.mul_(fpn_scale)
     return model
 
 
-def _check_detector(model: torch.nn.Module, opset: int = 20) -> None:
+def _pasted_boxes(boxes: torch.Tensor) -> torch.Tensor:
+    """The integer boxes torchvision pastes 28 x 28 masks into (expanded by 30 / 28, truncated)."""
+    from torchvision.models.detection import roi_heads
+
+    return roi_heads.expand_boxes(boxes, 30 / 28).to(torch.int64)
+
+
+def _check_detector(model: torch.nn.Module, opset: int = 20, box_atol: float = 5e-3) -> tuple[dict, dict]:
     image = torch.rand(3, 320, 320, generator=_gen(0))
     with torch.no_grad():
         (expected,) = model([image])
@@ -217,9 +237,10 @@ def _check_detector(model: torch.nn.Module, opset: int = 20) -> None:
     assert got.keys() == expected.keys()
     # boxes are pixel coordinates up to 320 after ~60 float32 convolutions (and an exp of the box
     # deltas); onnxruntime's convolutions round differently from torch's: ~1e-5 relative
-    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=5e-3, rtol=2e-5)
+    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=box_atol, rtol=2e-5)
     torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
+    return expected, got
 
 
 def test_fasterrcnn_mobilenet_v3_large_320_fpn() -> None:
@@ -228,3 +249,117 @@ def test_fasterrcnn_mobilenet_v3_large_320_fpn() -> None:
 
 def test_retinanet_resnet50_fpn() -> None:
     _check_detector(_detector("retinanet_resnet50_fpn", 1.0))
+
+
+def test_paste_masks_traceable() -> None:
+    """The capture-time paste covers torchvision's pixels with its values (to float32 rounding)."""
+    from torchvision.models.detection import roi_heads
+
+    from fastonnx.detection_capture import traceable_paste_masks_in_image
+
+    g = _gen(8)
+    masks = torch.rand(40, 1, 28, 28, generator=g)
+    # boxes anywhere in a 300 x 310 image, some on its borders, some under a pixel wide
+    xy = torch.rand(40, 2, generator=g) * 320 - 10
+    wh = torch.rand(40, 2, generator=g) * torch.tensor([[200.0], [0.5]]).repeat(20, 1) + 0.02
+    boxes = torch.cat([xy, xy + wh], dim=1).clamp(0, 300)
+    boxes[:, 2:] = torch.maximum(boxes[:, 2:], boxes[:, :2] + 0.02)
+    expected = roi_heads.paste_masks_in_image(masks, boxes, (300, 310))
+    got = traceable_paste_masks_in_image(masks, boxes, (300, 310))
+    assert torch.equal(got == 0, expected == 0)  # the same pixels
+    # bilinear weights of values in [0, 1]: torch's kernel rounds the weights differently (~1e-6)
+    torch.testing.assert_close(got, expected, atol=2e-6, rtol=0)
+    assert traceable_paste_masks_in_image(masks[:0], boxes[:0], (300, 310)).shape == (0, 1, 300, 310)
+
+
+def test_heatmaps_to_keypoints_traceable() -> None:
+    """The capture-time keypoint decoding picks torchvision's pixels, with its scores."""
+    from torchvision.models.detection import roi_heads
+
+    from fastonnx.detection_capture import traceable_heatmaps_to_keypoints
+
+    g = _gen(9)
+    maps = torch.randn(12, 17, 56, 56, generator=g)
+    xy = torch.rand(12, 2, generator=g) * 200
+    rois = torch.cat([xy, xy + torch.rand(12, 2, generator=g) * 120 + 0.3], dim=1)
+    rois[0, 2:] = rois[0, :2] + 0.5  # under a pixel: clamped to 1
+    expected = roi_heads.heatmaps_to_keypoints(maps, rois)
+    got = traceable_heatmaps_to_keypoints(maps, rois)
+    torch.testing.assert_close(got[0], expected[0], atol=0, rtol=0)
+    # 16 bicubic products of values ~3 summed in torch's order with weights rounded differently
+    torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-6)
+    empty = traceable_heatmaps_to_keypoints(maps[:0], rois[:0])
+    assert empty[0].shape == (0, 17, 3) and empty[1].shape == (0, 17)
+
+
+def test_maskrcnn_resnet50_fpn() -> None:
+    # features ~10 (fpn_scale): eager float32 and float64 boxes then differ by ~7e-5 pixel, ONNX and
+    # eager by ~1e-4
+    model = _detector("maskrcnn_resnet50_fpn", 10.0, fpn_scale=0.01)
+    expected, got = _check_detector(model, box_atol=5e-4)
+    # the masks are pasted into integer boxes: the same ones (else the comparison is not well defined)
+    assert torch.equal(_pasted_boxes(got["boxes"]), _pasted_boxes(expected["boxes"]))
+    assert expected["masks"].shape == (len(expected["boxes"]), 1, 320, 320)
+    # sigmoid probabilities in [0, 1] after 5 more convolutions and a bilinear resize: ~4e-6 apart
+    # (eager float32 and float64: ~3e-6)
+    torch.testing.assert_close(got["masks"], expected["masks"], atol=2e-5, rtol=0)
+
+
+def test_keypointrcnn_resnet50_fpn() -> None:
+    # 10 detections: the keypoint decoding holds ROIs x 17 x the largest ROI's area at once
+    model = _detector("keypointrcnn_resnet50_fpn", 3.0, fpn_scale=0.01, box_detections_per_img=10)
+    expected, got = _check_detector(model, box_atol=5e-4)
+    # keypoints are (pixel + 0.5) * ROI size / its ceiling + ROI corner: the same pixels (an argmax
+    # that picked another would be off by a pixel or more), positions within the boxes' tolerance
+    torch.testing.assert_close(got["keypoints"], expected["keypoints"], atol=5e-4, rtol=2e-5)
+    # heatmap values ~1.5 after 8 convolutions, a transposed convolution and a bicubic resize: ~4e-6
+    torch.testing.assert_close(got["keypoints_scores"], expected["keypoints_scores"], atol=2e-5, rtol=1e-5)
+
+
+def test_ssdlite320_mobilenet_v3_large() -> None:
+    """SSDlite with random weights gives many detections exactly the same score (its coarse feature
+    maps are constant along rows), so their order is arbitrary; which of them a cut at
+    detections_per_img or topk_candidates keeps, and which of two tied boxes overlapping by more than
+    the NMS threshold survives, are arbitrary too (torch and onnxruntime break ties differently: 306
+    against 332 detections at torchvision's 0.55). So every detection above a score threshold is kept
+    (no cut), NMS suppresses nothing (IoU > 1 never holds: NMS still runs) and the two sets are
+    compared: each detection matched with the one of the same label whose box is nearest (boxes of
+    one label are far apart)."""
+    model = _detector(
+        "ssdlite320_mobilenet_v3_large",
+        100.0,
+        score_thresh=0.99,
+        nms_thresh=1.0,
+        topk_candidates=100_000,
+        detections_per_img=100_000,
+    )
+    image = torch.rand(3, 320, 320, generator=_gen(0))
+    with torch.no_grad():
+        (expected,) = model([image])
+    n = len(expected["boxes"])
+    assert n > 100
+    assert len(expected["scores"].unique()) < n // 4  # ties: what this test is about
+    # the lowest score is well above the threshold: the set is not decided by rounding
+    assert float(expected["scores"].min()) > 0.99 + 1e-3
+    # pixel coordinates up to 320 after ~50 float32 convolutions and an exp of the box deltas: ONNX and
+    # eager ~3e-5 apart (801 detections); boxes of one label are >= 16 pixels apart
+    box_atol = 5e-4
+    inf = float("inf")
+
+    def distances(a: dict, b: dict) -> torch.Tensor:  # largest coordinate difference, inf across labels
+        d = torch.cdist(a["boxes"].double(), b["boxes"].double(), p=inf)
+        return d.masked_fill(a["labels"][:, None] != b["labels"][None, :], inf)
+
+    apart = distances(expected, expected).fill_diagonal_(inf)
+    assert float(apart.min()) > 4 * box_atol, "two detections too close for a well-defined matching"
+    result = fastonnx.to_onnx(model, ([image],), opset=20)
+    (got,) = result([image])
+    assert got.keys() == expected.keys()
+    assert len(got["boxes"]) == n
+    nearest = distances(expected, got).argmin(dim=1)
+    assert len(nearest.unique()) == n  # a one-to-one matching
+    got = {name: value[nearest] for name, value in got.items()}
+    torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
+    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=box_atol, rtol=2e-5)
+    # scores ~0.99 from a softmax over 91 classes: ~1e-7 apart
+    torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-6, rtol=1e-6)
