@@ -85,3 +85,23 @@ def test_import_does_not_load_onnx_or_onnxruntime() -> None:
     code = "import sys, fastonnx; print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_callers_heap_is_handed_back_to_the_collector() -> None:
+    """to_onnx sets the caller's objects aside from the garbage collector while it converts (see
+    api._heap_set_aside) and hands them back; a caller's own frozen set is left as it was."""
+    import gc
+
+    model = torch.nn.Linear(3, 2)
+    x = torch.randn(1, 3)
+    assert gc.get_freeze_count() == 0
+    fastonnx.to_onnx(model, (x,))
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        result = fastonnx.to_onnx(model, (x,))
+        # still frozen (objects that died meanwhile leave it): to_onnx did not unfreeze the caller's set
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    torch.testing.assert_close(result(x), model(x))
