@@ -16,10 +16,11 @@ hand. Times are medians over repeated, alternated runs on a shared 2-core machin
 """
 
 
-def write_section(name: str, body: str) -> None:
-    """Replaces (or appends) the section ``name`` of docs/benchmarks.md."""
+def write_section(name: str, body: str, path: str = LEDGER, header: str = HEADER) -> None:
+    """Replaces (or appends) the section ``name`` of a generated ledger (docs/benchmarks.md unless
+    ``path`` names another, e.g. docs/coverage.md), leaving the other sections as they are."""
     start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
-    text = open(LEDGER).read() if os.path.exists(LEDGER) else HEADER
+    text = open(path).read() if os.path.exists(path) else header
     block = f"{start}\n{body.rstrip()}\n{end}"
     if start in text and end in text:
         before, rest = text.split(start, 1)
@@ -27,8 +28,8 @@ def write_section(name: str, body: str) -> None:
         text = before + block + after
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    os.makedirs(os.path.dirname(LEDGER), exist_ok=True)
-    with open(LEDGER, "w") as f:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         f.write(text)
 
 

@@ -23,7 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COVERAGE = os.path.join(ROOT, "docs", "coverage.md")
 SECTION = "modules"
 OPSETS = (17, 26)
-START, END = f"<!-- section:{SECTION} -->", f"<!-- /section:{SECTION} -->"
 
 
 @dataclass
@@ -286,16 +285,10 @@ def render(records: list[dict[str, Any]]) -> str:
 
 def write_section(body: str) -> None:
     """Replaces (or appends) this script's section of docs/coverage.md, leaving the rest as it is."""
-    text = open(COVERAGE).read() if os.path.exists(COVERAGE) else "# Converter coverage\n"
-    block = f"{START}\n{body.rstrip()}\n{END}"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        _, after = rest.split(END, 1)
-        text = before + block + after
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(COVERAGE, "w") as f:
-        f.write(text)
+    sys.path.insert(0, os.path.join(ROOT, "benches"))
+    import ledger
+
+    ledger.write_section(SECTION, body, path=COVERAGE, header="# Converter coverage\n")
 
 
 def main() -> None:
