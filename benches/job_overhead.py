@@ -159,15 +159,12 @@ def main() -> None:
     if not args.no_ledger and rows:
         import ledger
 
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
         over = [r for r in rows if float(r[5].rstrip("%")) > 10.0]
         body = "\n".join(
             [
                 "## One-model export jobs: overhead beyond torch.export and the disk",
                 "",
-                f"`python benches/job_overhead.py --runs {args.runs}` at commit {commit}; {ledger.machine()}.",
+                f"`python benches/job_overhead.py --runs {args.runs}`; {ledger.machine()}.",
                 "Each figure is the median over fresh processes (imports and model construction not timed).",
                 "overhead = (first to_onnx - W) / export, W = a plain write of the same weights; target <= 10%.",
                 "functionalized: the graph writes through views and fastonnx re-traced it with",

@@ -39,13 +39,25 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def commit() -> str:
+    """The commit the figures were measured at (with "+changes" when the tree differs from it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def machine() -> str:
+    """Where and at which commit the figures were measured: every section's stamp."""
     import onnxruntime
     import torch
 
     return (
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}"
+        f"commit {commit()}; {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, torch {torch.__version__}, onnxruntime {onnxruntime.__version__}"
     )
 
 
