@@ -4,10 +4,12 @@ key fires on them and that onnxruntime gives the same outputs before and after."
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from hypothesis import given, settings
@@ -117,3 +119,25 @@ def mul(g: GraphBuilder, a: str, b: str, flip: bool) -> str:
 
 def add(g: GraphBuilder, a: str, b: str, flip: bool) -> str:
     return g.add_node("Add", [b, a] if flip else [a, b])[0]
+
+
+def ops_of(g: GraphBuilder) -> collections.Counter[tuple[str, str]]:
+    """(domain, op_type) -> how many nodes of the graph have it."""
+    return collections.Counter((n.domain, n.op_type) for n in onnx.load_from_string(g.to_bytes()).graph.node)
+
+
+# one instance of a chain, in the smallest surroundings (the fused-chain tests loop over its seeds)
+CHAIN_PARAMS: dict[str, Any] = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
+
+
+def also_output(inner_op: str, builder: Builder, nth: int = 0) -> Builder:
+    """The pattern, with the nth `inner_op` value of the chain also a graph output: it must stay."""
+
+    def wrapped(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
+        before = g.num_nodes
+        y = builder(g, x, p)
+        nodes = onnx.load_from_string(g.to_bytes()).graph.node[before:]
+        g.add_output([n.output[0] for n in nodes if n.op_type == inner_op][nth], "extra")
+        return y
+
+    return wrapped

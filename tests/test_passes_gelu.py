@@ -10,14 +10,27 @@ import math
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 import torch
 
 import fastonnx
 from fastonnx._core import GraphBuilder
 from model_zoo import TRANSFORMERS_MODELS
-from pass_harness import Builder, F, Pattern, add, build, const, fires_and_keeps_outputs, mul, run, scalar
+from pass_harness import (
+    CHAIN_PARAMS,
+    Builder,
+    F,
+    Pattern,
+    add,
+    also_output,
+    build,
+    const,
+    fires_and_keeps_outputs,
+    mul,
+    ops_of,
+    run,
+    scalar,
+)
 
 
 def _half_x_times(g: GraphBuilder, x: str, a: str, p: dict[str, Any]) -> str:
@@ -74,13 +87,6 @@ PATTERNS: dict[str, Pattern] = {
 test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
-def _ops(g: GraphBuilder) -> collections.Counter[tuple[str, str]]:
-    return collections.Counter((n.domain, n.op_type) for n in onnx.load_from_string(g.to_bytes()).graph.node)
-
-
-P = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
-
-
 @pytest.mark.parametrize(
     ("builder", "level", "opset", "fused"),
     [
@@ -92,9 +98,9 @@ P = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
 )
 def test_chain_becomes_one_node(builder: Builder, level: str, opset: int, fused: tuple[str, str]) -> None:
     for seed in range(1024):  # every combination of the spelling bits
-        g = build(builder, opset, {**P, "seed": seed})
+        g = build(builder, opset, {**CHAIN_PARAMS, "seed": seed})
         g.optimize(level)
-        ops = _ops(g)
+        ops = ops_of(g)
         assert ops == {fused: 1}, (seed, ops)
 
 
@@ -106,34 +112,21 @@ def test_chain_becomes_one_node(builder: Builder, level: str, opset: int, fused:
     ],
 )
 def test_level_and_opset_gate(builder: Builder, level: str, opset: int) -> None:
-    g = build(builder, opset, {**P, "seed": 1})
+    g = build(builder, opset, {**CHAIN_PARAMS, "seed": 1})
     counts = g.optimize(level)
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts
-
-
-def _also_output(inner_op: str, builder: Builder, nth: int = 0) -> Builder:
-    """The pattern, with the nth `inner_op` value of the chain also a graph output: it must stay."""
-
-    def wrapped(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
-        before = g.num_nodes
-        y = builder(g, x, p)
-        nodes = onnx.load_from_string(g.to_bytes()).graph.node[before:]
-        g.add_output([n.output[0] for n in nodes if n.op_type == inner_op][nth], "extra")
-        return y
-
-    return wrapped
 
 
 @pytest.mark.parametrize(
     ("builder", "level", "opset", "seed"),
     [
-        (_also_output("Erf", _gelu_erf), "default", 20, 3),
-        (_also_output("Tanh", _gelu_tanh), "default", 20, 3),
-        (_also_output("Mul", _gelu_tanh), "onnxruntime", 18, 3),  # x * x
+        (also_output("Erf", _gelu_erf), "default", 20, 3),
+        (also_output("Tanh", _gelu_tanh), "default", 20, 3),
+        (also_output("Mul", _gelu_tanh), "onnxruntime", 18, 3),  # x * x
     ],
 )
 def test_shared_intermediate_blocks_fusion(builder: Builder, level: str, opset: int, seed: int) -> None:
-    p = {**P, "seed": seed}
+    p = {**CHAIN_PARAMS, "seed": seed}
     g = build(builder, opset, p)
     counts = g.optimize(level)
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts
@@ -148,7 +141,7 @@ def test_wrong_constant_is_left_alone() -> None:
         a = g.add_node("Add", [g.add_node("Erf", [inner])[0], const(g, np.float32(1.0))])[0]
         return _half_x_times(g, x, a, p)
 
-    g = build(almost_gelu, 20, {**P, "seed": 0})
+    g = build(almost_gelu, 20, {**CHAIN_PARAMS, "seed": 0})
     assert g.optimize("default")["gelu_fused"] == 0
 
 

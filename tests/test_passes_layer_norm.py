@@ -4,23 +4,24 @@ intermediate value has another reader or the opset has no LayerNormalization."""
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 
 from fastonnx._core import GraphBuilder
 from pass_harness import (
+    CHAIN_PARAMS,
     Builder,
     F,
     Pattern,
     add,
+    also_output,
     build,
     const,
     fires_and_keeps_outputs,
     mul,
+    ops_of,
     run,
     scalar,
     weight,
@@ -89,13 +90,6 @@ PATTERNS: dict[str, Pattern] = {
 test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
-def _ops(g: GraphBuilder) -> collections.Counter[tuple[str, str]]:
-    return collections.Counter((n.domain, n.op_type) for n in onnx.load_from_string(g.to_bytes()).graph.node)
-
-
-P = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
-
-
 @pytest.mark.parametrize(
     ("builder", "level", "opset", "fused"),
     [
@@ -106,42 +100,29 @@ P = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
 )
 def test_chain_becomes_one_node(builder: Builder, level: str, opset: int, fused: tuple[str, str]) -> None:
     for seed in range(1024):  # every combination of the spelling bits
-        g = build(builder, opset, {**P, "seed": seed})
+        g = build(builder, opset, {**CHAIN_PARAMS, "seed": seed})
         g.optimize(level)
-        ops = _ops(g)
+        ops = ops_of(g)
         assert ops == {fused: 1}, (seed, ops)
 
 
 def test_no_layer_normalization_before_opset_17() -> None:
-    g = build(_layer_norm, 16, {**P, "seed": 1})
+    g = build(_layer_norm, 16, {**CHAIN_PARAMS, "seed": 1})
     counts = g.optimize("onnxruntime")
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts
-
-
-def _also_output(inner_op: str, builder: Builder, nth: int = 0) -> Builder:
-    """The pattern, with the nth `inner_op` value of the chain also a graph output: it must stay."""
-
-    def wrapped(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
-        before = g.num_nodes
-        y = builder(g, x, p)
-        nodes = onnx.load_from_string(g.to_bytes()).graph.node[before:]
-        g.add_output([n.output[0] for n in nodes if n.op_type == inner_op][nth], "extra")
-        return y
-
-    return wrapped
 
 
 @pytest.mark.parametrize(
     ("builder", "level", "opset", "seed"),
     [
-        (_also_output("Sub", _layer_norm), "default", 18, 3),
-        (_also_output("Sqrt", _layer_norm), "default", 18, 3),
-        (_also_output("ReduceMean", _layer_norm), "default", 18, 3),  # the mean
-        (_also_output("Sub", _layer_norm, 1), "default", 18, 3 | 256),  # the second x - mean
+        (also_output("Sub", _layer_norm), "default", 18, 3),
+        (also_output("Sqrt", _layer_norm), "default", 18, 3),
+        (also_output("ReduceMean", _layer_norm), "default", 18, 3),  # the mean
+        (also_output("Sub", _layer_norm, 1), "default", 18, 3 | 256),  # the second x - mean
     ],
 )
 def test_shared_intermediate_blocks_fusion(builder: Builder, level: str, opset: int, seed: int) -> None:
-    p = {**P, "seed": seed}
+    p = {**CHAIN_PARAMS, "seed": seed}
     g = build(builder, opset, p)
     counts = g.optimize(level)
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts

@@ -4,15 +4,23 @@ standard level and where the Sigmoid has another reader."""
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 
 from fastonnx._core import GraphBuilder
-from pass_harness import Builder, Pattern, build, fires_and_keeps_outputs, mul, run
+from pass_harness import (
+    CHAIN_PARAMS,
+    Builder,
+    Pattern,
+    also_output,
+    build,
+    fires_and_keeps_outputs,
+    mul,
+    ops_of,
+    run,
+)
 
 
 def _silu(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
@@ -29,18 +37,11 @@ PATTERNS: dict[str, Pattern] = {
 test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
 
 
-def _ops(g: GraphBuilder) -> collections.Counter[tuple[str, str]]:
-    return collections.Counter((n.domain, n.op_type) for n in onnx.load_from_string(g.to_bytes()).graph.node)
-
-
-P = {"rows": 3, "cols": 4, "out": 1, "depth": 1, "before": [], "after": []}
-
-
 def test_chain_becomes_one_node() -> None:
     for seed in range(1024):  # every combination of the spelling bits
-        g = build(_silu, 20, {**P, "seed": seed})
+        g = build(_silu, 20, {**CHAIN_PARAMS, "seed": seed})
         g.optimize("onnxruntime")
-        ops = _ops(g)
+        ops = ops_of(g)
         assert ops == {("com.microsoft", "QuickGelu"): 1}, (seed, ops)
 
 
@@ -52,32 +53,19 @@ def test_chain_becomes_one_node() -> None:
     ],
 )
 def test_level_and_opset_gate(builder: Builder, level: str, opset: int) -> None:
-    g = build(builder, opset, {**P, "seed": 1})
+    g = build(builder, opset, {**CHAIN_PARAMS, "seed": 1})
     counts = g.optimize(level)
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts
-
-
-def _also_output(inner_op: str, builder: Builder, nth: int = 0) -> Builder:
-    """The pattern, with the nth `inner_op` value of the chain also a graph output: it must stay."""
-
-    def wrapped(g: GraphBuilder, x: str, p: dict[str, Any]) -> str:
-        before = g.num_nodes
-        y = builder(g, x, p)
-        nodes = onnx.load_from_string(g.to_bytes()).graph.node[before:]
-        g.add_output([n.output[0] for n in nodes if n.op_type == inner_op][nth], "extra")
-        return y
-
-    return wrapped
 
 
 @pytest.mark.parametrize(
     ("builder", "level", "opset", "seed"),
     [
-        (_also_output("Sigmoid", _silu), "onnxruntime", 24, 3),
+        (also_output("Sigmoid", _silu), "onnxruntime", 24, 3),
     ],
 )
 def test_shared_intermediate_blocks_fusion(builder: Builder, level: str, opset: int, seed: int) -> None:
-    p = {**P, "seed": seed}
+    p = {**CHAIN_PARAMS, "seed": seed}
     g = build(builder, opset, p)
     counts = g.optimize(level)
     assert counts["layer_norm_fused"] + counts["gelu_fused"] + counts["silu_fused"] == 0, counts
