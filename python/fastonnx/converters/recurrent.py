@@ -364,41 +364,13 @@ def _sequence(
     return [output, h_n, c_n]
 
 
-def lstm_input(
-    ctx: ConversionContext,
-    input: Value,
-    hx: Sequence[Value],
-    params: Sequence[Value],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> list[str]:
-    return _sequence(
-        ctx,
-        "LSTM",
-        None,
-        input,
-        hx,
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
-
-
-def _one_state_sequence(op_type: str, activation: str | None, name: str) -> Converter:
-    """gru.input / rnn_tanh.input / rnn_relu.input: the sequence ops with one hidden state."""
+def _sequence_op(op_type: str, activation: str | None, name: str) -> Converter:
+    """lstm.input / gru.input / rnn_tanh.input / rnn_relu.input: LSTM's hx is [h0, c0], the others' h0."""
 
     def convert(
         ctx: ConversionContext,
         input: Value,
-        hx: Value,
+        hx: Value | Sequence[Value],
         params: Sequence[Value],
         has_biases: bool,
         num_layers: int,
@@ -412,7 +384,7 @@ def _one_state_sequence(op_type: str, activation: str | None, name: str) -> Conv
             op_type,
             activation,
             input,
-            [hx],
+            [hx] if isinstance(hx, Value) else hx,
             params,
             has_biases,
             num_layers,
@@ -426,9 +398,10 @@ def _one_state_sequence(op_type: str, activation: str | None, name: str) -> Conv
     return convert
 
 
-gru_input = _one_state_sequence("GRU", None, "gru_input")
-rnn_tanh_input = _one_state_sequence("RNN", "Tanh", "rnn_tanh_input")
-rnn_relu_input = _one_state_sequence("RNN", "Relu", "rnn_relu_input")
+lstm_input = _sequence_op("LSTM", None, "lstm_input")
+gru_input = _sequence_op("GRU", None, "gru_input")
+rnn_tanh_input = _sequence_op("RNN", "Tanh", "rnn_tanh_input")
+rnn_relu_input = _sequence_op("RNN", "Relu", "rnn_relu_input")
 
 
 def packed_sequence(ctx: ConversionContext, *args: Any, **kwargs: Any) -> Any:
