@@ -1,25 +1,23 @@
-"""The attention passes (rust/core/src/passes/attention/: Attention, MultiHeadAttention, open-mask removal)
-on random graphs holding attention as the converter decomposes it: each must fire, and onnxruntime must
-give the same outputs before and after (see pass_harness.py)."""
+"""Graphs holding attention as the converter (converters/attention.py) decomposes it, for the attention
+passes' tests (rust/core/src/passes/attention/): one builder per form the passes match."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 
 import fastonnx
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
 from model_zoo import TRANSFORMERS_MODELS
-from pass_harness import F, Pattern, build, const, fires_and_keeps_outputs
+from pass_harness import F, const
 
 HEADS = 2
 
 
-def _heads(g: GraphBuilder, x: str, p: Any, op: str, heads: int) -> str:
+def per_head(g: GraphBuilder, x: str, p: Any, op: str, heads: int) -> str:
     """(rows, cols) -> (1, heads, rows, cols), each head a different elementwise function of x."""
     rows, cols = p["rows"], p["cols"]
     one = g.add_node("Reshape", [x, const(g, np.array([1, 1, rows, cols], dtype=np.int64))])[0]
@@ -32,10 +30,10 @@ def _heads(g: GraphBuilder, x: str, p: Any, op: str, heads: int) -> str:
     return out
 
 
-def _repeated(g: GraphBuilder, x: str, p: Any) -> str:
+def repeated(g: GraphBuilder, x: str, p: Any) -> str:
     """One key/value head repeated for each query head, as transformers' repeat_kv writes it."""
     rows, cols = p["rows"], p["cols"]
-    single = _heads(g, x, p, "Tanh", 1)
+    single = per_head(g, x, p, "Tanh", 1)
     wide = g.add_node("Unsqueeze", [single, const(g, np.array([2], dtype=np.int64))])[0]
     g.set_type(wide, F, [1, 1, 1, rows, cols])
     wide = g.add_node("Expand", [wide, const(g, np.array([1, 1, HEADS, rows, cols], dtype=np.int64))])[0]
@@ -45,20 +43,20 @@ def _repeated(g: GraphBuilder, x: str, p: Any) -> str:
     return out
 
 
-def _attention(g: GraphBuilder, x: str, p: Any) -> str:
+def attention(g: GraphBuilder, x: str, p: Any) -> str:
     """Attention over rows x rows positions, its mask spelling and key/value layout chosen by the seed."""
     rows, seed = p["rows"], p["seed"]
     g.set_type(x, F, [rows, p["cols"]])
-    q = _heads(g, x, p, "Sin", HEADS)
+    q = per_head(g, x, p, "Sin", HEADS)
     k, v = (
-        (_repeated(g, x, p), _repeated(g, x, p))
+        (repeated(g, x, p), repeated(g, x, p))
         if seed % 2
-        else (_heads(g, x, p, "Cos", HEADS), _heads(g, x, p, "Neg", HEADS))
+        else (per_head(g, x, p, "Cos", HEADS), per_head(g, x, p, "Neg", HEADS))
     )
-    return _scores_to_output(g, x, p, q, k, v)
+    return scores_to_output(g, x, p, q, k, v)
 
 
-def _scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) -> str:
+def scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) -> str:
     """The converter's attention chain on 4-D q, k, v of (1, HEADS, rows, cols); the mask by the seed."""
     rows, seed = p["rows"], p["seed"]
     rng = np.random.default_rng(seed)
@@ -111,12 +109,12 @@ def _scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) -
     return out
 
 
-def _open_attention(g: GraphBuilder, x: str, p: Any) -> str:
+def open_attention(g: GraphBuilder, x: str, p: Any) -> str:
     """Attention whose mask is all-true constants: its Wheres go at any opset."""
-    return _attention(g, x, {**p, "kind": 4})
+    return attention(g, x, {**p, "kind": 4})
 
 
-def _multi_head(g: GraphBuilder, x: str, p: Any) -> str:
+def multi_head(g: GraphBuilder, x: str, p: Any) -> str:
     """Heads split from 3-D projections and merged back (BERT, ViT), around the attention chain."""
     rows, cols = p["rows"], p["cols"]
     g.set_type(x, F, [rows, cols])
@@ -133,7 +131,7 @@ def _multi_head(g: GraphBuilder, x: str, p: Any) -> str:
         g.set_type(heads, F, [1, HEADS, rows, cols])
         return heads
 
-    out = _scores_to_output(g, x, p, split("Sin"), split("Cos"), split("Tanh"))
+    out = scores_to_output(g, x, p, split("Sin"), split("Cos"), split("Tanh"))
     merged = g.add_node("Transpose", [out], attrs={"perm": [0, 2, 1, 3]})[0]
     g.set_type(merged, F, [1, rows, HEADS, cols])
     y = g.add_node("Reshape", [merged, const(g, np.array([1, rows, HEADS * cols], dtype=np.int64))])[0]
@@ -141,60 +139,14 @@ def _multi_head(g: GraphBuilder, x: str, p: Any) -> str:
     return y
 
 
-# pattern -> (builder, the pass's count in optimize()'s result, level, opset)
-PATTERNS: dict[str, Pattern] = {
-    "attention (standard, opset 23)": (_attention, "attention_fused", "default", 23),
-    "attention (onnxruntime level, opset 24)": (_attention, "attention_fused", "onnxruntime", 24),
-    "multi-head attention (onnxruntime level, opset 20)": (
-        _multi_head,
-        "multi_head_attention_fused",
-        "onnxruntime",
-        20,
-    ),
-    "attention without padding (opset 20)": (_open_attention, "attention_open_masks_removed", "default", 20),
-}
-
-
-test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
-
-
-def test_attention_is_not_fused_below_opset_23() -> None:
-    p = {"rows": 3, "cols": 4, "seed": 1, "before": [], "after": []}
-    g = build(_attention, 22, p)
-    counts = g.optimize("onnxruntime")
-    assert counts["attention_fused"] + counts["multi_head_attention_fused"] == 0, counts
-
-
-def test_a_where_on_rows_the_mask_leaves_open_blocks_the_fusion() -> None:
-    """Zeroing rows the mask does not close is not what Attention does: the chain stays as it is."""
-    rows, cols = 3, 4
-    g = GraphBuilder(23, 10)
-    x = g.add_input("x", F, [rows, cols])
-    p = {"rows": rows, "cols": cols}
-    q, k, v = (_heads(g, x, p, op, HEADS) for op in ("Sin", "Cos", "Neg"))
-    scaled = g.add_node("Mul", [q, const(g, np.float32(0.5))])[0]
-    scores = g.add_node("MatMul", [scaled, g.add_node("Transpose", [k], attrs={"perm": [0, 1, 3, 2]})[0]])[0]
-    mask = g.add_constant(np.ones((1, 1, rows, rows), dtype=bool).tobytes(), dtypes.BOOL, [1, 1, rows, rows])
-    scores = g.add_node("Where", [mask, scores, const(g, np.float32(-np.inf))])[0]
-    probs = g.add_node("Softmax", [scores], attrs={"axis": -1})[0]
-    flag = g.add_constant(np.array([[True], [False], [False]]).tobytes(), dtypes.BOOL, [rows, 1])
-    probs = g.add_node("Where", [flag, const(g, np.float32(0.0)), probs])[0]
-    out = g.add_node("MatMul", [probs, v])[0]
-    g.set_type(out, F, [1, HEADS, rows, cols])
-    g.add_output(out, "y")
-    assert g.optimize("default")["attention_fused"] == 0
-
-
-@pytest.mark.parametrize(("opset", "optimize"), [(20, "onnxruntime"), (23, True)])
-def test_padded_bert_matches_eager_where_attention_fuses(opset: int, optimize: str | bool) -> None:
-    """MultiHeadAttention (opset 20) and Attention (opset 23) on right padding and on an entry that is
-    padding only, whose every query row is closed: torch gives finite values there, and so must we."""
+def padded_bert_matches_eager(opset: int, optimize: str | bool, fused: str) -> None:
+    """Right padding and an entry that is padding only, whose every query row is closed: torch gives
+    finite values there, and so must the fused graph."""
     model, (ids, mask) = TRANSFORMERS_MODELS["bert"]()
     ids, mask = ids.repeat(3, 1), mask.repeat(3, 1).clone()
     mask[1, -3:] = 0
     mask[2, :] = 0
     result = fastonnx.to_onnx(model, (ids, mask), opset=opset, optimize=optimize)
-    fused = "attention_fused" if opset >= 23 else "multi_head_attention_fused"
     assert result.stats["optimize"][fused] >= 1, result.stats["optimize"]
     with torch.no_grad():
         expected = model(ids, mask)
