@@ -15,6 +15,7 @@ import argparse
 import collections
 import json
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -33,8 +34,10 @@ def _cache_path(op: str, dtype: str, limit: int | None) -> str:
     return os.path.join(CACHE, dtype, op.replace("/", "_") + suffix + ".json")
 
 
-def sweep_op(op_name: str, dtype_name: str, opsets: tuple[int, ...], limit: int | None) -> dict[str, Any]:
-    """Runs in a worker process: every sample of one op at one dtype."""
+def sweep_op(
+    op_name: str, dtype_name: str, opsets: tuple[int, ...], limit: int | None, commit: str
+) -> dict[str, Any]:
+    """Runs in a worker process: every sample of one op at one dtype, at the given commit."""
     import warnings
 
     import torch
@@ -45,7 +48,13 @@ def sweep_op(op_name: str, dtype_name: str, opsets: tuple[int, ...], limit: int 
     dtype = getattr(torch, dtype_name)
     op = h.op_db_by_name()[op_name]
     t0 = time.perf_counter()
-    record: dict[str, Any] = {"op": op_name, "dtype": dtype_name, "samples": 0, "captured": 0}
+    record: dict[str, Any] = {
+        "op": op_name,
+        "dtype": dtype_name,
+        "samples": 0,
+        "captured": 0,
+        "commit": commit,
+    }
     per_opset: dict[int, collections.Counter[str]] = {o: collections.Counter() for o in opsets}
     details: dict[str, str] = {}
     try:
@@ -113,6 +122,22 @@ def _owned_sections() -> list[str]:
     return blocks
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def _commit() -> str:
+    """HEAD, with "+changes" when tracked files differ from it: what each cached result is stamped with."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def write_report(records: list[dict[str, Any]], opsets: tuple[int, ...], limit: int | None) -> str:
     by_dtype: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in records:
@@ -127,6 +152,11 @@ def write_report(records: list[dict[str, Any]], opsets: tuple[int, ...], limit: 
         "onnxruntime (bfloat16: onnx's reference evaluator) and compared with eager PyTorch.",
         "",
         f"Opsets: {', '.join(map(str, opsets))}. Samples per op: {'all' if limit is None else limit}.",
+        "",
+        # a resumable sweep may span commits: the stamp names every commit a cached result came from
+        "Measured at commit "
+        + ", ".join(sorted({str(r.get("commit", "unrecorded")) for r in records}))
+        + f" (torch {_torch_version()}).",
         "",
         "Statuses: **pass** (every captured sample matches at every opset), **partial**, **no_converter**, "
         "**wrong** (runs, differs from eager), **ort_refused** (onnxruntime could not load or run it), "
@@ -207,9 +237,10 @@ def main() -> None:
                 cached += 1
             elif not a.report:
                 todo.append((name, dtype_name))
-    print(f"{cached} cached, {len(todo)} to run", flush=True)
+    commit = _commit()
+    print(f"{cached} cached, {len(todo)} to run at commit {commit}", flush=True)
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        futures = {pool.submit(sweep_op, n, d, opsets, a.limit): (n, d) for n, d in todo}
+        futures = {pool.submit(sweep_op, n, d, opsets, a.limit, commit): (n, d) for n, d in todo}
         for i, fut in enumerate(as_completed(futures)):
             name, dtype_name = futures[fut]
             try:
