@@ -71,7 +71,10 @@ def test_verify_reports_a_wrong_output(caplog: pytest.LogCaptureFixture) -> None
     x = torch.randn(4, 8)
     with caplog.at_level(logging.WARNING, logger="fastonnx"):
         result = fastonnx.to_onnx(
-            TwoOutputs().eval(), (x,), verify=True, custom_converters={torch.ops.aten.relu.default: relu_as_abs}
+            TwoOutputs().eval(),
+            (x,),
+            verify=True,
+            custom_converters={torch.ops.aten.relu.default: relu_as_abs},
         )
     assert [i.passed for i in result.stats["verify"]] == [False, False]
     assert "disagrees with PyTorch" in caplog.text
@@ -213,7 +216,9 @@ def silu_wrong(ctx, x):
 def test_intermediate_names_the_wrong_converter_in_a_cnn() -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 3, 12, 12)
-    result = fastonnx.to_onnx(TinyCNN().eval(), (x,), custom_converters={torch.ops.aten.silu.default: silu_wrong})
+    result = fastonnx.to_onnx(
+        TinyCNN().eval(), (x,), custom_converters={torch.ops.aten.silu.default: silu_wrong}
+    )
     inter = result.verify(x, intermediate=True).intermediate
     assert inter is not None and inter.first_divergence is not None
     div = inter.first_divergence

@@ -248,13 +248,14 @@ def _inventory_section(rec: ExportRecord) -> list[str]:
 def _failure_section(rec: ExportRecord, error: BaseException) -> list[str]:
     from fastonnx.interpreter import source_line
 
+    notes = "".join(f"\n{n}" for n in getattr(error, "__notes__", []))  # where the walker was
     lines = [
         f"## Failure at {rec.stage}",
         "",
         f"**{type(error).__name__}**:",
         "",
         "```",
-        str(error),
+        str(error) + notes,
         "```",
         "",
     ]
