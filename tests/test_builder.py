@@ -230,5 +230,6 @@ def test_nodes_lists_a_range_of_nodes_read_only() -> None:
     assert [n[1] for n in g.nodes(1)] == ["Neg"]
     assert [n[1] for n in g.nodes(0, 1)] == ["Relu"]
     assert g.nodes(5) == [] and g.nodes(2, 1) == [] and len(g.nodes(0, 99)) == 2
+    assert g.node_names() == [n[0] for n in g.nodes()] and g.node_names(1, 9) == [g.nodes()[1][0]]
     g.nodes()[0][2].append("changed")  # a copy: the graph is not touched
     assert g.nodes()[0][2] == [x]

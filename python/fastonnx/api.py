@@ -154,8 +154,8 @@ def _export(
     interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
     with torch.no_grad(), _heap_set_aside():
         layout = interp.run()
-        # names before the passes rename or remove nodes: what each FX node made (~1 us per node)
-        interp.trace.node_names = [n[0] for n in builder.nodes()]
+        # names before the passes rename or remove nodes: what each FX node made (~0.3 us per node)
+        interp.trace.node_names = builder.node_names()
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)

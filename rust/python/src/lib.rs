@@ -423,6 +423,20 @@ impl GraphBuilder {
             .collect()
     }
 
+    /// The names of the top graph's nodes `start..stop` (what `nodes` gives, names only: cheap enough
+    /// to take after every conversion).
+    #[pyo3(signature = (start = 0, stop = None))]
+    fn node_names(&self, start: usize, stop: Option<usize>) -> Vec<String> {
+        let nodes = &self.model.graph.nodes;
+        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
+        nodes
+            .get(start.min(stop)..stop)
+            .unwrap_or_default()
+            .iter()
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     #[getter]
     fn num_initializers(&self) -> usize {
         self.model.graph.initializers.len()
