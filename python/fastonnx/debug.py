@@ -77,7 +77,9 @@ def value_type(g: GraphBuilder, name: str) -> str:
         dt = _short_dtype(dtypes.to_torch_dtype(elem)) if elem is not None else "?"
     except Exception:  # an ONNX type torch has no dtype for
         dt = f"onnx#{elem}"
-    dims = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    dims = (
+        " (no shape)" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    )
     return f"{dt}{dims}"
 
 
