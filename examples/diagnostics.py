@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import fastonnx
+from fastonnx.context import ConversionContext, Value
 
 
 @torch.library.custom_op("demo::swish_beta", mutates_args=())
@@ -44,7 +45,7 @@ def main(out: str) -> None:
         print(e)
 
     # 2. a converter with a bug (beta ignored): intermediate verification names the node
-    def swish_beta_wrong(ctx, x, beta):
+    def swish_beta_wrong(ctx: ConversionContext, x: Value, beta: float) -> str:
         return ctx.op("Mul", x, ctx.op("Sigmoid", x))
 
     result = fastonnx.to_onnx(
