@@ -115,3 +115,17 @@ def test_verbose_prints_stages_on_stderr_when_nothing_handles_the_logger(tmp_pat
         "[fastonnx] optimize",
     ]
     assert len([ln for ln in lines if ln.startswith("[fastonnx] capture")]) == 1  # the second call is quiet
+
+
+def test_graph_error_outside_any_node_carries_the_stage_and_builder(monkeypatch, tmp_path) -> None:
+    from fastonnx import api
+
+    # an optimization level the Rust side refuses: a GraphError raised by optimize, after every node
+    monkeypatch.setitem(api._OPTIMIZE_LEVELS, True, "bogus")
+    path = tmp_path / "r.md"
+    with pytest.raises(fastonnx.GraphError, match="unknown optimization level") as info:
+        fastonnx.to_onnx(Small(), (torch.randn(3),), report=path)
+    text = info.value.debug
+    assert text.startswith("fastonnx debug: opset 20, stage optimize")
+    assert "Add: Add(relu, const_1) -> add: float32[3]" in text
+    assert "export FAILED at optimize (GraphError)" in path.read_text()

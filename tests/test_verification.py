@@ -248,3 +248,13 @@ def test_verify_without_the_model_kept_is_refused() -> None:
     result._model = result._ep = None
     with pytest.raises(fastonnx.InputError, match="does not hold the model"):
         result.verify(x)
+
+
+def test_verify_of_an_exported_program_runs_its_module() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep = torch.export.export(TwoOutputs().eval(), (x,), strict=False)
+    result = fastonnx.to_onnx(ep, (x,), verify=True)
+    assert [i.passed for i in result.stats["verify"]] == [True, True]
+    inter = result.verify(torch.randn(4, 8), intermediate=True).intermediate
+    assert inter is not None and inter.first_divergence is None and len(inter.checks) >= 4

@@ -72,7 +72,8 @@ def to_onnx(
     """
     path = report_mod.report_path(report, filename, model)
     options = {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename}
-    record = report_mod.ExportRecord(path, model, args, dict(kwargs or {}), options) if path else None
+    # the stages followed also without a report: an error outside any node still gets the builder's state
+    record = report_mod.ExportRecord(path, model, args, dict(kwargs or {}), options)
     with _verbose_logging(verbose):
         try:
             result = _export(
@@ -96,7 +97,7 @@ def to_onnx(
         except Exception as e:
             _explain(e, record, verbose)
             raise
-    if record is not None:
+    if record.path is not None:
         record.stage = "done"
         result.stats["report"] = record.write()
         log.info("report written to %s", record.path)
@@ -117,9 +118,9 @@ def _export(
     custom_converters: dict[Any, Callable[..., Any]] | None,
     decompositions: dict[Any, Callable[..., Any]] | None,
     strict_dynamic: bool,
-    record: report_mod.ExportRecord | None,
+    record: report_mod.ExportRecord,
 ) -> ExportResult:
-    """The stages of to_onnx; ``record`` (when a report is asked for) follows them."""
+    """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
@@ -131,8 +132,7 @@ def _export(
         _check_writable(os.fspath(filename))
     registry = Registry(custom_converters)
     stats: dict[str, Any] = {"opset": opset}
-    if record is not None:
-        record.stats, record.registry, record.stage = stats, registry, "capture"
+    record.stats, record.registry, record.stage = stats, registry, "capture"
 
     t0 = time.perf_counter()
     capture_mod.register_pytree_types()
@@ -144,13 +144,11 @@ def _export(
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
     log.info("capture: %.3fs, %d FX nodes", t1 - t0, len(ep.graph.nodes))
-    if record is not None:
-        record.ep, record.stage = ep, "convert"
+    record.ep, record.stage = ep, "convert"
 
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
-    if record is not None:
-        record.builder = builder
+    record.builder = builder
     interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
     with torch.no_grad(), _heap_set_aside():
         layout = interp.run()
@@ -162,9 +160,9 @@ def _export(
     if interp.custom_used:
         stats["custom_converters_used"] = sorted(interp.custom_used)
     log.info("convert: %.3fs, %d ONNX nodes", t2 - t1, builder.num_nodes)
-    if record is not None:
+    if record.path is not None:
         record.count_before_optimize(builder)
-        record.stage = "optimize"
+    record.stage = "optimize"
 
     stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
     if interp.deferred:
@@ -177,8 +175,7 @@ def _export(
     stats["nodes"] = builder.num_nodes
     stats["initializers"] = builder.num_initializers
     log.info("optimize: %.3fs, %d ONNX nodes", t3 - t2, builder.num_nodes)
-    if record is not None:
-        record.stage = "write"
+    record.stage = "write"
 
     call_spec = ep.call_spec
     result = ExportResult(builder, layout, call_spec.in_spec, call_spec.out_spec, stats)
@@ -206,13 +203,12 @@ def _verify(
     model: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    record: report_mod.ExportRecord | None,
+    record: report_mod.ExportRecord,
 ) -> None:
     """to_onnx(verify=True): the per-output comparison into stats["verify"]; disagreement is a warning."""
     from fastonnx import verification
 
-    if record is not None:
-        record.stage = "verify"
+    record.stage = "verify"
     t0 = time.perf_counter()
     eager = model.module() if isinstance(model, torch.export.ExportedProgram) else model
     infos = verification.verify_outputs(result, eager, args, kwargs, None, None)
@@ -226,14 +222,14 @@ def _verify(
     )
 
 
-def _explain(e: Exception, record: report_mod.ExportRecord | None, verbose: bool) -> None:
+def _explain(e: Exception, record: report_mod.ExportRecord, verbose: bool) -> None:
     """A failed export: the builder state on the error (.debug), shown in the message when asked for,
     and the report written, its path at the end of the message."""
-    if isinstance(e, (ConversionError, GraphError)) and record is not None and record.builder is not None:
+    if isinstance(e, (ConversionError, GraphError)) and record.builder is not None:
         debug.attach(e, debug.stage_dump(record.builder, record.stage, record.builder.opset))
     if verbose or debug.env_enabled():
         debug.show_in_message(e)
-    if record is None:
+    if record.path is None:
         return
     try:
         where = record.write(e)

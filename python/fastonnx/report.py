@@ -51,7 +51,7 @@ def report_path(report: Any, filename: str | os.PathLike[str] | None, model: Any
 class ExportRecord:
     """What the report needs, filled in by to_onnx as the stages run."""
 
-    path: str
+    path: str | None  # None: no report asked for, the stages are still followed (api._explain)
     model: Any
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -68,6 +68,7 @@ class ExportRecord:
         self.ops_before = collections.Counter(op for _, op, _, _ in builder.nodes())
 
     def write(self, error: BaseException | None = None) -> str:
+        assert self.path is not None
         text = render(self, error)
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
