@@ -150,3 +150,35 @@ def test_report_of_bad_arguments_says_capture_was_not_reached(tmp_path) -> None:
         fastonnx.to_onnx(ConvNet(), (torch.randn(1, 3, 8, 8),), opset=3, report=path)
     text = path.read_text()
     assert "FAILED at checking arguments (OpsetError)" in text and "- not reached" in text
+
+
+@pytest.mark.parametrize(
+    ("stage", "method", "error"),
+    [
+        ("write", "save", fastonnx.SerializationError("no space left on device")),
+        ("verify", "__call__", fastonnx.RuntimeCheckError("onnxruntime failed to run the exported model")),
+    ],
+)
+def test_report_on_failure_after_conversion(tmp_path, monkeypatch, stage, method, error) -> None:
+    # the writer and onnxruntime do not fail on request: their failure is simulated where it surfaces
+    def fail(*args, **kwargs):
+        raise error
+
+    message = str(error)  # before to_onnx appends the report's path to it
+    monkeypatch.setattr(fastonnx.ExportResult, method, fail)
+    path = tmp_path / "late.md"
+    with pytest.raises(type(error)) as info:
+        fastonnx.to_onnx(
+            ConvNet().eval(),
+            (torch.randn(1, 3, 8, 8),),
+            filename=tmp_path / "n.onnx",
+            verify=True,
+            report=path,
+        )
+    assert str(path) in str(info.value)
+    text = path.read_text()
+    assert f"export FAILED at {stage} ({type(error).__name__})" in text
+    assert f"## Failure at {stage}" in text
+    assert message in text.split(f"## Failure at {stage}")[1]
+    # conversion and optimization ran: their node counts are in the report
+    assert "| BatchNormalization | 1 | 0 |" in text
