@@ -258,3 +258,25 @@ def test_verify_of_an_exported_program_runs_its_module() -> None:
     assert [i.passed for i in result.stats["verify"]] == [True, True]
     inter = result.verify(torch.randn(4, 8), intermediate=True).intermediate
     assert inter is not None and inter.first_divergence is None and len(inter.checks) >= 4
+
+
+class WithCond(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        h = torch.cond(h.sum() > 0, lambda t: torch.sin(t) * 2, lambda t: torch.cos(t) - 1, (h,))
+        return h + 1
+
+
+def test_intermediate_skips_values_inside_if_bodies() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 6)
+    inter = fastonnx.to_onnx(WithCond().eval(), (x,)).verify(x, intermediate=True).intermediate
+    assert inter is not None and inter.first_divergence is None
+    # sin, mul / cos, sub live in the two branches: counted as skipped, not compared
+    assert inter.skipped["inside subgraphs (If/Loop/Scan bodies, wrapped regions)"] == 4
+    # the If's own result (and the comparison choosing the branch) are top-level values: compared
+    assert [c.fx_node for c in inter.checks] == ["linear", "sum_1", "gt", "cond", "getitem", "add"]
