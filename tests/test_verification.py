@@ -280,3 +280,13 @@ def test_intermediate_skips_values_inside_if_bodies() -> None:
     assert inter.skipped["inside subgraphs (If/Loop/Scan bodies, wrapped regions)"] == 4
     # the If's own result (and the comparison choosing the branch) are top-level values: compared
     assert [c.fx_node for c in inter.checks] == ["linear", "sum_1", "gt", "cond", "getitem", "add"]
+
+
+def test_compare_complex_against_the_real_layout() -> None:
+    z = torch.tensor([1 + 2j, -3 + 0.5j], dtype=torch.complex64)
+    assert compare("z", z, torch.view_as_real(z).clone()).passed  # onnxruntime's (..., 2) layout
+    assert compare("z", z, z.clone()).passed
+    off = torch.view_as_real(z).clone()
+    off[1, 1] += 1.0
+    info = compare("z", z, off)
+    assert not info.passed and info.max_abs_diff == pytest.approx(1.0)

@@ -15,6 +15,7 @@ import torch
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
+from fastonnx.context import Value
 
 LAST_NODES = 10  # ONNX nodes shown in the dump: enough to see the converter's last pattern
 LAST_VALUES = 20  # values (with dtype and shape) shown in the report's builder state
@@ -22,20 +23,47 @@ LAST_VALUES = 20  # values (with dtype and shape) shown in the report's builder 
 
 @dataclass
 class Trace:
-    """What each top-level FX node converted to: its ONNX value name(s) when it was converted (a view
-    recomputed later gets a new name; this keeps the first, the one matching eager's value at that
-    point) and the range of ONNX node indices its converter emitted."""
+    """What each top-level FX node converted to, recorded as one ``(FX node name, number of ONNX nodes
+    before it, its converted value)`` step per node (the cheapest record: one append), read lazily.
 
-    values: dict[str, list[str | None]] = field(default_factory=dict)
-    node_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # the top graph's node names before optimization (ranges index them); filled after conversion
+    The value is the one bound when the node was converted (a view recomputed later gets a new name;
+    the first is the one matching eager's value at that point). A node's ONNX nodes run from its start
+    to the next step's start, the last one's to the end of the graph before optimization."""
+
+    steps: list[tuple[str, int, Any]] = field(default_factory=list)
+    # the top graph's node names before optimization (the steps' starts index them); set after conversion
     node_names: list[str] = field(default_factory=list)
     # value -> the graph output name the builder renamed it to (the interpreter's dict, shared)
     renamed: dict[str, str] = field(default_factory=dict)
+    _by_name: dict[str, tuple[int, int, Any]] | None = None
+
+    def _index(self) -> dict[str, tuple[int, int, Any]]:
+        if self._by_name is None:
+            stops = [start for _, start, _ in self.steps[1:]] + [len(self.node_names)]
+            self._by_name = {
+                name: (start, stop, value) for (name, start, value), stop in zip(self.steps, stops)
+            }
+        return self._by_name
+
+    def values_of(self, fx_name: str) -> list[str | None] | None:
+        """The ONNX value names (as finally named) of an FX node's outputs, None where an output is not
+        a tensor; None when the node was not converted on the top graph."""
+        step = self._index().get(fx_name)
+        if step is None:
+            return None
+        value = step[2]
+        names: list[str | None]
+        if isinstance(value, Value):
+            names = [value.name]
+        elif isinstance(value, (list, tuple)):
+            names = [v.name if isinstance(v, Value) else None for v in value]
+        else:
+            names = [None]
+        return [self.renamed.get(n, n) if n is not None else None for n in names]
 
     def onnx_nodes_of(self, fx_name: str) -> list[str]:
         """The ONNX nodes (names before optimization) the converter of an FX node emitted."""
-        start, stop = self.node_ranges.get(fx_name, (0, 0))
+        start, stop, _ = self._index().get(fx_name, (0, 0, None))
         return self.node_names[start:stop]
 
 

@@ -242,7 +242,7 @@ class Interpreter:
 
     def _call(self, node: torch.fx.Node, index: int, total: int) -> None:
         """Convert one node; an error leaves the builder's state on it (``.debug``, see debug.py), and
-        on the top graph the node's values and the range of ONNX nodes it made are traced."""
+        on the top graph the node's value and where its ONNX nodes start are traced (debug.Trace)."""
         start = self.g.num_nodes
         try:
             self._convert_call(node, index, total)
@@ -250,8 +250,7 @@ class Interpreter:
             debug.attach(e, debug.node_dump(self.g, node, index, total, self.ctx.opset), node)
             raise
         if self.g is self._top:
-            self.trace.node_ranges[node.name] = (start, self.g.num_nodes)
-            self.trace.values[node.name] = _value_names(self.env.get(node))
+            self.trace.steps.append((node.name, start, self.env.get(node)))
 
     def _convert_call(self, node: torch.fx.Node, index: int, total: int) -> None:
         target = node.target
@@ -478,15 +477,6 @@ class Interpreter:
         return name, value.rank == 0 and isinstance(
             a.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float)
         )
-
-
-def _value_names(value: Any) -> list[str | None]:
-    """The ONNX names a converted node is bound to: one per output, None where it is not a tensor."""
-    if isinstance(value, Value):
-        return [value.name]
-    if isinstance(value, (list, tuple)):
-        return [v.name if isinstance(v, Value) else None for v in value]
-    return [None]
 
 
 def _has_complex(a: Any) -> bool:
