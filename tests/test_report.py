@@ -182,3 +182,8 @@ def test_report_on_failure_after_conversion(tmp_path, monkeypatch, stage, method
     assert message in text.split(f"## Failure at {stage}")[1]
     # conversion and optimization ran: their node counts are in the report
     assert "| BatchNormalization | 1 | 0 |" in text
+
+
+def test_report_of_a_wrong_type_is_refused() -> None:
+    with pytest.raises(fastonnx.InputError, match="report must be False, True or a path, got int"):
+        fastonnx.to_onnx(ConvNet(), (torch.randn(1, 3, 8, 8),), report=3)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 
 from fastonnx import debug
 from fastonnx._core import GraphBuilder
+from fastonnx.errors import InputError
 
 _MAX_ERROR_CHARS = 6000  # torch.export's messages can run to pages; the head says what went wrong
 
@@ -44,7 +45,7 @@ def report_path(report: Any, filename: str | os.PathLike[str] | None, model: Any
         return os.path.abspath(f"{type(model).__name__}.report.md")
     if isinstance(report, (str, os.PathLike)):
         return os.fspath(report)
-    raise TypeError(f"report must be False, True or a path, got {type(report).__name__}")
+    raise InputError(f"report must be False, True or a path, got {type(report).__name__}")
 
 
 @dataclass
