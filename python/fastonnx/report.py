@@ -149,22 +149,33 @@ def _model_section(rec: ExportRecord) -> list[str]:
 
 
 def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The deepest frame of the user's own code in ``exc``'s traceback (and its causes): not torch,
-    not fastonnx, not the standard library or an installed package."""
-    skip = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__))]
-    skip += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
-    skip.append(os.path.dirname(os.__file__))
-    best = None
-    seen: set[int] = set()
-    e: BaseException | None = exc
+    """The frame of the model's code where torch.export failed: the deepest frame of the causes'
+    tracebacks (what ran inside torch.export) in the user's own code (not torch, fastonnx, the standard
+    library or an installed package); else the deepest that is at least not torch or fastonnx (a model
+    from an installed library, transformers...); else the user's frame calling to_onnx."""
+    ours = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__))]
+    installed = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    installed.append(os.path.dirname(os.__file__))
+
+    def frames(e: BaseException) -> list[traceback.FrameSummary]:
+        return [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")]
+
+    def outside(frame: traceback.FrameSummary, folders: list[str]) -> bool:
+        path = os.path.abspath(frame.filename)
+        return not any(path.startswith(folder) for folder in folders)
+
+    inner: list[traceback.FrameSummary] = []
+    seen = {id(exc)}
+    e = exc.__cause__ or exc.__context__
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        for frame in traceback.extract_tb(e.__traceback__):
-            path = os.path.abspath(frame.filename)
-            if not frame.filename.startswith("<") and not any(path.startswith(s) for s in skip):
-                best = frame
+        inner += frames(e)
         e = e.__cause__ or e.__context__
-    return best
+    for pool, folders in ((inner, ours + installed), (inner, ours), (frames(exc), ours + installed)):
+        found = [f for f in pool if outside(f, folders)]
+        if found:
+            return found[-1]
+    return None
 
 
 def _capture_section(rec: ExportRecord, error: BaseException | None) -> list[str]:
