@@ -290,3 +290,28 @@ def test_compare_complex_against_the_real_layout() -> None:
     off[1, 1] += 1.0
     info = compare("z", z, off)
     assert not info.passed and info.max_abs_diff == pytest.approx(1.0)
+
+
+def test_intermediate_names_a_wrong_aten_converter_in_a_transformers_llama() -> None:
+    from model_zoo import tiny_llama
+
+    def rsqrt_wrong(ctx, x):  # forgets the square root
+        return ctx.op("Reciprocal", x)
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (1, 8))
+    result = fastonnx.to_onnx(
+        tiny_llama(layers=2, hidden=64), (ids,), custom_converters={torch.ops.aten.rsqrt.default: rsqrt_wrong}
+    )
+    inter = result.verify(ids, intermediate=True).intermediate
+    assert inter is not None and inter.first_divergence is not None
+    div = inter.first_divergence
+    first_rsqrt = next(n for n in result._ep.graph.nodes if n.target == torch.ops.aten.rsqrt.default)
+    assert (div.fx_node, div.target) == (first_rsqrt.name, "aten.rsqrt.default")
+    assert (
+        "modeling_llama.py" in div.source_line
+        and "torch.rsqrt(variance + self.variance_epsilon)" in div.source_line
+    )
+    # node names may carry a scope (/model/layers.0/...): the op type ends them
+    assert len(div.onnx_nodes) == 1 and div.onnx_nodes[0].endswith("Reciprocal")
+    assert div.inputs_not_compared == []
