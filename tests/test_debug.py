@@ -129,3 +129,9 @@ def test_graph_error_outside_any_node_carries_the_stage_and_builder(monkeypatch,
     assert text.startswith("fastonnx debug: opset 20, stage optimize")
     assert "Add: Add(relu, const_1) -> add: float32[3]" in text
     assert "export FAILED at optimize (GraphError)" in path.read_text()
+
+
+def test_a_refused_opset_carries_a_dump_of_the_stage() -> None:
+    with pytest.raises(fastonnx.OpsetError) as info:
+        fastonnx.to_onnx(Small(), (torch.randn(3),), opset=3)
+    assert info.value.debug == "fastonnx debug: opset 3, stage checking arguments"

@@ -225,8 +225,11 @@ def _verify(
 def _explain(e: Exception, record: report_mod.ExportRecord, verbose: bool) -> None:
     """A failed export: the builder state on the error (.debug), shown in the message when asked for,
     and the report written, its path at the end of the message."""
-    if isinstance(e, (ConversionError, GraphError)) and record.builder is not None:
-        debug.attach(e, debug.stage_dump(record.builder, record.stage, record.builder.opset))
+    if isinstance(e, (ConversionError, GraphError)):
+        # an error outside any node (a refused opset, optimize): the stage, and the graph if one exists
+        g = record.builder
+        opset = g.opset if g is not None else record.options.get("opset")
+        debug.attach(e, debug.stage_dump(g, record.stage, opset))
     if verbose or debug.env_enabled():
         debug.show_in_message(e)
     if record.path is None:

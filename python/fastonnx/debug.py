@@ -155,7 +155,7 @@ def node_dump(
     return "\n".join(lines)
 
 
-def stage_dump(g: GraphBuilder | None, stage: str, opset: int) -> str:
+def stage_dump(g: GraphBuilder | None, stage: str, opset: int | None) -> str:
     """The ``.debug`` text of an error raised outside any node (optimizing, writing, the outputs)."""
     lines = [f"fastonnx debug: opset {opset}, stage {stage}"]
     if g is not None:
