@@ -219,3 +219,17 @@ def test_builder_errors_are_named() -> None:
         g.optimize("fast")
     with pytest.raises(fastonnx.GraphError, match="not a byte buffer"):
         g.add_initializer("w", 3.5, dtypes.FLOAT, [1])
+
+
+def test_nodes_lists_a_range_of_nodes_read_only() -> None:
+    g = GraphBuilder(18, 8)
+    x = g.add_input("x", dtypes.FLOAT, [2])
+    (a,) = g.add_node("Relu", [x])
+    (b,) = g.add_node("Neg", [a])
+    assert g.nodes() == [(g.nodes()[0][0], "Relu", [x], [a]), (g.nodes()[1][0], "Neg", [a], [b])]
+    assert [n[1] for n in g.nodes(1)] == ["Neg"]
+    assert [n[1] for n in g.nodes(0, 1)] == ["Relu"]
+    assert g.nodes(5) == [] and g.nodes(2, 1) == [] and len(g.nodes(0, 99)) == 2
+    assert g.node_names() == [n[0] for n in g.nodes()] and g.node_names(1, 9) == [g.nodes()[1][0]]
+    g.nodes()[0][2].append("changed")  # a copy: the graph is not touched
+    assert g.nodes()[0][2] == [x]

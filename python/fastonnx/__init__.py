@@ -16,6 +16,7 @@ from fastonnx.errors import (
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
+from fastonnx.verification import Verification, VerificationInfo
 from fastonnx.weights import attach_weights
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "RuntimeCheckError",
     "SerializationError",
     "UnsupportedOpError",
+    "Verification",
+    "VerificationInfo",
     "__version__",
     "attach_weights",
     "to_onnx",

@@ -14,10 +14,11 @@ from typing import Any
 import torch
 
 from fastonnx import capture as capture_mod
-from fastonnx import dynamic
-from fastonnx._core import GraphBuilder
+from fastonnx import debug, dynamic
+from fastonnx import report as report_mod
+from fastonnx._core import GraphBuilder, GraphError
 from fastonnx.context import ConversionContext
-from fastonnx.errors import InputError
+from fastonnx.errors import ConversionError, InputError
 from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.registry import Registry
@@ -44,6 +45,9 @@ def to_onnx(
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
+    report: bool | str | os.PathLike[str] = False,
+    verify: bool = False,
+    verbose: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -57,7 +61,66 @@ def to_onnx(
     raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
     the fixed size and a warning instead. Safe to call from several threads: the capture is
     serialised, conversion and writing run in parallel.
+
+    Diagnostics (README, "When something goes wrong"): ``report=True`` or a path writes a markdown
+    report (report.py says where), also when the export fails, whose exception message then ends with
+    the report's path. ``verify=True`` runs the model eagerly and in onnxruntime on ``args`` and stores
+    the per-output comparison in ``stats["verify"]`` (a list of ``VerificationInfo``; a disagreement is
+    logged as a warning, not raised). ``verbose=True`` logs each stage through the ``fastonnx`` logger
+    (to stderr when nothing else handles it) and puts the builder-state dump (``.debug``) of a
+    conversion error into its message, as ``FASTONNX_DEBUG=1`` does.
     """
+    path = report_mod.report_path(report, filename, model)
+    options = {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename}
+    # the stages followed also without a report: an error outside any node still gets the builder's state
+    record = report_mod.ExportRecord(path, model, args, dict(kwargs or {}), options)
+    with _verbose_logging(verbose):
+        try:
+            result = _export(
+                model,
+                args,
+                kwargs,
+                dynamic_shapes,
+                opset,
+                filename,
+                external_data,
+                optimize,
+                input_names,
+                output_names,
+                custom_converters,
+                decompositions,
+                strict_dynamic,
+                record,
+            )
+            if verify:
+                _verify(result, model, args, dict(kwargs or {}), record)
+        except Exception as e:
+            _explain(e, record, verbose)
+            raise
+    if record.path is not None:
+        record.stage = "done"
+        result.stats["report"] = record.write()
+        log.info("report written to %s", record.path)
+    return result
+
+
+def _export(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    dynamic_shapes: Any,
+    opset: int | None,
+    filename: str | os.PathLike[str] | None,
+    external_data: bool | None,
+    optimize: bool | str,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    custom_converters: dict[Any, Callable[..., Any]] | None,
+    decompositions: dict[Any, Callable[..., Any]] | None,
+    strict_dynamic: bool,
+    record: report_mod.ExportRecord,
+) -> ExportResult:
+    """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
@@ -69,6 +132,7 @@ def to_onnx(
         _check_writable(os.fspath(filename))
     registry = Registry(custom_converters)
     stats: dict[str, Any] = {"opset": opset}
+    record.stats, record.registry, record.stage = stats, registry, "capture"
 
     t0 = time.perf_counter()
     capture_mod.register_pytree_types()
@@ -79,17 +143,26 @@ def to_onnx(
     ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
+    log.info("capture: %.3fs, %d FX nodes", t1 - t0, len(ep.graph.nodes))
+    record.ep, record.stage = ep, "convert"
 
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
+    record.builder = builder
     interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
     with torch.no_grad(), _heap_set_aside():
         layout = interp.run()
+        # names before the passes rename or remove nodes: what each FX node made (~0.3 us per node)
+        interp.trace.node_names = builder.node_names()
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)
     if interp.custom_used:
         stats["custom_converters_used"] = sorted(interp.custom_used)
+    log.info("convert: %.3fs, %d ONNX nodes", t2 - t1, builder.num_nodes)
+    if record.path is not None:
+        record.count_before_optimize(builder)
+    record.stage = "optimize"
 
     stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
     if interp.deferred:
@@ -101,9 +174,12 @@ def to_onnx(
     stats["optimize_s"] = t3 - t2
     stats["nodes"] = builder.num_nodes
     stats["initializers"] = builder.num_initializers
+    log.info("optimize: %.3fs, %d ONNX nodes", t3 - t2, builder.num_nodes)
+    record.stage = "write"
 
     call_spec = ep.call_spec
     result = ExportResult(builder, layout, call_spec.in_spec, call_spec.out_spec, stats)
+    result._model, result._ep, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
         info = result.save(filename, external_data)
@@ -120,6 +196,74 @@ def to_onnx(
         stats["nodes"],
     )
     return result
+
+
+def _verify(
+    result: ExportResult,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    record: report_mod.ExportRecord,
+) -> None:
+    """to_onnx(verify=True): the per-output comparison into stats["verify"]; disagreement is a warning."""
+    from fastonnx import verification
+
+    record.stage = "verify"
+    t0 = time.perf_counter()
+    eager = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+    infos = verification.verify_outputs(result, eager, args, kwargs, None, None)
+    result.stats["verify"] = infos
+    result.stats["verify_s"] = time.perf_counter() - t0
+    bad = [i.name for i in infos if not i.passed]
+    if bad:
+        log.warning("verify: onnxruntime disagrees with PyTorch on %s", ", ".join(bad))
+    log.info(
+        "verify: %.3fs, %d outputs compared, %d disagree", result.stats["verify_s"], len(infos), len(bad)
+    )
+
+
+def _explain(e: Exception, record: report_mod.ExportRecord, verbose: bool) -> None:
+    """A failed export: the builder state on the error (.debug), shown in the message when asked for,
+    and the report written, its path at the end of the message."""
+    if isinstance(e, (ConversionError, GraphError)):
+        # an error outside any node (a refused opset, optimize): the stage, and the graph if one exists
+        g = record.builder
+        opset = g.opset if g is not None else record.options.get("opset")
+        debug.attach(e, debug.stage_dump(g, record.stage, opset))
+    if verbose or debug.env_enabled():
+        debug.show_in_message(e)
+    if record.path is None:
+        return
+    try:
+        where = record.write(e)
+    except Exception as write_error:  # the report must not hide the export's own error
+        e.add_note(f"(the report could not be written to {record.path}: {write_error})")
+        return
+    if e.args and isinstance(e.args[0], str):
+        e.args = (f"{e.args[0]}\n(fastonnx report: {where})", *e.args[1:])
+    else:
+        e.add_note(f"fastonnx report: {where}")
+
+
+@contextlib.contextmanager
+def _verbose_logging(verbose: bool) -> Iterator[None]:
+    """verbose=True: the fastonnx logger at INFO for this call, printing to stderr when no handler of
+    the application would show it."""
+    if not verbose:
+        yield
+        return
+    previous = log.level
+    handler = None if log.hasHandlers() else logging.StreamHandler()
+    log.setLevel(logging.INFO)
+    if handler is not None:
+        handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.setLevel(previous)
+        if handler is not None:
+            log.removeHandler(handler)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fastonnx import aliasing, dtypes, dynamic
+from fastonnx import aliasing, debug, dtypes, dynamic
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
@@ -95,6 +95,9 @@ class Interpreter:
         self.mutated_placeholders: dict[torch.fx.Node, None] = {}  # in graph order
         # value names the builder changed to an output's name (one value may be several outputs)
         self.renamed: dict[str, str] = {}
+        # which FX node made which values and nodes of the top graph (report, intermediate verification)
+        self.trace = debug.Trace(renamed=self.renamed)
+        self._top = ctx.g
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Layout:
@@ -238,6 +241,18 @@ class Interpreter:
         return value
 
     def _call(self, node: torch.fx.Node, index: int, total: int) -> None:
+        """Convert one node; an error leaves the builder's state on it (``.debug``, see debug.py), and
+        on the top graph the node's value and where its ONNX nodes start are traced (debug.Trace)."""
+        start = self.g.num_nodes
+        try:
+            self._convert_call(node, index, total)
+        except FastOnnxError as e:
+            debug.attach(e, debug.node_dump(self.g, node, index, total, self.ctx.opset), node)
+            raise
+        if self.g is self._top:
+            self.trace.steps.append((node.name, start, self.env.get(node)))
+
+    def _convert_call(self, node: torch.fx.Node, index: int, total: int) -> None:
         target = node.target
         if target is operator.getitem:
             seq, i = node.args

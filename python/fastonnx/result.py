@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime
 
+    from fastonnx.debug import Trace
+    from fastonnx.verification import Verification
+
 
 class ExportResult:
     """An exported model. ``model_proto`` and the onnxruntime session are built on first use."""
@@ -37,6 +40,10 @@ class ExportResult:
         self.path: str | None = None
         self._proto: onnx.ModelProto | None = None
         self._session: onnxruntime.InferenceSession | None = None
+        # kept by to_onnx for verify(): what eager runs, the captured program and the FX -> ONNX trace
+        self._model: Any = None
+        self._ep: torch.export.ExportedProgram | None = None
+        self._trace: Trace | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -79,8 +86,8 @@ class ExportResult:
                 raise RuntimeCheckError(f"onnxruntime could not load the exported model: {e}") from e
         return self._session
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the model in onnxruntime on inputs structured like the model's; returns torch tensors."""
+    def _feeds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The graph inputs' tensors, by ONNX name, from inputs structured like the model's."""
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if self._in_spec is not None and spec != self._in_spec:
             raise InputError(f"inputs are structured as {spec}, the model was exported with {self._in_spec}")
@@ -95,6 +102,11 @@ class ExportResult:
             if not isinstance(leaf, torch.Tensor):
                 raise InputError(f"input {slot.onnx_name} must be a tensor, got {type(leaf).__name__}")
             tensors[slot.onnx_name] = leaf
+        return tensors
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model in onnxruntime on inputs structured like the model's; returns torch tensors."""
+        tensors = self._feeds(args, kwargs)
         sess = self.session()
         names = [s.onnx_name for s in self._layout.outputs if s.onnx_name is not None]
         float8_io = any(t.dtype in FLOAT8_ONNX_TYPES for t in tensors.values()) or any(
@@ -124,6 +136,38 @@ class ExportResult:
         if self._out_spec is None:
             return flat[0] if len(flat) == 1 else tuple(flat)
         return pytree.tree_unflatten(flat, self._out_spec)
+
+    def verify(
+        self,
+        *args: Any,
+        atol: float | None = None,
+        rtol: float | None = None,
+        intermediate: bool = False,
+        **kwargs: Any,
+    ) -> Verification:
+        """Compare onnxruntime with eager PyTorch on these inputs, per output (see verification.py).
+
+        Eager is the model given to to_onnx (an ExportedProgram runs through ``ep.module()``); the
+        tolerances default per dtype (``verification.DEFAULT_TOLERANCES``). ``intermediate=True`` also
+        compares the value of every FX node that survives in the ONNX graph and names the first one
+        that diverges (``.intermediate.first_divergence``). The model's own keyword arguments named
+        ``atol``, ``rtol`` or ``intermediate`` cannot be passed here.
+        """
+        from fastonnx import verification
+
+        eager = self._model
+        if eager is None and self._ep is not None:
+            eager = self._ep.module()
+        if eager is None:
+            raise InputError(
+                "this ExportResult does not hold the model it was exported from: nothing to compare"
+            )
+        if isinstance(eager, torch.export.ExportedProgram):
+            eager = eager.module()
+        result = verification.Verification(verification.verify_outputs(self, eager, args, kwargs, atol, rtol))
+        if intermediate:
+            result.intermediate = verification.verify_intermediate(self, args, kwargs, atol, rtol)
+        return result
 
     def __repr__(self) -> str:
         s = self.stats

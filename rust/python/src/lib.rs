@@ -41,6 +41,9 @@ create_exception!(
     "The protobuf would pass 2 GiB and external data was refused."
 );
 
+/// One node as Python sees it: name, op type, input names, output names.
+type NodeRows = Vec<(String, String, Vec<String>, Vec<String>)>;
+
 fn py_err(e: Error) -> PyErr {
     match e {
         Error::Graph(m) => GraphError::new_err(m),
@@ -397,6 +400,41 @@ impl GraphBuilder {
     #[getter]
     fn num_nodes(&self) -> usize {
         self.model.graph.nodes.len()
+    }
+
+    /// The nodes `start..stop` of the top graph as `(name, op_type, inputs, outputs)`, read-only: the
+    /// debug dump and the report show what the converters emitted last. Out-of-range bounds are clamped.
+    #[pyo3(signature = (start = 0, stop = None))]
+    fn nodes(&self, start: usize, stop: Option<usize>) -> NodeRows {
+        let nodes = &self.model.graph.nodes;
+        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
+        nodes
+            .get(start.min(stop)..stop)
+            .unwrap_or_default()
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    n.op_type.clone(),
+                    n.inputs.clone(),
+                    n.outputs.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The names of the top graph's nodes `start..stop` (what `nodes` gives, names only: cheap enough
+    /// to take after every conversion).
+    #[pyo3(signature = (start = 0, stop = None))]
+    fn node_names(&self, start: usize, stop: Option<usize>) -> Vec<String> {
+        let nodes = &self.model.graph.nodes;
+        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
+        nodes
+            .get(start.min(stop)..stop)
+            .unwrap_or_default()
+            .iter()
+            .map(|n| n.name.clone())
+            .collect()
     }
 
     #[getter]
