@@ -16,6 +16,7 @@ from fastonnx.errors import (
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
+from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
 from fastonnx.weights import attach_weights
 
 __all__ = [
@@ -29,11 +30,14 @@ __all__ = [
     "GraphError",
     "InputError",
     "ModelTooLargeError",
+    "ONNXProgram",
     "OpsetError",
     "RuntimeCheckError",
     "SerializationError",
     "UnsupportedOpError",
     "__version__",
     "attach_weights",
+    "export",
+    "patch_torch_onnx",
     "to_onnx",
 ]

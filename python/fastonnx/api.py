@@ -104,6 +104,7 @@ def to_onnx(
 
     call_spec = ep.call_spec
     result = ExportResult(builder, layout, call_spec.in_spec, call_spec.out_spec, stats)
+    result.exported_program = ep
     stats["write_s"] = 0.0
     if filename is not None:
         info = result.save(filename, external_data)

@@ -35,6 +35,8 @@ class ExportResult:
         self._out_spec = out_spec
         self.stats = stats
         self.path: str | None = None
+        # the program the graph was converted from (set by to_onnx; None when built otherwise)
+        self.exported_program: torch.export.ExportedProgram | None = None
         self._proto: onnx.ModelProto | None = None
         self._session: onnxruntime.InferenceSession | None = None
 
