@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
-from fastonnx.weights import DEFERRED_KEY, attach_weights
+from fastonnx.weights import attach_weights
 
 if TYPE_CHECKING:
     import onnx
@@ -117,8 +117,7 @@ class ONNXProgram:
         """Fill the weights of a model exported from the meta device, once saved to a path (the weights
         go into its .data file: fastonnx.attach_weights). Replacing the weights of a model exported
         with real ones is not supported: export the model with those weights instead."""
-        deferred = DEFERRED_KEY in {p.key for p in self.model_proto.metadata_props}
-        if not deferred:
+        if not self.result.stats.get("deferred_weights"):
             raise InputError(
                 "apply_weights: this model was exported with its weights; only a model exported from the "
                 "meta device has weights to fill"
