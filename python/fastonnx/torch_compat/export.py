@@ -97,7 +97,8 @@ def export(
     Differences from torch, by design: the model is always captured with torch.export (``dynamo`` is
     ignored); ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
     default here) keeps the weights in the .onnx file up to 2 GiB, like the TorchScript exporter;
-    ``output_names`` must name every tensor output. See the README, "Switching from torch.onnx.export",
+    ``output_names`` must name every tensor output; a dim asked to be dynamic that torch.export
+    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``). See the README, "Switching from torch.onnx.export",
     for the table of every keyword.
     """
     with _verbose_logging(bool(verbose)):
@@ -236,6 +237,9 @@ def _export(
             input_names=input_names,
             output_names=output_names,
             custom_converters=custom_converters,
+            # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
+            # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx does
+            strict_dynamic=False,
         )
     if output_axes:
         _name_output_dims(result, output_axes)
