@@ -173,7 +173,7 @@ def _export(
         raise InputError(
             "custom_translation_table holds onnxscript functions, which fastonnx does not run: give "
             "fastonnx converters instead with custom_converters={'aten.op.overload': fn} "
-            "(see the README, 'Custom converters')"
+            "(see custom_converters in the README's API section)"
         )
     if export_modules_as_functions not in (False, None):
         raise InputError(
