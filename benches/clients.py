@@ -169,7 +169,7 @@ def measure(name: str, build: Callable[[str], Client], runs: int, folder: str) -
     }
 
 
-def report(rows: list[dict[str, Any]], runs: int) -> str:
+def report(rows: list[dict[str, Any]], runs: int, load: list[float]) -> str:
     body = []
     slower = []
     for r in rows:
@@ -202,7 +202,8 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
         "exporter unless use_dynamo=True). Export = the client's whole call, median of "
         f"{runs} alternated runs after one warm-up each (first = that warm-up, imports included). Latency = "
         'onnxruntime CPU, batch 1, median of 20 runs per round. "of which torch.export" = fastonnx\'s '
-        "capture stage (torch.export.export) inside its export time.",
+        "capture stage (torch.export.export) inside its export time. Load average (1 min) at start / end: "
+        f"{load[0]:.1f} / {load[1]:.1f} (the machine is shared: figures are comparable within a row).",
         "",
         ledger.table(
             [
@@ -239,6 +240,7 @@ def main() -> None:
     log.addHandler(STAGES)
     log.setLevel(logging.INFO)
     folder = tempfile.mkdtemp(prefix="fastonnx-clients-")
+    load = [os.getloadavg()[0]]
     rows = []
     try:
         for name in a.clients.split(","):
@@ -246,7 +248,8 @@ def main() -> None:
             rows.append(measure(name, CLIENTS[name], a.runs, folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    text = report(rows, a.runs)
+    load.append(os.getloadavg()[0])
+    text = report(rows, a.runs, load)
     if not a.no_ledger:
         ledger.write_section("clients", text)
     print(text)

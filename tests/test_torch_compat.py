@@ -162,6 +162,8 @@ def test_f_of_a_wrong_kind_and_text_mode_are_refused(tmp_path):
         fastonnx.export(TwoOut(), _inputs(), 42)  # type: ignore[arg-type]
     with open(tmp_path / "t.onnx", "w") as fh, pytest.raises(fastonnx.InputError, match="binary mode"):
         fastonnx.export(TwoOut(), _inputs(), fh)  # type: ignore[arg-type]
+    with pytest.raises(fastonnx.InputError, match="does not exist"):
+        fastonnx.export(TwoOut(), _inputs(), tmp_path / "no" / "such" / "m.onnx")
     with pytest.raises(fastonnx.InputError, match="needs a path"):
         fastonnx.export(TwoOut(), _inputs(), io.BytesIO(), external_data=True)
 

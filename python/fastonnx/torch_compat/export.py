@@ -16,7 +16,7 @@ from typing import IO, Any, Literal
 
 import torch
 
-from fastonnx.api import to_onnx
+from fastonnx.api import _check_writable, to_onnx
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
@@ -216,6 +216,8 @@ def _export(
         raise InputError(
             f"f must be a path, an os.PathLike, a binary file object or None, got {type(f).__name__}"
         )
+    if isinstance(f, (str, os.PathLike)):
+        _check_writable(os.fspath(f))  # before the (long) capture, as to_onnx does
     output_axes: axes_mod.AxisNames = {}
     if dynamic_axes:
         if not isinstance(model, torch.nn.Module):
