@@ -97,6 +97,7 @@ def test_ultralytics_export_under_the_patch(cfg, task, dynamic, tmp_path, monkey
     assert torch.onnx.export is TORCH_EXPORT  # restored
     assert _exported_by_fastonnx(path)
     model = onnx.load(path)
+    assert {o.domain: o.version for o in model.opset_import}[""] == 18  # the opset ultralytics asks for
     names = [o.name for o in model.graph.output]
     assert names == (["output0", "output1"] if task == "segment" else ["output0"])
     if dynamic:
