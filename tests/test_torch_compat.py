@@ -142,6 +142,17 @@ def test_single_tensor_args_and_trailing_dict_as_kwargs():
     torch.testing.assert_close(both(x, scale=s)[0], x * s)
 
 
+def test_models_see_is_in_onnx_export_during_the_export():
+    class ExportPath(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if torch.onnx.is_in_onnx_export() else x * 3
+
+    x = torch.randn(4)
+    prog = fastonnx.export(ExportPath(), (x,))
+    torch.testing.assert_close(prog(x)[0], x * 2)
+    assert not torch.onnx.is_in_onnx_export()
+
+
 def test_f_as_pathlike_str_file_object_and_none(tmp_path):
     model, args = TwoOut().eval(), _inputs()
     fastonnx.export(model, args, tmp_path / "p.onnx")

@@ -228,7 +228,7 @@ def _export(
         )
 
     t0 = time.perf_counter()
-    with _mode_for_export(model, training):
+    with _mode_for_export(model, training), _onnx_exporting():
         result = to_onnx(
             model,
             args,
@@ -257,6 +257,24 @@ def _export(
         result.stats["write_s"] = time.perf_counter() - t1
     log.info("fastonnx.export: %.3fs, %s", time.perf_counter() - t0, result)
     return ONNXProgram(result, optimized=optimize is not False)
+
+
+@contextlib.contextmanager
+def _onnx_exporting() -> Iterator[None]:
+    """torch.onnx.is_in_onnx_export() is True while the model is captured, as under torch's exporters:
+    models that branch on it take their export path. The flag is torch's (private) one; without it
+    (another torch) the export goes on and the function keeps returning False."""
+    try:
+        from torch.onnx._internal.exporter import _flags
+    except ImportError:
+        yield
+        return
+    before = getattr(_flags, "_is_onnx_exporting", False)
+    _flags._is_onnx_exporting = True
+    try:
+        yield
+    finally:
+        _flags._is_onnx_exporting = before
 
 
 def _report_and_verify(report: bool, verify: bool) -> None:
