@@ -312,6 +312,8 @@ def test_program_surface(tmp_path):
     prog.initialize_inference_session(lambda src: seen.append(src) or ort.InferenceSession(src))
     assert seen == [str(tmp_path / "s.onnx")]
     torch.testing.assert_close(prog(*args)[1], out[1])
+    for ref, got in zip(prog.call_reference(*args), out, strict=True):
+        torch.testing.assert_close(ref, got, rtol=1e-5, atol=1e-5)
 
 
 def test_apply_weights_fills_a_meta_export(tmp_path):

@@ -1,7 +1,7 @@
 """``ONNXProgram``: what fastonnx.export returns, with the surface of torch.onnx.ONNXProgram that callers
 use (``model_proto``, ``model``, ``exported_program``, ``save``, ``__call__``, ``optimize``,
-``apply_weights``, ``initialize_inference_session``, ``release``). ``result`` is fastonnx's own
-ExportResult (stats, structured outputs)."""
+``apply_weights``, ``call_reference``, ``initialize_inference_session``, ``release``). ``result`` is
+fastonnx's own ExportResult (stats, structured outputs)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,18 @@ class ONNXProgram:
         """Run the model in onnxruntime; returns the flattened outputs as a tuple, as torch's does."""
         out = self.result(*args, **kwargs)
         return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+
+    def call_reference(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        """Run the model with onnx's reference evaluator (slow; for checking onnxruntime)."""
+        import onnx.reference
+
+        leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        names = self.result.input_names
+        if len(leaves) != len(names):
+            raise InputError(f"got {len(leaves)} input tensors, the model takes {len(names)} ({names})")
+        feeds = {n: t.detach().cpu().numpy() for n, t in zip(names, leaves)}
+        outputs = onnx.reference.ReferenceEvaluator(self.model_proto).run(None, feeds)
+        return tuple(torch.from_numpy(o) for o in outputs)
 
     def initialize_inference_session(self, initializer: Any = None) -> None:
         """Create the onnxruntime session now (CPU). ``initializer`` is torch's hook to build the session
