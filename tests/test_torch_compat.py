@@ -392,3 +392,25 @@ def test_patch_restores_on_error_and_across_threads():
 def test_file_is_loadable_by_onnx_checker(tmp_path):
     fastonnx.export(TwoOut().eval(), _inputs(), tmp_path / "c.onnx", opset_version=18)
     onnx.checker.check_model(str(tmp_path / "c.onnx"), full_check=True)
+
+
+def test_dynamic_axes_on_nested_and_keyword_inputs():
+    class Nested(torch.nn.Module):
+        def forward(self, pair: list[torch.Tensor], *, bias: torch.Tensor) -> torch.Tensor:
+            return pair[0] * pair[1] + bias
+
+    a, b, bias = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    prog = fastonnx.export(
+        Nested(),
+        ([a, b],),
+        kwargs={"bias": bias},
+        input_names=["a", "b", "bias"],
+        dynamic_axes={"a": {0: "n"}, "b": {0: "n"}, "bias": {0: "n"}},
+    )
+    assert {k: v for k, v in _dims(prog.model_proto).items() if k != prog.result.output_names[0]} == {
+        "a": ["n", 4],
+        "b": ["n", 4],
+        "bias": ["n", 4],
+    }
+    a, b, bias = torch.randn(6, 4), torch.randn(6, 4), torch.randn(6, 4)
+    torch.testing.assert_close(prog([a, b], bias=bias)[0], a * b + bias)
