@@ -14,6 +14,7 @@ import pathlib
 import runpy
 import socket
 import tempfile
+from typing import Any
 
 os.environ["YOLO_OFFLINE"] = "1"  # ultralytics: no update checks, no analytics, no downloads
 os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="fastonnx-yolo-settings-"))
@@ -73,12 +74,13 @@ def _raw(yolo: YOLO, x: torch.Tensor) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _compare_predictions(yolo: YOLO, onnx_path: str, task: str, x: torch.Tensor) -> int:
-    """ultralytics' own pipeline on the ONNX file vs on the PyTorch model, on the same input tensor
-    (a tensor goes in without letterboxing, so both see the same pixels)."""
+def _compare_predictions(yolo: YOLO, onnx_path: str, task: str, x: Any, imgsz: int | None = None) -> int:
+    """ultralytics' own pipeline on the ONNX file vs on the PyTorch model, on the same input (a tensor
+    goes in without letterboxing, so both see the same pixels)."""
     conf = 0.05
-    (theirs,) = yolo.predict(x, conf=conf, verbose=False)
-    (ours,) = YOLO(onnx_path, task=task).predict(x, conf=conf, verbose=False)
+    size = {} if imgsz is None else {"imgsz": imgsz}
+    (theirs,) = yolo.predict(x, conf=conf, verbose=False, **size)
+    (ours,) = YOLO(onnx_path, task=task).predict(x, conf=conf, verbose=False, **size)
     assert len(theirs.boxes) > 0
     assert len(ours.boxes) == len(theirs.boxes)
     torch.testing.assert_close(ours.boxes.cls, theirs.boxes.cls)
@@ -112,6 +114,11 @@ def test_ultralytics_export_under_the_patch(cfg, task, dynamic, tmp_path, monkey
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for _, h, w in sizes:
         _compare_predictions(yolo, path, task, torch.rand(1, 3, h, w, generator=g))
+    if dynamic:
+        # an HWC uint8 image through ultralytics' own letterboxing: a dynamic model gets the same
+        # rectangular padding as the PyTorch model, so both see the same pixels
+        image = (torch.rand(200, 260, 3, generator=g) * 255).to(torch.uint8).numpy()
+        _compare_predictions(yolo, path, task, image, imgsz=192)
 
 
 # ---- timm ------------------------------------------------------------------------------------------
