@@ -159,7 +159,7 @@ def test_intermediate_names_the_wrong_converter_in_a_transformer() -> None:
     inter = check.intermediate
     assert inter is not None and inter.first_divergence is not None
     div = inter.first_divergence
-    wrong = _only_node(result._ep, op)
+    wrong = _only_node(result.exported_program, op)
     assert div.fx_node == wrong.name
     assert div.target == "fastonnx_diag_test.quick_gelu.default"
     assert "test_verification.py" in div.source_line
@@ -170,8 +170,8 @@ def test_intermediate_names_the_wrong_converter_in_a_transformer() -> None:
     assert div.inputs_agreeing == [wrong.args[0].name] and div.inputs_not_compared == []
     assert div.info.max_abs_diff > 1e-2
     # everything before the wrong node agrees
-    before = {n.name for n in result._ep.graph.nodes if n.op == "call_function"}
-    order = [n.name for n in result._ep.graph.nodes]
+    before = {n.name for n in result.exported_program.graph.nodes if n.op == "call_function"}
+    order = [n.name for n in result.exported_program.graph.nodes]
     earlier = set(order[: order.index(wrong.name)]) & before
     assert all(c.info.passed for c in inter.checks if c.fx_node in earlier)
     assert len([c for c in inter.checks if c.fx_node in earlier]) > 20
@@ -222,7 +222,7 @@ def test_intermediate_names_the_wrong_converter_in_a_cnn() -> None:
     inter = result.verify(x, intermediate=True).intermediate
     assert inter is not None and inter.first_divergence is not None
     div = inter.first_divergence
-    wrong = _only_node(result._ep, torch.ops.aten.silu.default)
+    wrong = _only_node(result.exported_program, torch.ops.aten.silu.default)
     assert (div.fx_node, div.target) == (wrong.name, "aten.silu.default")
     assert "x = F.silu(self.conv2(x))" in div.source_line
     assert div.inputs_agreeing == [wrong.args[0].name]  # conv2's output
@@ -245,7 +245,7 @@ def test_intermediate_on_a_correct_cnn_skips_what_optimization_removed() -> None
 def test_verify_without_the_model_kept_is_refused() -> None:
     x = torch.randn(4, 8)
     result = fastonnx.to_onnx(TwoOutputs().eval(), (x,))
-    result._model = result._ep = None
+    result._model = result.exported_program = None
     with pytest.raises(fastonnx.InputError, match="does not hold the model"):
         result.verify(x)
 
@@ -306,7 +306,9 @@ def test_intermediate_names_a_wrong_aten_converter_in_a_transformers_llama() -> 
     inter = result.verify(ids, intermediate=True).intermediate
     assert inter is not None and inter.first_divergence is not None
     div = inter.first_divergence
-    first_rsqrt = next(n for n in result._ep.graph.nodes if n.target == torch.ops.aten.rsqrt.default)
+    first_rsqrt = next(
+        n for n in result.exported_program.graph.nodes if n.target == torch.ops.aten.rsqrt.default
+    )
     assert (div.fx_node, div.target) == (first_rsqrt.name, "aten.rsqrt.default")
     assert (
         "modeling_llama.py" in div.source_line

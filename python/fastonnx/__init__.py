@@ -16,6 +16,7 @@ from fastonnx.errors import (
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
+from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
 from fastonnx.verification import Verification, VerificationInfo
 from fastonnx.weights import attach_weights
 
@@ -30,6 +31,7 @@ __all__ = [
     "GraphError",
     "InputError",
     "ModelTooLargeError",
+    "ONNXProgram",
     "OpsetError",
     "RuntimeCheckError",
     "SerializationError",
@@ -38,5 +40,7 @@ __all__ = [
     "VerificationInfo",
     "__version__",
     "attach_weights",
+    "export",
+    "patch_torch_onnx",
     "to_onnx",
 ]

@@ -179,7 +179,7 @@ def _export(
 
     call_spec = ep.call_spec
     result = ExportResult(builder, layout, call_spec.in_spec, call_spec.out_spec, stats)
-    result._model, result._ep, result._trace = model, ep, interp.trace
+    result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
         info = result.save(filename, external_data)

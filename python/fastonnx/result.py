@@ -38,11 +38,12 @@ class ExportResult:
         self._out_spec = out_spec
         self.stats = stats
         self.path: str | None = None
+        # the program the graph was converted from (set by to_onnx; None when built otherwise)
+        self.exported_program: torch.export.ExportedProgram | None = None
         self._proto: onnx.ModelProto | None = None
         self._session: onnxruntime.InferenceSession | None = None
         # kept by to_onnx for verify(): what eager runs, the captured program and the FX -> ONNX trace
         self._model: Any = None
-        self._ep: torch.export.ExportedProgram | None = None
         self._trace: Trace | None = None
 
     @property
@@ -156,8 +157,8 @@ class ExportResult:
         from fastonnx import verification
 
         eager = self._model
-        if eager is None and self._ep is not None:
-            eager = self._ep.module()
+        if eager is None and self.exported_program is not None:
+            eager = self.exported_program.module()
         if eager is None:
             raise InputError(
                 "this ExportResult does not hold the model it was exported from: nothing to compare"

@@ -309,7 +309,7 @@ def verify_intermediate(
     from fastonnx.interpreter import source_line
     from fastonnx.result import _to_numpy
 
-    ep = result._ep
+    ep = result.exported_program
     trace = result._trace
     if ep is None or trace is None:
         raise ValueError(

@@ -1,0 +1,373 @@
+"""``fastonnx.export``: torch.onnx.export's signature (TorchScript-era and dynamo-era keywords) on
+fastonnx's exporter. Every keyword of the pinned torch's torch.onnx.export is listed in ``KEYWORDS``
+with what it does here: mapped to to_onnx, ignored (one log line when set to a non-default value), or
+refused (InputError) where honouring it is impossible. tests/test_torch_compat.py checks that the list
+matches torch's signature, so a torch upgrade that adds a keyword fails there first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import IO, Any, Literal
+
+import torch
+
+from fastonnx.api import _check_writable, to_onnx
+from fastonnx.errors import InputError
+from fastonnx.result import ExportResult
+from fastonnx.torch_compat import dynamic_axes as axes_mod
+from fastonnx.torch_compat.program import ONNXProgram, write
+
+log = logging.getLogger("fastonnx")
+
+Handling = Literal["mapped", "ignored", "refused"]
+
+# What each of torch.onnx.export's keywords does in fastonnx.export (the README's table says the same).
+# "refused" means refused unless it has its default (harmless) value.
+KEYWORDS: dict[str, Handling] = {
+    "kwargs": "mapped",
+    "verbose": "mapped",
+    "input_names": "mapped",
+    "output_names": "mapped",
+    "opset_version": "mapped",
+    "dynamo": "ignored",
+    "external_data": "mapped",
+    "dynamic_shapes": "mapped",
+    "custom_translation_table": "refused",
+    "report": "mapped",
+    "optimize": "mapped",
+    "verify": "mapped",
+    "profile": "ignored",
+    "dump_exported_program": "mapped",
+    "artifacts_dir": "mapped",
+    "export_params": "refused",
+    "keep_initializers_as_inputs": "refused",
+    "dynamic_axes": "mapped",
+    "training": "mapped",
+    "operator_export_type": "refused",
+    "do_constant_folding": "ignored",
+    "custom_opsets": "ignored",
+    "export_modules_as_functions": "refused",
+    "autograd_inlining": "ignored",
+}
+
+
+def export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[Any, ...] | torch.Tensor = (),
+    f: str | os.PathLike[str] | IO[bytes] | None = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    verbose: bool | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    opset_version: int | None = None,
+    dynamo: bool = True,
+    external_data: bool | None = None,
+    dynamic_shapes: dict[str, Any] | tuple[Any, ...] | list[Any] | None = None,
+    custom_translation_table: dict[Callable[..., Any], Any] | None = None,
+    report: bool = False,
+    optimize: bool | str = True,
+    verify: bool = False,
+    profile: bool = False,
+    dump_exported_program: bool = False,
+    artifacts_dir: str | os.PathLike[str] = ".",
+    export_params: bool = True,
+    keep_initializers_as_inputs: bool | None = False,
+    dynamic_axes: Mapping[str, Mapping[int, str]] | Mapping[str, Sequence[int]] | None = None,
+    training: Any = None,
+    operator_export_type: Any = None,
+    do_constant_folding: bool = True,
+    custom_opsets: Mapping[str, int] | None = None,
+    export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
+    autograd_inlining: bool = True,
+    custom_converters: dict[Any, Callable[..., Any]] | None = None,
+) -> ONNXProgram:
+    """Export like ``torch.onnx.export(model, args, f, ...)``, with fastonnx.
+
+    ``args`` is a tuple or a single tensor; a trailing dict in the tuple is taken as keyword inputs
+    when ``kwargs`` is not given (torch's TorchScript-era convention). ``f`` is a path, a PathLike,
+    a binary file object (the bytes are written into it), or None (nothing written). Returns an
+    ``ONNXProgram`` in every case (torch returns None with ``dynamo=False``; callers ignore it then).
+
+    Differences from torch, by design: the model is always captured with torch.export (``dynamo`` is
+    ignored); ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
+    default here) keeps the weights in the .onnx file up to 2 GiB, like the TorchScript exporter;
+    ``output_names`` must name every tensor output; a dim asked to be dynamic that torch.export
+    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``). See the README, "Switching from torch.onnx.export",
+    for the table of every keyword.
+    """
+    with _verbose_logging(bool(verbose)):
+        return _export(
+            model,
+            args,
+            f,
+            kwargs=kwargs,
+            input_names=input_names,
+            output_names=output_names,
+            opset_version=opset_version,
+            dynamo=dynamo,
+            external_data=external_data,
+            dynamic_shapes=dynamic_shapes,
+            custom_translation_table=custom_translation_table,
+            report=report,
+            optimize=optimize,
+            verify=verify,
+            profile=profile,
+            dump_exported_program=dump_exported_program,
+            artifacts_dir=artifacts_dir,
+            export_params=export_params,
+            keep_initializers_as_inputs=keep_initializers_as_inputs,
+            dynamic_axes=dynamic_axes,
+            training=training,
+            operator_export_type=operator_export_type,
+            do_constant_folding=do_constant_folding,
+            custom_opsets=custom_opsets,
+            export_modules_as_functions=export_modules_as_functions,
+            autograd_inlining=autograd_inlining,
+            custom_converters=custom_converters,
+        )
+
+
+def _export(
+    model: Any,
+    args: Any,
+    f: Any,
+    *,
+    kwargs: dict[str, Any] | None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    opset_version: int | None,
+    dynamo: bool,
+    external_data: bool | None,
+    dynamic_shapes: Any,
+    custom_translation_table: Any,
+    report: bool,
+    optimize: bool | str,
+    verify: bool,
+    profile: bool,
+    dump_exported_program: bool,
+    artifacts_dir: str | os.PathLike[str],
+    export_params: bool,
+    keep_initializers_as_inputs: bool | None,
+    dynamic_axes: Any,
+    training: Any,
+    operator_export_type: Any,
+    do_constant_folding: bool,
+    custom_opsets: Mapping[str, int] | None,
+    export_modules_as_functions: Any,
+    autograd_inlining: bool,
+    custom_converters: dict[Any, Callable[..., Any]] | None,
+) -> ONNXProgram:
+    # ---- refused: what fastonnx cannot honour ----------------------------------------------------
+    if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+        raise InputError(
+            "model is a TorchScript module or function, which torch.export cannot capture: pass the "
+            "original nn.Module"
+        )
+    if custom_translation_table:
+        raise InputError(
+            "custom_translation_table holds onnxscript functions, which fastonnx does not run: give "
+            "fastonnx converters instead with custom_converters={'aten.op.overload': fn} "
+            "(see custom_converters in the README's API section)"
+        )
+    if export_modules_as_functions not in (False, None):
+        raise InputError(
+            "export_modules_as_functions is not supported: fastonnx exports a flat graph (pass False)"
+        )
+    _check_operator_export_type(operator_export_type)
+    if not export_params:
+        raise InputError(
+            "export_params=False is not supported: to export the graph without weights, build the model "
+            "on the meta device (the file's weights are filled later with fastonnx.attach_weights)"
+        )
+    if keep_initializers_as_inputs:
+        raise InputError(
+            "keep_initializers_as_inputs=True is not supported: fastonnx writes weights as initializers "
+            "only (IR >= 4 does not list them as inputs)"
+        )
+    if dynamic_axes and dynamic_shapes is not None:
+        raise InputError("give dynamic_axes or dynamic_shapes, not both")
+    # ---- ignored: no meaning for fastonnx --------------------------------------------------------
+    if dynamo is False:
+        log.info("dynamo=False: ignored, fastonnx always captures the model with torch.export")
+    if not do_constant_folding:
+        log.info("do_constant_folding=False: ignored, fastonnx folds constants as part of optimize")
+    if custom_opsets:
+        log.info("custom_opsets: ignored, fastonnx sets each domain's version from the nodes it emits")
+    if not autograd_inlining:
+        log.info("autograd_inlining=False: ignored, it concerns the TorchScript tracer only")
+    if profile:
+        log.info("profile=True: ignored, the time of each stage is in ONNXProgram.stats")
+
+    # ---- mapped ---------------------------------------------------------------------------------
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    elif isinstance(args, list):
+        args = tuple(args)
+    if isinstance(args, tuple) and args and isinstance(args[-1], dict) and kwargs is None:
+        args, kwargs = args[:-1], dict(args[-1])
+    if f is not None and not isinstance(f, (str, os.PathLike)) and not callable(getattr(f, "write", None)):
+        raise InputError(
+            f"f must be a path, an os.PathLike, a binary file object or None, got {type(f).__name__}"
+        )
+    if isinstance(f, (str, os.PathLike)):
+        _check_writable(os.fspath(f))  # before the (long) capture, as to_onnx does
+    output_axes: axes_mod.AxisNames = {}
+    if dynamic_axes:
+        if not isinstance(model, torch.nn.Module):
+            raise InputError("dynamic_axes needs an nn.Module: an ExportedProgram's shapes are already fixed")
+        named = axes_mod.axis_names(dynamic_axes)
+        dynamic_shapes, output_axes = axes_mod.to_dynamic_shapes(
+            model, args, kwargs or {}, input_names, output_names, named
+        )
+
+    t0 = time.perf_counter()
+    with _mode_for_export(model, training), _onnx_exporting():
+        result = to_onnx(
+            model,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            opset=opset_version,
+            optimize=optimize,
+            input_names=input_names,
+            output_names=output_names,
+            custom_converters=custom_converters,
+            # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
+            # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx does
+            strict_dynamic=False,
+            report=_report_path(report, artifacts_dir),
+            verify=verify,
+        )
+    if output_axes:
+        _name_output_dims(result, output_axes)
+    if dump_exported_program and result.exported_program is not None:
+        folder = os.fspath(artifacts_dir)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"onnx_export_{time.strftime('%Y-%m-%d_%H-%M-%S')}.pt2")
+        torch.export.save(result.exported_program, path)
+        log.info("exported program written to %s", path)
+    if f is not None:
+        t1 = time.perf_counter()
+        write(result, f, external_data)
+        result.stats["write_s"] = time.perf_counter() - t1
+    log.info("fastonnx.export: %.3fs, %s", time.perf_counter() - t0, result)
+    return ONNXProgram(result, optimized=optimize is not False)
+
+
+@contextlib.contextmanager
+def _onnx_exporting() -> Iterator[None]:
+    """torch.onnx.is_in_onnx_export() is True while the model is captured, as under torch's exporters:
+    models that branch on it take their export path. The flag is torch's (private) one; without it
+    (another torch) the export goes on and the function keeps returning False."""
+    try:
+        from torch.onnx._internal.exporter import _flags
+    except ImportError:
+        yield
+        return
+    before = getattr(_flags, "_is_onnx_exporting", False)
+    _flags._is_onnx_exporting = True
+    try:
+        yield
+    finally:
+        _flags._is_onnx_exporting = before
+
+
+def _report_path(report: bool, artifacts_dir: str | os.PathLike[str]) -> str | bool:
+    """torch's report=True writes a markdown report into artifacts_dir: so does fastonnx's (to_onnx's
+    report, written also when the export fails)."""
+    if not report:
+        return False
+    folder = os.fspath(artifacts_dir)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"onnx_export_{time.strftime('%Y-%m-%d_%H-%M-%S')}_fastonnx_report.md")
+
+
+def _check_operator_export_type(value: Any) -> None:
+    if value is None:
+        return
+    name = getattr(value, "name", None)
+    if name != "ONNX":
+        raise InputError(
+            f"operator_export_type={value!r} is not supported: fastonnx exports standard ONNX operators "
+            "only (OperatorExportTypes.ONNX); give custom_converters for ops that need another form"
+        )
+
+
+@contextlib.contextmanager
+def _mode_for_export(model: Any, training: Any) -> Iterator[None]:
+    """torch's TrainingMode: EVAL (the default) exports the module in eval mode and restores its mode
+    afterwards, as the TorchScript exporter does; PRESERVE keeps the module's mode, which must then be
+    eval; TRAINING is refused: fastonnx exports inference graphs."""
+    name = "EVAL" if training is None else getattr(training, "name", str(training))
+    is_module = isinstance(model, torch.nn.Module)
+    if name == "TRAINING" or (name == "PRESERVE" and is_module and model.training):
+        raise InputError(
+            f"training={training!r} asks for a training-mode graph: fastonnx exports inference graphs "
+            "(use TrainingMode.EVAL, or call model.eval())"
+        )
+    if name not in ("EVAL", "PRESERVE"):
+        raise InputError(f"training must be a torch.onnx.TrainingMode, got {training!r}")
+    if name == "PRESERVE" or not is_module or not model.training:
+        yield
+        return
+    # eval() flips every submodule: remember each one's mode to restore it exactly
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+
+
+def _name_output_dims(result: ExportResult, output_axes: axes_mod.AxisNames) -> None:
+    """dynamic_axes entries for outputs name the output's dims (the symbolic ones; a dim torch.export
+    fixed stays fixed, with a warning)."""
+    builder = result._builder
+    outputs = set(builder.output_names())
+    for name, axes in output_axes.items():
+        if name not in outputs:
+            raise InputError(f"dynamic_axes names output {name!r}, which the model does not have")
+        shape = builder.shape(name)
+        if shape is None:
+            continue
+        for axis, dim in axes.items():
+            if not -len(shape) <= axis < len(shape):
+                raise InputError(
+                    f"dynamic_axes[{name!r}]: axis {axis} is not an axis of a {len(shape)}-d output"
+                )
+            if isinstance(shape[axis], int):
+                log.warning(
+                    "output %r dim %d was asked to be dynamic but is fixed at %d in the exported graph",
+                    name,
+                    axis,
+                    shape[axis],
+                )
+                continue
+            shape[axis] = dim
+        builder.set_type(name, builder.dtype(name), shape)
+    result._proto = None
+
+
+@contextlib.contextmanager
+def _verbose_logging(verbose: bool) -> Iterator[None]:
+    """verbose=True: fastonnx's INFO lines (each keyword's handling, stage timings) go to stderr."""
+    if not verbose:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("fastonnx: %(message)s"))
+    old_level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
