@@ -19,7 +19,9 @@ from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
 from fastonnx.interpreter import Interpreter
+from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.opsets import ir_version_for, resolve_opset
+from fastonnx.progress import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 from fastonnx.weights import DEFERRED_KEY
@@ -44,6 +46,8 @@ def to_onnx(
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
+    durable: bool = False,
+    progress: bool | None = None,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -57,7 +61,53 @@ def to_onnx(
     raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
     the fixed size and a warning instead. Safe to call from several threads: the capture is
     serialised, conversion and writing run in parallel.
+
+    Ctrl-C stops the export within about a second at any stage (KeyboardInterrupt, the files already
+    at ``filename`` untouched, no temporary left); so does SIGTERM while the export runs on the main
+    thread and no handler of the program's own is installed (``fastonnx.interrupt``).
+    ``durable=True`` flushes the written files and their folder to the disk before returning (for jobs
+    that hand the file on at once; it costs the time the disk takes to store them). ``progress``:
+    None shows a bar per stage on stderr when it is a terminal and the stage runs past a second,
+    True always, False never.
     """
+    with sigterm_as_interrupt():
+        return _export(
+            model,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            opset=opset,
+            filename=filename,
+            external_data=external_data,
+            optimize=optimize,
+            input_names=input_names,
+            output_names=output_names,
+            custom_converters=custom_converters,
+            decompositions=decompositions,
+            strict_dynamic=strict_dynamic,
+            durable=durable,
+            progress=progress,
+        )
+
+
+def _export(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    *,
+    dynamic_shapes: Any,
+    opset: int | None,
+    filename: str | os.PathLike[str] | None,
+    external_data: bool | None,
+    optimize: bool | str,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    custom_converters: dict[Any, Callable[..., Any]] | None,
+    decompositions: dict[Any, Callable[..., Any]] | None,
+    strict_dynamic: bool,
+    durable: bool,
+    progress: bool | None,
+) -> ExportResult:
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
@@ -65,33 +115,38 @@ def to_onnx(
     if optimize not in _OPTIMIZE_LEVELS:
         raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
     opset = resolve_opset(opset)
+    bars = Progress(progress)
     if filename is not None:
         _check_writable(os.fspath(filename))
     registry = Registry(custom_converters)
     stats: dict[str, Any] = {"opset": opset}
 
     t0 = time.perf_counter()
-    capture_mod.register_pytree_types()
-    requested: dynamic.Requested = {}
-    if isinstance(model, torch.nn.Module):
-        dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
-    ep = capture_mod.prepare(ep, decompositions, stats)
+    with bars.timed("capture"):
+        capture_mod.register_pytree_types()
+        requested: dynamic.Requested = {}
+        if isinstance(model, torch.nn.Module):
+            dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
+        ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
+        ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
 
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
     interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
-    with torch.no_grad(), _heap_set_aside():
-        layout = interp.run()
+    with bars.stage("convert", unit="node") as stage, torch.no_grad(), _heap_set_aside():
+        layout = interp.run(stage.update if stage.enabled else None)
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)
     if interp.custom_used:
         stats["custom_converters_used"] = sorted(interp.custom_used)
 
-    stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
+    with bars.stage("optimize", unit="pass") as stage:
+        stats["optimize"] = builder.optimize(
+            _OPTIMIZE_LEVELS[optimize], stage.update if stage.enabled else None
+        )
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
@@ -106,7 +161,7 @@ def to_onnx(
     result = ExportResult(builder, layout, call_spec.in_spec, call_spec.out_spec, stats)
     stats["write_s"] = 0.0
     if filename is not None:
-        info = result.save(filename, external_data)
+        info = result.save(filename, external_data, durable=durable, progress=progress)
         stats["write_s"] = time.perf_counter() - t3
         stats["file"] = info
         if info.get("switched_to_external"):
