@@ -38,7 +38,12 @@ def main() -> None:
     model = Zeros(n_bytes).eval()
     print("exporting", flush=True)
     fastonnx.to_onnx(
-        model, (torch.ones(1),), filename=f"{folder}/m.onnx", external_data=True, optimize=False, durable=durable
+        model,
+        (torch.ones(1),),
+        filename=f"{folder}/m.onnx",
+        external_data=True,
+        optimize=False,
+        durable=durable,
     )
     print("finished", flush=True)
 
