@@ -127,7 +127,7 @@ class Stage:
         style: dict[str, Any] = {"unit_scale": True} if self.byte_counts else {}
         if self.bar_format is not None:
             style["bar_format"] = self.bar_format
-        return tqdm(
+        bar = tqdm(
             desc=self.desc,
             total=self.total,
             unit=self.unit,
@@ -137,6 +137,9 @@ class Stage:
             leave=True,
             **style,
         )
+        # the bar appears late: its clock (wall time, as tqdm keeps it) starts with the stage
+        bar.start_t = time.time() - (time.monotonic() - self.started)
+        return bar
 
     def close(self, completed: bool) -> None:
         if not self.enabled:
