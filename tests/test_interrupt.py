@@ -15,10 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import fastonnx
+from fastonnx import dtypes
+from fastonnx._core import GraphBuilder
 
 TESTS = Path(__file__).parent
 N_BYTES = 2 << 30
@@ -142,3 +145,51 @@ def test_ctrl_c_during_the_conversion_is_not_wrapped() -> None:
         fastonnx.to_onnx(
             torch.nn.ReLU(), (torch.randn(3),), custom_converters={torch.ops.aten.relu.default: interrupted}
         )
+
+
+class Stop(Exception):
+    """What a progress callback (or a signal handler it ran) raised."""
+
+
+def weighted_builder(n_bytes: int) -> GraphBuilder:
+    g = GraphBuilder(20, 9)
+    x = g.add_input("x", dtypes.FLOAT, [n_bytes // 4])
+    w = g.add_initializer("w", np.zeros(n_bytes, np.uint8), dtypes.FLOAT, [n_bytes // 4])
+    (y,) = g.add_node("Add", [x, w])
+    g.set_type(y, dtypes.FLOAT, [n_bytes // 4])
+    g.add_output(y)
+    return g
+
+
+@pytest.mark.parametrize("n_bytes", [4096, 16 << 20], ids=["at the end", "between pieces"])
+def test_an_exception_raised_during_the_write_comes_out_unchanged(tmp_path: Path, n_bytes: int) -> None:
+    write_old_files(tmp_path)
+    g = weighted_builder(n_bytes)
+    seen: list[tuple[int, int]] = []
+
+    def stop(done: int, total: int) -> None:
+        seen.append((done, total))
+        if done > 0:
+            raise Stop(done)
+
+    with pytest.raises(Stop):
+        g.save(str(tmp_path / "m.onnx"), True, progress=stop)
+    assert seen and seen[-1][0] > 0
+    if n_bytes > 4096:
+        assert seen[-1][0] < seen[-1][1]  # stopped mid-write, not at the last call
+    assert_old_files_only(tmp_path)
+    info = g.save(str(tmp_path / "m.onnx"), True, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (info["model_bytes"] + info["data_bytes"],) * 2
+
+
+def test_an_exception_raised_between_passes_comes_out_unchanged() -> None:
+    g = weighted_builder(64)
+    calls: list[tuple[int, int]] = []
+
+    def stop(done: int, total: int) -> None:
+        calls.append((done, total))
+        raise Stop
+
+    with pytest.raises(Stop):
+        g.optimize("default", stop)
+    assert len(calls) == 1 and calls[0][0] == 0 and calls[0][1] > 1
