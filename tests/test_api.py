@@ -47,6 +47,24 @@ def test_external_data_round_trip(tmp_path) -> None:
     torch.testing.assert_close(result(x), model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_durable_saves_write_the_same_model(tmp_path) -> None:
+    model = MLP().eval()
+    x = torch.randn(5, 16)
+    plain = fastonnx.to_onnx(model, (x,), filename=tmp_path / "a.onnx", external_data=True)
+    durable = fastonnx.to_onnx(model, (x,), filename=tmp_path / "b.onnx", external_data=True, durable=True)
+    assert (tmp_path / "a.onnx.data").read_bytes() == (tmp_path / "b.onnx.data").read_bytes()
+    torch.testing.assert_close(durable(x), model(x), atol=1e-5, rtol=1e-5)
+    plain.save(tmp_path / "c.onnx", durable=True)
+    assert (tmp_path / "c.onnx").read_bytes() == plain.to_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.onnx",
+        "a.onnx.data",
+        "b.onnx",
+        "b.onnx.data",
+        "c.onnx",
+    ]
+
+
 def test_input_and_output_names(tmp_path) -> None:
     model = MLP().eval()
     x = torch.randn(2, 16)

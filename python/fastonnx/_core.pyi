@@ -1,7 +1,7 @@
 """Typed stubs of the native module built from rust/python (checked by mypy.stubtest in tests)."""
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 __version__: str
@@ -79,10 +79,18 @@ class GraphBuilder:
     def num_initializers(self) -> int: ...
     def input_names(self) -> list[str]: ...
     def output_names(self) -> list[str]: ...
-    def optimize(self, level: str) -> dict[str, int]: ...
+    def optimize(
+        self, level: str, progress: Callable[[int, int], object] | None = None
+    ) -> dict[str, int]: ...
     def to_bytes(self) -> bytes: ...
     def save(
-        self, path: str | os.PathLike[str], external_data: bool | None = None, location: str | None = None
+        self,
+        path: str | os.PathLike[str],
+        external_data: bool | None = None,
+        location: str | None = None,
+        *,
+        durable: bool = False,
+        progress: Callable[[int, int], object] | None = None,
     ) -> dict[str, Any]: ...
 
 @final

@@ -20,7 +20,9 @@ from fastonnx._core import GraphBuilder, GraphError
 from fastonnx.context import ConversionContext
 from fastonnx.errors import ConversionError, InputError
 from fastonnx.interpreter import Interpreter
+from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.opsets import ir_version_for, resolve_opset
+from fastonnx.progress import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 from fastonnx.weights import DEFERRED_KEY
@@ -48,6 +50,8 @@ def to_onnx(
     report: bool | str | os.PathLike[str] = False,
     verify: bool = False,
     verbose: bool = False,
+    durable: bool = False,
+    progress: bool | None = None,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -69,12 +73,20 @@ def to_onnx(
     logged as a warning, not raised). ``verbose=True`` logs each stage through the ``fastonnx`` logger
     (to stderr when nothing else handles it) and puts the builder-state dump (``.debug``) of a
     conversion error into its message, as ``FASTONNX_DEBUG=1`` does.
+
+    Ctrl-C stops the export within about a second at any stage (KeyboardInterrupt, the files already
+    at ``filename`` untouched, no temporary left); so does SIGTERM while the export runs on the main
+    thread and no handler of the program's own is installed (``fastonnx.interrupt``).
+    ``durable=True`` flushes the written files and their folder to the disk before returning (for jobs
+    that hand the file on at once; it costs the time the disk takes to store them). ``progress``:
+    None shows a bar per stage on stderr when it is a terminal and the stage runs past a second,
+    True always, False never.
     """
     path = report_mod.report_path(report, filename, model)
     options = {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename}
     # the stages followed also without a report: an error outside any node still gets the builder's state
     record = report_mod.ExportRecord(path, model, args, dict(kwargs or {}), options)
-    with _verbose_logging(verbose):
+    with sigterm_as_interrupt(), _verbose_logging(verbose):
         try:
             result = _export(
                 model,
@@ -91,6 +103,8 @@ def to_onnx(
                 decompositions,
                 strict_dynamic,
                 record,
+                durable=durable,
+                progress=progress,
             )
             if verify:
                 _verify(result, model, args, dict(kwargs or {}), record)
@@ -119,6 +133,9 @@ def _export(
     decompositions: dict[Any, Callable[..., Any]] | None,
     strict_dynamic: bool,
     record: report_mod.ExportRecord,
+    *,
+    durable: bool,
+    progress: bool | None,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -128,6 +145,7 @@ def _export(
     if optimize not in _OPTIMIZE_LEVELS:
         raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
     opset = resolve_opset(opset)
+    bars = Progress(progress)
     if filename is not None:
         _check_writable(os.fspath(filename))
     registry = Registry(custom_converters)
@@ -135,12 +153,13 @@ def _export(
     record.stats, record.registry, record.stage = stats, registry, "capture"
 
     t0 = time.perf_counter()
-    capture_mod.register_pytree_types()
-    requested: dynamic.Requested = {}
-    if isinstance(model, torch.nn.Module):
-        dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-    ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
-    ep = capture_mod.prepare(ep, decompositions, stats)
+    with bars.timed("capture"):
+        capture_mod.register_pytree_types()
+        requested: dynamic.Requested = {}
+        if isinstance(model, torch.nn.Module):
+            dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
+        ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
+        ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
     log.info("capture: %.3fs, %d FX nodes", t1 - t0, len(ep.graph.nodes))
@@ -150,8 +169,8 @@ def _export(
     ctx = ConversionContext(builder, opset)
     record.builder = builder
     interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
-    with torch.no_grad(), _heap_set_aside():
-        layout = interp.run()
+    with bars.stage("convert", unit="node") as stage, torch.no_grad(), _heap_set_aside():
+        layout = interp.run(stage.update if stage.enabled else None)
         # names before the passes rename or remove nodes: what each FX node made (~0.3 us per node)
         interp.trace.node_names = builder.node_names()
     t2 = time.perf_counter()
@@ -164,7 +183,10 @@ def _export(
         record.count_before_optimize(builder)
     record.stage = "optimize"
 
-    stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
+    with bars.stage("optimize", unit="pass") as stage:
+        stats["optimize"] = builder.optimize(
+            _OPTIMIZE_LEVELS[optimize], stage.update if stage.enabled else None
+        )
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
@@ -182,7 +204,7 @@ def _export(
     result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
-        info = result.save(filename, external_data)
+        info = result.save(filename, external_data, durable=durable, progress=progress)
         stats["write_s"] = time.perf_counter() - t3
         stats["file"] = info
         if info.get("switched_to_external"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,7 +100,9 @@ class Interpreter:
         self._top = ctx.g
 
     # ---- driver ---------------------------------------------------------------------------------
-    def run(self) -> Layout:
+    def run(self, progress: Callable[[int, int], None] | None = None) -> Layout:
+        """Converts every node; ``progress(i, n)`` is called before node i of n (a Ctrl-C raises
+        KeyboardInterrupt between two nodes: nothing here catches it)."""
         # the per-node complex check costs a walk over every argument: skip it for real-only programs
         self._complex = _program_has_complex(self.ep.graph_module)
         sig = self.ep.graph_signature
@@ -124,6 +126,8 @@ class Interpreter:
         )
         user_index = 0
         for i, node in enumerate(nodes):
+            if progress is not None:
+                progress(i, len(nodes))
             if node.op == "placeholder":
                 spec = specs.get(node.name)
                 if _is_user(spec):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,8 @@ from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
 from fastonnx.errors import InputError, RuntimeCheckError
 from fastonnx.interpreter import Layout
+from fastonnx.interrupt import sigterm_as_interrupt
+from fastonnx.progress import Progress
 
 if TYPE_CHECKING:
     import onnx
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
 
     from fastonnx.debug import Trace
     from fastonnx.verification import Verification
+
+log = logging.getLogger("fastonnx")
 
 
 class ExportResult:
@@ -67,9 +72,36 @@ class ExportResult:
         """The serialized model, weights inline (fails over 2 GiB: save with external data instead)."""
         return self._builder.to_bytes()
 
-    def save(self, path: str | os.PathLike[str], external_data: bool | None = None) -> dict[str, Any]:
-        """Write the model atomically; external_data=None switches to a .data file past 2 GiB."""
-        info = self._builder.save(os.fspath(path), external_data)
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        external_data: bool | None = None,
+        *,
+        durable: bool = False,
+        progress: bool | None = None,
+    ) -> dict[str, Any]:
+        """Write the model atomically; external_data=None switches to a .data file past 2 GiB.
+
+        ``durable=True`` flushes the data file and the model file to the disk before they are renamed
+        into place, and the folder after. Ctrl-C (and SIGTERM, see ``fastonnx.interrupt``) stops the
+        write between two 2 MiB pieces: KeyboardInterrupt, temporaries removed, old files untouched.
+        Temporaries that killed exports of this host left in the folder are removed first
+        (``info["swept"]``, logged). ``progress`` as in ``to_onnx``.
+        """
+        bars = Progress(progress)
+        with sigterm_as_interrupt(), bars.stage("write", unit="B", byte_counts=True) as stage:
+            info = self._builder.save(
+                os.fspath(path),
+                external_data,
+                durable=durable,
+                progress=stage.update if stage.enabled else None,
+            )
+        if info["swept"]:
+            log.warning(
+                "removed %d temporary files that killed exports left: %s",
+                len(info["swept"]),
+                ", ".join(info["swept"]),
+            )
         self.path = info["path"]
         self._session = None
         return info

@@ -22,6 +22,9 @@ pub enum Error {
          save it with external_data=True (or None, which switches on its own)"
     )]
     TooLarge { size: u64 },
+    /// The caller's hook (see [`crate::hook`]) asked the operation to stop (Ctrl-C, in Python).
+    #[error("stopped: {0}")]
+    Interrupted(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -5,10 +5,12 @@
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod hook;
 pub mod names;
 pub mod passes;
 pub mod prefetch;
 pub mod proto;
+pub mod temp;
 pub mod tensor;
 pub mod writer;
 

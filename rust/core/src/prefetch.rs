@@ -9,6 +9,7 @@
 //! row is larger than a piece).
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::tensor::{piece_buffer, TensorData, PIECE_BYTES};
@@ -23,12 +24,21 @@ pub const IN_FLIGHT_BYTES: usize = BUFFERS * PIECE_BYTES;
 type Filled = io::Result<(Vec<u64>, usize)>;
 
 /// Hands out, in the order the writer asks for them, the bytes of the computed tensors.
-pub struct Prefetched {
+pub struct Prefetched<'s> {
     filled: Receiver<Filled>,
     spent: SyncSender<Vec<u64>>,
+    /// set when the writer is done (finished, failed or stopped by its hook): the worker stops before
+    /// its next piece, even one it would not have to wait for
+    stop: &'s AtomicBool,
 }
 
-impl Prefetched {
+impl Drop for Prefetched<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Prefetched<'_> {
     /// Writes `data`: computed tensors from the worker's pieces, the others from their memory.
     /// `data` must come in the order given to `with_prefetch`.
     pub fn write<W: Write + ?Sized>(&mut self, data: &TensorData, w: &mut W) -> io::Result<()> {
@@ -57,9 +67,10 @@ impl Prefetched {
 /// (the tensors `body` will write, in the order it writes them).
 pub fn with_prefetch<R>(
     order: Vec<&TensorData>,
-    body: impl FnOnce(&mut Prefetched) -> io::Result<R>,
+    body: impl FnOnce(&mut Prefetched<'_>) -> io::Result<R>,
 ) -> io::Result<R> {
     let work: Vec<&TensorData> = order.into_iter().filter(|d| d.is_computed()).collect();
+    let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let (filled_tx, filled) = sync_channel(BUFFERS);
         let (spent, spent_rx) = sync_channel(BUFFERS);
@@ -68,15 +79,25 @@ pub fn with_prefetch<R>(
                 // cannot fail: the channel has room for every buffer and its receiver is alive
                 let _ = spent.send(Vec::with_capacity(PIECE_BYTES / 8));
             }
-            scope.spawn(move || produce(&work, &filled_tx, &spent_rx));
+            let stop = &stop;
+            scope.spawn(move || produce(&work, &filled_tx, &spent_rx, stop));
         }
         // the Prefetched (and so both channel ends the worker waits on) is dropped when body returns,
-        // which stops a worker left waiting after an error
-        body(&mut Prefetched { filled, spent })
+        // which raises the stop flag and stops a worker left waiting after an error
+        body(&mut Prefetched {
+            filled,
+            spent,
+            stop: &stop,
+        })
     })
 }
 
-fn produce(work: &[&TensorData], filled: &SyncSender<Filled>, spent: &Receiver<Vec<u64>>) {
+fn produce(
+    work: &[&TensorData],
+    filled: &SyncSender<Filled>,
+    spent: &Receiver<Vec<u64>>,
+    stop: &AtomicBool,
+) {
     for data in work {
         let pieces = match data.pieces() {
             Ok(p) => p,
@@ -86,6 +107,9 @@ fn produce(work: &[&TensorData], filled: &SyncSender<Filled>, spent: &Receiver<V
             }
         };
         for piece in pieces {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
             // a closed channel means the writer stopped (an error on its side): nothing left to do
             let Ok(mut buf) = spent.recv() else { return };
             let out = piece_buffer(&mut buf, piece.len());

@@ -6,15 +6,16 @@
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
 
 use crate::error::{io_err, Error, Result};
 use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
+use crate::hook::Hook;
 use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
+use crate::temp::{self, TempFile};
 use crate::tensor::Tensor;
 
 /// Protobuf messages must stay under 2 GiB (readers use signed 32-bit sizes).
@@ -44,6 +45,8 @@ pub struct SaveInfo {
     pub model_bytes: u64,
     pub data_bytes: u64,
     pub external_tensors: usize,
+    /// Temporaries of killed processes that were removed from the folder before writing.
+    pub swept: Vec<PathBuf>,
 }
 
 // ---- prost conversions --------------------------------------------------------------------------
@@ -327,7 +330,7 @@ fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
 
 fn write_model_with<W: Write>(
     p: &Plan<'_>,
-    ahead: &mut Prefetched,
+    ahead: &mut Prefetched<'_>,
     w: &mut W,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(32);
@@ -365,7 +368,7 @@ fn write_data<W: Write + Seek>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
 
 fn write_data_with<W: Write + Seek>(
     p: &Plan<'_>,
-    ahead: &mut Prefetched,
+    ahead: &mut Prefetched<'_>,
     w: &mut W,
 ) -> std::io::Result<()> {
     const ZEROS: [u8; 4096] = [0; 4096];
@@ -411,50 +414,117 @@ pub fn to_bytes(m: &Model) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// A temporary file that is removed unless it was renamed into place.
-struct TempFile {
-    path: PathBuf,
-    done: bool,
-}
+// ---- files: written through a meter, committed by renames ----------------------------------------
 
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.path);
-        }
+/// How many bytes are written between two calls of the hook (a tensor written in one `write_all` is
+/// cut into writes this large, so that a Ctrl-C is seen within milliseconds at any disk speed).
+const HOOK_BYTES: usize = 2 << 20;
+
+/// The hook's error, carried through the `io::Result`s of the write functions.
+#[derive(Debug)]
+struct Stop(Error);
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
+impl std::error::Error for Stop {}
 
-fn temp_beside(target: &Path) -> TempFile {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let file = target
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let path = target.with_file_name(format!(".{file}.tmp-{}-{n}", std::process::id()));
-    TempFile { path, done: false }
+/// The hook's error when the write was stopped by it, the file's I/O error otherwise.
+fn write_err(path: &Path, e: std::io::Error) -> Error {
+    if !e.get_ref().is_some_and(|inner| inner.is::<Stop>()) {
+        return io_err(path, e);
+    }
+    match e.into_inner().map(|inner| inner.downcast::<Stop>()) {
+        Some(Ok(stop)) => stop.0,
+        _ => Error::Interrupted("the write was stopped".to_owned()),
+    }
 }
 
+/// A file being written, counting its bytes for the hook: the bytes of the files written before it
+/// (`base`) and of this one, out of `total`.
+struct Metered<'a, 'h, W> {
+    inner: W,
+    pos: u64,
+    reported: u64,
+    base: u64,
+    total: u64,
+    hook: &'a mut Hook<'h>,
+}
+
+impl<W> Metered<'_, '_, W> {
+    fn report(&mut self) -> std::io::Result<()> {
+        self.reported = self.pos;
+        (self.hook)(self.base + self.pos, self.total).map_err(|e| std::io::Error::other(Stop(e)))
+    }
+}
+
+impl<W: Write> Write for Metered<'_, '_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(&buf[..buf.len().min(HOOK_BYTES)])?;
+        self.pos += n as u64;
+        if self.pos.saturating_sub(self.reported) >= HOOK_BYTES as u64 {
+            self.report()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Seek> Seek for Metered<'_, '_, W> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.pos = self.inner.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
+type FileWriter<'a, 'h> = Metered<'a, 'h, BufWriter<File>>;
+
+/// Writes `tmp` with `f`; its bytes count from `base` for the hook. `durable`: flushed to the disk
+/// before returning.
 fn write_file(
     tmp: &TempFile,
-    f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    durable: bool,
+    (base, total): (u64, u64),
+    hook: &mut Hook<'_>,
+    f: impl FnOnce(&mut FileWriter<'_, '_>) -> std::io::Result<()>,
 ) -> Result<()> {
     let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    f(&mut w).map_err(|e| io_err(&tmp.path, e))?;
+    let mut w = Metered {
+        inner: BufWriter::with_capacity(1 << 20, file),
+        pos: 0,
+        reported: 0,
+        base,
+        total,
+        hook,
+    };
+    f(&mut w).map_err(|e| write_err(&tmp.path, e))?;
     let file = w
+        .inner
         .into_inner()
         .map_err(|e| io_err(&tmp.path, e.into_error()))?;
-    drop(file);
+    if durable {
+        file.sync_all().map_err(|e| io_err(&tmp.path, e))?;
+    }
     Ok(())
 }
 
-fn commit(tmp: &mut TempFile, target: &Path) -> Result<()> {
-    std::fs::rename(&tmp.path, target).map_err(|e| io_err(target, e))?;
-    tmp.done = true;
-    Ok(())
+/// How a model is saved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SaveOptions<'a> {
+    /// Some(true) always writes weights to `<location>` beside the model, Some(false) never
+    /// (TooLarge past 2 GiB), None only when the inline protobuf would pass 2 GiB.
+    pub external: Option<bool>,
+    /// The data file's name beside the model (`<model file name>.data` by default).
+    pub location: Option<&'a str>,
+    /// Flush the data file and the model file to the disk before the renames, and the folder after:
+    /// the files survive a power loss once the save returns.
+    pub durable: bool,
 }
 
 /// Writes `m` to `path`. `external`: Some(true) always writes weights to `<location>` beside it,
@@ -464,6 +534,24 @@ pub fn save(
     path: &Path,
     external: Option<bool>,
     location: Option<&str>,
+) -> Result<SaveInfo> {
+    let options = SaveOptions {
+        external,
+        location,
+        durable: false,
+    };
+    save_with(m, path, &options, &mut crate::hook::ignore)
+}
+
+/// Writes `m` to `path` as `options` say. `hook` is called with (bytes written, bytes to write) every
+/// 2 MiB and once before the renames; its error stops the save, which removes its temporary files,
+/// leaves the files already at `path` untouched and returns that error. Temporaries that killed
+/// processes of this host left in the folder are removed first (`SaveInfo::swept`).
+pub fn save_with(
+    m: &Model,
+    path: &Path,
+    options: &SaveOptions<'_>,
+    hook: &mut Hook<'_>,
 ) -> Result<SaveInfo> {
     if path.is_dir() {
         return Err(Error::Serialization(format!(
@@ -478,12 +566,13 @@ pub fn save(
             Error::Serialization(format!("cannot write {}: no file name", path.display()))
         })?;
     let default_location = format!("{file_name}.data");
-    let location = location.unwrap_or(&default_location);
+    let location = options.location.unwrap_or(&default_location);
     if location.contains('/') || location.contains('\\') || location.is_empty() {
         return Err(Error::Serialization(format!(
             "external data location {location:?} must be a plain file name beside the model"
         )));
     }
+    let external = options.external;
 
     let deferred = m.graph.has_deferred();
     if deferred && external == Some(false) {
@@ -500,23 +589,39 @@ pub fn save(
     if p.model_len > PROTOBUF_LIMIT {
         return Err(Error::TooLarge { size: p.model_len });
     }
+    let folder = match path.parent() {
+        Some(f) if !f.as_os_str().is_empty() => f.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let swept = temp::sweep(&folder);
+    let data_len = if use_external { p.data_len } else { 0 };
+    let total = data_len + p.model_len;
     let data_target = path.with_file_name(location);
     let mut data_tmp = None;
     if use_external {
-        let tmp = temp_beside(&data_target);
-        write_file(&tmp, |w| write_data(&p, w))?;
+        let tmp = TempFile::beside(&data_target);
+        write_file(&tmp, options.durable, (0, total), hook, |w| {
+            write_data(&p, w)
+        })?;
         data_tmp = Some(tmp);
     }
-    let mut model_tmp = temp_beside(path);
-    write_file(&model_tmp, |w| write_model(&p, w))?;
+    let mut model_tmp = TempFile::beside(path);
+    write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
+        write_model(&p, w)
+    })?;
+    // the last word before anything is renamed: a stop asked for now still leaves the old files
+    hook(total, total)?;
     if let Some(mut tmp) = data_tmp {
         // An older model at `path` would read the new data file: remove it before the data moves in.
         if path.exists() {
             std::fs::remove_file(path).map_err(|e| io_err(path, e))?;
         }
-        commit(&mut tmp, &data_target)?;
+        tmp.commit(&data_target)?;
     }
-    commit(&mut model_tmp, path)?;
+    model_tmp.commit(path)?;
+    if options.durable {
+        temp::sync_folder(&folder)?;
+    }
     Ok(SaveInfo {
         path: path.to_path_buf(),
         data_path: use_external.then_some(data_target),
@@ -525,6 +630,7 @@ pub fn save(
         model_bytes: p.model_len,
         data_bytes: p.data_len,
         external_tensors: p.tensors.iter().filter(|t| t.offset.is_some()).count(),
+        swept,
     })
 }
 
@@ -671,6 +777,94 @@ mod tests {
             late.data_location,
             Some(onnx::tensor_proto::DataLocation::External as i32)
         );
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("ls")
+            .filter_map(std::result::Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_hook_error_stops_the_save_and_keeps_the_old_files() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("m.onnx");
+        std::fs::write(&path, b"old model").expect("old");
+        std::fs::write(dir.path().join("m.onnx.data"), b"old data").expect("old");
+        let m = sample(64 << 20);
+        for stop_at in [8u64 << 20, u64::MAX] {
+            // u64::MAX: every byte written, stopped at the last call before the renames
+            let mut last = (0, 0);
+            let options = SaveOptions {
+                external: Some(true),
+                ..SaveOptions::default()
+            };
+            let err = save_with(&m, &path, &options, &mut |done, total| {
+                last = (done, total);
+                if done >= stop_at.min(total) {
+                    return Err(Error::Interrupted("asked".into()));
+                }
+                Ok(())
+            })
+            .expect_err("stopped");
+            assert!(
+                matches!(err, Error::Interrupted(ref m) if m == "asked"),
+                "{err}"
+            );
+            if stop_at == u64::MAX {
+                assert_eq!(last.0, last.1);
+            } else {
+                assert!(
+                    last.0 >= stop_at && last.0 < stop_at + (4 << 20),
+                    "{last:?}"
+                );
+            }
+            assert_eq!(std::fs::read(&path).expect("model"), b"old model");
+            let data = std::fs::read(dir.path().join("m.onnx.data")).expect("data");
+            assert_eq!(data, b"old data");
+            assert_eq!(listing(dir.path()), ["m.onnx", "m.onnx.data"]);
+        }
+    }
+
+    #[test]
+    fn the_hook_counts_every_byte_and_durable_saves_write_the_same_files() {
+        let dir = tempfile::tempdir().expect("dir");
+        let m = sample(5 << 20);
+        let mut files = Vec::new();
+        for durable in [false, true] {
+            let path = dir.path().join(format!("m{durable}.onnx"));
+            let mut calls = Vec::new();
+            let options = SaveOptions {
+                external: Some(true),
+                location: Some("w.bin"),
+                durable,
+            };
+            let info = save_with(&m, &path, &options, &mut |done, total| {
+                calls.push((done, total));
+                Ok(())
+            })
+            .expect("save");
+            let total = info.model_bytes + info.data_bytes;
+            assert_eq!(calls.last(), Some(&(total, total)));
+            assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0), "{calls:?}");
+            assert!(calls.len() >= 3, "{calls:?}"); // every 2 MiB of the 5 MiB weight, then the end
+            files.push(std::fs::read(&path).expect("model"));
+            std::fs::rename(
+                dir.path().join("w.bin"),
+                dir.path().join(format!("w{durable}")),
+            )
+            .expect("keep");
+        }
+        assert!(files[0] == files[1]);
+        let data: Vec<Vec<u8>> = ["wfalse", "wtrue"]
+            .iter()
+            .map(|n| std::fs::read(dir.path().join(n)).expect("data"))
+            .collect();
+        assert!(data[0] == data[1]);
     }
 
     #[test]

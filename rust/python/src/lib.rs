@@ -4,15 +4,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use fastonnx_core::passes::{optimize_model, Level};
+use fastonnx_core::passes::{optimize_model_with, Level};
 use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey,
     ValueType,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -50,6 +51,59 @@ fn py_err(e: Error) -> PyErr {
         Error::Serialization(m) => SerializationError::new_err(m),
         e @ Error::Io { .. } => SerializationError::new_err(e.to_string()),
         e @ Error::TooLarge { .. } => ModelTooLargeError::new_err(e.to_string()),
+        Error::Interrupted(m) => PyKeyboardInterrupt::new_err(m),
+    }
+}
+
+/// How often a long operation takes the GIL back to run signal handlers and report progress.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// The hook the bindings give long operations (`fastonnx_core::hook`), which run without the GIL: at
+/// most every `WATCH_EVERY` (and at the end) it takes the GIL, runs the pending signal handlers — a
+/// Ctrl-C raises KeyboardInterrupt there — and calls `progress(done, total)`. An exception stops the
+/// operation; it is kept and raised unchanged once the operation has cleaned up.
+struct Watch {
+    progress: Option<Py<PyAny>>,
+    last: Option<Instant>,
+    raised: Option<PyErr>,
+}
+
+impl Watch {
+    fn new(progress: Option<Py<PyAny>>) -> Self {
+        Watch {
+            progress,
+            last: None,
+            raised: None,
+        }
+    }
+
+    fn step(&mut self, done: u64, total: u64) -> fastonnx_core::Result<()> {
+        let now = Instant::now();
+        if done < total
+            && self
+                .last
+                .is_some_and(|t| now.duration_since(t) < WATCH_EVERY)
+        {
+            return Ok(());
+        }
+        self.last = Some(now);
+        let progress = &self.progress;
+        let outcome = Python::attach(|py| -> PyResult<()> {
+            py.check_signals()?;
+            if let Some(report) = progress {
+                report.call1(py, (done, total))?;
+            }
+            Ok(())
+        });
+        outcome.map_err(|e| {
+            self.raised = Some(e);
+            Error::Interrupted("a Python exception stopped the operation".to_owned())
+        })
+    }
+
+    /// The exception to raise for the operation's error: the one that stopped it, if any.
+    fn error(&mut self, e: Error) -> PyErr {
+        self.raised.take().unwrap_or_else(|| py_err(e))
     }
 }
 
@@ -450,10 +504,20 @@ impl GraphBuilder {
         self.model.graph.outputs.clone()
     }
 
-    fn optimize(&mut self, py: Python<'_>, level: &str) -> PyResult<BTreeMap<String, usize>> {
+    /// `progress(stages_done, stages)` is called between stages (at most every 0.1 s); pending
+    /// signals are handled there too, so a Ctrl-C stops the optimization between two passes.
+    #[pyo3(signature = (level, progress = None))]
+    fn optimize(
+        &mut self,
+        py: Python<'_>,
+        level: &str,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<BTreeMap<String, usize>> {
         let level: Level = level.parse().map_err(py_err)?;
         let model = &mut self.model;
-        Ok(py.detach(|| optimize_model(model, level)))
+        let mut watch = Watch::new(progress);
+        py.detach(|| optimize_model_with(model, level, &mut |d, t| watch.step(d, t)))
+            .map_err(|e| watch.error(e))
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
@@ -462,7 +526,10 @@ impl GraphBuilder {
         Ok(PyBytes::new(py, &bytes))
     }
 
-    #[pyo3(signature = (path, external_data = None, location = None))]
+    /// `durable`: the files are flushed to the disk before the save returns. `progress(written,
+    /// total)` is called with byte counts while writing (at most every 0.1 s); pending signals are
+    /// handled there too, so a Ctrl-C stops the write, removes the temporaries and keeps the old files.
+    #[pyo3(signature = (path, external_data = None, location = None, *, durable = false, progress = None))]
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
     fn save<'py>(
         &self,
@@ -470,11 +537,19 @@ impl GraphBuilder {
         path: PathBuf,
         external_data: Option<bool>,
         location: Option<&str>,
+        durable: bool,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let model = &self.model;
+        let options = writer::SaveOptions {
+            external: external_data,
+            location,
+            durable,
+        };
+        let mut watch = Watch::new(progress);
         let info = py
-            .detach(|| writer::save(model, &path, external_data, location))
-            .map_err(py_err)?;
+            .detach(|| writer::save_with(model, &path, &options, &mut |d, t| watch.step(d, t)))
+            .map_err(|e| watch.error(e))?;
         let d = PyDict::new(py);
         d.set_item("path", info.path.display().to_string())?;
         d.set_item("data_path", info.data_path.map(|p| p.display().to_string()))?;
@@ -483,6 +558,8 @@ impl GraphBuilder {
         d.set_item("model_bytes", info.model_bytes)?;
         d.set_item("data_bytes", info.data_bytes)?;
         d.set_item("external_tensors", info.external_tensors)?;
+        let swept: Vec<String> = info.swept.iter().map(|p| p.display().to_string()).collect();
+        d.set_item("swept", swept)?;
         Ok(d)
     }
 }

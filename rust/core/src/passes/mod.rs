@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Model};
+use crate::hook::Hook;
 
 // the passes the benches time one by one
 pub use cleanup::{remove_identities, remove_unused_nodes};
@@ -62,19 +63,35 @@ const MS_DOMAIN_VERSION: i64 = 1;
 
 /// Optimizes a model's graph (see [`optimize`]) and imports the contrib domain when a fusion used it.
 pub fn optimize_model(model: &mut Model, level: Level) -> BTreeMap<String, usize> {
+    match optimize_model_with(model, level, &mut crate::hook::ignore) {
+        Ok(counts) => counts,
+        Err(_) => unreachable!("a hook that never fails stopped the optimization"),
+    }
+}
+
+/// [`optimize_model`] with a hook called between stages (see `pipeline::run`): its error stops the
+/// optimization and is returned.
+pub fn optimize_model_with(
+    model: &mut Model,
+    level: Level,
+    hook: &mut Hook<'_>,
+) -> Result<BTreeMap<String, usize>> {
     let opset = model.opset();
-    let counts = optimize(&mut model.graph, level, opset);
+    let counts = pipeline::run(&mut model.graph, level, opset, hook)?;
     if model.graph.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
         model
             .opsets
             .entry(MS_DOMAIN.to_owned())
             .or_insert(MS_DOMAIN_VERSION);
     }
-    counts
+    Ok(counts)
 }
 
 /// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each
 /// pass changed the graph (every counter, 0 for passes that did not run; nothing at `Level::None`).
 pub fn optimize(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String, usize> {
-    pipeline::run(graph, level, opset)
+    match pipeline::run(graph, level, opset, &mut crate::hook::ignore) {
+        Ok(counts) => counts,
+        Err(_) => unreachable!("a hook that never fails stopped the optimization"),
+    }
 }

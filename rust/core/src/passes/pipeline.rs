@@ -10,7 +10,9 @@ use super::{
     attention, cleanup, constant_folding, conv_batchnorm, cse, gelu, layer_norm, noops, peephole,
     rms_norm, rotary, silu, weight_transposes, Level,
 };
+use crate::error::Result;
 use crate::graph::Graph;
+use crate::hook::Hook;
 
 /// One step of the pipeline.
 pub(crate) struct Stage {
@@ -173,16 +175,27 @@ pub(crate) fn stages(level: Level, opset: i64) -> impl Iterator<Item = &'static 
 
 /// Runs the stages of `level` for `opset`; returns every counter of the table (0 for the stages that
 /// did not run, so that the keys do not depend on the level or opset), or nothing at `Level::None`.
-pub(crate) fn run(graph: &mut Graph, level: Level, opset: i64) -> BTreeMap<String, usize> {
+/// `hook` is called with (stages done, stages to run) before each stage and after the last; its error
+/// stops the pipeline between two stages (the graph is then partly optimized) and is returned.
+pub(crate) fn run(
+    graph: &mut Graph,
+    level: Level,
+    opset: i64,
+    hook: &mut Hook<'_>,
+) -> Result<BTreeMap<String, usize>> {
     if level == Level::None {
-        return BTreeMap::new();
+        return Ok(BTreeMap::new());
     }
     let mut counts: BTreeMap<String, usize> =
         STAGES.iter().map(|s| (s.counter.to_owned(), 0)).collect();
-    for s in stages(level, opset) {
+    let todo: Vec<&Stage> = stages(level, opset).collect();
+    let total = todo.len() as u64;
+    for (done, s) in todo.into_iter().enumerate() {
+        hook(done as u64, total)?;
         *counts.entry(s.counter.to_owned()).or_default() += (s.pass)(graph);
     }
-    counts
+    hook(total, total)?;
+    Ok(counts)
 }
 
 #[cfg(test)]
@@ -206,7 +219,37 @@ mod tests {
     #[test]
     fn no_level_runs_nothing() {
         let mut g = Graph::new("g");
-        assert!(run(&mut g, Level::None, 20).is_empty());
-        assert!(run(&mut g, Level::Default, 20).contains_key("multi_head_attention_fused"));
+        let ignore = &mut crate::hook::ignore;
+        assert!(run(&mut g, Level::None, 20, ignore)
+            .expect("run")
+            .is_empty());
+        let counts = run(&mut g, Level::Default, 20, ignore).expect("run");
+        assert!(counts.contains_key("multi_head_attention_fused"));
+    }
+
+    #[test]
+    fn the_hook_sees_every_stage_and_stops_between_two() {
+        let mut g = Graph::new("g");
+        let total = stages(Level::Default, 20).count() as u64;
+        let mut seen = Vec::new();
+        run(&mut g, Level::Default, 20, &mut |done, all| {
+            seen.push((done, all));
+            Ok(())
+        })
+        .expect("run");
+        let want: Vec<(u64, u64)> = (0..=total).map(|d| (d, total)).collect();
+        assert_eq!(seen, want);
+        let mut calls = 0;
+        let err = run(&mut g, Level::Default, 20, &mut |done, _| {
+            calls += 1;
+            if done == 3 {
+                Err(crate::Error::Interrupted("asked".into()))
+            } else {
+                Ok(())
+            }
+        })
+        .expect_err("stopped");
+        assert!(matches!(err, crate::Error::Interrupted(_)));
+        assert_eq!(calls, 4);
     }
 }
