@@ -15,6 +15,7 @@ import torch
 
 from fastonnx import capture as capture_mod
 from fastonnx import dynamic
+from fastonnx import metadata as metadata_mod
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
@@ -44,6 +45,7 @@ def to_onnx(
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
+    metadata: bool = True,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -57,7 +59,15 @@ def to_onnx(
     raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
     the fixed size and a warning instead. Safe to call from several threads: the capture is
     serialised, conversion and writing run in parallel.
+
+    ``metadata=True`` (the default) names each node after the module it comes from
+    (``/model/layers.0/self_attn/q_proj/MatMul``) and gives nodes, inputs, outputs, initializers and
+    the graph the ``metadata_props`` the official exporter writes (``fastonnx.metadata``);
+    ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
+    smallest.
     """
+    if not isinstance(metadata, bool):
+        raise InputError(f"metadata must be True or False, got {metadata!r}")
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
@@ -82,9 +92,13 @@ def to_onnx(
 
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
-    interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
+    interp = Interpreter(
+        ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested, metadata
+    )
     with torch.no_grad(), _heap_set_aside():
         layout = interp.run()
+    if metadata:
+        metadata_mod.graph_metadata(builder, ep)
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)

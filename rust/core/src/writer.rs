@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
@@ -15,6 +16,7 @@ use crate::error::{io_err, Error, Result};
 use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
 use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
+use crate::scopes::Scope;
 use crate::tensor::Tensor;
 
 /// Protobuf messages must stay under 2 GiB (readers use signed 32-bit sizes).
@@ -86,8 +88,30 @@ fn value_info(graph: &Graph, name: &str) -> Result<onnx::ValueInfoProto> {
     Ok(onnx::ValueInfoProto {
         name: Some(name.to_owned()),
         r#type: Some(type_proto(&ty)),
+        metadata_props: value_metadata(graph, name),
         ..Default::default()
     })
+}
+
+fn entries<'a>(
+    props: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<onnx::StringStringEntryProto> {
+    props
+        .into_iter()
+        .map(|(k, v)| onnx::StringStringEntryProto {
+            key: Some(k.clone()),
+            value: Some(v.clone()),
+        })
+        .collect()
+}
+
+/// The `metadata_props` of an input, output or initializer.
+fn value_metadata(graph: &Graph, name: &str) -> Vec<onnx::StringStringEntryProto> {
+    graph
+        .value_metadata
+        .get(name)
+        .map(|props| entries(props.iter().map(|(k, v)| (k, v))))
+        .unwrap_or_default()
 }
 
 fn tensor_header(t: &Tensor) -> onnx::TensorProto {
@@ -154,7 +178,12 @@ fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
     Ok(a)
 }
 
-fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
+fn node_proto(n: &Node, scopes: &[Arc<Scope>]) -> Result<onnx::NodeProto> {
+    let metadata_props = n
+        .scope
+        .and_then(|i| scopes.get(i as usize))
+        .map(|s| entries(s.props.iter().map(|(k, v)| (k, v))))
+        .unwrap_or_default();
     Ok(onnx::NodeProto {
         input: n.inputs.clone(),
         output: n.outputs.clone(),
@@ -170,14 +199,24 @@ fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
             .iter()
             .map(|a| attribute(&a.name, &a.value))
             .collect::<Result<_>>()?,
+        metadata_props,
         ..Default::default()
     })
 }
 
 /// The graph without its initializers (they are streamed separately).
 fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
+    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+        g.scopes.snapshot()
+    } else {
+        Vec::new()
+    };
     Ok(onnx::GraphProto {
-        node: g.nodes.iter().map(node_proto).collect::<Result<_>>()?,
+        node: g
+            .nodes
+            .iter()
+            .map(|n| node_proto(n, &scopes))
+            .collect::<Result<_>>()?,
         name: Some(g.name.clone()),
         input: g
             .inputs
@@ -189,6 +228,7 @@ fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
             .iter()
             .map(|n| value_info(g, n))
             .collect::<Result<_>>()?,
+        metadata_props: entries(&g.metadata),
         ..Default::default()
     })
 }
@@ -213,14 +253,7 @@ fn model_header(m: &Model) -> onnx::ModelProto {
             .collect(),
         producer_name: Some(m.producer_name.clone()),
         producer_version: Some(m.producer_version.clone()),
-        metadata_props: m
-            .metadata
-            .iter()
-            .map(|(k, v)| onnx::StringStringEntryProto {
-                key: Some(k.clone()),
-                value: Some(v.clone()),
-            })
-            .collect(),
+        metadata_props: entries(&m.metadata),
         ..Default::default()
     }
 }
@@ -271,6 +304,7 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
     for t in &m.graph.initializers {
         let mut header = tensor_header(t);
+        header.metadata_props = value_metadata(&m.graph, &t.name);
         let n = t.data.len() as u64;
         let mut offset = None;
         if let Some(loc) = location {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use fastonnx_core::passes::{optimize_model, Level};
 use fastonnx_core::{
-    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey,
-    ValueType,
+    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
+    TiedKey, ValueType,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
@@ -284,6 +284,34 @@ impl GraphBuilder {
 
     fn set_metadata(&mut self, key: &str, value: &str) {
         self.model.metadata.insert(key.to_owned(), value.to_owned());
+    }
+
+    /// `GraphProto.metadata_props[key] = value`.
+    fn set_graph_metadata(&mut self, key: &str, value: &str) {
+        self.model
+            .graph
+            .metadata
+            .insert(key.to_owned(), value.to_owned());
+    }
+
+    /// Adds `(key, value)` to the metadata of an input, output or initializer (a key it has stays).
+    fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> PyResult<()> {
+        self.model
+            .graph
+            .add_value_metadata(name, key, value)
+            .map_err(py_err)
+    }
+
+    /// A new scope (shared with subgraphs): node names `{prefix}/{op_type}`, `props` their
+    /// `metadata_props`. Returns its index for `set_scope`.
+    fn add_scope(&mut self, prefix: String, props: Vec<(String, String)>) -> u32 {
+        self.model.graph.scopes.add(Scope { prefix, props })
+    }
+
+    /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
+    #[pyo3(signature = (index))]
+    fn set_scope(&mut self, index: Option<u32>) -> PyResult<()> {
+        self.model.graph.set_scope(index).map_err(py_err)
     }
 
     #[pyo3(signature = (data, dtype, shape, hint = "const"))]
