@@ -68,7 +68,7 @@ def _qualified(cls: Any) -> str:
     if isinstance(cls, str):
         return cls
     module = getattr(cls, "__module__", None)
-    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", str(cls))
+    name = str(getattr(cls, "__qualname__", None) or getattr(cls, "__name__", cls))
     return name if module in (None, "builtins") else f"{module}.{name}"
 
 
