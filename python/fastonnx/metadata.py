@@ -12,9 +12,11 @@ Every ONNX node made from an FX node carries, in ``metadata_props``:
 Its name reads where it comes from, as the TorchScript exporter's did: ``/model/layers.0/self_attn/
 q_proj/MatMul`` (``/MatMul`` at the top level), made unique with ``_1``, ``_2``... in graph order.
 
-The walker hands the builder one scope per FX node (``GraphBuilder.add_scope``) and switches to it
-before converting the node; the builder stores the scope once and each node an index into it. The
-parts that depend on the module stack only are computed once per stack.
+The walker hands the builder one scope per FX node and switches to it before converting the node; the
+builder stores the scope once and each node an index into it. The parts that depend on the module
+stack only, or on the target only, are computed here once; the builder composes each FX node's values
+(``GraphBuilder.add_fx_scope``: formatting them in Python cost ~25 us per FX node, most of the
+metadata's cost), torch's printer gives the FX node's text where arguments are not plain.
 """
 
 from __future__ import annotations
@@ -89,81 +91,68 @@ class Scopes:
         """Nodes ``g`` makes from now on come from ``node``."""
         index = self._index.get(node)
         if index is None:
-            index = self._index[node] = g.add_scope(*self.scope_of(node))
+            index = self._index[node] = self._add(g, node)
         g.set_scope(index)
         self.current = node
 
-    def scope_of(self, node: torch.fx.Node) -> tuple[str, list[tuple[str, str]]]:
-        """(name prefix, metadata_props) of the nodes made from ``node``."""
+    def _add(self, g: GraphBuilder, node: torch.fx.Node) -> int:
+        # the builder composes the values of a plain call itself (Python's formatting was most of
+        # the cost); anything else is composed here, torch's printer giving the FX node's text
+        if node.op == "call_function" and node.type is None:
+            levels = self._levels_of(node)
+            target = self._target_of(node)
+            if target[2] is not None:
+                index = g.add_fx_scope(
+                    NODE_KEYS,
+                    levels.prefix,
+                    (levels.namespace, levels.classes_head, levels.paths_head),
+                    node.name,
+                    len(node.users),
+                    (target[0], target[1], target[2]),
+                    node.args,
+                    node.kwargs,
+                    node.meta.get("stack_trace") or "",
+                )
+                if index is not None:
+                    return index
+        return g.add_scope(*self.scope_of(node))
+
+    def _levels_of(self, node: torch.fx.Node) -> _ModuleLevels:
         stack = node.meta.get("nn_module_stack") or {}
         key = tuple(stack)
         levels = self._levels.get(key)
         if levels is None:
             levels = self._levels[key] = _ModuleLevels(stack)
+        return levels
+
+    def _target_of(self, node: torch.fx.Node) -> tuple[str, str, str | None]:
         names = self._targets.get(node.target)
         if names is None:
             text = str(node.target)
             names = self._targets[node.target] = (text, repr(text), _printed_target(node))
-        target, target_repr, printed = names
+        return names
+
+    def scope_of(self, node: torch.fx.Node) -> tuple[str, list[tuple[str, str]]]:
+        """(name prefix, metadata_props) of the nodes made from ``node``."""
+        levels = self._levels_of(node)
+        target, target_repr, printed = self._target_of(node)
         props = [
             (NAMESPACE, f"{levels.namespace}{node.name}: {target}"),
             (CLASS_HIERARCHY, f"{levels.classes_head}{target_repr}]"),
             (NAME_SCOPES, f"{levels.paths_head}{node.name!r}]"),
-            (FX_NODE, _format_node(node, printed)),
+            (FX_NODE, node.format_node() or node.name),
             (STACK_TRACE, node.meta.get("stack_trace") or ""),
         ]
         return levels.prefix, props
 
 
-# argument types whose text in format_node is their str(); anything else goes through format_node
-_PLAIN = (int, float, bool, str, type(None), torch.dtype)
-
-
 def _printed_target(node: torch.fx.Node) -> str | None:
     """The target as ``node.format_node()`` prints it ("torch.ops.aten.linear.default"), read from the
-    node's own text once per target."""
+    node's own text once per target (None when the text has another form)."""
     text = node.format_node() or ""
-    head, sep, rest = text.partition(f"{node.op}[target=")
+    _, sep, rest = text.partition(f"{node.op}[target=")
     target, sep2, _ = rest.partition("](args = ")
     return target if sep and sep2 else None
-
-
-def _format_node(node: torch.fx.Node, printed_target: str | None) -> str:
-    """``node.format_node()``'s text, built here for the common case because torch's formatter is the
-    largest part of the metadata's cost (~13 of ~25 us per FX node on Llama): a call whose arguments
-    are nodes, numbers, strings, dtypes and containers of them; anything else is left to torch."""
-    if node.op != "call_function" or node.type is not None or printed_target is None:
-        return node.format_node() or node.name
-    args, kwargs = _arg_text(node.args), _arg_text(node.kwargs)
-    if args is None or kwargs is None:
-        return node.format_node() or node.name
-    return (
-        f"%{node.name} : [num_users={len(node.users)}] = call_function[target={printed_target}]"
-        f"(args = {args}, kwargs = {kwargs})"
-    )
-
-
-def _arg_text(a: Any) -> str | None:
-    """An argument as the FX printer writes it, or None for a type left to torch's printer."""
-    if isinstance(a, torch.fx.Node):
-        return "%" + a.name
-    if isinstance(a, _PLAIN):
-        return str(a)
-    if isinstance(a, (list, tuple, dict)):
-        items = a.items() if isinstance(a, dict) else enumerate(a)
-        parts = []
-        for k, v in items:
-            text = _arg_text(v)
-            if text is None:
-                return None
-            parts.append(f"{k}: {text}" if isinstance(a, dict) else text)
-        inner = ", ".join(parts)
-        if isinstance(a, dict):
-            return "{" + inner + "}"
-        if isinstance(a, list):
-            return "[" + inner + "]"
-        return "(" + inner + ("," if len(a) == 1 else "") + ")"
-    return None
 
 
 def graph_metadata(g: GraphBuilder, ep: torch.export.ExportedProgram) -> None:

@@ -10,6 +10,8 @@ use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
     TiedKey, ValueType,
 };
+mod fx_scope;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -306,6 +308,41 @@ impl GraphBuilder {
     /// `metadata_props`. Returns its index for `set_scope`.
     fn add_scope(&mut self, prefix: String, props: Vec<(String, String)>) -> u32 {
         self.model.graph.scopes.add(Scope { prefix, props })
+    }
+
+    /// A scope for the nodes made from one FX call, its five values composed from the parts
+    /// `fastonnx.metadata` keeps per module stack and per target (see fx_scope.rs); None when an
+    /// argument's text must come from torch's printer (the caller then uses `add_scope`).
+    #[pyo3(signature = (keys, prefix, levels, name, users, target, args, kwargs, stack_trace))]
+    #[allow(clippy::too_many_arguments)] // one call per FX node: the parts, not an object to build
+    fn add_fx_scope(
+        &mut self,
+        keys: [String; 5],
+        prefix: String,
+        levels: (String, String, String),
+        name: &str,
+        users: usize,
+        target: (String, String, String),
+        args: &Bound<'_, PyAny>,
+        kwargs: &Bound<'_, PyAny>,
+        stack_trace: String,
+    ) -> PyResult<Option<u32>> {
+        let call = fx_scope::FxCall {
+            levels: (&levels.0, &levels.1, &levels.2),
+            name,
+            users,
+            target: (&target.0, &target.1, &target.2),
+            args,
+            kwargs,
+        };
+        let Some([namespace, classes, scopes, fx]) = fx_scope::values(&call)? else {
+            return Ok(None);
+        };
+        let props = keys
+            .into_iter()
+            .zip([namespace, classes, scopes, fx, stack_trace])
+            .collect();
+        Ok(Some(self.model.graph.scopes.add(Scope { prefix, props })))
     }
 
     /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
