@@ -319,19 +319,19 @@ impl GraphBuilder {
         &mut self,
         keys: [String; 5],
         prefix: String,
-        levels: (String, String, String),
+        levels: (&str, &str, &str),
         name: &str,
         users: usize,
-        target: (String, String, String),
+        target: (&str, &str, &str),
         args: &Bound<'_, PyAny>,
         kwargs: &Bound<'_, PyAny>,
         stack_trace: String,
     ) -> PyResult<Option<u32>> {
         let call = fx_scope::FxCall {
-            levels: (&levels.0, &levels.1, &levels.2),
+            levels,
             name,
             users,
-            target: (&target.0, &target.1, &target.2),
+            target,
             args,
             kwargs,
         };
