@@ -46,7 +46,7 @@ ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"
 class _ModuleLevels:
     """What a module stack gives every node under it: the name prefix and the per-level parts."""
 
-    __slots__ = ("classes", "classes_head", "namespace", "paths", "paths_head", "prefix")
+    __slots__ = ("classes", "classes_head", "namespace", "parts", "paths", "paths_head", "prefix")
 
     def __init__(self, stack: dict[str, Any]) -> None:
         self.paths: list[str] = []
@@ -67,6 +67,7 @@ class _ModuleLevels:
         # the lists' reprs without their closing bracket: a node appends its own last item
         self.classes_head = "[" + "".join(repr(c) + ", " for c in self.classes)
         self.paths_head = "[" + "".join(repr(p) + ", " for p in self.paths)
+        self.parts = (self.namespace, self.classes_head, self.paths_head)
 
 
 def _qualified(cls: Any) -> str:
@@ -97,21 +98,23 @@ class Scopes:
 
     def _add(self, g: GraphBuilder, node: torch.fx.Node) -> int:
         # the builder composes the values of a plain call itself (Python's formatting was most of
-        # the cost); anything else is composed here, torch's printer giving the FX node's text
+        # the cost); anything else is composed here, torch's printer giving the FX node's text.
+        # Run once per FX node: kept to a few lookups and one call.
         if node.op == "call_function" and node.type is None:
-            levels = self._levels_of(node)
-            target = self._target_of(node)
+            target = self._targets.get(node.target) or self._target_of(node)
             if target[2] is not None:
+                meta = node.meta
+                levels = self._levels.get(tuple(meta.get("nn_module_stack") or ())) or self._levels_of(node)
                 index = g.add_fx_scope(
                     NODE_KEYS,
                     levels.prefix,
-                    (levels.namespace, levels.classes_head, levels.paths_head),
+                    levels.parts,
                     node.name,
                     len(node.users),
-                    (target[0], target[1], target[2]),
+                    target,  # type: ignore[arg-type]  # its third item was checked above
                     node.args,
                     node.kwargs,
-                    node.meta.get("stack_trace") or "",
+                    meta.get("stack_trace") or "",
                 )
                 if index is not None:
                     return index
