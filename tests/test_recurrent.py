@@ -372,7 +372,9 @@ def test_to_onnx_keeps_the_sequence_dynamic() -> None:
 def test_custom_op_and_aten_captures_give_identical_files(make: Callable[[], torch.nn.Module]) -> None:
     model, x = make().eval(), _randn(3, 2, 4)
     ep = torch.export.export(model, (x,), strict=False)  # aten.lstm.input
-    assert fastonnx.to_onnx(model, (x,)).to_bytes() == fastonnx.to_onnx(ep, (x,)).to_bytes()
+    # the graphs are the same; the node metadata is not, as it names the FX op each came from
+    a = fastonnx.to_onnx(model, (x,), metadata=False).to_bytes()
+    assert a == fastonnx.to_onnx(ep, (x,), metadata=False).to_bytes()
 
 
 def test_torch_export_alone_specialises_the_sequence() -> None:

@@ -15,6 +15,7 @@ import torch
 
 from fastonnx import capture as capture_mod
 from fastonnx import debug, dynamic
+from fastonnx import metadata as metadata_mod
 from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
 from fastonnx.context import ConversionContext
@@ -47,6 +48,7 @@ def to_onnx(
     custom_converters: dict[Any, Callable[..., Any]] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
+    metadata: bool = True,
     report: bool | str | os.PathLike[str] = False,
     verify: bool = False,
     verbose: bool = False,
@@ -81,7 +83,15 @@ def to_onnx(
     that hand the file on at once; it costs the time the disk takes to store them). ``progress``:
     None shows a bar per stage on stderr when it is a terminal and the stage runs past a second,
     True always, False never.
+
+    ``metadata=True`` (the default) names each node after the module it comes from
+    (``/model/layers.0/self_attn/q_proj/MatMul``) and gives nodes, inputs, outputs, initializers and
+    the graph the ``metadata_props`` the official exporter writes (``fastonnx.metadata``);
+    ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
+    smallest.
     """
+    if not isinstance(metadata, bool):
+        raise InputError(f"metadata must be True or False, got {metadata!r}")
     path = report_mod.report_path(report, filename, model)
     options = {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename}
     # the stages followed also without a report: an error outside any node still gets the builder's state
@@ -105,6 +115,7 @@ def to_onnx(
                 record,
                 durable=durable,
                 progress=progress,
+                metadata=metadata,
             )
             if verify:
                 _verify(result, model, args, dict(kwargs or {}), record)
@@ -136,6 +147,7 @@ def _export(
     *,
     durable: bool,
     progress: bool | None,
+    metadata: bool,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -168,11 +180,15 @@ def _export(
     builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
     ctx = ConversionContext(builder, opset)
     record.builder = builder
-    interp = Interpreter(ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested)
+    interp = Interpreter(
+        ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested, metadata
+    )
     with bars.stage("convert", unit="node") as stage, torch.no_grad(), _heap_set_aside():
         layout = interp.run(stage.update if stage.enabled else None)
         # names before the passes rename or remove nodes: what each FX node made (~0.3 us per node)
         interp.trace.node_names = builder.node_names()
+    if metadata:
+        metadata_mod.graph_metadata(builder, ep)
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fastonnx import aliasing, debug, dtypes, dynamic
+from fastonnx import aliasing, debug, dtypes, dynamic, metadata
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext, Value
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
@@ -75,6 +75,7 @@ class Interpreter:
         output_names: Sequence[str] | None,
         user_args: tuple[tuple[Any, ...], dict[str, Any]],
         requested_dims: dynamic.Requested,
+        with_metadata: bool = True,
     ) -> None:
         self.ep = ep
         self.ctx = ctx
@@ -98,6 +99,8 @@ class Interpreter:
         # which FX node made which values and nodes of the top graph (report, intermediate verification)
         self.trace = debug.Trace(renamed=self.renamed)
         self._top = ctx.g
+        # readable node names and node / value metadata (metadata.py); None with metadata=False
+        self.scopes = metadata.Scopes() if with_metadata else None
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None) -> Layout:
@@ -133,7 +136,7 @@ class Interpreter:
                 if _is_user(spec):
                     name = paths[user_index]
                     user_index += 1
-                    self._user_input(node, name)
+                    self._user_input(node, name, spec)
                 else:
                     self._lifted_input(node, spec)
             elif node.op == "call_function":
@@ -147,10 +150,12 @@ class Interpreter:
         return self.layout
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def _user_input(self, node: torch.fx.Node, name: str) -> None:
+    def _user_input(self, node: torch.fx.Node, name: str, spec: Any) -> None:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             onnx_name = self.g.add_input(name, *self.ctx.onnx_type(val.dtype, val.shape))
+            if self.scopes is not None:
+                metadata.input_metadata(self.g, onnx_name, node, spec)
             self.env[node] = Value(onnx_name, val.dtype, tuple(val.shape))
             self.layout.inputs.append(InputSlot(onnx_name, val.dtype))
             for axis, d in enumerate(val.shape):
@@ -176,7 +181,9 @@ class Interpreter:
             raise ConversionError(
                 f"no tensor was found for {spec.kind.name.lower()} {target!r} ({node.name})"
             )
-        self.env[node] = self.initializer(target, tensor)
+        value = self.env[node] = self.initializer(target, tensor)
+        if self.scopes is not None:
+            metadata.input_metadata(self.g, value.name, node, spec)
 
     def initializer(self, hint: str, tensor: torch.Tensor) -> Value:
         """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided)."""
@@ -239,7 +246,12 @@ class Interpreter:
             assert entry is not None  # it was converted once already
             args = (parent, *self.map_arg(node.args[1:]))
             where = f"FX node {node.name!r}, recomputed after a write to {alias.base.name}"
+            reader = self.scopes.current if self.scopes is not None else None
+            if self.scopes is not None:
+                self.scopes.enter(self.g, node)
             value = self._apply(node, entry, args, self.map_arg(node.kwargs), where)
+            if self.scopes is not None and reader is not None:
+                self.scopes.enter(self.g, reader)  # back to the node that read the alias
         self.env[node] = value
         self.aliases[node] = replace(alias, version=self.versions.get(alias.base, 0))
         return value
@@ -275,6 +287,8 @@ class Interpreter:
             )
         if entry.custom:
             self.custom_used.add(str(target))
+        if self.scopes is not None:
+            self.scopes.enter(self.g, node)
         self.ctx.node = node
         self.ctx.base_node = self.ctx.base = None
         if entry.takes_node:
@@ -418,6 +432,8 @@ class Interpreter:
 
     # ---- outputs --------------------------------------------------------------------------------
     def _outputs(self, node: torch.fx.Node) -> None:
+        if self.scopes is not None:
+            self.scopes.enter(self.g, node)  # the Identity nodes outputs may need
         flat = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         specs = self.ep.graph_signature.output_specs
         user = [(a, s) for a, s in zip(flat, specs) if s.kind == OutputKind.USER_OUTPUT]
@@ -436,6 +452,8 @@ class Interpreter:
                 wanted = self.output_names[k] if self.output_names else (path or a.name)
                 k += 1
                 name, is_scalar = self._output_value(a, wanted)
+                if self.scopes is not None:
+                    metadata.output_metadata(self.g, name, a, OutputKind.USER_OUTPUT.name)
                 value = self.value_of(a)
                 is_complex = isinstance(value, Value) and value.dtype.is_complex
                 self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar, is_complex=is_complex))
@@ -447,6 +465,8 @@ class Interpreter:
             if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                 assert isinstance(a, torch.fx.Node)
                 name, _ = self._output_value(a, f"mutated.{spec.target}")
+                if self.scopes is not None:
+                    metadata.output_metadata(self.g, name, a, spec.kind.name)
                 self.layout.extra_outputs.append(name)
             else:
                 raise ConversionError(f"output {a} is a {spec.kind.name}, which fastonnx does not export")
@@ -456,6 +476,9 @@ class Interpreter:
             spec = kinds.get(ph.name)
             target = spec.target if spec is not None and spec.kind == InputKind.BUFFER else ph.name
             name, _ = self._output_value(ph, f"mutated.{target}")
+            if self.scopes is not None:
+                kind = OutputKind.BUFFER_MUTATION if target != ph.name else OutputKind.USER_INPUT_MUTATION
+                metadata.output_metadata(self.g, name, ph, kind.name)
             self.layout.extra_outputs.append(name)
         if not self.layout.extra_outputs and all(o.onnx_name is None for o in self.layout.outputs):
             raise InputError(

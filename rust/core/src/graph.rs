@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::dtype;
 use crate::error::{graph_err, Result};
 use crate::names::NameTable;
+use crate::scopes::{node_name_hint, Scope, SharedScopes};
 use crate::tensor::{check_size, Tensor, TensorData};
 
 /// One dimension of a value's shape.
@@ -50,6 +51,8 @@ pub struct Node {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub attrs: Vec<Attribute>,
+    /// Index of the scope (the FX node) the node was made in: its metadata, see `scopes.rs`.
+    pub scope: Option<u32>,
 }
 
 impl Node {
@@ -110,6 +113,13 @@ pub struct Graph {
     pub initializers: Vec<Tensor>,
     pub types: HashMap<String, ValueType>,
     pub names: SharedNames,
+    pub scopes: SharedScopes,
+    /// `GraphProto.metadata_props`, in key order.
+    pub metadata: BTreeMap<String, String>,
+    /// `metadata_props` of inputs, outputs (`ValueInfoProto`) and initializers (`TensorProto`).
+    pub value_metadata: HashMap<String, Vec<(String, String)>>,
+    /// The scope new nodes are made in (set per FX node by the walker).
+    current_scope: Option<(u32, Arc<Scope>)>,
     init_index: HashMap<String, usize>,
     const_index: HashMap<ConstKey, String>,
     tied_index: HashMap<TiedKey, String>,
@@ -131,6 +141,7 @@ impl Graph {
         Graph {
             name: name.to_owned(),
             names: self.names.clone(),
+            scopes: self.scopes.clone(),
             ..Default::default()
         }
     }
@@ -321,7 +332,14 @@ impl Graph {
                 self.new_value(hint, ty)
             })
             .collect();
-        let node_name = self.names.unique_node(name.unwrap_or(op_type));
+        let scope = self.current_scope.as_ref();
+        let node_name = match name {
+            Some(n) => self.names.unique_node(n),
+            None => self
+                .names
+                .unique_node(&node_name_hint(scope.map(|s| s.1.as_ref()), op_type)),
+        };
+        let scope = scope.map(|s| s.0);
         self.nodes.push(Node {
             name: node_name,
             op_type: op_type.to_owned(),
@@ -329,8 +347,38 @@ impl Graph {
             inputs,
             outputs: out_names.clone(),
             attrs,
+            scope,
         });
         Ok(out_names)
+    }
+
+    /// Nodes added from now on are made in scope `index` (None: no scope, names are op types).
+    pub fn set_scope(&mut self, index: Option<u32>) -> Result<()> {
+        self.current_scope = match index {
+            None => None,
+            Some(i) => Some((
+                i,
+                self.scopes
+                    .get(i)
+                    .ok_or_else(|| graph_err(format!("set_scope: there is no scope {i}")))?,
+            )),
+        };
+        Ok(())
+    }
+
+    /// Adds `(key, value)` to the `metadata_props` of the input, output or initializer `name`; a key it
+    /// already has keeps its first value (a tied weight keeps the metadata of its first name).
+    pub fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> Result<()> {
+        if !self.has_value(name) {
+            return Err(graph_err(format!(
+                "value metadata {key:?}: {name:?} is not a value of the graph"
+            )));
+        }
+        let props = self.value_metadata.entry(name.to_owned()).or_default();
+        if !props.iter().any(|(k, _)| k == key) {
+            props.push((key.to_owned(), value.to_owned()));
+        }
+        Ok(())
     }
 
     pub fn set_type(&mut self, name: &str, ty: ValueType) -> Result<()> {
@@ -392,6 +440,9 @@ impl Graph {
     /// Renames a value everywhere it is produced or read, subgraphs included.
     pub fn rename(&mut self, old: &str, new: &str) {
         rename_in(&mut self.nodes, old, new);
+        if let Some(props) = self.value_metadata.remove(old) {
+            self.value_metadata.insert(new.to_owned(), props);
+        }
         for o in &mut self.outputs {
             if o == old {
                 *o = new.to_owned();

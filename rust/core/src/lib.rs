@@ -10,6 +10,7 @@ pub mod names;
 pub mod passes;
 pub mod prefetch;
 pub mod proto;
+pub mod scopes;
 pub mod temp;
 pub mod tensor;
 pub mod writer;
@@ -19,4 +20,5 @@ mod testing;
 
 pub use error::{Error, Result};
 pub use graph::{AttrValue, Attribute, Dim, Graph, Model, Node, TiedKey, ValueType};
+pub use scopes::{Scope, SharedScopes};
 pub use tensor::{ByteSource, Tensor, TensorData};

@@ -41,6 +41,7 @@ impl GraphExt for Graph {
             inputs: inputs.iter().map(|s| (*s).to_owned()).collect(),
             outputs: vec![output],
             attrs: vec![],
+            scope: None,
         }
     }
 

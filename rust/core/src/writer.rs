@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
@@ -15,6 +16,7 @@ use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
 use crate::hook::Hook;
 use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
+use crate::scopes::Scope;
 use crate::temp::{self, TempFile};
 use crate::tensor::Tensor;
 
@@ -89,8 +91,30 @@ fn value_info(graph: &Graph, name: &str) -> Result<onnx::ValueInfoProto> {
     Ok(onnx::ValueInfoProto {
         name: Some(name.to_owned()),
         r#type: Some(type_proto(&ty)),
+        metadata_props: value_metadata(graph, name),
         ..Default::default()
     })
+}
+
+fn entries<'a>(
+    props: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<onnx::StringStringEntryProto> {
+    props
+        .into_iter()
+        .map(|(k, v)| onnx::StringStringEntryProto {
+            key: Some(k.clone()),
+            value: Some(v.clone()),
+        })
+        .collect()
+}
+
+/// The `metadata_props` of an input, output or initializer.
+fn value_metadata(graph: &Graph, name: &str) -> Vec<onnx::StringStringEntryProto> {
+    graph
+        .value_metadata
+        .get(name)
+        .map(|props| entries(props.iter().map(|(k, v)| (k, v))))
+        .unwrap_or_default()
 }
 
 fn tensor_header(t: &Tensor) -> onnx::TensorProto {
@@ -157,7 +181,12 @@ fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
     Ok(a)
 }
 
-fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
+fn node_proto(n: &Node, scopes: &[Arc<Scope>]) -> Result<onnx::NodeProto> {
+    let metadata_props = n
+        .scope
+        .and_then(|i| scopes.get(i as usize))
+        .map(|s| entries(s.props.iter().map(|(k, v)| (k, v))))
+        .unwrap_or_default();
     Ok(onnx::NodeProto {
         input: n.inputs.clone(),
         output: n.outputs.clone(),
@@ -173,14 +202,71 @@ fn node_proto(n: &Node) -> Result<onnx::NodeProto> {
             .iter()
             .map(|a| attribute(&a.name, &a.value))
             .collect::<Result<_>>()?,
+        metadata_props,
         ..Default::default()
     })
 }
 
 /// The graph without its initializers (they are streamed separately).
 fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
+    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+        g.scopes.snapshot()
+    } else {
+        Vec::new()
+    };
+    let mut p = graph_without_nodes(g)?;
+    p.node = g
+        .nodes
+        .iter()
+        .map(|n| node_proto(n, &scopes))
+        .collect::<Result<_>>()?;
+    Ok(p)
+}
+
+const NODE_TAG: u32 = 1; // GraphProto.node
+const NODE_METADATA_TAG: u32 = 9; // NodeProto.metadata_props
+
+/// The top-level graph's skeleton encoded: the bytes prost gives for `graph_skeleton` (nodes are
+/// GraphProto's first field, metadata the last non-empty one of NodeProto, so appending it to a
+/// node's bytes is what prost writes), with each scope's metadata encoded once and appended to its
+/// nodes instead of copied into every NodeProto (a scope's strings are a few KiB).
+fn skeleton_bytes(g: &Graph) -> Result<Vec<u8>> {
+    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+        g.scopes.snapshot()
+    } else {
+        Vec::new()
+    };
+    let mut encoded: Vec<Option<Vec<u8>>> = vec![None; scopes.len()];
+    let mut out = Vec::new();
+    let mut node = Vec::new();
+    let fail = |e: prost::EncodeError| Error::Serialization(e.to_string());
+    for n in &g.nodes {
+        node.clear();
+        node_proto(n, &[])?.encode(&mut node).map_err(fail)?;
+        if let Some(i) = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
+            let props = encoded[i].get_or_insert_with(|| {
+                let mut b = Vec::new();
+                for (k, v) in &scopes[i].props {
+                    let e = onnx::StringStringEntryProto {
+                        key: Some(k.clone()),
+                        value: Some(v.clone()),
+                    };
+                    prost::encoding::message::encode(NODE_METADATA_TAG, &e, &mut b);
+                }
+                b
+            });
+            node.extend_from_slice(props);
+        }
+        encode_key(NODE_TAG, WireType::LengthDelimited, &mut out);
+        encode_varint(node.len() as u64, &mut out);
+        out.extend_from_slice(&node);
+    }
+    graph_without_nodes(g)?.encode(&mut out).map_err(fail)?;
+    Ok(out)
+}
+
+fn graph_without_nodes(g: &Graph) -> Result<onnx::GraphProto> {
     Ok(onnx::GraphProto {
-        node: g.nodes.iter().map(node_proto).collect::<Result<_>>()?,
         name: Some(g.name.clone()),
         input: g
             .inputs
@@ -192,6 +278,7 @@ fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
             .iter()
             .map(|n| value_info(g, n))
             .collect::<Result<_>>()?,
+        metadata_props: entries(&g.metadata),
         ..Default::default()
     })
 }
@@ -216,14 +303,7 @@ fn model_header(m: &Model) -> onnx::ModelProto {
             .collect(),
         producer_name: Some(m.producer_name.clone()),
         producer_version: Some(m.producer_version.clone()),
-        metadata_props: m
-            .metadata
-            .iter()
-            .map(|(k, v)| onnx::StringStringEntryProto {
-                key: Some(k.clone()),
-                value: Some(v.clone()),
-            })
-            .collect(),
+        metadata_props: entries(&m.metadata),
         ..Default::default()
     }
 }
@@ -269,11 +349,12 @@ fn align(offset: u64, len: u64) -> u64 {
 
 fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     let head = model_header(m).encode_to_vec();
-    let skeleton = graph_skeleton(&m.graph)?.encode_to_vec();
+    let skeleton = skeleton_bytes(&m.graph)?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
     for t in &m.graph.initializers {
         let mut header = tensor_header(t);
+        header.metadata_props = value_metadata(&m.graph, &t.name);
         let n = t.data.len() as u64;
         let mut offset = None;
         if let Some(loc) = location {
@@ -708,6 +789,37 @@ mod tests {
         let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
         assert!(again == whole, "streamed model differs from prost's");
         assert!(whole.encode_to_vec().len() == bytes.len());
+    }
+
+    #[test]
+    fn node_metadata_is_encoded_as_prost_would() {
+        use crate::scopes::Scope;
+        let mut m = sample(16);
+        let g = &mut m.graph;
+        let props = |v: &str| {
+            vec![
+                ("namespace".to_owned(), v.to_owned()),
+                ("k".to_owned(), "é".to_owned()),
+            ]
+        };
+        let a = g.scopes.add(Scope {
+            prefix: "/a".into(),
+            props: props("a"),
+        });
+        g.scopes.add(Scope {
+            prefix: "/b".into(),
+            props: props("b"),
+        });
+        g.nodes[0].scope = Some(a);
+        g.metadata.insert("graph key".into(), "v".into());
+        let x = g.inputs[0].clone();
+        g.add_value_metadata(&x, "kind", "USER_INPUT")
+            .expect("meta");
+        let skeleton = graph_skeleton(g).expect("skeleton");
+        assert_eq!(skeleton.node[0].metadata_props.len(), 2);
+        assert!(skeleton.node[1].metadata_props.is_empty());
+        assert_eq!(skeleton.input[0].metadata_props.len(), 1);
+        assert_eq!(skeleton_bytes(g).expect("bytes"), skeleton.encode_to_vec());
     }
 
     #[test]

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use fastonnx_core::passes::{optimize_model_with, Level};
 use fastonnx_core::{
-    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Tensor, TensorData, TiedKey,
-    ValueType,
+    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
+    TiedKey, ValueType,
 };
+mod fx_scope;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
@@ -341,6 +343,69 @@ impl GraphBuilder {
 
     fn set_metadata(&mut self, key: &str, value: &str) {
         self.model.metadata.insert(key.to_owned(), value.to_owned());
+    }
+
+    /// `GraphProto.metadata_props[key] = value`.
+    fn set_graph_metadata(&mut self, key: &str, value: &str) {
+        self.model
+            .graph
+            .metadata
+            .insert(key.to_owned(), value.to_owned());
+    }
+
+    /// Adds `(key, value)` to the metadata of an input, output or initializer (a key it has stays).
+    fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> PyResult<()> {
+        self.model
+            .graph
+            .add_value_metadata(name, key, value)
+            .map_err(py_err)
+    }
+
+    /// A new scope (shared with subgraphs): node names `{prefix}/{op_type}`, `props` their
+    /// `metadata_props`. Returns its index for `set_scope`.
+    fn add_scope(&mut self, prefix: String, props: Vec<(String, String)>) -> u32 {
+        self.model.graph.scopes.add(Scope { prefix, props })
+    }
+
+    /// A scope for the nodes made from one FX call, its five values composed from the parts
+    /// `fastonnx.metadata` keeps per module stack and per target (see fx_scope.rs); None when an
+    /// argument's text must come from torch's printer (the caller then uses `add_scope`).
+    #[pyo3(signature = (keys, prefix, levels, name, users, target, args, kwargs, stack_trace))]
+    #[allow(clippy::too_many_arguments)] // one call per FX node: the parts, not an object to build
+    fn add_fx_scope(
+        &mut self,
+        keys: [String; 5],
+        prefix: String,
+        levels: (&str, &str, &str),
+        name: &str,
+        users: usize,
+        target: (&str, &str, &str),
+        args: &Bound<'_, PyAny>,
+        kwargs: &Bound<'_, PyAny>,
+        stack_trace: String,
+    ) -> PyResult<Option<u32>> {
+        let call = fx_scope::FxCall {
+            levels,
+            name,
+            users,
+            target,
+            args,
+            kwargs,
+        };
+        let Some([namespace, classes, scopes, fx]) = fx_scope::values(&call)? else {
+            return Ok(None);
+        };
+        let props = keys
+            .into_iter()
+            .zip([namespace, classes, scopes, fx, stack_trace])
+            .collect();
+        Ok(Some(self.model.graph.scopes.add(Scope { prefix, props })))
+    }
+
+    /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
+    #[pyo3(signature = (index))]
+    fn set_scope(&mut self, index: Option<u32>) -> PyResult<()> {
+        self.model.graph.set_scope(index).map_err(py_err)
     }
 
     #[pyo3(signature = (data, dtype, shape, hint = "const"))]

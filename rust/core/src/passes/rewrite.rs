@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::matching::{is_op, Index};
 use crate::graph::{Attribute, Graph, Node};
+use crate::scopes::node_name_hint;
 
 /// A change to the node at `at` (kept in place, with its name), the nodes it makes dead and the nodes
 /// to insert before or after it.
@@ -117,6 +118,7 @@ pub(crate) fn apply(g: &mut Graph, rewrites: Vec<Rewrite>) -> usize {
         edits.insert(r.at, r);
     }
     let applied = edits.len();
+    let scopes = g.scopes.snapshot();
     let old = std::mem::take(&mut g.nodes);
     g.nodes.reserve(old.len());
     for (i, mut n) in old.into_iter().enumerate() {
@@ -126,7 +128,16 @@ pub(crate) fn apply(g: &mut Graph, rewrites: Vec<Rewrite>) -> usize {
             }
             continue;
         };
+        // the rewritten node and the nodes inserted around it take the scope of the node whose place
+        // and result they take (the last of the chain it fuses), named anew after their op in it
+        let scope_index = n.scope;
+        let scope = scope_index
+            .and_then(|i| scopes.get(i as usize))
+            .map(AsRef::as_ref);
         if let Some((op_type, domain, attrs)) = r.op {
+            if let Some(s) = scope.filter(|_| op_type != n.op_type) {
+                n.name = g.names.unique_node(&node_name_hint(Some(s), &op_type));
+            }
             n.op_type = op_type;
             n.domain = domain;
             n.attrs = attrs;
@@ -135,9 +146,18 @@ pub(crate) fn apply(g: &mut Graph, rewrites: Vec<Rewrite>) -> usize {
         if let Some(outputs) = r.outputs {
             n.outputs = outputs;
         }
-        g.nodes.extend(r.before);
-        g.nodes.push(n);
-        g.nodes.extend(r.after);
+        for mut m in r
+            .before
+            .into_iter()
+            .chain(std::iter::once(n))
+            .chain(r.after)
+        {
+            if let (None, Some(s)) = (m.scope, scope) {
+                m.scope = scope_index;
+                m.name = g.names.unique_node(&node_name_hint(Some(s), &m.op_type));
+            }
+            g.nodes.push(m);
+        }
     }
     applied
 }
@@ -199,5 +219,35 @@ mod tests {
         assert_eq!(ops, ["Sigmoid", "Fused"]);
         assert_eq!(g.nodes[1].outputs, [c]);
         assert_eq!(g.nodes[1].inputs, [x]);
+    }
+
+    #[test]
+    fn rewritten_and_inserted_nodes_keep_the_scope_of_the_node_they_replace() {
+        use crate::scopes::Scope;
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let first = g.scopes.add(Scope {
+            prefix: "/a".into(),
+            props: vec![],
+        });
+        let last = g.scopes.add(Scope {
+            prefix: "/b".into(),
+            props: vec![],
+        });
+        g.set_scope(Some(first)).expect("scope");
+        let a = g.op("Neg", &[&x]);
+        g.set_scope(Some(last)).expect("scope");
+        let b = g.op("Abs", &[&a]);
+        g.outputs.push(b);
+        assert_eq!(g.nodes[1].name, "/b/Abs");
+        let extra = g.node_of("Sigmoid", &[&x]);
+        let r = Rewrite::replace(1, "Fused", "", vec![x.clone()], vec![])
+            .removing([0])
+            .inserting_before(vec![extra]);
+        assert_eq!(apply(&mut g, vec![r]), 1);
+        let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["/b/Sigmoid", "/b/Fused"]);
+        assert!(g.nodes.iter().all(|n| n.scope == Some(last)));
+        assert!(g.set_scope(Some(7)).is_err(), "an unknown scope is refused");
     }
 }

@@ -73,6 +73,7 @@ mod tests {
                 inputs: vec![x.clone()],
                 outputs: vec![],
                 attrs: vec![],
+                scope: None,
             });
         }
         assert_eq!(super::fuse_quick_gelu(&mut g), 0);

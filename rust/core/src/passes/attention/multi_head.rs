@@ -61,6 +61,7 @@ fn node(
         inputs,
         outputs: vec![output.to_owned()],
         attrs,
+        scope: None,
     }
 }
 
