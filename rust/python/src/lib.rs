@@ -240,6 +240,16 @@ fn attr_value(key: &str, v: &Bound<'_, PyAny>) -> PyResult<AttrValue> {
     )))
 }
 
+impl GraphBuilder {
+    /// The top graph's nodes `start..stop`, out-of-range bounds clamped (what `nodes` and
+    /// `node_names` read).
+    fn node_range(&self, start: usize, stop: Option<usize>) -> &[fastonnx_core::graph::Node] {
+        let nodes = &self.model.graph.nodes;
+        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
+        nodes.get(start.min(stop)..stop).unwrap_or_default()
+    }
+}
+
 #[pymethods]
 impl GraphBuilder {
     #[new]
@@ -525,11 +535,7 @@ impl GraphBuilder {
     /// debug dump and the report show what the converters emitted last. Out-of-range bounds are clamped.
     #[pyo3(signature = (start = 0, stop = None))]
     fn nodes(&self, start: usize, stop: Option<usize>) -> NodeRows {
-        let nodes = &self.model.graph.nodes;
-        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
-        nodes
-            .get(start.min(stop)..stop)
-            .unwrap_or_default()
+        self.node_range(start, stop)
             .iter()
             .map(|n| {
                 (
@@ -546,11 +552,7 @@ impl GraphBuilder {
     /// to take after every conversion).
     #[pyo3(signature = (start = 0, stop = None))]
     fn node_names(&self, start: usize, stop: Option<usize>) -> Vec<String> {
-        let nodes = &self.model.graph.nodes;
-        let stop = stop.map_or(nodes.len(), |s| s.min(nodes.len()));
-        nodes
-            .get(start.min(stop)..stop)
-            .unwrap_or_default()
+        self.node_range(start, stop)
             .iter()
             .map(|n| n.name.clone())
             .collect()
