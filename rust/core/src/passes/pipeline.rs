@@ -89,6 +89,12 @@ pub(crate) const STAGES: &[Stage] = &[
         BOTH,
         below(ATTENTION),
     ),
+    stage(
+        "grouped_attention_unrepeated",
+        attention::grouped::ungroup_repeats,
+        BOTH,
+        below(ATTENTION),
+    ),
     stage("patterns_rewritten", peephole::rewrite_patterns, BOTH, ANY),
     stage(
         "rms_norm_fused",

@@ -12,6 +12,7 @@
 //! which would compose the key's two Transposes into one the matcher does not know.
 
 mod chain;
+pub(crate) mod grouped;
 pub(crate) mod multi_head;
 pub(crate) mod open_masks;
 pub(crate) mod standard;
