@@ -3,7 +3,8 @@ prefill (past 0) and then decode steps from the same file, matched with eager at
 padding included, at opsets 18, 20, 23 and MAX_OPSET under every optimize setting.
 
 Grouped-query attention must read the cache unrepeated (no Expand of keys or values): the
-grouped_attention_unrepeated pass below opset 23, Attention from 23.
+grouped_attention_unrepeated pass below opset 23, Attention from 23; rotary embeddings computed from the
+position ids fuse to RotaryEmbedding from opset 23.
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ def test_prefill_then_decode_from_one_file(name: str) -> None:
                 # every layer's attention reads the cache unrepeated
                 unrepeated = "attention_fused" if opset >= 23 else "grouped_attention_unrepeated"
                 assert counts[unrepeated] == cfg.num_hidden_layers, (where, counts)
+                # queries and keys rotated by cos / sin computed from position_ids: RotaryEmbedding
+                # from 23 (onnxruntime's contrib form needs a precomputed table: not made)
+                rotated = 2 * cfg.num_hidden_layers if opset >= 23 else 0
+                assert counts["rotary_live_fused"] == rotated, (where, counts)
                 # repeat_kv starts with an Unsqueeze of the grown cache: nothing may copy it
                 cache_out = {n for n in result.output_names if ".key" in n or ".value" in n}
                 assert len(cache_out) == 2 * cfg.num_hidden_layers, result.output_names

@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 
 use super::{
     attention, cleanup, constant_folding, conv_batchnorm, cse, gelu, layer_norm, noops, peephole,
-    rms_norm, rotary, silu, weight_transposes, Level,
+    rms_norm, rotary, rotary_live, silu, weight_transposes, Level,
 };
 use crate::graph::Graph;
 
@@ -129,6 +129,12 @@ pub(crate) const STAGES: &[Stage] = &[
         rotary::fuse_contrib,
         ORT_ONLY,
         below(ROTARY_EMBEDDING),
+    ),
+    stage(
+        "rotary_live_fused",
+        rotary_live::fuse_live,
+        BOTH,
+        from(ROTARY_EMBEDDING),
     ),
     stage("noops_removed", noops::mark_noops, BOTH, ANY),
     stage(
