@@ -12,14 +12,15 @@
 //! `(b, G·h, s, e) -> (b, h, G·s, e)` is a plain Reshape)
 //!
 //! ```text
-//! scores = Reshape(MatMul(Mul(Reshape(q, [0, h, -1, 0]), scale), Transpose(k)), [0, G·h, -1, 0])
+//! scores = Reshape(MatMul(Mul(Reshape(q, [0, h, G·s, 0]), scale), Transpose(k)), [0, G·h, s, 0])
 //! scores = Where(mask, scores, -inf) | Add(scores, bias) | scores      (the chain's own mask)
 //! probs  = Softmax(scores) [then Where(closed_rows, 0, probs)]
-//! out    = Reshape(MatMul(Reshape(probs, [0, h, -1, 0]), v), [0, G·h, -1, 0])
+//! out    = Reshape(MatMul(Reshape(probs, [0, h, G·s, 0]), v), [0, G·h, s, 0])
 //! ```
 //!
-//! The masks stay on the (b, G·h, s, t) scores, where they broadcast as before. The Reshapes infer
-//! the row count (-1): a batch, sequence or key length of 0 is not supported by the rewritten graph.
+//! The masks stay on the (b, G·h, s, t) scores, where they broadcast as before. The Reshapes' targets
+//! are `[0, h, G·s, 0]` and `[0, G·h, s, 0]` (0 copies the batch and the last dim; s read from q when
+//! it is dynamic), so empty batches and sequences reshape as well.
 //! Open masks (all-true constants) and flags closing no row are dropped, as `open_masks` would.
 
 use super::chain::{match_chain, Chain};
@@ -74,6 +75,56 @@ fn stacked(group: i64, rows: &Dim) -> Dim {
     fixed(rows).map_or(Dim::Unknown, |s| Dim::Fixed(group * s))
 }
 
+/// The Reshapes' targets `[0, h, G·s, 0]` (to groups) and `[0, G·h, s, 0]` (back to heads): 0 copies
+/// the batch and the last dim, and s is read from q when it is not static (never -1, which could not
+/// be inferred for an empty batch).
+fn reshape_targets(
+    g: &mut Graph,
+    q: &str,
+    s: &Dim,
+    (heads, kv_heads): (i64, i64),
+    nodes: &mut Vec<Node>,
+) -> Option<(String, String)> {
+    let group = heads / kv_heads;
+    if let Some(s) = fixed(s) {
+        let to_groups = i64_constant(g, &[0, kv_heads, group * s, 0])?;
+        return Some((to_groups, i64_constant(g, &[0, heads, s, 0])?));
+    }
+    let one = ValueType {
+        dtype: Some(dtype::INT64),
+        shape: Some(vec![Dim::Fixed(1)]),
+    };
+    let four = ValueType {
+        dtype: Some(dtype::INT64),
+        shape: Some(vec![Dim::Fixed(4)]),
+    };
+    let rows = g.new_value("seq", one.clone());
+    let (start, end) = (int_attr("start", 2), int_attr("end", 3));
+    let read = node(g, "Shape", vec![q.to_owned()], &rows, vec![start, end]);
+    nodes.push(read);
+    let grouped_rows = g.new_value("grouped_seq", one);
+    let factor = i64_constant(g, &[group])?;
+    nodes.push(node(
+        g,
+        "Mul",
+        vec![rows.clone(), factor],
+        &grouped_rows,
+        vec![],
+    ));
+    let zero = i64_constant(g, &[0])?;
+    let axis = || vec![int_attr("axis", 0)];
+    let mut target = |g: &mut Graph, hint: &str, h: i64, r: &str| -> Option<String> {
+        let lead = i64_constant(g, &[0, h])?;
+        let out = g.new_value(hint, four.clone());
+        let inputs = vec![lead, r.to_owned(), zero.clone()];
+        nodes.push(node(g, "Concat", inputs, &out, axis()));
+        Some(out)
+    };
+    let to_groups = target(g, "to_groups", kv_heads, &grouped_rows)?;
+    let to_heads = target(g, "to_heads", heads, &rows)?;
+    Some((to_groups, to_heads))
+}
+
 /// The rewritten chain, ending in a Reshape that writes the final MatMul's output in its place.
 fn emit(g: &mut Graph, c: Chain) -> Option<Rewrite> {
     let (q_dims, k_dims, v_dims) = (shape(g, &c.q)?, shape(g, &c.k)?, shape(g, &c.v)?);
@@ -81,15 +132,14 @@ fn emit(g: &mut Graph, c: Chain) -> Option<Rewrite> {
     let kv_heads = fixed(&k_dims[1])?;
     let group = heads / kv_heads;
     let (b, s, t) = (q_dims[0].clone(), q_dims[2].clone(), k_dims[2].clone());
-    let to_groups = i64_constant(g, &[0, kv_heads, -1, 0])?;
-    let to_heads = i64_constant(g, &[0, heads, -1, 0])?;
+    let mut nodes = Vec::new();
+    let (to_groups, to_heads) = reshape_targets(g, &c.q, &s, (heads, kv_heads), &mut nodes)?;
     let scale = f32_constant(g, "scale", c.scale)?;
     let neg_inf = f32_constant(g, "neg_inf", f32::NEG_INFINITY)?;
     let zero = f32_constant(g, "zero", 0.0)?;
     let rows = stacked(group, &s);
     let kv = Dim::Fixed(kv_heads);
     let scores_dims = vec![b.clone(), q_dims[1].clone(), s.clone(), t.clone()];
-    let mut nodes = Vec::new();
     let mut step = |g: &mut Graph, op: &str, inputs: Vec<String>, dims: Vec<Dim>, attrs| {
         let out = value(g, &op.to_lowercase(), dims);
         nodes.push(node(g, op, inputs, &out, attrs));
