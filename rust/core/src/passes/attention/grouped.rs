@@ -48,7 +48,13 @@ fn value(g: &mut Graph, hint: &str, dims: Vec<Dim>) -> String {
     )
 }
 
-fn node(g: &Graph, op: &str, inputs: Vec<String>, output: &str, attrs: Vec<Attribute>) -> Node {
+pub(super) fn node(
+    g: &Graph,
+    op: &str,
+    inputs: Vec<String>,
+    output: &str,
+    attrs: Vec<Attribute>,
+) -> Node {
     Node {
         name: g.names.unique_node(op),
         op_type: op.into(),
@@ -59,13 +65,13 @@ fn node(g: &Graph, op: &str, inputs: Vec<String>, output: &str, attrs: Vec<Attri
     }
 }
 
-fn i64_constant(g: &mut Graph, values: &[i64]) -> Option<String> {
+pub(super) fn i64_constant(g: &mut Graph, values: &[i64]) -> Option<String> {
     let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     g.add_constant("shape", dtype::INT64, vec![values.len() as i64], bytes)
         .ok()
 }
 
-fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
+pub(super) fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
     g.add_constant(hint, dtype::FLOAT, vec![], v.to_le_bytes().to_vec())
         .ok()
 }

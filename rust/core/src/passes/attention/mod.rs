@@ -14,7 +14,16 @@
 //! which would compose the key's two Transposes into one the matcher does not know.
 
 mod chain;
+pub(crate) mod group_query;
 pub(crate) mod grouped;
 pub(crate) mod multi_head;
 pub(crate) mod open_masks;
 pub(crate) mod standard;
+
+/// A Transpose's `perm` attribute.
+pub(super) fn perm(p: &[i64]) -> crate::graph::Attribute {
+    crate::graph::Attribute {
+        name: "perm".into(),
+        value: crate::graph::AttrValue::Ints(p.to_vec()),
+    }
+}
