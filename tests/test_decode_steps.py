@@ -119,8 +119,6 @@ def test_prefill_then_decode_from_one_file(name: str) -> None:
             if opt is not False:
                 # every layer's attention reads the cache unrepeated
                 unrepeated = "attention_fused" if opset >= 23 else "grouped_attention_unrepeated"
-                if opset < 23 and opt == "onnxruntime":
-                    unrepeated = "group_query_attention_fused"
                 assert counts[unrepeated] == cfg.num_hidden_layers, (where, counts)
                 # queries and keys rotated by cos / sin computed from position_ids: RotaryEmbedding
                 # from 23 (onnxruntime's contrib form needs a precomputed table: not made)

@@ -90,12 +90,6 @@ pub(crate) const STAGES: &[Stage] = &[
         below(ATTENTION),
     ),
     stage(
-        "group_query_attention_fused",
-        attention::group_query::fuse_group_query,
-        ORT_ONLY,
-        below(ATTENTION),
-    ),
-    stage(
         "grouped_attention_unrepeated",
         attention::grouped::ungroup_repeats,
         BOTH,
