@@ -1,4 +1,5 @@
-"""LLM decode steps (issue 17): one export per model with dynamic batch, sequence and past length runs a
+"""LLM decode steps (issue 17): one export per model (Llama, Mistral, Qwen2, Phi-3, and Phi's partial rotary;
+tiny configs with 4 query / 2 key-value heads) with dynamic batch, sequence and past length runs a
 prefill (past 0) and then decode steps from the same file, matched with eager at every step, left
 padding included, at opsets 18, 20, 23 and MAX_OPSET under every optimize setting.
 
@@ -24,6 +25,8 @@ MODELS = {
     "mistral": ("mistral", "MistralForCausalLM"),
     "qwen2": ("qwen2", "Qwen2ForCausalLM"),
     "phi3": ("phi3", "Phi3ForCausalLM"),
+    # partial rotary (half the head rotated): the rotated slice fuses
+    "phi": ("phi", "PhiForCausalLM"),
 }
 OPSETS = (18, 20, 23, fastonnx.MAX_OPSET)
 SETTINGS = (False, True, "onnxruntime")
