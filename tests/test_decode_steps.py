@@ -5,7 +5,8 @@ padding included, at opsets 18, 20, 23 and MAX_OPSET under every optimize settin
 
 Grouped-query attention must read the cache unrepeated (no Expand of keys or values): the
 grouped_attention_unrepeated pass below opset 23, Attention from 23; rotary embeddings computed from the
-position ids fuse to RotaryEmbedding from opset 23.
+position ids fuse to RotaryEmbedding from opset 23 and to com.microsoft.RotaryEmbedding below it at the
+onnxruntime level.
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ def test_prefill_then_decode_from_one_file(name: str) -> None:
                 unrepeated = "attention_fused" if opset >= 23 else "grouped_attention_unrepeated"
                 assert counts[unrepeated] == cfg.num_hidden_layers, (where, counts)
                 # queries and keys rotated by cos / sin computed from position_ids: RotaryEmbedding
-                # from 23 (onnxruntime's contrib form needs a precomputed table: not made)
-                rotated = 2 * cfg.num_hidden_layers if opset >= 23 else 0
+                # from 23, com.microsoft.RotaryEmbedding below it at the onnxruntime level
+                fused = opset >= 23 or opt == "onnxruntime"
+                rotated = 2 * cfg.num_hidden_layers if fused else 0
                 assert counts["rotary_live_fused"] == rotated, (where, counts)
                 # repeat_kv starts with an Unsqueeze of the grown cache: nothing may copy it
                 cache_out = {n for n in result.output_names if ".key" in n or ".value" in n}

@@ -1,7 +1,8 @@
 """The live-positions rotary fusion (rust/core/src/passes/rotary_live.rs): rotate-half rotary embeddings
 whose cos / sin are computed at run time from angles (as every decode step computes them from position
-ids) become RotaryEmbedding from opset 23. On random graphs holding the pattern among random surroundings
-(see pass_harness.py) it must fire and keep onnxruntime's outputs; tables whose halves differ stay."""
+ids) become RotaryEmbedding from opset 23, com.microsoft.RotaryEmbedding below it at the onnxruntime
+level. On random graphs holding the pattern among random surroundings (see pass_harness.py) it must fire
+and keep onnxruntime's outputs; tables whose halves differ stay."""
 
 from __future__ import annotations
 
@@ -65,6 +66,12 @@ def _live_rotary(g: Any, x: str, p: dict[str, Any], equal_halves: bool = True) -
 PATTERNS: dict[str, Pattern] = {
     "live rotary (standard, opset 23)": (_live_rotary, "rotary_live_fused", "default", 23),
     "live rotary (onnxruntime level, opset 24)": (_live_rotary, "rotary_live_fused", "onnxruntime", 24),
+    "live rotary (onnxruntime level, contrib, opset 20)": (
+        _live_rotary,
+        "rotary_live_fused",
+        "onnxruntime",
+        20,
+    ),
 }
 
 test_pass_fires_and_keeps_outputs = fires_and_keeps_outputs(PATTERNS)
@@ -84,4 +91,11 @@ def test_unequal_halves_and_older_opsets_are_left_alone() -> None:
     g = build(unequal, 23, {**CHAIN_PARAMS, "seed": 4})
     assert g.optimize("default")["rotary_live_fused"] == 0
     g = build(_live_rotary, 22, {**CHAIN_PARAMS, "seed": 4})
-    assert g.optimize("onnxruntime")["rotary_live_fused"] == 0
+    assert g.optimize("default")["rotary_live_fused"] == 0
+
+
+def test_below_opset_23_the_onnxruntime_level_uses_the_contrib_operator() -> None:
+    g = build(_live_rotary, 20, {**CHAIN_PARAMS, "seed": 4})
+    assert g.optimize("onnxruntime")["rotary_live_fused"] == 1
+    ops = ops_of(g)
+    assert ops[("com.microsoft", "RotaryEmbedding")] == 1 and ops[("", "RotaryEmbedding")] == 0, ops

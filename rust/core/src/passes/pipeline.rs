@@ -136,6 +136,12 @@ pub(crate) const STAGES: &[Stage] = &[
         BOTH,
         from(ROTARY_EMBEDDING),
     ),
+    stage(
+        "rotary_live_fused",
+        rotary_live::fuse_live_contrib,
+        ORT_ONLY,
+        below(ROTARY_EMBEDDING),
+    ),
     stage("noops_removed", noops::mark_noops, BOTH, ANY),
     stage(
         "initializers_deduplicated",

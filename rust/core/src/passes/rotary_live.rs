@@ -13,14 +13,19 @@
 //! are made once per match; the CSE stage that follows merges those of the layers sharing them.
 //! x's batch and sequence dims must be the angles' (the cache has no broadcasting).
 //!
-//! onnxruntime's `com.microsoft.RotaryEmbedding` takes a 2-D table indexed by position ids instead; a
-//! table computed at run time does not fit it, and this pass does not build one.
+//! At the onnxruntime level below opset 23 it becomes `com.microsoft.RotaryEmbedding(x, ids, cos2,
+//! sin2)`, whose caches are 2-D tables indexed by position ids: the same caches flattened to
+//! (batch·seq, h/2) rows, and ids (batch, seq) numbering them 0..batch·seq. No table of all positions
+//! is precomputed (the graph bounds no position, and dynamic scalings such as longrope compute their
+//! angles otherwise): each row is the step's own angles, exact for any rotary type whose cos and sin
+//! have this form.
 
-use super::matching::{f32_scalar, fixed, is_float, is_op, shape, Index};
+use super::matching::{f32_scalar, fixed, int_attr, is_float, is_op, shape, Index};
 use super::rewrite::{fuse, Rewrite};
 use super::rotary::match_parts;
+use super::MS_DOMAIN;
 use crate::dtype;
-use crate::graph::{AttrValue, Dim, Graph, Node, ValueType};
+use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
 use crate::tensor::le_i64s;
 
 struct Live {
@@ -36,6 +41,12 @@ struct Live {
 /// returns how many it fused.
 pub(crate) fn fuse_live(g: &mut Graph) -> usize {
     fuse(g, &["Concat"], match_live, |g, m| Some(emit(g, m)))
+}
+
+/// The same → `com.microsoft.RotaryEmbedding` (onnxruntime level, below opset 23); returns how many
+/// it fused.
+pub(crate) fn fuse_live_contrib(g: &mut Graph) -> usize {
+    fuse(g, &["Concat"], match_live, emit_contrib)
 }
 
 /// The axes of an Unsqueeze (attribute below opset 13, constant input from 13).
@@ -118,37 +129,115 @@ fn match_live(g: &Graph, ix: &Index, concat_at: usize) -> Option<Live> {
     })
 }
 
-fn emit(g: &mut Graph, m: Live) -> Rewrite {
+/// `[Mul(] Cos(angles) [, scale)]` and the same with Sin, (batch, seq, h/2), their nodes added to `nodes`.
+fn caches(g: &mut Graph, m: &Live, nodes: &mut Vec<Node>) -> (String, String) {
     let ty = g.value_type(&m.angles).cloned().unwrap_or(ValueType {
         dtype: Some(dtype::FLOAT),
         shape: None,
     });
-    let mut nodes = Vec::new();
     let mut cache = |g: &mut Graph, op: &str| {
         let mut out = g.new_value(&op.to_lowercase(), ty.clone());
-        nodes.push(node(g, op, vec![m.angles.clone()], &out));
+        nodes.push(node(g, op, vec![m.angles.clone()], &out, vec![]));
         if let Some(s) = &m.scale {
             let scaled = g.new_value("scaled", ty.clone());
-            nodes.push(node(g, "Mul", vec![out, s.clone()], &scaled));
+            nodes.push(node(g, "Mul", vec![out, s.clone()], &scaled, vec![]));
             out = scaled;
         }
         out
     };
-    let cos = cache(g, "Cos");
-    let sin = cache(g, "Sin");
+    (cache(g, "Cos"), cache(g, "Sin"))
+}
+
+fn emit(g: &mut Graph, m: Live) -> Rewrite {
+    let mut nodes = Vec::new();
+    let (cos, sin) = caches(g, &m, &mut nodes);
     Rewrite::replace(m.add, "RotaryEmbedding", "", vec![m.x, cos, sin], vec![])
         .removing(m.dead)
         .inserting_before(nodes)
 }
 
-fn node(g: &Graph, op: &str, inputs: Vec<String>, output: &str) -> Node {
+fn int64(dims: Vec<Dim>) -> ValueType {
+    ValueType {
+        dtype: Some(dtype::INT64),
+        shape: Some(dims),
+    }
+}
+
+fn i64_constant(g: &mut Graph, dims: Vec<i64>, values: &[i64]) -> Option<String> {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    g.add_constant("rotary_dims", dtype::INT64, dims, bytes)
+        .ok()
+}
+
+/// onnxruntime's operator reads its caches as 2-D tables indexed by position ids: the caches
+/// flattened to (batch·seq, h/2) rows, and ids numbering those rows, (batch, seq) = 0..batch·seq.
+fn emit_contrib(g: &mut Graph, m: Live) -> Option<Rewrite> {
+    let mut nodes = Vec::new();
+    let (cos, sin) = caches(g, &m, &mut nodes);
+    let half = fixed(shape(g, &m.angles)?.get(2)?)?;
+    let rows_shape = i64_constant(g, vec![2], &[-1, half])?;
+    let table = ValueType {
+        dtype: Some(dtype::FLOAT),
+        shape: Some(vec![Dim::Unknown, Dim::Fixed(half)]),
+    };
+    let flat = |g: &mut Graph, cache: String, nodes: &mut Vec<Node>| {
+        let out = g.new_value("table", table.clone());
+        nodes.push(node(
+            g,
+            "Reshape",
+            vec![cache, rows_shape.clone()],
+            &out,
+            vec![],
+        ));
+        out
+    };
+    let cos2 = flat(g, cos, &mut nodes);
+    let sin2 = flat(g, sin, &mut nodes);
+    let a = shape(g, &m.angles)?;
+    let batch_seq = g.new_value("batch_seq", int64(vec![Dim::Fixed(2)]));
+    let (start, end) = (int_attr("start", 0), int_attr("end", 2));
+    nodes.push(node(
+        g,
+        "Shape",
+        vec![m.angles.clone()],
+        &batch_seq,
+        vec![start, end],
+    ));
+    let count = g.new_value("rows", int64(vec![Dim::Fixed(1)]));
+    let (start, end) = (int_attr("start", 0), int_attr("end", 1));
+    nodes.push(node(
+        g,
+        "Shape",
+        vec![cos2.clone()],
+        &count,
+        vec![start, end],
+    ));
+    let axes = i64_constant(g, vec![1], &[0])?;
+    let count0 = g.new_value("rows", int64(vec![]));
+    nodes.push(node(g, "Squeeze", vec![count, axes], &count0, vec![]));
+    let (zero, one) = (
+        i64_constant(g, vec![], &[0])?,
+        i64_constant(g, vec![], &[1])?,
+    );
+    let numbered = g.new_value("row_ids", int64(vec![Dim::Unknown]));
+    nodes.push(node(g, "Range", vec![zero, count0, one], &numbered, vec![]));
+    let ids = g.new_value("position_ids", int64(vec![a[0].clone(), a[1].clone()]));
+    nodes.push(node(g, "Reshape", vec![numbered, batch_seq], &ids, vec![]));
+    let inputs = vec![m.x, ids, cos2, sin2];
+    let rewrite = Rewrite::replace(m.add, "RotaryEmbedding", MS_DOMAIN, inputs, vec![])
+        .removing(m.dead)
+        .inserting_before(nodes);
+    Some(rewrite)
+}
+
+fn node(g: &Graph, op: &str, inputs: Vec<String>, output: &str, attrs: Vec<Attribute>) -> Node {
     Node {
         name: g.names.unique_node(op),
         op_type: op.into(),
         domain: String::new(),
         inputs,
         outputs: vec![output.to_owned()],
-        attrs: vec![],
+        attrs,
     }
 }
 
