@@ -197,7 +197,7 @@ def top_ops(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--runs", type=int, default=15, help="alternated repetitions of a decode step")
+    ap.add_argument("--runs", type=int, default=21, help="alternated repetitions of a decode step")
     ap.add_argument("--prefill-runs", type=int, default=5)
     ap.add_argument("--pasts", default="128,512,2048")
     ap.add_argument("--prefill", type=int, default=128)
@@ -231,7 +231,7 @@ def main() -> None:
         del sessions
         gc.collect()
         longest = max(pasts)
-        profiles = top_ops(files, a.layers, longest, 5, folder)
+        profiles = top_ops(files, a.layers, longest, 15, folder)
         for k, ops in profiles.items():
             print(k, [(op, round(ms, 1)) for op, ms in ops[:6]], flush=True)
     body = report(a, cases, labels, times, profiles, longest)
