@@ -171,8 +171,8 @@ def timed(sess: onnxruntime.InferenceSession, feed: dict[str, np.ndarray]) -> fl
 def top_ops(
     files: dict[str, str], layers: int, past: int, steps: int, folder: str
 ) -> dict[str, list[tuple[str, float]]]:
-    """ms per decode step by op type for each file, from onnxruntime's profiles of `steps` runs (after one
-    warm-up), the files alternated as in the timing."""
+    """ms per decode step by op type for each file: the mean over 1 + `steps` profiled runs (the first,
+    cold one included), the files alternated as in the timing."""
     sessions = {
         k: session(p, profile=os.path.join(folder, f"profile_{i}")) for i, (k, p) in enumerate(files.items())
     }
