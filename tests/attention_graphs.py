@@ -57,7 +57,8 @@ def attention(g: GraphBuilder, x: str, p: Any) -> str:
 
 
 def scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) -> str:
-    """The converter's attention chain on 4-D q, k, v of (1, HEADS, rows, cols); the mask by the seed."""
+    """The converter's attention chain on 4-D q, k, v of (1, heads, rows, cols) (HEADS unless p["heads"]
+    says); the mask by the seed."""
     rows, seed = p["rows"], p["seed"]
     rng = np.random.default_rng(seed)
     scaled = g.add_node("Mul", [q, const(g, np.float32(1.0 / np.sqrt(p["cols"])))])[0]
@@ -105,7 +106,7 @@ def scores_to_output(g: GraphBuilder, x: str, p: Any, q: str, k: str, v: str) ->
         g.set_type(closed, dtypes.BOOL, [1, 1, rows, 1])  # as the converter records it
         probs = g.add_node("Where", [closed, const(g, np.float32(0.0)), probs])[0]
     out = g.add_node("MatMul", [probs, v])[0]
-    g.set_type(out, F, [1, HEADS, rows, p["cols"]])
+    g.set_type(out, F, [1, p.get("heads", HEADS), rows, p["cols"]])
     return out
 
 

@@ -26,6 +26,8 @@ COUNTER = {
     "attention": "attention_fused",
     # com.microsoft.MultiHeadAttention (onnxruntime level, below opset 23)
     "multi_head_attention": "multi_head_attention_fused",
+    # below opset 23: grouped-query attention reads unrepeated keys and values (no Expand)
+    "grouped_attention": "grouped_attention_unrepeated",
     "conv_batchnorm": "conv_batchnorm_fused",
 }
 
@@ -50,6 +52,7 @@ class Patterns:
     opset 20 (nothing to fuse) and the erf / tanh formula below it, which only the onnxruntime level
     fuses (into com.microsoft Gelu / FastGelu). ``gelu_written`` counts GELUs a model writes out by
     hand (GPT-2's NewGELU): fused from opset 20 at both levels, below it at the onnxruntime level.
+    ``grouped_attention`` counts chains whose keys and values are repeated per query-head group.
     ``layer_norm`` counts LayerNorms written out by hand over the last axis; torch's layer_norm
     converts to LayerNormalization directly and is not a fusion.
     """
@@ -62,6 +65,7 @@ class Patterns:
     rotary: int = 0
     attention: int = 0
     attention_3d: int = 0
+    grouped_attention: int = 0
     conv_batchnorm: int = 0
 
     def __mul__(self, n: int) -> Patterns:
@@ -92,6 +96,8 @@ def expected(p: Patterns, opset: int, optimize: bool | str) -> dict[str, int]:
     add("rotary", p.rotary, ort or opset >= ROTARY_EMBEDDING_OPSET)
     add("attention", p.attention + p.attention_3d, opset >= ATTENTION_OPSET)
     add("multi_head_attention", p.attention_3d, ort and opset < ATTENTION_OPSET)
+    # below 23 grouped-query attention reads unrepeated keys and values (Attention does from 23)
+    add("grouped_attention", p.grouped_attention, opset < ATTENTION_OPSET)
     add("conv_batchnorm", p.conv_batchnorm, True)
     return counts
 
@@ -176,12 +182,17 @@ def _act(name: str) -> Patterns:
     }[name]
 
 
-def _llama_like(cfg: Any, norms_per_layer: int = 2, final_norm: int = 1) -> Patterns:
+def _llama_like(cfg: Any, norms_per_layer: int = 2, final_norm: int = 1, kv_heads: bool = True) -> Patterns:
     """A decoder layer of Llama's family: RMS norms, rotary q and k, one attention, the MLP activation.
 
-    Its attention reads rotated 4-D queries (and grouped keys): Attention from opset 23 only.
+    Its attention reads rotated 4-D queries (and grouped keys): Attention from opset 23 only. Fewer
+    key/value heads than query heads (repeated per group) are read unrepeated below opset 23;
+    ``kv_heads=False`` for models whose config carries num_key_value_heads without using it.
     """
-    layer = Patterns(rms_norm=norms_per_layer, rotary=2, attention=1) + _activation(cfg)
+    heads = cfg.num_attention_heads
+    grouped = int(kv_heads and (getattr(cfg, "num_key_value_heads", None) or heads) < heads)
+    layer = Patterns(rms_norm=norms_per_layer, rotary=2, attention=1, grouped_attention=grouped)
+    layer = layer + _activation(cfg)
     return layer * cfg.num_hidden_layers + Patterns(rms_norm=final_norm)
 
 
@@ -217,7 +228,7 @@ TRANSFORMERS_PATTERNS: dict[str, Callable[[torch.nn.Module], Patterns]] = {
     # LayerNorm, partial rotary (the rotated slice fuses), GELU written out
     "phi": lambda m: _llama_like(_config(m), norms_per_layer=0, final_norm=0),
     # q, k, v chunked from one 4-D projection, partial rotary; LayerNorm
-    "gpt_neox": lambda m: _llama_like(_config(m), norms_per_layer=0, final_norm=0),
+    "gpt_neox": lambda m: _llama_like(_config(m), norms_per_layer=0, final_norm=0, kv_heads=False),
     # heads split from 3-D projections, but through the KV cache (see above)
     "gpt2": lambda m: (Patterns(attention=1) + _activation(_config(m))) * _config(m).num_hidden_layers,
     "opt": lambda m: (Patterns(attention=1) + _activation(_config(m))) * _config(m).num_hidden_layers,

@@ -17,6 +17,7 @@ mod pipeline;
 mod rewrite;
 mod rms_norm;
 mod rotary;
+mod rotary_live;
 mod silu;
 mod weight_transposes;
 

@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 
 use super::{
     attention, cleanup, constant_folding, conv_batchnorm, cse, gelu, layer_norm, noops, peephole,
-    rms_norm, rotary, silu, weight_transposes, Level,
+    rms_norm, rotary, rotary_live, silu, weight_transposes, Level,
 };
 use crate::error::Result;
 use crate::graph::Graph;
@@ -91,6 +91,12 @@ pub(crate) const STAGES: &[Stage] = &[
         BOTH,
         below(ATTENTION),
     ),
+    stage(
+        "grouped_attention_unrepeated",
+        attention::grouped::ungroup_repeats,
+        BOTH,
+        below(ATTENTION),
+    ),
     stage("patterns_rewritten", peephole::rewrite_patterns, BOTH, ANY),
     stage(
         "rms_norm_fused",
@@ -123,6 +129,18 @@ pub(crate) const STAGES: &[Stage] = &[
     stage(
         "rotary_fused",
         rotary::fuse_contrib,
+        ORT_ONLY,
+        below(ROTARY_EMBEDDING),
+    ),
+    stage(
+        "rotary_live_fused",
+        rotary_live::fuse_live,
+        BOTH,
+        from(ROTARY_EMBEDDING),
+    ),
+    stage(
+        "rotary_live_fused",
+        rotary_live::fuse_live_contrib,
         ORT_ONLY,
         below(ROTARY_EMBEDDING),
     ),

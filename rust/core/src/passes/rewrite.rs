@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::matching::{is_op, Index};
+use crate::dtype;
 use crate::graph::{Attribute, Graph, Node};
 use crate::scopes::node_name_hint;
 
@@ -190,6 +191,44 @@ pub(crate) fn retain_nodes(g: &mut Graph, keep: impl Fn(usize) -> bool) {
         index += 1;
         keep(index - 1)
     });
+}
+
+/// A node a fusion creates, named after its op; `apply` gives it the scope of the node it replaces.
+pub(crate) fn new_node(
+    g: &Graph,
+    op: &str,
+    domain: &str,
+    inputs: Vec<String>,
+    output: &str,
+    attrs: Vec<Attribute>,
+) -> Node {
+    Node {
+        name: g.names.unique_node(op),
+        op_type: op.into(),
+        domain: domain.into(),
+        inputs,
+        outputs: vec![output.to_owned()],
+        attrs,
+        scope: None,
+    }
+}
+
+/// An int64 constant of shape `dims` a fusion adds, named after `hint` (None when the graph
+/// refuses it).
+pub(crate) fn i64_constant(
+    g: &mut Graph,
+    hint: &str,
+    dims: Vec<i64>,
+    values: &[i64],
+) -> Option<String> {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    g.add_constant(hint, dtype::INT64, dims, bytes).ok()
+}
+
+/// A float32 scalar constant a fusion adds (None when the graph refuses it).
+pub(crate) fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
+    g.add_constant(hint, dtype::FLOAT, vec![], v.to_le_bytes().to_vec())
+        .ok()
 }
 
 #[cfg(test)]

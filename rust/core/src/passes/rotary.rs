@@ -18,7 +18,7 @@
 //!   (seq, h/2) (a 1-element position_ids is the start position of every sequence), any batch.
 //!
 //! With dynamic sequence lengths cos and sin are computed from position ids at run time, not
-//! constants: that form is left unfused.
+//! constants: `rotary_live` fuses that form.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -224,7 +224,24 @@ fn half_table(g: &Graph, name: &str, seq: i64, h: i64) -> Option<Vec<f32>> {
     Some(out)
 }
 
-fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) -> Option<Rotary> {
+/// The rotate-half pattern around a Concat, whatever its cos and sin are.
+pub(super) struct Parts<'a> {
+    pub(super) x: &'a str,
+    /// x's (batch, seq) dims and its static head size
+    pub(super) batch: &'a Dim,
+    pub(super) seq: &'a Dim,
+    pub(super) h: i64,
+    pub(super) cos: &'a str,
+    pub(super) sin: &'a str,
+    /// the Add, rewritten in place into the fused node
+    pub(super) add: usize,
+    /// the other nodes of the pattern, dropped
+    pub(super) dead: [usize; 6],
+}
+
+/// `Add(Mul(x, cos), Mul(Concat(Neg(hi), lo), sin))` around the Concat at `concat_at`, x float32
+/// (batch, heads, seq, h) with a static even h.
+pub(super) fn match_parts<'a>(g: &'a Graph, ix: &Index, concat_at: usize) -> Option<Parts<'a>> {
     // Concat(Neg(hi), lo) on the last axis
     let concat = &g.nodes[concat_at];
     let [negated, lo] = concat.inputs.as_slice() else {
@@ -248,15 +265,12 @@ fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) ->
         return None;
     }
     let shape = g.value_type(x)?.shape.as_ref()?;
-    let [batch, _, Dim::Fixed(seq), Dim::Fixed(h)] = shape.as_slice() else {
+    let [batch, _, seq, Dim::Fixed(h)] = shape.as_slice() else {
         return None;
     };
-    let (seq, h) = (*seq, *h);
+    let h = *h;
     let half = h / 2;
-    // a table beyond MAX_TABLE is no rotary table a model holds; it bounds what is decoded
-    let sane = seq > 0 && seq.checked_mul(h).is_some_and(|n| n <= MAX_TABLE);
-    if !sane || h < 2 || h % 2 != 0 || !matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 3)))
-    {
+    if h < 2 || h % 2 != 0 || !matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 3))) {
         return None;
     }
     if last_axis_range(g, &g.nodes[lo_at], x, 4, h)? != (0, half)
@@ -283,27 +297,49 @@ fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) ->
         return None;
     }
     let cos = other(cos_mul, x)?;
+    Some(Parts {
+        x,
+        batch,
+        seq,
+        h,
+        cos,
+        sin,
+        add: add_at,
+        dead: [lo_at, hi_at, neg_at, concat_at, sin_at, cos_at],
+    })
+}
+
+fn match_rotary(g: &Graph, ix: &Index, concat_at: usize, halves: &mut Halves) -> Option<Rotary> {
+    let p = match_parts(g, ix, concat_at)?;
+    let (Dim::Fixed(seq), h) = (p.seq, p.h) else {
+        return None;
+    };
+    let seq = *seq;
+    // a table beyond MAX_TABLE is no rotary table a model holds; it bounds what is decoded
+    if seq <= 0 || seq.checked_mul(h).is_none_or(|n| n > MAX_TABLE) {
+        return None;
+    }
     let mut half = |table: &str| {
         halves
             .entry((table.to_owned(), seq, h))
             .or_insert_with(|| half_table(g, table, seq, h).map(Rc::new))
             .clone()
     };
-    let (cos_half, sin_half) = (half(cos)?, half(sin)?);
+    let (cos_half, sin_half) = (half(p.cos)?, half(p.sin)?);
     Some(Rotary {
-        x: x.clone(),
-        cos: cos.to_owned(),
-        sin: sin.to_owned(),
+        x: p.x.to_owned(),
+        cos: p.cos.to_owned(),
+        sin: p.sin.to_owned(),
         cos_half,
         sin_half,
-        batch: match batch {
+        batch: match p.batch {
             Dim::Fixed(b) if *b > 0 => Some(*b),
             _ => None,
         },
         seq,
         h,
-        add: add_at,
-        dead: [lo_at, hi_at, neg_at, concat_at, sin_at, cos_at],
+        add: p.add,
+        dead: p.dead,
     })
 }
 

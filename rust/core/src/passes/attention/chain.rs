@@ -263,10 +263,23 @@ fn unrepeated(g: &Graph, ix: &Index, q: &str, k: &str, v: &str) -> Option<(Strin
 }
 
 /// x for `Reshape(Expand(Unsqueeze(x, [2]), ...), ...)` of shapes (b, h, s, e) -> (b, h, 1, s, e) ->
-/// (b, h, n, s, e) -> (b, h*n, s, e), checked on the recorded shapes.
+/// (b, h, n, s, e) -> (b, h*n, s, e), checked on the recorded shapes. The repeat's nodes are never
+/// removed by the fusions (the clean-up drops them once unread), so only the Reshape must be the
+/// chain's alone.
 fn repeat_source(g: &Graph, ix: &Index, value: &str) -> Option<String> {
     let (_, reshape) = sole_producer_op(g, ix, value, "Reshape")?;
-    let (_, expand) = sole_producer_op(g, ix, reshape.inputs.first()?, "Expand")?;
+    let expanded = reshape.inputs.first()?;
+    let expand = &g.nodes[*ix.prod.get(expanded)?];
+    // besides the Reshape, only Shape nodes may read the copy (the converter reads a symbolic size
+    // there): they do not need its data
+    let shape_reads = g
+        .nodes
+        .iter()
+        .filter(|n| is_op(n, "Shape") && n.inputs.first() == Some(expanded))
+        .count();
+    if !is_op(expand, "Expand") || ix.reads.get(expanded) != Some(&(1 + shape_reads)) {
+        return None;
+    }
     let (_, unsq) = sole_producer_op(g, ix, expand.inputs.first()?, "Unsqueeze")?;
     let x = unsq.inputs.first()?;
     let axes = match (unsq.attr("axes"), unsq.inputs.get(1)) {

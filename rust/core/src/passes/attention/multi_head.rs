@@ -19,7 +19,7 @@ use super::chain::{match_chain, Chain};
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
 use crate::passes::matching::{is_float, is_op, shape, sole_producer_op, sole_reader, Index};
-use crate::passes::rewrite::{fuse, Rewrite};
+use crate::passes::rewrite::{f32_constant, fuse, new_node, Rewrite};
 use crate::passes::MS_DOMAIN;
 
 struct Heads {
@@ -46,30 +46,6 @@ pub(crate) fn fuse_multi_head(g: &mut Graph) -> usize {
     })
 }
 
-fn node(
-    g: &Graph,
-    op: &str,
-    domain: &str,
-    inputs: Vec<String>,
-    output: &str,
-    attrs: Vec<Attribute>,
-) -> Node {
-    Node {
-        name: g.names.unique_node(op),
-        op_type: op.into(),
-        domain: domain.into(),
-        inputs,
-        outputs: vec![output.to_owned()],
-        attrs,
-        scope: None,
-    }
-}
-
-fn f32_constant(g: &mut Graph, hint: &str, v: f32) -> Option<String> {
-    g.add_constant(hint, dtype::FLOAT, vec![], v.to_le_bytes().to_vec())
-        .ok()
-}
-
 /// The fused node and its helpers; None when a constant cannot be made.
 fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
     let zero = f32_constant(g, "zero", 0.0)?;
@@ -84,7 +60,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                     shape: shape(g, m),
                 },
             );
-            before.push(node(
+            before.push(new_node(
                 g,
                 "Where",
                 "",
@@ -124,7 +100,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                     shape: y_type.shape.clone(),
                 },
             );
-            after.push(node(
+            after.push(new_node(
                 g,
                 "Squeeze",
                 "",
@@ -132,7 +108,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                 &rows,
                 vec![],
             ));
-            after.push(node(
+            after.push(new_node(
                 g,
                 "Where",
                 "",
