@@ -2,6 +2,7 @@
 
 from fastonnx._core import __version__
 from fastonnx.api import to_onnx
+from fastonnx.compile_backend import FastOnnxBackend, backend, debug_backend
 from fastonnx.errors import (
     CaptureError,
     ConversionError,
@@ -14,6 +15,7 @@ from fastonnx.errors import (
     SerializationError,
     UnsupportedOpError,
 )
+from fastonnx.graph_module import graph_module_to_onnx
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
 from fastonnx.weights import attach_weights
@@ -25,6 +27,7 @@ __all__ = [
     "CaptureError",
     "ConversionError",
     "ExportResult",
+    "FastOnnxBackend",
     "FastOnnxError",
     "GraphError",
     "InputError",
@@ -35,5 +38,8 @@ __all__ = [
     "UnsupportedOpError",
     "__version__",
     "attach_weights",
+    "backend",
+    "debug_backend",
+    "graph_module_to_onnx",
     "to_onnx",
 ]
