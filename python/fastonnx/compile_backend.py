@@ -150,6 +150,15 @@ class FastOnnxBackend:
     ) -> Callable[..., Any]:
         """The runner of one aten graph (what aot_autograd hands its compilers), or ``gm`` itself
         (eager) when it falls back."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        # aot_autograd calls its compilers under its fake mode: converters build real constants
+        with unset_fake_temporarily():
+            return self._compile_graph(gm, example_inputs, name)
+
+    def _compile_graph(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str
+    ) -> Callable[..., Any]:
         stats = GraphStats(name, len(gm.graph.nodes))
         self.stats.append(stats)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
