@@ -70,9 +70,11 @@ class FastOnnxBackend:
     ``opset`` and ``optimize`` (False, True, "onnxruntime") are ``to_onnx``'s; ``providers`` are
     onnxruntime's (CPU by default); ``dump_dir`` writes each graph's model there as ``<name>.onnx``;
     ``fallback`` (default True) runs graphs that cannot be converted in eager PyTorch with a warning,
-    False raises. ``stats`` lists one ``GraphStats`` per graph compiled so far. ``debug=True`` runs the
-    graphs in ``onnx.reference.ReferenceEvaluator`` instead, and with ``check=True`` also in eager
-    torch, raising ``RuntimeCheckError`` naming the first graph whose outputs diverge.
+    False raises. ``decompositions`` replaces the table aot_autograd decomposes with (see the module's
+    docstring); ``custom_converters`` are ``to_onnx``'s. ``stats`` lists one ``GraphStats`` per graph
+    compiled so far. ``debug=True`` runs the graphs in ``onnx.reference.ReferenceEvaluator`` instead,
+    and with ``check=True`` also in eager torch, raising ``RuntimeCheckError`` naming the first graph
+    whose outputs diverge.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class FastOnnxBackend:
         dump_dir: str | os.PathLike[str] | None = None,
         fallback: bool = True,
         decompositions: dict[Any, Callable[..., Any]] | None = None,
+        custom_converters: dict[Any, Callable[..., Any]] | None = None,
         debug: bool = False,
         check: bool = False,
         rtol: float = 1e-4,
@@ -110,7 +113,8 @@ class FastOnnxBackend:
         self.stats: list[GraphStats] = []
         self._graphs = 0
         self._warned: set[str] = set()
-        self._registry = Registry()
+        self.custom_converters = custom_converters
+        self._registry = Registry(custom_converters)
 
     # ---- the backend protocol -------------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -195,7 +199,13 @@ class FastOnnxBackend:
             )
         t0 = time.perf_counter()
         try:
-            result = graph_module_to_onnx(gm, example_inputs, opset=self.opset, optimize=self.optimize)
+            result = graph_module_to_onnx(
+                gm,
+                example_inputs,
+                opset=self.opset,
+                optimize=self.optimize,
+                custom_converters=self.custom_converters,
+            )
         except FastOnnxError as e:
             return self._fall_back(gm, stats, f"conversion failed: {e}", [], type(e), e)
         stats.convert_s = time.perf_counter() - t0

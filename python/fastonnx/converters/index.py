@@ -912,6 +912,7 @@ FAMILY_OF: dict[str, str] = {
     "operator.rshift": "symbolic",
     "operator.sub": "symbolic",
     "operator.truediv": "symbolic",
+    "prims.convert_element_type.default": "elementwise",
     "torch._sym_sqrt": "symbolic",
     "torch.sym_float": "symbolic",
     "torch.sym_int": "symbolic",
