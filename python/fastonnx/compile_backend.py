@@ -7,9 +7,9 @@ graph. Decisions:
 
 - Decompositions: in inference, torch's core ATen table minus the ops fastonnx converts itself (fused
   forms such as attention or layer norm stay whole, so onnxruntime runs them fused); in training, the
-  whole core ATen table (fastonnx has no converters for backward ops such as
-  ``native_layer_norm_backward``; the table writes them, and the ops whose backward they are, in
-  primitives). ``decompositions=`` replaces the table.
+  core ATen table (it writes backward ops such as ``native_layer_norm_backward`` in primitives) except
+  CPU flash attention, whose decomposition gives autograd a wrong logsumexp: it and its backward are
+  converted whole. ``decompositions=`` replaces the table.
 - Shapes: a dim dynamo marks dynamic (``mark_dynamic``, ``dynamic=True`` or its automatic second
   compile) is a SymInt in the graph and a dynamic dim in ONNX, so other sizes reuse the same session.
   Static graphs get one session each: dynamo compiles one graph per static shape signature.
@@ -145,6 +145,10 @@ class FastOnnxBackend:
 
         table = dict(core_aten_decompositions())
         if training:
+            # torch's decomposition of CPU flash attention returns the attention weights where the op
+            # returns its logsumexp; autograd then feeds those to the fused backward, whose gradients
+            # are wrong. Kept whole: fastonnx converts the op and its backward.
+            table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
             return table
         return {op: fn for op, fn in table.items() if self._registry.lookup(op) is None}
 
@@ -218,9 +222,11 @@ class FastOnnxBackend:
         try:
             runner: Callable[..., Any]
             if self.debug:
-                runner = ReferenceRunner(result, name, gm if self.check else None, self.rtol, self.atol)
+                runner = ReferenceRunner(
+                    result, name, gm if self.check else None, self.rtol, self.atol, _memory_orders(gm)
+                )
             else:
-                runner = OrtRunner(result, name, self.providers)
+                runner = OrtRunner(result, name, self.providers, _memory_orders(gm))
         except RuntimeCheckError as e:
             return self._fall_back(gm, stats, str(e), [], RuntimeCheckError, e)
         stats.session_s = time.perf_counter() - t1
@@ -253,10 +259,13 @@ class FastOnnxBackend:
 class OrtRunner:
     """One onnxruntime session for one graph, called with aot_autograd's flat inputs."""
 
-    def __init__(self, result: ExportResult, name: str, providers: Sequence[str]) -> None:
+    def __init__(
+        self, result: ExportResult, name: str, providers: Sequence[str], orders: list[list[int] | None]
+    ) -> None:
         import onnxruntime
 
         self.name = name
+        self._orders = orders
         self._layout = result._layout
         try:
             self.session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
@@ -294,7 +303,7 @@ class OrtRunner:
         except Exception as e:
             raise RuntimeCheckError(f"onnxruntime failed to run {self.name}: {e}") from e
         values = binding.get_outputs()
-        return _unflatten(self._layout, [_to_torch(v) for v in values])
+        return _unflatten(self._layout, [_to_torch(v) for v in values], self._orders)
 
 
 def _boxed(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
@@ -316,16 +325,57 @@ def _to_torch(value: Any) -> torch.Tensor:
     return torch.utils.dlpack.from_dlpack(value)
 
 
-def _unflatten(layout: Any, tensors: list[torch.Tensor]) -> list[Any]:
-    """The graph's outputs in order: tensors, SymInts as Python ints, constants as they were."""
+def _memory_orders(gm: torch.fx.GraphModule) -> list[list[int] | None]:
+    """Per output of ``gm``: the order of its dims in memory (outermost first) when torch lays it out
+    other than contiguously (attention outputs, channels-last...), None otherwise. ONNX values are
+    contiguous; kernels reading saved tensors in the eager graphs (a fallen-back backward) may rely on
+    torch's layout, so such outputs are handed over in it, as inductor does."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    orders: list[list[int] | None] = []
+    for a in flat:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dim() < 2:
+            orders.append(None)
+            continue
+        try:
+            strides = [int(st) for st in val.stride()]  # a symbolic stride: its hint
+            sizes = [int(d) for d in val.shape]
+        except (TypeError, RuntimeError):
+            orders.append(None)
+            continue
+        # outermost first: larger stride, then (equal strides of size-1 dims) the original order
+        order = sorted(range(val.dim()), key=lambda d: (-strides[d], d))
+        dense = torch.empty(0).new_empty_strided(sizes, strides).is_contiguous() or val.is_contiguous()
+        orders.append(None if order == list(range(val.dim())) or dense else order)
+    return orders
+
+
+def _in_order(t: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    if order is None or t.dim() != len(order):
+        return t
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return t.permute(order).contiguous().permute(inverse)
+
+
+def _unflatten(
+    layout: Any, tensors: list[torch.Tensor], orders: list[list[int] | None] | None = None
+) -> list[Any]:
+    """The graph's outputs in order: tensors (in torch's memory layout when ``orders`` name one),
+    SymInts as Python ints, constants as they were."""
     it = iter(tensors)
     out: list[Any] = []
-    for slot in layout.outputs:
+    for k, slot in enumerate(layout.outputs):
         if slot.onnx_name is None:
             out.append(slot.constant)
             continue
         t = next(it)
-        out.append(int(t.item()) if slot.is_scalar else t)
+        if slot.is_scalar:
+            out.append(int(t.item()))
+        else:
+            out.append(_in_order(t, orders[k]) if orders is not None else t)
     return out
 
 
@@ -334,11 +384,18 @@ class ReferenceRunner:
     eager torch and every output is compared."""
 
     def __init__(
-        self, result: ExportResult, name: str, check: torch.fx.GraphModule | None, rtol: float, atol: float
+        self,
+        result: ExportResult,
+        name: str,
+        check: torch.fx.GraphModule | None,
+        rtol: float,
+        atol: float,
+        orders: list[list[int] | None],
     ) -> None:
         from onnx.reference import ReferenceEvaluator
 
         self.name = name
+        self._orders = orders
         self._layout = result._layout
         self._check = check
         self.rtol, self.atol = rtol, atol
@@ -355,7 +412,7 @@ class ReferenceRunner:
             arrays = self.evaluator.run(self._outputs, feeds)
         except Exception as e:
             raise RuntimeCheckError(f"the reference evaluator failed to run {self.name}: {e}") from e
-        out = _unflatten(self._layout, [torch.from_numpy(_native(a)) for a in arrays])
+        out = _unflatten(self._layout, [torch.from_numpy(_native(a)) for a in arrays], self._orders)
         if self._check is not None:
             self._compare(out, self._check(*args))
         return out

@@ -51,6 +51,7 @@ FAMILY_OF: dict[str, str] = {
     "aten._safe_softmax.default": "activations",
     "aten._scaled_dot_product_efficient_attention.default": "attention",
     "aten._scaled_dot_product_flash_attention_for_cpu.default": "attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": "attention",
     "aten._softmax.default": "activations",
     "aten._to_copy.default": "elementwise",
     "aten._unique2.default": "statistics",
