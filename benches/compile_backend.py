@@ -60,17 +60,23 @@ def resnet() -> tuple[torch.nn.Module, tuple[Any, ...], Callable[[Any], torch.Te
 MODELS = {"llama": llama, "resnet18": resnet}
 
 
-def _compiled(model: torch.nn.Module, backend: str) -> Any:
+def _compiled(model: torch.nn.Module, backend: str, threads: int) -> Any:
     if backend == "eager":
         return model
     torch._dynamo.reset()
-    return torch.compile(model, backend=fastonnx.backend() if backend == "fastonnx" else backend)
+    if backend != "fastonnx":
+        return torch.compile(model, backend=backend)
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return torch.compile(model, backend=fastonnx.backend(session_options=options))
 
 
-def measure(name: str, backend: str, mode: str, warmup: int, runs: int) -> dict[str, Any]:
+def measure(name: str, backend: str, mode: str, warmup: int, runs: int, threads: int) -> dict[str, Any]:
     model, args, loss_of = MODELS[name]()
     model = copy.deepcopy(model).eval() if mode == "inference" else copy.deepcopy(model).train()
-    fn = _compiled(model, backend)
+    fn = _compiled(model, backend, threads)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step() -> None:
@@ -96,7 +102,7 @@ def measure(name: str, backend: str, mode: str, warmup: int, runs: int) -> dict[
     return {"model": name, "mode": mode, "backend": backend, "first_s": first, "steady_ms": steady * 1e3}
 
 
-def report(rows: list[dict[str, Any]], runs: int) -> str:
+def report(rows: list[dict[str, Any]], runs: int, threads: int) -> str:
     by = {(r["model"], r["mode"], r["backend"]): r for r in rows}
     table_rows = []
     for r in rows:
@@ -121,7 +127,8 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
         f"Latency is the median of {runs} calls after warm-up; compile is the first call (dynamo + the "
         "backend's compile + one run), minus nothing. Training is one forward + backward + SGD step. "
         "Llama: 2 layers, hidden 256, vocab 4096, batch 2 x 64 tokens; ResNet-18 on 2 x 3 x 64 x 64. "
-        "The machine was shared with other jobs: figures are indicative.",
+        f"torch and onnxruntime use {threads} intra-op thread(s). The machine was shared with other jobs: "
+        "figures are indicative.",
         "",
         ledger.table(
             ["model", "mode", "backend", "compile s", "latency ms", "eager ms", "latency / eager"],
@@ -146,15 +153,19 @@ def main() -> None:
     p.add_argument("--backends", default=",".join(BACKENDS))
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's intra-op threads")
     a = p.parse_args()
+    # one thread each by default: on a shared machine, thread pools waiting on descheduled workers
+    # dominate (eager Llama went from ~10 ms to ~800 ms a call with 2 threads under load)
+    torch.set_num_threads(a.threads)
     rows = []
     for name in a.models.split(","):
         for mode in a.modes.split(","):
             for backend in a.backends.split(","):
-                row = measure(name, backend, mode, a.warmup, a.runs)
+                row = measure(name, backend, mode, a.warmup, a.runs, a.threads)
                 print(row, flush=True)
                 rows.append(row)
-    text = report(rows, a.runs)
+    text = report(rows, a.runs, a.threads)
     if "eager" in a.backends.split(","):
         ledger.write_section("compile_backend", text)
     print(text)

@@ -68,7 +68,7 @@ class FastOnnxBackend:
     """A torch.compile backend: ``torch.compile(model, backend=fastonnx.backend(...))``.
 
     ``opset`` and ``optimize`` (False, True, "onnxruntime") are ``to_onnx``'s; ``providers`` are
-    onnxruntime's (CPU by default); ``dump_dir`` writes each graph's model there as ``<name>.onnx``;
+    onnxruntime's (CPU by default), ``session_options`` too (threads...); ``dump_dir`` writes each graph's model there as ``<name>.onnx``;
     ``fallback`` (default True) runs graphs that cannot be converted in eager PyTorch with a warning,
     False raises. ``decompositions`` replaces the table aot_autograd decomposes with (see the module's
     docstring); ``custom_converters`` are ``to_onnx``'s. ``stats`` lists one ``GraphStats`` per graph
@@ -83,6 +83,7 @@ class FastOnnxBackend:
         opset: int | None = None,
         optimize: bool | str = True,
         providers: Sequence[str] | None = None,
+        session_options: onnxruntime.SessionOptions | None = None,
         dump_dir: str | os.PathLike[str] | None = None,
         fallback: bool = True,
         decompositions: dict[Any, Callable[..., Any]] | None = None,
@@ -104,6 +105,7 @@ class FastOnnxBackend:
         self.opset = opset
         self.optimize = optimize
         self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
+        self.session_options = session_options
         self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
         self.fallback = fallback
         self.decompositions = decompositions
@@ -226,7 +228,7 @@ class FastOnnxBackend:
                     result, name, gm if self.check else None, self.rtol, self.atol, _memory_orders(gm)
                 )
             else:
-                runner = OrtRunner(result, name, self.providers, _memory_orders(gm))
+                runner = OrtRunner(result, name, self.providers, _memory_orders(gm), self.session_options)
         except RuntimeCheckError as e:
             return self._fall_back(gm, stats, str(e), [], RuntimeCheckError, e)
         stats.session_s = time.perf_counter() - t1
@@ -260,7 +262,12 @@ class OrtRunner:
     """One onnxruntime session for one graph, called with aot_autograd's flat inputs."""
 
     def __init__(
-        self, result: ExportResult, name: str, providers: Sequence[str], orders: list[list[int] | None]
+        self,
+        result: ExportResult,
+        name: str,
+        providers: Sequence[str],
+        orders: list[list[int] | None],
+        options: onnxruntime.SessionOptions | None = None,
     ) -> None:
         import onnxruntime
 
@@ -269,7 +276,7 @@ class OrtRunner:
         self._layout = result._layout
         try:
             self.session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
-                result.to_bytes(), providers=list(providers)
+                result.to_bytes(), options, providers=list(providers)
             )
         except Exception as e:
             raise RuntimeCheckError(f"onnxruntime could not load {name}: {e}") from e
