@@ -70,7 +70,11 @@ def _compiled(model: torch.nn.Module, backend: str, threads: int) -> Any:
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = threads
-    return torch.compile(model, backend=fastonnx.backend(session_options=options))
+    _last_backend[0] = fastonnx.backend(session_options=options)
+    return torch.compile(model, backend=_last_backend[0])
+
+
+_last_backend: list[Any] = [None]  # the fastonnx backend of the current measure, for its stats
 
 
 def measure(name: str, backend: str, mode: str, warmup: int, runs: int, threads: int) -> dict[str, Any]:
@@ -91,6 +95,9 @@ def measure(name: str, backend: str, mode: str, warmup: int, runs: int, threads:
     t0 = time.perf_counter()
     step()
     first = time.perf_counter() - t0
+    fell_back = []
+    if backend == "fastonnx":
+        fell_back = [s.name.rsplit("_", 1)[-1] for s in _last_backend[0].stats if s.fell_back]
     for _ in range(warmup):
         step()
     times = []
@@ -99,7 +106,14 @@ def measure(name: str, backend: str, mode: str, warmup: int, runs: int, threads:
         step()
         times.append(time.perf_counter() - t)
     steady = ledger.median(times)
-    return {"model": name, "mode": mode, "backend": backend, "first_s": first, "steady_ms": steady * 1e3}
+    return {
+        "model": name,
+        "mode": mode,
+        "backend": backend,
+        "first_s": first,
+        "steady_ms": steady * 1e3,
+        "eager_graphs": ", ".join(fell_back) or "-",
+    }
 
 
 def report(rows: list[dict[str, Any]], runs: int, threads: int) -> str:
@@ -118,6 +132,7 @@ def report(rows: list[dict[str, Any]], runs: int, threads: int) -> str:
                 f"{r['steady_ms']:.2f}",
                 f"{eager['steady_ms']:.2f}",
                 f"{r['steady_ms'] / eager['steady_ms']:.2f}x",
+                r.get("eager_graphs", "-"),
             ]
         )
     lines = [
@@ -131,7 +146,16 @@ def report(rows: list[dict[str, Any]], runs: int, threads: int) -> str:
         "figures are indicative.",
         "",
         ledger.table(
-            ["model", "mode", "backend", "compile s", "latency ms", "eager ms", "latency / eager"],
+            [
+                "model",
+                "mode",
+                "backend",
+                "compile s",
+                "latency ms",
+                "eager ms",
+                "latency / eager",
+                "graphs run eagerly (fastonnx fallback)",
+            ],
             table_rows,
         ),
     ]

@@ -123,8 +123,8 @@ class FastOnnxBackend:
         """Called by dynamo with a torch-level graph; returns the callable dynamo runs instead."""
         from torch._dynamo.backends.common import aot_autograd
 
-        self._graphs += 1
-        index = self._graphs
+        # counted once aot_autograd returns: dynamo may restart its analysis from inside it
+        index = self._graphs + 1
         training = torch.is_grad_enabled() and any(
             isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
         )
@@ -140,6 +140,7 @@ class FastOnnxBackend:
             inference_compiler=compiler("inference"),
             decompositions=table,
         )(gm, example_inputs)
+        self._graphs = index
         return compiled
 
     def _table(self, training: bool) -> dict[Any, Callable[..., Any]]:
@@ -335,8 +336,9 @@ def _to_torch(value: Any) -> torch.Tensor:
 def _memory_orders(gm: torch.fx.GraphModule) -> list[list[int] | None]:
     """Per output of ``gm``: the order of its dims in memory (outermost first) when torch lays it out
     other than contiguously (attention outputs, channels-last...), None otherwise. ONNX values are
-    contiguous; kernels reading saved tensors in the eager graphs (a fallen-back backward) may rely on
-    torch's layout, so such outputs are handed over in it, as inductor does."""
+    contiguous; the graphs that read saved tensors were traced with torch's strides (a fallen-back
+    backward's ``view`` / ``as_strided`` assume them), so such outputs are handed over in that layout,
+    as inductor does. Read from the strides' example values, without adding guards."""
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     orders: list[list[int] | None] = []
@@ -345,17 +347,22 @@ def _memory_orders(gm: torch.fx.GraphModule) -> list[list[int] | None]:
         if not isinstance(val, torch.Tensor) or val.dim() < 2:
             orders.append(None)
             continue
-        try:
-            strides = [int(st) for st in val.stride()]  # a symbolic stride: its hint
-            sizes = [int(d) for d in val.shape]
-        except (TypeError, RuntimeError):
+        strides = [_hint(st) for st in val.stride()]
+        if any(st is None for st in strides):
             orders.append(None)
             continue
         # outermost first: larger stride, then (equal strides of size-1 dims) the original order
-        order = sorted(range(val.dim()), key=lambda d: (-strides[d], d))
-        dense = torch.empty(0).new_empty_strided(sizes, strides).is_contiguous() or val.is_contiguous()
-        orders.append(None if order == list(range(val.dim())) or dense else order)
+        order = sorted(range(val.dim()), key=lambda d: (-(strides[d] or 0), d))
+        orders.append(None if order == list(range(val.dim())) else order)
     return orders
+
+
+def _hint(x: Any) -> int | None:
+    """An int, or a SymInt's example value read without a guard (int() would specialise it)."""
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        return int(hint) if hint is not None else None
+    return int(x)
 
 
 def _in_order(t: torch.Tensor, order: list[int] | None) -> torch.Tensor:
