@@ -140,7 +140,7 @@ def report(rows: list[dict[str, Any]], runs: int, threads: int) -> str:
         "",
         f"Measured: {ledger.machine()}.",
         f"Latency is the median of {runs} calls after warm-up; compile is the first call (dynamo + the "
-        "backend's compile + one run), minus nothing. Training is one forward + backward + SGD step. "
+        "backend's compile + one run), cold (inductor's caches disabled). Training is one forward + backward + SGD step. "
         "Llama: 2 layers, hidden 256, vocab 4096, batch 2 x 64 tokens; ResNet-18 on 2 x 3 x 64 x 64. "
         f"torch and onnxruntime use {threads} intra-op thread(s). The machine was shared with other jobs: "
         "figures are indicative.",
@@ -182,6 +182,10 @@ def main() -> None:
     # one thread each by default: on a shared machine, thread pools waiting on descheduled workers
     # dominate (eager Llama went from ~10 ms to ~800 ms a call with 2 threads under load)
     torch.set_num_threads(a.threads)
+    # a cold compile each time: inductor's on-disk caches would otherwise serve a rerun's graphs
+    import torch._inductor.config
+
+    torch._inductor.config.force_disable_caches = True
     rows = []
     for name in a.models.split(","):
         for mode in a.modes.split(","):
