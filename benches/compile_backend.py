@@ -183,9 +183,9 @@ def main() -> None:
     # dominate (eager Llama went from ~10 ms to ~800 ms a call with 2 threads under load)
     torch.set_num_threads(a.threads)
     # a cold compile each time: inductor's on-disk caches would otherwise serve a rerun's graphs
-    import torch._inductor.config
+    from torch._inductor import config as inductor_config
 
-    torch._inductor.config.force_disable_caches = True
+    inductor_config.force_disable_caches = True
     rows = []
     for name in a.models.split(","):
         for mode in a.modes.split(","):
