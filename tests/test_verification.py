@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fastonnx
-from fastonnx.verification import VerificationInfo, compare
+from fastonnx.verdicts import VerificationInfo, compare
 
 
 # ---- compare ------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from fastonnx._core import __version__
 from fastonnx.api import to_onnx
+from fastonnx.compile_backend import FastOnnxBackend, backend, debug_backend
 from fastonnx.errors import (
     CaptureError,
     ConversionError,
@@ -14,22 +15,24 @@ from fastonnx.errors import (
     SerializationError,
     UnsupportedOpError,
 )
+from fastonnx.graph_module import graph_module_to_onnx
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
-from fastonnx.verification import Verification, VerificationInfo
+from fastonnx.verdicts import Verification, VerificationInfo
 from fastonnx.weights import attach_weights
 
 __all__ = [
-    "DEFAULT_OPSET",
-    "MAX_OPSET",
-    "MIN_OPSET",
     "CaptureError",
     "ConversionError",
+    "DEFAULT_OPSET",
     "ExportResult",
+    "FastOnnxBackend",
     "FastOnnxError",
     "GraphError",
     "InputError",
+    "MAX_OPSET",
+    "MIN_OPSET",
     "ModelTooLargeError",
     "ONNXProgram",
     "OpsetError",
@@ -40,7 +43,10 @@ __all__ = [
     "VerificationInfo",
     "__version__",
     "attach_weights",
+    "backend",
+    "debug_backend",
     "export",
+    "graph_module_to_onnx",
     "patch_torch_onnx",
     "to_onnx",
 ]

@@ -144,7 +144,11 @@ class Interpreter:
             elif node.op == "output":
                 self._outputs(node)
             elif node.op == "get_attr":
-                self.env[node] = getattr(self.ep.graph_module, str(node.target))
+                attr = getattr(self.ep.graph_module, str(node.target))
+                # a tensor constant torch.export would have lifted (plain GraphModules keep them as
+                # attributes): an initializer like the lifted ones; submodules stay as they are
+                is_tensor = isinstance(attr, torch.Tensor)
+                self.env[node] = self.initializer(str(node.target), attr) if is_tensor else attr
             else:
                 raise ConversionError(f"unexpected FX node kind {node.op!r} at node {node.name}")
         return self.layout

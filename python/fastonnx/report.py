@@ -336,7 +336,7 @@ def _verification_section(rec: ExportRecord) -> list[str]:
     infos = rec.stats.get("verify")
     if not infos:
         return []
-    from fastonnx.verification import table
+    from fastonnx.verdicts import table
 
     ok = all(i.passed for i in infos)
     return [

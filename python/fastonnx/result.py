@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import onnxruntime
 
     from fastonnx.debug import Trace
-    from fastonnx.verification import Verification
+    from fastonnx.verdicts import Verification
 
 log = logging.getLogger("fastonnx")
 
@@ -181,12 +181,12 @@ class ExportResult:
         """Compare onnxruntime with eager PyTorch on these inputs, per output (see verification.py).
 
         Eager is the model given to to_onnx (an ExportedProgram runs through ``ep.module()``); the
-        tolerances default per dtype (``verification.DEFAULT_TOLERANCES``). ``intermediate=True`` also
+        tolerances default per dtype (``verdicts.DEFAULT_TOLERANCES``). ``intermediate=True`` also
         compares the value of every FX node that survives in the ONNX graph and names the first one
         that diverges (``.intermediate.first_divergence``). The model's own keyword arguments named
         ``atol``, ``rtol`` or ``intermediate`` cannot be passed here.
         """
-        from fastonnx import verification
+        from fastonnx import verdicts, verification
 
         eager = self._model
         if eager is None and self.exported_program is not None:
@@ -197,7 +197,7 @@ class ExportResult:
             )
         if isinstance(eager, torch.export.ExportedProgram):
             eager = eager.module()
-        result = verification.Verification(verification.verify_outputs(self, eager, args, kwargs, atol, rtol))
+        result = verdicts.Verification(verification.verify_outputs(self, eager, args, kwargs, atol, rtol))
         if intermediate:
             result.intermediate = verification.verify_intermediate(self, args, kwargs, atol, rtol)
         return result

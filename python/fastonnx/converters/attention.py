@@ -224,8 +224,68 @@ def convert_efficient_attention(
     return [out, None, None, None]
 
 
+def convert_flash_attention_for_cpu_backward(
+    ctx: ConversionContext,
+    grad_out: Value,
+    q: Value,
+    k: Value,
+    v: Value,
+    out: Value,
+    logsumexp: Value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Value | None = None,
+    scale: float | None = None,
+) -> list[str]:
+    """The gradients (query, key, value) of _scaled_dot_product_flash_attention_for_cpu (what
+    training graphs of torch.compile hold), from the forward's saved output and logsumexp: the
+    probabilities are recomputed as exp(scores - logsumexp), then dV = Pᵀ·dO, dS = P ⊙ (dO·Vᵀ −
+    rowsum(dO ⊙ O)), dQ = dS·K·scale, dK = dSᵀ·Q·scale, in float32 for low-precision inputs."""
+    if dropout_p:
+        raise ctx.error(
+            "the backward of attention with dropout_p > 0 needs the forward's random mask, which torch "
+            "does not save; train with attention dropout 0 or let this graph fall back to eager"
+        )
+    if is_causal and attn_mask is not None:
+        raise ctx.error("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+    if q.rank < 3 or not q.shape[-3] == k.shape[-3] == v.shape[-3]:
+        raise ctx.error(
+            f"attention backward needs query, key and value with the same number of heads, got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    work = opmath_dtype(q.dtype)
+    qn, kn, vn = ctx.cast(q, work), ctx.cast(k, work), ctx.cast(v, work)
+    dout, on = ctx.cast(grad_out, work), ctx.cast(out, work)
+    perm = list(range(q.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    s = _scale(ctx, q, scale, work)
+    q_scaled = ctx.op("Mul", qn, s)
+    scores = ctx.op("MatMul", q_scaled, ctx.op("Transpose", kn, perm=perm))
+    neg_inf = ctx.const(-math.inf, work)
+    if is_causal:
+        scores = ctx.op("Where", _causal_mask(ctx, q, k), scores, neg_inf)
+    elif attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = ctx.op("Where", attn_mask, scores, neg_inf)
+        else:
+            scores = ctx.op("Add", scores, ctx.cast(attn_mask, work))
+    lse = unsqueeze(ctx, ctx.cast(logsumexp, work), [q.rank - 1])
+    probs = ctx.op("Exp", ctx.op("Sub", scores, lse))  # 0 where masked, rows closed included
+    grad_v = ctx.op("MatMul", ctx.op("Transpose", probs, perm=perm), dout)
+    grad_p = ctx.op("MatMul", dout, ctx.op("Transpose", vn, perm=perm))
+    row = reduce(ctx, "ReduceSum", ctx.op("Mul", dout, on), [q.rank - 1], keepdims=True)
+    grad_s = ctx.op("Mul", probs, ctx.op("Sub", grad_p, row))
+    grad_q = ctx.op("Mul", ctx.op("MatMul", grad_s, kn), s)
+    grad_k = ctx.op("MatMul", ctx.op("Transpose", grad_s, perm=perm), q_scaled)
+    return [ctx.cast(grad_q, q.dtype), ctx.cast(grad_k, k.dtype), ctx.cast(grad_v, v.dtype)]
+
+
 CONVERTERS: dict[str, Converter] = {
     "aten.scaled_dot_product_attention.default": convert_sdpa,
     "aten._scaled_dot_product_flash_attention_for_cpu.default": convert_flash_attention_for_cpu,
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (
+        convert_flash_attention_for_cpu_backward
+    ),
     "aten._scaled_dot_product_efficient_attention.default": convert_efficient_attention,
 }

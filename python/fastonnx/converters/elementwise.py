@@ -928,6 +928,8 @@ CONVERTERS: dict[str, Converter] = {
     "aten.to.dtype_layout": convert_to,
     "aten.to.other": convert_to,
     "aten._to_copy.default": convert_to,
+    # what torch's decompositions (core ATen, as torch.compile backends use) emit for a dtype change
+    "prims.convert_element_type.default": convert_to,
     "aten.type_as.default": convert_to,
     "aten.copy.default": convert_copy,
     "aten.bitwise_and.Tensor": _bitwise("And", "BitwiseAnd"),

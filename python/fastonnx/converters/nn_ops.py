@@ -163,6 +163,134 @@ def convert_conv_transpose(
     return _conv(ctx, x, weight, bias, stride, padding, dilation, True, output_padding, groups)
 
 
+def convert_convolution_backward(
+    ctx: ConversionContext,
+    grad_out: Value,
+    x: Value,
+    weight: Value,
+    bias_sizes: Any,
+    stride: IntOrList,
+    padding: IntOrList,
+    dilation: IntOrList,
+    transposed: bool,
+    output_padding: IntOrList,
+    groups: int,
+    output_mask: Sequence[bool],
+) -> list[str | None]:
+    """(grad_input, grad_weight, grad_bias) of a (non-transposed) convolution, each only when
+    ``output_mask`` asks for it (what training graphs of torch.compile hold). grad_input is the
+    transposed convolution of grad_out by the weight, its output padding chosen to give the input's
+    size; grad_weight is a convolution of the input by grad_out with stride and dilation swapped, batch
+    and channels exchanged so that each group's weight sums over the batch (static shapes); grad_bias
+    sums grad_out over all but the channel dim."""
+    if transposed:
+        raise ctx.error("the backward of a transposed convolution is not supported")
+    nd = weight.rank - 2
+    if x.rank != nd + 2:
+        raise ctx.error(f"convolution backward needs a batched input, got rank {x.rank}")
+    strides, dilations = _expand(stride, nd, 1), _expand(dilation, nd, 1)
+    pads = _expand(padding, nd, 0)
+    in_shape = _static_ints(ctx, x.shape, "the input shape of a convolution backward")
+    out_shape = _static_ints(ctx, grad_out.shape, "the grad_output shape of a convolution backward")
+    w_shape = _static_ints(ctx, weight.shape, "the weight shape of a convolution backward")
+    kernel = w_shape[2:]
+    results: list[str | None] = [None, None, None]
+    if output_mask[0]:
+        # the rows / columns the forward never read (beyond its last window) get zero gradient
+        extra = [
+            i - ((o - 1) * st + dl * (k - 1) + 1 - 2 * p)
+            for i, o, st, dl, k, p in zip(in_shape[2:], out_shape[2:], strides, dilations, kernel, pads)
+        ]
+        attrs = {"strides": strides, "pads": pads + pads, "dilations": dilations, "group": groups}
+        results[0] = _conv_transpose(ctx, grad_out.name, weight, None, attrs, extra)
+    if output_mask[1]:
+        n, g = in_shape[0], groups
+        cg, og = in_shape[1] // g, out_shape[1] // g
+        spatial_in, spatial_out = in_shape[2:], out_shape[2:]
+        rest = list(range(3, 3 + nd))
+        # input as (Cg, G*N, ...): the batch of the new conv is a channel of the group, channels (g, n)
+        xt = ctx.op("Reshape", x, ctx.i64([n, g, cg, *spatial_in]))
+        xt = ctx.op("Transpose", xt, perm=[2, 1, 0, *rest])
+        xt = ctx.op("Reshape", xt, ctx.i64([cg, g * n, *spatial_in]))
+        # grad_out as the kernel (G*Og, N, ...): output channel (g, o) reads channels (g, n)
+        wt = ctx.op("Reshape", grad_out, ctx.i64([n, g, og, *spatial_out]))
+        wt = ctx.op("Transpose", wt, perm=[1, 2, 0, *rest])
+        wt = ctx.op("Reshape", wt, ctx.i64([g * og, n, *spatial_out]))
+        full = ctx.op("Conv", xt, wt, strides=dilations, dilations=strides, pads=pads + pads, group=g)
+        grad_w = ctx.op("Transpose", full, perm=[1, 0, *range(2, 2 + nd)])
+        # the conv may reach past the kernel (input rows after the last window): cut to its size
+        axes = list(range(2, 2 + nd))
+        results[1] = ctx.op("Slice", grad_w, ctx.i64([0] * nd), ctx.i64(kernel), ctx.i64(axes))
+    if output_mask[2]:
+        results[2] = reduce(ctx, "ReduceSum", grad_out, [0, *range(2, 2 + nd)], keepdims=False)
+    return results
+
+
+def convert_max_pool2d_backward(
+    ctx: ConversionContext,
+    grad_out: Value,
+    x: Value,
+    kernel_size: IntOrList,
+    stride: IntOrList,
+    padding: IntOrList,
+    dilation: IntOrList,
+    ceil_mode: bool,
+    indices: Value,
+) -> str:
+    """max_pool2d's input gradient: each output's gradient added at the input position its index
+    names (torch's indices are flat within each (batch, channel) plane), ScatterElements with "add"
+    as overlapping windows may pick the same input twice. Window arguments are in the indices."""
+    lead = ctx.op("Shape", x, start=0, end=x.rank - 2)
+    flat = ctx.op("Concat", lead, ctx.i64([-1]), axis=0)
+    # zeros of the flattened input's shape (not x * 0: an inf or NaN in x would leak into it)
+    zeros = ctx.op("Expand", ctx.const(0.0, grad_out.dtype), ctx.op("Shape", ctx.op("Reshape", x, flat)))
+    updates = ctx.op("Reshape", grad_out, flat)
+    index = ctx.op("Reshape", ctx.cast(indices, torch.int64), flat)
+    summed = ctx.op("ScatterElements", zeros, index, updates, axis=x.rank - 2, reduction="add")
+    return ctx.op("Reshape", summed, ctx.op("Shape", x))
+
+
+def convert_avg_pool2d_backward(
+    ctx: ConversionContext,
+    grad_out: Value,
+    x: Value,
+    kernel_size: IntOrList,
+    stride: IntOrList,
+    padding: IntOrList,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> str:
+    """avg_pool2d's input gradient when every window has one divisor (no padding and no ceil_mode, or
+    a divisor_override): grad_out / divisor spread over each window by a depthwise ConvTranspose with
+    a kernel of ones, sized back to the input (rows no window read get zero)."""
+    kernel = _expand(kernel_size, 2, 1)
+    strides = _expand(stride, 2, 1) if stride else kernel
+    pads = _expand(padding, 2, 0)
+    if divisor_override is None and (any(pads) or ceil_mode):
+        raise ctx.error(
+            "avg_pool2d backward is converted without padding and ceil_mode only (or with a "
+            "divisor_override): border windows would need their own divisors"
+        )
+    divisor = divisor_override or kernel[0] * kernel[1]
+    batched = x.rank == 4
+    in_shape = _static_ints(ctx, x.shape[-3:], "the input shape of an avg_pool2d backward")
+    out_shape = _static_ints(ctx, grad_out.shape[-2:], "the grad_output shape of an avg_pool2d backward")
+    channels = in_shape[0]
+    g = ctx.op("Mul", grad_out, ctx.const(1.0 / divisor, grad_out.dtype))
+    if not batched:
+        g = unsqueeze(ctx, g, [0])
+    ones = ctx.const(torch.ones(channels, 1, *kernel, dtype=grad_out.dtype), grad_out.dtype)
+    extra = [
+        i - ((o - 1) * st + k - 2 * p)
+        for i, o, st, k, p in zip(in_shape[1:], out_shape, strides, kernel, pads)
+    ]
+    attrs = {"strides": strides, "pads": pads + pads, "dilations": [1, 1], "group": channels}
+    weight = Value(ones, grad_out.dtype, (channels, 1, *kernel))
+    y = _conv_transpose(ctx, g, weight, None, attrs, extra)
+    return y if batched else squeeze(ctx, y, [0])
+
+
 # ---- pooling ------------------------------------------------------------------------------------
 def _pool_args(
     nd: int, kernel: IntOrList, stride: IntOrList | None, padding: IntOrList, dilation: IntOrList = 1
@@ -1135,6 +1263,7 @@ upsample_bicubic2d_vec, upsample_bicubic2d = _upsample_converter(2, "cubic", Fal
 CONVERTERS: dict[str, Converter] = {
     "aten._weight_norm.default": convert_weight_norm,
     "aten.convolution.default": convert_convolution,
+    "aten.convolution_backward.default": convert_convolution_backward,
     "aten._convolution.default": convert_convolution,
     "aten.conv1d.default": convert_conv,
     "aten.conv1d.padding": convert_conv,
@@ -1174,6 +1303,8 @@ CONVERTERS: dict[str, Converter] = {
     "aten.max_pool2d.default": _max_pool_converter(2, False),
     "aten.max_pool2d_with_indices.default": _max_pool_converter(2, True),
     "aten.avg_pool2d.default": _avg_pool_converter(2),
+    "aten.avg_pool2d_backward.default": convert_avg_pool2d_backward,
+    "aten.max_pool2d_with_indices_backward.default": convert_max_pool2d_backward,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_converter(2),
     "aten.adaptive_max_pool2d.default": _adaptive_max_converter(2),
     "aten.max_pool3d.default": _max_pool_converter(3, False),
