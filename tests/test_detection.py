@@ -6,6 +6,7 @@ MAX_OPSET (RoiAlign / MaxRoiPool composed, DeformConv), with several shapes and 
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -232,12 +233,17 @@ def _check_detector(model: torch.nn.Module, opset: int = 20, box_atol: float = 5
     assert len(expected["boxes"]) > 0
     gaps = expected["scores"][:-1] - expected["scores"][1:]
     assert float(gaps.min()) > 1e-6, "scores too close to have a well-defined order"
+    # the boxes' reference is eager float64: on some CPUs (AMD EPYC with AVX-512 here) eager float32 itself
+    # puts a few boxes 0.3 pixel away from it, where the exported model agrees with float64 to 1e-5
+    with torch.no_grad():
+        (exact,) = copy.deepcopy(model).double()([image.double()])
+    torch.testing.assert_close(exact["labels"], expected["labels"], atol=0, rtol=0)
     result = fastonnx.to_onnx(model, ([image],), opset=opset)
     (got,) = result([image])
     assert got.keys() == expected.keys()
     # boxes are pixel coordinates up to 320 after ~60 float32 convolutions (and an exp of the box
     # deltas); onnxruntime's convolutions round differently from torch's: ~1e-5 relative
-    torch.testing.assert_close(got["boxes"], expected["boxes"], atol=box_atol, rtol=2e-5)
+    torch.testing.assert_close(got["boxes"], exact["boxes"].float(), atol=box_atol, rtol=2e-5)
     torch.testing.assert_close(got["scores"], expected["scores"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got["labels"], expected["labels"], atol=0, rtol=0)
     return expected, got
