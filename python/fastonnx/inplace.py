@@ -19,7 +19,8 @@ none of its bytes are written. The model may be a real module or live on the met
   meta-device model, a weight missing from the shards (its bytes would be nowhere). Non-persistent
   buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real module's weight
   missing from the shards is written as usual. Tied weights (``lm_head`` sharing the embedding, saved
-  once) are found under any of the module's names for the same tensor.
+  once) are found under any of the module's names for the same tensor, and a wrapper module's prefix
+  (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys not found.
 - Not done yet: a checkpoint dtype differing from the graph's (a Cast), keys renamed by transformers'
   loading, shards on another filesystem than the model (raises).
 """
@@ -74,7 +75,9 @@ class Referenced:
     folder: str
     tensors: int = 0
     referenced_names: set[str] = field(default_factory=set)
-    written: list[str] = field(default_factory=list)
+    # checkpoint tensors (shard, offset) that no initializer references: the graph reads them in another
+    # form, written to the data file
+    written: set[tuple[str, int]] = field(default_factory=set)
     # shard path -> bytes referenced in it
     shards_used: dict[str, int] = field(default_factory=dict)
 
@@ -145,6 +148,19 @@ def aliases(model: Any) -> dict[str, list[str]]:
     return {n: group for group in names.values() if len(group) > 1 for n in group}
 
 
+def wrapper_prefix(keys: Sequence[str], index: dict[str, ShardTensor]) -> str:
+    """The one prefix (``"m."``) that a wrapper module puts before the checkpoint's keys, or "": the
+    keys not in the shards that are in them once a leading ``a.b.`` is cut, when all agree on it."""
+    found = {
+        key[: i + 1]
+        for key in keys
+        if key not in index
+        for i, c in enumerate(key)
+        if c == "." and key[i + 1 :] in index
+    }
+    return found.pop() if len(found) == 1 else ""
+
+
 def reference(
     builder: Any,
     weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
@@ -155,12 +171,13 @@ def reference(
     """Points the builder's initializers found in the shards at them; raises before anything is written."""
     index = index_shards(files)
     tied = aliases(model)
+    prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
     done = Referenced(folder=os.path.dirname(files[0]))
     plan: list[tuple[str, ShardTensor]] = []
     for name, (key, dtype, shape) in weights_read.items():
-        if not builder.has_initializer(name):
-            continue  # folded away by the optimizer
-        entry = next((index[k] for k in [key, *tied.get(key, [])] if k in index), None)
+        names = [key, *tied.get(key, [])]
+        names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
+        entry = next((index[k] for k in names if k in index), None)
         if entry is None:
             if name in deferred:
                 raise InputError(
@@ -176,12 +193,17 @@ def reference(
             )
         plan.append((name, entry))
     for name, entry in plan:
-        if builder.reference_initializer(name, os.path.basename(entry.shard), entry.offset, entry.length):
+        # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
+        if builder.has_initializer(name) and builder.reference_initializer(
+            name, os.path.basename(entry.shard), entry.offset, entry.length
+        ):
             done.tensors += 1
             done.referenced_names.add(name)
             done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
         else:
-            done.written.append(name)
+            done.written.add((entry.shard, entry.offset))
+    # a tied weight has one initializer for several names: referenced through any of them is enough
+    done.written -= {(e.shard, e.offset) for n, e in plan if n in done.referenced_names}
     return done
 
 
