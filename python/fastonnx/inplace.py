@@ -109,7 +109,12 @@ def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
     """Every tensor of the shards by key. safetensors checks the files (``safe_open`` refuses a corrupt
     header); the tensors' begins come from the header's ``data_offsets``, which the package does not
     expose."""
-    from safetensors import SafetensorError, safe_open
+    try:
+        from safetensors import SafetensorError, safe_open
+    except ImportError as e:
+        raise InputError(
+            "weights= reads safetensors shards: pip install safetensors (extra 'checkpoints')"
+        ) from e
 
     found: dict[str, ShardTensor] = {}
     for path in files:
