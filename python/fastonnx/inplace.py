@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
+import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -223,7 +226,7 @@ def link_shards(done: Referenced, model_folder: str) -> dict[str, str]:
             final = os.path.join(model_folder, os.path.basename(shard))
             if os.path.exists(final) and os.path.samefile(final, shard):
                 continue
-            tmp = os.path.join(model_folder, f".{os.path.basename(shard)}.{os.getpid()}.link-tmp")
+            tmp = temp_name(final)
             try:
                 os.link(shard, tmp)
             except OSError as e:
@@ -237,6 +240,13 @@ def link_shards(done: Referenced, model_folder: str) -> dict[str, str]:
         drop_links(links)
         raise
     return links
+
+
+def temp_name(target: str) -> str:
+    """The writer's temporary name (``<target>.tmp-<host>-<pid>-<16 hex>``, rust/core/src/temp.rs): the
+    next save in the folder removes the links a killed export left."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    return f"{target}.tmp-{host}-{os.getpid()}-{secrets.token_hex(8)}"
 
 
 def drop_links(links: dict[str, str]) -> None:
