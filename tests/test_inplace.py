@@ -136,6 +136,11 @@ def test_real_model_elsewhere_links_the_shards_and_writes_transposed_weights(
         assert os.path.samefile(out / name, os.path.join(checkpoint, name))
     assert not [f for f in os.listdir(out) if "tmp" in f]
     _run_and_compare(path, checkpoint)
+    # again into the same folder, durable: the links already there are kept, the model rewritten
+    again = fastonnx.to_onnx(Logits(real), (ids, mask), filename=path, weights=checkpoint, durable=True)
+    assert again.stats["file"]["weights"] == w
+    assert not [f for f in os.listdir(out) if "tmp" in f]
+    _run_and_compare(path, checkpoint)
 
 
 class Small(torch.nn.Module):

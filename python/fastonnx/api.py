@@ -240,8 +240,9 @@ def _export(
     stats["write_s"] = 0.0
     if filename is not None:
         links: dict[str, str] = {}
+        model_folder = os.path.dirname(os.path.abspath(os.fspath(filename)))
         if referenced is not None:
-            links = inplace.link_shards(referenced, os.path.dirname(os.path.abspath(os.fspath(filename))))
+            links = inplace.link_shards(referenced, model_folder)
         try:
             info = result.save(filename, external_data, durable=durable, progress=progress)
         except BaseException:
@@ -251,7 +252,7 @@ def _export(
         inplace.commit_links(links, durable)
         if referenced is not None:
             written = info["data_bytes"] if info["data_path"] else 0
-            info["weights"] = inplace.file_stats(referenced, links, written)
+            info["weights"] = inplace.file_stats(referenced, model_folder, written)
         stats["write_s"] = time.perf_counter() - t3
         stats["file"] = info
         if info.get("switched_to_external"):

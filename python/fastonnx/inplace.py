@@ -268,18 +268,15 @@ def commit_links(links: dict[str, str], durable: bool) -> None:
             os.close(fd)
 
 
-def file_stats(done: Referenced, links: dict[str, str], written_bytes: int) -> dict[str, Any]:
-    """``stats["file"]["weights"]``: how each shard went and how many bytes were referenced, linked, written."""
-    linked = {os.path.basename(final) for final in links.values()}
-    shards = {
-        os.path.basename(s): ("linked" if os.path.basename(s) in linked else "in place")
-        for s in done.shards_used
-    }
+def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[str, Any]:
+    """``stats["file"]["weights"]``: how each shard went ("in place" beside the model, or "linked" into
+    its folder, now or by an earlier export) and how many bytes were referenced, linked, written."""
+    how = "in place" if os.path.samefile(done.folder, model_folder) else "linked"
     return {
         "referenced_tensors": done.tensors,
         "referenced_bytes": sum(done.shards_used.values()),
-        "linked_bytes": sum(b for s, b in done.shards_used.items() if os.path.basename(s) in linked),
+        "linked_bytes": sum(done.shards_used.values()) if how == "linked" else 0,
         "written_tensors": len(done.written),
         "written_bytes": written_bytes,
-        "shards": shards,
+        "shards": {os.path.basename(s): how for s in done.shards_used},
     }
