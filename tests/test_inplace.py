@@ -182,7 +182,20 @@ def test_a_missing_or_mismatched_tensor_is_named_and_nothing_is_written(change, 
     assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "out"] and not os.listdir(tmp_path / "out")
 
 
-def test_weights_needs_a_filename_and_shards(tmp_path) -> None:
+def test_weights_needs_a_filename_and_valid_shards_in_one_folder(tmp_path) -> None:
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        save_file(Small().state_dict(), str(tmp_path / sub / "m.safetensors"))
+    x = torch.zeros(3, dtype=torch.int64)
+    shards = [tmp_path / "a" / "m.safetensors", tmp_path / "b" / "m.safetensors"]
+    with pytest.raises(fastonnx.InputError, match="one folder"):
+        fastonnx.to_onnx(Small(), (x,), filename=tmp_path / "m.onnx", weights=shards)
+    with pytest.raises(fastonnx.InputError, match="not a .safetensors file"):
+        fastonnx.to_onnx(Small(), (x,), filename=tmp_path / "m.onnx", weights=[tmp_path / "a" / "x.bin"])
+    (tmp_path / "a" / "m.safetensors").write_bytes(b"\x10" + b"\x00" * 7 + b"{not json}")
+    with pytest.raises(fastonnx.InputError, match="not a valid safetensors file"):
+        fastonnx.to_onnx(Small(), (x,), filename=tmp_path / "m.onnx", weights=tmp_path / "a")
+    assert not (tmp_path / "m.onnx").exists()
     with pytest.raises(fastonnx.InputError, match="filename"):
         fastonnx.to_onnx(Small(), (torch.zeros(3, dtype=torch.int64),), weights=tmp_path)
     with pytest.raises(fastonnx.InputError, match="no .safetensors"):
