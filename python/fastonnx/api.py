@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fastonnx import capture as capture_mod
-from fastonnx import debug, dynamic
+from fastonnx import debug, dynamic, inplace
 from fastonnx import metadata as metadata_mod
 from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
@@ -54,6 +54,7 @@ def to_onnx(
     verbose: bool = False,
     durable: bool = False,
     progress: bool | None = None,
+    weights: inplace.Weights | None = None,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -89,6 +90,12 @@ def to_onnx(
     the graph the ``metadata_props`` the official exporter writes (``fastonnx.metadata``);
     ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
     smallest.
+
+    ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
+    checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
+    are not written: their external data points into the shards (``fastonnx.inplace`` says which and
+    how; ``stats["file"]["weights"]`` counts them). The model may be on the meta device. Needs
+    ``filename``; a ``.onnx`` outside the shards' folder gets them hard-linked beside it.
     """
     if not isinstance(metadata, bool):
         raise InputError(f"metadata must be True or False, got {metadata!r}")
@@ -116,6 +123,7 @@ def to_onnx(
                 durable=durable,
                 progress=progress,
                 metadata=metadata,
+                weights=weights,
             )
             if verify:
                 _verify(result, model, args, dict(kwargs or {}), record)
@@ -148,6 +156,7 @@ def _export(
     durable: bool,
     progress: bool | None,
     metadata: bool,
+    weights: inplace.Weights | None = None,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -160,6 +169,11 @@ def _export(
     bars = Progress(progress)
     if filename is not None:
         _check_writable(os.fspath(filename))
+    shards = None
+    if weights is not None:
+        if filename is None:
+            raise InputError("weights= references a checkpoint from the written file: give filename too")
+        shards = inplace.shard_files(weights)
     registry = Registry(custom_converters)
     stats: dict[str, Any] = {"opset": opset}
     record.stats, record.registry, record.stage = stats, registry, "capture"
@@ -203,6 +217,11 @@ def _export(
         stats["optimize"] = builder.optimize(
             _OPTIMIZE_LEVELS[optimize], stage.update if stage.enabled else None
         )
+    referenced = None
+    if shards is not None:
+        referenced = inplace.reference(builder, interp.weights_read, interp.deferred, shards, model)
+        # referenced deferred weights are not holes any more: attach_weights has nothing to fill there
+        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.referenced_names}
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
@@ -220,7 +239,20 @@ def _export(
     result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
-        info = result.save(filename, external_data, durable=durable, progress=progress)
+        links: dict[str, str] = {}
+        model_folder = os.path.dirname(os.path.abspath(os.fspath(filename)))
+        if referenced is not None:
+            links = inplace.link_shards(referenced, model_folder)
+        try:
+            info = result.save(filename, external_data, durable=durable, progress=progress)
+        except BaseException:
+            inplace.drop_links(links)
+            raise
+        # renamed last (the atomic-write rule): a failed save leaves no link behind
+        inplace.commit_links(links, durable)
+        if referenced is not None:
+            written = info["data_bytes"] if info["data_path"] else 0
+            info["weights"] = inplace.file_stats(referenced, model_folder, written)
         stats["write_s"] = time.perf_counter() - t3
         stats["file"] = info
         if info.get("switched_to_external"):

@@ -88,6 +88,9 @@ class Interpreter:
         self.custom_used: set[str] = set()
         # initializer name -> state-dict key of weights without bytes (meta device)
         self.deferred: dict[str, str] = {}
+        # initializer name -> (state-dict key, dtype, shape) of every weight: what to_onnx(weights=...)
+        # looks up in a checkpoint
+        self.weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]] = {}
         self.user_args = user_args
         self.requested_dims = requested_dims
         # writes through views (aliasing.py): what each alias came from, how often each base was written
@@ -207,9 +210,11 @@ class Interpreter:
             # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
             name = self.g.add_deferred_initializer(hint, elem_type, shape)
             self.deferred[name] = hint
+            self.weights_read[name] = (hint, t.dtype, tuple(t.shape))
             return Value(name, t.dtype, tuple(t.shape))
         name = self.g.add_initializer(hint, dtypes.tensor_bytes(t), elem_type, shape)
         self.ctx.weights[name] = t
+        self.weights_read[name] = (hint, t.dtype, tuple(t.shape))
         return Value(name, t.dtype, tuple(t.shape))
 
     # ---- calls ----------------------------------------------------------------------------------

@@ -247,6 +247,52 @@ impl Graph {
         self.initializers.iter().any(|t| t.data.is_deferred())
     }
 
+    /// Whether some initializer's bytes are referenced in another file (see [`Graph::reference_initializer`]).
+    pub fn has_referenced(&self) -> bool {
+        self.initializers.iter().any(|t| t.data.is_referenced())
+    }
+
+    /// Points initializer `name` at `length` bytes at `offset` of the file `location` beside the model
+    /// (a safetensors shard): the writer then references them instead of writing them. Only a weight
+    /// whose bytes are as stored (borrowed memory or deferred, not transposed, scaled or computed) can
+    /// be referenced: returns false and leaves the others as they are (they are written as usual).
+    pub fn reference_initializer(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<bool> {
+        let &i = self
+            .init_index
+            .get(name)
+            .ok_or_else(|| graph_err(format!("no initializer named {name:?}")))?;
+        let t = &mut self.initializers[i];
+        if !matches!(
+            t.data,
+            TensorData::Borrowed(_) | TensorData::Deferred { .. } | TensorData::Referenced { .. }
+        ) {
+            return Ok(false);
+        }
+        if t.data.len() as u64 != length {
+            return Err(graph_err(format!(
+                "initializer {name:?} has {} bytes, {length} are referenced in {location:?}",
+                t.data.len()
+            )));
+        }
+        if location.is_empty() || location.contains('/') || location.contains('\\') {
+            return Err(graph_err(format!(
+                "initializer {name:?}: {location:?} must be a plain file name beside the model"
+            )));
+        }
+        t.data = TensorData::Referenced {
+            location: Arc::from(location),
+            offset,
+            len: t.data.len(),
+        };
+        Ok(true)
+    }
+
     /// A small constant, stored once per (dtype, shape, bytes).
     pub fn add_constant(
         &mut self,

@@ -55,6 +55,13 @@ pub enum TensorData {
     Deferred {
         len: usize,
     },
+    /// Bytes that already sit in another file beside the model (a safetensors shard): the writer
+    /// emits an external-data entry pointing at them (`location`, `offset`, `len`) and writes nothing.
+    Referenced {
+        location: Arc<str>,
+        offset: u64,
+        len: usize,
+    },
     /// A float32 tensor whose outer-dimension slice `o` (of `inner` elements) is multiplied by
     /// `scale[o]` as it is written: a convolution weight with a batch norm folded in, never copied whole.
     ChannelScaled {
@@ -97,6 +104,7 @@ impl TensorData {
             TensorData::Borrowed(b) => Some(b.bytes()),
             TensorData::Transposed { .. }
             | TensorData::Deferred { .. }
+            | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. } => None,
         }
     }
@@ -120,7 +128,7 @@ impl TensorData {
             TensorData::Transposed {
                 rows, cols, item, ..
             } => rows * cols * item,
-            TensorData::Deferred { len } => *len,
+            TensorData::Deferred { len } | TensorData::Referenced { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
         }
     }
@@ -137,10 +145,17 @@ impl TensorData {
         matches!(self, TensorData::Deferred { .. })
     }
 
+    /// Whether the bytes are referenced in another file, not written (see [`TensorData::Referenced`]).
+    pub fn is_referenced(&self) -> bool {
+        matches!(self, TensorData::Referenced { .. })
+    }
+
     /// The memory the bytes live in, for weights seen through a buffer.
     pub fn source(&self) -> Option<&Arc<dyn ByteSource>> {
         match self {
-            TensorData::Owned(_) | TensorData::Deferred { .. } => None,
+            TensorData::Owned(_) | TensorData::Deferred { .. } | TensorData::Referenced { .. } => {
+                None
+            }
             TensorData::Borrowed(s)
             | TensorData::Transposed { source: s, .. }
             | TensorData::ChannelScaled { source: s, .. } => Some(s),
@@ -283,6 +298,10 @@ impl TensorData {
                 io::ErrorKind::InvalidData,
                 "a deferred weight (meta device) has no bytes to write",
             )),
+            TensorData::Referenced { location, .. } => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a weight referenced in {location:?} has no bytes here to write"),
+            )),
             TensorData::Transposed { .. } | TensorData::ChannelScaled { .. } => {
                 let mut buf = Vec::new();
                 for piece in self.pieces()? {
@@ -413,6 +432,7 @@ impl fmt::Debug for TensorData {
             TensorData::Borrowed(_) => "borrowed",
             TensorData::Transposed { .. } => "transposed",
             TensorData::Deferred { .. } => "deferred",
+            TensorData::Referenced { .. } => "referenced",
             TensorData::ChannelScaled { .. } => "channel-scaled",
         };
         write!(f, "TensorData({kind}, {} bytes)", self.len())

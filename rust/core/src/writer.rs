@@ -18,7 +18,7 @@ use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
 use crate::scopes::Scope;
 use crate::temp::{self, TempFile};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
 
 /// Protobuf messages must stay under 2 GiB (readers use signed 32-bit sizes).
 pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
@@ -36,6 +36,9 @@ const RAW_DATA_TAG: u32 = 9; // TensorProto.raw_data
 const DEFERRED_INLINE: &str =
     "the model has weights on the meta device (no bytes yet): it can only be \
      saved with external data, whose holes fastonnx.attach_weights fills later";
+const REFERENCED_INLINE: &str =
+    "the model references weights in other files (safetensors shards): it can only be \
+     saved with external data";
 
 /// What a save wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +50,9 @@ pub struct SaveInfo {
     pub model_bytes: u64,
     pub data_bytes: u64,
     pub external_tensors: usize,
+    /// Tensors whose external data points into other files (not written), and their bytes.
+    pub referenced_tensors: usize,
+    pub referenced_bytes: u64,
     /// Temporaries of killed processes that were removed from the folder before writing.
     pub swept: Vec<PathBuf>,
 }
@@ -313,14 +319,16 @@ fn model_header(m: &Model) -> onnx::ModelProto {
 struct TensorPlan<'a> {
     tensor: &'a Tensor,
     header: Vec<u8>,
-    /// Offset in the data file when external, None when inline.
+    /// Offset in the data file when external, None when inline or referenced.
     offset: Option<u64>,
+    /// External data in another file: nothing of it is written.
+    referenced: bool,
 }
 
 impl TensorPlan<'_> {
     fn message_len(&self) -> u64 {
         let h = self.header.len() as u64;
-        if self.offset.is_some() {
+        if self.offset.is_some() || self.referenced {
             h
         } else {
             let n = self.tensor.data.len() as u64;
@@ -357,13 +365,28 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
         header.metadata_props = value_metadata(&m.graph, &t.name);
         let n = t.data.len() as u64;
         let mut offset = None;
-        if let Some(loc) = location {
+        let entry = |k: &str, v: String| onnx::StringStringEntryProto {
+            key: Some(k.to_owned()),
+            value: Some(v),
+        };
+        if let TensorData::Referenced {
+            location: file,
+            offset: at,
+            len,
+        } = &t.data
+        {
+            if location.is_none() {
+                return Err(Error::Serialization(REFERENCED_INLINE.to_owned()));
+            }
+            header.external_data = vec![
+                entry("location", file.to_string()),
+                entry("offset", at.to_string()),
+                entry("length", len.to_string()),
+            ];
+            header.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+        } else if let Some(loc) = location {
             if t.data.len() >= EXTERNAL_MIN_BYTES || t.data.is_deferred() {
                 let start = align(data_len, n);
-                let entry = |k: &str, v: String| onnx::StringStringEntryProto {
-                    key: Some(k.to_owned()),
-                    value: Some(v),
-                };
                 header.external_data = vec![
                     entry("location", loc.to_owned()),
                     entry("offset", start.to_string()),
@@ -378,6 +401,7 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
             tensor: t,
             header: header.encode_to_vec(),
             offset,
+            referenced: t.data.is_referenced(),
         });
     }
     let graph_len = skeleton.len() as u64
@@ -403,7 +427,10 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
 }
 
 fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
-    let inline = p.tensors.iter().filter(|t| t.offset.is_none());
+    let inline = p
+        .tensors
+        .iter()
+        .filter(|t| t.offset.is_none() && !t.referenced);
     with_prefetch(inline.map(|t| &t.tensor.data).collect(), |ahead| {
         write_model_with(p, ahead, w)
     })
@@ -425,7 +452,7 @@ fn write_model_with<W: Write>(
         encode_key(INITIALIZER_TAG, WireType::LengthDelimited, &mut buf);
         encode_varint(t.message_len(), &mut buf);
         buf.extend_from_slice(&t.header);
-        if t.offset.is_none() {
+        if t.offset.is_none() && !t.referenced {
             encode_key(RAW_DATA_TAG, WireType::LengthDelimited, &mut buf);
             encode_varint(t.tensor.data.len() as u64, &mut buf);
             w.write_all(&buf)?;
@@ -485,6 +512,9 @@ fn write_data_with<W: Write + Seek>(
 pub fn to_bytes(m: &Model) -> Result<Vec<u8>> {
     if m.graph.has_deferred() {
         return Err(Error::Serialization(DEFERRED_INLINE.to_owned()));
+    }
+    if m.graph.has_referenced() {
+        return Err(Error::Serialization(REFERENCED_INLINE.to_owned()));
     }
     let p = plan(m, None)?;
     if p.model_len > PROTOBUF_LIMIT {
@@ -659,7 +689,11 @@ pub fn save_with(
     if deferred && external == Some(false) {
         return Err(Error::Serialization(DEFERRED_INLINE.to_owned()));
     }
-    let mut use_external = external.unwrap_or(deferred);
+    let referenced = m.graph.has_referenced();
+    if referenced && external == Some(false) {
+        return Err(Error::Serialization(REFERENCED_INLINE.to_owned()));
+    }
+    let mut use_external = external.unwrap_or(deferred || referenced);
     let mut p = plan(m, use_external.then_some(location))?;
     // external=None: the data file only when the inline protobuf would pass 2 GiB (planned again then)
     let switched = external.is_none() && !use_external && p.model_len > PROTOBUF_LIMIT;
@@ -679,7 +713,9 @@ pub fn save_with(
     let total = data_len + p.model_len;
     let data_target = path.with_file_name(location);
     let mut data_tmp = None;
-    if use_external {
+    // every external tensor referenced elsewhere: no data file of our own
+    let own_data = p.tensors.iter().any(|t| t.offset.is_some());
+    if use_external && own_data {
         let tmp = TempFile::beside(&data_target);
         write_file(&tmp, options.durable, (0, total), hook, |w| {
             write_data(&p, w)
@@ -705,12 +741,19 @@ pub fn save_with(
     }
     Ok(SaveInfo {
         path: path.to_path_buf(),
-        data_path: use_external.then_some(data_target),
+        data_path: (use_external && own_data).then_some(data_target),
         external_data: use_external,
         switched_to_external: switched,
         model_bytes: p.model_len,
         data_bytes: p.data_len,
         external_tensors: p.tensors.iter().filter(|t| t.offset.is_some()).count(),
+        referenced_tensors: p.tensors.iter().filter(|t| t.referenced).count(),
+        referenced_bytes: p
+            .tensors
+            .iter()
+            .filter(|t| t.referenced)
+            .map(|t| t.tensor.data.len() as u64)
+            .sum(),
         swept,
     })
 }
@@ -889,6 +932,86 @@ mod tests {
             late.data_location,
             Some(onnx::tensor_proto::DataLocation::External as i32)
         );
+    }
+
+    fn external_entries(t: &onnx::TensorProto) -> Vec<(String, String)> {
+        t.external_data
+            .iter()
+            .map(|e| {
+                (
+                    e.key.clone().unwrap_or_default(),
+                    e.value.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn referenced_weights_point_into_their_file_and_write_nothing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut m = sample(100);
+        let d = m
+            .graph
+            .add_deferred_initializer("r", dtype::FLOAT, vec![4, 8])
+            .expect("deferred");
+        m.graph.add_output(&d, None).expect("out");
+        assert!(m
+            .graph
+            .reference_initializer("nope", "shard.safetensors", 8, 128)
+            .is_err());
+        assert!(m
+            .graph
+            .reference_initializer("r", "shard.safetensors", 8, 100)
+            .is_err());
+        assert!(m
+            .graph
+            .reference_initializer("r", "../shard.safetensors", 8, 128)
+            .is_err());
+        assert!(m
+            .graph
+            .reference_initializer("r", "shard.safetensors", 1000, 128)
+            .expect("referenced"));
+        // an owned (computed or copied) weight is not as stored: it stays to be written
+        assert!(!m
+            .graph
+            .reference_initializer("w", "shard.safetensors", 8, 100)
+            .expect("kept"));
+        assert!(m
+            .graph
+            .initializer("w")
+            .expect("w")
+            .data
+            .as_slice()
+            .is_some());
+        assert!(to_bytes(&m).is_err());
+        let path = dir.path().join("m.onnx");
+        assert!(save(&m, &path, Some(false), None).is_err());
+        let info = save(&m, &path, None, None).expect("save");
+        assert!(info.external_data);
+        assert_eq!((info.referenced_tensors, info.referenced_bytes), (1, 128));
+        // the only external tensor is referenced: no data file of our own
+        assert_eq!((info.external_tensors, info.data_path.clone()), (0, None));
+        assert_eq!(listing(dir.path()), ["m.onnx"]);
+        let decoded = onnx::ModelProto::decode(std::fs::read(&path).expect("model").as_slice())
+            .expect("decode");
+        let g = decoded.graph.expect("graph");
+        let r = g
+            .initializer
+            .iter()
+            .find(|t| t.name.as_deref() == Some("r"))
+            .expect("r");
+        assert!(r.raw_data.is_none());
+        assert_eq!(
+            r.data_location,
+            Some(onnx::tensor_proto::DataLocation::External as i32)
+        );
+        let want = [
+            ("location", "shard.safetensors"),
+            ("offset", "1000"),
+            ("length", "128"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert_eq!(external_entries(r), want);
     }
 
     fn listing(dir: &Path) -> Vec<String> {

@@ -351,6 +351,22 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// Points initializer `name` at `length` bytes at `offset` of `location` (a file beside the model,
+    /// e.g. a safetensors shard): saved as external data there, nothing written. False (and nothing
+    /// changed) when its bytes are not as stored (transposed, scaled, computed).
+    fn reference_initializer(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        length: u64,
+    ) -> PyResult<bool> {
+        self.model
+            .graph
+            .reference_initializer(name, location, offset, length)
+            .map_err(py_err)
+    }
+
     fn set_metadata(&mut self, key: &str, value: &str) {
         self.model.metadata.insert(key.to_owned(), value.to_owned());
     }
@@ -625,6 +641,8 @@ impl GraphBuilder {
         d.set_item("model_bytes", info.model_bytes)?;
         d.set_item("data_bytes", info.data_bytes)?;
         d.set_item("external_tensors", info.external_tensors)?;
+        d.set_item("referenced_tensors", info.referenced_tensors)?;
+        d.set_item("referenced_bytes", info.referenced_bytes)?;
         let swept: Vec<String> = info.swept.iter().map(|p| p.display().to_string()).collect();
         d.set_item("swept", swept)?;
         Ok(d)

@@ -47,7 +47,9 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
             // transposing a transposed weight gives the original memory back
             TensorData::Transposed { source, .. } => TensorData::Borrowed(Arc::clone(source)),
             // no bytes yet, or bytes computed as they are written: keep the Transpose node
-            TensorData::Deferred { .. } | TensorData::ChannelScaled { .. } => continue,
+            TensorData::Deferred { .. }
+            | TensorData::Referenced { .. }
+            | TensorData::ChannelScaled { .. } => continue,
             TensorData::Owned(bytes) => {
                 let view = TensorData::Transposed {
                     source: Arc::new(bytes.clone()),

@@ -1,0 +1,282 @@
+"""Weights referenced in place: ``to_onnx(..., weights=<folder or list of .safetensors shards>)``.
+
+A safetensors shard holds each tensor as raw little-endian row-major bytes at a known offset, which is
+what ONNX external data points at. Each initializer whose state-dict key is in the shards, with the same
+dtype and shape, and whose bytes the graph reads as stored, becomes external data pointing into its
+shard (``location`` = the shard's file name, ``offset`` = 8 + header length + the tensor's begin):
+none of its bytes are written. The model may be a real module or live on the meta device.
+
+- Weights the graph needs in another form (Linear weights pre-transposed at the standard level, batch
+  norms folded into convolutions, constants) are written to ``<model>.onnx.data`` as without
+  ``weights=``: this first version does not emit ``Gemm(transB=1)`` to read Linear weights as stored.
+  A meta-device model keeps its Linear weights untransposed (a ``Transpose`` node reads them), so all
+  of its checkpoint weights are referenced.
+- onnxruntime resolves external data relative to the model's folder and refuses paths leaving it,
+  symbolic links included. A ``.onnx`` written in the shards' folder references them by name; written
+  elsewhere, the shards it uses are hard-linked into its folder (same filesystem; made under temporary
+  names, renamed after the model is written; a file of that name already there is replaced).
+- A key found with another dtype or shape raises ``InputError`` naming the key and both; so does, for a
+  meta-device model, a weight missing from the shards (its bytes would be nowhere). Non-persistent
+  buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real module's weight
+  missing from the shards is written as usual. Tied weights (``lm_head`` sharing the embedding, saved
+  once) are found under any of the module's names for the same tensor, and a wrapper module's prefix
+  (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys not found.
+- Not done yet: a checkpoint dtype differing from the graph's (a Cast), keys renamed by transformers'
+  loading, shards on another filesystem than the model (raises).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fastonnx.errors import InputError
+
+# safetensors' dtype names (the format's spec)
+_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+Weights = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True)
+class ShardTensor:
+    """Where a tensor's bytes are: ``offset`` counts from the start of the shard file."""
+
+    shard: str
+    dtype: torch.dtype | str
+    shape: tuple[int, ...]
+    offset: int
+    length: int
+
+
+@dataclass
+class Referenced:
+    """What ``reference`` did: the files to link, counts for ``stats["file"]["weights"]``."""
+
+    folder: str
+    tensors: int = 0
+    referenced_names: set[str] = field(default_factory=set)
+    # checkpoint tensors (shard, offset) that no initializer references: the graph reads them in another
+    # form, written to the data file
+    written: set[tuple[str, int]] = field(default_factory=set)
+    # shard path -> bytes referenced in it
+    shards_used: dict[str, int] = field(default_factory=dict)
+
+
+def shard_files(weights: Weights) -> list[str]:
+    """The shard paths ``weights`` names: a folder's ``*.safetensors`` or a list of files, one folder."""
+    if isinstance(weights, (str, os.PathLike)):
+        path = os.fspath(weights)
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+            if not files:
+                raise InputError(f"weights={path!r}: the folder holds no .safetensors file")
+            return [os.path.abspath(f) for f in files]
+        paths = [path]
+    else:
+        paths = [os.fspath(p) for p in weights]
+    if not paths:
+        raise InputError("weights=[]: no shard given")
+    for p in paths:
+        if not os.path.isfile(p) or not p.endswith(".safetensors"):
+            raise InputError(f"weights: {p!r} is not a .safetensors file")
+    files = [os.path.abspath(p) for p in paths]
+    if len({os.path.dirname(f) for f in files}) > 1:
+        raise InputError("weights: the shards must be in one folder (external data names files, not paths)")
+    return files
+
+
+def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
+    """Every tensor of the shards by key. safetensors checks the files (``safe_open`` refuses a corrupt
+    header); the tensors' begins come from the header's ``data_offsets``, which the package does not
+    expose."""
+    try:
+        from safetensors import SafetensorError, safe_open
+    except ImportError as e:
+        raise InputError(
+            "weights= reads safetensors shards: pip install safetensors (extra 'checkpoints')"
+        ) from e
+
+    found: dict[str, ShardTensor] = {}
+    for path in files:
+        try:
+            with safe_open(path, "pt") as f:
+                keys = list(f.keys())
+        except SafetensorError as e:
+            raise InputError(f"weights: {path} is not a valid safetensors file: {e}") from e
+        with open(path, "rb") as raw:
+            (n,) = struct.unpack("<Q", raw.read(8))
+            header: dict[str, Any] = json.loads(raw.read(n))
+        for key in keys:
+            entry = header[key]
+            begin, end = entry["data_offsets"]
+            if key in found:
+                raise InputError(f"weights: {key!r} is in both {found[key].shard} and {path}")
+            found[key] = ShardTensor(
+                shard=path,
+                dtype=_DTYPES.get(entry["dtype"], entry["dtype"]),
+                shape=tuple(entry["shape"]),
+                offset=8 + n + begin,
+                length=end - begin,
+            )
+    return found
+
+
+def aliases(model: Any) -> dict[str, list[str]]:
+    """Every name of each parameter / buffer of ``model`` that has several (tied weights)."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        names.setdefault(id(b), []).append(name)
+    return {n: group for group in names.values() if len(group) > 1 for n in group}
+
+
+def wrapper_prefix(keys: Sequence[str], index: dict[str, ShardTensor]) -> str:
+    """The one prefix (``"m."``) that a wrapper module puts before the checkpoint's keys, or "": the
+    keys not in the shards that are in them once a leading ``a.b.`` is cut, when all agree on it."""
+    found = {
+        key[: i + 1]
+        for key in keys
+        if key not in index
+        for i, c in enumerate(key)
+        if c == "." and key[i + 1 :] in index
+    }
+    return found.pop() if len(found) == 1 else ""
+
+
+def reference(
+    builder: Any,
+    weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
+    deferred: dict[str, str],
+    files: Sequence[str],
+    model: Any,
+) -> Referenced:
+    """Points the builder's initializers found in the shards at them; raises before anything is written."""
+    index = index_shards(files)
+    tied = aliases(model)
+    prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
+    done = Referenced(folder=os.path.dirname(files[0]))
+    plan: list[tuple[str, ShardTensor]] = []
+    for name, (key, dtype, shape) in weights_read.items():
+        names = [key, *tied.get(key, [])]
+        names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
+        entry = next((index[k] for k in names if k in index), None)
+        if entry is None:
+            if name in deferred:
+                raise InputError(
+                    f"weights: {key!r} ({dtype}, shape {list(shape)}) is on the meta device and not in "
+                    f"the shards in {done.folder}: its bytes would be nowhere (a non-persistent buffer "
+                    "such as rotary frequencies is not in checkpoints: create it on the CPU)"
+                )
+            continue
+        if entry.dtype != dtype or entry.shape != shape:
+            raise InputError(
+                f"weights: {key!r} is {entry.dtype} with shape {list(entry.shape)} in "
+                f"{os.path.basename(entry.shard)}, the model's is {dtype} with shape {list(shape)}"
+            )
+        plan.append((name, entry))
+    for name, entry in plan:
+        # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
+        if builder.has_initializer(name) and builder.reference_initializer(
+            name, os.path.basename(entry.shard), entry.offset, entry.length
+        ):
+            done.tensors += 1
+            done.referenced_names.add(name)
+            done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
+        else:
+            done.written.add((entry.shard, entry.offset))
+    # a tied weight has one initializer for several names: referenced through any of them is enough
+    done.written -= {(e.shard, e.offset) for n, e in plan if n in done.referenced_names}
+    return done
+
+
+def link_shards(done: Referenced, model_folder: str) -> dict[str, str]:
+    """Hard-links the shards used into ``model_folder`` under temporary names: {temporary: final}.
+    Nothing when the model is written beside them."""
+    if os.path.samefile(done.folder, model_folder):
+        return {}
+    links: dict[str, str] = {}
+    try:
+        for shard in sorted(done.shards_used):
+            final = os.path.join(model_folder, os.path.basename(shard))
+            if os.path.exists(final) and os.path.samefile(final, shard):
+                continue
+            tmp = temp_name(final)
+            try:
+                os.link(shard, tmp)
+            except OSError as e:
+                raise InputError(
+                    f"weights: cannot hard-link {shard} into {model_folder} ({e.strerror}); onnxruntime "
+                    "reads external data only inside the model's folder: write the model beside the shards "
+                    "or on their filesystem"
+                ) from e
+            links[tmp] = final
+    except BaseException:
+        drop_links(links)
+        raise
+    return links
+
+
+def temp_name(target: str) -> str:
+    """The writer's temporary name (``<target>.tmp-<host>-<pid>-<16 hex>``, rust/core/src/temp.rs): the
+    next save in the folder removes the links a killed export left."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    return f"{target}.tmp-{host}-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def drop_links(links: dict[str, str]) -> None:
+    for tmp in links:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def commit_links(links: dict[str, str], durable: bool) -> None:
+    for tmp, final in links.items():
+        os.replace(tmp, final)
+    if links and durable:
+        fd = os.open(os.path.dirname(next(iter(links.values()))), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[str, Any]:
+    """``stats["file"]["weights"]``: how each shard went ("in place" beside the model, or "linked" into
+    its folder, now or by an earlier export) and how many bytes were referenced, linked, written."""
+    how = "in place" if os.path.samefile(done.folder, model_folder) else "linked"
+    return {
+        "referenced_tensors": done.tensors,
+        "referenced_bytes": sum(done.shards_used.values()),
+        "linked_bytes": sum(done.shards_used.values()) if how == "linked" else 0,
+        "written_tensors": len(done.written),
+        "written_bytes": written_bytes,
+        "shards": {os.path.basename(s): how for s in done.shards_used},
+    }
