@@ -31,35 +31,13 @@ import onnxruntime
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
 from fastonnx.transformers_caches import register_transformers_caches
+from model_zoo import DecodeStep
 
 HIDDEN, HEADS, KV_HEADS, VOCAB = 1024, 16, 4, 32000
-
-
-class DecodeStep(torch.nn.Module):
-    """A causal LM's step with a KV cache: logits and the grown cache."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        past_key_values: Any,
-    ) -> Any:
-        out = self.m(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=True,
-        )
-        return out.logits, out.past_key_values
 
 
 def llama(layers: int) -> torch.nn.Module:
@@ -109,7 +87,7 @@ def export_program(layers: int) -> tuple[Any, tuple[Any, ...]]:
         "input_ids": {0: b, 1: s},
         "attention_mask": {0: b, 1: Dim.DYNAMIC},  # past + seq: torch finds the relation
         "position_ids": {0: b, 1: s},
-        "past_key_values": kv,
+        "past": kv,
     }
     ep = torch.export.export(model, args, dynamic_shapes=spec, strict=False)
     return ep, args

@@ -105,6 +105,27 @@ class Logits(Field):
         super().__init__(model, "logits")
 
 
+class DecodeStep(torch.nn.Module):
+    """One call of generation with a KV cache: logits and the grown cache (tests/test_decode_steps.py,
+    benches/decode.py)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past: Any
+    ) -> Any:
+        out = self.m(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past,
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
 def tiny_llama(layers: int = 2, hidden: int = 64, use_cache: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 

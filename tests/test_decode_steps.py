@@ -19,7 +19,7 @@ import torch
 from torch.export import Dim
 
 import fastonnx
-from model_zoo import TEXT, _build, _config
+from model_zoo import TEXT, DecodeStep, _build, _config
 
 MODELS = {
     "llama": ("llama", "LlamaForCausalLM"),
@@ -34,26 +34,6 @@ SETTINGS = (False, True, "onnxruntime")
 # logits of tiny random models are O(1); float32 rounding through two layers stays near 1e-6
 ATOL, RTOL = 1e-5, 1e-4
 BATCH, PROMPT, STEPS = 2, 5, 3
-
-
-class Step(torch.nn.Module):
-    """One call of generation: logits and the grown cache."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past: Any
-    ) -> Any:
-        out = self.m(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past,
-            use_cache=True,
-        )
-        return out.logits, out.past_key_values
 
 
 def _cache(model: torch.nn.Module, batch: int, length: int, g: torch.Generator) -> Any:
@@ -72,7 +52,7 @@ def _positions(mask: torch.Tensor, new: int) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)[:, -new:]
 
 
-def _export(step: Step) -> Any:
+def _export(step: DecodeStep) -> Any:
     g = torch.Generator().manual_seed(0)
     batch, seq, past = 2, 3, 4
     args = (
@@ -97,7 +77,7 @@ def _export(step: Step) -> Any:
 def test_prefill_then_decode_from_one_file(name: str) -> None:
     model_type, cls_name = MODELS[name]
     model = _build(cls_name, _config(model_type, **{**TEXT, "use_cache": True}))
-    step = Step(model).eval()
+    step = DecodeStep(model).eval()
     cfg = model.config
     assert cfg.num_key_value_heads < cfg.num_attention_heads  # grouped-query attention is exercised
     ep, args = _export(step)
