@@ -82,10 +82,12 @@ def main() -> None:
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--models", default="llama,resnet18")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--no-ledger", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
         return
+    rows: list[tuple[str, ...]] = []
     for model in args.models.split(","):
         results: dict[str, list[dict[str, object]]] = {v: [] for v in VARIANTS}
         for _ in range(args.runs):
@@ -103,9 +105,28 @@ def main() -> None:
                 continue
             med = statistics.median(float(str(r["export"])) for r in runs)
             same = "same graph" if runs[0]["signature"] == base else "DIFFERENT graph"
-            print(
-                f"{model} | {v} | export {med:.2f} s | {same} | stack_trace on {runs[0]['stack_traces']} nodes"
-            )
+            row = (model, v, f"{med:.2f}", same, str(runs[0]["stack_traces"]))
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    if not args.no_ledger and rows:
+        import ledger
+
+        body = "\n".join(
+            [
+                "## torch.export settings for a static-shape export: time and captured graph",
+                "",
+                f"`python benches/export_options.py --models {args.models} --runs {args.runs}`; "
+                f"{ledger.machine()}.",
+                "torch.export.export(strict=False) in a fresh process per run (model built first), median;",
+                "same graph = the same sequence of (op, target) as the baseline's capture. Every variant's",
+                "ONNX file (fastonnx.to_onnx of that program) matched eager PyTorch in onnxruntime.",
+                "no_grad: capture under torch.no_grad(); no_stack: torch.fx.config.do_not_emit_stack_traces",
+                "(drops the stack_trace metadata). Neither is fastonnx's default.",
+                "",
+                ledger.table(["model", "variant", "export s", "graph", "nodes with stack_trace"], rows),
+            ]
+        )
+        ledger.write_section("export_options", body)
 
 
 if __name__ == "__main__":
