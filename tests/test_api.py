@@ -105,6 +105,22 @@ def test_import_does_not_load_onnx_or_onnxruntime() -> None:
     assert out.strip() == "[]"
 
 
+def test_import_adds_only_fastonnx_own_modules_to_torch() -> None:
+    """A one-model job pays torch's import anyway; ``import fastonnx`` on top of it must stay at its own
+    modules (~30 ms, benches/end_to_end.py): torch.export's tracing stack (torch.export._trace,
+    aot_autograd, dynamo), onnx, transformers or torchvision are imported only when an export needs
+    them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; before = set(sys.modules); import fastonnx; "
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] != 'fastonnx'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_callers_heap_is_handed_back_to_the_collector() -> None:
     """to_onnx sets the caller's objects aside from the garbage collector while it converts (see
     api._heap_set_aside) and hands them back; a caller's own frozen set is left as it was."""
