@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import socket
 import struct
 from collections.abc import Sequence
@@ -246,7 +245,7 @@ def temp_name(target: str) -> str:
     """The writer's temporary name (``<target>.tmp-<host>-<pid>-<16 hex>``, rust/core/src/temp.rs): the
     next save in the folder removes the links a killed export left."""
     host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
-    return f"{target}.tmp-{host}-{os.getpid()}-{secrets.token_hex(8)}"
+    return f"{target}.tmp-{host}-{os.getpid()}-{os.urandom(8).hex()}"
 
 
 def drop_links(links: dict[str, str]) -> None:
