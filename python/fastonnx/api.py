@@ -126,7 +126,7 @@ def to_onnx(
                 weights=weights,
             )
             if verify:
-                _verify(result, model, args, dict(kwargs or {}), record)
+                _verify(result, args, dict(kwargs or {}), record)
         except Exception as e:
             _explain(e, record, verbose)
             raise
@@ -163,8 +163,7 @@ def _export(
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
-    if optimize not in _OPTIMIZE_LEVELS:
-        raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
+    level = optimize_level(optimize)
     opset = resolve_opset(opset)
     bars = Progress(progress)
     if filename is not None:
@@ -191,7 +190,7 @@ def _export(
     log.info("capture: %.3fs, %d FX nodes", t1 - t0, len(ep.graph.nodes))
     record.ep, record.stage = ep, "convert"
 
-    builder = GraphBuilder(opset, ir_version_for(opset), producer_version=_version())
+    builder = new_builder(opset)
     ctx = ConversionContext(builder, opset)
     record.builder = builder
     interp = Interpreter(
@@ -214,9 +213,7 @@ def _export(
     record.stage = "optimize"
 
     with bars.stage("optimize", unit="pass") as stage:
-        stats["optimize"] = builder.optimize(
-            _OPTIMIZE_LEVELS[optimize], stage.update if stage.enabled else None
-        )
+        stats["optimize"] = builder.optimize(level, stage.update if stage.enabled else None)
     referenced = None
     if shards is not None:
         referenced = inplace.reference(builder, interp.weights_read, interp.deferred, shards, model)
@@ -270,7 +267,6 @@ def _export(
 
 def _verify(
     result: ExportResult,
-    model: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     record: report_mod.ExportRecord,
@@ -280,8 +276,7 @@ def _verify(
 
     record.stage = "verify"
     t0 = time.perf_counter()
-    eager = model.module() if isinstance(model, torch.export.ExportedProgram) else model
-    infos = verification.verify_outputs(result, eager, args, kwargs, None, None)
+    infos = verification.verify_outputs(result, result.eager_model(), args, kwargs, None, None)
     result.stats["verify"] = infos
     result.stats["verify_s"] = time.perf_counter() - t0
     bad = [i.name for i in infos if not i.passed]
@@ -366,7 +361,15 @@ def _check_writable(path: str) -> None:
         raise InputError(f"cannot write {path!r}: it is a folder")
 
 
-def _version() -> str:
+def optimize_level(optimize: bool | str) -> str:
+    """The builder's optimize level for to_onnx's (and graph_module_to_onnx's) ``optimize``."""
+    if optimize not in _OPTIMIZE_LEVELS:
+        raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
+    return _OPTIMIZE_LEVELS[optimize]
+
+
+def new_builder(opset: int) -> GraphBuilder:
+    """An empty graph at ``opset`` (its IR version), fastonnx's version as producer."""
     from fastonnx import __version__
 
-    return __version__
+    return GraphBuilder(opset, ir_version_for(opset), producer_version=__version__)

@@ -25,15 +25,13 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from fastonnx._core import GraphBuilder
+from fastonnx.api import new_builder, optimize_level
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
 from fastonnx.interpreter import Interpreter
-from fastonnx.opsets import ir_version_for, resolve_opset
+from fastonnx.opsets import resolve_opset
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
-
-_OPTIMIZE_LEVELS = {False: "none", True: "default", "onnxruntime": "onnxruntime"}
 
 
 class _CallSpec(NamedTuple):
@@ -96,8 +94,7 @@ def graph_module_to_onnx(
     placeholders. Returns an ``ExportResult`` (flat inputs, flat outputs) with ``stats`` like
     ``to_onnx``'s, without ``capture_s``.
     """
-    if optimize not in _OPTIMIZE_LEVELS:
-        raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
+    level = optimize_level(optimize)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     missing = [n.name for n in placeholders if "val" not in n.meta]
     if missing:
@@ -112,9 +109,7 @@ def graph_module_to_onnx(
     opset = resolve_opset(opset)
     stats: dict[str, Any] = {"opset": opset}
     t0 = time.perf_counter()
-    from fastonnx import __version__
-
-    builder = GraphBuilder(opset, ir_version_for(opset), producer_version=__version__)
+    builder = new_builder(opset)
     ctx = ConversionContext(builder, opset)
     program = GraphProgram(gm)
     vals = tuple(n.meta["val"] for n in placeholders)
@@ -133,7 +128,7 @@ def graph_module_to_onnx(
     t1 = time.perf_counter()
     stats["convert_s"] = t1 - t0
     stats["fx_nodes"] = len(gm.graph.nodes)
-    stats["optimize"] = builder.optimize(_OPTIMIZE_LEVELS[optimize])
+    stats["optimize"] = builder.optimize(level)
     stats["optimize_s"] = time.perf_counter() - t1
     stats["nodes"] = builder.num_nodes
     stats["initializers"] = builder.num_initializers

@@ -170,6 +170,18 @@ class ExportResult:
             return flat[0] if len(flat) == 1 else tuple(flat)
         return pytree.tree_unflatten(flat, self._out_spec)
 
+    def eager_model(self) -> Any:
+        """The model this was exported from, as eager PyTorch runs it (an ExportedProgram through
+        ``module()``): what verification compares onnxruntime with."""
+        eager = self._model
+        if eager is None and self.exported_program is not None:
+            eager = self.exported_program
+        if eager is None:
+            raise InputError(
+                "this ExportResult does not hold the model it was exported from: nothing to compare"
+            )
+        return eager.module() if isinstance(eager, torch.export.ExportedProgram) else eager
+
     def verify(
         self,
         *args: Any,
@@ -188,15 +200,7 @@ class ExportResult:
         """
         from fastonnx import verdicts, verification
 
-        eager = self._model
-        if eager is None and self.exported_program is not None:
-            eager = self.exported_program.module()
-        if eager is None:
-            raise InputError(
-                "this ExportResult does not hold the model it was exported from: nothing to compare"
-            )
-        if isinstance(eager, torch.export.ExportedProgram):
-            eager = eager.module()
+        eager = self.eager_model()
         result = verdicts.Verification(verification.verify_outputs(self, eager, args, kwargs, atol, rtol))
         if intermediate:
             result.intermediate = verification.verify_intermediate(self, args, kwargs, atol, rtol)
