@@ -29,26 +29,9 @@ import fastonnx
 import ledger
 import memory
 from model_zoo import Logits
+from model_zoo import ladder_llama as llama
 
 LADDER = ["2x256", "16x256", "64x256", "16x1024", "16x2048"]
-
-
-def llama(layers: int, hidden: int) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    heads = max(4, hidden // 64)
-    cfg = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=hidden,
-        intermediate_size=int(hidden * 2.75) // 64 * 64,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 4),
-        max_position_embeddings=2048,
-        use_cache=False,
-    )
-    with torch.no_grad():
-        return LlamaForCausalLM(cfg).eval()
 
 
 def weights_bytes(model: torch.nn.Module) -> int:

@@ -70,25 +70,14 @@ def _builders() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]]:
         return Field(BertModel(BertConfig(num_hidden_layers=2)).eval(), "last_hidden_state"), text()
 
     def ladder() -> tuple[Any, tuple[Any, ...]]:
-        # the first rung of compare.py's Llama ladder (2 layers, width 256, 32000 tokens); built here
-        # because compare.py imports fastonnx, which would hide fastonnx's import from the timing
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        from model_zoo import Logits
+        # the first rung of compare.py's Llama ladder, from model_zoo: compare.py imports fastonnx,
+        # which would hide fastonnx's import from the timing
+        from model_zoo import Logits, ladder_llama
 
         torch.manual_seed(0)
-        cfg = LlamaConfig(
-            vocab_size=32000,
-            hidden_size=256,
-            intermediate_size=704,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=1,
-            max_position_embeddings=2048,
-            use_cache=False,
-        )
+        model = ladder_llama(2, 256)
         ids = torch.randint(0, 32000, (2, 32))
-        return Logits(LlamaForCausalLM(cfg).eval()), (ids, torch.ones(2, 32, dtype=torch.int64))
+        return Logits(model), (ids, torch.ones(2, 32, dtype=torch.int64))
 
     return {
         "resnet18": resnet18,

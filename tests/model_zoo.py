@@ -126,6 +126,26 @@ class DecodeStep(torch.nn.Module):
         return out.logits, out.past_key_values
 
 
+def ladder_llama(layers: int, hidden: int) -> torch.nn.Module:
+    """A rung of the benches' Llama ladder (benches/compare.py): LAYERS x HIDDEN, 32000 tokens, heads of
+    64, a quarter of them key-value heads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    heads = max(4, hidden // 64)
+    cfg = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 2.75) // 64 * 64,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 4),
+        max_position_embeddings=2048,
+        use_cache=False,
+    )
+    with torch.no_grad():
+        return LlamaForCausalLM(cfg).eval()
+
+
 def tiny_llama(layers: int = 2, hidden: int = 64, use_cache: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
