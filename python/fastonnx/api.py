@@ -55,6 +55,7 @@ def to_onnx(
     durable: bool = False,
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
+    capture: str = "export",
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -124,6 +125,7 @@ def to_onnx(
                 progress=progress,
                 metadata=metadata,
                 weights=weights,
+                capture=capture,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -157,6 +159,7 @@ def _export(
     progress: bool | None,
     metadata: bool,
     weights: inplace.Weights | None = None,
+    capture: str = "export",
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -183,7 +186,9 @@ def _export(
         requested: dynamic.Requested = {}
         if isinstance(model, torch.nn.Module):
             dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-        ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
+        ep = capture_mod.capture(
+            model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic, how=capture
+        )
         ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0
