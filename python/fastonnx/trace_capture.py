@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -74,7 +75,6 @@ class TraceRefused(Exception):
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_NN_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
 _GETITEM = __import__("operator").getitem
 
@@ -135,7 +135,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     def record(self, func: torch._ops.OpOverload, args: Any, kwargs: Any, out: Any) -> None:
         """One node for ``func(*args, **kwargs) -> out`` (and a getitem per tensor of a tuple out)."""
         node = self.graph.create_node(
-            "call_function", func, self._to_nodes(args), self._to_nodes(kwargs), name=func._opname
+            "call_function",
+            func,
+            self._to_nodes(_without_defaults(func, args)),
+            self._to_nodes(kwargs),
+            name=func._opname,
         )
         meta = node.meta
         meta["nn_module_stack"] = self.stack
@@ -197,8 +201,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         return node
 
     def _user_stack(self) -> str:
-        """The frames from the model's forward down to the op, as torch.export's stack_trace prints
-        them (innermost last): torch's own frames left out but for nn modules' forward, fastonnx's too."""
+        """The ``forward`` frames from the model's down to the op, as torch.export's stack_trace
+        prints them (innermost last)."""
         frame: FrameType | None = sys._getframe(2)
         lines: list[str] = []
         cache = self._trace_cache
@@ -218,17 +222,55 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         return "".join(lines).strip()
 
 
+_DEFAULTS: dict[Any, list[Any]] = {}
+_NO_DEFAULT = object()
+
+
+def _without_defaults(func: torch._ops.OpOverload, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` without the trailing ones equal to the schema's defaults, as torch.export records a
+    call (the node's text in the metadata, pkg.torch.onnx.fx_node, reads the same)."""
+    defaults = _DEFAULTS.get(func)
+    if defaults is None:
+        defaults = _DEFAULTS[func] = [
+            a.default_value if a.has_default_value() else _NO_DEFAULT
+            for a in func._schema.arguments
+            if not a.kwarg_only
+        ]
+    n = len(args)
+    while n and n <= len(defaults) and _same(args[n - 1], defaults[n - 1]):
+        n -= 1
+    return args if n == len(args) else tuple(args[:n])
+
+
+def _same(value: Any, default: Any) -> bool:
+    if default is _NO_DEFAULT or isinstance(value, torch.Tensor) or isinstance(default, torch.Tensor):
+        return False
+    if isinstance(value, (list, tuple)) and isinstance(default, int):
+        return all(type(v) is int and v == default for v in value)  # int[2] stride=1
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return list(value) == list(default)
+    return type(value) is type(default) and value == default
+
+
+def _user_line(tb: Any) -> str:
+    """Where in the model's code a traceback ends ('file:line in fn: code')."""
+    where = "an unknown line"
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not (code.co_filename.startswith((_TORCH_DIR, _OWN_DIR)) or code.co_filename.startswith("<")):
+            source = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            where = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}: {source}"
+        tb = tb.tb_next
+    return where
+
+
 def _frame_text(code: Any, line: int) -> str:
-    """A frame as a traceback prints it, or "" for a frame stack traces leave out."""
-    filename = code.co_filename
-    if filename.startswith(_OWN_DIR) or filename.startswith("<"):
+    """A frame as a traceback prints it, or "" for a frame torch.export's stack traces leave out:
+    they keep the ``forward`` methods only (the chain of modules down to the op)."""
+    if code.co_name != "forward" or code.co_filename.startswith(_OWN_DIR):
         return ""
-    if filename.startswith(_TORCH_DIR) and not (
-        filename.startswith(_NN_MODULES_DIR) and not filename.endswith(os.sep + "module.py")
-    ):
-        return ""
-    source = linecache.getline(filename, line).strip()
-    return f'  File "{filename}", line {line}, in {code.co_name}\n    {source}\n'
+    source = linecache.getline(code.co_filename, line).strip()
+    return f'  File "{code.co_filename}", line {line}, in forward\n    {source}\n'
 
 
 def _ints(v: Any, n: int) -> list[int]:
@@ -512,7 +554,7 @@ def trace(
     weight_nodes: dict[int, torch.fx.Node] = {}
     for key, (name, kind, t) in weights.items():
         prefix = "p_" if kind == InputKind.PARAMETER else "b_"
-        node = graph.placeholder(prefix + name.replace(".", "_"))
+        node = graph.placeholder(prefix + re.sub(r"[^a-zA-Z0-9]", "_", name).lower())
         node.meta["val"] = _meta_like(t)
         nodes[t] = node
         weight_nodes[key] = node
@@ -541,10 +583,17 @@ def trace(
             # fresh containers around the same tensors: a forward that updates a cache object in
             # place (transformers' DynamicCache.update) leaves the caller's untouched
             out = model(*fresh_args, **fresh_kwargs)
-    except TraceRefused:
-        raise
+    except TraceRefused as e:
+        raise TraceRefused(f"{e}; at {_user_line(e.__traceback__)}") from None
     except Exception as e:  # whatever the recorder did not understand: torch.export gets the model
-        raise TraceRefused(f"tracing raised {type(e).__name__}: {e}") from e
+        hop = re.search(r"HigherOrderOperator (\w+)", str(e))
+        if hop is not None:
+            # torch's message for a higher-order op under a dispatch mode tells how to write a mode
+            raise TraceRefused(
+                f"the forward calls the higher-order op {hop.group(1)} (torch.cond, while_loop...): "
+                f"torch.export captures its subgraphs, the recorder does not; at {_user_line(e.__traceback__)}"
+            ) from e
+        raise TraceRefused(f"tracing raised {type(e).__name__}: {e}; at {_user_line(e.__traceback__)}") from e
 
     flat_out, out_spec = pytree.tree_flatten(out)
     outputs: list[Any] = []
