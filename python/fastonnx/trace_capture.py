@@ -374,6 +374,28 @@ def _flatten(
     return torch.ops.aten.flatten.using_ints, (input, start_dim, end_dim), {}
 
 
+def _matmul(input: Any, other: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    return torch.ops.aten.matmul.default, (input, other), {}
+
+
+def _softmax(op: Any) -> Any:
+    def softmax(
+        input: Any, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None
+    ) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+        if dim is None:
+            return None  # torch's implicit-dim rule: recorded op by op
+        return op, (input, dim) if dtype is None else (input, dim, dtype), {}
+
+    return softmax
+
+
+def _softmax_method(op: Any) -> Any:
+    def softmax(input: Any, dim: int, dtype: Any = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+        return op, (input, dim) if dtype is None else (input, dim, dtype), {}
+
+    return softmax
+
+
 # torch functions recorded as the one aten op torch.export keeps for them (its training IR), not as
 # the ops they decompose into below autograd (linear -> t + addmm, sdpa -> its CPU kernel...): the same
 # graph for the converters and the optimizer's fusions, and fewer nodes. Each maps the call's arguments
@@ -390,6 +412,15 @@ _KEPT: dict[Any, Any] = {
     torch.nn.functional.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     torch.flatten: _flatten,
     torch.Tensor.flatten: _flatten,
+    torch.matmul: _matmul,
+    torch.Tensor.matmul: _matmul,
+    torch.Tensor.__matmul__: _matmul,
+    torch.nn.functional.softmax: _softmax(torch.ops.aten.softmax.int),
+    torch.nn.functional.log_softmax: _softmax(torch.ops.aten.log_softmax.int),
+    torch.softmax: _softmax_method(torch.ops.aten.softmax.int),
+    torch.Tensor.softmax: _softmax_method(torch.ops.aten.softmax.int),
+    torch.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
+    torch.Tensor.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
 }
 
 
