@@ -92,6 +92,16 @@ def to_onnx(
     ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
     smallest.
 
+    ``capture``: ``"export"`` (the default) captures with ``torch.export.export(strict=False)``;
+    ``"trace"`` runs the module once on the real ``args`` and records its aten ops
+    (``fastonnx.trace_capture``): the same graph for static shapes, without torch.export's fake-tensor
+    cost per op. Where a real-tensor run could fix what torch.export would keep general (a tensor's
+    value read into Python, an output size that depends on the data, an in-place write into an input,
+    a weight or a buffer, a higher-order op, a recurrent layer, weights on the meta device, anything the
+    recorder does not know), it falls back to torch.export with a warning; ``stats["capture"]`` says
+    which ran and ``stats["trace_refused"]`` why. ``"trace"`` with ``dynamic_shapes`` or with an
+    ExportedProgram is an ``InputError``. README, "Faster capture for static shapes".
+
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
     checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
     are not written: their external data points into the shards (``fastonnx.inplace`` says which and
