@@ -333,3 +333,18 @@ def test_node_metadata_is_torch_exports() -> None:
         return [{p.key: p.value for p in n.metadata_props} for n in r.model_proto.graph.node]
 
     assert props(traced) == props(exported)
+
+
+class _WritesThroughAView(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x[:, 0] = 0.0  # a write into the input through a view of it
+        return x * 2
+
+
+def test_writes_through_views_of_an_input_fall_back() -> None:
+    base = _randn(4, 6)
+    x = base[:, :3]  # the input is itself a view of the caller's tensor
+    for arg in (x.clone(), x):
+        result = fastonnx.to_onnx(_WritesThroughAView(), (arg,), capture="trace")
+        assert "writes in place into the user input 'x'" in result.stats["trace_refused"]
+    torch.testing.assert_close(result(x.clone()), _WritesThroughAView()(x.clone()), atol=ATOL, rtol=RTOL)

@@ -169,8 +169,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             for t in value if isinstance(value, (list, tuple)) else (value,):
                 if not isinstance(t, torch.Tensor):
                     continue
-                root = t._base if t._base is not None else t
-                what = self.roots.get(id(root))
+                # the tensor itself (an input may be a view of the caller's tensor) or what it views
+                what = self.roots.get(id(t)) or (self.roots.get(id(t._base)) if t._base is not None else None)
                 if what is not None:
                     raise TraceRefused(f"{func} writes in place into {what}")
 
@@ -569,6 +569,8 @@ def trace(
         if t.is_meta or type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise TraceRefused(f"weight {name!r} is a {'meta tensor' if t.is_meta else type(t).__name__}")
         roots[id(t)] = f"the weight {name!r}"
+        if t._base is not None:
+            roots.setdefault(id(t._base), f"the weight {name!r}")
 
     recurrent = next((type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)), None)
     if recurrent is not None:
@@ -597,6 +599,9 @@ def trace(
                 raise TraceRefused(f"input {name} is a {type(value).__name__} (a tensor subclass)")
             node.meta["val"] = _meta_like(value)
             roots[id(value)] = f"the user input {name!r}"
+            if value._base is not None:
+                # writes through views of the input have that base as theirs (the caller's tensor)
+                roots.setdefault(id(value._base), f"the user input {name!r}")
             nodes[value] = node
         else:
             node.meta["val"] = value
