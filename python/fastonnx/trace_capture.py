@@ -9,13 +9,17 @@ forward plus a few microseconds per op. What the graph holds (the design, issue 
   tensors the forward reads that are neither (``c_...``, CONSTANT_TENSOR), then the user inputs (named
   after ``forward``'s parameters, nested ones by their pytree path); only weights the forward reads are
   lifted.
-- one ``call_function`` node per aten op overload below autograd, run under ``torch.no_grad()`` (so
-  ``linear`` arrives as ``t`` + ``addmm``, ``sdpa`` as its CPU kernel: the converters cover that op set,
-  the aot_autograd one the torch.compile backend sees); a multi-output op is followed by ``getitem`` nodes.
+- one ``call_function`` node per aten op overload below autograd, run under ``torch.no_grad()``; the
+  functions torch.export keeps whole (``linear``, ``scaled_dot_product_attention``, convolutions,
+  ``layer_norm``, eval ``batch_norm``, ``matmul``, ``softmax``, pools, ``flatten``: ``_KEPT``) are
+  recorded as that one op by a ``TorchFunctionMode``, so the converters and the optimizer's fusions see
+  torch.export's graph; other composite ops arrive decomposed (``reshape`` as ``view``); a multi-output
+  op is followed by ``getitem`` nodes; trailing arguments equal to the schema's defaults are dropped,
+  as torch.export records them.
 - ``meta["val"]``: a meta-device tensor of the output's dtype, shape and strides (the walker reads no
-  values, and activations are not kept alive); ``meta["nn_module_stack"]`` kept by forward pre / post hooks
-  on the model's submodules, in torch.export's format; ``meta["stack_trace"]``: the user's frames (torch's
-  and fastonnx's own left out), innermost last.
+  values, and activations are not kept alive); ``meta["nn_module_stack"]`` kept by forward pre / post
+  hooks on the model's submodules, in torch.export's format; ``meta["stack_trace"]``: the ``forward``
+  frames from the model's down to the op, innermost last (torch.export keeps those only).
 - dead nodes removed (torch.export does the same); ``torch.compiler.is_compiling()`` / ``is_exporting()``
   answer True while tracing, as under torch.export, so models that branch on them take the same path.
 
@@ -24,8 +28,11 @@ falls back to torch.export with a warning naming the reason (``stats["capture"]`
 a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item()``, ``bool(t)``,
 ``tolist()``, ``equal``...), an op whose output shape depends on the data (tagged
 ``dynamic_output_shape``: ``nonzero``, ``unique``, ``masked_select``...), an in-place write into a user
-input, parameter, buffer or captured constant, a tensor subclass or a weight on the meta device, a
-higher-order op or anything else the recorder does not understand (any exception while tracing).
+input, parameter, buffer or captured constant (or through a view of one), a tensor subclass or a
+weight on the meta device, a recurrent layer (torch.export keeps it one op over any length), a
+higher-order op (torch.cond...) or anything else the recorder does not understand (any exception while
+tracing). Each reason names the user's line. Reading values without an aten op (``tolist()``,
+``numpy()``, ``__array__``) is caught by patching those methods on the tracing thread.
 ``dynamic_shapes`` with capture="trace" is an InputError (a trace fixes every size).
 """
 
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import operator
 import os
 import re
 import sys
@@ -76,7 +84,7 @@ class TraceRefused(Exception):
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
-_GETITEM = __import__("operator").getitem
+_GETITEM = operator.getitem
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
