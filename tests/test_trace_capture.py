@@ -348,3 +348,30 @@ def test_writes_through_views_of_an_input_fall_back() -> None:
         result = fastonnx.to_onnx(_WritesThroughAView(), (arg,), capture="trace")
         assert "writes in place into the user input 'x'" in result.stats["trace_refused"]
     torch.testing.assert_close(result(x.clone()), _WritesThroughAView()(x.clone()), atol=ATOL, rtol=RTOL)
+
+
+class _ReturnsWhatItHolds(torch.nn.Module):
+    """Outputs that are the input, a parameter, a view of the input and a tensor attribute; an unused
+    tensor input and Python-value inputs (specialised, as torch.export does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(_randn(3, seed=4))
+        self.c = torch.arange(3.0)
+        self.tied = torch.nn.Linear(3, 3)
+        self.other = torch.nn.Linear(3, 3)
+        self.other.weight = self.tied.weight  # one parameter under two names
+
+    def forward(self, x: torch.Tensor, unused: torch.Tensor, n: int, flag: bool = True) -> Any:
+        y = self.other(self.tied(x))
+        return x, self.w, x[0], self.c, (y * n if flag else y)
+
+
+def test_outputs_that_are_inputs_weights_views_or_attributes() -> None:
+    model = _ReturnsWhatItHolds().eval()
+    args = (_randn(2, 3), _randn(1), 3)
+    traced, exported = _traced(model, args), fastonnx.to_onnx(model, args)
+    _matches_eager(traced, model, args)
+    assert _graph(traced) == _graph(exported)
+    initializers = sorted(i.name for i in traced.model_proto.graph.initializer)
+    assert initializers == sorted(i.name for i in exported.model_proto.graph.initializer)

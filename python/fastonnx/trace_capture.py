@@ -109,6 +109,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.roots = roots  # id of a weight / input / constant tensor -> what it is (for mutation checks)
         self.constants: dict[str, torch.Tensor] = {}
         self.constant_nodes: list[torch.fx.Node] = []
+        self.attributes: dict[int, str] = {}  # id of a plain tensor attribute of a module -> its path
         self.stack: dict[str, tuple[str, str]] = {}
         self.inside = False  # within a function recorded as one node: its aten ops are not recorded
         self.root_code: Any = None  # the code of the model's forward: where stack traces start
@@ -199,10 +200,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             raise TraceRefused(f"the forward reads a {type(t).__name__} (a tensor subclass)")
         if t._base is not None and id(t._base) in self.roots:
             raise TraceRefused("the forward reads a view made outside the traced ops")
-        name = f"c_lifted_tensor_{len(self.constants)}"
-        self.constants[name] = t
-        self.roots[id(t)] = f"the captured constant tensor {name}"
-        node = self.graph.placeholder(name)
+        # a tensor attribute of a module keeps its path (as torch.export names it); others are numbered
+        target = self.attributes.get(id(t)) or f"lifted_tensor_{len(self.constants)}"
+        self.constants[target] = t
+        self.roots[id(t)] = f"the captured constant tensor {target!r}"
+        node = self.graph.placeholder("c_" + re.sub(r"[^a-zA-Z0-9]", "_", target).lower())
+        node.meta["constant_target"] = target
         node.meta["val"] = _meta_like(t)
         self.nodes[t] = node
         self.constant_nodes.append(node)
@@ -589,6 +592,10 @@ def trace(
     flat_in, in_spec = pytree.tree_flatten((args, kwargs))
     fresh_args, fresh_kwargs = pytree.tree_unflatten(flat_in, in_spec)
     recorder = _Recorder(graph, nodes, roots)
+    for path, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                recorder.attributes.setdefault(id(value), f"{path}.{attr}" if path else attr)
     forward = inspect.unwrap(type(model).forward)
     recorder.root_code = getattr(forward, "__code__", None)
     # weights first (torch.export's order); only those the forward reads stay (see below)
@@ -671,7 +678,8 @@ def trace(
             InputSpec(kind, TensorArgument(node.name), name, True if kind == InputKind.BUFFER else None)
         )
     for c in recorder.constant_nodes:
-        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(c.name), c.name, None))
+        target = c.meta.pop("constant_target")
+        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(c.name), target, None))
     for node in user_nodes:
         arg = (
             TensorArgument(node.name)
