@@ -16,7 +16,7 @@ from typing import IO, Any, Literal
 
 import torch
 
-from fastonnx.api import _check_writable, to_onnx
+from fastonnx.api import _check_writable, _verbose_logging, to_onnx
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
@@ -353,21 +353,3 @@ def _name_output_dims(result: ExportResult, output_axes: axes_mod.AxisNames) -> 
             shape[axis] = dim
         builder.set_type(name, builder.dtype(name), shape)
     result._proto = None
-
-
-@contextlib.contextmanager
-def _verbose_logging(verbose: bool) -> Iterator[None]:
-    """verbose=True: fastonnx's INFO lines (each keyword's handling, stage timings) go to stderr."""
-    if not verbose:
-        yield
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("fastonnx: %(message)s"))
-    old_level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(old_level)
