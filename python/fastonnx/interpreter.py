@@ -104,6 +104,7 @@ class Interpreter:
         self._top = ctx.g
         # readable node names and node / value metadata (metadata.py); None with metadata=False
         self.scopes = metadata.Scopes() if with_metadata else None
+        ctx.find_dim = self._find_dim
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None) -> Layout:
@@ -155,6 +156,20 @@ class Interpreter:
             else:
                 raise ConversionError(f"unexpected FX node kind {node.op!r} at node {node.name}")
         return self.layout
+
+    def _find_dim(self, key: str) -> tuple[str, int] | None:
+        """(value, axis) of the first top-graph value converted so far with a dim written ``key``.
+        Top-graph values only: they are visible inside subgraphs too, a subgraph's are not outside."""
+        for node, value in self.env.items():
+            if node.graph is not self.ep.graph:
+                continue
+            for v in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(v, Value):
+                    continue
+                for axis, d in enumerate(v.shape):
+                    if not isinstance(d, int) and str(self.ctx.dim(d)) == key:
+                        return v.name, axis
+        return None
 
     # ---- inputs ---------------------------------------------------------------------------------
     def _user_input(self, node: torch.fx.Node, name: str, spec: Any) -> None:
