@@ -12,7 +12,7 @@ import torch
 from torch.export import Dim
 
 import fastonnx
-from model_zoo import Logits, tiny_bert, tiny_llama
+from model_zoo import TRANSFORMERS_MODELS, Logits, tiny_bert, tiny_llama
 
 ATOL = RTOL = 1e-4
 
@@ -87,6 +87,11 @@ def test_llama_layers_become_one_function_called_per_layer(
     namespace = {p.key: p.value for p in calls[0].metadata_props}["namespace"]
     assert namespace.endswith("model.layers.0: transformers.models.llama.modeling_llama.LlamaDecoderLayer")
     assert result.stats["functions"]["calls"] == 2
+    body_domains = {n.domain for n in body.node}
+    assert {o.domain for o in body.opset_import} == body_domains | {""}
+    assert {o.domain: o.version for o in body.opset_import}[""] == opset
+    if optimize == "onnxruntime" and opset == 18:
+        assert "com.microsoft" in body_domains  # contrib operators inside the body, imported there
     if optimize != "onnxruntime":
         onnx.checker.check_model(proto, full_check=True)
     g = torch.Generator().manual_seed(1)
@@ -269,3 +274,75 @@ def test_a_bad_selection_is_refused_before_the_capture() -> None:
         fastonnx.to_onnx(Stack(), (torch.randn(1, 8),), export_modules_as_functions={int})
     with pytest.raises(fastonnx.InputError, match="must be False, True or a set"):
         fastonnx.to_onnx(Stack(), (torch.randn(1, 8),), export_modules_as_functions="Block")  # type: ignore[arg-type]
+
+
+def _resnet() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    import torchvision
+
+    from model_zoo import with_random_batchnorm_stats
+
+    torch.manual_seed(0)
+    model = with_random_batchnorm_stats(torchvision.models.resnet18(weights=None)).eval()
+    return model, (torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)),)
+
+
+# a decoder LM, an encoder, a ViT, a ResNet, each with its block class as functions
+SUITES = {
+    "gpt2": (lambda: TRANSFORMERS_MODELS["gpt2"](), "transformers.models.gpt2.modeling_gpt2", "GPT2Block", 2),
+    "bert": (lambda: TRANSFORMERS_MODELS["bert"](), "transformers.models.bert.modeling_bert", "BertLayer", 2),
+    "vit": (lambda: TRANSFORMERS_MODELS["vit"](), "transformers.models.vit.modeling_vit", "ViTLayer", 2),
+    "resnet18": (_resnet, "torchvision.models.resnet", "BasicBlock", 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_model_suites_with_their_blocks_as_functions(name: str) -> None:
+    import importlib
+
+    build, module, cls_name, calls = SUITES[name]
+    model, args = build()
+    block = getattr(importlib.import_module(module), cls_name)
+    result = fastonnx.to_onnx(model, args, export_modules_as_functions={block})
+    proto = result.model_proto
+    assert [c.op_type.split("_")[0] for c in _calls(proto.graph.node)] == [cls_name] * calls
+    assert not result.stats["functions"]["inlined"]
+    onnx.checker.check_model(proto, full_check=True)
+    with torch.no_grad():
+        expected = model(*args)
+    torch.testing.assert_close(result(*args), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_external_data_and_a_kv_cache(tmp_path: Path) -> None:
+    """A decode step (KV cache in and out) with its weights in a data file."""
+    from transformers import DynamicCache
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    from model_zoo import DecodeStep
+
+    model = DecodeStep(tiny_llama(use_cache=True)).eval()
+
+    def past() -> DynamicCache:  # a fresh one per call: eager grows the cache it is given
+        g = torch.Generator().manual_seed(0)
+        cache = DynamicCache()
+        for layer in range(2):
+            cache.update(torch.randn(1, 2, 6, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g), layer)
+        return cache
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 256, (1, 1), generator=g)
+    mask = torch.ones(1, 7, dtype=torch.int64)
+    positions = torch.tensor([[6]])
+    args = (ids, mask, positions, past())
+    path = tmp_path / "step.onnx"
+    result = fastonnx.to_onnx(
+        model, args, filename=path, external_data=True, export_modules_as_functions={LlamaDecoderLayer}
+    )
+    assert (tmp_path / "step.onnx.data").exists()
+    assert [c.op_type for c in _calls(onnx.load(path, load_external_data=False).graph.node)] == [
+        "LlamaDecoderLayer"
+    ] * 2
+    with torch.no_grad():
+        logits, cache = model(ids, mask, positions, past())
+    got_logits, got_cache = result(ids, mask, positions, past())
+    torch.testing.assert_close(got_logits, logits, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(got_cache.layers[1].keys, cache.layers[1].keys, atol=ATOL, rtol=RTOL)

@@ -93,6 +93,14 @@ def to_onnx(
     ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
     smallest.
 
+    ``export_modules_as_functions``: False (default), True (every submodule below the root) or a set of
+    nn.Module classes: each instance becomes one call of an ONNX local function (``fastonnx.functions``);
+    instances with the same body share one function named after the class (``LlamaDecoderLayer``, domain
+    ``pkg.transformers``), others get ``LlamaDecoderLayer_1``...; weights are passed at each call; the
+    passes run inside each body and never across a call. An instance whose nodes cannot form one call
+    is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
+    gives the flat model back.
+
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
     checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
     are not written: their external data points into the shards (``fastonnx.inplace`` says which and

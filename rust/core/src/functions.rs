@@ -175,8 +175,19 @@ impl Carver<'_> {
                 }
             }
         }
+        // how often each value is read in this graph (outputs count): kept up to date per call, so
+        // that each instance finds the values read outside it without a walk over the whole graph
+        let mut readers: HashMap<String, usize> = HashMap::new();
+        for o in &graph.outputs {
+            *readers.entry(o.clone()).or_default() += 1;
+        }
+        for n in &graph.nodes {
+            for r in reads(n) {
+                *readers.entry(r.to_owned()).or_default() += 1;
+            }
+        }
         for inst in order {
-            self.carve_instance(graph, &mut paths, depth, inst)?;
+            self.carve_instance(graph, &mut paths, depth, inst, &mut readers)?;
         }
         Ok(())
     }
@@ -187,6 +198,7 @@ impl Carver<'_> {
         paths: &mut Vec<Vec<u32>>,
         depth: usize,
         inst: u32,
+        readers: &mut HashMap<String, usize>,
     ) -> Result<()> {
         let members: Vec<usize> = (0..paths.len())
             .filter(|&i| paths[i].get(depth) == Some(&inst))
@@ -259,12 +271,15 @@ impl Carver<'_> {
                 }
             }
         }
-        let mut read_outside: HashSet<&str> = graph.outputs.iter().map(String::as_str).collect();
-        for (j, node) in graph.nodes.iter().enumerate() {
-            if !in_s.contains(&j) {
-                read_outside.extend(reads(node));
+        let mut read_inside: HashMap<&str, usize> = HashMap::new();
+        for &i in &members {
+            for r in reads(&graph.nodes[i]) {
+                *read_inside.entry(r).or_default() += 1;
             }
         }
+        let read_outside = |v: &str| {
+            readers.get(v).copied().unwrap_or(0) > read_inside.get(v).copied().unwrap_or(0)
+        };
         for &i in &members {
             for o in &graph.nodes[i].outputs {
                 if o.is_empty() {
@@ -273,13 +288,22 @@ impl Carver<'_> {
                 if let Some(ty) = graph.types.get(o) {
                     body.types.insert(o.clone(), ty.clone());
                 }
-                if read_outside.contains(o.as_str()) {
+                if read_outside(o) {
                     body.outputs.push(o.clone());
                 }
             }
         }
         let call_inputs = body.inputs.clone();
         let call_outputs = body.outputs.clone();
+        // the members' reads become the call's
+        for (v, k) in read_inside {
+            if let Some(c) = readers.get_mut(v) {
+                *c -= k.min(*c);
+            }
+        }
+        for v in &call_inputs {
+            *readers.entry(v.clone()).or_default() += 1;
+        }
 
         // take the nodes out: before | outside, independent | call | outside, reading the set | rest
         let old_nodes = std::mem::take(&mut graph.nodes);
