@@ -157,11 +157,12 @@ class Stack(torch.nn.Module):
         return self.blocks[2](self.blocks[1](x))
 
 
-def test_instances_that_differ_get_their_own_function_and_each_call_is_a_call() -> None:
+@pytest.mark.parametrize("opset", [fastonnx.MIN_OPSET, fastonnx.MAX_OPSET])
+def test_instances_that_differ_get_their_own_function_and_each_call_is_a_call(opset: int) -> None:
     torch.manual_seed(0)
     model = Stack().eval()
     x = torch.randn(3, 8)
-    result = fastonnx.to_onnx(model, (x,), export_modules_as_functions={Block}, optimize=False)
+    result = fastonnx.to_onnx(model, (x,), export_modules_as_functions={Block}, optimize=False, opset=opset)
     proto = result.model_proto
     domain = f"pkg.{__name__.split('.')[0]}"
     assert list(_functions(proto)) == [(domain, "Block"), (domain, "Block_1")]
@@ -346,3 +347,15 @@ def test_external_data_and_a_kv_cache(tmp_path: Path) -> None:
     got_logits, got_cache = result(ids, mask, positions, past())
     torch.testing.assert_close(got_logits, logits, atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(got_cache.layers[1].keys, cache.layers[1].keys, atol=ATOL, rtol=RTOL)
+
+
+def test_the_torch_onnx_drop_in_passes_the_keyword_on(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Stack().eval()
+    x = torch.randn(3, 8)
+    program = fastonnx.export(model, (x,), str(tmp_path / "s.onnx"), export_modules_as_functions={Block})
+    proto = onnx.load(tmp_path / "s.onnx")
+    assert [f.name for f in proto.functions] == ["Block", "Block_1"]
+    (got,) = _run(proto, {"x": x})
+    torch.testing.assert_close(got, model(x), atol=ATOL, rtol=RTOL)
+    assert program is not None
