@@ -359,3 +359,29 @@ def test_the_torch_onnx_drop_in_passes_the_keyword_on(tmp_path: Path) -> None:
     (got,) = _run(proto, {"x": x})
     torch.testing.assert_close(got, model(x), atol=ATOL, rtol=RTOL)
     assert program is not None
+
+
+def test_two_calls_that_draw_random_values_are_not_merged() -> None:
+    class Noisy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.drop = torch.nn.Dropout(0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.drop(x) * 2
+
+    class Twice(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.noisy = Noisy()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.noisy(x) - self.noisy(x)  # two draws: not zero
+
+    model = Twice().train()
+    x = torch.ones(64, 64)
+    with pytest.warns(UserWarning, match="training mode"):
+        result = fastonnx.to_onnx(model, (x,), export_modules_as_functions={Noisy}, opset=20)
+    assert [c.op_type for c in _calls(result.model_proto.graph.node)] == ["Noisy", "Noisy"]
+    (got,) = _run(result.model_proto, {"x": x})
+    assert got.abs().max() == 4.0  # kept by one draw, dropped by the other somewhere

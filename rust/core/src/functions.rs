@@ -51,6 +51,9 @@ pub struct Carved {
 /// and every weight, are function inputs.
 const CONSTANT_COPY_LIMIT: usize = 1 << 16;
 
+/// Every local function's domain starts so (`pkg.transformers`): the passes know a call by it.
+pub const DOMAIN_PREFIX: &str = "pkg.";
+
 /// The version of the functions' own domains in the opset imports.
 pub const FUNCTION_DOMAIN_VERSION: i64 = 1;
 
@@ -73,6 +76,15 @@ pub fn extract_functions(
             "export_modules_as_functions: {} module paths given for {} nodes",
             paths.len(),
             model.graph.nodes.len()
+        )));
+    }
+    if let Some(bad) = instances
+        .iter()
+        .find(|i| !i.domain.starts_with(DOMAIN_PREFIX))
+    {
+        return Err(graph_err(format!(
+            "export_modules_as_functions: the domain of {} must start with {DOMAIN_PREFIX:?}",
+            bad.label
         )));
     }
     if let Some(bad) = paths
