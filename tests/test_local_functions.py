@@ -385,3 +385,28 @@ def test_two_calls_that_draw_random_values_are_not_merged() -> None:
     assert [c.op_type for c in _calls(result.model_proto.graph.node)] == ["Noisy", "Noisy"]
     (got,) = _run(result.model_proto, {"x": x})
     assert got.abs().max() == 4.0  # kept by one draw, dropped by the other somewhere
+
+
+def test_sliding_and_full_attention_layers_are_two_functions() -> None:
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer
+
+    from model_zoo import causal_lm
+
+    kinds = ["sliding_attention", "full_attention", "sliding_attention"]
+    model, args = causal_lm(
+        "gemma3_text",
+        "Gemma3ForCausalLM",
+        head_dim=8,
+        sliding_window=4,
+        num_hidden_layers=3,
+        layer_types=kinds,
+    )
+    result = fastonnx.to_onnx(model, args, export_modules_as_functions={Gemma3DecoderLayer})
+    proto = result.model_proto
+    assert [f.name for f in proto.functions] == ["Gemma3DecoderLayer", "Gemma3DecoderLayer_1"]
+    calls = [c.op_type for c in _calls(proto.graph.node)]
+    assert calls == ["Gemma3DecoderLayer", "Gemma3DecoderLayer_1", "Gemma3DecoderLayer"]
+    onnx.checker.check_model(proto, full_check=True)
+    with torch.no_grad():
+        expected = model(*args)
+    torch.testing.assert_close(result(*args), expected, atol=ATOL, rtol=RTOL)
