@@ -410,3 +410,23 @@ def test_sliding_and_full_attention_layers_are_two_functions() -> None:
     with torch.no_grad():
         expected = model(*args)
     torch.testing.assert_close(result(*args), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_every_module_of_a_dynamic_llama(
+    llama: tuple[torch.nn.Module, torch.export.ExportedProgram, tuple[torch.Tensor, torch.Tensor]],
+) -> None:
+    model, ep, args = llama
+    result = fastonnx.to_onnx(ep, args, export_modules_as_functions=True, opset=fastonnx.MAX_OPSET)
+    proto = result.model_proto
+    # torch.export's own stack entry for the size nodes it adds is no module: no function of it
+    assert all("." not in f.name and not f.name.startswith("_") for f in proto.functions)
+    assert [c.op_type for c in _calls(proto.graph.node)] == ["LlamaForCausalLM"]
+    layer = _functions(proto)["pkg.transformers", "LlamaDecoderLayer"]
+    assert {"LlamaAttention", "LlamaMLP", "LlamaRMSNorm"} <= {n.op_type for n in _calls(layer.node)}
+    onnx.checker.check_model(proto, full_check=True)
+    for batch, seq in [(2, 8), (3, 13)]:
+        ids = torch.randint(3, 256, (batch, seq), generator=torch.Generator().manual_seed(seq))
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        with torch.no_grad():
+            expected = model(ids, mask)
+        torch.testing.assert_close(result(ids, mask), expected, atol=ATOL, rtol=RTOL)

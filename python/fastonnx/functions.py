@@ -108,11 +108,13 @@ def extract(
                 qualified = _qualified(cls)
                 if not module_path or not (every or qualified in names):
                     continue  # the root module is the main graph
+                if "." not in qualified:
+                    continue  # no module: torch.export's placeholder stack for nodes it made itself
                 index = instance_of.get(key)
                 if index is None:
                     index = instance_of[key] = len(instances)
                     class_name = qualified.rsplit(".", 1)[-1]
-                    domain = "pkg." + qualified.split(".", 1)[0] if "." in qualified else "pkg.local"
+                    domain = "pkg." + qualified.split(".", 1)[0]
                     call = key.rsplit("@", 1)[1] if "@" in key else None
                     label = f"{module_path} ({class_name})" + (f", call {int(call) + 1}" if call else "")
                     instances.append((domain, class_name, _call_scope(g, stack, key, with_metadata), label))
