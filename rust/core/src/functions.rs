@@ -305,6 +305,14 @@ impl Carver<'_> {
                 }
             }
         }
+        if body.outputs.is_empty() {
+            // nothing it computes is read: a call without outputs is no function; left as it is
+            // (the passes remove the unused nodes)
+            for &i in &members {
+                paths[i].truncate(depth);
+            }
+            return Ok(());
+        }
         let call_inputs = body.inputs.clone();
         let call_outputs = body.outputs.clone();
         // the members' reads become the call's
@@ -620,6 +628,76 @@ mod tests {
         assert!(carved.inlined[0].contains("m (B)"), "{:?}", carved.inlined);
         assert_eq!(m.graph.nodes.len(), 3);
         assert!(m.functions.is_empty());
+    }
+
+    #[test]
+    fn an_instance_whose_values_nobody_reads_stays_as_it_is() {
+        let mut m = Model::new(20, 10, "");
+        let x = m
+            .graph
+            .add_input("x", dtype::FLOAT, Some(vec![Dim::Fixed(2)]));
+        relu_chain(&mut m.graph, &x, 2); // read by nobody
+        let y = relu_chain(&mut m.graph, &x, 1);
+        m.graph.add_output(&y, None).expect("out");
+        let paths = vec![vec![0], vec![0], vec![1]];
+        let carved =
+            extract_functions(&mut m, paths, &[instance("Dead"), instance("Live")]).expect("carve");
+        assert_eq!(carved.calls, 1);
+        assert!(carved.inlined.is_empty());
+        let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Relu", "Relu", "Live"]);
+        assert_eq!(m.functions.len(), 1);
+    }
+
+    #[test]
+    fn a_weight_transpose_stays_at_the_call_site() {
+        let mut m = Model::new(20, 10, "");
+        let x = m
+            .graph
+            .add_input("x", dtype::FLOAT, Some(vec![Dim::Fixed(2)]));
+        let w = m
+            .graph
+            .add_initializer(
+                "w",
+                dtype::FLOAT,
+                vec![2, 2],
+                TensorData::Owned(vec![0; 16]),
+                None,
+            )
+            .expect("w");
+        let t = m
+            .graph
+            .add_node(
+                "Transpose",
+                "",
+                vec![w.clone()],
+                &["wt".into()],
+                vec![],
+                None,
+            )
+            .expect("t")
+            .remove(0);
+        let y = m
+            .graph
+            .add_node(
+                "MatMul",
+                "",
+                vec![x, t.clone()],
+                &["y".into()],
+                vec![],
+                None,
+            )
+            .expect("mm")
+            .remove(0);
+        m.graph.add_output(&y, None).expect("out");
+        extract_functions(&mut m, vec![vec![0], vec![0]], &[instance("Lin")]).expect("carve");
+        let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Transpose", "Lin"]);
+        assert_eq!(
+            m.graph.nodes[1].inputs[1], t,
+            "the call reads the transposed weight"
+        );
+        assert_eq!(m.functions[0].graph.nodes.len(), 1);
     }
 
     #[test]
