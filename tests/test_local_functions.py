@@ -430,3 +430,26 @@ def test_every_module_of_a_dynamic_llama(
         with torch.no_grad():
             expected = model(ids, mask)
         torch.testing.assert_close(result(ids, mask), expected, atol=ATOL, rtol=RTOL)
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: self.fc(t).relu(), lambda t: self.fc(t) * 2, (x,))
+
+
+def test_bodies_holding_control_flow_run_and_are_not_shared() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Branchy(), Branchy()).eval()
+    x = torch.randn(2, 4)
+    result = fastonnx.to_onnx(model, (x,), export_modules_as_functions={Branchy})
+    proto = result.model_proto
+    # the If's branches read the weights by name: each body is its own function
+    assert [n.op_type for n in proto.graph.node] == ["Branchy", "Branchy_1"]
+    assert all("If" in [n.op_type for n in f.node] for f in proto.functions)
+    onnx.checker.check_model(proto, full_check=True)
+    for sign in (1, -1):
+        torch.testing.assert_close(result(x * sign), model(x * sign), atol=ATOL, rtol=RTOL)
