@@ -15,6 +15,7 @@ import torch
 
 from fastonnx import capture as capture_mod
 from fastonnx import debug, dynamic, inplace
+from fastonnx import functions as functions_mod
 from fastonnx import metadata as metadata_mod
 from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
@@ -55,6 +56,7 @@ def to_onnx(
     durable: bool = False,
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
+    export_modules_as_functions: functions_mod.Selection = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -91,6 +93,14 @@ def to_onnx(
     ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
     smallest.
 
+    ``export_modules_as_functions``: False (default), True (every submodule below the root) or a set of
+    nn.Module classes: each instance becomes one call of an ONNX local function (``fastonnx.functions``);
+    instances with the same body share one function named after the class (``LlamaDecoderLayer``, domain
+    ``pkg.transformers``), others get ``LlamaDecoderLayer_1``...; weights are passed at each call; the
+    passes run inside each body and never across a call. An instance whose nodes cannot form one call
+    is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
+    gives the flat model back.
+
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
     checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
     are not written: their external data points into the shards (``fastonnx.inplace`` says which and
@@ -124,6 +134,7 @@ def to_onnx(
                 progress=progress,
                 metadata=metadata,
                 weights=weights,
+                export_modules_as_functions=export_modules_as_functions,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -157,6 +168,7 @@ def _export(
     progress: bool | None,
     metadata: bool,
     weights: inplace.Weights | None = None,
+    export_modules_as_functions: functions_mod.Selection = False,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -165,6 +177,7 @@ def _export(
         raise InputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     level = optimize_level(optimize)
     opset = resolve_opset(opset)
+    functions_mod.class_filter(export_modules_as_functions)  # a bad selection fails before the capture
     bars = Progress(progress)
     if filename is not None:
         _check_writable(os.fspath(filename))
@@ -202,6 +215,9 @@ def _export(
         interp.trace.node_names = builder.node_names()
     if metadata:
         metadata_mod.graph_metadata(builder, ep)
+    carved = functions_mod.extract(
+        builder, ep, interp.trace.steps, interp.outputs_start, export_modules_as_functions, metadata
+    )
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)
@@ -227,6 +243,11 @@ def _export(
     t3 = time.perf_counter()
     stats["optimize_s"] = t3 - t2
     stats["nodes"] = builder.num_nodes
+    if carved is not None:
+        carved["functions"] = [
+            f"{domain}.{name}: {nodes} nodes" for domain, name, nodes in builder.functions()
+        ]
+        stats["functions"] = carved
     stats["initializers"] = builder.num_initializers
     log.info("optimize: %.3fs, %d ONNX nodes", t3 - t2, builder.num_nodes)
     record.stage = "write"

@@ -105,6 +105,8 @@ class Interpreter:
         # readable node names and node / value metadata (metadata.py); None with metadata=False
         self.scopes = metadata.Scopes() if with_metadata else None
         ctx.find_dim = self._find_dim
+        # the first top-graph node made for the graph outputs (functions.extract leaves them in main)
+        self.outputs_start = 0
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None) -> Layout:
@@ -146,6 +148,7 @@ class Interpreter:
             elif node.op == "call_function":
                 self._call(node, i, len(nodes))
             elif node.op == "output":
+                self.outputs_start = self.g.num_nodes  # the output Identities belong to no FX node
                 self._outputs(node)
             elif node.op == "get_attr":
                 attr = getattr(self.ep.graph_module, str(node.target))

@@ -51,7 +51,7 @@ KEYWORDS: dict[str, Handling] = {
     "operator_export_type": "refused",
     "do_constant_folding": "ignored",
     "custom_opsets": "ignored",
-    "export_modules_as_functions": "refused",
+    "export_modules_as_functions": "mapped",
     "autograd_inlining": "ignored",
 }
 
@@ -175,10 +175,6 @@ def _export(
             "fastonnx converters instead with custom_converters={'aten.op.overload': fn} "
             "(see custom_converters in the README's API section)"
         )
-    if export_modules_as_functions not in (False, None):
-        raise InputError(
-            "export_modules_as_functions is not supported: fastonnx exports a flat graph (pass False)"
-        )
     _check_operator_export_type(operator_export_type)
     if not export_params:
         raise InputError(
@@ -243,6 +239,7 @@ def _export(
             strict_dynamic=False,
             report=_report_path(report, artifacts_dir),
             verify=verify,
+            export_modules_as_functions=export_modules_as_functions or False,
         )
     if output_axes:
         _name_output_dims(result, output_axes)

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::dtype;
 use crate::error::{graph_err, Result};
+use crate::functions::Function;
 use crate::names::NameTable;
 use crate::scopes::{node_name_hint, Scope, SharedScopes};
 use crate::tensor::{check_size, Tensor, TensorData};
@@ -585,6 +586,8 @@ pub struct Model {
     pub producer_version: String,
     /// ModelProto.metadata_props, in key order.
     pub metadata: BTreeMap<String, String>,
+    /// Local functions (`export_modules_as_functions`), in the order they were made.
+    pub functions: Vec<Function>,
 }
 
 impl Model {
@@ -598,6 +601,7 @@ impl Model {
             producer_name: "fastonnx".to_owned(),
             producer_version: producer_version.to_owned(),
             metadata: BTreeMap::new(),
+            functions: Vec::new(),
         }
     }
 
@@ -610,6 +614,7 @@ impl Model {
             producer_name: self.producer_name.clone(),
             producer_version: self.producer_version.clone(),
             metadata: BTreeMap::new(),
+            functions: Vec::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! in memory. Files are written to temporary names in the target folder and renamed at the end, the
 //! `.onnx` last, so that a failed or interrupted save never leaves a model pointing at wrong data.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, Wi
 use prost::Message;
 
 use crate::error::{io_err, Error, Result};
+use crate::functions::{function_opsets, Function};
 use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
 use crate::hook::Hook;
 use crate::prefetch::{with_prefetch, Prefetched};
@@ -296,8 +298,53 @@ fn graph_full(g: &Graph) -> Result<onnx::GraphProto> {
     Ok(p)
 }
 
-fn model_header(m: &Model) -> onnx::ModelProto {
-    onnx::ModelProto {
+/// A local function: its constants become `Constant` nodes (a FunctionProto has no initializers), its
+/// nodes keep their names and metadata; no `value_info` (runtimes infer the types).
+fn function_proto(
+    f: &Function,
+    model_opsets: &BTreeMap<String, i64>,
+) -> Result<onnx::FunctionProto> {
+    let g = &f.graph;
+    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+        g.scopes.snapshot()
+    } else {
+        Vec::new()
+    };
+    let mut node: Vec<onnx::NodeProto> = g
+        .initializers
+        .iter()
+        .map(|t| {
+            Ok(onnx::NodeProto {
+                output: vec![t.name.clone()],
+                name: Some(format!("Constant_{}", t.name)),
+                op_type: Some("Constant".to_owned()),
+                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()))?],
+                ..Default::default()
+            })
+        })
+        .collect::<Result<_>>()?;
+    for n in &g.nodes {
+        node.push(node_proto(n, &scopes)?);
+    }
+    Ok(onnx::FunctionProto {
+        name: Some(f.name.clone()),
+        domain: Some(f.domain.clone()),
+        input: g.inputs.clone(),
+        output: g.outputs.clone(),
+        node,
+        opset_import: function_opsets(f, model_opsets)
+            .into_iter()
+            .map(|(d, v)| onnx::OperatorSetIdProto {
+                domain: Some(d),
+                version: Some(v),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+fn model_header(m: &Model) -> Result<onnx::ModelProto> {
+    Ok(onnx::ModelProto {
         ir_version: Some(m.ir_version),
         opset_import: m
             .opsets
@@ -310,8 +357,13 @@ fn model_header(m: &Model) -> onnx::ModelProto {
         producer_name: Some(m.producer_name.clone()),
         producer_version: Some(m.producer_version.clone()),
         metadata_props: entries(&m.metadata),
+        functions: m
+            .functions
+            .iter()
+            .map(|f| function_proto(f, &m.opsets))
+            .collect::<Result<_>>()?,
         ..Default::default()
-    }
+    })
 }
 
 // ---- the plan: every length known before the first byte is written ---------------------------------
@@ -356,7 +408,7 @@ fn align(offset: u64, len: u64) -> u64 {
 }
 
 fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
-    let head = model_header(m).encode_to_vec();
+    let head = model_header(m)?.encode_to_vec();
     let skeleton = skeleton_bytes(&m.graph)?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
@@ -827,7 +879,7 @@ mod tests {
         );
         assert_eq!(g.input[0].name.as_deref(), Some("x"));
         // the streamed form decodes to the same message prost builds in one piece (field order differs)
-        let mut whole = model_header(&m);
+        let mut whole = model_header(&m).expect("header");
         whole.graph = Some(graph_full(&m.graph).expect("full"));
         let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
         assert!(again == whole, "streamed model differs from prost's");

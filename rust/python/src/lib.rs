@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fastonnx_core::functions::{extract_functions, Instance};
 use fastonnx_core::passes::{optimize_model_with, Level};
 use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
@@ -601,6 +602,38 @@ impl GraphBuilder {
         let mut watch = Watch::new(progress);
         py.detach(|| optimize_model_with(model, level, &mut |d, t| watch.step(d, t)))
             .map_err(|e| watch.error(e))
+    }
+
+    /// Carves module instances out of the top graph as local functions (see `fastonnx.functions`):
+    /// `paths[i]` lists the instances node `i` belongs to, outermost first; `instances[k]` is
+    /// (domain, class name, scope of the call node, label). Returns (calls made, one message per
+    /// instance left inline).
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the lists as owned values
+    fn extract_functions(
+        &mut self,
+        paths: Vec<Vec<u32>>,
+        instances: Vec<(String, String, Option<u32>, String)>,
+    ) -> PyResult<(usize, Vec<String>)> {
+        let instances: Vec<Instance> = instances
+            .into_iter()
+            .map(|(domain, class_name, scope, label)| Instance {
+                domain,
+                class_name,
+                scope,
+                label,
+            })
+            .collect();
+        let carved = extract_functions(&mut self.model, paths, &instances).map_err(py_err)?;
+        Ok((carved.calls, carved.inlined))
+    }
+
+    /// (domain, name, node count) of each local function.
+    fn functions(&self) -> Vec<(String, String, usize)> {
+        self.model
+            .functions
+            .iter()
+            .map(|f| (f.domain.clone(), f.name.clone(), f.graph.nodes.len()))
+            .collect()
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

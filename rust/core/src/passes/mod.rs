@@ -78,8 +78,17 @@ pub fn optimize_model_with(
     hook: &mut Hook<'_>,
 ) -> Result<BTreeMap<String, usize>> {
     let opset = model.opset();
-    let counts = pipeline::run(&mut model.graph, level, opset, hook)?;
-    if model.graph.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
+    let mut counts = pipeline::run(&mut model.graph, level, opset, hook)?;
+    // each local function's body on its own: no fusion crosses a call (the hook still sees each
+    // stage, so a Ctrl-C stops here too, but the progress stays at the main graph's end)
+    for f in &mut model.functions {
+        let body = pipeline::run(&mut f.graph, level, opset, &mut |_, _| hook(1, 1))?;
+        for (k, v) in body {
+            *counts.entry(k).or_default() += v;
+        }
+    }
+    let uses_ms = |g: &Graph| g.nodes.iter().any(|n| n.domain == MS_DOMAIN);
+    if uses_ms(&model.graph) || model.functions.iter().any(|f| uses_ms(&f.graph)) {
         model
             .opsets
             .entry(MS_DOMAIN.to_owned())
