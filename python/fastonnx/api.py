@@ -55,6 +55,7 @@ def to_onnx(
     durable: bool = False,
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -124,6 +125,7 @@ def to_onnx(
                 progress=progress,
                 metadata=metadata,
                 weights=weights,
+                cast_weights=cast_weights,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -157,6 +159,7 @@ def _export(
     progress: bool | None,
     metadata: bool,
     weights: inplace.Weights | None = None,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -212,13 +215,18 @@ def _export(
         record.count_before_optimize(builder)
     record.stage = "optimize"
 
+    plan = read_as_stored = None
+    if shards is not None:
+        plan = inplace.plan(interp.weights_read, interp.deferred, shards, model, cast_weights)
+        # before the passes: the Linear weights to be referenced are read as stored, not pre-transposed
+        read_as_stored = builder.read_weights_as_stored(plan.as_stored(), level)
     with bars.stage("optimize", unit="pass") as stage:
         stats["optimize"] = builder.optimize(level, stage.update if stage.enabled else None)
     referenced = None
-    if shards is not None:
-        referenced = inplace.reference(builder, interp.weights_read, interp.deferred, shards, model)
-        # referenced deferred weights are not holes any more: attach_weights has nothing to fill there
-        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.referenced_names}
+    if plan is not None:
+        referenced = inplace.reference(builder, plan, read_as_stored or 0)
+        # weights filled from the shards are not holes any more: attach_weights has nothing to fill there
+        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.filled_names}
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.dtypes import FLOAT_DTYPES, to_onnx_dtype
 from fastonnx.errors import InputError
 
 # safetensors' dtype names (the format's spec)
@@ -82,6 +83,29 @@ class Referenced:
     written: set[tuple[str, int]] = field(default_factory=set)
     # shard path -> bytes referenced in it
     shards_used: dict[str, int] = field(default_factory=dict)
+    # the initializers whose bytes come from the shards now (referenced or converted): no holes left
+    filled_names: set[str] = field(default_factory=set)
+    # referenced behind a Cast to the graph's dtype / written converted from the shard (cast_weights)
+    cast: int = 0
+    converted: int = 0
+    # Linear products rewritten to read their weight as stored (Gemm / FusedMatMul with transB)
+    read_as_stored: int = 0
+
+
+@dataclass
+class Plan:
+    """Which initializer is which checkpoint tensor, found before the passes run (so that they keep
+    those weights as stored) and checked before anything is written."""
+
+    folder: str
+    cast_weights: bool
+    # initializer name -> (the tensor in the shards, the model's dtype)
+    entries: dict[str, tuple[ShardTensor, torch.dtype]] = field(default_factory=dict)
+
+    def as_stored(self) -> list[str]:
+        """The initializers whose bytes will come from the shards as stored: the passes must keep them so
+        (Linear weights read untransposed)."""
+        return sorted(self.entries)
 
 
 def shard_files(weights: Weights) -> list[str]:
@@ -168,19 +192,51 @@ def wrapper_prefix(keys: Sequence[str], index: dict[str, ShardTensor]) -> str:
     return found.pop() if len(found) == 1 else ""
 
 
-def reference(
-    builder: Any,
+def renamed_keys(model: Any, keys: Sequence[str]) -> dict[str, str]:
+    """{key as the model names it: checkpoint key} for the checkpoint keys that transformers' loading
+    renames (``LayerNorm.gamma`` -> ``LayerNorm.weight``, model-specific renames, the base model's prefix
+    added or cut): the renamings of ``transformers.conversion_mapping.get_model_conversion_mapping`` for
+    each ``PreTrainedModel`` in ``model``, as ``from_pretrained`` applies them. Keys that a
+    ``WeightConverter`` makes (merged, split or permuted tensors) are not the stored bytes: left out."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    try:
+        from transformers import PreTrainedModel
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming, rename_source_key
+    except ImportError:
+        return {}
+    found: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if not isinstance(module, PreTrainedModel):
+            continue
+        renamings = [t for t in get_model_conversion_mapping(module) if isinstance(t, WeightRenaming)]
+        own = dict.fromkeys(module.state_dict(keep_vars=True), True)
+        prefix = f"{path}." if path else ""
+        for key in keys:
+            renamed, _ = rename_source_key(key, renamings, [], module.base_model_prefix, own)
+            if renamed != key and renamed in own:
+                found.setdefault(prefix + renamed, key)
+        if found:
+            break  # the outermost transformers model loaded the checkpoint
+    return found
+
+
+def plan(
     weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
     deferred: dict[str, str],
     files: Sequence[str],
     model: Any,
-) -> Referenced:
-    """Points the builder's initializers found in the shards at them; raises before anything is written."""
+    cast_weights: bool = False,
+) -> Plan:
+    """Finds each weight the graph reads in the shards; raises, naming the key, for a tensor of another
+    shape or of a dtype no cast makes it, and for a meta-device weight the shards do not hold."""
     index = index_shards(files)
+    for model_key, key in renamed_keys(model, list(index)).items():
+        index.setdefault(model_key, index[key])
     tied = aliases(model)
     prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
-    done = Referenced(folder=os.path.dirname(files[0]))
-    plan: list[tuple[str, ShardTensor]] = []
+    done = Plan(folder=os.path.dirname(files[0]), cast_weights=cast_weights)
     for name, (key, dtype, shape) in weights_read.items():
         names = [key, *tied.get(key, [])]
         names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
@@ -193,24 +249,44 @@ def reference(
                     "such as rotary frequencies is not in checkpoints: create it on the CPU)"
                 )
             continue
-        if entry.dtype != dtype or entry.shape != shape:
+        castable = entry.dtype in FLOAT_DTYPES and dtype in FLOAT_DTYPES
+        if (entry.dtype != dtype and not castable) or entry.shape != shape:
             raise InputError(
                 f"weights: {key!r} is {entry.dtype} with shape {list(entry.shape)} in "
                 f"{os.path.basename(entry.shard)}, the model's is {dtype} with shape {list(shape)}"
             )
-        plan.append((name, entry))
-    for name, entry in plan:
-        # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
-        if builder.has_initializer(name) and builder.reference_initializer(
-            name, os.path.basename(entry.shard), entry.offset, entry.length
-        ):
+        if entry.dtype != dtype and cast_weights and name not in deferred:
+            # the model holds the cast bytes already (it was loaded from the checkpoint): written as usual
+            continue
+        done.entries[name] = (entry, dtype)
+    return done
+
+
+def reference(builder: Any, plan: Plan, read_as_stored: int) -> Referenced:
+    """Points the builder's initializers of ``plan`` at the shards, after the passes: as stored, behind a
+    Cast when the checkpoint's dtype differs, or (``cast_weights``, meta-device weights) written
+    converted from the shard as the writer streams."""
+    done = Referenced(folder=plan.folder, read_as_stored=read_as_stored)
+    for name, (entry, dtype) in plan.entries.items():
+        stored = to_onnx_dtype(entry.dtype) if isinstance(entry.dtype, torch.dtype) else 0
+        if not builder.has_initializer(name):
+            # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
+            done.written.add((entry.shard, entry.offset))
+        elif entry.dtype != dtype and plan.cast_weights:
+            if builder.convert_initializer(name, entry.shard, entry.offset, stored):
+                done.converted += 1
+                done.filled_names.add(name)
+            done.written.add((entry.shard, entry.offset))
+        elif builder.reference_cast_initializer(name, os.path.basename(entry.shard), entry.offset, stored):
             done.tensors += 1
+            done.cast += entry.dtype != dtype
             done.referenced_names.add(name)
+            done.filled_names.add(name)
             done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
         else:
             done.written.add((entry.shard, entry.offset))
     # a tied weight has one initializer for several names: referenced through any of them is enough
-    done.written -= {(e.shard, e.offset) for n, e in plan if n in done.referenced_names}
+    done.written -= {(e.shard, e.offset) for n, (e, _) in plan.entries.items() if n in done.referenced_names}
     return done
 
 
@@ -269,9 +345,14 @@ def commit_links(links: dict[str, str], durable: bool) -> None:
 
 def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[str, Any]:
     """``stats["file"]["weights"]``: how each shard went ("in place" beside the model, or "linked" into
-    its folder, now or by an earlier export) and how many bytes were referenced, linked, written."""
+    its folder, now or by an earlier export), how many bytes were referenced, linked, written, how many
+    referenced tensors a Cast reads, how many were written converted, how many Linear products read
+    their weight as stored."""
     how = "in place" if os.path.samefile(done.folder, model_folder) else "linked"
     return {
+        "cast_tensors": done.cast,
+        "converted_tensors": done.converted,
+        "read_as_stored": done.read_as_stored,
         "referenced_tensors": done.tensors,
         "referenced_bytes": sum(done.shards_used.values()),
         "linked_bytes": sum(done.shards_used.values()) if how == "linked" else 0,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastonnx_core::passes::{optimize_model_with, Level};
+use fastonnx_core::passes::{optimize_model_with, read_weights_as_stored, Level};
 use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
     TiedKey, ValueType,
@@ -365,6 +365,51 @@ impl GraphBuilder {
             .graph
             .reference_initializer(name, location, offset, length)
             .map_err(py_err)
+    }
+
+    /// The initializer `name`, held in a checkpoint as float type `stored`, referenced there behind a
+    /// Cast to its own type (`reference_initializer` when the types agree).
+    fn reference_cast_initializer(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        stored: i32,
+    ) -> PyResult<bool> {
+        self.model
+            .graph
+            .reference_cast_initializer(name, location, offset, stored)
+            .map_err(py_err)
+    }
+
+    /// The initializer `name` written from the elements of float type `stored` at `offset` of the file
+    /// `path`, converted to its own type as they are written.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
+    fn convert_initializer(
+        &mut self,
+        name: &str,
+        path: PathBuf,
+        offset: u64,
+        stored: i32,
+    ) -> PyResult<bool> {
+        let file = std::fs::File::open(&path).map_err(|e| {
+            GraphError::new_err(format!(
+                "initializer {name:?}: cannot open {}: {e}",
+                path.display()
+            ))
+        })?;
+        self.model
+            .graph
+            .convert_initializer(name, file, offset, stored)
+            .map_err(py_err)
+    }
+
+    /// Before `optimize(level)`: the products reading one of the Linear weights `names` through a
+    /// Transpose read it as stored instead (Gemm / FusedMatMul with transB); returns how many.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the list as an owned value
+    fn read_weights_as_stored(&mut self, names: Vec<String>, level: &str) -> PyResult<usize> {
+        let level: Level = level.parse().map_err(py_err)?;
+        Ok(read_weights_as_stored(&mut self.model, &names, level))
     }
 
     fn set_metadata(&mut self, key: &str, value: &str) {
