@@ -584,6 +584,48 @@ mod tests {
     }
 
     #[test]
+    fn converted_tensors_are_read_from_the_file_and_converted_in_pieces() {
+        use std::io::Write as _;
+        // more elements than one piece holds, behind a 5-byte prefix (an unaligned offset)
+        let n = PIECE_BYTES / 4 + 7;
+        let values: Vec<f32> = (0..n).map(|i| (i as f32) * 0.37 - 1000.5).collect();
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(b"head!").expect("write");
+        for v in &values {
+            file.write_all(&half::bf16::from_f32(*v).to_le_bytes())
+                .expect("write");
+        }
+        let data = TensorData::Converted {
+            file: Arc::new(file),
+            offset: 5,
+            count: n,
+            from: dtype::BFLOAT16,
+            to: dtype::FLOAT,
+        };
+        assert!(data.is_computed() && data.pieces().expect("pieces").len() > 1);
+        let want: Vec<u8> = values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_f32().to_le_bytes())
+            .collect();
+        assert_eq!(data.len(), 4 * n);
+        assert_eq!(data.to_vec(), want);
+        // float32 -> float16 rounds to nearest even, as torch's .to() does
+        let mut out = [0u8; 2];
+        convert_floats(
+            &1.000_976_6f32.to_le_bytes(),
+            dtype::FLOAT,
+            dtype::FLOAT16,
+            &mut out,
+        )
+        .expect("convert");
+        assert_eq!(
+            half::f16::from_le_bytes(out),
+            half::f16::from_f32(1.000_976_6)
+        );
+        assert!(convert_floats(&[0; 4], dtype::INT32, dtype::FLOAT, &mut [0; 4]).is_err());
+    }
+
+    #[test]
     fn four_bit_types_are_packed_two_per_byte() {
         use crate::dtype::{FLOAT4E2M1, FLOAT8E8M0, INT4, UINT4};
         for dtype in [FLOAT4E2M1, INT4, UINT4] {
