@@ -1,4 +1,4 @@
-//! Linear weights read as stored: `MatMul(x, Transpose(W))` with `W` a 2-D float32 initializer that
+//! Linear weights read as stored: `MatMul(x, Transpose(W))` with `W` a 2-D float initializer that
 //! must keep its bytes as stored (`[out, in]`, referenced in a checkpoint shard instead of written)
 //! becomes a product that reads `W` untransposed:
 //!
@@ -7,7 +7,8 @@
 //! - onnxruntime level: `com.microsoft.FusedMatMul(x, W, transB = 1)` (any rank of `x`).
 //!
 //! Without this the weight-transpose fold stores `W` transposed, which the writer must then write.
-//! Other dtypes are left alone (onnxruntime's CPU FusedMatMul and Gemm are float32 kernels here).
+//! Any float type: onnxruntime's CPU FusedMatMul is a float32 kernel, so at the onnxruntime level the
+//! other float types take the standard Gemm form.
 
 use std::collections::HashSet;
 
@@ -21,6 +22,7 @@ use crate::graph::{Dim, Graph, ValueType};
 /// A MatMul reading a kept weight through a Transpose: (MatMul index, x, W, W's dims).
 struct Found {
     at: usize,
+    dtype: i32,
     x: String,
     w: String,
     out_features: i64,
@@ -42,11 +44,13 @@ fn find(g: &Graph, ix: &Index, i: usize, keep: &HashSet<String>) -> Option<Found
     }
     let w = &tn.inputs[0];
     let init = g.initializer(w)?;
-    if !keep.contains(w) || init.dims.len() != 2 || init.dtype != dtype::FLOAT {
+    let float = [dtype::FLOAT, dtype::FLOAT16, dtype::BFLOAT16, dtype::DOUBLE];
+    if !keep.contains(w) || init.dims.len() != 2 || !float.contains(&init.dtype) {
         return None;
     }
     Some(Found {
         at: i,
+        dtype: init.dtype,
         x: n.inputs[0].clone(),
         w: w.clone(),
         out_features: init.dims[0],
@@ -66,7 +70,13 @@ pub(crate) fn read_as_stored(g: &mut Graph, keep: &HashSet<String>, contrib: boo
         .collect();
     let rewrites: Vec<Rewrite> = found
         .into_iter()
-        .filter_map(|f| if contrib { Some(fused(f)) } else { gemm(g, f) })
+        .filter_map(|f| {
+            if contrib && f.dtype == dtype::FLOAT {
+                Some(fused(f))
+            } else {
+                gemm(g, f)
+            }
+        })
         .collect();
     apply(g, rewrites)
 }
@@ -102,14 +112,14 @@ fn gemm(g: &mut Graph, f: Found) -> Option<Rewrite> {
     let x2 = g.new_value(
         "flat",
         ValueType {
-            dtype: Some(dtype::FLOAT),
+            dtype: Some(f.dtype),
             shape: Some(vec![Dim::Unknown, Dim::Fixed(f.in_features)]),
         },
     );
     let y2 = g.new_value(
         "gemm",
         ValueType {
-            dtype: Some(dtype::FLOAT),
+            dtype: Some(f.dtype),
             shape: Some(vec![Dim::Unknown, Dim::Fixed(f.out_features)]),
         },
     );
@@ -209,6 +219,20 @@ mod tests {
         assert_eq!(read_as_stored(&mut g, &HashSet::from([w.clone()]), true), 1);
         assert_eq!(g.nodes[1].op_type, "FusedMatMul");
         assert_eq!(g.nodes[1].domain, MS_DOMAIN);
+    }
+
+    #[test]
+    fn other_float_types_take_gemm_at_both_levels() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT16, fixed_shape(&[4, 2]));
+        let w = g
+            .add_constant("w", dtype::FLOAT16, vec![3, 2], vec![0; 12])
+            .expect("constant");
+        let t = g.op("Transpose", &[&w]);
+        let y = g.op("MatMul", &[&x, &t]);
+        g.outputs.push(y);
+        assert_eq!(read_as_stored(&mut g, &HashSet::from([w]), true), 1);
+        assert_eq!(ops(&g), ["Transpose", "Gemm"]);
     }
 
     #[test]
