@@ -176,6 +176,14 @@ def test_real_model_elsewhere_links_the_shards_and_references_linear_weights_as_
     assert again.stats["file"]["weights"] == w
     assert not [f for f in os.listdir(out) if "tmp" in f]
     _run_and_compare(path, checkpoint)
+    # ExportResult.save into a third folder links the shards there too (the writer makes the links)
+    third = tmp_path / "third"
+    third.mkdir()
+    info = again.save(third / "model.onnx")
+    assert sorted(os.path.basename(p) for p in info["linked"]) == sorted(w["shards"])
+    for name in w["shards"]:
+        assert os.path.samefile(third / name, os.path.join(checkpoint, name))
+    _run_and_compare(str(third / "model.onnx"), checkpoint)
 
 
 class Small(torch.nn.Module):

@@ -93,10 +93,14 @@ def to_onnx(
     smallest.
 
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
-    checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
-    are not written: their external data points into the shards (``fastonnx.inplace`` says which and
-    how; ``stats["file"]["weights"]`` counts them). The model may be on the meta device. Needs
-    ``filename``; a ``.onnx`` outside the shards' folder gets them hard-linked beside it.
+    checkpoint. The initializers found there (same key, as transformers' loading renames them, and
+    shape) that the graph reads as stored are not written: their external data points into the shards;
+    Linear weights are read as stored (Gemm / FusedMatMul with transB), a checkpoint float dtype
+    differing from the graph's is read through a Cast (``fastonnx.inplace`` says which and how;
+    ``stats["file"]["weights"]`` counts them). ``cast_weights=True`` writes those cast into
+    ``<model>.onnx.data`` instead (converted piece by piece from the shards for a meta-device model). The
+    model may be on the meta device. Needs ``filename``; a ``.onnx`` outside the shards' folder gets them
+    hard-linked beside it.
     """
     if not isinstance(metadata, bool):
         raise InputError(f"metadata must be True or False, got {metadata!r}")
@@ -244,17 +248,9 @@ def _export(
     result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
-        links: dict[str, str] = {}
         model_folder = os.path.dirname(os.path.abspath(os.fspath(filename)))
-        if referenced is not None:
-            links = inplace.link_shards(referenced, model_folder)
-        try:
-            info = result.save(filename, external_data, durable=durable, progress=progress)
-        except BaseException:
-            inplace.drop_links(links)
-            raise
-        # renamed last (the atomic-write rule): a failed save leaves no link behind
-        inplace.commit_links(links, durable)
+        # the writer hard-links the shards beside a model written elsewhere (renamed with the model)
+        info = result.save(filename, external_data, durable=durable, progress=progress)
         if referenced is not None:
             written = info["data_bytes"] if info["data_path"] else 0
             info["weights"] = inplace.file_stats(referenced, model_folder, written)

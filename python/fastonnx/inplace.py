@@ -2,35 +2,54 @@
 
 A safetensors shard holds each tensor as raw little-endian row-major bytes at a known offset, which is
 what ONNX external data points at. Each initializer whose state-dict key is in the shards, with the same
-dtype and shape, and whose bytes the graph reads as stored, becomes external data pointing into its
-shard (``location`` = the shard's file name, ``offset`` = 8 + header length + the tensor's begin):
-none of its bytes are written. The model may be a real module or live on the meta device.
+shape (and dtype, or a float dtype a Cast makes it), and whose bytes the graph reads as stored, becomes
+external data pointing into its shard (``location`` = the shard's file name, ``offset`` = 8 + header
+length + the tensor's begin): none of its bytes are written. The model may be a real module or live on
+the meta device. The shards are matched (``plan``) before the optimizer runs, and pointed at
+(``reference``) after it.
 
-- Weights the graph needs in another form (Linear weights pre-transposed at the standard level, batch
-  norms folded into convolutions, constants) are written to ``<model>.onnx.data`` as without
-  ``weights=``: this first version does not emit ``Gemm(transB=1)`` to read Linear weights as stored.
-  A meta-device model keeps its Linear weights untransposed (a ``Transpose`` node reads them), so all
-  of its checkpoint weights are referenced.
+- Linear weights are read as stored (``[out, in]``) so that they are referenced too: before the passes,
+  ``MatMul(x, Transpose(W))`` with ``W`` found in the shards becomes ``Gemm(x, W, transB=1)`` at the
+  standard level (a 3-D ``x`` reshaped to 2-D around it) and ``com.microsoft.FusedMatMul(x, W,
+  transB=1)`` at the onnxruntime level (float32; other float types take the Gemm form: onnxruntime's CPU
+  FusedMatMul is float32 only). Chosen per level by ``benches/inplace_latency.py`` (docs/benchmarks.md,
+  "Checkpoints in place"): CHOICE
+- Weights the graph needs in another form (batch norms folded into convolutions, constants) are written
+  to ``<model>.onnx.data`` as without ``weights=``.
+- A checkpoint float dtype differing from the graph's (bf16 checkpoint, fp32 graph): the tensor is
+  referenced as stored and a ``Cast`` to the graph's dtype writes the initializer's name (onnxruntime
+  folds it at load). ``cast_weights=True`` writes it cast into ``<model>.onnx.data`` instead: a meta-device
+  weight is read from the shard and converted piece by piece as the writer streams
+  (``TensorData::Converted``); a real module's weight is its own, already cast bytes, written as usual.
+- Keys that transformers' loading renames are found through the model's own mapping: the
+  ``WeightRenaming`` entries of ``transformers.conversion_mapping.get_model_conversion_mapping`` for the
+  outermost ``PreTrainedModel`` inside the module (legacy ``LayerNorm.gamma``/``beta``, model-specific
+  renames, the base model's prefix added or cut). Keys a ``WeightConverter`` makes (merged, split or
+  permuted tensors) are not the stored bytes: not referenced.
 - onnxruntime resolves external data relative to the model's folder and refuses paths leaving it,
   symbolic links included. A ``.onnx`` written in the shards' folder references them by name; written
-  elsewhere, the shards it uses are hard-linked into its folder (same filesystem; made under temporary
-  names, renamed after the model is written; a file of that name already there is replaced).
-- A key found with another dtype or shape raises ``InputError`` naming the key and both; so does, for a
-  meta-device model, a weight missing from the shards (its bytes would be nowhere). Non-persistent
-  buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real module's weight
-  missing from the shards is written as usual. Tied weights (``lm_head`` sharing the embedding, saved
-  once) are found under any of the module's names for the same tensor, and a wrapper module's prefix
-  (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys not found.
-- Not done yet: a checkpoint dtype differing from the graph's (a Cast), keys renamed by transformers'
-  loading, shards on another filesystem than the model (raises).
+  elsewhere (by ``to_onnx`` or a later ``ExportResult.save``), the shards it uses are hard-linked into its
+  folder by the writer (same filesystem, else ``SerializationError``; made under the writer's temporary
+  names, renamed with the model, swept like its other temporaries when an export is killed; a file of
+  that name already there is replaced).
+- A key found with another shape, or a dtype no Cast makes it, raises ``InputError`` naming the key and
+  both; so does, for a meta-device model, a weight missing from the shards (its bytes would be nowhere).
+  Non-persistent buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real
+  module's weight missing from the shards is written as usual. Tied weights (``lm_head`` sharing the
+  embedding, saved once) are found under any of the module's names for the same tensor, and a wrapper
+  module's prefix (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys
+  not found.
+- ``stats["file"]["weights"]["written_tensors"]`` counts the checkpoint tensors not referenced under
+  their own initializer: written in another form, or dropped by the optimizer (unused, or merged with an
+  equal small initializer).
+- Not done yet: shards on another filesystem than the model (raises; copying them into the data file
+  is left out).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -283,64 +302,13 @@ def reference(builder: Any, plan: Plan, read_as_stored: int) -> Referenced:
             done.referenced_names.add(name)
             done.filled_names.add(name)
             done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
+            # a save into another folder hard-links the shard beside the model (the writer does)
+            builder.set_reference_source(os.path.basename(entry.shard), entry.shard)
         else:
             done.written.add((entry.shard, entry.offset))
     # a tied weight has one initializer for several names: referenced through any of them is enough
     done.written -= {(e.shard, e.offset) for n, (e, _) in plan.entries.items() if n in done.referenced_names}
     return done
-
-
-def link_shards(done: Referenced, model_folder: str) -> dict[str, str]:
-    """Hard-links the shards used into ``model_folder`` under temporary names: {temporary: final}.
-    Nothing when the model is written beside them."""
-    if os.path.samefile(done.folder, model_folder):
-        return {}
-    links: dict[str, str] = {}
-    try:
-        for shard in sorted(done.shards_used):
-            final = os.path.join(model_folder, os.path.basename(shard))
-            if os.path.exists(final) and os.path.samefile(final, shard):
-                continue
-            tmp = temp_name(final)
-            try:
-                os.link(shard, tmp)
-            except OSError as e:
-                raise InputError(
-                    f"weights: cannot hard-link {shard} into {model_folder} ({e.strerror}); onnxruntime "
-                    "reads external data only inside the model's folder: write the model beside the shards "
-                    "or on their filesystem"
-                ) from e
-            links[tmp] = final
-    except BaseException:
-        drop_links(links)
-        raise
-    return links
-
-
-def temp_name(target: str) -> str:
-    """The writer's temporary name (``<target>.tmp-<host>-<pid>-<16 hex>``, rust/core/src/temp.rs): the
-    next save in the folder removes the links a killed export left."""
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
-    return f"{target}.tmp-{host}-{os.getpid()}-{os.urandom(8).hex()}"
-
-
-def drop_links(links: dict[str, str]) -> None:
-    for tmp in links:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-
-
-def commit_links(links: dict[str, str], durable: bool) -> None:
-    for tmp, final in links.items():
-        os.replace(tmp, final)
-    if links and durable:
-        fd = os.open(os.path.dirname(next(iter(links.values()))), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 //! The graph being built: values with their types, nodes, initializers, and the model around it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::dtype;
@@ -684,6 +685,9 @@ pub struct Model {
     pub producer_version: String,
     /// ModelProto.metadata_props, in key order.
     pub metadata: BTreeMap<String, String>,
+    /// The files referenced tensors point into, by their `location` (see `TensorData::Referenced`): a
+    /// save into another folder hard-links them beside the model.
+    pub reference_sources: BTreeMap<String, PathBuf>,
 }
 
 impl Model {
@@ -697,6 +701,7 @@ impl Model {
             producer_name: "fastonnx".to_owned(),
             producer_version: producer_version.to_owned(),
             metadata: BTreeMap::new(),
+            reference_sources: BTreeMap::new(),
         }
     }
 
@@ -709,6 +714,7 @@ impl Model {
             producer_name: self.producer_name.clone(),
             producer_version: self.producer_version.clone(),
             metadata: BTreeMap::new(),
+            reference_sources: BTreeMap::new(),
         }
     }
 

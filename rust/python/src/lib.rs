@@ -367,6 +367,21 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// Referenced tensors with `location` point into the file `path`: a save into another folder
+    /// hard-links it beside the model.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
+    fn set_reference_source(&mut self, location: &str, path: PathBuf) -> PyResult<()> {
+        if location.is_empty() || location.contains('/') || location.contains('\\') {
+            return Err(GraphError::new_err(format!(
+                "{location:?} must be a plain file name beside the model"
+            )));
+        }
+        self.model
+            .reference_sources
+            .insert(location.to_owned(), path);
+        Ok(())
+    }
+
     /// The initializer `name`, held in a checkpoint as float type `stored`, referenced there behind a
     /// Cast to its own type (`reference_initializer` when the types agree).
     fn reference_cast_initializer(
@@ -688,6 +703,12 @@ impl GraphBuilder {
         d.set_item("external_tensors", info.external_tensors)?;
         d.set_item("referenced_tensors", info.referenced_tensors)?;
         d.set_item("referenced_bytes", info.referenced_bytes)?;
+        let linked: Vec<String> = info
+            .linked
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        d.set_item("linked", linked)?;
         let swept: Vec<String> = info.swept.iter().map(|p| p.display().to_string()).collect();
         d.set_item("swept", swept)?;
         Ok(d)
