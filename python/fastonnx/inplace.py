@@ -92,13 +92,13 @@ class ShardTensor:
 
 @dataclass
 class Referenced:
-    """What ``reference`` did: the files to link, counts for ``stats["file"]["weights"]``."""
+    """What ``reference`` did: the shards used, counts for ``stats["file"]["weights"]``."""
 
     folder: str
     tensors: int = 0
     referenced_names: set[str] = field(default_factory=set)
     # checkpoint tensors (shard, offset) that no initializer references: the graph reads them in another
-    # form, written to the data file
+    # form (written to the data file, converted with cast_weights) or the optimizer dropped them
     written: set[tuple[str, int]] = field(default_factory=set)
     # shard path -> bytes referenced in it
     shards_used: dict[str, int] = field(default_factory=dict)
