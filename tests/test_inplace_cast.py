@@ -168,5 +168,6 @@ def test_cast_weights_with_a_real_model_writes_its_own_float32_weights(
     w = r.stats["file"]["weights"]
     # the model holds the cast bytes already: written from memory, nothing referenced or converted
     assert (w["referenced_tensors"], w["converted_tensors"], w["cast_tensors"]) == (0, 0, 0)
+    assert w["written_tensors"] == _checkpoint(bf16_checkpoint)[0]
     assert _initializer_types(path).keys() == {onnx.TensorProto.FLOAT}
     _matches_fp32_eager(path, bf16_checkpoint)

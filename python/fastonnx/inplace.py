@@ -125,6 +125,9 @@ class Plan:
     cast_weights: bool
     # initializer name -> (the tensor in the shards, the model's dtype)
     entries: dict[str, tuple[ShardTensor, torch.dtype]] = field(default_factory=dict)
+    # checkpoint tensors (shard, offset) a real module writes from its own, already cast weights
+    # (cast_weights=True)
+    written_cast: set[tuple[str, int]] = field(default_factory=set)
 
     def as_stored(self) -> list[str]:
         """The initializers whose bytes will come from the shards as stored: the passes must keep them so
@@ -281,6 +284,7 @@ def plan(
             )
         if entry.dtype != dtype and cast_weights and name not in deferred:
             # the model holds the cast bytes already (it was loaded from the checkpoint): written as usual
+            done.written_cast.add((entry.shard, entry.offset))
             continue
         done.entries[name] = (entry, dtype)
     return done
@@ -290,7 +294,7 @@ def reference(builder: Any, plan: Plan, read_as_stored: int) -> Referenced:
     """Points the builder's initializers of ``plan`` at the shards, after the passes: as stored, behind a
     Cast when the checkpoint's dtype differs, or (``cast_weights``, meta-device weights) written
     converted from the shard as the writer streams."""
-    done = Referenced(folder=plan.folder, read_as_stored=read_as_stored)
+    done = Referenced(folder=plan.folder, read_as_stored=read_as_stored, written=set(plan.written_cast))
     for name, (entry, dtype) in plan.entries.items():
         stored = to_onnx_dtype(entry.dtype) if isinstance(entry.dtype, torch.dtype) else 0
         if not builder.has_initializer(name):
