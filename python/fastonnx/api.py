@@ -57,6 +57,7 @@ def to_onnx(
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -102,10 +103,14 @@ def to_onnx(
     gives the flat model back.
 
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
-    checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
-    are not written: their external data points into the shards (``fastonnx.inplace`` says which and
-    how; ``stats["file"]["weights"]`` counts them). The model may be on the meta device. Needs
-    ``filename``; a ``.onnx`` outside the shards' folder gets them hard-linked beside it.
+    checkpoint. The initializers found there (same key, as transformers' loading renames them, and
+    shape) that the graph reads as stored are not written: their external data points into the shards;
+    Linear weights are read as stored (Gemm / FusedMatMul with transB), a checkpoint float dtype
+    differing from the graph's is read through a Cast (``fastonnx.inplace`` says which and how;
+    ``stats["file"]["weights"]`` counts them). ``cast_weights=True`` writes those cast into
+    ``<model>.onnx.data`` instead (converted piece by piece from the shards for a meta-device model). The
+    model may be on the meta device. Needs ``filename``; a ``.onnx`` outside the shards' folder gets them
+    hard-linked beside it.
     """
     if not isinstance(metadata, bool):
         raise InputError(f"metadata must be True or False, got {metadata!r}")
@@ -135,6 +140,7 @@ def to_onnx(
                 metadata=metadata,
                 weights=weights,
                 export_modules_as_functions=export_modules_as_functions,
+                cast_weights=cast_weights,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -169,6 +175,7 @@ def _export(
     metadata: bool,
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -228,13 +235,18 @@ def _export(
         record.count_before_optimize(builder)
     record.stage = "optimize"
 
+    plan = read_as_stored = None
+    if shards is not None:
+        plan = inplace.plan(interp.weights_read, interp.deferred, shards, model, cast_weights)
+        # before the passes: the Linear weights to be referenced are read as stored, not pre-transposed
+        read_as_stored = builder.read_weights_as_stored(plan.as_stored(), level)
     with bars.stage("optimize", unit="pass") as stage:
         stats["optimize"] = builder.optimize(level, stage.update if stage.enabled else None)
     referenced = None
-    if shards is not None:
-        referenced = inplace.reference(builder, interp.weights_read, interp.deferred, shards, model)
-        # referenced deferred weights are not holes any more: attach_weights has nothing to fill there
-        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.referenced_names}
+    if plan is not None:
+        referenced = inplace.reference(builder, plan, read_as_stored or 0)
+        # weights filled from the shards are not holes any more: attach_weights has nothing to fill there
+        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.filled_names}
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
@@ -257,17 +269,9 @@ def _export(
     result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
-        links: dict[str, str] = {}
         model_folder = os.path.dirname(os.path.abspath(os.fspath(filename)))
-        if referenced is not None:
-            links = inplace.link_shards(referenced, model_folder)
-        try:
-            info = result.save(filename, external_data, durable=durable, progress=progress)
-        except BaseException:
-            inplace.drop_links(links)
-            raise
-        # renamed last (the atomic-write rule): a failed save leaves no link behind
-        inplace.commit_links(links, durable)
+        # the writer hard-links the shards beside a model written elsewhere (renamed with the model)
+        info = result.save(filename, external_data, durable=durable, progress=progress)
         if referenced is not None:
             written = info["data_bytes"] if info["data_path"] else 0
             info["weights"] = inplace.file_stats(referenced, model_folder, written)

@@ -19,9 +19,10 @@ mod rms_norm;
 mod rotary;
 mod rotary_live;
 mod silu;
+mod stored_weights;
 mod weight_transposes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Model};
@@ -95,6 +96,26 @@ pub fn optimize_model_with(
             .or_insert(MS_DOMAIN_VERSION);
     }
     Ok(counts)
+}
+
+/// Before the passes of `level`: the Linear weights in `keep` (to be referenced in a checkpoint, so
+/// kept as stored) are read untransposed, by Gemm or by onnxruntime's FusedMatMul (see
+/// `stored_weights`); imports the contrib domain when used. Returns how many products changed.
+pub fn read_weights_as_stored(model: &mut Model, keep: &[String], level: Level) -> usize {
+    let contrib = match level {
+        Level::None => return 0,
+        Level::Default => false,
+        Level::OnnxRuntime => true,
+    };
+    let keep: HashSet<String> = keep.iter().cloned().collect();
+    let count = stored_weights::read_as_stored(&mut model.graph, &keep, contrib);
+    if contrib && count > 0 {
+        model
+            .opsets
+            .entry(MS_DOMAIN.to_owned())
+            .or_insert(MS_DOMAIN_VERSION);
+    }
+    count
 }
 
 /// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each
