@@ -49,7 +49,8 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
             // no bytes yet, or bytes computed as they are written: keep the Transpose node
             TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
-            | TensorData::ChannelScaled { .. } => continue,
+            | TensorData::ChannelScaled { .. }
+            | TensorData::Converted { .. } => continue,
             TensorData::Owned(bytes) => {
                 let view = TensorData::Transposed {
                     source: Arc::new(bytes.clone()),
