@@ -375,3 +375,13 @@ def test_outputs_that_are_inputs_weights_views_or_attributes() -> None:
     assert _graph(traced) == _graph(exported)
     initializers = sorted(i.name for i in traced.model_proto.graph.initializer)
     assert initializers == sorted(i.name for i in exported.model_proto.graph.initializer)
+
+
+def test_modules_as_local_functions_from_a_trace() -> None:
+    # export_modules_as_functions reads the nn_module_stack the trace records: the same functions
+    model, ids = tiny_llama(), torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
+    traced = _traced(model, (ids,), export_modules_as_functions=True)
+    exported = fastonnx.to_onnx(model, (ids,), export_modules_as_functions=True)
+    assert traced.stats["functions"] == exported.stats["functions"]
+    assert [f.name for f in traced.model_proto.functions] == [f.name for f in exported.model_proto.functions]
+    _matches_eager(traced, model, (ids,))
