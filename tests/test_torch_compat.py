@@ -245,13 +245,12 @@ def test_ignored_keywords_log_one_line_each(caplog):
         fastonnx.export(
             TwoOut().eval(),
             _inputs(),
-            dynamo=False,
             do_constant_folding=False,
             custom_opsets={"custom": 1},
             autograd_inlining=False,
             profile=True,
         )
-    for word in ["dynamo=False", "do_constant_folding", "custom_opsets", "autograd_inlining", "profile"]:
+    for word in ["do_constant_folding", "custom_opsets", "autograd_inlining", "profile"]:
         assert sum(word in r.getMessage() for r in caplog.records) == 1, word
 
 
@@ -284,7 +283,7 @@ def test_verbose_logs_the_export(caplog):
     with caplog.at_level(logging.DEBUG, logger="fastonnx"):
         fastonnx.export(TwoOut().eval(), _inputs(), verbose=True, dynamo=False)
     messages = [r.getMessage() for r in caplog.records if r.name == "fastonnx"]
-    assert any(m.startswith("dynamo=False: ignored") for m in messages), messages
+    assert any(m.startswith("dynamo=False: capture='trace'") for m in messages), messages
     assert any(m.startswith("fastonnx.export:") for m in messages), messages
     assert any(m.startswith("convert:") for m in messages), messages
     assert logging.getLogger("fastonnx").level == logging.NOTSET  # restored
@@ -426,3 +425,38 @@ def test_dynamic_axes_on_nested_and_keyword_inputs():
     }
     a, b, bias = torch.randn(6, 4), torch.randn(6, 4), torch.randn(6, 4)
     torch.testing.assert_close(prog([a, b], bias=bias)[0], a * b + bias)
+
+
+def test_dynamo_false_traces_as_the_torchscript_exporter_did():
+    """dynamo=False: the real-tensor trace (static shapes); with dynamic axes, torch.export."""
+    model = TwoOut().eval()
+    a, b = _inputs()
+    static = fastonnx.export(model, (a, b), dynamo=False)
+    assert static.stats["capture"] == "trace"
+    dynamic = fastonnx.export(model, (a, b), dynamo=False, input_names=["a", "b"], dynamic_axes={"a": [0]})
+    assert dynamic.stats.get("capture", "export") == "export"
+    assert fastonnx.export(model, (a, b)).stats.get("capture", "export") == "export"
+    with torch.no_grad():
+        expected = model(a, b)
+    for program in (static, dynamic):
+        for got, want in zip(program(a, b), expected):
+            torch.testing.assert_close(torch.as_tensor(got), want)
+
+
+def test_dynamo_false_falls_back_to_torch_export_where_the_trace_would_specialise(caplog):
+    class Counts(torch.nn.Module):  # a buffer written in place: a trace would bake in one step
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.add_(x)
+            return x * 2
+
+    x = torch.arange(3.0)
+    with caplog.at_level(logging.WARNING, logger="fastonnx"):
+        program = fastonnx.export(Counts(), (x,), dynamo=False)
+    assert program.stats["capture"] == "export"
+    assert program.stats["trace_refused"]
+    assert any("torch.export instead" in r.getMessage() for r in caplog.records)
+    torch.testing.assert_close(torch.as_tensor(program(x)[0]), x * 2)

@@ -34,7 +34,7 @@ KEYWORDS: dict[str, Handling] = {
     "input_names": "mapped",
     "output_names": "mapped",
     "opset_version": "mapped",
-    "dynamo": "ignored",
+    "dynamo": "mapped",
     "external_data": "mapped",
     "dynamic_shapes": "mapped",
     "custom_translation_table": "refused",
@@ -53,6 +53,12 @@ KEYWORDS: dict[str, Handling] = {
     "custom_opsets": "ignored",
     "export_modules_as_functions": "mapped",
     "autograd_inlining": "ignored",
+}
+
+
+_CAPTURE_WHY = {
+    "trace": "the model runs once on the example inputs, as the TorchScript exporter traced it",
+    "export": "dynamic shapes or an ExportedProgram need torch.export",
 }
 
 
@@ -189,8 +195,6 @@ def _export(
     if dynamic_axes and dynamic_shapes is not None:
         raise InputError("give dynamic_axes or dynamic_shapes, not both")
     # ---- ignored: no meaning for fastonnx --------------------------------------------------------
-    if dynamo is False:
-        log.info("dynamo=False: ignored, fastonnx always captures the model with torch.export")
     if not do_constant_folding:
         log.info("do_constant_folding=False: ignored, fastonnx folds constants as part of optimize")
     if custom_opsets:
@@ -222,6 +226,16 @@ def _export(
             model, args, kwargs or {}, input_names, output_names, named
         )
 
+    # dynamo=False asks for what the TorchScript exporter did: one run on the example inputs, every size
+    # fixed. to_onnx's real-tensor trace is that (and as fast); where the trace could specialise what
+    # torch.export captures it falls back to torch.export with a warning naming why. Dynamic axes need
+    # torch.export's symbolic shapes.
+    capture = "export"
+    if dynamo is False:
+        if dynamic_shapes is None and isinstance(model, torch.nn.Module):
+            capture = "trace"
+        log.info("dynamo=False: capture=%r (%s)", capture, _CAPTURE_WHY[capture])
+
     t0 = time.perf_counter()
     with _mode_for_export(model, training), _onnx_exporting():
         result = to_onnx(
@@ -240,6 +254,7 @@ def _export(
             report=_report_path(report, artifacts_dir),
             verify=verify,
             export_modules_as_functions=export_modules_as_functions or False,
+            capture=capture,
         )
     if output_axes:
         _name_output_dims(result, output_axes)
