@@ -1,9 +1,11 @@
-//! The metadata of the ONNX nodes made from one FX node, composed here rather than in Python: an export
-//! makes one per FX node, and Python's string formatting was most of the metadata's cost. The keys and
-//! the module-stack parts come from `fastonnx.metadata`, computed there once per module stack.
+//! The metadata of the ONNX nodes made from one FX node, composed here rather than in Python (Python's
+//! string formatting was most of the metadata's cost), after the passes and only for the FX nodes whose
+//! ONNX nodes survived them. The keys and the module-stack and target parts come from
+//! `fastonnx.metadata`, computed there once per module stack / target.
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
@@ -109,40 +111,72 @@ fn items<'py>(it: impl Iterator<Item = Bound<'py, PyAny>>, out: &mut String) -> 
     Ok(true)
 }
 
-/// What `fastonnx.metadata` hands over for one FX node call.
-pub(crate) struct FxCall<'a, 'py> {
-    /// namespace, class hierarchy and name scopes of the module stack, each without the node's part
-    /// (the two lists without their closing bracket)
-    pub levels: (&'a str, &'a str, &'a str),
-    pub name: &'a str,
-    pub users: usize,
-    /// the target's str, its repr, and its text in the FX printer
-    pub target: (&'a str, &'a str, &'a str),
-    pub args: &'a Bound<'py, PyAny>,
-    pub kwargs: &'a Bound<'py, PyAny>,
+/// The text of item `i` of a tuple of strings.
+fn text(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<PyBackedStr> {
+    t.get_item(i)?.extract()
 }
 
-/// The five values (namespace, class hierarchy, name scopes, FX node text, stack trace order is the
-/// caller's) or None when an argument's text must come from torch's printer.
-pub(crate) fn values(call: &FxCall<'_, '_>) -> PyResult<Option<[String; 4]>> {
-    let (ns, classes, paths) = call.levels;
-    let (target, target_repr, printed) = call.target;
-    let mut fx = format!(
-        "%{} : [num_users={}] = call_function[target={printed}](args = ",
-        call.name, call.users
-    );
-    if !arg_text(call.args, &mut fx)? {
+/// The parts joined, allocated once.
+fn concat(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
+}
+
+/// The metadata of the ONNX nodes made from the FX call `node`, values in `keys`' order (namespace,
+/// class hierarchy, name scopes, FX node text, stack trace), or None when an argument's text (or the
+/// stack trace, not a str) must come from torch. `levels` holds the module stack's namespace, class
+/// hierarchy and name scopes without the node's part (the two lists without their closing bracket),
+/// `target` the target's str, its repr and its text in the FX printer: both are computed once per
+/// module stack / target by `fastonnx.metadata`.
+pub(crate) fn compose(
+    keys: &[String; 5],
+    levels: &Bound<'_, PyTuple>,
+    node: &Bound<'_, PyAny>,
+    target: &Bound<'_, PyTuple>,
+) -> PyResult<Option<Vec<(String, String)>>> {
+    let py = node.py();
+    let name = node.getattr(intern!(py, "name"))?;
+    let name = name.cast::<PyString>()?.to_cow()?;
+    let users = node.getattr(intern!(py, "users"))?.len()?;
+    let stack = node
+        .getattr(intern!(py, "meta"))?
+        .cast_into::<PyDict>()?
+        .get_item(intern!(py, "stack_trace"))?;
+    let stack = match stack {
+        None => String::new(),
+        Some(s) if s.is_none() => String::new(),
+        Some(s) => match s.cast::<PyString>() {
+            Ok(s) => s.to_cow()?.into_owned(),
+            Err(_) => return Ok(None),
+        },
+    };
+    let printed = text(target, 2)?;
+    let mut fx = String::with_capacity(256);
+    for part in ["%", &name, " : [num_users="] {
+        fx.push_str(part);
+    }
+    fx.push_str(&users.to_string());
+    for part in ["] = call_function[target=", &printed, "](args = "] {
+        fx.push_str(part);
+    }
+    if !arg_text(&node.getattr(intern!(py, "args"))?, &mut fx)? {
         return Ok(None);
     }
     fx.push_str(", kwargs = ");
-    if !arg_text(call.kwargs, &mut fx)? {
+    if !arg_text(&node.getattr(intern!(py, "kwargs"))?, &mut fx)? {
         return Ok(None);
     }
     fx.push(')');
-    Ok(Some([
-        format!("{ns}{}: {target}", call.name),
-        format!("{classes}{target_repr}]"),
-        format!("{paths}'{}']", call.name),
+    let (namespace, classes, paths) = (text(levels, 0)?, text(levels, 1)?, text(levels, 2)?);
+    let values = [
+        concat(&[&namespace, &name, ": ", &text(target, 0)?]),
+        concat(&[&classes, &text(target, 1)?, "]"]),
+        concat(&[&paths, "'", &name, "']"]),
         fx,
-    ]))
+        stack,
+    ];
+    Ok(Some(keys.iter().cloned().zip(values).collect()))
 }
