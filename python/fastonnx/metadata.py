@@ -92,8 +92,10 @@ class Scopes:
         self._made_index: list[int] = []
         self._made_node: list[torch.fx.Node] = []
         self._made_levels: list[_ModuleLevels] = []
-        # target -> (its str, that str's repr, how format_node prints it (None: it cannot be told))
-        self._targets: dict[Any, tuple[str, str, str | None]] = {}
+        # id(target) -> (its str, that str's repr, how format_node prints it (None: it cannot be told));
+        # by id, as an OpOverload's hash is a Python call. The targets are kept alive in _target_objs.
+        self._targets: dict[int, tuple[str, str, str | None]] = {}
+        self._target_objs: list[Any] = []
         self.current: torch.fx.Node | None = None
 
     def enter(self, g: GraphBuilder, node: torch.fx.Node) -> None:
@@ -125,7 +127,7 @@ class Scopes:
             if index not in used:
                 continue
             if node.op == "call_function" and node.type is None:
-                target = self._targets.get(node.target) or self._target_of(node)
+                target = self._targets.get(id(node.target)) or self._target_of(node)
                 if target[2] is not None:
                     indices.append(index)
                     parts.append(levels.parts)
@@ -155,10 +157,11 @@ class Scopes:
         return levels
 
     def _target_of(self, node: torch.fx.Node) -> tuple[str, str, str | None]:
-        names = self._targets.get(node.target)
+        names = self._targets.get(id(node.target))
         if names is None:
             text = str(node.target)
-            names = self._targets[node.target] = (text, repr(text), _printed_target(node))
+            names = self._targets[id(node.target)] = (text, repr(text), _printed_target(node))
+            self._target_objs.append(node.target)
         return names
 
     def scope_of(self, node: torch.fx.Node) -> tuple[str, list[tuple[str, str]]]:

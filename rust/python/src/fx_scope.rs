@@ -3,6 +3,8 @@
 //! ONNX nodes survived them. The keys and the module-stack and target parts come from
 //! `fastonnx.metadata`, computed there once per module stack / target.
 
+use std::fmt::Write;
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -47,11 +49,25 @@ fn arg_text(a: &Bound<'_, PyAny>, out: &mut String) -> PyResult<bool> {
         );
         return Ok(true);
     }
-    if a.is_none()
-        || a.is_exact_instance_of::<PyInt>()
+    // the commonest arguments written here, without a call to Python's str()
+    if a.is_exact_instance_of::<PyInt>() {
+        if let Ok(v) = a.extract::<i64>() {
+            // writing to a String cannot fail
+            let _ = write!(out, "{v}");
+            return Ok(true);
+        }
+    }
+    if a.is_exact_instance_of::<PyString>() {
+        out.push_str(&a.cast::<PyString>()?.to_cow()?);
+        return Ok(true);
+    }
+    if a.is_none() {
+        out.push_str("None");
+        return Ok(true);
+    }
+    if a.is_exact_instance_of::<PyInt>()
         || a.is_exact_instance_of::<PyBool>()
         || a.is_exact_instance_of::<PyFloat>()
-        || a.is_exact_instance_of::<PyString>()
         || ty.is(class(py, &DTYPE, "torch", "dtype")?)
         || ty.is(class(py, &LAYOUT, "torch", "layout")?)
         || ty.is(class(py, &MEMORY_FORMAT, "torch", "memory_format")?)
@@ -116,6 +132,19 @@ fn text(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<PyBackedStr> {
     t.get_item(i)?.extract()
 }
 
+/// `node.args` / `node.kwargs` read from the attribute the property returns (`_args`: no Python
+/// call), through the property where a torch version has no such attribute.
+fn field<'py>(
+    node: &Bound<'py, PyAny>,
+    stored: &Bound<'py, PyString>,
+    property: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match node.getattr(stored) {
+        Ok(v) => Ok(v),
+        Err(_) => node.getattr(property),
+    }
+}
+
 /// The parts joined, allocated once.
 fn concat(parts: &[&str]) -> String {
     let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -162,11 +191,17 @@ pub(crate) fn compose(
     for part in ["] = call_function[target=", &printed, "](args = "] {
         fx.push_str(part);
     }
-    if !arg_text(&node.getattr(intern!(py, "args"))?, &mut fx)? {
+    if !arg_text(
+        &field(node, intern!(py, "_args"), intern!(py, "args"))?,
+        &mut fx,
+    )? {
         return Ok(None);
     }
     fx.push_str(", kwargs = ");
-    if !arg_text(&node.getattr(intern!(py, "kwargs"))?, &mut fx)? {
+    if !arg_text(
+        &field(node, intern!(py, "_kwargs"), intern!(py, "kwargs"))?,
+        &mut fx,
+    )? {
         return Ok(None);
     }
     fx.push(')');
