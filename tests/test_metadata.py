@@ -388,3 +388,23 @@ def test_files_are_byte_identical_to_the_reference_builds(tmp_path: Any) -> None
     for name, data in files["this"].items():
         assert data == files["reference"][name], f"{name} differs from {ref}'s"
     assert all(n.metadata_props for n in onnx.load_from_string(files["this"]["llama.onnx"]).graph.node)
+
+
+def test_graph_module_to_onnx_composes_the_metadata_too() -> None:
+    """graph_module_to_onnx (the torch.compile path) composes its scopes after its passes as to_onnx does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ x.T + 1.5)[1:]
+
+    x = torch.randn(3, 3)
+    gm = make_fx(f)(x)
+    result = fastonnx.graph_module_to_onnx(gm)
+    torch.testing.assert_close(result(x), f(x))
+    texts = {n.format_node() for n in gm.graph.nodes}
+    nodes = list(all_nodes(result.model_proto.graph))
+    assert nodes
+    for node in nodes:
+        p = props(node)
+        assert set(md.NODE_KEYS) <= set(p), node.name
+        assert p[md.FX_NODE] in texts
