@@ -3,7 +3,9 @@
 //! ONNX nodes survived them. The keys and the module-stack and target parts come from
 //! `fastonnx.metadata`, computed there once per module stack / target.
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::rc::Rc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -132,6 +134,25 @@ fn text(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<PyBackedStr> {
     t.get_item(i)?.extract()
 }
 
+/// The three strings of each `(str, str, str)` tuple met, read once per tuple: the module-stack and
+/// target parts repeat across FX nodes (one tuple per stack / target). Keyed by the tuple's address,
+/// valid while the caller's lists hold the tuples (one `compose_fx_scopes` call).
+#[derive(Default)]
+pub(crate) struct TupleTexts(HashMap<usize, Rc<[PyBackedStr; 3]>>);
+
+impl TupleTexts {
+    pub(crate) fn get(&mut self, t: &Bound<'_, PyAny>) -> PyResult<Rc<[PyBackedStr; 3]>> {
+        let key = t.as_ptr() as usize;
+        if let Some(v) = self.0.get(&key) {
+            return Ok(Rc::clone(v));
+        }
+        let t = t.cast::<PyTuple>()?;
+        let v = Rc::new([text(t, 0)?, text(t, 1)?, text(t, 2)?]);
+        self.0.insert(key, Rc::clone(&v));
+        Ok(v)
+    }
+}
+
 /// `node.args` / `node.kwargs` read from the attribute the property returns (`_args`: no Python
 /// call), through the property where a torch version has no such attribute.
 fn field<'py>(
@@ -162,9 +183,9 @@ fn concat(parts: &[&str]) -> String {
 /// module stack / target by `fastonnx.metadata`.
 pub(crate) fn compose(
     keys: &[String; 5],
-    levels: &Bound<'_, PyTuple>,
+    levels: &[PyBackedStr; 3],
     node: &Bound<'_, PyAny>,
-    target: &Bound<'_, PyTuple>,
+    target: &[PyBackedStr; 3],
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let py = node.py();
     let name = node.getattr(intern!(py, "name"))?;
@@ -182,13 +203,13 @@ pub(crate) fn compose(
             Err(_) => return Ok(None),
         },
     };
-    let printed = text(target, 2)?;
+    let printed = &target[2];
     let mut fx = String::with_capacity(256);
     for part in ["%", &name, " : [num_users="] {
         fx.push_str(part);
     }
-    fx.push_str(&users.to_string());
-    for part in ["] = call_function[target=", &printed, "](args = "] {
+    let _ = write!(fx, "{users}"); // writing to a String cannot fail
+    for part in ["] = call_function[target=", printed, "](args = "] {
         fx.push_str(part);
     }
     if !arg_text(
@@ -205,11 +226,11 @@ pub(crate) fn compose(
         return Ok(None);
     }
     fx.push(')');
-    let (namespace, classes, paths) = (text(levels, 0)?, text(levels, 1)?, text(levels, 2)?);
+    let [namespace, classes, paths] = levels;
     let values = [
-        concat(&[&namespace, &name, ": ", &text(target, 0)?]),
-        concat(&[&classes, &text(target, 1)?, "]"]),
-        concat(&[&paths, "'", &name, "']"]),
+        concat(&[namespace, &name, ": ", &target[0]]),
+        concat(&[classes, &target[1], "]"]),
+        concat(&[paths, "'", &name, "']"]),
         fx,
         stack,
     ];

@@ -12,6 +12,7 @@ use fastonnx_core::{
     TiedKey, ValueType,
 };
 mod fx_scope;
+use fx_scope::TupleTexts;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
@@ -435,9 +436,10 @@ impl GraphBuilder {
             )));
         }
         let mut left = Vec::new();
+        let (mut level_texts, mut target_texts) = (TupleTexts::default(), TupleTexts::default());
         for (position, &index) in indices.iter().enumerate() {
-            let level = levels.get_item(position)?.cast_into::<PyTuple>()?;
-            let target = targets.get_item(position)?.cast_into::<PyTuple>()?;
+            let level = level_texts.get(&levels.get_item(position)?)?;
+            let target = target_texts.get(&targets.get_item(position)?)?;
             match fx_scope::compose(&keys, &level, &nodes.get_item(position)?, &target)? {
                 Some(props) => {
                     if !self.model.graph.scopes.set_props(index, props) {
