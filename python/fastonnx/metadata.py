@@ -22,7 +22,7 @@ where arguments are not plain.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind
@@ -96,6 +96,8 @@ class Scopes:
         # by id, as an OpOverload's hash is a Python call. The targets are kept alive in _target_objs.
         self._targets: dict[int, tuple[str, str, str | None]] = {}
         self._target_objs: list[Any] = []
+        # the same for the targets whose printed text is known: what the builder is handed
+        self._printable: dict[int, tuple[str, str, str]] = {}
         self.current: torch.fx.Node | None = None
 
     def enter(self, g: GraphBuilder, node: torch.fx.Node) -> None:
@@ -123,16 +125,24 @@ class Scopes:
         nodes: list[torch.fx.Node] = []
         targets: list[tuple[str, str, str]] = []
         other: list[tuple[int, torch.fx.Node]] = []
+        # run once per FX node: bound methods and plain lookups only
+        add_index, add_parts, add_node, add_target = (
+            indices.append,
+            parts.append,
+            nodes.append,
+            targets.append,
+        )
+        printable = self._printable
         for index, node, levels in zip(self._made_index, self._made_node, self._made_levels):
             if index not in used:
                 continue
             if node.op == "call_function" and node.type is None:
-                target = self._targets.get(id(node.target)) or self._target_of(node)
-                if target[2] is not None:
-                    indices.append(index)
-                    parts.append(levels.parts)
-                    nodes.append(node)
-                    targets.append(cast(tuple[str, str, str], target))
+                target = printable.get(id(node.target)) or self._printable_target(node)
+                if target is not None:
+                    add_index(index)
+                    add_parts(levels.parts)
+                    add_node(node)
+                    add_target(target)
                     continue
             other.append((index, node))
         self._made_index, self._made_node, self._made_levels = [], [], []
@@ -162,6 +172,13 @@ class Scopes:
             text = str(node.target)
             names = self._targets[id(node.target)] = (text, repr(text), _printed_target(node))
             self._target_objs.append(node.target)
+        return names
+
+    def _printable_target(self, node: torch.fx.Node) -> tuple[str, str, str] | None:
+        text, text_repr, printed = self._target_of(node)
+        if printed is None:
+            return None
+        names = self._printable[id(node.target)] = (text, text_repr, printed)
         return names
 
     def scope_of(self, node: torch.fx.Node) -> tuple[str, list[tuple[str, str]]]:
