@@ -272,3 +272,139 @@ def test_the_same_model_gives_the_same_bytes_in_two_processes(tmp_path: Any) -> 
     assert files[0] == files[1]
     proto = onnx.load_from_string(files[0])
     assert all(n.metadata_props for n in proto.graph.node)
+
+
+class _Slicing(torch.nn.Module):
+    """Arguments of every kind the builder prints itself (nodes, ints, floats, None, dtypes, lists,
+    tuples, kwargs) and one it leaves to torch's printer (a slice)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.add(x, 2.5, alpha=2)
+        z = torch.cat([y, x.view(-1, 2).to(torch.float64).float().view(-1)], dim=0)
+        return z[1:3] + z.new_zeros((2,), dtype=torch.float32, device="cpu", pin_memory=None)
+
+
+def test_composed_metadata_is_what_torchs_printer_gives_and_only_for_used_scopes() -> None:
+    """Scopes.compose: the builder's text of plain calls and the Python text of the others (a slice)
+    equal ``format_node``; a scope whose nodes are gone gets no metadata."""
+    gm = torch.fx.symbolic_trace(_Slicing())
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert any(isinstance(a, slice) for n in calls for a in n.args), "the slice case is gone"
+    g = fastonnx.api.new_builder(18)
+    x = g.add_input("x", onnx.TensorProto.FLOAT, [4])
+    scopes = md.Scopes()
+    for n in calls:
+        scopes.enter(g, n)
+        g.add_node("Neg", [x])
+    scopes.enter(g, calls[0])  # a second entry reuses the scope
+    g.add_node("Abs", [x])
+    g.set_scope(None)
+    unused = g.add_scope("/gone")
+    scopes.compose(g)
+    proto = onnx.load_from_string(g.to_bytes())
+    assert len(proto.graph.node) == len(calls) + 1
+    by_fx: dict[str, list[tuple[str, str]]] = {}
+    for node in proto.graph.node:
+        entries = [(e.key, e.value) for e in node.metadata_props]
+        fx_text = dict(entries)[md.FX_NODE]
+        by_fx.setdefault(fx_text, entries)
+        assert by_fx[fx_text] == entries, "two nodes of one FX node differ"
+    for n in calls:
+        assert by_fx.pop(n.format_node()) == [
+            (md.NAMESPACE, f"{n.name}: {n.target}"),
+            (md.CLASS_HIERARCHY, repr([str(n.target)])),
+            (md.NAME_SCOPES, repr([n.name])),
+            (md.FX_NODE, n.format_node()),
+            (md.STACK_TRACE, n.meta.get("stack_trace") or ""),
+        ]
+    assert not by_fx
+    assert unused not in g.used_scopes()
+
+
+def test_scope_calls_name_what_is_wrong() -> None:
+    g = fastonnx.api.new_builder(18)
+    with pytest.raises(fastonnx.GraphError, match="set_scope_props: there is no scope 3"):
+        g.set_scope_props(3, [])
+    with pytest.raises(fastonnx.GraphError, match="compose_fx_scopes: 1 indices but 0 levels"):
+        g.compose_fx_scopes(md.NODE_KEYS, [0], [], [], [])
+    node = next(iter(torch.fx.symbolic_trace(_Slicing()).graph.nodes))
+    with pytest.raises(fastonnx.GraphError, match="compose_fx_scopes: there is no scope 5"):
+        g.compose_fx_scopes(md.NODE_KEYS, [5], [("", "[", "[")], [node], [("t", "'t'", "t")])
+
+
+# models whose files must stay byte for byte what the reference build writes
+_EXPORT_MODELS = textwrap.dedent(
+    """
+    import sys
+    import torch
+    import fastonnx
+    from model_zoo import SmallCNN, tiny_llama, with_random_batchnorm_stats
+
+    folder = sys.argv[1]
+    torch.manual_seed(1)
+    llama = tiny_llama(layers=2)
+    ids = torch.randint(0, 256, (2, 6))
+    fastonnx.to_onnx(llama, (ids,), filename=f"{folder}/llama.onnx")
+    fastonnx.to_onnx(llama, (ids,), filename=f"{folder}/llama23.onnx", opset=23)
+    cnn = with_random_batchnorm_stats(SmallCNN()).eval()
+    fastonnx.to_onnx(cnn, (torch.randn(2, 3, 16, 16),), filename=f"{folder}/cnn.onnx")
+
+    class Cond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: t.sin() * 2, lambda t: t.cos() - 1, (x,))
+
+    fastonnx.to_onnx(Cond(), (torch.rand(4),), filename=f"{folder}/cond.onnx", optimize=False)
+    """
+)
+
+
+def _reference_checkout() -> str | None:
+    """A checkout of fastonnx with its extension built whose files this one's must equal (the metadata
+    work of issue 13 changed how they are made, not a byte of them): $FASTONNX_REFERENCE, else the
+    main checkout beside the worktrees when this is not it."""
+    ref = os.environ.get("FASTONNX_REFERENCE", "/work/main")
+    here = os.path.realpath(os.path.dirname(TESTS))
+    if os.path.realpath(ref) == here or not os.path.exists(
+        os.path.join(ref, "python/fastonnx/_core.abi3.so")
+    ):
+        return None
+    return ref
+
+
+def test_files_are_byte_identical_to_the_reference_builds(tmp_path: Any) -> None:
+    ref = _reference_checkout()
+    if ref is None:
+        pytest.skip("no reference checkout (set FASTONNX_REFERENCE to one with its extension built)")
+    this_python = os.path.join(os.path.dirname(TESTS), "python")
+    files = {}
+    for label, python in (("reference", os.path.join(ref, "python")), ("this", this_python)):
+        folder = tmp_path / label
+        folder.mkdir()
+        # the same model_zoo for both: the stack traces name its file
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, python])}
+        subprocess.run([sys.executable, "-c", _EXPORT_MODELS, str(folder)], check=True, env=env, cwd=tmp_path)
+        files[label] = {p.name: p.read_bytes() for p in sorted(folder.glob("*.onnx"))}
+    assert list(files["this"]) == ["cnn.onnx", "cond.onnx", "llama.onnx", "llama23.onnx"]
+    for name, data in files["this"].items():
+        assert data == files["reference"][name], f"{name} differs from {ref}'s"
+    assert all(n.metadata_props for n in onnx.load_from_string(files["this"]["llama.onnx"]).graph.node)
+
+
+def test_graph_module_to_onnx_composes_the_metadata_too() -> None:
+    """graph_module_to_onnx (the torch.compile path) composes its scopes after its passes as to_onnx does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ x.T + 1.5)[1:]
+
+    x = torch.randn(3, 3)
+    gm = make_fx(f)(x)
+    result = fastonnx.graph_module_to_onnx(gm)
+    torch.testing.assert_close(result(x), f(x))
+    texts = {n.format_node() for n in gm.graph.nodes}
+    nodes = list(all_nodes(result.model_proto.graph))
+    assert nodes
+    for node in nodes:
+        p = props(node)
+        assert set(md.NODE_KEYS) <= set(p), node.name
+        assert p[md.FX_NODE] in texts

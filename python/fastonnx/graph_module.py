@@ -129,6 +129,7 @@ def graph_module_to_onnx(
     stats["convert_s"] = t1 - t0
     stats["fx_nodes"] = len(gm.graph.nodes)
     stats["optimize"] = builder.optimize(level)
+    interp.compose_metadata()
     stats["optimize_s"] = time.perf_counter() - t1
     stats["nodes"] = builder.num_nodes
     stats["initializers"] = builder.num_initializers

@@ -442,6 +442,12 @@ class Interpreter:
             return result  # a Python number the converter folded
         return result
 
+    def compose_metadata(self) -> None:
+        """The metadata of the nodes made (``metadata.Scopes.compose``): once, after the passes, so that
+        only the FX nodes whose ONNX nodes survived them are composed. Nothing with metadata=False."""
+        if self.scopes is not None:
+            self.scopes.compose(self._top)
+
     def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
         """Convert a submodule's graph in place, its placeholders bound to ``operands``."""
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]

@@ -12,11 +12,12 @@ Every ONNX node made from an FX node carries, in ``metadata_props``:
 Its name reads where it comes from, as the TorchScript exporter's did: ``/model/layers.0/self_attn/
 q_proj/MatMul`` (``/MatMul`` at the top level), made unique with ``_1``, ``_2``... in graph order.
 
-The walker hands the builder one scope per FX node and switches to it before converting the node; the
-builder stores the scope once and each node an index into it. The parts that depend on the module
-stack only, or on the target only, are computed here once; the builder composes each FX node's values
-(``GraphBuilder.add_fx_scope``: formatting them in Python cost ~25 us per FX node, most of the
-metadata's cost), torch's printer gives the FX node's text where arguments are not plain.
+The walker hands the builder one scope per FX node (its name prefix) and switches to it before
+converting the node; the builder stores the scope once and each node an index into it. After the
+passes, ``Scopes.compose`` fills in the metadata of the scopes whose nodes survived: the parts that
+depend on the module stack only, or on the target only, are computed here once; the builder composes
+each FX node's values (``GraphBuilder.compose_fx_scopes``), torch's printer gives the FX node's text
+where arguments are not plain.
 """
 
 from __future__ import annotations
@@ -44,29 +45,26 @@ ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"
 
 
 class _ModuleLevels:
-    """What a module stack gives every node under it: the name prefix and the per-level parts."""
+    """What a module stack gives every node under it: the name prefix and the per-level parts. Built from
+    its parent stack's (the stack without its innermost level): one level's text per stack."""
 
-    __slots__ = ("classes", "classes_head", "namespace", "parts", "paths", "paths_head", "prefix")
+    __slots__ = ("classes_head", "namespace", "parts", "path", "paths_head", "prefix")
 
-    def __init__(self, stack: dict[str, Any]) -> None:
-        self.paths: list[str] = []
-        self.classes: list[str] = []
-        segments: list[str] = []
-        parent = ""
-        for path, cls in stack.values():
-            path = str(path)
-            self.paths.append(path)
-            self.classes.append(_qualified(cls))
+    def __init__(self, parent: _ModuleLevels | None, path: str = "", cls: Any = None) -> None:
+        if parent is None:  # the empty stack: a node of the top level
+            self.path = self.prefix = self.namespace = ""
+            self.classes_head = self.paths_head = "["
+        else:
+            self.path = path
+            qualified = _qualified(cls)
             # "model.layers.0" under "model" reads "layers.0"; the root module has the empty path
-            segment = path[len(parent) + 1 :] if parent and path.startswith(parent + ".") else path
-            if segment:
-                segments.append(segment)
-            parent = path
-        self.prefix = "".join("/" + s for s in segments)
-        self.namespace = "".join(f"{p}: {c}/" for p, c in zip(self.paths, self.classes))
-        # the lists' reprs without their closing bracket: a node appends its own last item
-        self.classes_head = "[" + "".join(repr(c) + ", " for c in self.classes)
-        self.paths_head = "[" + "".join(repr(p) + ", " for p in self.paths)
+            up = parent.path
+            segment = path[len(up) + 1 :] if up and path.startswith(up + ".") else path
+            self.prefix = f"{parent.prefix}/{segment}" if segment else parent.prefix
+            self.namespace = f"{parent.namespace}{path}: {qualified}/"
+            # the lists' reprs without their closing bracket: a node appends its own last item
+            self.classes_head = f"{parent.classes_head}{qualified!r}, "
+            self.paths_head = f"{parent.paths_head}{path!r}, "
         self.parts = (self.namespace, self.classes_head, self.paths_head)
 
 
@@ -79,64 +77,112 @@ def _qualified(cls: Any) -> str:
 
 
 class Scopes:
-    """The builder scope of each FX node, made on the node's first conversion."""
+    """The builder scope of each FX node, made on the node's first conversion.
+
+    The walk only adds each scope with its name prefix (node names need it as nodes are made) and
+    remembers its FX node; ``compose`` writes the metadata after the passes, for the scopes whose nodes
+    survived them (about 70% of a Llama's FX nodes), in one call to the builder. Composing during the
+    walk cost ~7 us per FX node (benches/metadata_cost.py, issue 13)."""
 
     def __init__(self) -> None:
-        self._levels: dict[tuple[str, ...], _ModuleLevels] = {}
+        self._levels: dict[tuple[str, ...], _ModuleLevels] = {(): _ModuleLevels(None)}
         self._index: dict[torch.fx.Node, int] = {}
-        # target -> (its str, that str's repr, how format_node prints it (None: it cannot be told))
-        self._targets: dict[Any, tuple[str, str, str | None]] = {}
+        # the scopes added, in three lists rather than a tuple each: no object per FX node for the
+        # garbage collector to count (tuples made during the walk added collections, ~8 ms at 64x256)
+        self._made_index: list[int] = []
+        self._made_node: list[torch.fx.Node] = []
+        self._made_levels: list[_ModuleLevels] = []
+        # id(target) -> (its str, that str's repr, how format_node prints it (None: it cannot be told));
+        # by id, as an OpOverload's hash is a Python call. The targets are kept alive in _target_objs.
+        self._targets: dict[int, tuple[str, str, str | None]] = {}
+        self._target_objs: list[Any] = []
+        # the same for the targets whose printed text is known: what the builder is handed
+        self._printable: dict[int, tuple[str, str, str]] = {}
         self.current: torch.fx.Node | None = None
 
     def enter(self, g: GraphBuilder, node: torch.fx.Node) -> None:
         """Nodes ``g`` makes from now on come from ``node``."""
         index = self._index.get(node)
         if index is None:
-            index = self._index[node] = self._add(g, node)
+            # run once per FX node: kept to a few lookups and one call
+            stack = node.meta.get("nn_module_stack")
+            levels = self._levels.get(tuple(stack) if stack else ()) or self._levels_of(node)
+            index = self._index[node] = g.add_scope(levels.prefix)
+            self._made_index.append(index)
+            self._made_node.append(node)
+            self._made_levels.append(levels)
         g.set_scope(index)
         self.current = node
 
-    def _add(self, g: GraphBuilder, node: torch.fx.Node) -> int:
-        # the builder composes the values of a plain call itself (Python's formatting was most of
-        # the cost); anything else is composed here, torch's printer giving the FX node's text.
-        # Run once per FX node: kept to a few lookups and one call.
-        if node.op == "call_function" and node.type is None:
-            target = self._targets.get(node.target) or self._target_of(node)
-            if target[2] is not None:
-                meta = node.meta
-                levels = self._levels.get(tuple(meta.get("nn_module_stack") or ())) or self._levels_of(node)
-                index = g.add_fx_scope(
-                    NODE_KEYS,
-                    levels.prefix,
-                    levels.parts,
-                    node.name,
-                    len(node.users),
-                    target,  # type: ignore[arg-type]  # its third item was checked above
-                    node.args,
-                    node.kwargs,
-                    meta.get("stack_trace") or "",
-                )
-                if index is not None:
-                    return index
-        return g.add_scope(*self.scope_of(node))
+    def compose(self, g: GraphBuilder) -> None:
+        """Give the scopes that nodes of ``g`` (its subgraphs included) are made in their metadata. Run
+        once, after the passes: nodes made later from these FX nodes would carry none."""
+        used = set(g.used_scopes())
+        # the builder composes the values of plain calls (parallel lists, as above); torch's printer
+        # gives the others
+        indices: list[int] = []
+        parts: list[tuple[str, str, str]] = []
+        nodes: list[torch.fx.Node] = []
+        targets: list[tuple[str, str, str]] = []
+        other: list[tuple[int, torch.fx.Node]] = []
+        # run once per FX node: bound methods and plain lookups only
+        add_index, add_parts, add_node, add_target = (
+            indices.append,
+            parts.append,
+            nodes.append,
+            targets.append,
+        )
+        printable = self._printable
+        for index, node, levels in zip(self._made_index, self._made_node, self._made_levels):
+            if index not in used:
+                continue
+            if node.op == "call_function" and node.type is None:
+                target = printable.get(id(node.target)) or self._printable_target(node)
+                if target is not None:
+                    add_index(index)
+                    add_parts(levels.parts)
+                    add_node(node)
+                    add_target(target)
+                    continue
+            other.append((index, node))
+        self._made_index, self._made_node, self._made_levels = [], [], []
+        for position in g.compose_fx_scopes(NODE_KEYS, indices, parts, nodes, targets):
+            other.append((indices[position], nodes[position]))
+        for index, node in other:
+            g.set_scope_props(index, self.scope_of(node)[1])
 
     def _levels_of(self, node: torch.fx.Node) -> _ModuleLevels:
         stack = node.meta.get("nn_module_stack") or {}
         key = tuple(stack)
         levels = self._levels.get(key)
         if levels is None:
-            levels = self._levels[key] = _ModuleLevels(stack)
+            # the innermost level on top of the levels of the stack without it
+            items = list(stack.values())
+            for depth in range(len(key)):
+                sub = key[: depth + 1]
+                if sub not in self._levels:
+                    path, cls = items[depth]
+                    self._levels[sub] = _ModuleLevels(self._levels[key[:depth]], str(path), cls)
+            levels = self._levels[key]
         return levels
 
     def _target_of(self, node: torch.fx.Node) -> tuple[str, str, str | None]:
-        names = self._targets.get(node.target)
+        names = self._targets.get(id(node.target))
         if names is None:
             text = str(node.target)
-            names = self._targets[node.target] = (text, repr(text), _printed_target(node))
+            names = self._targets[id(node.target)] = (text, repr(text), _printed_target(node))
+            self._target_objs.append(node.target)
+        return names
+
+    def _printable_target(self, node: torch.fx.Node) -> tuple[str, str, str] | None:
+        text, text_repr, printed = self._target_of(node)
+        if printed is None:
+            return None
+        names = self._printable[id(node.target)] = (text, text_repr, printed)
         return names
 
     def scope_of(self, node: torch.fx.Node) -> tuple[str, list[tuple[str, str]]]:
-        """(name prefix, metadata_props) of the nodes made from ``node``."""
+        """(name prefix, metadata_props) of the nodes made from ``node``, composed in Python."""
         levels = self._levels_of(node)
         target, target_repr, printed = self._target_of(node)
         props = [

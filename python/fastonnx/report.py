@@ -300,7 +300,7 @@ def _failure_section(rec: ExportRecord, error: BaseException) -> list[str]:
 
 
 def _timings_section(rec: ExportRecord) -> list[str]:
-    keys = ("capture_s", "convert_s", "optimize_s", "write_s", "verify_s")
+    keys = ("capture_s", "convert_s", "optimize_s", "metadata_s", "write_s", "verify_s")
     rows = [f"| {k[:-2]} | {rec.stats[k]:.3f} |" for k in keys if k in rec.stats]
     if not rows:
         return []

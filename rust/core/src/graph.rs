@@ -499,6 +499,23 @@ impl Graph {
         Ok(out_names)
     }
 
+    /// The scopes the nodes of this graph and of its subgraphs are made in, ascending, each once.
+    pub fn used_scopes(&self) -> Vec<u32> {
+        fn collect(g: &Graph, out: &mut Vec<u32>) {
+            for n in &g.nodes {
+                out.extend(n.scope);
+                for sub in n.subgraphs() {
+                    collect(sub, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        collect(self, &mut out);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Nodes added from now on are made in scope `index` (None: no scope, names are op types).
     pub fn set_scope(&mut self, index: Option<u32>) -> Result<()> {
         self.current_scope = match index {
@@ -869,5 +886,27 @@ mod tests {
             .add_node("Relu", "", vec![x.clone()], &["x".into()], vec![], None)
             .expect("outer read");
         assert_eq!(y[0], "x_1");
+    }
+
+    #[test]
+    fn used_scopes_count_subgraph_nodes_once_each() {
+        use crate::scopes::Scope;
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, None);
+        let s: Vec<u32> = (0..4).map(|_| g.scopes.add(Scope::default())).collect();
+        let mut body = g.subgraph("body");
+        body.set_scope(Some(s[3])).expect("scope");
+        body.add_node("Relu", "", vec![x.clone()], &["r".into()], vec![], None)
+            .expect("body node");
+        g.set_scope(Some(s[1])).expect("scope");
+        let attrs = vec![Attribute {
+            name: "body".into(),
+            value: AttrValue::Graph(Box::new(body)),
+        }];
+        g.add_node("Loop", "", vec![x.clone()], &["l".into()], attrs, None)
+            .expect("loop");
+        g.add_node("Neg", "", vec![x], &["n".into()], vec![], None)
+            .expect("neg");
+        assert_eq!(g.used_scopes(), vec![s[1], s[3]]);
     }
 }

@@ -37,6 +37,26 @@ impl SharedScopes {
         index
     }
 
+    /// Gives scope `index` the metadata `props` (its prefix stays); false when out of range. fastonnx
+    /// adds a scope with its prefix when the first node is made in it and composes the metadata after
+    /// the passes, for the scopes whose nodes survived them.
+    pub fn set_props(&self, index: u32, props: Vec<(String, String)>) -> bool {
+        let mut table = self.lock();
+        let Some(entry) = table.get_mut(index as usize) else {
+            return false;
+        };
+        match Arc::get_mut(entry) {
+            Some(scope) => scope.props = props,
+            None => {
+                *entry = Arc::new(Scope {
+                    prefix: entry.prefix.clone(),
+                    props,
+                });
+            }
+        }
+        true
+    }
+
     /// The scope at `index` (None when out of range).
     pub fn get(&self, index: u32) -> Option<Arc<Scope>> {
         self.lock().get(index as usize).cloned()
@@ -85,6 +105,10 @@ mod tests {
             "/model/fc/MatMul"
         );
         assert_eq!(node_name_hint(None, "MatMul"), "MatMul");
+        assert!(b.set_props(0, vec![("k".into(), "v".into())]));
+        let scope = a.get(0).expect("set");
+        assert_eq!((scope.prefix.as_str(), scope.props.len()), ("/model/fc", 1));
+        assert!(!b.set_props(1, Vec::new()), "out of range");
         let top = Scope::default();
         assert_eq!(node_name_hint(Some(&top), "Add"), "/Add");
     }

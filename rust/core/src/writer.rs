@@ -235,6 +235,42 @@ fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
 
 const NODE_TAG: u32 = 1; // GraphProto.node
 const NODE_METADATA_TAG: u32 = 9; // NodeProto.metadata_props
+const ENTRY_KEY_TAG: u32 = 1; // StringStringEntryProto.key
+const ENTRY_VALUE_TAG: u32 = 2; // StringStringEntryProto.value
+
+/// A length-delimited field holding `bytes`.
+fn encode_bytes_field(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+fn bytes_field_len(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+/// A scope's `metadata_props` entries as prost encodes them (both fields of an entry are set, so both
+/// are written), straight from the scope's strings: no `StringStringEntryProto` is built.
+fn encode_props(props: &[(String, String)]) -> Vec<u8> {
+    let sizes: Vec<usize> = props
+        .iter()
+        .map(|(k, v)| {
+            bytes_field_len(ENTRY_KEY_TAG, k.len()) + bytes_field_len(ENTRY_VALUE_TAG, v.len())
+        })
+        .collect();
+    let total = sizes
+        .iter()
+        .map(|&n| bytes_field_len(NODE_METADATA_TAG, n))
+        .sum();
+    let mut b = Vec::with_capacity(total);
+    for ((k, v), size) in props.iter().zip(sizes) {
+        encode_key(NODE_METADATA_TAG, WireType::LengthDelimited, &mut b);
+        encode_varint(size as u64, &mut b);
+        encode_bytes_field(ENTRY_KEY_TAG, k.as_bytes(), &mut b);
+        encode_bytes_field(ENTRY_VALUE_TAG, v.as_bytes(), &mut b);
+    }
+    b
+}
 
 /// The top-level graph's skeleton encoded: the bytes prost gives for `graph_skeleton` (nodes are
 /// GraphProto's first field, metadata the last non-empty one of NodeProto, so appending it to a
@@ -253,23 +289,14 @@ fn skeleton_bytes(g: &Graph) -> Result<Vec<u8>> {
     for n in &g.nodes {
         node.clear();
         node_proto(n, &[])?.encode(&mut node).map_err(fail)?;
-        if let Some(i) = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
-            let props = encoded[i].get_or_insert_with(|| {
-                let mut b = Vec::new();
-                for (k, v) in &scopes[i].props {
-                    let e = onnx::StringStringEntryProto {
-                        key: Some(k.clone()),
-                        value: Some(v.clone()),
-                    };
-                    prost::encoding::message::encode(NODE_METADATA_TAG, &e, &mut b);
-                }
-                b
-            });
-            node.extend_from_slice(props);
-        }
+        let props: &[u8] = match n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
+            Some(i) => encoded[i].get_or_insert_with(|| encode_props(&scopes[i].props)),
+            None => &[],
+        };
         encode_key(NODE_TAG, WireType::LengthDelimited, &mut out);
-        encode_varint(node.len() as u64, &mut out);
+        encode_varint((node.len() + props.len()) as u64, &mut out);
         out.extend_from_slice(&node);
+        out.extend_from_slice(props);
     }
     graph_without_nodes(g)?.encode(&mut out).map_err(fail)?;
     Ok(out)

@@ -1,9 +1,15 @@
-//! The metadata of the ONNX nodes made from one FX node, composed here rather than in Python: an export
-//! makes one per FX node, and Python's string formatting was most of the metadata's cost. The keys and
-//! the module-stack parts come from `fastonnx.metadata`, computed there once per module stack.
+//! The metadata of the ONNX nodes made from one FX node, composed here rather than in Python (Python's
+//! string formatting was most of the metadata's cost), after the passes and only for the FX nodes whose
+//! ONNX nodes survived them. The keys and the module-stack and target parts come from
+//! `fastonnx.metadata`, computed there once per module stack / target.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::rc::Rc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
@@ -45,11 +51,25 @@ fn arg_text(a: &Bound<'_, PyAny>, out: &mut String) -> PyResult<bool> {
         );
         return Ok(true);
     }
-    if a.is_none()
-        || a.is_exact_instance_of::<PyInt>()
+    // the commonest arguments written here, without a call to Python's str()
+    if a.is_exact_instance_of::<PyInt>() {
+        if let Ok(v) = a.extract::<i64>() {
+            // writing to a String cannot fail
+            let _ = write!(out, "{v}");
+            return Ok(true);
+        }
+    }
+    if a.is_exact_instance_of::<PyString>() {
+        out.push_str(&a.cast::<PyString>()?.to_cow()?);
+        return Ok(true);
+    }
+    if a.is_none() {
+        out.push_str("None");
+        return Ok(true);
+    }
+    if a.is_exact_instance_of::<PyInt>()
         || a.is_exact_instance_of::<PyBool>()
         || a.is_exact_instance_of::<PyFloat>()
-        || a.is_exact_instance_of::<PyString>()
         || ty.is(class(py, &DTYPE, "torch", "dtype")?)
         || ty.is(class(py, &LAYOUT, "torch", "layout")?)
         || ty.is(class(py, &MEMORY_FORMAT, "torch", "memory_format")?)
@@ -109,40 +129,110 @@ fn items<'py>(it: impl Iterator<Item = Bound<'py, PyAny>>, out: &mut String) -> 
     Ok(true)
 }
 
-/// What `fastonnx.metadata` hands over for one FX node call.
-pub(crate) struct FxCall<'a, 'py> {
-    /// namespace, class hierarchy and name scopes of the module stack, each without the node's part
-    /// (the two lists without their closing bracket)
-    pub levels: (&'a str, &'a str, &'a str),
-    pub name: &'a str,
-    pub users: usize,
-    /// the target's str, its repr, and its text in the FX printer
-    pub target: (&'a str, &'a str, &'a str),
-    pub args: &'a Bound<'py, PyAny>,
-    pub kwargs: &'a Bound<'py, PyAny>,
+/// The text of item `i` of a tuple of strings.
+fn text(t: &Bound<'_, PyTuple>, i: usize) -> PyResult<PyBackedStr> {
+    t.get_item(i)?.extract()
 }
 
-/// The five values (namespace, class hierarchy, name scopes, FX node text, stack trace order is the
-/// caller's) or None when an argument's text must come from torch's printer.
-pub(crate) fn values(call: &FxCall<'_, '_>) -> PyResult<Option<[String; 4]>> {
-    let (ns, classes, paths) = call.levels;
-    let (target, target_repr, printed) = call.target;
-    let mut fx = format!(
-        "%{} : [num_users={}] = call_function[target={printed}](args = ",
-        call.name, call.users
-    );
-    if !arg_text(call.args, &mut fx)? {
+/// The three strings of each `(str, str, str)` tuple met, read once per tuple: the module-stack and
+/// target parts repeat across FX nodes (one tuple per stack / target). Keyed by the tuple's address,
+/// valid while the caller's lists hold the tuples (one `compose_fx_scopes` call).
+#[derive(Default)]
+pub(crate) struct TupleTexts(HashMap<usize, Rc<[PyBackedStr; 3]>>);
+
+impl TupleTexts {
+    pub(crate) fn get(&mut self, t: &Bound<'_, PyAny>) -> PyResult<Rc<[PyBackedStr; 3]>> {
+        let key = t.as_ptr() as usize;
+        if let Some(v) = self.0.get(&key) {
+            return Ok(Rc::clone(v));
+        }
+        let t = t.cast::<PyTuple>()?;
+        let v = Rc::new([text(t, 0)?, text(t, 1)?, text(t, 2)?]);
+        self.0.insert(key, Rc::clone(&v));
+        Ok(v)
+    }
+}
+
+/// `node.args` / `node.kwargs` read from the attribute the property returns (`_args`: no Python
+/// call), through the property where a torch version has no such attribute.
+fn field<'py>(
+    node: &Bound<'py, PyAny>,
+    stored: &Bound<'py, PyString>,
+    property: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match node.getattr(stored) {
+        Ok(v) => Ok(v),
+        Err(_) => node.getattr(property),
+    }
+}
+
+/// The parts joined, allocated once.
+fn concat(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
+}
+
+/// The metadata of the ONNX nodes made from the FX call `node`, values in `keys`' order (namespace,
+/// class hierarchy, name scopes, FX node text, stack trace), or None when an argument's text (or the
+/// stack trace, not a str) must come from torch. `levels` holds the module stack's namespace, class
+/// hierarchy and name scopes without the node's part (the two lists without their closing bracket),
+/// `target` the target's str, its repr and its text in the FX printer: both are computed once per
+/// module stack / target by `fastonnx.metadata`.
+pub(crate) fn compose(
+    keys: &[String; 5],
+    levels: &[PyBackedStr; 3],
+    node: &Bound<'_, PyAny>,
+    target: &[PyBackedStr; 3],
+) -> PyResult<Option<Vec<(String, String)>>> {
+    let py = node.py();
+    let name = node.getattr(intern!(py, "name"))?;
+    let name = name.cast::<PyString>()?.to_cow()?;
+    let users = node.getattr(intern!(py, "users"))?.len()?;
+    let stack = node
+        .getattr(intern!(py, "meta"))?
+        .cast_into::<PyDict>()?
+        .get_item(intern!(py, "stack_trace"))?;
+    let stack = match stack {
+        None => String::new(),
+        Some(s) if s.is_none() => String::new(),
+        Some(s) => match s.cast::<PyString>() {
+            Ok(s) => s.to_cow()?.into_owned(),
+            Err(_) => return Ok(None),
+        },
+    };
+    let printed = &target[2];
+    let mut fx = String::with_capacity(256);
+    for part in ["%", &name, " : [num_users="] {
+        fx.push_str(part);
+    }
+    let _ = write!(fx, "{users}"); // writing to a String cannot fail
+    for part in ["] = call_function[target=", printed, "](args = "] {
+        fx.push_str(part);
+    }
+    if !arg_text(
+        &field(node, intern!(py, "_args"), intern!(py, "args"))?,
+        &mut fx,
+    )? {
         return Ok(None);
     }
     fx.push_str(", kwargs = ");
-    if !arg_text(call.kwargs, &mut fx)? {
+    if !arg_text(
+        &field(node, intern!(py, "_kwargs"), intern!(py, "kwargs"))?,
+        &mut fx,
+    )? {
         return Ok(None);
     }
     fx.push(')');
-    Ok(Some([
-        format!("{ns}{}: {target}", call.name),
-        format!("{classes}{target_repr}]"),
-        format!("{paths}'{}']", call.name),
+    let [namespace, classes, paths] = levels;
+    let values = [
+        concat(&[namespace, &name, ": ", &target[0]]),
+        concat(&[classes, &target[1], "]"]),
+        concat(&[paths, "'", &name, "']"]),
         fx,
-    ]))
+        stack,
+    ];
+    Ok(Some(keys.iter().cloned().zip(values).collect()))
 }

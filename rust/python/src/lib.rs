@@ -13,6 +13,7 @@ use fastonnx_core::{
     TiedKey, ValueType,
 };
 mod fx_scope;
+use fx_scope::TupleTexts;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
@@ -449,44 +450,69 @@ impl GraphBuilder {
     }
 
     /// A new scope (shared with subgraphs): node names `{prefix}/{op_type}`, `props` their
-    /// `metadata_props`. Returns its index for `set_scope`.
+    /// `metadata_props` (none yet: see `set_scope_props`). Returns its index for `set_scope`.
+    #[pyo3(signature = (prefix, props = Vec::new()))]
     fn add_scope(&mut self, prefix: String, props: Vec<(String, String)>) -> u32 {
         self.model.graph.scopes.add(Scope { prefix, props })
     }
 
-    /// A scope for the nodes made from one FX call, its five values composed from the parts
-    /// `fastonnx.metadata` keeps per module stack and per target (see fx_scope.rs); None when an
-    /// argument's text must come from torch's printer (the caller then uses `add_scope`).
-    #[pyo3(signature = (keys, prefix, levels, name, users, target, args, kwargs, stack_trace))]
-    #[allow(clippy::too_many_arguments)] // one call per FX node: the parts, not an object to build
-    fn add_fx_scope(
+    /// Gives scope `index` the metadata `props` (its prefix stays).
+    fn set_scope_props(&mut self, index: u32, props: Vec<(String, String)>) -> PyResult<()> {
+        if self.model.graph.scopes.set_props(index, props) {
+            Ok(())
+        } else {
+            Err(GraphError::new_err(format!(
+                "set_scope_props: there is no scope {index}"
+            )))
+        }
+    }
+
+    /// The scopes the nodes of the graph (its subgraphs included) are made in, ascending.
+    fn used_scopes(&self) -> Vec<u32> {
+        self.model.graph.used_scopes()
+    }
+
+    /// Composes the metadata of FX-call scopes in bulk (see fx_scope.rs): scope `indices[i]` gets
+    /// the metadata of the FX node `nodes[i]` under the module stack whose (namespace, class hierarchy
+    /// head, name scopes head) are `levels[i]`, with the target's (str, repr, FX printer text)
+    /// `targets[i]`. Parallel lists, not a tuple per node: nothing per node for the garbage collector.
+    /// Returns the positions it left to the caller (an argument whose text must come from torch's
+    /// printer), which then uses `set_scope_props`.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
+    fn compose_fx_scopes(
         &mut self,
         keys: [String; 5],
-        prefix: String,
-        levels: (&str, &str, &str),
-        name: &str,
-        users: usize,
-        target: (&str, &str, &str),
-        args: &Bound<'_, PyAny>,
-        kwargs: &Bound<'_, PyAny>,
-        stack_trace: String,
-    ) -> PyResult<Option<u32>> {
-        let call = fx_scope::FxCall {
-            levels,
-            name,
-            users,
-            target,
-            args,
-            kwargs,
-        };
-        let Some([namespace, classes, scopes, fx]) = fx_scope::values(&call)? else {
-            return Ok(None);
-        };
-        let props = keys
-            .into_iter()
-            .zip([namespace, classes, scopes, fx, stack_trace])
-            .collect();
-        Ok(Some(self.model.graph.scopes.add(Scope { prefix, props })))
+        indices: Vec<u32>,
+        levels: &Bound<'_, PyList>,
+        nodes: &Bound<'_, PyList>,
+        targets: &Bound<'_, PyList>,
+    ) -> PyResult<Vec<usize>> {
+        let n = indices.len();
+        if levels.len() != n || nodes.len() != n || targets.len() != n {
+            return Err(GraphError::new_err(format!(
+                "compose_fx_scopes: {n} indices but {} levels, {} nodes and {} targets",
+                levels.len(),
+                nodes.len(),
+                targets.len()
+            )));
+        }
+        let mut left = Vec::new();
+        let (mut level_texts, mut target_texts) = (TupleTexts::default(), TupleTexts::default());
+        for (position, &index) in indices.iter().enumerate() {
+            let level = level_texts.get(&levels.get_item(position)?)?;
+            let target = target_texts.get(&targets.get_item(position)?)?;
+            match fx_scope::compose(&keys, &level, &nodes.get_item(position)?, &target)? {
+                Some(props) => {
+                    if !self.model.graph.scopes.set_props(index, props) {
+                        return Err(GraphError::new_err(format!(
+                            "compose_fx_scopes: there is no scope {index}"
+                        )));
+                    }
+                }
+                None => left.push(position),
+            }
+        }
+        Ok(left)
     }
 
     /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
