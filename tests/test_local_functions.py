@@ -87,6 +87,12 @@ def test_llama_layers_become_one_function_called_per_layer(
     namespace = {p.key: p.value for p in calls[0].metadata_props}["namespace"]
     assert namespace.endswith("model.layers.0: transformers.models.llama.modeling_llama.LlamaDecoderLayer")
     assert result.stats["functions"]["calls"] == 2
+    # the body's nodes made from FX calls carry their metadata too (composed after the passes)
+    q_proj = [n for n in body.node if "q_proj" in n.name and n.op_type != "Constant"]
+    assert q_proj, [n.name for n in body.node]
+    for n in q_proj:
+        props = {p.key: p.value for p in n.metadata_props}
+        assert "self_attn.q_proj" in props["namespace"] and props["pkg.torch.onnx.fx_node"], n.name
     body_domains = {n.domain for n in body.node}
     assert {o.domain for o in body.opset_import} == body_domains | {""}
     assert {o.domain: o.version for o in body.opset_import}[""] == opset

@@ -67,11 +67,13 @@ def _call_scope(g: GraphBuilder, stack: dict[str, Any], key: str, with_metadata:
         return None
     keys = list(stack)
     upto = {k: stack[k] for k in keys[: keys.index(key) + 1]}
-    levels = metadata._ModuleLevels(upto)
+    levels = metadata._ModuleLevels(None)
+    for path, cls in upto.values():
+        levels = metadata._ModuleLevels(levels, str(path), cls)
     props = [
         (metadata.NAMESPACE, levels.namespace.rstrip("/")),
-        (metadata.CLASS_HIERARCHY, repr(levels.classes)),
-        (metadata.NAME_SCOPES, repr(levels.paths)),
+        (metadata.CLASS_HIERARCHY, repr([_qualified(cls) for _, cls in upto.values()])),
+        (metadata.NAME_SCOPES, repr([str(path) for path, _ in upto.values()])),
     ]
     return g.add_scope(levels.prefix, props)
 

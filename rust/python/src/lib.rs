@@ -467,9 +467,17 @@ impl GraphBuilder {
         }
     }
 
-    /// The scopes the nodes of the graph (its subgraphs included) are made in, ascending.
+    /// The scopes the nodes of the graph (its subgraphs and local functions included) are made in,
+    /// ascending.
     fn used_scopes(&self) -> Vec<u32> {
-        self.model.graph.used_scopes()
+        // local functions' bodies hold nodes of the same scope table
+        let mut used = self.model.graph.used_scopes();
+        for f in &self.model.functions {
+            used.extend(f.graph.used_scopes());
+        }
+        used.sort_unstable();
+        used.dedup();
+        used
     }
 
     /// Composes the metadata of FX-call scopes in bulk (see fx_scope.rs): scope `indices[i]` gets
