@@ -8,6 +8,7 @@ pub mod graph;
 pub mod hook;
 pub mod names;
 pub mod passes;
+pub mod permute;
 pub mod prefetch;
 pub mod proto;
 pub mod scopes;

@@ -133,8 +133,8 @@ mod tests {
             .collect();
         TensorData::Transposed {
             source: Arc::new(src),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         }
     }
@@ -187,8 +187,8 @@ mod tests {
     fn a_tensor_of_the_wrong_size_fails_the_write() {
         let bad = TensorData::Transposed {
             source: Arc::new(vec![0u8; 10]),
-            rows: 2,
-            cols: 2,
+            dims: vec![2, 2],
+            perm: vec![1, 0],
             item: 4,
         };
         let mut sink = Vec::new();

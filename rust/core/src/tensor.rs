@@ -5,6 +5,8 @@ use std::fmt;
 use std::io::{self, Write};
 use std::sync::Arc;
 
+use crate::permute::{self, Layout, TILE};
+
 /// Memory owned elsewhere and kept alive by the implementor, readable from any thread.
 pub trait ByteSource: Send + Sync {
     fn bytes(&self) -> &[u8];
@@ -42,12 +44,14 @@ le_decoder!(le_i64s, i64);
 pub enum TensorData {
     Owned(Vec<u8>),
     Borrowed(Arc<dyn ByteSource>),
-    /// A row-major (rows x cols) matrix of `item`-byte elements, stored transposed (cols x rows):
-    /// the writer transposes it block by block, so the weight is never copied whole.
+    /// A row-major tensor of shape `dims` and `item`-byte elements, stored permuted as ONNX `Transpose`
+    /// with `perm` gives it (output axis k is axis `perm[k]`; `[1, 0]` for a matrix, `[0, 2, 1]` for
+    /// batched expert weights): the writer permutes it band by band (see `permute`), so the weight is
+    /// never copied whole. Build it with [`TensorData::transposed`].
     Transposed {
         source: Arc<dyn ByteSource>,
-        rows: usize,
-        cols: usize,
+        dims: Vec<usize>,
+        perm: Vec<usize>,
         item: usize,
     },
     /// Bytes that are not here (a weight on the meta device): the writer leaves their place in the
@@ -73,11 +77,12 @@ pub enum TensorData {
 
 /// The most bytes of a computed tensor (transposed or scaled as it is written) produced at a time: the
 /// writer's pipeline holds a few such pieces (see `prefetch`). A band of a transposed weight holds one
-/// output row at least, so a weight whose single output row is larger makes larger pieces.
+/// output row (its last axis) at least, so a weight whose single output row is larger makes larger pieces.
 pub const PIECE_BYTES: usize = 2 << 20;
 
 /// A part of a computed tensor's bytes, produced on its own and written in order: a band of output
-/// rows of a transposed weight (`first..end` are output rows), or a range of a scaled one's elements.
+/// rows of a transposed weight (`first..end` are output rows, every output axis but the last
+/// flattened), or a range of a scaled one's elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     first: usize,
@@ -97,6 +102,27 @@ impl Piece {
 }
 
 impl TensorData {
+    /// `source` (row-major, shape `dims`, `item`-byte elements) read through ONNX `Transpose`'s `perm`:
+    /// the same memory when only axes of size 1 move, a lazily permuted tensor otherwise. `perm` must
+    /// be a permutation of the axes (see [`permute::is_permutation`]).
+    pub fn transposed(
+        source: Arc<dyn ByteSource>,
+        dims: Vec<usize>,
+        perm: Vec<usize>,
+        item: usize,
+    ) -> TensorData {
+        if permute::is_identity(&dims, &perm) {
+            TensorData::Borrowed(source)
+        } else {
+            TensorData::Transposed {
+                source,
+                dims,
+                perm,
+                item,
+            }
+        }
+    }
+
     /// The bytes in place, when they are stored as written (None for a lazily transposed weight).
     pub fn as_slice(&self) -> Option<&[u8]> {
         match self {
@@ -125,9 +151,7 @@ impl TensorData {
         match self {
             TensorData::Owned(v) => v.len(),
             TensorData::Borrowed(b) => b.bytes().len(),
-            TensorData::Transposed {
-                rows, cols, item, ..
-            } => rows * cols * item,
+            TensorData::Transposed { dims, item, .. } => dims.iter().product::<usize>() * item,
             TensorData::Deferred { len } | TensorData::Referenced { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
         }
@@ -176,29 +200,27 @@ impl TensorData {
         match self {
             TensorData::Transposed {
                 source,
-                rows,
-                cols,
+                dims,
+                perm,
                 item,
             } => {
-                let (rows, cols, item) = (*rows, *cols, *item);
-                if item == 0
-                    || rows.checked_mul(cols).and_then(|n| n.checked_mul(item))
-                        != Some(source.bytes().len())
-                {
+                let layout = Layout::new(dims, perm)?;
+                if *item == 0 || self.len() != source.bytes().len() {
                     return Err(wrong_size("transposed"));
                 }
-                if rows == 0 || cols == 0 {
+                let rows = layout.rows();
+                if rows == 0 {
                     return Ok(Vec::new());
                 }
-                let row = rows * item;
-                let mut band = (PIECE_BYTES / row).clamp(1, cols);
+                let row = layout.row_len() * item;
+                let mut band = (PIECE_BYTES / row).clamp(1, rows);
                 if band >= TILE {
-                    band -= band % TILE; // whole tiles: the fast path of fill_band
+                    band -= band % TILE; // whole tiles: the fast path of the transposition
                 }
-                Ok((0..cols)
+                Ok((0..rows)
                     .step_by(band)
                     .map(|first| {
-                        let end = (first + band).min(cols);
+                        let end = (first + band).min(rows);
                         Piece {
                             first,
                             end,
@@ -248,21 +270,22 @@ impl TensorData {
         match self {
             TensorData::Transposed {
                 source,
-                rows,
-                cols,
+                dims,
+                perm,
                 item,
             } => {
-                let (src, rows, cols, item) = (source.bytes(), *rows, *cols, *item);
-                let (j0, j1) = (piece.first, piece.end);
+                let layout = Layout::new(dims, perm)?;
+                let (src, item) = (source.bytes(), *item);
+                let (r0, r1) = (piece.first, piece.end);
                 let done = match item {
-                    1 => fill_typed::<u8>(src, rows, cols, j0, j1, out),
-                    2 => fill_typed::<u16>(src, rows, cols, j0, j1, out),
-                    4 => fill_typed::<u32>(src, rows, cols, j0, j1, out),
-                    8 => fill_typed::<u64>(src, rows, cols, j0, j1, out),
+                    1 => permute::fill_typed::<u8>(&layout, src, r0, r1, out),
+                    2 => permute::fill_typed::<u16>(&layout, src, r0, r1, out),
+                    4 => permute::fill_typed::<u32>(&layout, src, r0, r1, out),
+                    8 => permute::fill_typed::<u64>(&layout, src, r0, r1, out),
                     _ => false,
                 };
                 if !done {
-                    fill_bytes(src, rows, cols, item, j0, j1, out);
+                    permute::fill_bytes(&layout, src, item, r0, r1, out);
                 }
                 Ok(())
             }
@@ -329,100 +352,6 @@ pub fn piece_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
     // SAFETY: any initialized u64 is valid as bytes, and u8 needs no alignment.
     let (_, bytes, _) = unsafe { buf.as_mut_slice().align_to_mut::<u8>() };
     &mut bytes[..len]
-}
-
-/// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
-trait Pod: Copy + Default + Send + Sync {}
-impl Pod for u8 {}
-impl Pod for u16 {}
-impl Pod for u32 {}
-impl Pod for u64 {}
-
-/// Output rows j0..j1 of the transpose into `out` as `T` elements; false (nothing done) when the
-/// source or `out` is not aligned for `T`.
-fn fill_typed<T: Pod>(
-    src: &[u8],
-    rows: usize,
-    cols: usize,
-    j0: usize,
-    j1: usize,
-    out: &mut [u8],
-) -> bool {
-    // SAFETY: T is a plain integer type (every bit pattern valid); align_to only returns the aligned middle.
-    let (head, typed, tail) = unsafe { src.align_to::<T>() };
-    // SAFETY: the same, for the output buffer.
-    let (out_head, out_typed, out_tail) = unsafe { out.align_to_mut::<T>() };
-    if !head.is_empty() || !tail.is_empty() || !out_head.is_empty() || !out_tail.is_empty() {
-        return false;
-    }
-    fill_band(typed, rows, cols, j0, j1, out_typed);
-    true
-}
-
-/// Tiles of the transposition: TILE x TILE elements, copied through a small buffer that stays in L1.
-const TILE: usize = 64;
-
-/// Output rows j0..j1 of the transpose (out[(j - j0) * rows + i] = src[i * cols + j]), tile by tile.
-/// Each TILE x TILE tile is transposed inside a small buffer that stays in L1 (8 x 8 blocks held in
-/// registers where the tile is whole), then copied out a row at a time: writing a tile straight to
-/// `out` touches TILE lines `rows` elements apart, which for power-of-two sizes all fall in one
-/// cache set and evict each other.
-fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, out: &mut [T]) {
-    const BLOCK: usize = 8;
-    let mut tile = [T::default(); TILE * TILE];
-    for ib in (0..rows).step_by(TILE) {
-        let h = (ib + TILE).min(rows) - ib;
-        for jb in (j0..j1).step_by(TILE) {
-            let w = (jb + TILE).min(j1) - jb;
-            if h == TILE && w == TILE {
-                for bi in (0..TILE).step_by(BLOCK) {
-                    for bj in (0..TILE).step_by(BLOCK) {
-                        let mut block = [[T::default(); BLOCK]; BLOCK];
-                        for (r, line) in block.iter_mut().enumerate() {
-                            let at = (ib + bi + r) * cols + jb + bj;
-                            line.copy_from_slice(&src[at..at + BLOCK]);
-                        }
-                        for c in 0..BLOCK {
-                            let at = (bj + c) * TILE + bi;
-                            for (r, line) in block.iter().enumerate() {
-                                tile[at + r] = line[c];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for di in 0..h {
-                    let row = &src[(ib + di) * cols + jb..][..w];
-                    for (dj, v) in row.iter().enumerate() {
-                        tile[dj * TILE + di] = *v;
-                    }
-                }
-            }
-            for dj in 0..w {
-                let at = (jb - j0 + dj) * rows + ib;
-                out[at..at + h].copy_from_slice(&tile[dj * TILE..dj * TILE + h]);
-            }
-        }
-    }
-}
-
-/// The general case (odd element sizes or unaligned memory): element by element.
-fn fill_bytes(
-    src: &[u8],
-    rows: usize,
-    cols: usize,
-    item: usize,
-    j0: usize,
-    j1: usize,
-    out: &mut [u8],
-) {
-    for i in 0..rows {
-        let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
-        for (dj, elem) in row.chunks_exact(item).enumerate() {
-            let at = (dj * rows + i) * item;
-            out[at..at + item].copy_from_slice(elem);
-        }
-    }
 }
 
 impl fmt::Debug for TensorData {
@@ -522,8 +451,8 @@ mod tests {
             }
             let data = TensorData::Transposed {
                 source: Arc::new(Mem(src)),
-                rows,
-                cols,
+                dims: vec![rows, cols],
+                perm: vec![1, 0],
                 item,
             };
             assert!(data.to_vec() == want, "{rows}x{cols}x{item}");
@@ -544,14 +473,14 @@ mod tests {
         let src: Vec<u8> = (0..=rows * cols * 4).map(|i| (i % 251) as u8).collect();
         let aligned = TensorData::Transposed {
             source: Arc::new(Mem(src[1..].to_vec())),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         };
         let unaligned = TensorData::Transposed {
             source: Arc::new(Unaligned(src)),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         };
         assert!(unaligned.to_vec() == aligned.to_vec());
