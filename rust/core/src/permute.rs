@@ -163,9 +163,31 @@ impl Layout {
         let inner: usize = out_dims[q + 1..last].iter().product();
         let span = out_dims[q] * inner;
         let src_stride = self.strides[self.perm[last]];
+        if (r1 - r0) / inner < MIN_RUN {
+            // too few steps along q in the band for contiguous reads: tile along the output's
+            // second-to-last axis instead (rows next to each other, a strided read on both sides)
+            let step = self.strides[self.perm[last - 1]];
+            let along = out_dims[last - 1];
+            let mut r = r0;
+            while r < r1 {
+                let index = Self::row_index(r, &out_dims[..last]);
+                let nj = (along - index[last - 1]).min(r1 - r);
+                tile(Block {
+                    src: self.offset(&index, 0),
+                    src_stride,
+                    src_step: step,
+                    ni: len,
+                    nj,
+                    out: (r - r0) * len,
+                    out_stride: len,
+                });
+                r += nj;
+            }
+            return;
+        }
         for h in r0 / span..=(r1 - 1) / span {
             let base = h * span;
-            let mut group = |m: usize| {
+            for m in 0..inner {
                 // output rows base + j * inner + m in r0..r1
                 let first = base + m;
                 let j_lo = if r0 > first {
@@ -179,24 +201,19 @@ impl Layout {
                     0
                 };
                 if j_lo >= j_hi {
-                    return;
+                    continue;
                 }
                 let mut index = Self::row_index(first, &out_dims[..last]);
                 index[q] = j_lo;
                 tile(Block {
                     src: self.offset(&index, 0),
                     src_stride,
+                    src_step: 1,
                     ni: len,
                     nj: j_hi - j_lo,
                     out: (first + j_lo * inner - r0) * len,
                     out_stride: inner * len,
                 });
-            };
-            if r1 - r0 >= inner {
-                (0..inner).for_each(&mut group);
-            } else {
-                // fewer rows than one step along q: each row is its own group
-                (r0.max(base)..r1.min(base + span)).for_each(|r| group((r - base) % inner));
             }
         }
     }
@@ -222,17 +239,22 @@ impl Layout {
     }
 }
 
-/// A strided 2-D transpose: `out[out + j * out_stride + i] = src[src + i * src_stride + j]` for
-/// `i < ni`, `j < nj` (offsets and strides in elements).
+/// A strided 2-D transpose: `out[out + j * out_stride + i] = src[src + i * src_stride + j * src_step]`
+/// for `i < ni`, `j < nj` (offsets and strides in elements; `src_step` 1 is the fast case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Block {
     pub src: usize,
     pub src_stride: usize,
+    pub src_step: usize,
     pub ni: usize,
     pub nj: usize,
     pub out: usize,
     pub out_stride: usize,
 }
+
+/// The fewest consecutive source elements a band reads along the source's last axis (per output
+/// column) for the contiguous tiles to pay; below it the band tiles along its own rows.
+const MIN_RUN: usize = 16;
 
 /// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
 pub(crate) trait Pod: Copy + Default + Send + Sync {}
@@ -288,10 +310,10 @@ pub(crate) fn fill_bytes(
         &mut |b| {
             let mut out = out.borrow_mut();
             for i in 0..b.ni {
-                let row = &src[(b.src + i * b.src_stride) * item..][..b.nj * item];
-                for (j, elem) in row.chunks_exact(item).enumerate() {
+                for j in 0..b.nj {
+                    let from = (b.src + i * b.src_stride + j * b.src_step) * item;
                     let at = (b.out + j * b.out_stride + i) * item;
-                    out[at..at + item].copy_from_slice(elem);
+                    out[at..at + item].copy_from_slice(&src[from..from + item]);
                 }
             }
         },
@@ -312,7 +334,14 @@ fn transpose_block<T: Pod>(src: &[T], b: Block, out: &mut [T]) {
         let h = (ib + TILE).min(b.ni) - ib;
         for jb in (0..b.nj).step_by(TILE) {
             let w = (jb + TILE).min(b.nj) - jb;
-            if h == TILE && w == TILE {
+            if b.src_step != 1 {
+                for di in 0..h {
+                    let at = b.src + (ib + di) * b.src_stride + jb * b.src_step;
+                    for dj in 0..w {
+                        tile[dj * TILE + di] = src[at + dj * b.src_step];
+                    }
+                }
+            } else if h == TILE && w == TILE {
                 for bi in (0..TILE).step_by(BLOCK) {
                     for bj in (0..TILE).step_by(BLOCK) {
                         let mut block = [[T::default(); BLOCK]; BLOCK];
