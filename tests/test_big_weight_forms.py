@@ -107,3 +107,109 @@ def test_batched_weights_read_transposed_are_stored_permuted(tmp_path: Path, lev
     with torch.no_grad():
         want = model(x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- weights off the CPU ------------------------------------------------------------------------------
+
+
+class OnDevice(torch.Tensor):
+    """A CPU tensor that says it lives on a GPU, and logs each copy to the host (this machine has no
+    GPU: the exporter sees a device tensor and must copy it through ``.to("cpu")``)."""
+
+    copies: list[tuple[int, ...]] = []
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor) -> OnDevice:
+        return t.detach().as_subclass(cls)
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+    def to(self, *args: object, **kwargs: object) -> torch.Tensor:  # type: ignore[override]
+        OnDevice.copies.append(tuple(self.shape))
+        # a real copy: what a GPU tensor's .to("cpu") makes
+        return self.as_subclass(torch.Tensor).clone()
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(24, 64)
+        self.b = torch.nn.Linear(64, 8)
+        self.register_buffer("shift", torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x))) + self.shift
+
+
+def _on_device(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.export.ExportedProgram, int]:
+    """The model's program with every weight an OnDevice tensor, and how many weights there are."""
+    captured = torch.export.export(model, (x,), strict=False)
+    for key in captured.state_dict:
+        captured.state_dict[key] = OnDevice(captured.state_dict[key])
+    return captured, len(captured.state_dict)
+
+
+@pytest.mark.parametrize("level", [False, *LEVELS])
+def test_device_weights_are_copied_to_the_host_one_at_a_time_while_written(
+    tmp_path: Path, level: object
+) -> None:
+    model, x = Mlp().eval(), torch.randn(3, 24)
+    with torch.no_grad():
+        want = model(x)
+    captured, n = _on_device(model, x)
+    OnDevice.copies.clear()
+    result = fastonnx.to_onnx(captured, (x,), optimize=level)
+    assert OnDevice.copies == []  # converted and optimized without touching the device's memory
+    torch.testing.assert_close(result(x), want, rtol=1e-6, atol=1e-6)
+    # building the session wrote the model: each weight copied once, the biggest (64, 24) among them
+    assert len(OnDevice.copies) == n and (64, 24) in OnDevice.copies
+
+    OnDevice.copies.clear()
+    path = tmp_path / "mlp.onnx"
+    fastonnx.to_onnx(captured, (x,), filename=path, optimize=level, external_data=True)
+    assert len(OnDevice.copies) == n
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_failing_host_copy_names_the_problem(tmp_path: Path) -> None:
+    model, x = Mlp().eval(), torch.randn(3, 24)
+    captured, _ = _on_device(model, x)
+
+    class Lost(OnDevice):
+        def to(self, *args: object, **kwargs: object) -> torch.Tensor:  # type: ignore[override]
+            raise RuntimeError("CUDA error: device lost")
+
+    captured.state_dict["a.weight"] = Lost(captured.state_dict["a.weight"])
+    path = tmp_path / "lost.onnx"
+    with pytest.raises(fastonnx.FastOnnxError, match="copying a weight to the host failed.*device lost"):
+        fastonnx.to_onnx(captured, (x,), filename=path, external_data=True)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_every_device_here(tmp_path: Path, device: str) -> None:
+    """cpu: weights borrowed in place, no copy; meta: no bytes, the deferred path (attach_weights)."""
+    real, x = Mlp().eval(), torch.randn(3, 24)
+    with torch.no_grad():
+        want = real(x)
+    with torch.device(device):
+        model = Mlp().eval()
+    if device == "cpu":
+        model.load_state_dict(real.state_dict())
+    path = tmp_path / f"{device}.onnx"
+    result = fastonnx.to_onnx(model, (x.to(device),), filename=path, external_data=True)
+    if device == "meta":
+        assert result.stats["deferred_weights"] == 5
+        assert fastonnx.attach_weights(path, real) == 5
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-6, atol=1e-6)

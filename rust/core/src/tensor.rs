@@ -12,6 +12,15 @@ pub trait ByteSource: Send + Sync {
     fn bytes(&self) -> &[u8];
 }
 
+/// Bytes that live elsewhere (a weight on a GPU or another accelerator) and are copied to the host when
+/// they are written, one tensor at a time: the copy is made by the writer's prefetching worker (see
+/// `prefetch`), held while that tensor is written and dropped after, so the host never holds the
+/// whole model.
+pub trait Fetch: Send + Sync {
+    /// A host copy of the bytes.
+    fn fetch(&self) -> io::Result<Arc<dyn ByteSource>>;
+}
+
 /// Bytes a pass computed, shared by lazily transformed tensors like borrowed memory is.
 impl ByteSource for Vec<u8> {
     fn bytes(&self) -> &[u8] {
@@ -53,6 +62,11 @@ pub enum TensorData {
         dims: Vec<usize>,
         perm: Vec<usize>,
         item: usize,
+    },
+    /// `len` bytes copied to the host only while they are written (see [`Fetch`]).
+    Fetched {
+        fetch: Arc<dyn Fetch>,
+        len: usize,
     },
     /// Bytes that are not here (a weight on the meta device): the writer leaves their place in the
     /// external data file empty, to be filled later (fastonnx.attach_weights).
@@ -129,6 +143,7 @@ impl TensorData {
             TensorData::Owned(v) => Some(v),
             TensorData::Borrowed(b) => Some(b.bytes()),
             TensorData::Transposed { .. }
+            | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. } => None,
@@ -152,7 +167,9 @@ impl TensorData {
             TensorData::Owned(v) => v.len(),
             TensorData::Borrowed(b) => b.bytes().len(),
             TensorData::Transposed { dims, item, .. } => dims.iter().product::<usize>() * item,
-            TensorData::Deferred { len } | TensorData::Referenced { len, .. } => *len,
+            TensorData::Deferred { len }
+            | TensorData::Referenced { len, .. }
+            | TensorData::Fetched { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
         }
     }
@@ -177,22 +194,45 @@ impl TensorData {
     /// The memory the bytes live in, for weights seen through a buffer.
     pub fn source(&self) -> Option<&Arc<dyn ByteSource>> {
         match self {
-            TensorData::Owned(_) | TensorData::Deferred { .. } | TensorData::Referenced { .. } => {
-                None
-            }
+            TensorData::Owned(_)
+            | TensorData::Fetched { .. }
+            | TensorData::Deferred { .. }
+            | TensorData::Referenced { .. } => None,
             TensorData::Borrowed(s)
             | TensorData::Transposed { source: s, .. }
             | TensorData::ChannelScaled { source: s, .. } => Some(s),
         }
     }
 
-    /// Whether the bytes take work to produce (anything but a plain copy of memory): such tensors are
-    /// produced piece by piece, see [`TensorData::pieces`].
+    /// Whether the bytes take work to produce (anything but a plain copy of memory in place): such
+    /// tensors are produced piece by piece, see [`TensorData::pieces`].
     pub fn is_computed(&self) -> bool {
         matches!(
             self,
-            TensorData::Transposed { .. } | TensorData::ChannelScaled { .. }
+            TensorData::Transposed { .. }
+                | TensorData::ChannelScaled { .. }
+                | TensorData::Fetched { .. }
         )
+    }
+
+    /// A host copy of a fetched tensor's bytes, checked against its length (None for the other kinds).
+    pub fn fetch(&self) -> Option<io::Result<Arc<dyn ByteSource>>> {
+        let TensorData::Fetched { fetch, len } = self else {
+            return None;
+        };
+        Some(fetch.fetch().and_then(|host| {
+            if host.bytes().len() == *len {
+                Ok(host)
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "a weight copied to the host has {} bytes, {len} were expected",
+                        host.bytes().len()
+                    ),
+                ))
+            }
+        }))
     }
 
     /// The pieces a computed tensor's bytes are produced in, in order (none for the other kinds).
@@ -229,6 +269,17 @@ impl TensorData {
                     })
                     .collect())
             }
+            TensorData::Fetched { len, .. } => Ok((0..*len)
+                .step_by(PIECE_BYTES)
+                .map(|first| {
+                    let end = (first + PIECE_BYTES).min(*len);
+                    Piece {
+                        first,
+                        end,
+                        len: end - first,
+                    }
+                })
+                .collect()),
             TensorData::ChannelScaled {
                 source,
                 scale,
@@ -258,6 +309,27 @@ impl TensorData {
                     .collect())
             }
             _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Produces `piece` (one of [`TensorData::pieces`]) into `out`, exactly `piece.len()` bytes; the
+    /// fast paths need `out` aligned to 8 bytes (as [`piece_buffer`] gives it). A fetched tensor's
+    /// pieces come from its host copy, `host` (see [`TensorData::fetch`]).
+    pub fn fill_from(
+        &self,
+        host: Option<&dyn ByteSource>,
+        piece: Piece,
+        out: &mut [u8],
+    ) -> io::Result<()> {
+        match (self, host) {
+            (TensorData::Fetched { .. }, Some(host)) => {
+                if out.len() != piece.len {
+                    return Err(io::Error::other("piece buffer of the wrong size"));
+                }
+                out.copy_from_slice(&host.bytes()[piece.first..piece.end]);
+                Ok(())
+            }
+            _ => self.fill(piece, out),
         }
     }
 
@@ -321,6 +393,12 @@ impl TensorData {
                 io::ErrorKind::InvalidData,
                 "a deferred weight (meta device) has no bytes to write",
             )),
+            TensorData::Fetched { .. } => {
+                let host = self
+                    .fetch()
+                    .unwrap_or_else(|| Err(io::Error::other("not fetched")))?;
+                w.write_all(host.bytes())
+            }
             TensorData::Referenced { location, .. } => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("a weight referenced in {location:?} has no bytes here to write"),
@@ -360,6 +438,7 @@ impl fmt::Debug for TensorData {
             TensorData::Owned(_) => "owned",
             TensorData::Borrowed(_) => "borrowed",
             TensorData::Transposed { .. } => "transposed",
+            TensorData::Fetched { .. } => "fetched",
             TensorData::Deferred { .. } => "deferred",
             TensorData::Referenced { .. } => "referenced",
             TensorData::ChannelScaled { .. } => "channel-scaled",

@@ -66,8 +66,9 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
                 perm.iter().map(|&k| first[k]).collect(),
                 *item,
             ),
-            // no bytes yet, or bytes computed as they are written: keep the Transpose node
+            // no bytes yet, or bytes computed or fetched as they are written: keep the Transpose node
             TensorData::Deferred { .. }
+            | TensorData::Fetched { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. } => continue,
             TensorData::Owned(bytes) => TensorData::Owned(
