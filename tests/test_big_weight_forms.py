@@ -213,3 +213,25 @@ def test_every_device_here(tmp_path: Path, device: str) -> None:
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_device_expert_weights_are_permuted_as_they_are_copied(tmp_path: Path, level: object) -> None:
+    model = BatchedExperts().eval()
+    x = torch.randn(5, 40, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(x)
+    captured, n = _on_device(model, x)
+    OnDevice.copies.clear()
+    path = tmp_path / "experts.onnx"
+    result = fastonnx.to_onnx(captured, (x,), filename=path, optimize=level, external_data=True)
+    assert result.stats["optimize"]["weights_transposed"] >= 3
+    assert _transposed_initializers(onnx.load(str(path), load_external_data=False)) == []
+    # each weight copied once, permuted from that one host copy
+    assert sorted(OnDevice.copies) == sorted(tuple(t.shape) for t in captured.state_dict.values())
+    assert len(OnDevice.copies) == n
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-5)

@@ -271,7 +271,7 @@ impl Graph {
         if !matches!(
             t.data,
             TensorData::Borrowed(_)
-                | TensorData::Fetched { .. }
+                | TensorData::Fetched { permuted: None, .. }
                 | TensorData::Deferred { .. }
                 | TensorData::Referenced { .. }
         ) {

@@ -22,4 +22,4 @@ mod testing;
 pub use error::{Error, Result};
 pub use graph::{AttrValue, Attribute, Dim, Graph, Model, Node, TiedKey, ValueType};
 pub use scopes::{Scope, SharedScopes};
-pub use tensor::{ByteSource, Fetch, Tensor, TensorData};
+pub use tensor::{ByteSource, Fetch, Permutation, Tensor, TensorData};

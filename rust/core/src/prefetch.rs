@@ -122,7 +122,7 @@ fn produce(
             let Ok(mut buf) = spent.recv() else { return };
             let out = piece_buffer(&mut buf, piece.len());
             let message = data
-                .fill_from(host.as_deref(), piece, out)
+                .fill_from(host.as_ref(), piece, out)
                 .map(|()| (buf, piece.len()));
             let failed = message.is_err();
             if filled.send(message).is_err() || failed {
@@ -206,6 +206,7 @@ mod tests {
             .map(|d| TensorData::Fetched {
                 fetch: Arc::clone(d) as Arc<dyn crate::tensor::Fetch>,
                 len: d.bytes.len(),
+                permuted: None,
             })
             .collect();
         tensors.insert(1, matrix(300, 1000, 3));
@@ -235,6 +236,7 @@ mod tests {
         let short = TensorData::Fetched {
             fetch: Arc::clone(&devices[1]) as Arc<dyn crate::tensor::Fetch>,
             len: 11,
+            permuted: None,
         };
         let err = with_prefetch(vec![&short], |p| p.write(&short, &mut Vec::new()))
             .expect_err("must fail");

@@ -63,10 +63,12 @@ pub enum TensorData {
         perm: Vec<usize>,
         item: usize,
     },
-    /// `len` bytes copied to the host only while they are written (see [`Fetch`]).
+    /// `len` bytes copied to the host only while they are written (see [`Fetch`]), permuted as they are
+    /// written when read through a Transpose (as [`TensorData::Transposed`] is).
     Fetched {
         fetch: Arc<dyn Fetch>,
         len: usize,
+        permuted: Option<Arc<Permutation>>,
     },
     /// Bytes that are not here (a weight on the meta device): the writer leaves their place in the
     /// external data file empty, to be filled later (fastonnx.attach_weights).
@@ -87,6 +89,15 @@ pub enum TensorData {
         scale: Arc<Vec<f32>>,
         inner: usize,
     },
+}
+
+/// How a tensor's bytes are read through ONNX `Transpose`: source `dims` (row-major, `item`-byte
+/// elements) and `perm` (output axis k is source axis `perm[k]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permutation {
+    pub dims: Vec<usize>,
+    pub perm: Vec<usize>,
+    pub item: usize,
 }
 
 /// The most bytes of a computed tensor (transposed or scaled as it is written) produced at a time: the
@@ -217,7 +228,7 @@ impl TensorData {
 
     /// A host copy of a fetched tensor's bytes, checked against its length (None for the other kinds).
     pub fn fetch(&self) -> Option<io::Result<Arc<dyn ByteSource>>> {
-        let TensorData::Fetched { fetch, len } = self else {
+        let TensorData::Fetched { fetch, len, .. } = self else {
             return None;
         };
         Some(fetch.fetch().and_then(|host| {
@@ -244,31 +255,14 @@ impl TensorData {
                 perm,
                 item,
             } => {
-                let layout = Layout::new(dims, perm)?;
                 if *item == 0 || self.len() != source.bytes().len() {
                     return Err(wrong_size("transposed"));
                 }
-                let rows = layout.rows();
-                if rows == 0 {
-                    return Ok(Vec::new());
-                }
-                let row = layout.row_len() * item;
-                let mut band = (PIECE_BYTES / row).clamp(1, rows);
-                if band >= TILE {
-                    band -= band % TILE; // whole tiles: the fast path of the transposition
-                }
-                Ok((0..rows)
-                    .step_by(band)
-                    .map(|first| {
-                        let end = (first + band).min(rows);
-                        Piece {
-                            first,
-                            end,
-                            len: (end - first) * row,
-                        }
-                    })
-                    .collect())
+                Ok(band_pieces(&Layout::new(dims, perm)?, *item))
             }
+            TensorData::Fetched {
+                permuted: Some(p), ..
+            } => Ok(band_pieces(&Layout::new(&p.dims, &p.perm)?, p.item)),
             TensorData::Fetched { len, .. } => Ok((0..*len)
                 .step_by(PIECE_BYTES)
                 .map(|first| {
@@ -317,19 +311,39 @@ impl TensorData {
     /// pieces come from its host copy, `host` (see [`TensorData::fetch`]).
     pub fn fill_from(
         &self,
-        host: Option<&dyn ByteSource>,
+        host: Option<&Arc<dyn ByteSource>>,
         piece: Piece,
         out: &mut [u8],
     ) -> io::Result<()> {
         match (self, host) {
-            (TensorData::Fetched { .. }, Some(host)) => {
-                if out.len() != piece.len {
-                    return Err(io::Error::other("piece buffer of the wrong size"));
+            (TensorData::Fetched { .. }, Some(host)) => match self.on_host(Arc::clone(host)) {
+                TensorData::Borrowed(b) => {
+                    if out.len() != piece.len {
+                        return Err(io::Error::other("piece buffer of the wrong size"));
+                    }
+                    out.copy_from_slice(&b.bytes()[piece.first..piece.end]);
+                    Ok(())
                 }
-                out.copy_from_slice(&host.bytes()[piece.first..piece.end]);
-                Ok(())
-            }
+                permuted => permuted.fill(piece, out),
+            },
             _ => self.fill(piece, out),
+        }
+    }
+
+    /// A fetched tensor's bytes as read from its host copy `host`: the copy itself, or the copy
+    /// permuted as it is written (other kinds are returned as they are).
+    fn on_host(&self, host: Arc<dyn ByteSource>) -> TensorData {
+        match self {
+            TensorData::Fetched {
+                permuted: Some(p), ..
+            } => TensorData::Transposed {
+                source: host,
+                dims: p.dims.clone(),
+                perm: p.perm.clone(),
+                item: p.item,
+            },
+            TensorData::Fetched { permuted: None, .. } => TensorData::Borrowed(host),
+            other => other.clone(),
         }
     }
 
@@ -397,7 +411,7 @@ impl TensorData {
                 let host = self
                     .fetch()
                     .unwrap_or_else(|| Err(io::Error::other("not fetched")))?;
-                w.write_all(host.bytes())
+                self.on_host(host).write_to(w)
             }
             TensorData::Referenced { location, .. } => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -414,6 +428,30 @@ impl TensorData {
             }
         }
     }
+}
+
+/// Bands of output rows of a permuted tensor, about [`PIECE_BYTES`] each (one row at least).
+fn band_pieces(layout: &Layout, item: usize) -> Vec<Piece> {
+    let rows = layout.rows();
+    if rows == 0 {
+        return Vec::new();
+    }
+    let row = layout.row_len() * item;
+    let mut band = (PIECE_BYTES / row.max(1)).clamp(1, rows);
+    if band >= TILE {
+        band -= band % TILE; // whole tiles: the fast path of the transposition
+    }
+    (0..rows)
+        .step_by(band)
+        .map(|first| {
+            let end = (first + band).min(rows);
+            Piece {
+                first,
+                end,
+                len: (end - first) * row,
+            }
+        })
+        .collect()
 }
 
 fn wrong_size(kind: &str) -> io::Error {

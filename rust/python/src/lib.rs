@@ -383,6 +383,7 @@ impl GraphBuilder {
                 TensorData::Fetched {
                     fetch: Arc::new(PyFetch(fetch)),
                     len: nbytes,
+                    permuted: None,
                 },
                 tied,
             )

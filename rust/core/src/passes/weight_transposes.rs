@@ -10,7 +10,7 @@ use super::rewrite::retain_nodes;
 use crate::dtype;
 use crate::graph::Graph;
 use crate::permute;
-use crate::tensor::{Tensor, TensorData};
+use crate::tensor::{Permutation, Tensor, TensorData};
 
 /// A Transpose of an initializer becomes an initializer stored permuted: weights stay borrowed (the
 /// writer permutes them as it writes), small owned constants are permuted now.
@@ -66,9 +66,29 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
                 perm.iter().map(|&k| first[k]).collect(),
                 *item,
             ),
-            // no bytes yet, or bytes computed or fetched as they are written: keep the Transpose node
+            // a weight off the CPU: permuted as its host copy is written (composed with an earlier perm)
+            TensorData::Fetched {
+                fetch,
+                len,
+                permuted,
+            } => {
+                let (dims, perm, item) = match permuted {
+                    Some(p) => (
+                        p.dims.clone(),
+                        perm.iter().map(|&k| p.perm[k]).collect(),
+                        p.item,
+                    ),
+                    None => (dims.clone(), perm.clone(), item),
+                };
+                TensorData::Fetched {
+                    fetch: Arc::clone(fetch),
+                    len: *len,
+                    permuted: (!permute::is_identity(&dims, &perm))
+                        .then(|| Arc::new(Permutation { dims, perm, item })),
+                }
+            }
+            // no bytes yet, or bytes computed as they are written: keep the Transpose node
             TensorData::Deferred { .. }
-            | TensorData::Fetched { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. } => continue,
             TensorData::Owned(bytes) => TensorData::Owned(
@@ -236,5 +256,65 @@ mod tests {
         assert_eq!(ct.dims, vec![3, 1, 2]);
         assert!(matches!(ct.data, TensorData::Owned(_)));
         assert_eq!(floats(&ct.data), vec![1., 4., 2., 5., 3., 6.]);
+    }
+
+    /// Bytes on "a device": each host copy is fresh.
+    struct Device(Vec<u8>);
+    impl crate::tensor::Fetch for Device {
+        fn fetch(&self) -> std::io::Result<Arc<dyn crate::tensor::ByteSource>> {
+            Ok(Arc::new(self.0.clone()))
+        }
+    }
+
+    #[test]
+    fn device_weights_are_permuted_as_their_host_copy_is_written() {
+        let mut g = Graph::new("g");
+        let values: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let data = TensorData::Fetched {
+            fetch: Arc::new(Device(bytes)),
+            len: 96,
+            permuted: None,
+        };
+        let w = g
+            .add_initializer("w", dtype::FLOAT, vec![2, 3, 4], data, None)
+            .expect("weight");
+        let t1 = g.op_with("Transpose", &[&w], perm(&[0, 2, 1]));
+        let t2 = g.op_with("Transpose", &[&t1], perm(&[0, 2, 1]));
+        let y = g.op("Add", &[&t1, &t1]);
+        let z = g.op("Relu", &[&t2]);
+        g.outputs.push(y);
+        g.outputs.push(z);
+        assert_eq!(fold_weight_transposes(&mut g), 1);
+        assert_eq!(fold_weight_transposes(&mut g), 1);
+        let wt = g.initializer(&t1).expect("folded");
+        assert!(matches!(
+            wt.data,
+            TensorData::Fetched {
+                permuted: Some(_),
+                ..
+            }
+        ));
+        let mut want = Vec::new();
+        for e in 0..2 {
+            for o in 0..4 {
+                for i in 0..3 {
+                    want.push(values[e * 12 + i * 4 + o]);
+                }
+            }
+        }
+        assert_eq!(floats(&wt.data), want);
+        // through the writer's pipeline too
+        let mut piped = Vec::new();
+        crate::prefetch::with_prefetch(vec![&wt.data], |p| p.write(&wt.data, &mut piped))
+            .expect("write");
+        assert_eq!(crate::tensor::le_f32s(&piped), want);
+        // transposed back: the host copy as it is
+        let back = g.initializer(&t2).expect("folded");
+        assert!(matches!(
+            back.data,
+            TensorData::Fetched { permuted: None, .. }
+        ));
+        assert_eq!(floats(&back.data), values);
     }
 }
