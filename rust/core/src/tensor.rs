@@ -608,4 +608,35 @@ mod tests {
             unaligned.len()
         );
     }
+
+    #[test]
+    fn permuted_weights_are_written_in_bounded_pieces() {
+        let dims = [3usize, 700, 600]; // 5 MB of u32: several pieces
+        let src: Vec<u8> = (0..dims.iter().product::<usize>() as u32)
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        for perm in [[0usize, 2, 1], [2, 1, 0], [1, 0, 2]] {
+            let data =
+                TensorData::transposed(Arc::new(Mem(src.clone())), dims.to_vec(), perm.to_vec(), 4);
+            let pieces = data.pieces().expect("pieces");
+            assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= PIECE_BYTES));
+            assert_eq!(pieces.iter().map(Piece::len).sum::<usize>(), src.len());
+            let out = le_i32s(&data.to_vec());
+            let od: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+            let mut k = 0;
+            for x in 0..od[0] {
+                for y in 0..od[1] {
+                    for z in 0..od[2] {
+                        let mut at = [0usize; 3];
+                        at[perm[0]] = x;
+                        at[perm[1]] = y;
+                        at[perm[2]] = z;
+                        let want = (at[0] * dims[1] + at[1]) * dims[2] + at[2];
+                        assert_eq!(out[k] as usize, want, "perm {perm:?}");
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
 }
