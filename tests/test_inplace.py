@@ -39,7 +39,13 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     folder = tmp_path_factory.mktemp("ckpt")
     torch.manual_seed(0)
-    LlamaForCausalLM(_config()).eval().save_pretrained(folder, max_shard_size="60KB")
+    model = LlamaForCausalLM(_config()).eval()
+    with torch.no_grad():
+        # trained norms differ: all-ones norms would be merged into one initializer by the optimizer
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(folder, max_shard_size="60KB")
     return str(folder)
 
 
@@ -79,7 +85,12 @@ def _external_locations(path: str) -> dict[str, str]:
     }
 
 
-def test_meta_llama_references_every_weight_in_its_shards(checkpoint: str) -> None:
+# Linear products of the tiny Llama: q, k, v, o, gate, up, down per layer, and the tied lm_head
+LINEARS = 7 * _config().num_hidden_layers + 1
+
+
+@pytest.mark.parametrize("optimize", [True, "onnxruntime"])
+def test_meta_llama_references_every_weight_in_its_shards(checkpoint: str, optimize: bool | str) -> None:
     from transformers import LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
@@ -93,8 +104,12 @@ def test_meta_llama_references_every_weight_in_its_shards(checkpoint: str) -> No
     mask = torch.ones(2, 8, dtype=torch.int64).to("meta")
     path = os.path.join(checkpoint, "model.onnx")
     try:
-        result = fastonnx.to_onnx(Logits(meta), (ids, mask), filename=path, weights=checkpoint)
+        result = fastonnx.to_onnx(
+            Logits(meta), (ids, mask), filename=path, weights=checkpoint, optimize=optimize
+        )
         w = result.stats["file"]["weights"]
+        assert w["read_as_stored"] == LINEARS
+        assert not _transposed_weights(path)
         count, size = _checkpoint_bytes(checkpoint)
         # every checkpoint tensor referenced (the tied lm_head through the embedding), none written
         assert (w["referenced_tensors"], w["referenced_bytes"], w["written_tensors"]) == (count, size, 0)
@@ -111,8 +126,16 @@ def test_meta_llama_references_every_weight_in_its_shards(checkpoint: str) -> No
                 os.unlink(leftover)
 
 
-def test_real_model_elsewhere_links_the_shards_and_writes_transposed_weights(
-    checkpoint: str, tmp_path
+def _transposed_weights(path: str) -> list[str]:
+    """Transpose nodes reading an initializer: a weight onnxruntime would transpose at run time."""
+    model = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "Transpose" and n.input[0] in inits]
+
+
+@pytest.mark.parametrize(("optimize", "product"), [(True, "Gemm"), ("onnxruntime", "FusedMatMul")])
+def test_real_model_elsewhere_links_the_shards_and_references_linear_weights_as_stored(
+    checkpoint: str, tmp_path, optimize: bool | str, product: str
 ) -> None:
     from transformers import LlamaForCausalLM
 
@@ -125,22 +148,42 @@ def test_real_model_elsewhere_links_the_shards_and_writes_transposed_weights(
     host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
     (out / f"model-00001-of-00008.safetensors.tmp-{host}-999999-0123456789abcdef").write_bytes(b"x")
     path = str(out / "model.onnx")
-    result = fastonnx.to_onnx(Logits(real), (ids, mask), filename=path, weights=_shards(checkpoint))
+    result = fastonnx.to_onnx(
+        Logits(real), (ids, mask), filename=path, weights=_shards(checkpoint), optimize=optimize
+    )
     w = result.stats["file"]["weights"]
-    # Linear weights are pre-transposed at the standard level: written; the embeddings and norms are not
-    assert w["referenced_tensors"] > 0 and w["written_tensors"] > 0
-    assert w["referenced_tensors"] + w["written_tensors"] == _checkpoint_bytes(checkpoint)[0]
-    assert w["written_bytes"] > 0
+    # Linear weights read as stored (Gemm / FusedMatMul with transB): every checkpoint tensor referenced
+    count, size = _checkpoint_bytes(checkpoint)
+    assert (w["referenced_tensors"], w["referenced_bytes"]) == (count, size)
+    assert (w["written_tensors"], w["written_bytes"], w["read_as_stored"]) == (0, 0, LINEARS)
+    model = onnx.load(path, load_external_data=False)
+    transb = [
+        n
+        for n in model.graph.node
+        if n.op_type == product
+        and onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "transB")) == 1
+    ]
+    assert len(transb) == LINEARS and not _transposed_weights(path)
     assert set(w["shards"].values()) == {"linked"} and w["linked_bytes"] == w["referenced_bytes"]
     for name in set(_external_locations(path).values()) - {"model.onnx.data"}:
         assert os.path.samefile(out / name, os.path.join(checkpoint, name))
     assert not [f for f in os.listdir(out) if "tmp" in f]
     _run_and_compare(path, checkpoint)
     # again into the same folder, durable: the links already there are kept, the model rewritten
-    again = fastonnx.to_onnx(Logits(real), (ids, mask), filename=path, weights=checkpoint, durable=True)
+    again = fastonnx.to_onnx(
+        Logits(real), (ids, mask), filename=path, weights=checkpoint, durable=True, optimize=optimize
+    )
     assert again.stats["file"]["weights"] == w
     assert not [f for f in os.listdir(out) if "tmp" in f]
     _run_and_compare(path, checkpoint)
+    # ExportResult.save into a third folder links the shards there too (the writer makes the links)
+    third = tmp_path / "third"
+    third.mkdir()
+    info = again.save(third / "model.onnx")
+    assert sorted(os.path.basename(p) for p in info["linked"]) == sorted(w["shards"])
+    for name in w["shards"]:
+        assert os.path.samefile(third / name, os.path.join(checkpoint, name))
+    _run_and_compare(str(third / "model.onnx"), checkpoint)
 
 
 class Small(torch.nn.Module):
@@ -161,8 +204,9 @@ class Small(torch.nn.Module):
             r"'emb.weight'.*\[40, 16\].*\[50, 16\]",
         ),
         (
-            lambda sd: sd.update({"emb.weight": sd["emb.weight"].to(torch.bfloat16)}),
-            r"'emb.weight' is torch.bfloat16.*model's is torch.float32",
+            # float dtypes differing are cast (test_inplace_cast.py); an int tensor is not the weight
+            lambda sd: sd.update({"emb.weight": sd["emb.weight"].to(torch.int32)}),
+            r"'emb.weight' is torch.int32.*model's is torch.float32",
         ),
         (lambda sd: sd.pop("norm.bias"), r"'norm.bias' \(torch.float32, shape \[16\]\).*not in the shards"),
     ],

@@ -15,6 +15,7 @@ from fastonnx.errors import (
     SerializationError,
     UnsupportedOpError,
 )
+from fastonnx.functions import inline_functions
 from fastonnx.graph_module import graph_module_to_onnx
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
@@ -46,6 +47,7 @@ __all__ = [
     "backend",
     "debug_backend",
     "export",
+    "inline_functions",
     "graph_module_to_onnx",
     "patch_torch_onnx",
     "to_onnx",

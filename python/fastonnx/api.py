@@ -15,6 +15,7 @@ import torch
 
 from fastonnx import capture as capture_mod
 from fastonnx import debug, dynamic, inplace
+from fastonnx import functions as functions_mod
 from fastonnx import metadata as metadata_mod
 from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
@@ -55,6 +56,8 @@ def to_onnx(
     durable: bool = False,
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
+    export_modules_as_functions: functions_mod.Selection = False,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -91,6 +94,14 @@ def to_onnx(
     ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
     smallest.
 
+    ``export_modules_as_functions``: False (default), True (every submodule below the root) or a set of
+    nn.Module classes: each instance becomes one call of an ONNX local function (``fastonnx.functions``);
+    instances with the same body share one function named after the class (``LlamaDecoderLayer``, domain
+    ``pkg.transformers``), others get ``LlamaDecoderLayer_1``...; weights are passed at each call; the
+    passes run inside each body and never across a call. An instance whose nodes cannot form one call
+    is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
+    gives the flat model back.
+
     Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
     while the graph is converted and optimized; each is copied to the host only when the file (or
     the in-memory model of ``result.session()``) is written, one tensor at a time: the writer's
@@ -101,10 +112,14 @@ def to_onnx(
     its copy is written. The model's inputs are traced on their own device.
 
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
-    checkpoint. The initializers found there (same key, dtype and shape) that the graph reads as stored
-    are not written: their external data points into the shards (``fastonnx.inplace`` says which and
-    how; ``stats["file"]["weights"]`` counts them). The model may be on the meta device. Needs
-    ``filename``; a ``.onnx`` outside the shards' folder gets them hard-linked beside it.
+    checkpoint. The initializers found there (same key, as transformers' loading renames them, and
+    shape) that the graph reads as stored are not written: their external data points into the shards;
+    Linear weights are read as stored (Gemm / FusedMatMul with transB), a checkpoint float dtype
+    differing from the graph's is read through a Cast (``fastonnx.inplace`` says which and how;
+    ``stats["file"]["weights"]`` counts them). ``cast_weights=True`` writes those cast into
+    ``<model>.onnx.data`` instead (converted piece by piece from the shards for a meta-device model). The
+    model may be on the meta device. Needs ``filename``; a ``.onnx`` outside the shards' folder gets them
+    hard-linked beside it.
     """
     if not isinstance(metadata, bool):
         raise InputError(f"metadata must be True or False, got {metadata!r}")
@@ -133,6 +148,8 @@ def to_onnx(
                 progress=progress,
                 metadata=metadata,
                 weights=weights,
+                export_modules_as_functions=export_modules_as_functions,
+                cast_weights=cast_weights,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -166,6 +183,8 @@ def _export(
     progress: bool | None,
     metadata: bool,
     weights: inplace.Weights | None = None,
+    export_modules_as_functions: functions_mod.Selection = False,
+    cast_weights: bool = False,
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -174,6 +193,7 @@ def _export(
         raise InputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     level = optimize_level(optimize)
     opset = resolve_opset(opset)
+    functions_mod.class_filter(export_modules_as_functions)  # a bad selection fails before the capture
     bars = Progress(progress)
     if filename is not None:
         _check_writable(os.fspath(filename))
@@ -211,6 +231,9 @@ def _export(
         interp.trace.node_names = builder.node_names()
     if metadata:
         metadata_mod.graph_metadata(builder, ep)
+    carved = functions_mod.extract(
+        builder, ep, interp.trace.steps, interp.outputs_start, export_modules_as_functions, metadata
+    )
     t2 = time.perf_counter()
     stats["convert_s"] = t2 - t1
     stats["fx_nodes"] = len(ep.graph.nodes)
@@ -221,13 +244,18 @@ def _export(
         record.count_before_optimize(builder)
     record.stage = "optimize"
 
+    plan = read_as_stored = None
+    if shards is not None:
+        plan = inplace.plan(interp.weights_read, interp.deferred, shards, model, cast_weights)
+        # before the passes: the Linear weights to be referenced are read as stored, not pre-transposed
+        read_as_stored = builder.read_weights_as_stored(plan.as_stored(), level)
     with bars.stage("optimize", unit="pass") as stage:
         stats["optimize"] = builder.optimize(level, stage.update if stage.enabled else None)
     referenced = None
-    if shards is not None:
-        referenced = inplace.reference(builder, interp.weights_read, interp.deferred, shards, model)
-        # referenced deferred weights are not holes any more: attach_weights has nothing to fill there
-        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.referenced_names}
+    if plan is not None:
+        referenced = inplace.reference(builder, plan, read_as_stored or 0)
+        # weights filled from the shards are not holes any more: attach_weights has nothing to fill there
+        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.filled_names}
     if interp.deferred:
         # the weights without bytes that the optimized graph still reads: attach_weights fills them
         deferred = {k: v for k, v in interp.deferred.items() if builder.has_initializer(k)}
@@ -236,6 +264,11 @@ def _export(
     t3 = time.perf_counter()
     stats["optimize_s"] = t3 - t2
     stats["nodes"] = builder.num_nodes
+    if carved is not None:
+        carved["functions"] = [
+            f"{domain}.{name}: {nodes} nodes" for domain, name, nodes in builder.functions()
+        ]
+        stats["functions"] = carved
     stats["initializers"] = builder.num_initializers
     log.info("optimize: %.3fs, %d ONNX nodes", t3 - t2, builder.num_nodes)
     record.stage = "write"
@@ -245,17 +278,9 @@ def _export(
     result._model, result.exported_program, result._trace = model, ep, interp.trace
     stats["write_s"] = 0.0
     if filename is not None:
-        links: dict[str, str] = {}
         model_folder = os.path.dirname(os.path.abspath(os.fspath(filename)))
-        if referenced is not None:
-            links = inplace.link_shards(referenced, model_folder)
-        try:
-            info = result.save(filename, external_data, durable=durable, progress=progress)
-        except BaseException:
-            inplace.drop_links(links)
-            raise
-        # renamed last (the atomic-write rule): a failed save leaves no link behind
-        inplace.commit_links(links, durable)
+        # the writer hard-links the shards beside a model written elsewhere (renamed with the model)
+        info = result.save(filename, external_data, durable=durable, progress=progress)
         if referenced is not None:
             written = info["data_bytes"] if info["data_path"] else 0
             info["weights"] = inplace.file_stats(referenced, model_folder, written)

@@ -130,6 +130,9 @@ class ConversionContext:
         self.sym_sources: dict[str, tuple[str, int]] = {}
         # symbol text -> ONNX 0-d int64 value holding it, created on first use
         self.sym_values: dict[str, str] = {}
+        # the walker's search for a dim no table holds: a top-graph value computed so far that has a
+        # dim of that text (data-dependent sizes such as "Min(150, u2)" are no graph input's dims)
+        self.find_dim: Callable[[str], tuple[str, int] | None] | None = None
         # initializer name -> the torch tensor it borrows, for converters that lay a weight out anew
         # at export (recurrent gate orders) instead of reshuffling it at every run
         self.weights: dict[str, torch.Tensor] = {}
@@ -319,13 +322,18 @@ class ConversionContext:
             key = str(self.dim(d))
             if key in self.sym_values:
                 return self.sym_values[key]
+            if key not in self.sym_sources and self.find_dim is not None:
+                found = self.find_dim(key)
+                if found is not None:
+                    self.sym_sources[key] = found
             if key in self.sym_sources:
                 source, axis = self.sym_sources[key]
                 value = self.op("Squeeze", self.op("Shape", source, start=axis, end=axis + 1), self.i64([0]))
                 self.sym_values[key] = value
                 return value
             raise self.error(
-                f"symbolic dimension {key!r} is not available as a value; it is not a dim of any graph input"
+                f"symbolic dimension {key!r} is not available as a value; it is not a dim of any graph "
+                "input nor of any value computed before this node"
             )
         raise self.error(f"expected a symbolic dimension, got {type(d).__name__} {d!r}")
 

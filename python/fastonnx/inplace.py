@@ -2,35 +2,59 @@
 
 A safetensors shard holds each tensor as raw little-endian row-major bytes at a known offset, which is
 what ONNX external data points at. Each initializer whose state-dict key is in the shards, with the same
-dtype and shape, and whose bytes the graph reads as stored, becomes external data pointing into its
-shard (``location`` = the shard's file name, ``offset`` = 8 + header length + the tensor's begin):
-none of its bytes are written. The model may be a real module or live on the meta device.
+shape (and dtype, or a float dtype a Cast makes it), and whose bytes the graph reads as stored, becomes
+external data pointing into its shard (``location`` = the shard's file name, ``offset`` = 8 + header
+length + the tensor's begin): none of its bytes are written. The model may be a real module or live on
+the meta device. The shards are matched (``plan``) before the optimizer runs, and pointed at
+(``reference``) after it.
 
-- Weights the graph needs in another form (Linear weights pre-transposed at the standard level, batch
-  norms folded into convolutions, constants) are written to ``<model>.onnx.data`` as without
-  ``weights=``: this first version does not emit ``Gemm(transB=1)`` to read Linear weights as stored.
-  A meta-device model keeps its Linear weights untransposed (a ``Transpose`` node reads them), so all
-  of its checkpoint weights are referenced.
+- Linear weights are read as stored (``[out, in]``) so that they are referenced too: before the passes,
+  ``MatMul(x, Transpose(W))`` with ``W`` found in the shards becomes ``Gemm(x, W, transB=1)`` at the
+  standard level (a 3-D ``x`` reshaped to 2-D around it) and ``com.microsoft.FusedMatMul(x, W,
+  transB=1)`` at the onnxruntime level (float32; other float types take the Gemm form: onnxruntime's CPU
+  FusedMatMul is float32 only). Chosen per level by ``benches/inplace_latency.py`` (docs/benchmarks.md,
+  "Checkpoints in place", 11 alternated runs per row on the 2x256, 16x256 and 16x1024 rungs, 1x128
+  and 1x1 tokens, one and two threads): the two forms are within this shared machine's noise at both
+  levels (ratio of minima, median over the rows: standard 1.03x, onnxruntime 0.96x; single rows from
+  0.22x to 1.38x either way, not repeatable from one run of the bench to the next), so the form that
+  reads the weights as stored is used at both levels: it is no slower and needs none of their bytes
+  written.
+- Weights the graph needs in another form (batch norms folded into convolutions, constants) are written
+  to ``<model>.onnx.data`` as without ``weights=``.
+- A checkpoint float dtype differing from the graph's (bf16 checkpoint, fp32 graph): the tensor is
+  referenced as stored and a ``Cast`` to the graph's dtype writes the initializer's name (onnxruntime
+  folds it at load). ``cast_weights=True`` writes it cast into ``<model>.onnx.data`` instead: a meta-device
+  weight is read from the shard and converted piece by piece as the writer streams
+  (``TensorData::Converted``); a real module's weight is its own, already cast bytes, written as usual.
+- Keys that transformers' loading renames are found through the model's own mapping: the
+  ``WeightRenaming`` entries of ``transformers.conversion_mapping.get_model_conversion_mapping`` for the
+  outermost ``PreTrainedModel`` inside the module (legacy ``LayerNorm.gamma``/``beta``, model-specific
+  renames, the base model's prefix added or cut). Keys a ``WeightConverter`` makes (merged, split or
+  permuted tensors) are not the stored bytes: not referenced.
 - onnxruntime resolves external data relative to the model's folder and refuses paths leaving it,
   symbolic links included. A ``.onnx`` written in the shards' folder references them by name; written
-  elsewhere, the shards it uses are hard-linked into its folder (same filesystem; made under temporary
-  names, renamed after the model is written; a file of that name already there is replaced).
-- A key found with another dtype or shape raises ``InputError`` naming the key and both; so does, for a
-  meta-device model, a weight missing from the shards (its bytes would be nowhere). Non-persistent
-  buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real module's weight
-  missing from the shards is written as usual. Tied weights (``lm_head`` sharing the embedding, saved
-  once) are found under any of the module's names for the same tensor, and a wrapper module's prefix
-  (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys not found.
-- Not done yet: a checkpoint dtype differing from the graph's (a Cast), keys renamed by transformers'
-  loading, shards on another filesystem than the model (raises).
+  elsewhere (by ``to_onnx`` or a later ``ExportResult.save``), the shards it uses are hard-linked into its
+  folder by the writer (same filesystem, else ``SerializationError``; made under the writer's temporary
+  names, renamed with the model, swept like its other temporaries when an export is killed; a file of
+  that name already there is replaced).
+- A key found with another shape, or a dtype no Cast makes it, raises ``InputError`` naming the key and
+  both; so does, for a meta-device model, a weight missing from the shards (its bytes would be nowhere).
+  Non-persistent buffers (rotary frequencies) are not in checkpoints: create them on the CPU. A real
+  module's weight missing from the shards is written as usual. Tied weights (``lm_head`` sharing the
+  embedding, saved once) are found under any of the module's names for the same tensor, and a wrapper
+  module's prefix (``self.m = llama`` makes keys ``m.model...``) is cut when one prefix fits all the keys
+  not found.
+- ``stats["file"]["weights"]["written_tensors"]`` counts the checkpoint tensors not referenced under
+  their own initializer: written in another form, or dropped by the optimizer (unused, or merged with an
+  equal small initializer).
+- Not done yet: shards on another filesystem than the model (raises; copying them into the data file
+  is left out).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +62,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.dtypes import FLOAT_DTYPES, to_onnx_dtype
 from fastonnx.errors import InputError
 
 # safetensors' dtype names (the format's spec)
@@ -72,16 +97,42 @@ class ShardTensor:
 
 @dataclass
 class Referenced:
-    """What ``reference`` did: the files to link, counts for ``stats["file"]["weights"]``."""
+    """What ``reference`` did: the shards used, counts for ``stats["file"]["weights"]``."""
 
     folder: str
     tensors: int = 0
     referenced_names: set[str] = field(default_factory=set)
     # checkpoint tensors (shard, offset) that no initializer references: the graph reads them in another
-    # form, written to the data file
+    # form (written to the data file, converted with cast_weights) or the optimizer dropped them
     written: set[tuple[str, int]] = field(default_factory=set)
     # shard path -> bytes referenced in it
     shards_used: dict[str, int] = field(default_factory=dict)
+    # the initializers whose bytes come from the shards now (referenced or converted): no holes left
+    filled_names: set[str] = field(default_factory=set)
+    # referenced behind a Cast to the graph's dtype / written converted from the shard (cast_weights)
+    cast: int = 0
+    converted: int = 0
+    # Linear products rewritten to read their weight as stored (Gemm / FusedMatMul with transB)
+    read_as_stored: int = 0
+
+
+@dataclass
+class Plan:
+    """Which initializer is which checkpoint tensor, found before the passes run (so that they keep
+    those weights as stored) and checked before anything is written."""
+
+    folder: str
+    cast_weights: bool
+    # initializer name -> (the tensor in the shards, the model's dtype)
+    entries: dict[str, tuple[ShardTensor, torch.dtype]] = field(default_factory=dict)
+    # checkpoint tensors (shard, offset) a real module writes from its own, already cast weights
+    # (cast_weights=True)
+    written_cast: set[tuple[str, int]] = field(default_factory=set)
+
+    def as_stored(self) -> list[str]:
+        """The initializers whose bytes will come from the shards as stored: the passes must keep them so
+        (Linear weights read untransposed)."""
+        return sorted(self.entries)
 
 
 def shard_files(weights: Weights) -> list[str]:
@@ -168,19 +219,51 @@ def wrapper_prefix(keys: Sequence[str], index: dict[str, ShardTensor]) -> str:
     return found.pop() if len(found) == 1 else ""
 
 
-def reference(
-    builder: Any,
+def renamed_keys(model: Any, keys: Sequence[str]) -> dict[str, str]:
+    """{key as the model names it: checkpoint key} for the checkpoint keys that transformers' loading
+    renames (``LayerNorm.gamma`` -> ``LayerNorm.weight``, model-specific renames, the base model's prefix
+    added or cut): the renamings of ``transformers.conversion_mapping.get_model_conversion_mapping`` for
+    each ``PreTrainedModel`` in ``model``, as ``from_pretrained`` applies them. Keys that a
+    ``WeightConverter`` makes (merged, split or permuted tensors) are not the stored bytes: left out."""
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    try:
+        from transformers import PreTrainedModel
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming, rename_source_key
+    except ImportError:
+        return {}
+    found: dict[str, str] = {}
+    for path, module in model.named_modules():
+        if not isinstance(module, PreTrainedModel):
+            continue
+        renamings = [t for t in get_model_conversion_mapping(module) if isinstance(t, WeightRenaming)]
+        own = dict.fromkeys(module.state_dict(keep_vars=True), True)
+        prefix = f"{path}." if path else ""
+        for key in keys:
+            renamed, _ = rename_source_key(key, renamings, [], module.base_model_prefix, own)
+            if renamed != key and renamed in own:
+                found.setdefault(prefix + renamed, key)
+        if found:
+            break  # the outermost transformers model loaded the checkpoint
+    return found
+
+
+def plan(
     weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
     deferred: dict[str, str],
     files: Sequence[str],
     model: Any,
-) -> Referenced:
-    """Points the builder's initializers found in the shards at them; raises before anything is written."""
+    cast_weights: bool = False,
+) -> Plan:
+    """Finds each weight the graph reads in the shards; raises, naming the key, for a tensor of another
+    shape or of a dtype no cast makes it, and for a meta-device weight the shards do not hold."""
     index = index_shards(files)
+    for model_key, key in renamed_keys(model, list(index)).items():
+        index.setdefault(model_key, index[key])
     tied = aliases(model)
     prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
-    done = Referenced(folder=os.path.dirname(files[0]))
-    plan: list[tuple[str, ShardTensor]] = []
+    done = Plan(folder=os.path.dirname(files[0]), cast_weights=cast_weights)
     for name, (key, dtype, shape) in weights_read.items():
         names = [key, *tied.get(key, [])]
         names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
@@ -193,85 +276,60 @@ def reference(
                     "such as rotary frequencies is not in checkpoints: create it on the CPU)"
                 )
             continue
-        if entry.dtype != dtype or entry.shape != shape:
+        castable = entry.dtype in FLOAT_DTYPES and dtype in FLOAT_DTYPES
+        if (entry.dtype != dtype and not castable) or entry.shape != shape:
             raise InputError(
                 f"weights: {key!r} is {entry.dtype} with shape {list(entry.shape)} in "
                 f"{os.path.basename(entry.shard)}, the model's is {dtype} with shape {list(shape)}"
             )
-        plan.append((name, entry))
-    for name, entry in plan:
-        # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
-        if builder.has_initializer(name) and builder.reference_initializer(
-            name, os.path.basename(entry.shard), entry.offset, entry.length
-        ):
-            done.tensors += 1
-            done.referenced_names.add(name)
-            done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
-        else:
-            done.written.add((entry.shard, entry.offset))
-    # a tied weight has one initializer for several names: referenced through any of them is enough
-    done.written -= {(e.shard, e.offset) for n, e in plan if n in done.referenced_names}
+        if entry.dtype != dtype and cast_weights and name not in deferred:
+            # the model holds the cast bytes already (it was loaded from the checkpoint): written as usual
+            done.written_cast.add((entry.shard, entry.offset))
+            continue
+        done.entries[name] = (entry, dtype)
     return done
 
 
-def link_shards(done: Referenced, model_folder: str) -> dict[str, str]:
-    """Hard-links the shards used into ``model_folder`` under temporary names: {temporary: final}.
-    Nothing when the model is written beside them."""
-    if os.path.samefile(done.folder, model_folder):
-        return {}
-    links: dict[str, str] = {}
-    try:
-        for shard in sorted(done.shards_used):
-            final = os.path.join(model_folder, os.path.basename(shard))
-            if os.path.exists(final) and os.path.samefile(final, shard):
-                continue
-            tmp = temp_name(final)
-            try:
-                os.link(shard, tmp)
-            except OSError as e:
-                raise InputError(
-                    f"weights: cannot hard-link {shard} into {model_folder} ({e.strerror}); onnxruntime "
-                    "reads external data only inside the model's folder: write the model beside the shards "
-                    "or on their filesystem"
-                ) from e
-            links[tmp] = final
-    except BaseException:
-        drop_links(links)
-        raise
-    return links
-
-
-def temp_name(target: str) -> str:
-    """The writer's temporary name (``<target>.tmp-<host>-<pid>-<16 hex>``, rust/core/src/temp.rs): the
-    next save in the folder removes the links a killed export left."""
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
-    return f"{target}.tmp-{host}-{os.getpid()}-{os.urandom(8).hex()}"
-
-
-def drop_links(links: dict[str, str]) -> None:
-    for tmp in links:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-
-
-def commit_links(links: dict[str, str], durable: bool) -> None:
-    for tmp, final in links.items():
-        os.replace(tmp, final)
-    if links and durable:
-        fd = os.open(os.path.dirname(next(iter(links.values()))), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def reference(builder: Any, plan: Plan, read_as_stored: int) -> Referenced:
+    """Points the builder's initializers of ``plan`` at the shards, after the passes: as stored, behind a
+    Cast when the checkpoint's dtype differs, or (``cast_weights``, meta-device weights) written
+    converted from the shard as the writer streams."""
+    done = Referenced(folder=plan.folder, read_as_stored=read_as_stored, written=set(plan.written_cast))
+    for name, (entry, dtype) in plan.entries.items():
+        stored = to_onnx_dtype(entry.dtype) if isinstance(entry.dtype, torch.dtype) else 0
+        if not builder.has_initializer(name):
+            # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
+            done.written.add((entry.shard, entry.offset))
+        elif entry.dtype != dtype and plan.cast_weights:
+            if builder.convert_initializer(name, entry.shard, entry.offset, stored):
+                done.converted += 1
+                done.filled_names.add(name)
+            done.written.add((entry.shard, entry.offset))
+        elif builder.reference_cast_initializer(name, os.path.basename(entry.shard), entry.offset, stored):
+            done.tensors += 1
+            done.cast += entry.dtype != dtype
+            done.referenced_names.add(name)
+            done.filled_names.add(name)
+            done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
+            # a save into another folder hard-links the shard beside the model (the writer does)
+            builder.set_reference_source(os.path.basename(entry.shard), entry.shard)
+        else:
+            done.written.add((entry.shard, entry.offset))
+    # a tied weight has one initializer for several names: referenced through any of them is enough
+    done.written -= {(e.shard, e.offset) for n, (e, _) in plan.entries.items() if n in done.referenced_names}
+    return done
 
 
 def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[str, Any]:
     """``stats["file"]["weights"]``: how each shard went ("in place" beside the model, or "linked" into
-    its folder, now or by an earlier export) and how many bytes were referenced, linked, written."""
+    its folder, now or by an earlier export), how many bytes were referenced, linked, written, how many
+    referenced tensors a Cast reads, how many were written converted, how many Linear products read
+    their weight as stored."""
     how = "in place" if os.path.samefile(done.folder, model_folder) else "linked"
     return {
+        "cast_tensors": done.cast,
+        "converted_tensors": done.converted,
+        "read_as_stored": done.read_as_stored,
         "referenced_tensors": done.tensors,
         "referenced_bytes": sum(done.shards_used.values()),
         "linked_bytes": sum(done.shards_used.values()) if how == "linked" else 0,

@@ -105,6 +105,9 @@ class Interpreter:
         self._top = ctx.g
         # readable node names and node / value metadata (metadata.py); None with metadata=False
         self.scopes = metadata.Scopes() if with_metadata else None
+        ctx.find_dim = self._find_dim
+        # the first top-graph node made for the graph outputs (functions.extract leaves them in main)
+        self.outputs_start = 0
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None) -> Layout:
@@ -146,6 +149,7 @@ class Interpreter:
             elif node.op == "call_function":
                 self._call(node, i, len(nodes))
             elif node.op == "output":
+                self.outputs_start = self.g.num_nodes  # the output Identities belong to no FX node
                 self._outputs(node)
             elif node.op == "get_attr":
                 attr = getattr(self.ep.graph_module, str(node.target))
@@ -156,6 +160,20 @@ class Interpreter:
             else:
                 raise ConversionError(f"unexpected FX node kind {node.op!r} at node {node.name}")
         return self.layout
+
+    def _find_dim(self, key: str) -> tuple[str, int] | None:
+        """(value, axis) of the first top-graph value converted so far with a dim written ``key``.
+        Top-graph values only: they are visible inside subgraphs too, a subgraph's are not outside."""
+        for node, value in self.env.items():
+            if node.graph is not self.ep.graph:
+                continue
+            for v in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(v, Value):
+                    continue
+                for axis, d in enumerate(v.shape):
+                    if not isinstance(d, int) and str(self.ctx.dim(d)) == key:
+                        return v.name, axis
+        return None
 
     # ---- inputs ---------------------------------------------------------------------------------
     def _user_input(self, node: torch.fx.Node, name: str, spec: Any) -> None:

@@ -86,7 +86,9 @@ class ExportResult:
         into place, and the folder after. Ctrl-C (and SIGTERM, see ``fastonnx.interrupt``) stops the
         write between two 2 MiB pieces: KeyboardInterrupt, temporaries removed, old files untouched.
         Temporaries that killed exports of this host left in the folder are removed first
-        (``info["swept"]``, logged). ``progress`` as in ``to_onnx``.
+        (``info["swept"]``, logged). A model referencing checkpoint shards (``to_onnx(weights=)``) saved
+        outside their folder gets them hard-linked beside it (``info["linked"]``). ``progress`` as in
+        ``to_onnx``.
         """
         bars = Progress(progress)
         with sigterm_as_interrupt(), bars.stage("write", unit="B", byte_counts=True) as stage:

@@ -16,7 +16,7 @@ from typing import IO, Any, Literal
 
 import torch
 
-from fastonnx.api import _check_writable, to_onnx
+from fastonnx.api import _check_writable, _verbose_logging, to_onnx
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
@@ -51,7 +51,7 @@ KEYWORDS: dict[str, Handling] = {
     "operator_export_type": "refused",
     "do_constant_folding": "ignored",
     "custom_opsets": "ignored",
-    "export_modules_as_functions": "refused",
+    "export_modules_as_functions": "mapped",
     "autograd_inlining": "ignored",
 }
 
@@ -175,10 +175,6 @@ def _export(
             "fastonnx converters instead with custom_converters={'aten.op.overload': fn} "
             "(see custom_converters in the README's API section)"
         )
-    if export_modules_as_functions not in (False, None):
-        raise InputError(
-            "export_modules_as_functions is not supported: fastonnx exports a flat graph (pass False)"
-        )
     _check_operator_export_type(operator_export_type)
     if not export_params:
         raise InputError(
@@ -243,6 +239,7 @@ def _export(
             strict_dynamic=False,
             report=_report_path(report, artifacts_dir),
             verify=verify,
+            export_modules_as_functions=export_modules_as_functions or False,
         )
     if output_axes:
         _name_output_dims(result, output_axes)
@@ -353,21 +350,3 @@ def _name_output_dims(result: ExportResult, output_axes: axes_mod.AxisNames) -> 
             shape[axis] = dim
         builder.set_type(name, builder.dtype(name), shape)
     result._proto = None
-
-
-@contextlib.contextmanager
-def _verbose_logging(verbose: bool) -> Iterator[None]:
-    """verbose=True: fastonnx's INFO lines (each keyword's handling, stage timings) go to stderr."""
-    if not verbose:
-        yield
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("fastonnx: %(message)s"))
-    old_level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(old_level)

@@ -1,10 +1,12 @@
 //! The graph being built: values with their types, nodes, initializers, and the model around it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::dtype;
 use crate::error::{graph_err, Result};
+use crate::functions::Function;
 use crate::names::NameTable;
 use crate::scopes::{node_name_hint, Scope, SharedScopes};
 use crate::tensor::{check_size, Tensor, TensorData};
@@ -294,6 +296,105 @@ impl Graph {
             len: t.data.len(),
         };
         Ok(true)
+    }
+
+    /// [`Graph::reference_initializer`] for a checkpoint holding initializer `name` as another float
+    /// type `stored`: the referenced bytes become an initializer of that type and a `Cast` to the
+    /// graph's type writes `name` (onnxruntime folds it when it loads the model). Returns false (and
+    /// changes nothing) for an initializer whose bytes are not as stored, like `reference_initializer`.
+    pub fn reference_cast_initializer(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        stored: i32,
+    ) -> Result<bool> {
+        let (dtype, dims) = self.stored_as(name, stored)?;
+        let numel = dims.iter().product::<i64>().max(0) as usize;
+        let len = dtype::data_len(stored, numel).unwrap_or(0) as u64;
+        if dtype == stored {
+            return self.reference_initializer(name, location, offset, len);
+        }
+        let i = self.init_index[name];
+        if !matches!(
+            self.initializers[i].data,
+            TensorData::Borrowed(_) | TensorData::Deferred { .. }
+        ) {
+            return Ok(false);
+        }
+        let raw = self.names.unique_value(&format!("{name}_stored"));
+        self.types.insert(
+            raw.clone(),
+            ValueType {
+                dtype: Some(stored),
+                shape: Some(dims.iter().map(|d| Dim::Fixed(*d)).collect()),
+            },
+        );
+        let t = &mut self.initializers[i];
+        t.name.clone_from(&raw);
+        t.dtype = stored;
+        t.data = TensorData::Deferred { len: len as usize };
+        self.retain_initializers(|_| true); // the index knows the new name
+        let cast = Node {
+            name: self.names.unique_node(&format!("{name}_cast")),
+            op_type: "Cast".to_owned(),
+            domain: String::new(),
+            inputs: vec![raw.clone()],
+            outputs: vec![name.to_owned()],
+            attrs: vec![Attribute {
+                name: "to".to_owned(),
+                value: AttrValue::Int(i64::from(dtype)),
+            }],
+            scope: None,
+        };
+        self.nodes.insert(0, cast);
+        self.reference_initializer(&raw, location, offset, len)
+    }
+
+    /// Initializer `name` (of float type) written from `count` elements of float type `stored` at
+    /// `offset` of `file` (a checkpoint shard), converted as they are written (see
+    /// [`TensorData::Converted`]). Returns false for an initializer whose bytes are not as stored.
+    pub fn convert_initializer(
+        &mut self,
+        name: &str,
+        file: std::fs::File,
+        offset: u64,
+        stored: i32,
+    ) -> Result<bool> {
+        let (dtype, dims) = self.stored_as(name, stored)?;
+        let i = self.init_index[name];
+        let t = &mut self.initializers[i];
+        if !matches!(
+            t.data,
+            TensorData::Borrowed(_) | TensorData::Deferred { .. }
+        ) {
+            return Ok(false);
+        }
+        t.data = TensorData::Converted {
+            file: Arc::new(file),
+            offset,
+            count: dims.iter().product::<i64>().max(0) as usize,
+            from: stored,
+            to: dtype,
+        };
+        Ok(true)
+    }
+
+    /// The type and dims of initializer `name`, checked convertible from `stored`.
+    fn stored_as(&self, name: &str, stored: i32) -> Result<(i32, Vec<i64>)> {
+        let &i = self
+            .init_index
+            .get(name)
+            .ok_or_else(|| graph_err(format!("no initializer named {name:?}")))?;
+        let t = &self.initializers[i];
+        if t.dtype != stored && !crate::tensor::convertible(stored, t.dtype) {
+            return Err(graph_err(format!(
+                "initializer {name:?} is {}: no conversion from {}",
+                dtype::name(t.dtype),
+                dtype::name(stored)
+            )));
+        }
+        Ok((t.dtype, t.dims.clone()))
     }
 
     /// A small constant, stored once per (dtype, shape, bytes).
@@ -588,6 +689,11 @@ pub struct Model {
     pub producer_version: String,
     /// ModelProto.metadata_props, in key order.
     pub metadata: BTreeMap<String, String>,
+    /// Local functions (`export_modules_as_functions`), in the order they were made.
+    pub functions: Vec<Function>,
+    /// The files referenced tensors point into, by their `location` (see `TensorData::Referenced`): a
+    /// save into another folder hard-links them beside the model.
+    pub reference_sources: BTreeMap<String, PathBuf>,
 }
 
 impl Model {
@@ -601,6 +707,8 @@ impl Model {
             producer_name: "fastonnx".to_owned(),
             producer_version: producer_version.to_owned(),
             metadata: BTreeMap::new(),
+            functions: Vec::new(),
+            reference_sources: BTreeMap::new(),
         }
     }
 
@@ -613,6 +721,8 @@ impl Model {
             producer_name: self.producer_name.clone(),
             producer_version: self.producer_version.clone(),
             metadata: BTreeMap::new(),
+            functions: Vec::new(),
+            reference_sources: BTreeMap::new(),
         }
     }
 

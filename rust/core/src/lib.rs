@@ -4,6 +4,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod functions;
 pub mod graph;
 pub mod hook;
 pub mod names;

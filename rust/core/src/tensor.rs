@@ -2,9 +2,12 @@
 //! seen through the buffer protocol), so that weights are never copied on their way to the file.
 
 use std::fmt;
+use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use crate::dtype;
 use crate::permute::{self, Layout, TILE};
 
 /// Memory owned elsewhere and kept alive by the implementor, readable from any thread.
@@ -89,6 +92,15 @@ pub enum TensorData {
         scale: Arc<Vec<f32>>,
         inner: usize,
     },
+    /// `count` float elements of type `from` at `offset` of another file (a checkpoint shard), written
+    /// converted to the tensor's float type `to` a piece at a time: never read whole into memory.
+    Converted {
+        file: Arc<File>,
+        offset: u64,
+        count: usize,
+        from: i32,
+        to: i32,
+    },
 }
 
 /// How a tensor's bytes are read through ONNX `Transpose`: source `dims` (row-major, `item`-byte
@@ -157,7 +169,8 @@ impl TensorData {
             | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
-            | TensorData::ChannelScaled { .. } => None,
+            | TensorData::ChannelScaled { .. }
+            | TensorData::Converted { .. } => None,
         }
     }
 
@@ -182,6 +195,7 @@ impl TensorData {
             | TensorData::Referenced { len, .. }
             | TensorData::Fetched { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
+            TensorData::Converted { count, to, .. } => count * dtype::item_size(*to).unwrap_or(0),
         }
     }
 
@@ -208,7 +222,8 @@ impl TensorData {
             TensorData::Owned(_)
             | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
-            | TensorData::Referenced { .. } => None,
+            | TensorData::Referenced { .. }
+            | TensorData::Converted { .. } => None,
             TensorData::Borrowed(s)
             | TensorData::Transposed { source: s, .. }
             | TensorData::ChannelScaled { source: s, .. } => Some(s),
@@ -223,6 +238,7 @@ impl TensorData {
             TensorData::Transposed { .. }
                 | TensorData::ChannelScaled { .. }
                 | TensorData::Fetched { .. }
+                | TensorData::Converted { .. }
         )
     }
 
@@ -298,6 +314,25 @@ impl TensorData {
                             first,
                             end,
                             len: (end - first) * 4,
+                        }
+                    })
+                    .collect())
+            }
+            TensorData::Converted {
+                count, from, to, ..
+            } => {
+                let (Some(a), Some(b)) = (dtype::item_size(*from), dtype::item_size(*to)) else {
+                    return Err(wrong_size("converted"));
+                };
+                let per = PIECE_BYTES / a.max(b);
+                Ok((0..*count)
+                    .step_by(per)
+                    .map(|first| {
+                        let end = (first + per).min(*count);
+                        Piece {
+                            first,
+                            end,
+                            len: (end - first) * b,
                         }
                     })
                     .collect())
@@ -391,6 +426,18 @@ impl TensorData {
                 }
                 Ok(())
             }
+            TensorData::Converted {
+                file,
+                offset,
+                from,
+                to,
+                ..
+            } => {
+                let item = dtype::item_size(*from).unwrap_or(0);
+                let mut src = vec![0u8; (piece.end - piece.first) * item];
+                file.read_exact_at(&mut src, offset + (piece.first * item) as u64)?;
+                convert_floats(&src, *from, *to, out)
+            }
             _ => Err(io::Error::other(
                 "only computed tensors are produced piece by piece",
             )),
@@ -417,7 +464,9 @@ impl TensorData {
                 io::ErrorKind::InvalidData,
                 format!("a weight referenced in {location:?} has no bytes here to write"),
             )),
-            TensorData::Transposed { .. } | TensorData::ChannelScaled { .. } => {
+            TensorData::Transposed { .. }
+            | TensorData::ChannelScaled { .. }
+            | TensorData::Converted { .. } => {
                 let mut buf = Vec::new();
                 for piece in self.pieces()? {
                     let out = piece_buffer(&mut buf, piece.len());
@@ -454,6 +503,49 @@ fn band_pieces(layout: &Layout, item: usize) -> Vec<Piece> {
         .collect()
 }
 
+/// Whether [`TensorData::Converted`] converts between these two types (float32, float16, bfloat16,
+/// float64).
+pub fn convertible(from: i32, to: i32) -> bool {
+    let float = |t| {
+        matches!(
+            t,
+            dtype::FLOAT | dtype::FLOAT16 | dtype::BFLOAT16 | dtype::DOUBLE
+        )
+    };
+    float(from) && float(to)
+}
+
+/// Little-endian floats of type `from` in `src` converted to `to` into `out` (rounded to nearest
+/// even, as torch's `.to()` does); every value goes through float64, which holds each of them exactly.
+fn convert_floats(src: &[u8], from: i32, to: i32, out: &mut [u8]) -> io::Result<()> {
+    if !convertible(from, to) {
+        return Err(io::Error::other(format!(
+            "no conversion from {} to {}",
+            dtype::name(from),
+            dtype::name(to)
+        )));
+    }
+    let item = dtype::item_size(from).unwrap_or(1);
+    let size = dtype::item_size(to).unwrap_or(1);
+    for (c, o) in src.chunks_exact(item).zip(out.chunks_exact_mut(size)) {
+        let v: f64 = match from {
+            dtype::FLOAT => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            dtype::FLOAT16 => f64::from(half::f16::from_le_bytes([c[0], c[1]])),
+            dtype::BFLOAT16 => f64::from(half::bf16::from_le_bytes([c[0], c[1]])),
+            _ => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        };
+        match to {
+            #[allow(clippy::cast_possible_truncation)]
+            // the conversion asked for: rounds to nearest
+            dtype::FLOAT => o.copy_from_slice(&(v as f32).to_le_bytes()),
+            dtype::FLOAT16 => o.copy_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+            dtype::BFLOAT16 => o.copy_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            _ => o.copy_from_slice(&v.to_le_bytes()),
+        }
+    }
+    Ok(())
+}
+
 fn wrong_size(kind: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -480,6 +572,7 @@ impl fmt::Debug for TensorData {
             TensorData::Deferred { .. } => "deferred",
             TensorData::Referenced { .. } => "referenced",
             TensorData::ChannelScaled { .. } => "channel-scaled",
+            TensorData::Converted { .. } => "converted",
         };
         write!(f, "TensorData({kind}, {} bytes)", self.len())
     }
@@ -532,6 +625,48 @@ mod tests {
         fn bytes(&self) -> &[u8] {
             &self.0
         }
+    }
+
+    #[test]
+    fn converted_tensors_are_read_from_the_file_and_converted_in_pieces() {
+        use std::io::Write as _;
+        // more elements than one piece holds, behind a 5-byte prefix (an unaligned offset)
+        let n = PIECE_BYTES / 4 + 7;
+        let values: Vec<f32> = (0..n).map(|i| (i as f32) * 0.37 - 1000.5).collect();
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(b"head!").expect("write");
+        for v in &values {
+            file.write_all(&half::bf16::from_f32(*v).to_le_bytes())
+                .expect("write");
+        }
+        let data = TensorData::Converted {
+            file: Arc::new(file),
+            offset: 5,
+            count: n,
+            from: dtype::BFLOAT16,
+            to: dtype::FLOAT,
+        };
+        assert!(data.is_computed() && data.pieces().expect("pieces").len() > 1);
+        let want: Vec<u8> = values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_f32().to_le_bytes())
+            .collect();
+        assert_eq!(data.len(), 4 * n);
+        assert_eq!(data.to_vec(), want);
+        // float32 -> float16 rounds to nearest even, as torch's .to() does
+        let mut out = [0u8; 2];
+        convert_floats(
+            &1.000_976_6f32.to_le_bytes(),
+            dtype::FLOAT,
+            dtype::FLOAT16,
+            &mut out,
+        )
+        .expect("convert");
+        assert_eq!(
+            half::f16::from_le_bytes(out),
+            half::f16::from_f32(1.000_976_6)
+        );
+        assert!(convert_floats(&[0; 4], dtype::INT32, dtype::FLOAT, &mut [0; 4]).is_err());
     }
 
     #[test]

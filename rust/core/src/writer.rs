@@ -3,6 +3,7 @@
 //! in memory. Files are written to temporary names in the target folder and renamed at the end, the
 //! `.onnx` last, so that a failed or interrupted save never leaves a model pointing at wrong data.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, Wi
 use prost::Message;
 
 use crate::error::{io_err, Error, Result};
+use crate::functions::{function_opsets, Function};
 use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
 use crate::hook::Hook;
 use crate::prefetch::{with_prefetch, Prefetched};
@@ -55,6 +57,8 @@ pub struct SaveInfo {
     pub referenced_bytes: u64,
     /// Temporaries of killed processes that were removed from the folder before writing.
     pub swept: Vec<PathBuf>,
+    /// Files referenced tensors point into, hard-linked beside the model by this save.
+    pub linked: Vec<PathBuf>,
 }
 
 // ---- prost conversions --------------------------------------------------------------------------
@@ -296,8 +300,53 @@ fn graph_full(g: &Graph) -> Result<onnx::GraphProto> {
     Ok(p)
 }
 
-fn model_header(m: &Model) -> onnx::ModelProto {
-    onnx::ModelProto {
+/// A local function: its constants become `Constant` nodes (a FunctionProto has no initializers), its
+/// nodes keep their names and metadata; no `value_info` (runtimes infer the types).
+fn function_proto(
+    f: &Function,
+    model_opsets: &BTreeMap<String, i64>,
+) -> Result<onnx::FunctionProto> {
+    let g = &f.graph;
+    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+        g.scopes.snapshot()
+    } else {
+        Vec::new()
+    };
+    let mut node: Vec<onnx::NodeProto> = g
+        .initializers
+        .iter()
+        .map(|t| {
+            Ok(onnx::NodeProto {
+                output: vec![t.name.clone()],
+                name: Some(format!("Constant_{}", t.name)),
+                op_type: Some("Constant".to_owned()),
+                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()))?],
+                ..Default::default()
+            })
+        })
+        .collect::<Result<_>>()?;
+    for n in &g.nodes {
+        node.push(node_proto(n, &scopes)?);
+    }
+    Ok(onnx::FunctionProto {
+        name: Some(f.name.clone()),
+        domain: Some(f.domain.clone()),
+        input: g.inputs.clone(),
+        output: g.outputs.clone(),
+        node,
+        opset_import: function_opsets(f, model_opsets)
+            .into_iter()
+            .map(|(d, v)| onnx::OperatorSetIdProto {
+                domain: Some(d),
+                version: Some(v),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+fn model_header(m: &Model) -> Result<onnx::ModelProto> {
+    Ok(onnx::ModelProto {
         ir_version: Some(m.ir_version),
         opset_import: m
             .opsets
@@ -310,8 +359,13 @@ fn model_header(m: &Model) -> onnx::ModelProto {
         producer_name: Some(m.producer_name.clone()),
         producer_version: Some(m.producer_version.clone()),
         metadata_props: entries(&m.metadata),
+        functions: m
+            .functions
+            .iter()
+            .map(|f| function_proto(f, &m.opsets))
+            .collect::<Result<_>>()?,
         ..Default::default()
-    }
+    })
 }
 
 // ---- the plan: every length known before the first byte is written ---------------------------------
@@ -356,7 +410,7 @@ fn align(offset: u64, len: u64) -> u64 {
 }
 
 fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
-    let head = model_header(m).encode_to_vec();
+    let head = model_header(m)?.encode_to_vec();
     let skeleton = skeleton_bytes(&m.graph)?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
@@ -709,6 +763,7 @@ pub fn save_with(
         _ => PathBuf::from("."),
     };
     let swept = temp::sweep(&folder);
+    let mut links = link_references(m, &folder)?;
     let data_len = if use_external { p.data_len } else { 0 };
     let total = data_len + p.model_len;
     let data_target = path.with_file_name(location);
@@ -735,6 +790,9 @@ pub fn save_with(
         }
         tmp.commit(&data_target)?;
     }
+    for (tmp, target) in &mut links {
+        tmp.commit(target)?;
+    }
     model_tmp.commit(path)?;
     if options.durable {
         temp::sync_folder(&folder)?;
@@ -755,7 +813,54 @@ pub fn save_with(
             .map(|t| t.tensor.data.len() as u64)
             .sum(),
         swept,
+        linked: links.into_iter().map(|(_, target)| target).collect(),
     })
+}
+
+/// Hard links, made under temporary names beside the model, of the files referenced tensors point into
+/// that are not in `folder` already: onnxruntime reads external data only inside the model's folder,
+/// symbolic links refused. Renamed into place with the model (a file of that name there is replaced),
+/// removed when the save fails; a killed save's are swept like its other temporaries.
+fn link_references(m: &Model, folder: &Path) -> Result<Vec<(TempFile, PathBuf)>> {
+    let used: std::collections::BTreeSet<&str> = m
+        .graph
+        .initializers
+        .iter()
+        .filter_map(|t| match &t.data {
+            TensorData::Referenced { location, .. } => Some(location.as_ref()),
+            _ => None,
+        })
+        .collect();
+    let mut links = Vec::new();
+    for name in used {
+        // a location without a known source: the caller put the file beside the model itself
+        let Some(source) = m.reference_sources.get(name) else {
+            continue;
+        };
+        let target = folder.join(name);
+        if same_file(&target, source) {
+            continue;
+        }
+        let tmp = TempFile::beside(&target);
+        std::fs::hard_link(source, &tmp.path).map_err(|e| {
+            Error::Serialization(format!(
+                "cannot hard-link {} into {} ({e}): onnxruntime reads external data only inside the \
+                 model's folder; write the model beside the shards or on their filesystem",
+                source.display(),
+                folder.display()
+            ))
+        })?;
+        links.push((tmp, target));
+    }
+    Ok(links)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -827,7 +932,7 @@ mod tests {
         );
         assert_eq!(g.input[0].name.as_deref(), Some("x"));
         // the streamed form decodes to the same message prost builds in one piece (field order differs)
-        let mut whole = model_header(&m);
+        let mut whole = model_header(&m).expect("header");
         whole.graph = Some(graph_full(&m.graph).expect("full"));
         let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
         assert!(again == whole, "streamed model differs from prost's");
@@ -1012,6 +1117,44 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         assert_eq!(external_entries(r), want);
+    }
+
+    #[test]
+    fn referenced_files_are_linked_beside_a_model_written_elsewhere() {
+        let shards = tempfile::tempdir().expect("dir");
+        let out = tempfile::tempdir().expect("dir");
+        let shard = shards.path().join("shard.safetensors");
+        std::fs::write(&shard, vec![7u8; 1128]).expect("shard");
+        let mut m = sample(100);
+        let d = m
+            .graph
+            .add_deferred_initializer("r", dtype::FLOAT, vec![4, 8])
+            .expect("deferred");
+        m.graph.add_output(&d, None).expect("out");
+        m.graph
+            .reference_initializer("r", "shard.safetensors", 1000, 128)
+            .expect("referenced");
+        m.reference_sources
+            .insert("shard.safetensors".to_owned(), shard.clone());
+        // a stop before the renames: neither the model nor the link is left
+        let path = out.path().join("m.onnx");
+        let stop = |_: u64, _: u64| Err(Error::Serialization("stop".into()));
+        let options = SaveOptions {
+            external: None,
+            location: None,
+            durable: false,
+        };
+        assert!(save_with(&m, &path, &options, &mut { stop }).is_err());
+        assert!(listing(out.path()).is_empty());
+        let info = save(&m, &path, None, None).expect("save");
+        assert_eq!(info.linked, [out.path().join("shard.safetensors")]);
+        assert!(same_file(&out.path().join("shard.safetensors"), &shard));
+        assert_eq!(listing(out.path()), ["m.onnx", "shard.safetensors"]);
+        // beside the shard, or with the link already there: nothing to link
+        let again = save(&m, &path, None, None).expect("save");
+        assert!(again.linked.is_empty());
+        let beside = save(&m, &shards.path().join("m.onnx"), None, None).expect("save");
+        assert!(beside.linked.is_empty());
     }
 
     fn listing(dir: &Path) -> Vec<String> {

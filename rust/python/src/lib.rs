@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastonnx_core::passes::{optimize_model_with, Level};
+use fastonnx_core::functions::{extract_functions, Instance};
+use fastonnx_core::passes::{optimize_model_with, read_weights_as_stored, Level};
 use fastonnx_core::{
     writer, AttrValue, Attribute, ByteSource, Dim, Error, Fetch, Model, Scope, Tensor, TensorData,
     TiedKey, ValueType,
@@ -419,6 +420,66 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// Referenced tensors with `location` point into the file `path`: a save into another folder
+    /// hard-links it beside the model.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
+    fn set_reference_source(&mut self, location: &str, path: PathBuf) -> PyResult<()> {
+        if location.is_empty() || location.contains('/') || location.contains('\\') {
+            return Err(GraphError::new_err(format!(
+                "{location:?} must be a plain file name beside the model"
+            )));
+        }
+        self.model
+            .reference_sources
+            .insert(location.to_owned(), path);
+        Ok(())
+    }
+
+    /// The initializer `name`, held in a checkpoint as float type `stored`, referenced there behind a
+    /// Cast to its own type (`reference_initializer` when the types agree).
+    fn reference_cast_initializer(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        stored: i32,
+    ) -> PyResult<bool> {
+        self.model
+            .graph
+            .reference_cast_initializer(name, location, offset, stored)
+            .map_err(py_err)
+    }
+
+    /// The initializer `name` written from the elements of float type `stored` at `offset` of the file
+    /// `path`, converted to its own type as they are written.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
+    fn convert_initializer(
+        &mut self,
+        name: &str,
+        path: PathBuf,
+        offset: u64,
+        stored: i32,
+    ) -> PyResult<bool> {
+        let file = std::fs::File::open(&path).map_err(|e| {
+            GraphError::new_err(format!(
+                "initializer {name:?}: cannot open {}: {e}",
+                path.display()
+            ))
+        })?;
+        self.model
+            .graph
+            .convert_initializer(name, file, offset, stored)
+            .map_err(py_err)
+    }
+
+    /// Before `optimize(level)`: the products reading one of the Linear weights `names` through a
+    /// Transpose read it as stored instead (Gemm / FusedMatMul with transB); returns how many.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the list as an owned value
+    fn read_weights_as_stored(&mut self, names: Vec<String>, level: &str) -> PyResult<usize> {
+        let level: Level = level.parse().map_err(py_err)?;
+        Ok(read_weights_as_stored(&mut self.model, &names, level))
+    }
+
     fn set_metadata(&mut self, key: &str, value: &str) {
         self.model.metadata.insert(key.to_owned(), value.to_owned());
     }
@@ -655,6 +716,38 @@ impl GraphBuilder {
             .map_err(|e| watch.error(e))
     }
 
+    /// Carves module instances out of the top graph as local functions (see `fastonnx.functions`):
+    /// `paths[i]` lists the instances node `i` belongs to, outermost first; `instances[k]` is
+    /// (domain, class name, scope of the call node, label). Returns (calls made, one message per
+    /// instance left inline).
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the lists as owned values
+    fn extract_functions(
+        &mut self,
+        paths: Vec<Vec<u32>>,
+        instances: Vec<(String, String, Option<u32>, String)>,
+    ) -> PyResult<(usize, Vec<String>)> {
+        let instances: Vec<Instance> = instances
+            .into_iter()
+            .map(|(domain, class_name, scope, label)| Instance {
+                domain,
+                class_name,
+                scope,
+                label,
+            })
+            .collect();
+        let carved = extract_functions(&mut self.model, paths, &instances).map_err(py_err)?;
+        Ok((carved.calls, carved.inlined))
+    }
+
+    /// (domain, name, node count) of each local function.
+    fn functions(&self) -> Vec<(String, String, usize)> {
+        self.model
+            .functions
+            .iter()
+            .map(|f| (f.domain.clone(), f.name.clone(), f.graph.nodes.len()))
+            .collect()
+    }
+
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let model = &self.model;
         let bytes = py.detach(|| writer::to_bytes(model)).map_err(py_err)?;
@@ -695,6 +788,12 @@ impl GraphBuilder {
         d.set_item("external_tensors", info.external_tensors)?;
         d.set_item("referenced_tensors", info.referenced_tensors)?;
         d.set_item("referenced_bytes", info.referenced_bytes)?;
+        let linked: Vec<String> = info
+            .linked
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        d.set_item("linked", linked)?;
         let swept: Vec<String> = info.swept.iter().map(|p| p.display().to_string()).collect();
         d.set_item("swept", swept)?;
         Ok(d)

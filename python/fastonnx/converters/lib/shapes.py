@@ -22,7 +22,7 @@ def dim_key(ctx: ConversionContext, d: Any) -> str:
 
 def dim_piece(ctx: ConversionContext, d: Any, sources: Sequence[Value] = ()) -> str | None:
     """A 1-element 1-D int64 tensor holding one dim (int, SymInt or Value), or None when a SymInt is
-    neither a graph input's dim nor a dim of one of ``sources``."""
+    neither a graph input's dim, nor a dim of one of ``sources``, nor of a value computed so far."""
     if isinstance(d, int):
         return ctx.i64([d])
     if isinstance(d, (Value, str)):
@@ -34,6 +34,10 @@ def dim_piece(ctx: ConversionContext, d: Any, sources: Sequence[Value] = ()) -> 
         for axis, sd in enumerate(src.shape):
             if not isinstance(sd, int) and dim_key(ctx, sd) == key:
                 return ctx.op("Shape", src, start=axis, end=axis + 1)
+    found = ctx.find_dim(key) if ctx.find_dim is not None else None
+    if found is not None:
+        ctx.sym_sources[key] = found
+        return ctx.unsqueeze0(ctx.sym_value(d))
     return None
 
 

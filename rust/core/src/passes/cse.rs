@@ -64,7 +64,11 @@ pub fn eliminate_common_subexpressions(g: &mut Graph) -> usize {
             }
         }
         let n = &g.nodes[i];
-        if n.outputs.is_empty() || NONDETERMINISTIC.contains(&n.op_type.as_str()) {
+        // a local function's call may draw random values inside: two calls are two draws
+        if n.outputs.is_empty()
+            || NONDETERMINISTIC.contains(&n.op_type.as_str())
+            || n.domain.starts_with(crate::functions::DOMAIN_PREFIX)
+        {
             continue;
         }
         let mut key = format!("{}|{}|{:?}|", n.op_type, n.domain, n.inputs);

@@ -79,10 +79,15 @@ fn last_dim(g: &Graph, x: &str) -> Option<i64> {
     }
 }
 
-/// A 1-D float32 constant as long as x's last dimension (a LayerNorm scale or bias).
+/// A 1-D float32 tensor as long as x's last dimension (a LayerNorm scale or bias): a weight, or a
+/// value of that type (a local function's weight input).
 fn is_affine(g: &Graph, name: &str, last: i64) -> bool {
-    g.initializer(name)
-        .is_some_and(|t| t.dtype == dtype::FLOAT && t.dims == [last])
+    match g.initializer(name) {
+        Some(t) => t.dtype == dtype::FLOAT && t.dims == [last],
+        None => g.value_type(name).is_some_and(|t| {
+            t.dtype == Some(dtype::FLOAT) && t.shape.as_deref() == Some(&[Dim::Fixed(last)])
+        }),
+    }
 }
 
 /// `d = x - m` with `m = ReduceMean(x)` over the last axis.

@@ -19,9 +19,10 @@ mod rms_norm;
 mod rotary;
 mod rotary_live;
 mod silu;
+mod stored_weights;
 mod weight_transposes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Model};
@@ -78,14 +79,43 @@ pub fn optimize_model_with(
     hook: &mut Hook<'_>,
 ) -> Result<BTreeMap<String, usize>> {
     let opset = model.opset();
-    let counts = pipeline::run(&mut model.graph, level, opset, hook)?;
-    if model.graph.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
+    let mut counts = pipeline::run(&mut model.graph, level, opset, hook)?;
+    // each local function's body on its own: no fusion crosses a call (the hook still sees each
+    // stage, so a Ctrl-C stops here too, but the progress stays at the main graph's end)
+    for f in &mut model.functions {
+        let body = pipeline::run(&mut f.graph, level, opset, &mut |_, _| hook(1, 1))?;
+        for (k, v) in body {
+            *counts.entry(k).or_default() += v;
+        }
+    }
+    let uses_ms = |g: &Graph| g.nodes.iter().any(|n| n.domain == MS_DOMAIN);
+    if uses_ms(&model.graph) || model.functions.iter().any(|f| uses_ms(&f.graph)) {
         model
             .opsets
             .entry(MS_DOMAIN.to_owned())
             .or_insert(MS_DOMAIN_VERSION);
     }
     Ok(counts)
+}
+
+/// Before the passes of `level`: the Linear weights in `keep` (to be referenced in a checkpoint, so
+/// kept as stored) are read untransposed, by Gemm or by onnxruntime's FusedMatMul (see
+/// `stored_weights`); imports the contrib domain when used. Returns how many products changed.
+pub fn read_weights_as_stored(model: &mut Model, keep: &[String], level: Level) -> usize {
+    let contrib = match level {
+        Level::None => return 0,
+        Level::Default => false,
+        Level::OnnxRuntime => true,
+    };
+    let keep: HashSet<String> = keep.iter().cloned().collect();
+    let count = stored_weights::read_as_stored(&mut model.graph, &keep, contrib);
+    if contrib && count > 0 {
+        model
+            .opsets
+            .entry(MS_DOMAIN.to_owned())
+            .or_insert(MS_DOMAIN_VERSION);
+    }
+    count
 }
 
 /// Runs the passes of `level` for a graph of the given (default-domain) opset; returns how often each

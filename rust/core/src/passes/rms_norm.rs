@@ -103,9 +103,19 @@ fn match_chain(g: &Graph, ix: &Index, mean_at: usize) -> Option<Chain> {
         return None;
     }
     let weight = other(scale, normed)?.to_owned();
-    let w = g.initializer(&weight)?;
+    // a weight, or a value of its type (a local function's weight input)
+    let (w_dtype, w_dims) = if let Some(w) = g.initializer(&weight) {
+        (w.dtype, w.dims.iter().map(|&d| Dim::Fixed(d)).collect())
+    } else {
+        let t = g.value_type(&weight)?;
+        (t.dtype?, t.shape.clone()?)
+    };
     let last_dim = g.value_type(&x)?.shape.as_ref()?.last()?.clone();
-    if w.dtype != dtype::FLOAT || w.dims.len() != 1 || last_dim != Dim::Fixed(w.dims[0]) {
+    if w_dtype != dtype::FLOAT
+        || w_dims.len() != 1
+        || !matches!(last_dim, Dim::Fixed(_))
+        || last_dim != w_dims[0]
+    {
         return None;
     }
     Some(Chain {

@@ -90,7 +90,8 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
             // no bytes yet, or bytes computed as they are written: keep the Transpose node
             TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
-            | TensorData::ChannelScaled { .. } => continue,
+            | TensorData::ChannelScaled { .. }
+            | TensorData::Converted { .. } => continue,
             TensorData::Owned(bytes) => TensorData::Owned(
                 TensorData::transposed(Arc::new(bytes.clone()), dims.clone(), perm.clone(), item)
                     .to_vec(),
