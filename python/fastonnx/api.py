@@ -58,6 +58,7 @@ def to_onnx(
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
     cast_weights: bool = False,
+    capture: str = "export",
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -101,6 +102,15 @@ def to_onnx(
     passes run inside each body and never across a call. An instance whose nodes cannot form one call
     is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
     gives the flat model back.
+    ``capture``: ``"export"`` (the default) captures with ``torch.export.export(strict=False)``;
+    ``"trace"`` runs the module once on the real ``args`` and records its aten ops
+    (``fastonnx.trace_capture``): the same graph for static shapes, without torch.export's fake-tensor
+    cost per op. Where a real-tensor run could fix what torch.export would keep general (a tensor's
+    value read into Python, an output size that depends on the data, an in-place write into an input,
+    a weight or a buffer, a higher-order op, a recurrent layer, weights on the meta device, anything the
+    recorder does not know), it falls back to torch.export with a warning; ``stats["capture"]`` says
+    which ran and ``stats["trace_refused"]`` why. ``"trace"`` with ``dynamic_shapes`` or with an
+    ExportedProgram is an ``InputError``. README, "Faster capture for static shapes".
 
     Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
     while the graph is converted and optimized; each is copied to the host only when the file (or
@@ -150,6 +160,7 @@ def to_onnx(
                 weights=weights,
                 export_modules_as_functions=export_modules_as_functions,
                 cast_weights=cast_weights,
+                capture=capture,
             )
             if verify:
                 _verify(result, args, dict(kwargs or {}), record)
@@ -185,6 +196,7 @@ def _export(
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
     cast_weights: bool = False,
+    capture: str = "export",
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -212,7 +224,9 @@ def _export(
         requested: dynamic.Requested = {}
         if isinstance(model, torch.nn.Module):
             dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
-        ep = capture_mod.capture(model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic)
+        ep = capture_mod.capture(
+            model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic, how=capture
+        )
         ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
     stats["capture_s"] = t1 - t0

@@ -37,6 +37,9 @@ TRACE_LOCK = threading.RLock()
 state for it (torch._VF, torchvision's detection helpers, torch.fx.experimental._config). Reentrant, so
 a user who exports their own ExportedProgram under it may call to_onnx inside."""
 
+CAPTURES = ("export", "trace")
+"""to_onnx(capture=...): torch.export (any shapes), or a real-tensor trace (static shapes, faster)."""
+
 _pytree_registered = False
 
 
@@ -65,9 +68,28 @@ def capture(
     stats: dict[str, Any],
     requested: dynamic.Requested | None = None,
     strict_dynamic: bool = True,
+    how: str = "export",
 ) -> torch.export.ExportedProgram:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
-    (``dynamic.normalize``), checked against what torch.export made of them."""
+    (``dynamic.normalize``), checked against what torch.export made of them.
+
+    ``how="trace"`` records the model's aten ops on the real inputs instead (trace_capture.py), and
+    falls back to torch.export with a warning where that could differ from torch.export's capture;
+    ``stats["capture"]`` says which ran, ``stats["trace_refused"]`` why the trace was not used."""
+    if how not in CAPTURES:
+        raise InputError(f"capture must be one of {', '.join(map(repr, CAPTURES))}, got {how!r}")
+    if how == "trace":
+        if isinstance(model, torch.export.ExportedProgram):
+            raise InputError(
+                "capture='trace' was given with an ExportedProgram, which is captured already: pass the "
+                "nn.Module to trace it, or leave capture at 'export'"
+            )
+        if dynamic_shapes is not None:
+            raise InputError(
+                "capture='trace' records one run on the example inputs, so every size is fixed: it "
+                "cannot honour dynamic_shapes; use capture='export' (the default) for dynamic shapes"
+            )
+    stats["capture"] = "export"
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
             raise InputError(
@@ -91,6 +113,10 @@ def capture(
                 f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
                 stacklevel=3,
             )
+    if how == "trace":
+        traced = _trace(model, args, kwargs or {}, stats)
+        if traced is not None:
+            return traced
     with TRACE_LOCK:
         ep, reason = _export_refined(model, args, kwargs, dynamic_shapes, stats)
     fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
@@ -103,6 +129,27 @@ def capture(
             f"example input whose size there is not special, or pass strict_dynamic=False to export with "
             f"the fixed size (with a warning)"
         )
+    return ep
+
+
+def _trace(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], stats: dict[str, Any]
+) -> torch.export.ExportedProgram | None:
+    """The real-tensor trace, or None (logged, ``stats["trace_refused"]``) where it cannot stand for
+    torch.export's capture."""
+    # imported here: `import fastonnx` loads none of torch's modules it does not already need
+    from fastonnx.trace_capture import TraceRefused, trace
+
+    try:
+        with TRACE_LOCK:
+            ep = trace(model, args, kwargs)
+    except TraceRefused as e:
+        log.warning(
+            "capture='trace' refused %s, capturing with torch.export instead: %s", type(model).__name__, e
+        )
+        stats["trace_refused"] = str(e)
+        return None
+    stats["capture"] = "trace"
     return ep
 
 
