@@ -112,6 +112,15 @@ def to_onnx(
     which ran and ``stats["trace_refused"]`` why. ``"trace"`` with ``dynamic_shapes`` or with an
     ExportedProgram is an ``InputError``. README, "Faster capture for static shapes".
 
+    Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
+    while the graph is converted and optimized; each is copied to the host only when the file (or
+    the in-memory model of ``result.session()``) is written, one tensor at a time: the writer's
+    prefetching worker asks Python for the next weight's host copy (``t.to("cpu")``, in
+    ``dtypes.tensor_bytes``, the one place a weight leaves its device) while the previous one is
+    written, and drops it once written, so the host never holds more than about one weight. A CUDA
+    weight is copied with the GIL held by that worker; one read through a Transpose is permuted as
+    its copy is written. The model's inputs are traced on their own device.
+
     ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
     checkpoint. The initializers found there (same key, as transformers' loading renames them, and
     shape) that the graph reads as stored are not written: their external data points into the shards;

@@ -100,9 +100,23 @@ def to_torch_dtype(elem_type: int) -> torch.dtype:
         raise TypeError(f"ONNX element type {elem_type} has no torch equivalent") from None
 
 
+def on_host(t: torch.Tensor) -> bool:
+    """Whether ``t``'s bytes are in host memory (a CPU tensor), as opposed to a GPU's or another
+    accelerator's (meta and fake tensors have no bytes at all: the caller tells them apart first)."""
+    return t.device.type == "cpu"
+
+
 def tensor_bytes(t: torch.Tensor) -> np.ndarray:
     """The bytes of ``t`` in row-major order as a uint8 array sharing its memory (a copy only when ``t``
     is not contiguous): the one path from a tensor to ONNX bytes, bfloat16 and float8 included
-    (numpy has no such dtypes; their bytes pass as uint8). ``reshape(-1)`` handles 0-d tensors."""
-    flat = t.detach().contiguous().reshape(-1)
+    (numpy has no such dtypes; their bytes pass as uint8). ``reshape(-1)`` handles 0-d tensors.
+
+    A tensor that is not on the CPU is copied to the host here, and only here (``t.to("cpu")``): the
+    exporter calls this for such weights while it writes the file, one tensor at a time (the writer's
+    prefetching worker asks for the next one as it writes the previous), so the host holds one copy at
+    a time, never the whole model."""
+    host = t.detach()
+    if not on_host(host):
+        host = host.to("cpu")
+    flat = host.contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -211,7 +212,8 @@ class Interpreter:
             metadata.input_metadata(self.g, value.name, node, spec)
 
     def initializer(self, hint: str, tensor: torch.Tensor) -> Value:
-        """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided)."""
+        """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided); a
+        weight off the CPU is copied to the host only while the file is written, a tensor at a time."""
         t = tensor.detach()
         if isinstance(t, torch.nn.Parameter):
             t = t.data
@@ -230,7 +232,19 @@ class Interpreter:
             self.deferred[name] = hint
             self.weights_read[name] = (hint, t.dtype, tuple(t.shape))
             return Value(name, t.dtype, tuple(t.shape))
-        name = self.g.add_initializer(hint, dtypes.tensor_bytes(t), elem_type, shape)
+        if dtypes.on_host(t):
+            name = self.g.add_initializer(hint, dtypes.tensor_bytes(t), elem_type, shape)
+        else:
+            # a GPU (or other device) weight stays there: the writer asks for a host copy of it while
+            # it writes the file, one tensor at a time (dtypes.tensor_bytes makes the copy)
+            name = self.g.add_fetched_initializer(
+                hint,
+                functools.partial(dtypes.tensor_bytes, t),
+                t.numel() * t.element_size(),
+                elem_type,
+                shape,
+                t.data_ptr(),
+            )
         self.ctx.weights[name] = t
         self.weights_read[name] = (hint, t.dtype, tuple(t.shape))
         return Value(name, t.dtype, tuple(t.shape))

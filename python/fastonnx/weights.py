@@ -82,7 +82,7 @@ def attach_weights(
                     f"attach_weights: {key!r} is {t.dtype} {tuple(t.shape)}, the model expects element type "
                     f"{init.data_type} with shape {tuple(init.dims)}"
                 )
-            data = dtypes.tensor_bytes(t.cpu())
+            data = dtypes.tensor_bytes(t)  # copied to the host there when t is on a device
             if data.nbytes != int(entry["length"]):
                 raise SerializationError(
                     f"{path}: {name!r} has {entry['length']} bytes reserved, {data.nbytes} given"

@@ -125,8 +125,8 @@ fn transpose_bench(c: &mut Criterion) {
     let (rows, cols) = (2048usize, 5632usize);
     let data = TensorData::Transposed {
         source: std::sync::Arc::new(Bytes(vec![3u8; rows * cols * 4])),
-        rows,
-        cols,
+        dims: vec![rows, cols],
+        perm: vec![1, 0],
         item: 4,
     };
     let mut group = c.benchmark_group("transpose");
@@ -135,6 +135,36 @@ fn transpose_bench(c: &mut Criterion) {
     group.bench_function("2048x5632 f32 to a sink", |b| {
         b.iter(|| data.write_to(&mut std::io::sink()).expect("write"));
     });
+    // the same bytes as batched expert weights read as [experts, out, in], and through general
+    // permutations: a 3-D one that reverses the axes (a convolution's [out, in, k] -> [k, in, out])
+    // and a 4-D one
+    for (name, dims, perm) in [
+        (
+            "8x2048x704 f32 perm [0, 2, 1]",
+            vec![8, 2048, 704],
+            vec![0, 2, 1],
+        ),
+        (
+            "1024x1408x8 f32 perm [2, 1, 0]",
+            vec![1024, 1408, 8],
+            vec![2, 1, 0],
+        ),
+        (
+            "16x64x88x128 f32 perm [2, 0, 3, 1]",
+            vec![16, 64, 88, 128],
+            vec![2, 0, 3, 1],
+        ),
+    ] {
+        let data = TensorData::Transposed {
+            source: std::sync::Arc::new(Bytes(vec![3u8; rows * cols * 4])),
+            dims,
+            perm,
+            item: 4,
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| data.write_to(&mut std::io::sink()).expect("write"));
+        });
+    }
     group.finish();
 }
 
@@ -154,8 +184,8 @@ fn transposed_writer_bench(c: &mut Criterion) {
     {
         let data = TensorData::Transposed {
             source: std::sync::Arc::new(Bytes(vec![(i + 1) as u8; rows * cols * 4])),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         };
         bytes += rows * cols * 4;

@@ -272,7 +272,10 @@ impl Graph {
         let t = &mut self.initializers[i];
         if !matches!(
             t.data,
-            TensorData::Borrowed(_) | TensorData::Deferred { .. } | TensorData::Referenced { .. }
+            TensorData::Borrowed(_)
+                | TensorData::Fetched { permuted: None, .. }
+                | TensorData::Deferred { .. }
+                | TensorData::Referenced { .. }
         ) {
             return Ok(false);
         }

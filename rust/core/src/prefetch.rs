@@ -1,5 +1,5 @@
 //! The writer's one pipeline. Bytes computed while they are written (weights stored transposed,
-//! convolutions with a batch norm folded in) are produced ahead by one worker thread, piece by piece
+//! convolutions with a batch norm folded in, weights copied to the host from another device) are produced ahead by one worker thread, piece by piece
 //! (see [`TensorData::pieces`]), so that computing a tensor overlaps writing the ones before it instead
 //! of taking turns with the write. Borrowed weights are still written straight from their memory by
 //! the calling thread.
@@ -106,6 +106,14 @@ fn produce(
                 return;
             }
         };
+        // a weight off the CPU: its host copy, held while its pieces are produced, dropped after
+        let host = match data.fetch().transpose() {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = filled.send(Err(e));
+                return;
+            }
+        };
         for piece in pieces {
             if stop.load(Ordering::Relaxed) {
                 return;
@@ -113,7 +121,9 @@ fn produce(
             // a closed channel means the writer stopped (an error on its side): nothing left to do
             let Ok(mut buf) = spent.recv() else { return };
             let out = piece_buffer(&mut buf, piece.len());
-            let message = data.fill(piece, out).map(|()| (buf, piece.len()));
+            let message = data
+                .fill_from(host.as_ref(), piece, out)
+                .map(|()| (buf, piece.len()));
             let failed = message.is_err();
             if filled.send(message).is_err() || failed {
                 return;
@@ -133,8 +143,8 @@ mod tests {
             .collect();
         TensorData::Transposed {
             source: Arc::new(src),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         }
     }
@@ -167,6 +177,75 @@ mod tests {
         assert!(got == want);
     }
 
+    /// Bytes "on a device": each fetch is counted and makes a fresh host copy.
+    struct Device {
+        bytes: Vec<u8>,
+        fetches: std::sync::atomic::AtomicUsize,
+    }
+    impl crate::tensor::Fetch for Device {
+        fn fetch(&self) -> io::Result<Arc<dyn crate::tensor::ByteSource>> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            Ok(Arc::new(self.bytes.clone()))
+        }
+    }
+
+    #[test]
+    fn fetched_weights_are_copied_once_each_and_written_in_order() {
+        let devices: Vec<Arc<Device>> = [3 * PIECE_BYTES + 7, 10, 0]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                Arc::new(Device {
+                    bytes: (0..n).map(|b| (b * (i + 3) % 251) as u8).collect(),
+                    fetches: 0.into(),
+                })
+            })
+            .collect();
+        let mut tensors: Vec<TensorData> = devices
+            .iter()
+            .map(|d| TensorData::Fetched {
+                fetch: Arc::clone(d) as Arc<dyn crate::tensor::Fetch>,
+                len: d.bytes.len(),
+                permuted: None,
+            })
+            .collect();
+        tensors.insert(1, matrix(300, 1000, 3));
+        let want: Vec<u8> = [
+            devices[0].bytes.clone(),
+            tensors[1].to_vec(),
+            devices[1].bytes.clone(),
+            devices[2].bytes.clone(),
+        ]
+        .concat();
+        for d in &devices {
+            d.fetches.store(0, Ordering::SeqCst);
+        }
+        let mut got = Vec::new();
+        with_prefetch(tensors.iter().collect(), |p| {
+            for t in &tensors {
+                p.write(t, &mut got)?;
+            }
+            Ok(())
+        })
+        .expect("write");
+        assert!(got == want);
+        for d in &devices {
+            assert_eq!(d.fetches.load(Ordering::SeqCst), 1);
+        }
+        // a host copy of the wrong size is an error, not a short file
+        let short = TensorData::Fetched {
+            fetch: Arc::clone(&devices[1]) as Arc<dyn crate::tensor::Fetch>,
+            len: 11,
+            permuted: None,
+        };
+        let err = with_prefetch(vec![&short], |p| p.write(&short, &mut Vec::new()))
+            .expect_err("must fail");
+        assert!(
+            err.to_string().contains("10 bytes, 11 were expected"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn a_failing_writer_stops_the_worker() {
         struct Full;
@@ -187,8 +266,8 @@ mod tests {
     fn a_tensor_of_the_wrong_size_fails_the_write() {
         let bad = TensorData::Transposed {
             source: Arc::new(vec![0u8; 10]),
-            rows: 2,
-            cols: 2,
+            dims: vec![2, 2],
+            perm: vec![1, 0],
             item: 4,
         };
         let mut sink = Vec::new();

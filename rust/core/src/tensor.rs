@@ -8,10 +8,20 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::dtype;
+use crate::permute::{self, Layout, TILE};
 
 /// Memory owned elsewhere and kept alive by the implementor, readable from any thread.
 pub trait ByteSource: Send + Sync {
     fn bytes(&self) -> &[u8];
+}
+
+/// Bytes that live elsewhere (a weight on a GPU or another accelerator) and are copied to the host when
+/// they are written, one tensor at a time: the copy is made by the writer's prefetching worker (see
+/// `prefetch`), held while that tensor is written and dropped after, so the host never holds the
+/// whole model.
+pub trait Fetch: Send + Sync {
+    /// A host copy of the bytes.
+    fn fetch(&self) -> io::Result<Arc<dyn ByteSource>>;
 }
 
 /// Bytes a pass computed, shared by lazily transformed tensors like borrowed memory is.
@@ -46,13 +56,22 @@ le_decoder!(le_i64s, i64);
 pub enum TensorData {
     Owned(Vec<u8>),
     Borrowed(Arc<dyn ByteSource>),
-    /// A row-major (rows x cols) matrix of `item`-byte elements, stored transposed (cols x rows):
-    /// the writer transposes it block by block, so the weight is never copied whole.
+    /// A row-major tensor of shape `dims` and `item`-byte elements, stored permuted as ONNX `Transpose`
+    /// with `perm` gives it (output axis k is axis `perm[k]`; `[1, 0]` for a matrix, `[0, 2, 1]` for
+    /// batched expert weights): the writer permutes it band by band (see `permute`), so the weight is
+    /// never copied whole. Build it with [`TensorData::transposed`].
     Transposed {
         source: Arc<dyn ByteSource>,
-        rows: usize,
-        cols: usize,
+        dims: Vec<usize>,
+        perm: Vec<usize>,
         item: usize,
+    },
+    /// `len` bytes copied to the host only while they are written (see [`Fetch`]), permuted as they are
+    /// written when read through a Transpose (as [`TensorData::Transposed`] is).
+    Fetched {
+        fetch: Arc<dyn Fetch>,
+        len: usize,
+        permuted: Option<Arc<Permutation>>,
     },
     /// Bytes that are not here (a weight on the meta device): the writer leaves their place in the
     /// external data file empty, to be filled later (fastonnx.attach_weights).
@@ -84,13 +103,23 @@ pub enum TensorData {
     },
 }
 
+/// How a tensor's bytes are read through ONNX `Transpose`: source `dims` (row-major, `item`-byte
+/// elements) and `perm` (output axis k is source axis `perm[k]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permutation {
+    pub dims: Vec<usize>,
+    pub perm: Vec<usize>,
+    pub item: usize,
+}
+
 /// The most bytes of a computed tensor (transposed or scaled as it is written) produced at a time: the
 /// writer's pipeline holds a few such pieces (see `prefetch`). A band of a transposed weight holds one
-/// output row at least, so a weight whose single output row is larger makes larger pieces.
+/// output row (its last axis) at least, so a weight whose single output row is larger makes larger pieces.
 pub const PIECE_BYTES: usize = 2 << 20;
 
 /// A part of a computed tensor's bytes, produced on its own and written in order: a band of output
-/// rows of a transposed weight (`first..end` are output rows), or a range of a scaled one's elements.
+/// rows of a transposed weight (`first..end` are output rows, every output axis but the last
+/// flattened), or a range of a scaled one's elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     first: usize,
@@ -110,12 +139,34 @@ impl Piece {
 }
 
 impl TensorData {
+    /// `source` (row-major, shape `dims`, `item`-byte elements) read through ONNX `Transpose`'s `perm`:
+    /// the same memory when only axes of size 1 move, a lazily permuted tensor otherwise. `perm` must
+    /// be a permutation of the axes (see [`permute::is_permutation`]).
+    pub fn transposed(
+        source: Arc<dyn ByteSource>,
+        dims: Vec<usize>,
+        perm: Vec<usize>,
+        item: usize,
+    ) -> TensorData {
+        if permute::is_identity(&dims, &perm) {
+            TensorData::Borrowed(source)
+        } else {
+            TensorData::Transposed {
+                source,
+                dims,
+                perm,
+                item,
+            }
+        }
+    }
+
     /// The bytes in place, when they are stored as written (None for a lazily transposed weight).
     pub fn as_slice(&self) -> Option<&[u8]> {
         match self {
             TensorData::Owned(v) => Some(v),
             TensorData::Borrowed(b) => Some(b.bytes()),
             TensorData::Transposed { .. }
+            | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. }
@@ -139,10 +190,10 @@ impl TensorData {
         match self {
             TensorData::Owned(v) => v.len(),
             TensorData::Borrowed(b) => b.bytes().len(),
-            TensorData::Transposed {
-                rows, cols, item, ..
-            } => rows * cols * item,
-            TensorData::Deferred { len } | TensorData::Referenced { len, .. } => *len,
+            TensorData::Transposed { dims, item, .. } => dims.iter().product::<usize>() * item,
+            TensorData::Deferred { len }
+            | TensorData::Referenced { len, .. }
+            | TensorData::Fetched { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
             TensorData::Converted { count, to, .. } => count * dtype::item_size(*to).unwrap_or(0),
         }
@@ -169,6 +220,7 @@ impl TensorData {
     pub fn source(&self) -> Option<&Arc<dyn ByteSource>> {
         match self {
             TensorData::Owned(_)
+            | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
             | TensorData::Converted { .. } => None,
@@ -178,15 +230,36 @@ impl TensorData {
         }
     }
 
-    /// Whether the bytes take work to produce (anything but a plain copy of memory): such tensors are
-    /// produced piece by piece, see [`TensorData::pieces`].
+    /// Whether the bytes take work to produce (anything but a plain copy of memory in place): such
+    /// tensors are produced piece by piece, see [`TensorData::pieces`].
     pub fn is_computed(&self) -> bool {
         matches!(
             self,
             TensorData::Transposed { .. }
                 | TensorData::ChannelScaled { .. }
+                | TensorData::Fetched { .. }
                 | TensorData::Converted { .. }
         )
+    }
+
+    /// A host copy of a fetched tensor's bytes, checked against its length (None for the other kinds).
+    pub fn fetch(&self) -> Option<io::Result<Arc<dyn ByteSource>>> {
+        let TensorData::Fetched { fetch, len, .. } = self else {
+            return None;
+        };
+        Some(fetch.fetch().and_then(|host| {
+            if host.bytes().len() == *len {
+                Ok(host)
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "a weight copied to the host has {} bytes, {len} were expected",
+                        host.bytes().len()
+                    ),
+                ))
+            }
+        }))
     }
 
     /// The pieces a computed tensor's bytes are produced in, in order (none for the other kinds).
@@ -194,37 +267,29 @@ impl TensorData {
         match self {
             TensorData::Transposed {
                 source,
-                rows,
-                cols,
+                dims,
+                perm,
                 item,
             } => {
-                let (rows, cols, item) = (*rows, *cols, *item);
-                if item == 0
-                    || rows.checked_mul(cols).and_then(|n| n.checked_mul(item))
-                        != Some(source.bytes().len())
-                {
+                if *item == 0 || self.len() != source.bytes().len() {
                     return Err(wrong_size("transposed"));
                 }
-                if rows == 0 || cols == 0 {
-                    return Ok(Vec::new());
-                }
-                let row = rows * item;
-                let mut band = (PIECE_BYTES / row).clamp(1, cols);
-                if band >= TILE {
-                    band -= band % TILE; // whole tiles: the fast path of fill_band
-                }
-                Ok((0..cols)
-                    .step_by(band)
-                    .map(|first| {
-                        let end = (first + band).min(cols);
-                        Piece {
-                            first,
-                            end,
-                            len: (end - first) * row,
-                        }
-                    })
-                    .collect())
+                Ok(band_pieces(&Layout::new(dims, perm)?, *item))
             }
+            TensorData::Fetched {
+                permuted: Some(p), ..
+            } => Ok(band_pieces(&Layout::new(&p.dims, &p.perm)?, p.item)),
+            TensorData::Fetched { len, .. } => Ok((0..*len)
+                .step_by(PIECE_BYTES)
+                .map(|first| {
+                    let end = (first + PIECE_BYTES).min(*len);
+                    Piece {
+                        first,
+                        end,
+                        len: end - first,
+                    }
+                })
+                .collect()),
             TensorData::ChannelScaled {
                 source,
                 scale,
@@ -277,6 +342,47 @@ impl TensorData {
     }
 
     /// Produces `piece` (one of [`TensorData::pieces`]) into `out`, exactly `piece.len()` bytes; the
+    /// fast paths need `out` aligned to 8 bytes (as [`piece_buffer`] gives it). A fetched tensor's
+    /// pieces come from its host copy, `host` (see [`TensorData::fetch`]).
+    pub fn fill_from(
+        &self,
+        host: Option<&Arc<dyn ByteSource>>,
+        piece: Piece,
+        out: &mut [u8],
+    ) -> io::Result<()> {
+        match (self, host) {
+            (TensorData::Fetched { .. }, Some(host)) => match self.on_host(Arc::clone(host)) {
+                TensorData::Borrowed(b) => {
+                    if out.len() != piece.len {
+                        return Err(io::Error::other("piece buffer of the wrong size"));
+                    }
+                    out.copy_from_slice(&b.bytes()[piece.first..piece.end]);
+                    Ok(())
+                }
+                permuted => permuted.fill(piece, out),
+            },
+            _ => self.fill(piece, out),
+        }
+    }
+
+    /// A fetched tensor's bytes as read from its host copy `host`: the copy itself, or the copy
+    /// permuted as it is written (other kinds are returned as they are).
+    fn on_host(&self, host: Arc<dyn ByteSource>) -> TensorData {
+        match self {
+            TensorData::Fetched {
+                permuted: Some(p), ..
+            } => TensorData::Transposed {
+                source: host,
+                dims: p.dims.clone(),
+                perm: p.perm.clone(),
+                item: p.item,
+            },
+            TensorData::Fetched { permuted: None, .. } => TensorData::Borrowed(host),
+            other => other.clone(),
+        }
+    }
+
+    /// Produces `piece` (one of [`TensorData::pieces`]) into `out`, exactly `piece.len()` bytes; the
     /// fast paths need `out` aligned to 8 bytes (as [`piece_buffer`] gives it).
     pub fn fill(&self, piece: Piece, out: &mut [u8]) -> io::Result<()> {
         if out.len() != piece.len {
@@ -285,21 +391,22 @@ impl TensorData {
         match self {
             TensorData::Transposed {
                 source,
-                rows,
-                cols,
+                dims,
+                perm,
                 item,
             } => {
-                let (src, rows, cols, item) = (source.bytes(), *rows, *cols, *item);
-                let (j0, j1) = (piece.first, piece.end);
+                let layout = Layout::new(dims, perm)?;
+                let (src, item) = (source.bytes(), *item);
+                let (r0, r1) = (piece.first, piece.end);
                 let done = match item {
-                    1 => fill_typed::<u8>(src, rows, cols, j0, j1, out),
-                    2 => fill_typed::<u16>(src, rows, cols, j0, j1, out),
-                    4 => fill_typed::<u32>(src, rows, cols, j0, j1, out),
-                    8 => fill_typed::<u64>(src, rows, cols, j0, j1, out),
+                    1 => permute::fill_typed::<u8>(&layout, src, r0, r1, out),
+                    2 => permute::fill_typed::<u16>(&layout, src, r0, r1, out),
+                    4 => permute::fill_typed::<u32>(&layout, src, r0, r1, out),
+                    8 => permute::fill_typed::<u64>(&layout, src, r0, r1, out),
                     _ => false,
                 };
                 if !done {
-                    fill_bytes(src, rows, cols, item, j0, j1, out);
+                    permute::fill_bytes(&layout, src, item, r0, r1, out);
                 }
                 Ok(())
             }
@@ -347,6 +454,12 @@ impl TensorData {
                 io::ErrorKind::InvalidData,
                 "a deferred weight (meta device) has no bytes to write",
             )),
+            TensorData::Fetched { .. } => {
+                let host = self
+                    .fetch()
+                    .unwrap_or_else(|| Err(io::Error::other("not fetched")))?;
+                self.on_host(host).write_to(w)
+            }
             TensorData::Referenced { location, .. } => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("a weight referenced in {location:?} has no bytes here to write"),
@@ -364,6 +477,30 @@ impl TensorData {
             }
         }
     }
+}
+
+/// Bands of output rows of a permuted tensor, about [`PIECE_BYTES`] each (one row at least).
+fn band_pieces(layout: &Layout, item: usize) -> Vec<Piece> {
+    let rows = layout.rows();
+    if rows == 0 {
+        return Vec::new();
+    }
+    let row = layout.row_len() * item;
+    let mut band = (PIECE_BYTES / row.max(1)).clamp(1, rows);
+    if band >= TILE {
+        band -= band % TILE; // whole tiles: the fast path of the transposition
+    }
+    (0..rows)
+        .step_by(band)
+        .map(|first| {
+            let end = (first + band).min(rows);
+            Piece {
+                first,
+                end,
+                len: (end - first) * row,
+            }
+        })
+        .collect()
 }
 
 /// Whether [`TensorData::Converted`] converts between these two types (float32, float16, bfloat16,
@@ -425,106 +562,13 @@ pub fn piece_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
     &mut bytes[..len]
 }
 
-/// Plain integer element types: any bit pattern is valid, so byte buffers can be viewed as them.
-trait Pod: Copy + Default + Send + Sync {}
-impl Pod for u8 {}
-impl Pod for u16 {}
-impl Pod for u32 {}
-impl Pod for u64 {}
-
-/// Output rows j0..j1 of the transpose into `out` as `T` elements; false (nothing done) when the
-/// source or `out` is not aligned for `T`.
-fn fill_typed<T: Pod>(
-    src: &[u8],
-    rows: usize,
-    cols: usize,
-    j0: usize,
-    j1: usize,
-    out: &mut [u8],
-) -> bool {
-    // SAFETY: T is a plain integer type (every bit pattern valid); align_to only returns the aligned middle.
-    let (head, typed, tail) = unsafe { src.align_to::<T>() };
-    // SAFETY: the same, for the output buffer.
-    let (out_head, out_typed, out_tail) = unsafe { out.align_to_mut::<T>() };
-    if !head.is_empty() || !tail.is_empty() || !out_head.is_empty() || !out_tail.is_empty() {
-        return false;
-    }
-    fill_band(typed, rows, cols, j0, j1, out_typed);
-    true
-}
-
-/// Tiles of the transposition: TILE x TILE elements, copied through a small buffer that stays in L1.
-const TILE: usize = 64;
-
-/// Output rows j0..j1 of the transpose (out[(j - j0) * rows + i] = src[i * cols + j]), tile by tile.
-/// Each TILE x TILE tile is transposed inside a small buffer that stays in L1 (8 x 8 blocks held in
-/// registers where the tile is whole), then copied out a row at a time: writing a tile straight to
-/// `out` touches TILE lines `rows` elements apart, which for power-of-two sizes all fall in one
-/// cache set and evict each other.
-fn fill_band<T: Pod>(src: &[T], rows: usize, cols: usize, j0: usize, j1: usize, out: &mut [T]) {
-    const BLOCK: usize = 8;
-    let mut tile = [T::default(); TILE * TILE];
-    for ib in (0..rows).step_by(TILE) {
-        let h = (ib + TILE).min(rows) - ib;
-        for jb in (j0..j1).step_by(TILE) {
-            let w = (jb + TILE).min(j1) - jb;
-            if h == TILE && w == TILE {
-                for bi in (0..TILE).step_by(BLOCK) {
-                    for bj in (0..TILE).step_by(BLOCK) {
-                        let mut block = [[T::default(); BLOCK]; BLOCK];
-                        for (r, line) in block.iter_mut().enumerate() {
-                            let at = (ib + bi + r) * cols + jb + bj;
-                            line.copy_from_slice(&src[at..at + BLOCK]);
-                        }
-                        for c in 0..BLOCK {
-                            let at = (bj + c) * TILE + bi;
-                            for (r, line) in block.iter().enumerate() {
-                                tile[at + r] = line[c];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for di in 0..h {
-                    let row = &src[(ib + di) * cols + jb..][..w];
-                    for (dj, v) in row.iter().enumerate() {
-                        tile[dj * TILE + di] = *v;
-                    }
-                }
-            }
-            for dj in 0..w {
-                let at = (jb - j0 + dj) * rows + ib;
-                out[at..at + h].copy_from_slice(&tile[dj * TILE..dj * TILE + h]);
-            }
-        }
-    }
-}
-
-/// The general case (odd element sizes or unaligned memory): element by element.
-fn fill_bytes(
-    src: &[u8],
-    rows: usize,
-    cols: usize,
-    item: usize,
-    j0: usize,
-    j1: usize,
-    out: &mut [u8],
-) {
-    for i in 0..rows {
-        let row = &src[(i * cols + j0) * item..(i * cols + j1) * item];
-        for (dj, elem) in row.chunks_exact(item).enumerate() {
-            let at = (dj * rows + i) * item;
-            out[at..at + item].copy_from_slice(elem);
-        }
-    }
-}
-
 impl fmt::Debug for TensorData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self {
             TensorData::Owned(_) => "owned",
             TensorData::Borrowed(_) => "borrowed",
             TensorData::Transposed { .. } => "transposed",
+            TensorData::Fetched { .. } => "fetched",
             TensorData::Deferred { .. } => "deferred",
             TensorData::Referenced { .. } => "referenced",
             TensorData::ChannelScaled { .. } => "channel-scaled",
@@ -659,8 +703,8 @@ mod tests {
             }
             let data = TensorData::Transposed {
                 source: Arc::new(Mem(src)),
-                rows,
-                cols,
+                dims: vec![rows, cols],
+                perm: vec![1, 0],
                 item,
             };
             assert!(data.to_vec() == want, "{rows}x{cols}x{item}");
@@ -681,14 +725,14 @@ mod tests {
         let src: Vec<u8> = (0..=rows * cols * 4).map(|i| (i % 251) as u8).collect();
         let aligned = TensorData::Transposed {
             source: Arc::new(Mem(src[1..].to_vec())),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         };
         let unaligned = TensorData::Transposed {
             source: Arc::new(Unaligned(src)),
-            rows,
-            cols,
+            dims: vec![rows, cols],
+            perm: vec![1, 0],
             item: 4,
         };
         assert!(unaligned.to_vec() == aligned.to_vec());
@@ -698,5 +742,36 @@ mod tests {
             pieces.iter().map(Piece::len).sum::<usize>(),
             unaligned.len()
         );
+    }
+
+    #[test]
+    fn permuted_weights_are_written_in_bounded_pieces() {
+        let dims = [3usize, 700, 600]; // 5 MB of u32: several pieces
+        let src: Vec<u8> = (0..dims.iter().product::<usize>() as u32)
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        for perm in [[0usize, 2, 1], [2, 1, 0], [1, 0, 2]] {
+            let data =
+                TensorData::transposed(Arc::new(Mem(src.clone())), dims.to_vec(), perm.to_vec(), 4);
+            let pieces = data.pieces().expect("pieces");
+            assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= PIECE_BYTES));
+            assert_eq!(pieces.iter().map(Piece::len).sum::<usize>(), src.len());
+            let out = le_i32s(&data.to_vec());
+            let od: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+            let mut k = 0;
+            for x in 0..od[0] {
+                for y in 0..od[1] {
+                    for z in 0..od[2] {
+                        let mut at = [0usize; 3];
+                        at[perm[0]] = x;
+                        at[perm[1]] = y;
+                        at[perm[2]] = z;
+                        let want = (at[0] * dims[1] + at[1]) * dims[2] + at[2];
+                        assert_eq!(out[k] as usize, want, "perm {perm:?}");
+                        k += 1;
+                    }
+                }
+            }
+        }
     }
 }

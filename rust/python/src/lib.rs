@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fastonnx_core::functions::{extract_functions, Instance};
 use fastonnx_core::passes::{optimize_model_with, read_weights_as_stored, Level};
 use fastonnx_core::{
-    writer, AttrValue, Attribute, ByteSource, Dim, Error, Model, Scope, Tensor, TensorData,
+    writer, AttrValue, Attribute, ByteSource, Dim, Error, Fetch, Model, Scope, Tensor, TensorData,
     TiedKey, ValueType,
 };
 mod fx_scope;
@@ -123,6 +123,24 @@ impl ByteSource for BufferSource {
         }
         // SAFETY: the buffer was checked to be C-contiguous when taken; it stays valid while held.
         unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, len) }
+    }
+}
+
+/// A weight off the CPU: calling the Python callable returns a host copy of its bytes (a contiguous
+/// buffer). The writer's pipeline calls it once per write, one tensor at a time (see `Fetch`).
+struct PyFetch(Py<PyAny>);
+
+impl Fetch for PyFetch {
+    fn fetch(&self) -> std::io::Result<Arc<dyn ByteSource>> {
+        Python::attach(|py| -> PyResult<Arc<dyn ByteSource>> {
+            let host = self.0.call0(py)?;
+            let buffer = PyBuffer::<u8>::get(host.bind(py))?;
+            if !buffer.is_c_contiguous() {
+                return Err(GraphError::new_err("the host copy is not contiguous"));
+            }
+            Ok(Arc::new(BufferSource(buffer)))
+        })
+        .map_err(|e| std::io::Error::other(format!("copying a weight to the host failed: {e}")))
     }
 }
 
@@ -335,6 +353,40 @@ impl GraphBuilder {
                 dtype,
                 shape,
                 TensorData::Borrowed(Arc::new(BufferSource(buffer))),
+                tied,
+            )
+            .map_err(py_err)
+    }
+
+    /// A weight whose `nbytes` bytes are not in host memory (a GPU tensor): `fetch()` returns a host
+    /// copy of them (a contiguous buffer) and is called while the file is written, one tensor at a
+    /// time. `address` (the tensor's device address) ties weights that share memory.
+    fn add_fetched_initializer(
+        &mut self,
+        hint: &str,
+        fetch: Py<PyAny>,
+        nbytes: usize,
+        dtype: i32,
+        shape: Vec<i64>,
+        address: usize,
+    ) -> PyResult<String> {
+        let tied = (nbytes > 0).then(|| TiedKey {
+            address,
+            len: nbytes,
+            dtype,
+            dims: shape.clone(),
+        });
+        self.model
+            .graph
+            .add_initializer(
+                hint,
+                dtype,
+                shape,
+                TensorData::Fetched {
+                    fetch: Arc::new(PyFetch(fetch)),
+                    len: nbytes,
+                    permuted: None,
+                },
                 tied,
             )
             .map_err(py_err)
