@@ -146,6 +146,23 @@ def ladder_llama(layers: int, hidden: int) -> torch.nn.Module:
         return LlamaForCausalLM(cfg).eval()
 
 
+def tied_llama_config():  # type: ignore[no-untyped-def]
+    """The tiny Llama the checkpoint-in-place tests save and reload (lm_head tied to the embedding)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        use_cache=False,
+        tie_word_embeddings=True,  # lm_head shares the embedding: saved once in the checkpoint
+    )
+
+
 def tiny_llama(layers: int = 2, hidden: int = 64, use_cache: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 

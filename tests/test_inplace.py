@@ -14,23 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import fastonnx
-from model_zoo import Logits
-
-
-def _config():  # type: ignore[no-untyped-def]
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        use_cache=False,
-        tie_word_embeddings=True,  # lm_head shares the embedding: saved once in the checkpoint
-    )
+from model_zoo import Logits, tied_llama_config
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +23,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     folder = tmp_path_factory.mktemp("ckpt")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(_config()).eval()
+    model = LlamaForCausalLM(tied_llama_config()).eval()
     with torch.no_grad():
         # trained norms differ: all-ones norms would be merged into one initializer by the optimizer
         for name, p in model.named_parameters():
@@ -86,7 +70,7 @@ def _external_locations(path: str) -> dict[str, str]:
 
 
 # Linear products of the tiny Llama: q, k, v, o, gate, up, down per layer, and the tied lm_head
-LINEARS = 7 * _config().num_hidden_layers + 1
+LINEARS = 7 * tied_llama_config().num_hidden_layers + 1
 
 
 @pytest.mark.parametrize("optimize", [True, "onnxruntime"])
@@ -97,9 +81,9 @@ def test_meta_llama_references_every_weight_in_its_shards(checkpoint: str, optim
     shards = _shards(checkpoint)
     assert len(shards) > 2
     with torch.device("meta"):
-        meta = LlamaForCausalLM(_config()).eval()
+        meta = LlamaForCausalLM(tied_llama_config()).eval()
     # rotary frequencies are a non-persistent buffer, in no checkpoint: made on the CPU
-    meta.model.rotary_emb = LlamaRotaryEmbedding(_config())
+    meta.model.rotary_emb = LlamaRotaryEmbedding(tied_llama_config())
     ids = torch.randint(0, 256, (2, 8)).to("meta")
     mask = torch.ones(2, 8, dtype=torch.int64).to("meta")
     path = os.path.join(checkpoint, "model.onnx")

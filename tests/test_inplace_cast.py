@@ -12,23 +12,7 @@ import torch
 from safetensors import safe_open
 
 import fastonnx
-from model_zoo import Logits
-
-
-def _config():  # type: ignore[no-untyped-def]
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        use_cache=False,
-        tie_word_embeddings=True,
-    )
+from model_zoo import Logits, tied_llama_config
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +21,7 @@ def bf16_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     folder = tmp_path_factory.mktemp("bf16")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(_config()).eval()
+    model = LlamaForCausalLM(tied_llama_config()).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -64,8 +48,8 @@ def _meta_model() -> torch.nn.Module:
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     with torch.device("meta"):
-        meta = LlamaForCausalLM(_config()).eval()
-    meta.model.rotary_emb = LlamaRotaryEmbedding(_config())
+        meta = LlamaForCausalLM(tied_llama_config()).eval()
+    meta.model.rotary_emb = LlamaRotaryEmbedding(tied_llama_config())
     return Logits(meta)
 
 
