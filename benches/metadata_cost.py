@@ -99,7 +99,7 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
         "time cost",
         "convert stage s (off / on)",
         "convert cost",
-        "metadata compose ms (after the passes)",
+        "metadata compose ms (alongside the passes)",
         "write stage s (off / on)",
         ".onnx KiB, off",
         ".onnx KiB, on",
@@ -113,7 +113,8 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
             "to_onnx from the ExportedProgram to the written file (external data); the .onnx holds the",
             "graph only (the weights are in the .data file, equal either way). The budget is +5% on time.",
             "The convert stage walks the FX graph (with metadata: one scope per FX node, its name prefix);",
-            "the metadata is composed after the passes, for the FX nodes whose ONNX nodes survived them.",
+            "the metadata is composed alongside the passes (on the calling thread, while they run on another),",
+            "and the .onnx file is written alongside the .data file.",
             "",
             ledger.table(headers, table),
         ]

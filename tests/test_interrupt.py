@@ -96,8 +96,11 @@ def test_the_temporaries_of_a_killed_export_are_swept_by_the_next(tmp_path: Path
     signal_when_writing(proc, tmp_path, signal.SIGKILL)
     proc.communicate()
     assert proc.returncode == -signal.SIGKILL
-    left = data_temporaries(tmp_path)
-    assert len(left) == 1 and f"-{proc.pid}-" in left[0].name  # what a killed process cannot remove
+    # what a killed process cannot remove: the data file's temporary and the model file's, written
+    # alongside it
+    left = sorted(tmp_path.glob("m.onnx*.tmp-*"))
+    assert sorted(p.name.split(".tmp-")[0] for p in left) == ["m.onnx", "m.onnx.data"], left
+    assert all(f"-{proc.pid}-" in p.name for p in left)
     # a temporary of a live process (this one) and one of another host stay
     import socket
 
@@ -108,8 +111,9 @@ def test_the_temporaries_of_a_killed_export_are_swept_by_the_next(tmp_path: Path
 
     with caplog.at_level(logging.WARNING, logger="fastonnx"):
         result = fastonnx.to_onnx(torch.nn.ReLU(), (torch.randn(3),), filename=tmp_path / "other.onnx")
-    assert result.stats["file"]["swept"] == [str(left[0])]
-    assert any(str(left[0]) in r.getMessage() and "killed" in r.getMessage() for r in caplog.records)
+    assert sorted(result.stats["file"]["swept"]) == [str(p) for p in left]
+    for p in left:
+        assert any(str(p) in r.getMessage() and "killed" in r.getMessage() for r in caplog.records)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted([*OLD, "other.onnx", alive.name, elsewhere.name])
     for name, data in OLD.items():
@@ -193,3 +197,21 @@ def test_an_exception_raised_between_passes_comes_out_unchanged() -> None:
     with pytest.raises(Stop):
         g.optimize("default", stop)
     assert len(calls) == 1 and calls[0][0] == 0 and calls[0][1] > 1
+
+
+def test_an_exception_raised_alongside_the_passes_stops_them_and_comes_out_unchanged() -> None:
+    """optimize(alongside=...): the callable runs on the calling thread while the passes run on another
+    one; its exception stops the passes at their next stage and is raised as it was."""
+    g = weighted_builder(64)
+    calls: list[tuple[int, int]] = []
+
+    def compose() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        g.optimize("default", lambda done, total: calls.append((done, total)), alongside=compose)
+    assert not calls, "no progress is reported once the callable failed"
+    # the builder is whole: the passes run again, with the callable this time returning
+    ran: list[bool] = []
+    g.optimize("default", alongside=lambda: ran.append(True))
+    assert ran == [True]

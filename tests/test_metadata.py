@@ -300,7 +300,7 @@ def test_composed_metadata_is_what_torchs_printer_gives_and_only_for_used_scopes
     g.add_node("Abs", [x])
     g.set_scope(None)
     unused = g.add_scope("/gone")
-    scopes.compose(g)
+    scopes.compose(g.scope_table(), used=set(g.used_scopes()))
     proto = onnx.load_from_string(g.to_bytes())
     assert len(proto.graph.node) == len(calls) + 1
     by_fx: dict[str, list[tuple[str, str]]] = {}
@@ -322,7 +322,7 @@ def test_composed_metadata_is_what_torchs_printer_gives_and_only_for_used_scopes
 
 
 def test_scope_calls_name_what_is_wrong() -> None:
-    g = fastonnx.api.new_builder(18)
+    g = fastonnx.api.new_builder(18).scope_table()
     with pytest.raises(fastonnx.GraphError, match="set_scope_props: there is no scope 3"):
         g.set_scope_props(3, [])
     with pytest.raises(fastonnx.GraphError, match="compose_fx_scopes: 1 indices but 0 levels"):
@@ -350,3 +350,22 @@ def test_graph_module_to_onnx_composes_the_metadata_too() -> None:
         p = props(node)
         assert set(md.NODE_KEYS) <= set(p), node.name
         assert p[md.FX_NODE] in texts
+
+
+def test_metadata_composed_alongside_the_passes_equals_metadata_composed_after_them(
+    llama: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """to_onnx composes while the passes run on another thread (Interpreter.optimize); the file is the
+    one composing after the passes, for the surviving scopes only, gives."""
+    ep, first = llama
+    args = (torch.randint(0, 256, (2, 8)),)
+    alongside = fastonnx.to_onnx(ep, args, opset=23).to_bytes()
+    assert alongside == first.to_bytes()
+
+    def after(self: Any, level: str, progress: Any = None) -> dict[str, int]:
+        counts = self._top.optimize(level, progress)
+        self.scopes.compose(self._top.scope_table(), used=set(self._top.used_scopes()))
+        return counts
+
+    monkeypatch.setattr(fastonnx.interpreter.Interpreter, "optimize", after)
+    assert fastonnx.to_onnx(ep, args, opset=23).to_bytes() == alongside

@@ -128,8 +128,7 @@ def graph_module_to_onnx(
     t1 = time.perf_counter()
     stats["convert_s"] = t1 - t0
     stats["fx_nodes"] = len(gm.graph.nodes)
-    stats["optimize"] = builder.optimize(level)
-    interp.compose_metadata()
+    stats["optimize"] = interp.optimize(level)
     stats["optimize_s"] = time.perf_counter() - t1
     stats["nodes"] = builder.num_nodes
     stats["initializers"] = builder.num_initializers

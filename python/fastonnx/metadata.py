@@ -12,12 +12,13 @@ Every ONNX node made from an FX node carries, in ``metadata_props``:
 Its name reads where it comes from, as the TorchScript exporter's did: ``/model/layers.0/self_attn/
 q_proj/MatMul`` (``/MatMul`` at the top level), made unique with ``_1``, ``_2``... in graph order.
 
-The walker hands the builder one scope per FX node (its name prefix) and switches to it before
-converting the node; the builder stores the scope once and each node an index into it. After the
-passes, ``Scopes.compose`` fills in the metadata of the scopes whose nodes survived: the parts that
-depend on the module stack only, or on the target only, are computed here once; the builder composes
-each FX node's values (``GraphBuilder.compose_fx_scopes``), torch's printer gives the FX node's text
-where arguments are not plain.
+The walker hands the builder one scope per FX node (its name prefix) as it starts converting the
+node; the builder stores the scope once and each node an index into it. ``Scopes.compose`` fills in the
+metadata: the parts that depend on the module stack only, or on the target only, are computed here
+once; the builder's scope table composes each FX node's values (``ScopeTable.compose_fx_scopes``),
+torch's printer gives the FX node's text where arguments are not plain. to_onnx composes while its
+passes run on another thread (``Interpreter.optimize``): on two cores or more the metadata then costs
+the walk's one call per FX node, the larger names and the larger file (benches/metadata_cost.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
-from fastonnx._core import GraphBuilder
+from fastonnx._core import GraphBuilder, ScopeTable
 
 NAMESPACE = "namespace"
 CLASS_HIERARCHY = "pkg.torch.onnx.class_hierarchy"
@@ -80,9 +81,8 @@ class Scopes:
     """The builder scope of each FX node, made on the node's first conversion.
 
     The walk only adds each scope with its name prefix (node names need it as nodes are made) and
-    remembers its FX node; ``compose`` writes the metadata after the passes, for the scopes whose nodes
-    survived them (about 70% of a Llama's FX nodes), in one call to the builder. Composing during the
-    walk cost ~7 us per FX node (benches/metadata_cost.py, issue 13)."""
+    remembers its FX node; ``compose`` writes the metadata later in one call to the scope table.
+    Composing during the walk cost ~7 us per FX node (benches/metadata_cost.py, issue 13)."""
 
     def __init__(self) -> None:
         self._levels: dict[tuple[str, ...], _ModuleLevels] = {(): _ModuleLevels(None)}
@@ -107,17 +107,18 @@ class Scopes:
             # run once per FX node: kept to a few lookups and one call
             stack = node.meta.get("nn_module_stack")
             levels = self._levels.get(tuple(stack) if stack else ()) or self._levels_of(node)
-            index = self._index[node] = g.add_scope(levels.prefix)
+            index = self._index[node] = g.enter_new_scope(levels.prefix)
             self._made_index.append(index)
             self._made_node.append(node)
             self._made_levels.append(levels)
-        g.set_scope(index)
+        else:
+            g.set_scope(index)
         self.current = node
 
-    def compose(self, g: GraphBuilder) -> None:
-        """Give the scopes that nodes of ``g`` (its subgraphs included) are made in their metadata. Run
-        once, after the passes: nodes made later from these FX nodes would carry none."""
-        used = set(g.used_scopes())
+    def compose(self, table: ScopeTable, used: set[int] | None = None) -> None:
+        """Give the scopes made so far (those in ``used`` only, when given) their metadata, through the
+        builder's scope ``table``. Run once, when no more nodes will be made from these FX nodes: to_onnx
+        runs it alongside the passes (``Interpreter.optimize``), before they decide which nodes survive."""
         # the builder composes the values of plain calls (parallel lists, as above); torch's printer
         # gives the others
         indices: list[int] = []
@@ -134,7 +135,7 @@ class Scopes:
         )
         printable = self._printable
         for index, node, levels in zip(self._made_index, self._made_node, self._made_levels):
-            if index not in used:
+            if used is not None and index not in used:
                 continue
             if node.op == "call_function" and node.type is None:
                 target = printable.get(id(node.target)) or self._printable_target(node)
@@ -146,10 +147,10 @@ class Scopes:
                     continue
             other.append((index, node))
         self._made_index, self._made_node, self._made_levels = [], [], []
-        for position in g.compose_fx_scopes(NODE_KEYS, indices, parts, nodes, targets):
+        for position in table.compose_fx_scopes(NODE_KEYS, indices, parts, nodes, targets):
             other.append((indices[position], nodes[position]))
         for index, node in other:
-            g.set_scope_props(index, self.scope_of(node)[1])
+            table.set_scope_props(index, self.scope_of(node)[1])
 
     def _levels_of(self, node: torch.fx.Node) -> _ModuleLevels:
         stack = node.meta.get("nn_module_stack") or {}

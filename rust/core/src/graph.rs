@@ -533,6 +533,18 @@ impl Graph {
         Ok(())
     }
 
+    /// Adds a scope named `prefix` (its metadata comes later, `SharedScopes::set_props`) and makes the
+    /// nodes added from now on in it; returns its index. The walker's one call per FX node.
+    pub fn enter_new_scope(&mut self, prefix: String) -> u32 {
+        let scope = Arc::new(Scope {
+            prefix,
+            props: Vec::new(),
+        });
+        let index = self.scopes.add_shared(Arc::clone(&scope));
+        self.current_scope = Some((index, scope));
+        index
+    }
+
     /// Adds `(key, value)` to the `metadata_props` of the input, output or initializer `name`; a key it
     /// already has keeps its first value (a tied weight keeps the metadata of its first name).
     pub fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> Result<()> {

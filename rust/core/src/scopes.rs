@@ -31,9 +31,14 @@ impl SharedScopes {
 
     /// Adds a scope; returns its index.
     pub fn add(&self, scope: Scope) -> u32 {
+        self.add_shared(Arc::new(scope))
+    }
+
+    /// Adds a scope the caller keeps a handle on; returns its index.
+    pub fn add_shared(&self, scope: Arc<Scope>) -> u32 {
         let mut table = self.lock();
         let index = u32::try_from(table.len()).unwrap_or(u32::MAX);
-        table.push(Arc::new(scope));
+        table.push(scope);
         index
     }
 

@@ -797,17 +797,40 @@ pub fn save_with(
     let mut data_tmp = None;
     // every external tensor referenced elsewhere: no data file of our own
     let own_data = p.tensors.iter().any(|t| t.offset.is_some());
-    if use_external && own_data {
-        let tmp = TempFile::beside(&data_target);
-        write_file(&tmp, options.durable, (0, total), hook, |w| {
-            write_data(&p, w)
-        })?;
-        data_tmp = Some(tmp);
-    }
     let mut model_tmp = TempFile::beside(path);
-    write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
-        write_model(&p, w)
-    })?;
+    if use_external && own_data {
+        // the model file (graph and metadata, no weights) is written on a second thread while this one
+        // writes the weights: its progress is reported with the last call of the hook below
+        let tmp = TempFile::beside(&data_target);
+        let (data, model) = std::thread::scope(|s| {
+            let model = s.spawn(|| {
+                write_file(
+                    &model_tmp,
+                    options.durable,
+                    (data_len, total),
+                    &mut crate::hook::ignore,
+                    |w| write_model(&p, w),
+                )
+            });
+            let data = write_file(&tmp, options.durable, (0, total), hook, |w| {
+                write_data(&p, w)
+            });
+            let model = model.join().unwrap_or_else(|_| {
+                Err(Error::Serialization(format!(
+                    "writing {} failed: its thread panicked",
+                    model_tmp.path.display()
+                )))
+            });
+            (data, model)
+        });
+        data?;
+        model?;
+        data_tmp = Some(tmp);
+    } else {
+        write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
+            write_model(&p, w)
+        })?;
+    }
     // the last word before anything is renamed: a stop asked for now still leaves the old files
     hook(total, total)?;
     if let Some(mut tmp) = data_tmp {

@@ -3,14 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use fastonnx_core::functions::{extract_functions, Instance};
 use fastonnx_core::passes::{optimize_model_with, read_weights_as_stored, Level};
 use fastonnx_core::{
-    writer, AttrValue, Attribute, ByteSource, Dim, Error, Fetch, Model, Scope, Tensor, TensorData,
-    TiedKey, ValueType,
+    writer, AttrValue, Attribute, ByteSource, Dim, Error, Fetch, Model, Scope, SharedScopes,
+    Tensor, TensorData, TiedKey, ValueType,
 };
 mod fx_scope;
 use fx_scope::TupleTexts;
@@ -196,6 +197,16 @@ impl TensorAttr {
                 data: TensorData::Owned(data.to_vec()),
             },
         })
+    }
+}
+
+/// Sets the flag and wakes its waiter when dropped: the end of a thread, however it ends.
+struct Ended<'a>(&'a (Mutex<bool>, Condvar));
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        *self.0 .0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.0 .1.notify_all();
     }
 }
 
@@ -508,17 +519,6 @@ impl GraphBuilder {
         self.model.graph.scopes.add(Scope { prefix, props })
     }
 
-    /// Gives scope `index` the metadata `props` (its prefix stays).
-    fn set_scope_props(&mut self, index: u32, props: Vec<(String, String)>) -> PyResult<()> {
-        if self.model.graph.scopes.set_props(index, props) {
-            Ok(())
-        } else {
-            Err(GraphError::new_err(format!(
-                "set_scope_props: there is no scope {index}"
-            )))
-        }
-    }
-
     /// The scopes the nodes of the graph (its subgraphs and local functions included) are made in,
     /// ascending.
     fn used_scopes(&self) -> Vec<u32> {
@@ -532,47 +532,18 @@ impl GraphBuilder {
         used
     }
 
-    /// Composes the metadata of FX-call scopes in bulk (see fx_scope.rs): scope `indices[i]` gets
-    /// the metadata of the FX node `nodes[i]` under the module stack whose (namespace, class hierarchy
-    /// head, name scopes head) are `levels[i]`, with the target's (str, repr, FX printer text)
-    /// `targets[i]`. Parallel lists, not a tuple per node: nothing per node for the garbage collector.
-    /// Returns the positions it left to the caller (an argument whose text must come from torch's
-    /// printer), which then uses `set_scope_props`.
-    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
-    fn compose_fx_scopes(
-        &mut self,
-        keys: [String; 5],
-        indices: Vec<u32>,
-        levels: &Bound<'_, PyList>,
-        nodes: &Bound<'_, PyList>,
-        targets: &Bound<'_, PyList>,
-    ) -> PyResult<Vec<usize>> {
-        let n = indices.len();
-        if levels.len() != n || nodes.len() != n || targets.len() != n {
-            return Err(GraphError::new_err(format!(
-                "compose_fx_scopes: {n} indices but {} levels, {} nodes and {} targets",
-                levels.len(),
-                nodes.len(),
-                targets.len()
-            )));
+    /// The builder's scope table, shared: its metadata can be composed while the builder optimizes
+    /// (`optimize(alongside=...)`).
+    fn scope_table(&self) -> ScopeTable {
+        ScopeTable {
+            scopes: self.model.graph.scopes.clone(),
         }
-        let mut left = Vec::new();
-        let (mut level_texts, mut target_texts) = (TupleTexts::default(), TupleTexts::default());
-        for (position, &index) in indices.iter().enumerate() {
-            let level = level_texts.get(&levels.get_item(position)?)?;
-            let target = target_texts.get(&targets.get_item(position)?)?;
-            match fx_scope::compose(&keys, &level, &nodes.get_item(position)?, &target)? {
-                Some(props) => {
-                    if !self.model.graph.scopes.set_props(index, props) {
-                        return Err(GraphError::new_err(format!(
-                            "compose_fx_scopes: there is no scope {index}"
-                        )));
-                    }
-                }
-                None => left.push(position),
-            }
-        }
-        Ok(left)
+    }
+
+    /// Adds a scope named `prefix` (metadata later, through `scope_table()`) and makes the nodes
+    /// added from now on in it: `add_scope` and `set_scope` in one call, the walker's one per FX node.
+    fn enter_new_scope(&mut self, prefix: String) -> u32 {
+        self.model.graph.enter_new_scope(prefix)
     }
 
     /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
@@ -736,18 +707,84 @@ impl GraphBuilder {
 
     /// `progress(stages_done, stages)` is called between stages (at most every 0.1 s); pending
     /// signals are handled there too, so a Ctrl-C stops the optimization between two passes.
-    #[pyo3(signature = (level, progress = None))]
+    ///
+    /// `alongside()`, when given, runs on this thread (with the GIL) while the passes run on another
+    /// one (without it): fastonnx composes the node metadata there, through `scope_table()`, which
+    /// then costs no wall time on a machine with a second core. Its exception, or one raised by a
+    /// signal handler or `progress` while the passes run, stops them at the next stage and is raised.
+    #[pyo3(signature = (level, progress = None, alongside = None))]
     fn optimize(
         &mut self,
         py: Python<'_>,
         level: &str,
         progress: Option<Py<PyAny>>,
+        alongside: Option<Py<PyAny>>,
     ) -> PyResult<BTreeMap<String, usize>> {
         let level: Level = level.parse().map_err(py_err)?;
         let model = &mut self.model;
         let mut watch = Watch::new(progress);
-        py.detach(|| optimize_model_with(model, level, &mut |d, t| watch.step(d, t)))
-            .map_err(|e| watch.error(e))
+        let Some(alongside) = alongside else {
+            return py
+                .detach(|| optimize_model_with(model, level, &mut |d, t| watch.step(d, t)))
+                .map_err(|e| watch.error(e));
+        };
+        let stop = AtomicBool::new(false);
+        let (done, total) = (AtomicU64::new(0), AtomicU64::new(0));
+        // set by the passes' thread when it ends; the calling thread waits on it without the GIL
+        let ended = (Mutex::new(false), Condvar::new());
+        let (outcome, mut raised) = std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let _ended = Ended(&ended); // set however the passes end, a panic included
+                let mut hook = |d: u64, t: u64| -> fastonnx_core::Result<()> {
+                    done.store(d, Ordering::Relaxed);
+                    total.store(t, Ordering::Relaxed);
+                    if stop.load(Ordering::Relaxed) {
+                        Err(Error::Interrupted(
+                            "a Python exception stopped the operation".to_owned(),
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                };
+                optimize_model_with(model, level, &mut hook)
+            });
+            let mut raised = alongside.call0(py).err();
+            loop {
+                if raised.is_some() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                let over = py.detach(|| {
+                    let flag = ended.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    let (flag, _) = ended
+                        .1
+                        .wait_timeout_while(flag, WATCH_EVERY, |over| !*over)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    *flag
+                });
+                if over {
+                    break;
+                }
+                if raised.is_none() {
+                    let (d, t) = (done.load(Ordering::Relaxed), total.load(Ordering::Relaxed));
+                    if let Err(e) = watch.step(d, t) {
+                        raised = Some(watch.error(e));
+                    }
+                }
+            }
+            let outcome = worker.join().unwrap_or_else(|_| {
+                Err(Error::Graph(
+                    "the optimization passes panicked: please report this model".to_owned(),
+                ))
+            });
+            (outcome, raised)
+        });
+        if let Some(e) = raised.take() {
+            return Err(e);
+        }
+        let counts = outcome.map_err(|e| watch.error(e))?;
+        let t = total.load(Ordering::Relaxed);
+        watch.step(t, t).map_err(|e| watch.error(e))?;
+        Ok(counts)
     }
 
     /// Carves module instances out of the top graph as local functions (see `fastonnx.functions`):
@@ -834,6 +871,70 @@ impl GraphBuilder {
     }
 }
 
+/// The scope table of a builder (`GraphBuilder.scope_table()`), shared with it: node metadata is
+/// composed through it, also from Python while the builder optimizes on another thread.
+#[pyclass(module = "fastonnx._core", frozen)]
+struct ScopeTable {
+    scopes: SharedScopes,
+}
+
+#[pymethods]
+impl ScopeTable {
+    /// Gives scope `index` the metadata `props` (its prefix stays).
+    fn set_scope_props(&self, index: u32, props: Vec<(String, String)>) -> PyResult<()> {
+        if self.scopes.set_props(index, props) {
+            Ok(())
+        } else {
+            Err(GraphError::new_err(format!(
+                "set_scope_props: there is no scope {index}"
+            )))
+        }
+    }
+
+    /// Composes the metadata of FX-call scopes in bulk (see fx_scope.rs): scope `indices[i]` gets
+    /// the metadata of the FX node `nodes[i]` under the module stack whose (namespace, class hierarchy
+    /// head, name scopes head) are `levels[i]`, with the target's (str, repr, FX printer text)
+    /// `targets[i]`. Parallel lists, not a tuple per node: nothing per node for the garbage collector.
+    /// Returns the positions it left to the caller (an argument whose text must come from torch's
+    /// printer), which then uses `set_scope_props`.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
+    fn compose_fx_scopes(
+        &self,
+        keys: [String; 5],
+        indices: Vec<u32>,
+        levels: &Bound<'_, PyList>,
+        nodes: &Bound<'_, PyList>,
+        targets: &Bound<'_, PyList>,
+    ) -> PyResult<Vec<usize>> {
+        let n = indices.len();
+        if levels.len() != n || nodes.len() != n || targets.len() != n {
+            return Err(GraphError::new_err(format!(
+                "compose_fx_scopes: {n} indices but {} levels, {} nodes and {} targets",
+                levels.len(),
+                nodes.len(),
+                targets.len()
+            )));
+        }
+        let mut left = Vec::new();
+        let (mut level_texts, mut target_texts) = (TupleTexts::default(), TupleTexts::default());
+        for (position, &index) in indices.iter().enumerate() {
+            let level = level_texts.get(&levels.get_item(position)?)?;
+            let target = target_texts.get(&targets.get_item(position)?)?;
+            match fx_scope::compose(&keys, &level, &nodes.get_item(position)?, &target)? {
+                Some(props) => {
+                    if !self.scopes.set_props(index, props) {
+                        return Err(GraphError::new_err(format!(
+                            "compose_fx_scopes: there is no scope {index}"
+                        )));
+                    }
+                }
+                None => left.push(position),
+            }
+        }
+        Ok(left)
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -843,6 +944,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SerializationError", py.get_type::<SerializationError>())?;
     m.add("ModelTooLargeError", py.get_type::<ModelTooLargeError>())?;
     m.add_class::<GraphBuilder>()?;
+    m.add_class::<ScopeTable>()?;
     m.add_class::<TensorAttr>()?;
     Ok(())
 }
