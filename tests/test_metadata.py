@@ -365,6 +365,7 @@ def test_metadata_composed_alongside_the_passes_equals_metadata_composed_after_t
     def after(self: Any, level: str, progress: Any = None) -> dict[str, int]:
         counts = self._top.optimize(level, progress)
         self.scopes.compose(self._top.scope_table(), used=set(self._top.used_scopes()))
+        self._top.name_nodes_by_scope()
         return counts
 
     monkeypatch.setattr(fastonnx.interpreter.Interpreter, "optimize", after)

@@ -241,8 +241,10 @@ def _export(
     )
     with bars.stage("convert", unit="node") as stage, torch.no_grad(), _heap_set_aside():
         layout = interp.run(stage.update if stage.enabled else None)
-        # names before the passes rename or remove nodes: what each FX node made (~0.3 us per node)
-        interp.trace.node_names = builder.node_names()
+        if not metadata:
+            # names before the passes rename or remove nodes: what each FX node made (~0.3 us per
+            # node); with metadata, nodes are named after the passes and found by scope (debug.Trace)
+            interp.trace.node_names = builder.node_names()
     if metadata:
         metadata_mod.graph_metadata(builder, ep)
     carved = functions_mod.extract(

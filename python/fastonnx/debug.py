@@ -31,8 +31,14 @@ class Trace:
     to the next step's start, the last one's to the end of the graph before optimization."""
 
     steps: list[tuple[str, int, Any]] = field(default_factory=list)
-    # the top graph's node names before optimization (the steps' starts index them); set after conversion
+    # the top graph's node names before optimization (the steps' starts index them); set after
+    # conversion without metadata
     node_names: list[str] = field(default_factory=list)
+    # with metadata: the FX nodes' scopes, and the builder whose final nodes carry them (nodes are
+    # named after the passes, so names before them mean nothing)
+    scopes: Any = None
+    builder: Any = None
+    _by_scope: dict[int, list[str]] | None = None
     # value -> the graph output name the builder renamed it to (the interpreter's dict, shared)
     renamed: dict[str, str] = field(default_factory=dict)
     _by_name: dict[str, tuple[int, int, Any]] | None = None
@@ -62,7 +68,16 @@ class Trace:
         return [self.renamed.get(n, n) if n is not None else None for n in names]
 
     def onnx_nodes_of(self, fx_name: str) -> list[str]:
-        """The ONNX nodes (names before optimization) the converter of an FX node emitted."""
+        """The ONNX nodes made from an FX node: with metadata, those of the final graph carrying its
+        scope (fusions included); without, the names before optimization its converter emitted."""
+        if self.scopes is not None and self.builder is not None:
+            if self._by_scope is None:
+                self._by_scope = {}
+                for name, scope in zip(self.builder.node_names(), self.builder.node_scopes(), strict=True):
+                    if scope is not None:
+                        self._by_scope.setdefault(scope, []).append(name)
+            index = self.scopes.index_of(fx_name)
+            return list(self._by_scope.get(index, [])) if index is not None else []
         start, stop, _ = self._index().get(fx_name, (0, 0, None))
         return self.node_names[start:stop]
 

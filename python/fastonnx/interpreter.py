@@ -463,7 +463,7 @@ class Interpreter:
         composed alongside them: on this thread, while the passes run on another one without the GIL,
         so that on a machine with a second core the metadata costs no wall time. The passes have not
         decided yet which nodes survive, so every scope made is composed; ``stats["metadata_s"]`` is the
-        time that took (overlapping the passes)."""
+        time that took (overlapping the passes). The nodes are named from their scopes after the passes."""
         scopes = self.scopes
         if scopes is None:
             return self._top.optimize(level, progress)
@@ -474,7 +474,10 @@ class Interpreter:
             scopes.compose(table)
             self.metadata_s = time.perf_counter() - t0
 
-        return self._top.optimize(level, progress, alongside=compose)
+        counts = self._top.optimize(level, progress, alongside=compose)
+        self._top.name_nodes_by_scope()
+        self.trace.scopes, self.trace.builder = scopes, self._top
+        return counts
 
     def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
         """Convert a submodule's graph in place, its placeholders bound to ``operands``."""

@@ -12,13 +12,15 @@ Every ONNX node made from an FX node carries, in ``metadata_props``:
 Its name reads where it comes from, as the TorchScript exporter's did: ``/model/layers.0/self_attn/
 q_proj/MatMul`` (``/MatMul`` at the top level), made unique with ``_1``, ``_2``... in graph order.
 
-The walker hands the builder one scope per FX node (its name prefix) as it starts converting the
-node; the builder stores the scope once and each node an index into it. ``Scopes.compose`` fills in the
-metadata: the parts that depend on the module stack only, or on the target only, are computed here
-once; the builder's scope table composes each FX node's values (``ScopeTable.compose_fx_scopes``),
-torch's printer gives the FX node's text where arguments are not plain. to_onnx composes while its
-passes run on another thread (``Interpreter.optimize``): on two cores or more the metadata then costs
-the walk's one call per FX node, the larger names and the larger file (benches/metadata_cost.py).
+The walker hands the builder one scope per FX node as it starts converting the node (one call: the
+builder stores the scope once and each node an index into it). ``Scopes.compose`` then fills in each
+scope's name prefix and metadata: the parts that depend on the module stack only, or on the target
+only, are computed here once; the builder's scope table composes each FX node's values
+(``ScopeTable.compose_fx_scopes``), torch's printer gives the FX node's text where arguments are not
+plain. to_onnx composes while its passes run on another thread (``Interpreter.optimize``) and names
+the nodes from their scopes' prefixes once the passes are done (``GraphBuilder.name_nodes_by_scope``):
+on two cores or more the metadata costs the walk one call per FX node, the naming and the larger file
+(benches/metadata_cost.py).
 """
 
 from __future__ import annotations
@@ -80,9 +82,10 @@ def _qualified(cls: Any) -> str:
 class Scopes:
     """The builder scope of each FX node, made on the node's first conversion.
 
-    The walk only adds each scope with its name prefix (node names need it as nodes are made) and
-    remembers its FX node; ``compose`` writes the metadata later in one call to the scope table.
-    Composing during the walk cost ~7 us per FX node (benches/metadata_cost.py, issue 13)."""
+    The walk only adds each scope and remembers its FX node (one call); ``compose`` gives the scopes
+    their name prefix and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names
+    the nodes. Composing during the walk cost ~7 us per FX node, and even the prefix alone ~2 us
+    (benches/metadata_cost.py, issue 13)."""
 
     def __init__(self) -> None:
         self._levels: dict[tuple[str, ...], _ModuleLevels] = {(): _ModuleLevels(None)}
@@ -91,7 +94,6 @@ class Scopes:
         # garbage collector to count (tuples made during the walk added collections, ~8 ms at 64x256)
         self._made_index: list[int] = []
         self._made_node: list[torch.fx.Node] = []
-        self._made_levels: list[_ModuleLevels] = []
         # id(target) -> (its str, that str's repr, how format_node prints it (None: it cannot be told));
         # by id, as an OpOverload's hash is a Python call. The targets are kept alive in _target_objs.
         self._targets: dict[int, tuple[str, str, str | None]] = {}
@@ -99,21 +101,27 @@ class Scopes:
         # the same for the targets whose printed text is known: what the builder is handed
         self._printable: dict[int, tuple[str, str, str]] = {}
         self.current: torch.fx.Node | None = None
+        self._by_name: dict[str, int] | None = None
 
     def enter(self, g: GraphBuilder, node: torch.fx.Node) -> None:
         """Nodes ``g`` makes from now on come from ``node``."""
         index = self._index.get(node)
         if index is None:
-            # run once per FX node: kept to a few lookups and one call
-            stack = node.meta.get("nn_module_stack")
-            levels = self._levels.get(tuple(stack) if stack else ()) or self._levels_of(node)
-            index = self._index[node] = g.enter_new_scope(levels.prefix)
+            # run once per FX node: one lookup and one call. Reading the node's module stack here cost
+            # more than the rest of the metadata together (its dicts and strings are cold by then):
+            # compose reads it, off the walk
+            index = self._index[node] = g.enter_new_scope()
             self._made_index.append(index)
             self._made_node.append(node)
-            self._made_levels.append(levels)
         else:
             g.set_scope(index)
         self.current = node
+
+    def index_of(self, fx_name: str) -> int | None:
+        """The scope of the top-graph FX node named ``fx_name`` (None: it made no scope)."""
+        if self._by_name is None:
+            self._by_name = {node.name: index for node, index in self._index.items()}
+        return self._by_name.get(fx_name)
 
     def compose(self, table: ScopeTable, used: set[int] | None = None) -> None:
         """Give the scopes made so far (those in ``used`` only, when given) their metadata, through the
@@ -134,9 +142,18 @@ class Scopes:
             targets.append,
         )
         printable = self._printable
-        for index, node, levels in zip(self._made_index, self._made_node, self._made_levels):
+        # the name prefix of every scope (GraphBuilder.name_nodes_by_scope names the nodes from it)
+        named: list[int] = []
+        prefixes: list[str] = []
+        add_named, add_prefix = named.append, prefixes.append
+        known = self._levels
+        for index, node in zip(self._made_index, self._made_node):
             if used is not None and index not in used:
                 continue
+            stack = node.meta.get("nn_module_stack")
+            levels = known.get(tuple(stack) if stack else ()) or self._levels_of(node)
+            add_named(index)
+            add_prefix(levels.prefix)
             if node.op == "call_function" and node.type is None:
                 target = printable.get(id(node.target)) or self._printable_target(node)
                 if target is not None:
@@ -146,7 +163,8 @@ class Scopes:
                     add_target(target)
                     continue
             other.append((index, node))
-        self._made_index, self._made_node, self._made_levels = [], [], []
+        self._made_index, self._made_node = [], []
+        table.set_prefixes(named, prefixes)
         for position in table.compose_fx_scopes(NODE_KEYS, indices, parts, nodes, targets):
             other.append((indices[position], nodes[position]))
         for index, node in other:

@@ -533,13 +533,11 @@ impl Graph {
         Ok(())
     }
 
-    /// Adds a scope named `prefix` (its metadata comes later, `SharedScopes::set_props`) and makes the
-    /// nodes added from now on in it; returns its index. The walker's one call per FX node.
-    pub fn enter_new_scope(&mut self, prefix: String) -> u32 {
-        let scope = Arc::new(Scope {
-            prefix,
-            props: Vec::new(),
-        });
+    /// Adds a scope without prefix or metadata (both come later: `SharedScopes::set_prefix` and
+    /// `set_props`, then `Model::name_nodes_by_scope`) and makes the nodes added from now on in it;
+    /// returns its index. The walker's one call per FX node.
+    pub fn enter_new_scope(&mut self) -> u32 {
+        let scope = Arc::new(Scope::default());
         let index = self.scopes.add_shared(Arc::clone(&scope));
         self.current_scope = Some((index, scope));
         index
@@ -725,7 +723,47 @@ pub struct Model {
     pub reference_sources: BTreeMap<String, PathBuf>,
 }
 
+/// Every node of `g` and of its subgraphs, in graph order (a node before its subgraphs' nodes).
+fn for_each_node_mut(g: &mut Graph, f: &mut impl FnMut(&mut Node)) {
+    for n in &mut g.nodes {
+        f(n);
+        for a in &mut n.attrs {
+            if let AttrValue::Graph(sub) = &mut a.value {
+                for_each_node_mut(sub, f);
+            }
+        }
+    }
+}
+
 impl Model {
+    /// Names every node made in a scope `{prefix}/{op_type}` from its scope's (current) prefix, made
+    /// unique with `_1`, `_2`... in graph order: the top graph with its subgraphs, then the local
+    /// functions' bodies. Nodes without a scope keep their names (reserved first). fastonnx calls it
+    /// once the passes are done and the prefixes set, so that the walk need not compute any prefix.
+    pub fn name_nodes_by_scope(&mut self) {
+        let scopes = self.graph.scopes.snapshot();
+        let mut table = NameTable::default();
+        let mut reserve = |n: &mut Node| {
+            if n.scope.is_none() {
+                table.reserve(&n.name);
+            }
+        };
+        for_each_node_mut(&mut self.graph, &mut reserve);
+        for f in &mut self.functions {
+            for_each_node_mut(&mut f.graph, &mut reserve);
+        }
+        let mut rename = |n: &mut Node| {
+            if let Some(scope) = n.scope.and_then(|i| scopes.get(i as usize)) {
+                n.name = table.unique(&node_name_hint(Some(scope), &n.op_type));
+            }
+        };
+        for_each_node_mut(&mut self.graph, &mut rename);
+        for f in &mut self.functions {
+            for_each_node_mut(&mut f.graph, &mut rename);
+        }
+        *lock(&self.graph.names.nodes) = table;
+    }
+
     pub fn new(opset: i64, ir_version: i64, producer_version: &str) -> Self {
         let mut opsets = BTreeMap::new();
         opsets.insert(String::new(), opset);
@@ -923,5 +961,51 @@ mod tests {
         g.add_node("Neg", "", vec![x], &["n".into()], vec![], None)
             .expect("neg");
         assert_eq!(g.used_scopes(), vec![s[1], s[3]]);
+    }
+
+    #[test]
+    fn nodes_are_named_from_their_scopes_prefix_after_the_fact() {
+        let mut m = Model::new(18, 9, "test");
+        let x = m.graph.add_input("x", dtype::FLOAT, None);
+        // made outside any scope: keeps its name, which the scoped names then avoid
+        m.graph
+            .add_node(
+                "Neg",
+                "",
+                vec![x.clone()],
+                &["a".into()],
+                vec![],
+                Some("/fc/Relu"),
+            )
+            .expect("neg");
+        let fc = m.graph.enter_new_scope();
+        let mut body = m.graph.subgraph("body");
+        body.set_scope(Some(fc)).expect("scope");
+        body.add_node("Relu", "", vec![x.clone()], &["r".into()], vec![], None)
+            .expect("body node");
+        let attrs = vec![Attribute {
+            name: "body".into(),
+            value: AttrValue::Graph(Box::new(body)),
+        }];
+        m.graph
+            .add_node("Loop", "", vec![x.clone()], &["l".into()], attrs, None)
+            .expect("loop");
+        let top = m.graph.enter_new_scope();
+        m.graph
+            .add_node("Relu", "", vec![x], &["t".into()], vec![], None)
+            .expect("relu");
+        assert!(m.graph.scopes.set_prefix(fc, "/fc".into()));
+        assert!(!m.graph.scopes.set_prefix(9, "/none".into()));
+        m.name_nodes_by_scope();
+        let names: Vec<&str> = m.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["/fc/Relu", "/fc/Loop", "/Relu"]);
+        let Some(AttrValue::Graph(body)) = m.graph.nodes[1].attrs.first().map(|a| &a.value) else {
+            panic!("the loop lost its body");
+        };
+        // unique across the graph and its subgraphs, in graph order
+        assert_eq!(body.nodes[0].name, "/fc/Relu_1");
+        assert_eq!(m.graph.scopes.get(top).expect("top").prefix, "");
+        // names made later stay unique
+        assert_eq!(m.graph.names.unique_node("/Relu"), "/Relu_1");
     }
 }

@@ -62,6 +62,26 @@ impl SharedScopes {
         true
     }
 
+    /// Gives scope `index` the name prefix `prefix` (its metadata stays); false when out of range.
+    /// fastonnx adds the scopes of FX nodes without a prefix as it walks the graph and gives both
+    /// later, off the walk (names then come from `Model::name_nodes_by_scope`).
+    pub fn set_prefix(&self, index: u32, prefix: String) -> bool {
+        let mut table = self.lock();
+        let Some(entry) = table.get_mut(index as usize) else {
+            return false;
+        };
+        match Arc::get_mut(entry) {
+            Some(scope) => scope.prefix = prefix,
+            None => {
+                *entry = Arc::new(Scope {
+                    prefix,
+                    props: entry.props.clone(),
+                });
+            }
+        }
+        true
+    }
+
     /// The scope at `index` (None when out of range).
     pub fn get(&self, index: u32) -> Option<Arc<Scope>> {
         self.lock().get(index as usize).cloned()

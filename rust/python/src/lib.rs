@@ -540,10 +540,22 @@ impl GraphBuilder {
         }
     }
 
-    /// Adds a scope named `prefix` (metadata later, through `scope_table()`) and makes the nodes
-    /// added from now on in it: `add_scope` and `set_scope` in one call, the walker's one per FX node.
-    fn enter_new_scope(&mut self, prefix: String) -> u32 {
-        self.model.graph.enter_new_scope(prefix)
+    /// Adds a scope and makes the nodes added from now on in it, the walker's one call per FX node:
+    /// its name prefix and metadata come later, through `scope_table()`, and the nodes' names from
+    /// `name_nodes_by_scope`.
+    fn enter_new_scope(&mut self) -> u32 {
+        self.model.graph.enter_new_scope()
+    }
+
+    /// Names the nodes made in scopes `{prefix}/{op_type}`, unique in graph order (see
+    /// `Model::name_nodes_by_scope`): once the passes are done and the prefixes set.
+    fn name_nodes_by_scope(&mut self) {
+        self.model.name_nodes_by_scope();
+    }
+
+    /// The scope of each top-graph node, in order (None: made outside any scope).
+    fn node_scopes(&self) -> Vec<Option<u32>> {
+        self.model.graph.nodes.iter().map(|n| n.scope).collect()
     }
 
     /// Nodes added from now on are made in scope `index` (None: op-type names, no metadata).
@@ -889,6 +901,26 @@ impl ScopeTable {
                 "set_scope_props: there is no scope {index}"
             )))
         }
+    }
+
+    /// Gives scope `indices[i]` the name prefix `prefixes[i]` (their metadata stays).
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
+    fn set_prefixes(&self, indices: Vec<u32>, prefixes: Vec<String>) -> PyResult<()> {
+        if indices.len() != prefixes.len() {
+            return Err(GraphError::new_err(format!(
+                "set_prefixes: {} indices but {} prefixes",
+                indices.len(),
+                prefixes.len()
+            )));
+        }
+        for (index, prefix) in indices.into_iter().zip(prefixes) {
+            if !self.scopes.set_prefix(index, prefix) {
+                return Err(GraphError::new_err(format!(
+                    "set_prefixes: there is no scope {index}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Composes the metadata of FX-call scopes in bulk (see fx_scope.rs): scope `indices[i]` gets
