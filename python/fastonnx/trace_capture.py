@@ -599,15 +599,20 @@ def _value_reads_refused() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    """Placeholder names of the flattened user inputs as torch.export gives them: the forward's
-    parameter name, followed by the pytree path of a nested value (``past_key_values_0_key``)."""
+def _forward_params(model: torch.nn.Module) -> tuple[list[str], str]:
+    """The names of the forward's positional parameters, and of its ``*args`` ("args" without one)."""
     try:
         params = list(inspect.signature(model.forward).parameters.values())
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    return positional, next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+
+
+def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """Placeholder names of the flattened user inputs as torch.export gives them: the forward's
+    parameter name, followed by the pytree path of a nested value (``past_key_values_0_key``)."""
+    positional, var = _forward_params(model)
     names = []
     for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]:
         first = path[1]
@@ -623,12 +628,7 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
 
 def _forward_arg_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """The forward's parameter names for ``args`` (``*args`` as ``args_0``...), then the keywords."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    positional, var = _forward_params(model)
     names = [
         positional[i] if i < len(positional) else f"{var}_{i - len(positional)}" for i in range(len(args))
     ]
