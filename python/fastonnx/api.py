@@ -236,6 +236,7 @@ def _export(
             strict_dynamic,
             how=capture,
             needs_export=_needs_export(decompositions, export_modules_as_functions, weights),
+            convertible=registry.converts,
         )
         ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()

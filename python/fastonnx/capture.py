@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -71,6 +71,7 @@ def capture(
     strict_dynamic: bool = True,
     how: str = "auto",
     needs_export: str | None = None,
+    convertible: Callable[[Any], bool] | None = None,
 ) -> torch.export.ExportedProgram:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
     (``dynamic.normalize``), checked against what torch.export made of them.
@@ -121,7 +122,7 @@ def capture(
                 stacklevel=3,
             )
     if how == "trace":
-        traced = _trace(model, args, kwargs or {}, stats, quiet)
+        traced = _trace(model, args, kwargs or {}, stats, quiet, convertible)
         if traced is not None:
             return traced
     with TRACE_LOCK:
@@ -170,27 +171,58 @@ def _trace(
     kwargs: dict[str, Any],
     stats: dict[str, Any],
     quiet: bool = False,
+    convertible: Callable[[Any], bool] | None = None,
 ) -> torch.export.ExportedProgram | None:
     """The real-tensor trace, or None (logged, ``stats["trace_refused"]``) where it cannot stand for
     torch.export's capture: a warning when the trace was asked for, an INFO line under "auto"."""
+    traced = trace_or_refusal(model, args, kwargs, convertible)
+    if isinstance(traced, str):
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
+            "capture=%r refused %s, capturing with torch.export instead: %s",
+            "auto" if quiet else "trace",
+            type(model).__name__,
+            traced,
+        )
+        stats["trace_refused"] = traced
+        return None
+    stats["capture"] = "trace"
+    return traced
+
+
+def trace_or_refusal(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    convertible: Callable[[Any], bool] | None = None,
+) -> torch.export.ExportedProgram | str:
+    """The real-tensor trace (trace_capture.py), or why it cannot stand for torch.export's capture;
+    ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
     from fastonnx.trace_capture import TraceRefused, trace
 
     try:
         with TRACE_LOCK:
             ep = trace(model, args, kwargs)
+        _check_trace(ep, convertible)
     except TraceRefused as e:
-        log.log(
-            logging.INFO if quiet else logging.WARNING,
-            "capture=%r refused %s, capturing with torch.export instead: %s",
-            "auto" if quiet else "trace",
-            type(model).__name__,
-            e,
-        )
-        stats["trace_refused"] = str(e)
-        return None
-    stats["capture"] = "trace"
+        return str(e)
     return ep
+
+
+def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], bool] | None) -> None:
+    """Refuses a recorded program that torch.export's capture would convert where this one would not."""
+    from fastonnx.trace_capture import TraceRefused
+
+    if convertible is not None:
+        for node in ep.graph.nodes:
+            if isinstance(node.target, torch._ops.OpOverload) and not convertible(node):
+                # an op below autograd that the composite op torch.export keeps decomposes into
+                raise TraceRefused(f"the trace records {node.target}, which fastonnx does not convert")
+    reason = functionalization_reason(ep)
+    if reason is not None:
+        # run_decompositions would re-trace the recorded program on its meta-tensor values
+        raise TraceRefused(f"the graph needs torch.export's functionalization: {reason}")
 
 
 def _export(

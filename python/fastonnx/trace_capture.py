@@ -151,6 +151,10 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                 f"{func} reads a tensor's value into Python (item(), bool(t), int(t), tolist(), equal...): "
                 "the trace would fix the branch or size it decides"
             )
+        if func.overloadpacket in (torch.ops.aten.as_strided, torch.ops.aten.as_strided_):
+            raise TraceRefused(
+                f"{func} addresses the storage under its input, which the recorded graph does not hold"
+            )
         if torch.Tag.dynamic_output_shape in tags and not _static_indexing(func, args):
             raise TraceRefused(f"{func}'s output shape depends on the input's values")
         if func._schema.is_mutable:
@@ -425,6 +429,35 @@ def _softmax_method(op: Any) -> Any:
     return softmax
 
 
+def _addr(
+    input: Any, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    kwargs = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+    return torch.ops.aten.addr.default, (input, vec1, vec2), kwargs
+
+
+def _tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> None:
+    if isinstance(indices_or_sections, torch.Tensor):
+        # its C++ reads the tensor's values with no aten op the recorder would see
+        raise TraceRefused(
+            "tensor_split reads a tensor's value into Python (its tensor of indices): the trace would "
+            "fix the pieces' sizes"
+        )
+    return None
+
+
+def _inner(input: Any, other: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    return torch.ops.aten.inner.default, (input, other), {}
+
+
+def _dropout(
+    input: Any, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    if training or inplace:
+        return None  # random, or a write: recorded op by op
+    return torch.ops.aten.dropout.default, (input, p, False), {}
+
+
 def _cell(op: Any) -> Any:
     def cell(
         input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None, b_hh: Any = None
@@ -459,6 +492,13 @@ _KEPT: dict[Any, Any] = {
     torch.Tensor.softmax: _softmax_method(torch.ops.aten.softmax.int),
     torch.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
     torch.Tensor.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
+    torch.inner: _inner,
+    torch.Tensor.inner: _inner,
+    torch.nn.functional.dropout: _dropout,
+    torch.addr: _addr,
+    torch.Tensor.addr: _addr,
+    torch.tensor_split: _tensor_split,
+    torch.Tensor.tensor_split: _tensor_split,
     # nn.LSTMCell / GRUCell / RNNCell (torch._VF's are these)
     torch.lstm_cell: _cell(torch.ops.aten.lstm_cell.default),
     torch.gru_cell: _cell(torch.ops.aten.gru_cell.default),
