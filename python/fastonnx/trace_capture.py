@@ -26,9 +26,11 @@ forward plus a few microseconds per op. What the graph holds (the design, issue 
 
 What differs from torch.export's program: composite ops other than ``_KEPT`` are recorded as autograd
 runs them (``x.to(...)`` as ``_to_copy``, ``x & y`` as ``bitwise_and``, ``x.reshape`` as ``view``), and
-torch.export's ``_assert_tensor_metadata`` checks are absent; they convert to the same ONNX ops in the
-same order, but the FX node names differ and reach the file through the metadata (``pkg.torch.onnx.fx_node``,
-``namespace``...) and the names of folded values. So the file is byte for byte torch.export's where every
+torch.export's ``_assert_tensor_metadata`` checks are absent; in the model suites they convert to the
+same ONNX ops in the same order, but the FX node names differ and reach the file through the metadata
+(``pkg.torch.onnx.fx_node``, ``namespace``...), the names of folded values and, where a model's last op
+is such a composite op (``prelu``, ``instance_norm``, ``F.pad``...), the output's name; a lone composite
+op may also convert to other (equivalent) ONNX ops than torch.export's whole one. So the file is byte for byte torch.export's where every
 torch call of the model is one aten op in both (MLPs, CNNs such as resnet18), and otherwise the same graph
 (op types in order, inputs and outputs) with other names (the transformers models):
 ``tests/export_check.py`` checks that for every static-shape model of the suites.
@@ -42,8 +44,12 @@ a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item(
 input, parameter, buffer or captured constant (or through a view of one), a tensor subclass or a
 weight on the meta device, a recurrent layer (torch.export keeps it one op over any length), a
 higher-order op (torch.cond...), an op outside the aten namespace (a custom op such as torchvision's
-``nms``, whose output size torch.export takes from its fake kernel) or anything else the recorder does
-not understand (any exception while tracing). Each reason names the user's line. Reading values without an aten op (``tolist()``,
+``nms``, whose output size torch.export takes from its fake kernel), ``as_strided`` (it addresses the
+storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
+recorder does not understand (any exception while tracing). ``capture.py`` also refuses a recorded
+program holding an op fastonnx does not convert (one torch.export keeps inside a composite op it
+converts) or one needing torch.export's functionalization (writes through views the walker cannot
+write: run_decompositions would re-trace the recorded meta values). Each reason names the user's line. Reading values without an aten op (``tolist()``,
 ``numpy()``, ``__array__``) is caught by patching those methods on the tracing thread.
 ``dynamic_shapes`` with capture="trace" is an InputError (a trace fixes every size).
 """
