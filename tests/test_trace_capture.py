@@ -330,6 +330,21 @@ def test_auto_uses_torch_export_for_a_model_training_dropout_or_norms(
     assert fastonnx.to_onnx(plain, (_randn(2, 16),)).stats["capture"] == "trace"
 
 
+def test_auto_traces_with_the_options_that_read_the_program(tmp_path: Any) -> None:
+    # report, verify, intermediate verification and local functions read the traced program as they
+    # read torch.export's: none of them makes "auto" use torch.export
+    model, x = with_random_batchnorm_stats(SmallCNN()).eval(), _randn(2, 3, 16, 16)
+    result = fastonnx.to_onnx(
+        model, (x,), report=tmp_path / "r.md", verify=True, export_modules_as_functions={torch.nn.Conv2d}
+    )
+    assert result.stats["capture"] == "trace"
+    assert (tmp_path / "r.md").exists() and result.model_proto.functions
+    checked = result.verify(x, intermediate=True)
+    assert checked.intermediate is not None and checked.intermediate.first_divergence is None
+    assert checked.intermediate.checks
+    _matches_eager(result, model, (x,))
+
+
 def test_auto_with_an_exported_program_converts_it() -> None:
     model, x = MLP().eval(), _randn(2, 16)
     result = fastonnx.to_onnx(torch.export.export(model, (x,), strict=False), (x,))

@@ -235,7 +235,7 @@ def _export(
             requested,
             strict_dynamic,
             how=capture,
-            needs_export=_needs_export(decompositions, export_modules_as_functions, weights),
+            needs_export=_needs_export(decompositions),
             convertible=registry.converts,
         )
         ep = capture_mod.prepare(ep, decompositions, stats)
@@ -328,12 +328,11 @@ def _export(
     return result
 
 
-def _needs_export(
-    decompositions: dict[Any, Callable[..., Any]] | None,
-    export_modules_as_functions: functions_mod.Selection,
-    weights: inplace.Weights | None,
-) -> str | None:
-    """Why an option of to_onnx needs torch.export's capture under capture="auto", or None."""
+def _needs_export(decompositions: dict[Any, Callable[..., Any]] | None) -> str | None:
+    """Why an option of to_onnx needs torch.export's capture under capture="auto", or None. The others
+    work on the trace: export_modules_as_functions (it records torch.export's nn_module_stack), weights=
+    (every weight lifted under its name), report, verify and verify(intermediate=True) (they read the
+    program's graph and signature), metadata; a meta-device model is refused by the trace itself."""
     if decompositions is not None:
         # run_decompositions re-traces the program with torch.export's machinery: the trace's
         # program holds ops below autograd already and no fake-tensor state to re-trace with
