@@ -33,10 +33,17 @@ def _check_files(results: list[fastonnx.ExportResult]) -> None:
             onnx.checker.check_model(r.model_proto, full_check=True)
 
 
-def _same_file_from_module_and_program(model: torch.nn.Module, args: tuple) -> None:
+def _same_file_from_module_and_program(model: torch.nn.Module, args: tuple, capture: str = "auto") -> None:
+    """to_onnx(module) writes the file to_onnx(torch.export.export(module)) writes. Under the default
+    capture a static-shape module is traced: the same bytes where each torch call the model makes is one
+    aten op in torch.export's graph too (CNNs); transformers models call composite ops (``.to``,
+    ``&``...) the trace records below autograd, whose FX names reach the metadata and value names
+    (trace_capture.py), so they compare torch.export's capture on both sides."""
     model = model.eval()
     ep = torch.export.export(model, args, strict=False)
-    assert fastonnx.to_onnx(model, args).to_bytes() == fastonnx.to_onnx(ep, args).to_bytes()
+    from_module = fastonnx.to_onnx(model, args, capture=capture)
+    assert from_module.stats["capture"] == ("trace" if capture == "auto" else capture)
+    assert from_module.to_bytes() == fastonnx.to_onnx(ep, args).to_bytes()
 
 
 def test_mlp() -> None:
@@ -74,7 +81,7 @@ def test_llama() -> None:
 
     fusions = expecting(TRANSFORMERS_PATTERNS["llama"](Logits(model)))
     _check_files(check_export(Logits(model), (ids, mask), opsets=OPSETS, optimize=SETTINGS, fusions=fusions))
-    _same_file_from_module_and_program(Logits(model), (ids, mask))
+    _same_file_from_module_and_program(Logits(model), (ids, mask), capture="export")
 
 
 def test_bert() -> None:
@@ -86,14 +93,17 @@ def test_bert() -> None:
     hidden = Field(model, "last_hidden_state")
     fusions = expecting(TRANSFORMERS_PATTERNS["bert"](hidden))
     _check_files(check_export(hidden, (ids, mask), opsets=OPSETS, optimize=SETTINGS, fusions=fusions))
-    _same_file_from_module_and_program(hidden, (ids, mask))
+    _same_file_from_module_and_program(hidden, (ids, mask), capture="export")
 
 
 @pytest.mark.parametrize("opset", [17, fastonnx.MAX_OPSET])
 def test_module_and_exported_program_give_identical_files(tmp_path, opset: int) -> None:
     model = with_random_batchnorm_stats(SmallCNN()).eval()
     x = torch.randn(1, 3, 16, 16)
-    fastonnx.to_onnx(model, (x,), opset=opset, filename=tmp_path / "a.onnx")
+    # the default capture traces the module: byte for byte torch.export's file for a CNN
+    assert (
+        fastonnx.to_onnx(model, (x,), opset=opset, filename=tmp_path / "a.onnx").stats["capture"] == "trace"
+    )
     ep = torch.export.export(model, (x,), strict=False)
     fastonnx.to_onnx(ep, (x,), opset=opset, filename=tmp_path / "b.onnx")
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()

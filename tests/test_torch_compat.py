@@ -428,14 +428,18 @@ def test_dynamic_axes_on_nested_and_keyword_inputs():
 
 
 def test_dynamo_false_traces_as_the_torchscript_exporter_did():
-    """dynamo=False: the real-tensor trace (static shapes); with dynamic axes, torch.export."""
+    """dynamo=False: the real-tensor trace (static shapes); with dynamic axes, torch.export; dynamo=True
+    as to_onnx's default capture="auto"."""
     model = TwoOut().eval()
     a, b = _inputs()
     static = fastonnx.export(model, (a, b), dynamo=False)
     assert static.stats["capture"] == "trace"
     dynamic = fastonnx.export(model, (a, b), dynamo=False, input_names=["a", "b"], dynamic_axes={"a": [0]})
     assert dynamic.stats.get("capture", "export") == "export"
-    assert fastonnx.export(model, (a, b)).stats.get("capture", "export") == "export"
+    # dynamo=True (torch's default): to_onnx's capture="auto", the trace for static shapes as well
+    assert fastonnx.export(model, (a, b)).stats["capture"] == "trace"
+    dynamo = fastonnx.export(model, (a, b), input_names=["a", "b"], dynamic_axes={"a": [0]})
+    assert dynamo.stats["capture"] == "export" and "dynamic_shapes" in dynamo.stats["trace_refused"]
     with torch.no_grad():
         expected = model(a, b)
     for program in (static, dynamic):

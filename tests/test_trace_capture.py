@@ -11,6 +11,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import warnings
 from typing import Any
 
 import pytest
@@ -57,7 +58,7 @@ def test_same_graph_as_torch_export(build: Any) -> None:
     x = _randn(2, 16) if isinstance(model, MLP) else _randn(2, 3, 16, 16)
     traced = _traced(model, (x,))
     _matches_eager(traced, model, (x,))
-    exported = fastonnx.to_onnx(model, (x,))
+    exported = fastonnx.to_onnx(model, (x,), capture="export")
     assert exported.stats["capture"] == "export"
     # op types, module-path node names (metadata.py), input and output names all as torch.export's
     assert _graph(traced) == _graph(exported)
@@ -68,7 +69,7 @@ def test_tiny_llama_matches_eager_with_torch_exports_graph() -> None:
     traced = _traced(model, (ids,))
     _matches_eager(traced, model, (ids,))
     ops, names, inputs, outputs = _graph(traced)
-    e_ops, e_names, e_inputs, e_outputs = _graph(fastonnx.to_onnx(model, (ids,)))
+    e_ops, e_names, e_inputs, e_outputs = _graph(fastonnx.to_onnx(model, (ids,), capture="export"))
     assert (inputs, outputs) == (e_inputs, e_outputs) == (["input_ids"], ["logits"])
     # the same fused graph: attention, RMS norm, rotary embedding as the optimizer finds them in
     # torch.export's capture
@@ -113,7 +114,7 @@ def test_nested_inputs_keywords_constants_and_dict_outputs() -> None:
     with torch.no_grad():
         expected = model(*args, **kwargs)
     torch.testing.assert_close(traced(*args, **kwargs), expected, atol=ATOL, rtol=RTOL)
-    exported = fastonnx.to_onnx(model, args, kwargs)
+    exported = fastonnx.to_onnx(model, args, kwargs, capture="export")
     assert _graph(traced)[2:] == _graph(exported)[2:]
 
 
@@ -268,6 +269,89 @@ def test_weights_on_the_meta_device_fall_back() -> None:
     assert result.stats["deferred_weights"] == 6
 
 
+# ---- capture="auto", the default: the trace where it can, torch.export quietly otherwise -----------------
+def test_auto_is_the_default_and_traces_a_static_module() -> None:
+    model, x = with_random_batchnorm_stats(SmallCNN()).eval(), _randn(2, 3, 16, 16)
+    result = fastonnx.to_onnx(model, (x,))
+    assert result.stats["capture"] == "trace" and "trace_refused" not in result.stats
+    _matches_eager(result, model, (x,))
+
+
+def _quiet_auto(
+    model: torch.nn.Module, args: tuple[Any, ...], caplog: pytest.LogCaptureFixture, **kw: Any
+) -> Any:
+    """to_onnx with the default capture: no warning of fastonnx's, an INFO line naming the reason."""
+    with caplog.at_level(logging.INFO, logger="fastonnx"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # "auto" falling back is no warning (the trace was not asked for)
+        result = fastonnx.to_onnx(model, args, **kw)
+    assert result.stats["capture"] == "export"
+    assert not [r for r in caplog.records if r.name == "fastonnx" and r.levelno >= logging.WARNING]
+    assert any("capture='auto'" in r.message and r.levelno == logging.INFO for r in caplog.records)
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(_REFUSED))
+def test_auto_falls_back_to_torch_export_quietly(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    cls, reason = _REFUSED[name]
+    x = _randn(3, 4)
+    result = _quiet_auto(cls().eval(), (x.clone(),), caplog)
+    assert reason in result.stats["trace_refused"]
+    with torch.no_grad():
+        expected = cls().eval()(x.clone())
+    torch.testing.assert_close(result(x.clone()), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_auto_uses_torch_export_for_dynamic_shapes(caplog: pytest.LogCaptureFixture) -> None:
+    model = MLP().eval()
+    result = _quiet_auto(model, (_randn(2, 16),), caplog, dynamic_shapes=({0: "batch"},))
+    assert "dynamic_shapes" in result.stats["trace_refused"]
+    _matches_eager(result, model, (_randn(5, 16, seed=1),))  # the batch dim stayed dynamic
+
+
+def test_auto_uses_torch_export_for_decompositions(caplog: pytest.LogCaptureFixture) -> None:
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SiLU()).eval(), _randn(2, 4)
+    silu = {k: v for k, v in torch.export.default_decompositions().items() if "silu" in str(k)}
+    result = _quiet_auto(model, (x,), caplog, decompositions=silu)
+    assert "decompositions=" in result.stats["trace_refused"]
+    assert "Sigmoid" in {n.op_type for n in result.model_proto.graph.node}
+    _matches_eager(result, model, (x,))
+
+
+def test_auto_uses_torch_export_for_a_model_training_dropout_or_norms(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = _TrainingBatchNorm().train()
+    with pytest.warns(UserWarning, match="training mode"):  # the training-mode warning, not a capture one
+        result = fastonnx.to_onnx(model, (_randn(5, 4),))
+    assert result.stats["capture"] == "export"
+    assert "training mode with BatchNorm1d" in result.stats["trace_refused"]
+    # a module in training mode without such layers computes the same either way: traced
+    plain = MLP().train()
+    assert fastonnx.to_onnx(plain, (_randn(2, 16),)).stats["capture"] == "trace"
+
+
+def test_auto_traces_with_the_options_that_read_the_program(tmp_path: Any) -> None:
+    # report, verify, intermediate verification and local functions read the traced program as they
+    # read torch.export's: none of them makes "auto" use torch.export
+    model, x = with_random_batchnorm_stats(SmallCNN()).eval(), _randn(2, 3, 16, 16)
+    result = fastonnx.to_onnx(
+        model, (x,), report=tmp_path / "r.md", verify=True, export_modules_as_functions={torch.nn.Conv2d}
+    )
+    assert result.stats["capture"] == "trace"
+    assert (tmp_path / "r.md").exists() and result.model_proto.functions
+    checked = result.verify(x, intermediate=True)
+    assert checked.intermediate is not None and checked.intermediate.first_divergence is None
+    assert checked.intermediate.checks
+    _matches_eager(result, model, (x,))
+
+
+def test_auto_with_an_exported_program_converts_it() -> None:
+    model, x = MLP().eval(), _randn(2, 16)
+    result = fastonnx.to_onnx(torch.export.export(model, (x,), strict=False), (x,))
+    assert result.stats["capture"] == "export" and "trace_refused" not in result.stats
+    _matches_eager(result, model, (x,))
+
+
 # ---- refused outright -----------------------------------------------------------------------------
 def test_dynamic_shapes_are_refused() -> None:
     with pytest.raises(InputError, match="capture='trace' records one run.*dynamic_shapes"):
@@ -282,44 +366,28 @@ def test_an_exported_program_is_refused() -> None:
 
 
 def test_unknown_capture_is_refused() -> None:
-    with pytest.raises(InputError, match="capture must be one of 'export', 'trace', got 'jit'"):
+    with pytest.raises(InputError, match="capture must be one of 'auto', 'export', 'trace', got 'jit'"):
         fastonnx.to_onnx(MLP(), (_randn(2, 16),), capture="jit")
 
 
-# ---- the model suites' static-shape checks, a subset, through the trace -------------------------------
-@pytest.mark.parametrize("name", ["llama", "gemma3", "bert", "t5", "vit"])
-def test_transformers_suite_under_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_transformers_models
-
-    pytest.importorskip("transformers")
-    monkeypatch.setattr(export_check, "CAPTURE", "trace")
-    monkeypatch.setattr(export_check, "REFUSED", [])
-    test_transformers_models.test_matches_eager(name)  # tolerances and fusion counts as under export
-    assert export_check.REFUSED == []
-
-
-@pytest.mark.parametrize("name,reason", [("mixtral", "Tensor.tolist()"), ("llava", "_local_scalar_dense")])
-def test_transformers_models_that_read_values_fall_back(
+# ---- the model suites: export_check.check_export traces every static-shape model too ------------------
+@pytest.mark.parametrize(
+    "name,reason",
+    # transformers' MoE experts run its own custom op (torch.export asks its fake kernel for the sizes)
+    [
+        ("mixtral", "transformers.grouped_mm_fallback.default is a custom op"),
+        ("llava", "_local_scalar_dense"),
+    ],
+)
+def test_transformers_models_the_trace_refuses(
     name: str, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import test_transformers_models
 
     pytest.importorskip("transformers")
-    monkeypatch.setattr(export_check, "CAPTURE", "trace")
     monkeypatch.setattr(export_check, "REFUSED", [])
-    test_transformers_models.test_matches_eager(name)  # checked through the fallback
+    test_transformers_models.test_matches_eager(name)  # checked through torch.export only
     assert len(export_check.REFUSED) == 1 and reason in export_check.REFUSED[0][1]
-
-
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
-def test_vision_suite_under_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_vision_models
-
-    pytest.importorskip("torchvision")
-    monkeypatch.setattr(export_check, "CAPTURE", "trace")
-    monkeypatch.setattr(export_check, "REFUSED", [])
-    test_vision_models.test_torchvision(name)
-    assert export_check.REFUSED == []
 
 
 def test_node_metadata_is_torch_exports() -> None:
@@ -327,7 +395,7 @@ def test_node_metadata_is_torch_exports() -> None:
     # torch.export, for a model whose torch calls all map to one aten op each
     torchvision = pytest.importorskip("torchvision")
     model, x = torchvision.models.resnet18(weights=None).eval(), _randn(1, 3, 32, 32)
-    traced, exported = _traced(model, (x,)), fastonnx.to_onnx(model, (x,))
+    traced, exported = _traced(model, (x,)), fastonnx.to_onnx(model, (x,), capture="export")
 
     def props(r: fastonnx.ExportResult) -> list[dict[str, str]]:
         return [{p.key: p.value for p in n.metadata_props} for n in r.model_proto.graph.node]
@@ -370,7 +438,7 @@ class _ReturnsWhatItHolds(torch.nn.Module):
 def test_outputs_that_are_inputs_weights_views_or_attributes() -> None:
     model = _ReturnsWhatItHolds().eval()
     args = (_randn(2, 3), _randn(1), 3)
-    traced, exported = _traced(model, args), fastonnx.to_onnx(model, args)
+    traced, exported = _traced(model, args), fastonnx.to_onnx(model, args, capture="export")
     _matches_eager(traced, model, args)
     assert _graph(traced) == _graph(exported)
     initializers = sorted(i.name for i in traced.model_proto.graph.initializer)
@@ -381,7 +449,7 @@ def test_modules_as_local_functions_from_a_trace() -> None:
     # export_modules_as_functions reads the nn_module_stack the trace records: the same functions
     model, ids = tiny_llama(), torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
     traced = _traced(model, (ids,), export_modules_as_functions=True)
-    exported = fastonnx.to_onnx(model, (ids,), export_modules_as_functions=True)
+    exported = fastonnx.to_onnx(model, (ids,), export_modules_as_functions=True, capture="export")
     assert traced.stats["functions"] == exported.stats["functions"]
     assert [f.name for f in traced.model_proto.functions] == [f.name for f in exported.model_proto.functions]
     _matches_eager(traced, model, (ids,))

@@ -58,7 +58,7 @@ def to_onnx(
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
     cast_weights: bool = False,
-    capture: str = "export",
+    capture: str = "auto",
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -102,15 +102,17 @@ def to_onnx(
     passes run inside each body and never across a call. An instance whose nodes cannot form one call
     is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
     gives the flat model back.
-    ``capture``: ``"export"`` (the default) captures with ``torch.export.export(strict=False)``;
-    ``"trace"`` runs the module once on the real ``args`` and records its aten ops
-    (``fastonnx.trace_capture``): the same graph for static shapes, without torch.export's fake-tensor
-    cost per op. Where a real-tensor run could fix what torch.export would keep general (a tensor's
-    value read into Python, an output size that depends on the data, an in-place write into an input,
-    a weight or a buffer, a higher-order op, a recurrent layer, weights on the meta device, anything the
-    recorder does not know), it falls back to torch.export with a warning; ``stats["capture"]`` says
-    which ran and ``stats["trace_refused"]`` why. ``"trace"`` with ``dynamic_shapes`` or with an
-    ExportedProgram is an ``InputError``. README, "Faster capture for static shapes".
+    ``capture``: ``"auto"`` (the default) runs the module once on the real ``args`` and records its aten
+    ops (``fastonnx.trace_capture``, the same graph as torch.export's for static shapes, without its
+    fake-tensor cost per op) when ``model`` is an nn.Module, ``dynamic_shapes`` is None, no dropout or
+    norm layer is in training mode and ``decompositions`` is None; otherwise, and wherever a real run could
+    fix what torch.export keeps general (a tensor's value read into Python, an output size that depends
+    on the data, an in-place write into an input, a weight or a buffer, a higher-order op, a recurrent
+    layer, weights on the meta device, anything the recorder does not know), it captures with
+    ``torch.export.export(strict=False)``, logging why at INFO level. ``"export"`` always uses
+    torch.export; ``"trace"`` asks for the trace and warns when it falls back (with ``dynamic_shapes`` or
+    an ExportedProgram it is an ``InputError``). ``stats["capture"]`` says which ran and
+    ``stats["trace_refused"]`` why the trace did not. README, "Faster capture for static shapes".
 
     Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
     while the graph is converted and optimized; each is copied to the host only when the file (or
@@ -196,7 +198,7 @@ def _export(
     weights: inplace.Weights | None = None,
     export_modules_as_functions: functions_mod.Selection = False,
     cast_weights: bool = False,
-    capture: str = "export",
+    capture: str = "auto",
 ) -> ExportResult:
     """The stages of to_onnx; ``record`` follows them (and what the report needs, when one is asked for)."""
     if not isinstance(args, tuple):
@@ -225,7 +227,16 @@ def _export(
         if isinstance(model, torch.nn.Module):
             dynamic_shapes, requested = dynamic.normalize(model, args, kwargs or {}, dynamic_shapes)
         ep = capture_mod.capture(
-            model, args, kwargs, dynamic_shapes, stats, requested, strict_dynamic, how=capture
+            model,
+            args,
+            kwargs,
+            dynamic_shapes,
+            stats,
+            requested,
+            strict_dynamic,
+            how=capture,
+            needs_export=_needs_export(decompositions),
+            convertible=registry.converts,
         )
         ep = capture_mod.prepare(ep, decompositions, stats)
     t1 = time.perf_counter()
@@ -315,6 +326,18 @@ def _export(
         stats["nodes"],
     )
     return result
+
+
+def _needs_export(decompositions: dict[Any, Callable[..., Any]] | None) -> str | None:
+    """Why an option of to_onnx needs torch.export's capture under capture="auto", or None. The others
+    work on the trace: export_modules_as_functions (it records torch.export's nn_module_stack), weights=
+    (every weight lifted under its name), report, verify and verify(intermediate=True) (they read the
+    program's graph and signature), metadata; a meta-device model is refused by the trace itself."""
+    if decompositions is not None:
+        # run_decompositions re-traces the program with torch.export's machinery: the trace's
+        # program holds ops below autograd already and no fake-tensor state to re-trace with
+        return "decompositions= are applied with torch.export's run_decompositions"
+    return None
 
 
 def _verify(

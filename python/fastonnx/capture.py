@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -37,8 +37,9 @@ TRACE_LOCK = threading.RLock()
 state for it (torch._VF, torchvision's detection helpers, torch.fx.experimental._config). Reentrant, so
 a user who exports their own ExportedProgram under it may call to_onnx inside."""
 
-CAPTURES = ("export", "trace")
-"""to_onnx(capture=...): torch.export (any shapes), or a real-tensor trace (static shapes, faster)."""
+CAPTURES = ("auto", "export", "trace")
+"""to_onnx(capture=...): the trace where it stands for torch.export and nothing asked needs torch.export
+(the default), torch.export (any shapes), or the real-tensor trace (static shapes, faster)."""
 
 _pytree_registered = False
 
@@ -68,26 +69,35 @@ def capture(
     stats: dict[str, Any],
     requested: dynamic.Requested | None = None,
     strict_dynamic: bool = True,
-    how: str = "export",
+    how: str = "auto",
+    needs_export: str | None = None,
+    convertible: Callable[[Any], bool] | None = None,
 ) -> torch.export.ExportedProgram:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
     (``dynamic.normalize``), checked against what torch.export made of them.
 
     ``how="trace"`` records the model's aten ops on the real inputs instead (trace_capture.py), and
-    falls back to torch.export with a warning where that could differ from torch.export's capture;
-    ``stats["capture"]`` says which ran, ``stats["trace_refused"]`` why the trace was not used."""
+    falls back to torch.export with a warning where that could differ from torch.export's capture.
+    ``how="auto"`` traces an nn.Module without ``dynamic_shapes``, in training mode only when no
+    dropout or norm layer trains, and ``needs_export`` None (what else the caller was asked for that
+    needs torch.export's program, see api.py); otherwise, and where the trace refuses, it uses
+    torch.export with an INFO log only. ``stats["capture"]`` says which ran, ``stats["trace_refused"]``
+    why the trace was not used."""
     if how not in CAPTURES:
         raise InputError(f"capture must be one of {', '.join(map(repr, CAPTURES))}, got {how!r}")
+    quiet = how == "auto"
+    if quiet:
+        how = _auto(model, dynamic_shapes, needs_export, stats)
     if how == "trace":
         if isinstance(model, torch.export.ExportedProgram):
             raise InputError(
                 "capture='trace' was given with an ExportedProgram, which is captured already: pass the "
-                "nn.Module to trace it, or leave capture at 'export'"
+                "nn.Module to trace it, or leave capture at 'auto'"
             )
         if dynamic_shapes is not None:
             raise InputError(
                 "capture='trace' records one run on the example inputs, so every size is fixed: it "
-                "cannot honour dynamic_shapes; use capture='export' (the default) for dynamic shapes"
+                "cannot honour dynamic_shapes; use capture='auto' (the default) or 'export' for dynamic shapes"
             )
     stats["capture"] = "export"
     if isinstance(model, torch.export.ExportedProgram):
@@ -104,9 +114,7 @@ def capture(
     if model.training:
         # torch.export traces what the module does now; only dropout and norms behave differently
         stats["training_mode"] = True
-        sensitive = sorted(
-            {type(m).__name__ for m in model.modules() if isinstance(m, _TRAINING_SENSITIVE) and m.training}
-        )
+        sensitive = _training_layers(model)
         if sensitive:
             warnings.warn(
                 f"{type(model).__name__} is in training mode: it is exported as traced, with "
@@ -114,7 +122,7 @@ def capture(
                 stacklevel=3,
             )
     if how == "trace":
-        traced = _trace(model, args, kwargs or {}, stats)
+        traced = _trace(model, args, kwargs or {}, stats, quiet, convertible)
         if traced is not None:
             return traced
     with TRACE_LOCK:
@@ -132,25 +140,89 @@ def capture(
     return ep
 
 
+def _auto(model: Any, dynamic_shapes: Any, needs_export: str | None, stats: dict[str, Any]) -> str:
+    """What capture="auto" runs: "trace" (falling back to torch.export quietly) or "export"
+    (``stats["trace_refused"]`` and an INFO log say why, when the model could have been traced)."""
+    if not isinstance(model, torch.nn.Module):
+        return "export"  # an ExportedProgram is captured already; anything else is an error below
+    reason = needs_export
+    if dynamic_shapes is not None:
+        reason = "dynamic_shapes were given: a trace fixes every size"
+    elif reason is None and model.training and _training_layers(model):
+        # the trace refuses batch norm's running-statistics update and records dropout below its
+        # training IR op: torch.export keeps what the converters know of a model in training mode
+        reason = f"the model is in training mode with {', '.join(_training_layers(model))} training"
+    if reason is None:
+        return "trace"
+    log.info("capture='auto' uses torch.export for %s: %s", type(model).__name__, reason)
+    stats["trace_refused"] = reason
+    return "export"
+
+
+def _training_layers(model: torch.nn.Module) -> list[str]:
+    return sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, _TRAINING_SENSITIVE) and m.training}
+    )
+
+
 def _trace(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], stats: dict[str, Any]
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    stats: dict[str, Any],
+    quiet: bool = False,
+    convertible: Callable[[Any], bool] | None = None,
 ) -> torch.export.ExportedProgram | None:
     """The real-tensor trace, or None (logged, ``stats["trace_refused"]``) where it cannot stand for
-    torch.export's capture."""
+    torch.export's capture: a warning when the trace was asked for, an INFO line under "auto"."""
+    traced = trace_or_refusal(model, args, kwargs, convertible)
+    if isinstance(traced, str):
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
+            "capture=%r refused %s, capturing with torch.export instead: %s",
+            "auto" if quiet else "trace",
+            type(model).__name__,
+            traced,
+        )
+        stats["trace_refused"] = traced
+        return None
+    stats["capture"] = "trace"
+    return traced
+
+
+def trace_or_refusal(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    convertible: Callable[[Any], bool] | None = None,
+) -> torch.export.ExportedProgram | str:
+    """The real-tensor trace (trace_capture.py), or why it cannot stand for torch.export's capture;
+    ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
     from fastonnx.trace_capture import TraceRefused, trace
 
     try:
         with TRACE_LOCK:
             ep = trace(model, args, kwargs)
+        _check_trace(ep, convertible)
     except TraceRefused as e:
-        log.warning(
-            "capture='trace' refused %s, capturing with torch.export instead: %s", type(model).__name__, e
-        )
-        stats["trace_refused"] = str(e)
-        return None
-    stats["capture"] = "trace"
+        return str(e)
     return ep
+
+
+def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], bool] | None) -> None:
+    """Refuses a recorded program that torch.export's capture would convert where this one would not."""
+    from fastonnx.trace_capture import TraceRefused
+
+    if convertible is not None:
+        for node in ep.graph.nodes:
+            if isinstance(node.target, torch._ops.OpOverload) and not convertible(node):
+                # an op below autograd that the composite op torch.export keeps decomposes into
+                raise TraceRefused(f"the trace records {node.target}, which fastonnx does not convert")
+    reason = functionalization_reason(ep)
+    if reason is not None:
+        # run_decompositions would re-trace the recorded program on its meta-tensor values
+        raise TraceRefused(f"the graph needs torch.export's functionalization: {reason}")
 
 
 def _export(

@@ -273,6 +273,17 @@ class Registry:
             entry = self._cache[target] = self._resolve(op_key(target))
             return entry
 
+    def converts(self, node: Any) -> bool:
+        """Whether FX ``node``'s op has a converter, one for complex values where the node reads or
+        makes any (the interpreter's check, made before converting)."""
+        entry = self.lookup(node.target)
+        if entry is None:
+            return False
+        values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        if any(_complex_val(v) for v in values):
+            return self.complex_converter(entry) is not None
+        return True
+
     def complex_converter(self, entry: Entry) -> Converter | None:
         """The converter for ``entry``'s op on complex values (stored as ``(..., 2)`` reals), or None
         when complex values are refused. A user's converter is trusted with them."""
@@ -295,3 +306,10 @@ class Registry:
                         takes_node=k.startswith("higher_order."),
                     )
         return None
+
+
+def _complex_val(v: Any) -> bool:
+    if isinstance(v, (list, tuple)):
+        return any(_complex_val(x) for x in v)
+    dtype = getattr(v, "dtype", None)
+    return dtype is not None and getattr(dtype, "is_complex", False) is True

@@ -7,11 +7,12 @@ forward plus a few microseconds per op. What the graph holds (the design, issue 
 
 - placeholders in torch.export's order and naming: parameters (``p_...``), buffers (``b_...``),
   tensors the forward reads that are neither (``c_...``, CONSTANT_TENSOR), then the user inputs (named
-  after ``forward``'s parameters, nested ones by their pytree path); only weights the forward reads are
-  lifted.
+  after ``forward``'s parameters, nested ones by their pytree path); every parameter and buffer is
+  lifted, also those the forward does not read (``num_batches_tracked``), as torch.export lifts them.
 - one ``call_function`` node per aten op overload below autograd, run under ``torch.no_grad()``; the
   functions torch.export keeps whole (``linear``, ``scaled_dot_product_attention``, convolutions,
-  ``layer_norm``, eval ``batch_norm``, ``matmul``, ``softmax``, pools, ``flatten``: ``_KEPT``) are
+  ``layer_norm``, eval ``batch_norm``, ``matmul``, ``softmax``, pools, ``flatten``, the recurrent cells:
+  ``_KEPT``, also where ``nn.MultiheadAttention``'s functional form calls them: ``_SEE_THROUGH``) are
   recorded as that one op by a ``TorchFunctionMode``, so the converters and the optimizer's fusions see
   torch.export's graph; other composite ops arrive decomposed (``reshape`` as ``view``); a multi-output
   op is followed by ``getitem`` nodes; trailing arguments equal to the schema's defaults are dropped,
@@ -23,15 +24,32 @@ forward plus a few microseconds per op. What the graph holds (the design, issue 
 - dead nodes removed (torch.export does the same); ``torch.compiler.is_compiling()`` / ``is_exporting()``
   answer True while tracing, as under torch.export, so models that branch on them take the same path.
 
+What differs from torch.export's program: composite ops other than ``_KEPT`` are recorded as autograd
+runs them (``x.to(...)`` as ``_to_copy``, ``x & y`` as ``bitwise_and``, ``x.reshape`` as ``view``), and
+torch.export's ``_assert_tensor_metadata`` checks are absent; in the model suites they convert to the
+same ONNX ops in the same order, but the FX node names differ and reach the file through the metadata
+(``pkg.torch.onnx.fx_node``, ``namespace``...), the names of folded values and, where a model's last op
+is such a composite op (``prelu``, ``instance_norm``, ``F.pad``...), the output's name; a lone composite
+op may also convert to other (equivalent) ONNX ops than torch.export's whole one. So the file is byte for byte torch.export's where every
+torch call of the model is one aten op in both (MLPs, CNNs such as resnet18), and otherwise the same graph
+(op types in order, inputs and outputs) with other names (the transformers models):
+``tests/export_check.py`` checks that for every static-shape model of the suites.
+
 What a real-tensor trace could silently specialise raises :class:`TraceRefused`, and ``capture.py``
-falls back to torch.export with a warning naming the reason (``stats["capture"]`` says which path ran):
+falls back to torch.export, with a warning naming the reason under capture="trace" and an INFO log
+under capture="auto" (the default; ``stats["capture"]`` says which path ran):
 a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item()``, ``bool(t)``,
 ``tolist()``, ``equal``...), an op whose output shape depends on the data (tagged
 ``dynamic_output_shape``: ``nonzero``, ``unique``, ``masked_select``...), an in-place write into a user
 input, parameter, buffer or captured constant (or through a view of one), a tensor subclass or a
 weight on the meta device, a recurrent layer (torch.export keeps it one op over any length), a
-higher-order op (torch.cond...) or anything else the recorder does not understand (any exception while
-tracing). Each reason names the user's line. Reading values without an aten op (``tolist()``,
+higher-order op (torch.cond...), an op outside the aten namespace (a custom op such as torchvision's
+``nms``, whose output size torch.export takes from its fake kernel), ``as_strided`` (it addresses the
+storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
+recorder does not understand (any exception while tracing). ``capture.py`` also refuses a recorded
+program holding an op fastonnx does not convert (one torch.export keeps inside a composite op it
+converts) or one needing torch.export's functionalization (writes through views the walker cannot
+write: run_decompositions would re-trace the recorded meta values). Each reason names the user's line. Reading values without an aten op (``tolist()``,
 ``numpy()``, ``__array__``) is caught by patching those methods on the tracing thread.
 ``dynamic_shapes`` with capture="trace" is an InputError (a trace fixes every size).
 """
@@ -127,11 +145,21 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             return func(*args, **kwargs)  # an op of a function recorded whole (_KeptFunctions)
         if not isinstance(func, torch._ops.OpOverload):
             raise TraceRefused(f"{func} is not an aten op overload")
+        if func.namespace != "aten":
+            # torch.export asks a custom op's fake kernel for its output sizes, which may depend on the
+            # values (torchvision's nms); its tags do not say so, and a real run would fix them
+            raise TraceRefused(
+                f"{func} is a custom op (not aten): its output sizes may depend on the input's values"
+            )
         tags = func.tags
         if torch.Tag.data_dependent_output in tags:
             raise TraceRefused(
                 f"{func} reads a tensor's value into Python (item(), bool(t), int(t), tolist(), equal...): "
                 "the trace would fix the branch or size it decides"
+            )
+        if func.overloadpacket in (torch.ops.aten.as_strided, torch.ops.aten.as_strided_):
+            raise TraceRefused(
+                f"{func} addresses the storage under its input, which the recorded graph does not hold"
             )
         if torch.Tag.dynamic_output_shape in tags and not _static_indexing(func, args):
             raise TraceRefused(f"{func}'s output shape depends on the input's values")
@@ -407,6 +435,44 @@ def _softmax_method(op: Any) -> Any:
     return softmax
 
 
+def _addr(
+    input: Any, vec1: Any, vec2: Any, *, beta: Any = 1, alpha: Any = 1
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    kwargs = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+    return torch.ops.aten.addr.default, (input, vec1, vec2), kwargs
+
+
+def _tensor_split(input: Any, indices_or_sections: Any, dim: int = 0) -> None:
+    if isinstance(indices_or_sections, torch.Tensor):
+        # its C++ reads the tensor's values with no aten op the recorder would see
+        raise TraceRefused(
+            "tensor_split reads a tensor's value into Python (its tensor of indices): the trace would "
+            "fix the pieces' sizes"
+        )
+    return None
+
+
+def _inner(input: Any, other: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    return torch.ops.aten.inner.default, (input, other), {}
+
+
+def _dropout(
+    input: Any, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    if training or inplace:
+        return None  # random, or a write: recorded op by op
+    return torch.ops.aten.dropout.default, (input, p, False), {}
+
+
+def _cell(op: Any) -> Any:
+    def cell(
+        input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None, b_hh: Any = None
+    ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+        return op, (input, list(hx) if isinstance(hx, (list, tuple)) else hx, w_ih, w_hh, b_ih, b_hh), {}
+
+    return cell
+
+
 # torch functions recorded as the one aten op torch.export keeps for them (its training IR), not as
 # the ops they decompose into below autograd (linear -> t + addmm, sdpa -> its CPU kernel...): the same
 # graph for the converters and the optimizer's fusions, and fewer nodes. Each maps the call's arguments
@@ -432,7 +498,43 @@ _KEPT: dict[Any, Any] = {
     torch.Tensor.softmax: _softmax_method(torch.ops.aten.softmax.int),
     torch.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
     torch.Tensor.log_softmax: _softmax_method(torch.ops.aten.log_softmax.int),
+    torch.inner: _inner,
+    torch.Tensor.inner: _inner,
+    torch.nn.functional.dropout: _dropout,
+    torch.addr: _addr,
+    torch.Tensor.addr: _addr,
+    torch.tensor_split: _tensor_split,
+    torch.Tensor.tensor_split: _tensor_split,
+    # nn.LSTMCell / GRUCell / RNNCell (torch._VF's are these)
+    torch.lstm_cell: _cell(torch.ops.aten.lstm_cell.default),
+    torch.gru_cell: _cell(torch.ops.aten.gru_cell.default),
+    torch.rnn_tanh_cell: _cell(torch.ops.aten.rnn_tanh_cell.default),
+    torch.rnn_relu_cell: _cell(torch.ops.aten.rnn_relu_cell.default),
 }
+
+
+_SEE_THROUGH = {torch.nn.functional.multi_head_attention_forward}
+"""Python functions of torch.nn.functional that reach the mode through their has_torch_function
+prologue and call functions of ``_KEPT``: a mode's handler runs with the mode off, so without this their
+linear / sdpa calls would be recorded decomposed (nn.MultiheadAttention: torchvision's ViT)."""
+
+
+@contextmanager
+def _prologue_skipped() -> Iterator[None]:
+    """torch.nn.functional's ``has_torch_function`` answers False once: the prologue of the function
+    called next, which would hand the call to the mode again (endlessly)."""
+    module: Any = torch.nn.functional  # its has_torch_function is imported there, untyped for mypy
+    original = module.has_torch_function
+
+    def once(*args: Any) -> bool:
+        module.has_torch_function = original
+        return False
+
+    module.has_torch_function = once
+    try:
+        yield
+    finally:
+        module.has_torch_function = original
 
 
 class _KeptFunctions(TorchFunctionMode):
@@ -446,6 +548,10 @@ class _KeptFunctions(TorchFunctionMode):
         kwargs = kwargs or {}
         mapping = _KEPT.get(func)
         recorder = self.recorder
+        if func in _SEE_THROUGH and not recorder.inside:
+            # its body calls linear and sdpa: run it with this mode active, as torch.export sees them
+            with _prologue_skipped(), self:
+                return func(*args, **kwargs)
         if mapping is None or recorder.inside:
             return func(*args, **kwargs)
         try:
@@ -467,9 +573,12 @@ class _KeptFunctions(TorchFunctionMode):
 @contextmanager
 def _module_stack(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]:
     """Forward pre / post hooks on every submodule keep ``recorder.stack`` as torch.export's
-    nn_module_stack: {key: (path, qualified class)} from the root's children down."""
+    nn_module_stack: {key: (path, qualified class)} from the root's children down; the n-th call
+    (from 0) of a module called again has the key ``...@n``, as torch.export marks it (local functions
+    tell calls apart by it)."""
     handles = []
     saved: list[dict[str, tuple[str, str]]] = []
+    calls: dict[str, int] = {}
 
     root = type(model)
     recorder.stack = {"L__self__": ("", f"{root.__module__}.{root.__qualname__}")}
@@ -482,7 +591,9 @@ def _module_stack(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]
 
         def pre(_m: Any, _a: Any, key: str = key, entry: tuple[str, str] = entry) -> None:
             saved.append(recorder.stack)
-            recorder.stack = {**recorder.stack, key: entry}
+            n = calls.get(key, 0)
+            calls[key] = n + 1
+            recorder.stack = {**recorder.stack, f"{key}@{n}" if n else key: entry}
 
         def post(_m: Any, _a: Any, _o: Any) -> None:
             recorder.stack = saved.pop()
@@ -534,15 +645,20 @@ def _value_reads_refused() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    """Placeholder names of the flattened user inputs as torch.export gives them: the forward's
-    parameter name, followed by the pytree path of a nested value (``past_key_values_0_key``)."""
+def _forward_params(model: torch.nn.Module) -> tuple[list[str], str]:
+    """The names of the forward's positional parameters, and of its ``*args`` ("args" without one)."""
     try:
         params = list(inspect.signature(model.forward).parameters.values())
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    return positional, next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+
+
+def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """Placeholder names of the flattened user inputs as torch.export gives them: the forward's
+    parameter name, followed by the pytree path of a nested value (``past_key_values_0_key``)."""
+    positional, var = _forward_params(model)
     names = []
     for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]:
         first = path[1]
@@ -554,6 +670,26 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
         rest = [_key_text(k) for k in path[2:]]
         names.append("_".join([top, *rest]))
     return names
+
+
+def _forward_arg_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """The forward's parameter names for ``args`` (``*args`` as ``args_0``...), then the keywords."""
+    positional, var = _forward_params(model)
+    names = [
+        positional[i] if i < len(positional) else f"{var}_{i - len(positional)}" for i in range(len(args))
+    ]
+    return names + list(kwargs)
+
+
+def _placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+    """A placeholder named ``name`` also where FX would rename it (``input`` -> ``input_1``: FX keeps
+    its names off Python's builtins); torch.export names the forward's parameters as they are."""
+    node = graph.placeholder(name)
+    used = graph._graph_namespace._used_names
+    if node.name != name and name not in used:
+        used.add(name)
+        node.name = name
+    return node
 
 
 def _key_text(k: Any) -> str:
@@ -598,7 +734,7 @@ def trace(
                 recorder.attributes.setdefault(id(value), f"{path}.{attr}" if path else attr)
     forward = inspect.unwrap(type(model).forward)
     recorder.root_code = getattr(forward, "__code__", None)
-    # weights first (torch.export's order); only those the forward reads stay (see below)
+    # weights first, all of them, read or not (torch.export's order and signature)
     weight_nodes: dict[int, torch.fx.Node] = {}
     for key, (name, kind, t) in weights.items():
         prefix = "p_" if kind == InputKind.PARAMETER else "b_"
@@ -608,7 +744,7 @@ def trace(
         weight_nodes[key] = node
     user_nodes = []
     for name, value in zip(_input_names(model, args, kwargs), flat_in):
-        node = graph.placeholder(name)
+        node = _placeholder(graph, name)
         if isinstance(value, torch.Tensor):
             if type(value) is not torch.Tensor:
                 raise TraceRefused(f"input {name} is a {type(value).__name__} (a tensor subclass)")
@@ -667,16 +803,14 @@ def trace(
     for c in recorder.constant_nodes:
         anchor.prepend(c)
     state_dict: dict[str, torch.Tensor] = {}
+    constants: dict[str, Any] = {}
+    transient = _non_persistent_buffers(model)
     input_specs = []
     for key, (name, kind, t) in weights.items():
-        node = weight_nodes[key]
-        if not node.users:
-            graph.erase_node(node)
-            continue
-        state_dict[name] = t
-        input_specs.append(
-            InputSpec(kind, TensorArgument(node.name), name, True if kind == InputKind.BUFFER else None)
-        )
+        persistent = None if kind == InputKind.PARAMETER else name not in transient
+        # as torch.export keeps them: a non-persistent buffer is a constant of the program
+        (constants if persistent is False else state_dict)[name] = t
+        input_specs.append(InputSpec(kind, TensorArgument(weight_nodes[key].name), name, persistent))
     for c in recorder.constant_nodes:
         target = c.meta.pop("constant_target")
         input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(c.name), target, None))
@@ -688,7 +822,18 @@ def trace(
         )
         input_specs.append(InputSpec(InputKind.USER_INPUT, arg, None, None))
     signature = ExportGraphSignature(input_specs=input_specs, output_specs=out_specs)
-    call = ModuleCallEntry("", ModuleCallSignature(inputs=[], outputs=[], in_spec=in_spec, out_spec=out_spec))
+    # forward_arg_names: the names ep.module() gives its forward, which run_decompositions (the
+    # functionalization of prepare()) names the user inputs after, as for torch.export's program
+    call = ModuleCallEntry(
+        "",
+        ModuleCallSignature(
+            inputs=[],
+            outputs=[],
+            in_spec=in_spec,
+            out_spec=out_spec,
+            forward_arg_names=_forward_arg_names(model, args, kwargs),
+        ),
+    )
     root = torch.nn.Module()
     return TracedProgram(
         root,
@@ -698,5 +843,13 @@ def trace(
         {},
         [call],
         (args, kwargs),
-        dict(recorder.constants),
+        {**constants, **recorder.constants},
     )
+
+
+def _non_persistent_buffers(model: torch.nn.Module) -> set[str]:
+    return {
+        f"{path}.{name}" if path else name
+        for path, module in model.named_modules(remove_duplicate=False)
+        for name in module._non_persistent_buffers_set
+    }

@@ -60,6 +60,8 @@ _CAPTURE_WHY = {
     "trace": "the model runs once on the example inputs, as the TorchScript exporter traced it",
     "export": "dynamic shapes or an ExportedProgram need torch.export",
 }
+"""Why dynamo=False captures as it does (logged). dynamo=True leaves to_onnx's capture="auto": the trace
+for static shapes where it stands for torch.export, torch.export otherwise, both without a warning."""
 
 
 def export(
@@ -100,8 +102,10 @@ def export(
     a binary file object (the bytes are written into it), or None (nothing written). Returns an
     ``ONNXProgram`` in every case (torch returns None with ``dynamo=False``; callers ignore it then).
 
-    Differences from torch, by design: the model is always captured with torch.export (``dynamo`` is
-    ignored); ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
+    Differences from torch, by design: ``dynamo=True`` captures as to_onnx's default
+    ``capture="auto"`` does (the real-tensor trace for static shapes where it gives torch.export's
+    graph, torch.export otherwise); ``dynamo=False`` uses the trace (with a warning where it falls back
+    to torch.export) unless dynamic axes or an ExportedProgram need torch.export; ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
     default here) keeps the weights in the .onnx file up to 2 GiB, like the TorchScript exporter;
     ``output_names`` must name every tensor output; a dim asked to be dynamic that torch.export
     specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``). See the README, "Switching from torch.onnx.export",
@@ -229,9 +233,11 @@ def _export(
     # dynamo=False asks for what the TorchScript exporter did: one run on the example inputs, every size
     # fixed. to_onnx's real-tensor trace is that (and as fast); where the trace could specialise what
     # torch.export captures it falls back to torch.export with a warning naming why. Dynamic axes need
-    # torch.export's symbolic shapes.
-    capture = "export"
+    # torch.export's symbolic shapes. dynamo=True (torch's default) asks for torch.export's graph: "auto"
+    # gives the same graph for static shapes, at the trace's speed, and torch.export where it must.
+    capture = "auto"
     if dynamo is False:
+        capture = "export"
         if dynamic_shapes is None and isinstance(model, torch.nn.Module):
             capture = "trace"
         log.info("dynamo=False: capture=%r (%s)", capture, _CAPTURE_WHY[capture])
