@@ -139,7 +139,7 @@ def to_onnx(
     options = {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename}
     # the stages followed also without a report: an error outside any node still gets the builder's state
     record = report_mod.ExportRecord(path, model, args, dict(kwargs or {}), options)
-    with sigterm_as_interrupt(), _verbose_logging(verbose):
+    with sigterm_as_interrupt(), _verbose_logging(verbose), _heap_set_aside():
         try:
             result = _export(
                 model,
@@ -250,7 +250,7 @@ def _export(
     interp = Interpreter(
         ep, ctx, registry, input_names, output_names, (args, dict(kwargs or {})), requested, metadata
     )
-    with bars.stage("convert", unit="node") as stage, torch.no_grad(), _heap_set_aside():
+    with bars.stage("convert", unit="node") as stage, torch.no_grad():
         layout = interp.run(stage.update if stage.enabled else None)
         if not metadata:
             # names before the passes rename or remove nodes: what each FX node made (~0.3 us per
@@ -408,13 +408,15 @@ def _verbose_logging(verbose: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _heap_set_aside() -> Iterator[None]:
-    """The conversion with the caller's objects out of the garbage collector's sight. Importing the
+    """The export with the caller's objects out of the garbage collector's sight. Importing the
     converter families a graph needs allocates enough objects to trigger a full collection, and in a
     process holding torch and transformers (~400k tracked objects) that collection took 0.23 s of a
-    0.25 s first export (Mixtral, benches/job_overhead.py). gc.freeze() moves every object that exists
-    now to the permanent generation, so collections during the conversion scan only what it allocates;
-    gc.unfreeze() hands them back afterwards (both are O(1) list splices). A caller that froze objects
-    itself (a pre-fork server) keeps its frozen set untouched: nothing is done then."""
+    0.25 s first export (Mixtral, benches/job_overhead.py); one triggered by the metadata's
+    composing landed in the write and cost ~7 ms of a 64-layer Llama's 0.17 s (issue 13). gc.freeze()
+    moves every object that exists now to the permanent generation, so collections during the export
+    (capture, conversion, passes, write) scan only what it allocates; gc.unfreeze() hands them back
+    afterwards (both are O(1) list splices). A caller that froze objects itself (a pre-fork server)
+    keeps its frozen set untouched: nothing is done then."""
     if gc.get_freeze_count() > 0:
         yield
         return

@@ -283,7 +283,19 @@ fn skeleton_bytes(g: &Graph) -> Result<Vec<u8>> {
         Vec::new()
     };
     let mut encoded: Vec<Option<Vec<u8>>> = vec![None; scopes.len()];
-    let mut out = Vec::new();
+    // sized first (each scope's metadata encoded once, the rest estimated from the names): a skeleton
+    // of several MiB grown by doubling cost twice its size in copies and fresh pages (issue 13)
+    let mut capacity = 0usize;
+    for n in &g.nodes {
+        let names = n.inputs.iter().chain(&n.outputs).map(|s| s.len() + 2);
+        capacity += 16 + n.name.len() + n.op_type.len() + n.domain.len() + names.sum::<usize>();
+        if let Some(i) = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
+            capacity += encoded[i]
+                .get_or_insert_with(|| encode_props(&scopes[i].props))
+                .len();
+        }
+    }
+    let mut out = Vec::with_capacity(capacity);
     let mut node = Vec::new();
     let fail = |e: prost::EncodeError| Error::Serialization(e.to_string());
     for n in &g.nodes {
