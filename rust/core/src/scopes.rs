@@ -42,43 +42,26 @@ impl SharedScopes {
         index
     }
 
-    /// Gives scope `index` the metadata `props` (its prefix stays); false when out of range. fastonnx
-    /// adds a scope with its prefix when the first node is made in it and composes the metadata after
-    /// the passes, for the scopes whose nodes survived them.
+    /// Gives scope `index` the metadata `props` (its prefix stays); false when out of range.
     pub fn set_props(&self, index: u32, props: Vec<(String, String)>) -> bool {
-        let mut table = self.lock();
-        let Some(entry) = table.get_mut(index as usize) else {
-            return false;
-        };
-        match Arc::get_mut(entry) {
-            Some(scope) => scope.props = props,
-            None => {
-                *entry = Arc::new(Scope {
-                    prefix: entry.prefix.clone(),
-                    props,
-                });
-            }
-        }
-        true
+        self.update(index, |scope| scope.props = props)
     }
 
     /// Gives scope `index` the name prefix `prefix` (its metadata stays); false when out of range.
-    /// fastonnx adds the scopes of FX nodes without a prefix as it walks the graph and gives both
-    /// later, off the walk (names then come from `Model::name_nodes_by_scope`).
+    /// fastonnx adds the scopes of FX nodes bare as it walks the graph and gives them their prefix and
+    /// metadata off the walk, alongside the passes (names then come from `Model::name_nodes_by_scope`).
     pub fn set_prefix(&self, index: u32, prefix: String) -> bool {
+        self.update(index, |scope| scope.prefix = prefix)
+    }
+
+    /// Changes scope `index` in place, or a copy of it when a graph still holds the entry (the scope
+    /// it makes nodes in); false when out of range.
+    fn update(&self, index: u32, change: impl FnOnce(&mut Scope)) -> bool {
         let mut table = self.lock();
         let Some(entry) = table.get_mut(index as usize) else {
             return false;
         };
-        match Arc::get_mut(entry) {
-            Some(scope) => scope.prefix = prefix,
-            None => {
-                *entry = Arc::new(Scope {
-                    prefix,
-                    props: entry.props.clone(),
-                });
-            }
-        }
+        change(Arc::make_mut(entry));
         true
     }
 
