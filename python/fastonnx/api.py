@@ -411,12 +411,11 @@ def _heap_set_aside() -> Iterator[None]:
     """The export with the caller's objects out of the garbage collector's sight. Importing the
     converter families a graph needs allocates enough objects to trigger a full collection, and in a
     process holding torch and transformers (~400k tracked objects) that collection took 0.23 s of a
-    0.25 s first export (Mixtral, benches/job_overhead.py); one triggered by the metadata's
-    composing landed in the write and cost ~7 ms of a 64-layer Llama's 0.17 s (issue 13). gc.freeze()
-    moves every object that exists now to the permanent generation, so collections during the export
-    (capture, conversion, passes, write) scan only what it allocates; gc.unfreeze() hands them back
-    afterwards (both are O(1) list splices). A caller that froze objects itself (a pre-fork server)
-    keeps its frozen set untouched: nothing is done then."""
+    0.25 s first export (Mixtral, benches/job_overhead.py). gc.freeze() moves every object that exists
+    now to the permanent generation, so collections during the export (capture, conversion, passes
+    with the metadata composed alongside them, write) scan only what it allocates; gc.unfreeze() hands
+    them back afterwards (both are O(1) list splices). A caller that froze objects itself (a pre-fork
+    server) keeps its frozen set untouched: nothing is done then."""
     if gc.get_freeze_count() > 0:
         yield
         return

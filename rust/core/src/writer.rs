@@ -810,20 +810,17 @@ pub fn save_with(
     // every external tensor referenced elsewhere: no data file of our own
     let own_data = p.tensors.iter().any(|t| t.offset.is_some());
     let mut model_tmp = TempFile::beside(path);
+    let write_model_file = |hook: &mut Hook<'_>| {
+        write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
+            write_model(&p, w)
+        })
+    };
     if use_external && own_data {
         // the model file (graph and metadata, no weights) is written on a second thread while this one
         // writes the weights: its progress is reported with the last call of the hook below
         let tmp = TempFile::beside(&data_target);
         let (data, model) = std::thread::scope(|s| {
-            let model = s.spawn(|| {
-                write_file(
-                    &model_tmp,
-                    options.durable,
-                    (data_len, total),
-                    &mut crate::hook::ignore,
-                    |w| write_model(&p, w),
-                )
-            });
+            let model = s.spawn(|| write_model_file(&mut crate::hook::ignore));
             let data = write_file(&tmp, options.durable, (0, total), hook, |w| {
                 write_data(&p, w)
             });
@@ -839,9 +836,7 @@ pub fn save_with(
         model?;
         data_tmp = Some(tmp);
     } else {
-        write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
-            write_model(&p, w)
-        })?;
+        write_model_file(hook)?;
     }
     // the last word before anything is renamed: a stop asked for now still leaves the old files
     hook(total, total)?;
