@@ -112,9 +112,10 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
             f"{ledger.machine()}; medians of {runs} alternated runs per setting, the same ExportedProgram.",
             "to_onnx from the ExportedProgram to the written file (external data); the .onnx holds the",
             "graph only (the weights are in the .data file, equal either way). The budget is +5% on time.",
-            "The convert stage walks the FX graph (with metadata: one scope per FX node, its name prefix);",
-            "the metadata is composed alongside the passes (on the calling thread, while they run on another),",
-            "and the .onnx file is written alongside the .data file.",
+            "The convert stage walks the FX graph (with metadata: it marks where each FX node's ONNX nodes",
+            "start, and gives them their scopes in one call at the end); the metadata is composed alongside",
+            "the passes (on the calling thread, while they run on another), the nodes named after them, and",
+            "the .onnx file written alongside the .data file (each node's metadata encoded straight into it).",
             "",
             ledger.table(headers, table),
         ]

@@ -284,20 +284,27 @@ class _Slicing(torch.nn.Module):
         return z[1:3] + z.new_zeros((2,), dtype=torch.float32, device="cpu", pin_memory=None)
 
 
-def test_composed_metadata_is_what_torchs_printer_gives_and_only_for_used_scopes() -> None:
+@pytest.mark.parametrize("marked", [True, False], ids=["top graph, marked", "subgraph, entered"])
+def test_composed_metadata_is_what_torchs_printer_gives_and_only_for_used_scopes(marked: bool) -> None:
     """Scopes.compose: the builder's text of plain calls and the Python text of the others (a slice)
-    equal ``format_node``; a scope whose nodes are gone gets no metadata."""
+    equal ``format_node``; a scope whose nodes are gone gets no metadata. The top builder's nodes are
+    marked during the walk and given their scopes by ``assign``; another builder's enter them."""
     gm = torch.fx.symbolic_trace(_Slicing())
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert any(isinstance(a, slice) for n in calls for a in n.args), "the slice case is gone"
     g = fastonnx.api.new_builder(18)
     x = g.add_input("x", onnx.TensorProto.FLOAT, [4])
-    scopes = md.Scopes()
+    scopes = md.Scopes(g if marked else None)
     for n in calls:
-        scopes.enter(g, n)
+        scopes.enter(g, n, g.num_nodes)
         g.add_node("Neg", [x])
-    scopes.enter(g, calls[0])  # a second entry reuses the scope
+    scopes.enter(g, calls[0], g.num_nodes)  # a second entry reuses the scope
     g.add_node("Abs", [x])
+    if marked:
+        assert g.node_scopes() == [None] * (len(calls) + 1), "marked, not entered"
+        scopes.assign()
+        assert g.node_scopes()[-1] == g.node_scopes()[0], "the second entry's scope is the first's"
+        assert scopes.index_of(calls[1].name) == g.node_scopes()[1]
     g.set_scope(None)
     unused = g.add_scope("/gone")
     scopes.compose(g.scope_table(), used=set(g.used_scopes()))
@@ -330,6 +337,19 @@ def test_scope_calls_name_what_is_wrong() -> None:
     node = next(iter(torch.fx.symbolic_trace(_Slicing()).graph.nodes))
     with pytest.raises(fastonnx.GraphError, match="compose_fx_scopes: there is no scope 5"):
         g.compose_fx_scopes(md.NODE_KEYS, [5], [("", "[", "[")], [node], [("t", "'t'", "t")])
+    b = fastonnx.api.new_builder(18)
+    x = b.add_input("x", onnx.TensorProto.FLOAT, [4])
+    b.add_node("Neg", [x])
+    with pytest.raises(fastonnx.GraphError, match="assign_scopes: 2 starts but 1 keys"):
+        b.assign_scopes([0, 1], [0])
+    with pytest.raises(fastonnx.GraphError, match="the starts must ascend, up to the 1 nodes made"):
+        b.assign_scopes([0, 2], [0, 1])
+    with pytest.raises(fastonnx.GraphError, match="the starts must ascend"):
+        b.assign_scopes([1, 0], [0, 1])
+    with pytest.raises(fastonnx.GraphError, match="add_values_metadata: 1 names, 1 value rows, 2 keys"):
+        b.add_values_metadata(["k", "l"], [x], [["v"]])
+    with pytest.raises(fastonnx.GraphError, match='value metadata "k": "nope" is not a value'):
+        b.add_values_metadata(["k"], ["nope"], [["v"]])
 
 
 def test_graph_module_to_onnx_composes_the_metadata_too() -> None:
@@ -365,6 +385,7 @@ def test_metadata_composed_alongside_the_passes_equals_metadata_composed_after_t
     def after(self: Any, level: str, progress: Any = None) -> dict[str, int]:
         counts = self._top.optimize(level, progress)
         self.scopes.compose(self._top.scope_table(), used=set(self._top.used_scopes()))
+        self.scopes.apply(self._top)
         self._top.name_nodes_by_scope()
         return counts
 

@@ -16,7 +16,6 @@ import torch
 from fastonnx import capture as capture_mod
 from fastonnx import debug, dynamic, inplace
 from fastonnx import functions as functions_mod
-from fastonnx import metadata as metadata_mod
 from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
 from fastonnx.context import ConversionContext
@@ -256,8 +255,8 @@ def _export(
             # names before the passes rename or remove nodes: what each FX node made (~0.3 us per
             # node); with metadata, nodes are named after the passes and found by scope (debug.Trace)
             interp.trace.node_names = builder.node_names()
-    if metadata:
-        metadata_mod.graph_metadata(builder, ep)
+    if interp.scopes is not None:
+        interp.scopes.program(ep)  # the graph's metadata, composed alongside the passes
     carved = functions_mod.extract(
         builder, ep, interp.trace.steps, interp.outputs_start, export_modules_as_functions, metadata
     )

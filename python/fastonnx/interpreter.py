@@ -106,7 +106,7 @@ class Interpreter:
         self._top = ctx.g
         self.metadata_s = 0.0  # composing the node metadata (optimize)
         # readable node names and node / value metadata (metadata.py); None with metadata=False
-        self.scopes = metadata.Scopes() if with_metadata else None
+        self.scopes = metadata.Scopes(self._top) if with_metadata else None
         ctx.find_dim = self._find_dim
         # the first top-graph node made for the graph outputs (functions.extract leaves them in main)
         self.outputs_start = 0
@@ -153,6 +153,8 @@ class Interpreter:
             elif node.op == "output":
                 self.outputs_start = self.g.num_nodes  # the output Identities belong to no FX node
                 self._outputs(node)
+                if self.scopes is not None:
+                    self.scopes.assign()
             elif node.op == "get_attr":
                 attr = getattr(self.ep.graph_module, str(node.target))
                 # a tensor constant torch.export would have lifted (plain GraphModules keep them as
@@ -183,7 +185,7 @@ class Interpreter:
         if isinstance(val, torch.Tensor):
             onnx_name = self.g.add_input(name, *self.ctx.onnx_type(val.dtype, val.shape))
             if self.scopes is not None:
-                metadata.input_metadata(self.g, onnx_name, node, spec)
+                self.scopes.value(onnx_name, node, spec)
             self.env[node] = Value(onnx_name, val.dtype, tuple(val.shape))
             self.layout.inputs.append(InputSlot(onnx_name, val.dtype))
             for axis, d in enumerate(val.shape):
@@ -211,7 +213,7 @@ class Interpreter:
             )
         value = self.env[node] = self.initializer(target, tensor)
         if self.scopes is not None:
-            metadata.input_metadata(self.g, value.name, node, spec)
+            self.scopes.value(value.name, node, spec)
 
     def initializer(self, hint: str, tensor: torch.Tensor) -> Value:
         """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided); a
@@ -291,10 +293,11 @@ class Interpreter:
             where = f"FX node {node.name!r}, recomputed after a write to {alias.base.name}"
             reader = self.scopes.current if self.scopes is not None else None
             if self.scopes is not None:
-                self.scopes.enter(self.g, node)
+                self.scopes.enter(self.g, node, self.g.num_nodes)
             value = self._apply(node, entry, args, self.map_arg(node.kwargs), where)
             if self.scopes is not None and reader is not None:
-                self.scopes.enter(self.g, reader)  # back to the node that read the alias
+                # back to the node that read the alias
+                self.scopes.enter(self.g, reader, self.g.num_nodes)
         self.env[node] = value
         self.aliases[node] = replace(alias, version=self.versions.get(alias.base, 0))
         return value
@@ -304,14 +307,14 @@ class Interpreter:
         on the top graph the node's value and where its ONNX nodes start are traced (debug.Trace)."""
         start = self.g.num_nodes
         try:
-            self._convert_call(node, index, total)
+            self._convert_call(node, index, total, start)
         except FastOnnxError as e:
             debug.attach(e, debug.node_dump(self.g, node, index, total, self.ctx.opset), node)
             raise
         if self.g is self._top:
             self.trace.steps.append((node.name, start, self.env.get(node)))
 
-    def _convert_call(self, node: torch.fx.Node, index: int, total: int) -> None:
+    def _convert_call(self, node: torch.fx.Node, index: int, total: int, start: int) -> None:
         target = node.target
         if target is operator.getitem:
             seq, i = node.args
@@ -331,7 +334,7 @@ class Interpreter:
         if entry.custom:
             self.custom_used.add(str(target))
         if self.scopes is not None:
-            self.scopes.enter(self.g, node)
+            self.scopes.enter(self.g, node, start)
         self.ctx.node = node
         self.ctx.base_node = self.ctx.base = None
         if entry.takes_node:
@@ -463,20 +466,23 @@ class Interpreter:
         composed alongside them: on this thread, while the passes run on another one without the GIL,
         so that on a machine with a second core the metadata costs no wall time. The passes have not
         decided yet which nodes survive, so every scope with a node is composed; ``stats["metadata_s"]`` is the
-        time that took (overlapping the passes). The nodes are named from their scopes after the passes."""
+        time that took (overlapping the passes). The metadata of inputs, initializers and the graph is
+        composed there too and given to the builder after the passes; the nodes are then named from
+        their scopes."""
         scopes = self.scopes
         if scopes is None:
             return self._top.optimize(level, progress)
         table = self._top.scope_table()
         # the scopes of FX nodes that made no ONNX node (~13% of a Llama's) are left out already
-        made = set(self._top.used_scopes())
+        made = self._top.used_scopes()
 
         def compose() -> None:
             t0 = time.perf_counter()
-            scopes.compose(table, used=made)
+            scopes.compose(table, used=set(made))
             self.metadata_s = time.perf_counter() - t0
 
         counts = self._top.optimize(level, progress, alongside=compose)
+        scopes.apply(self._top)
         self._top.name_nodes_by_scope()
         self.trace.scopes, self.trace.builder = scopes, self._top
         return counts
@@ -499,7 +505,7 @@ class Interpreter:
     # ---- outputs --------------------------------------------------------------------------------
     def _outputs(self, node: torch.fx.Node) -> None:
         if self.scopes is not None:
-            self.scopes.enter(self.g, node)  # the Identity nodes outputs may need
+            self.scopes.enter(self.g, node, self.g.num_nodes)  # the Identity nodes outputs may need
         flat = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         specs = self.ep.graph_signature.output_specs
         user = [(a, s) for a, s in zip(flat, specs) if s.kind == OutputKind.USER_OUTPUT]

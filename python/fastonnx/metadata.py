@@ -12,15 +12,17 @@ Every ONNX node made from an FX node carries, in ``metadata_props``:
 Its name reads where it comes from, as the TorchScript exporter's did: ``/model/layers.0/self_attn/
 q_proj/MatMul`` (``/MatMul`` at the top level), made unique with ``_1``, ``_2``... in graph order.
 
-The walker hands the builder one scope per FX node as it starts converting the node (one call: the
-builder stores the scope once and each node an index into it). ``Scopes.compose`` then fills in each
-scope's name prefix and metadata: the parts that depend on the module stack only, or on the target
-only, are computed here once; the builder's scope table composes each FX node's values
-(``ScopeTable.compose_fx_scopes``), torch's printer gives the FX node's text where arguments are not
-plain. to_onnx composes while its passes run on another thread (``Interpreter.optimize``) and names
-the nodes from their scopes' prefixes once the passes are done (``GraphBuilder.name_nodes_by_scope``):
-on two cores or more the metadata costs the walk one call per FX node, the naming and the larger file
-(benches/metadata_cost.py).
+The walker marks where each FX node's ONNX nodes start in the top graph (a list append) and, once the
+graph is walked, ``Scopes.assign`` gives the builder one bare scope per FX node and each node an index
+into it (one call for the graph; FX nodes of If / Loop bodies enter their scope in their own builder).
+``Scopes.compose`` then fills in each scope's name prefix and metadata: the parts that depend on the
+module stack only, or on the target only, are computed here once; the builder's scope table composes
+each FX node's values (``ScopeTable.compose_fx_scopes``), torch's printer gives the FX node's text
+where arguments are not plain; the metadata of inputs, initializers and the graph is composed there
+too (``Scopes.apply`` gives it to the builder). to_onnx composes while its passes run on another
+thread (``Interpreter.optimize``) and names the nodes from their scopes' prefixes once the passes are
+done (``GraphBuilder.name_nodes_by_scope``): on two cores or more the metadata costs the walk a list
+append per FX node, then the naming and the larger file (benches/metadata_cost.py).
 """
 
 from __future__ import annotations
@@ -82,18 +84,28 @@ def _qualified(cls: Any) -> str:
 class Scopes:
     """The builder scope of each FX node, made on the node's first conversion.
 
-    The walk only adds each scope and remembers its FX node (one call); ``compose`` gives the scopes
-    their name prefix and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names
-    the nodes. Composing during the walk cost ~7 us per FX node, and even the prefix alone ~2 us
-    (benches/metadata_cost.py, issue 13)."""
+    The walk only marks where each FX node's ONNX nodes start in the ``top`` builder's graph (a list
+    append, no call into the builder) and ``assign`` gives those nodes their FX node's scope once the
+    graph is walked; FX nodes of subgraphs (If / Loop bodies, made in other builders) enter a scope
+    in their builder as they are converted (one call). ``compose`` gives the scopes their name prefix
+    and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names the nodes.
+    Composing during the walk cost ~7 us per FX node, the prefix alone ~2 us, a call per FX node
+    ~0.4 us (benches/metadata_cost.py, issue 13). The metadata of inputs and initializers is
+    gathered likewise and given to the builder in one call by ``assign``."""
 
-    def __init__(self) -> None:
+    def __init__(self, top: GraphBuilder | None = None) -> None:
+        self._top = top
         self._levels: dict[tuple[str, ...], _ModuleLevels] = {(): _ModuleLevels(None)}
         self._index: dict[torch.fx.Node, int] = {}
         # the scopes added, in three lists rather than a tuple each: no object per FX node for the
         # garbage collector to count (tuples made during the walk added collections, ~8 ms at 64x256)
         self._made_index: list[int] = []
         self._made_node: list[torch.fx.Node] = []
+        # the top graph's marks: where the nodes of _marked[i] start (assign)
+        self._marks: list[int] = []
+        self._marked: list[torch.fx.Node] = []
+        # (ONNX name, FX node, input spec) of the top graph's inputs and initializers (assign)
+        self._values: list[tuple[str, torch.fx.Node, Any]] = []
         # id(target) -> (its str, that str's repr, how format_node prints it (None: it cannot be told));
         # by id, as an OpOverload's hash is a Python call. The targets are kept alive in _target_objs.
         self._targets: dict[int, tuple[str, str, str | None]] = {}
@@ -102,25 +114,66 @@ class Scopes:
         self._printable: dict[int, tuple[str, str, str]] = {}
         self.current: torch.fx.Node | None = None
         self._by_name: dict[str, int] | None = None
+        # the top graph's FX nodes with a scope, in order, and the first one's scope (assign)
+        self._marked_first = 0
+        self._marked_unique: list[torch.fx.Node] = []
+        # what apply gives the builder: composed by compose
+        self._program: torch.export.ExportedProgram | None = None
+        self._value_rows: tuple[list[str], list[tuple[str, str, str]]] | None = None
+        self._graph_props: list[tuple[str, str]] = []
 
-    def enter(self, g: GraphBuilder, node: torch.fx.Node) -> None:
-        """Nodes ``g`` makes from now on come from ``node``."""
-        index = self._index.get(node)
-        if index is None:
-            # run once per FX node: one lookup and one call. Reading the node's module stack here cost
-            # more than the rest of the metadata together (its dicts and strings are cold by then):
-            # compose reads it, off the walk
-            index = self._index[node] = g.enter_new_scope()
-            self._made_index.append(index)
-            self._made_node.append(node)
+    def enter(self, g: GraphBuilder, node: torch.fx.Node, start: int = 0) -> None:
+        """Nodes ``g`` makes from now on come from ``node``; in the top builder, they start at node
+        ``start`` of its graph (``g.num_nodes`` now)."""
+        if g is self._top:
+            # run once per FX node: two appends
+            self._marks.append(start)
+            self._marked.append(node)
         else:
-            g.set_scope(index)
+            index = self._index.get(node)
+            if index is None:
+                index = self._index[node] = g.enter_new_scope()
+                self._made_index.append(index)
+                self._made_node.append(node)
+            else:
+                g.set_scope(index)
         self.current = node
+
+    def value(self, onnx_name: str, node: torch.fx.Node, spec: Any) -> None:
+        """``onnx_name`` (a top-graph input or initializer) is FX placeholder ``node`` of input spec
+        ``spec`` (None: a user input): its kind, persistence and FX name, composed by ``compose`` and
+        given to the builder by ``apply``."""
+        self._values.append((onnx_name, node, spec))
+
+    def program(self, ep: torch.export.ExportedProgram) -> None:
+        """The graph's metadata is ``ep``'s signature and range constraints (``compose``, ``apply``)."""
+        self._program = ep
+
+    def assign(self) -> None:
+        """Gives the top graph's nodes the scopes of the FX nodes they were marked with: once, when
+        the top graph is walked (before the passes, which keep a replaced node's scope on what
+        replaces it)."""
+        top, marked = self._top, self._marked
+        if top is None or not marked:
+            return
+        # the FX nodes in the order of their first mark; a node marked again reuses its scope
+        unique = list(dict.fromkeys(marked))
+        keys = None
+        if len(unique) != len(marked):
+            position = {node: k for k, node in enumerate(unique)}
+            keys = [position[node] for node in marked]
+        first = top.assign_scopes(self._marks, keys)
+        self._made_index.extend(range(first, first + len(unique)))
+        self._made_node.extend(unique)
+        self._marked_first, self._marked_unique = first, unique
+        self._marks, self._marked = [], []
 
     def index_of(self, fx_name: str) -> int | None:
         """The scope of the top-graph FX node named ``fx_name`` (None: it made no scope)."""
         if self._by_name is None:
             self._by_name = {node.name: index for node, index in self._index.items()}
+            first = self._marked_first
+            self._by_name.update((n.name, first + k) for k, n in enumerate(self._marked_unique))
         return self._by_name.get(fx_name)
 
     def compose(self, table: ScopeTable, used: set[int] | None = None) -> None:
@@ -169,6 +222,36 @@ class Scopes:
             other.append((indices[position], nodes[position]))
         for index, node in other:
             table.set_scope_props(index, self.scope_of(node)[1])
+        self._compose_values()
+
+    def _compose_values(self) -> None:
+        """The metadata of inputs, initializers and the graph, for ``apply``."""
+        if self._values:
+            names, rows = [], []
+            for onnx_name, node, spec in self._values:
+                kind = spec.kind.name if spec is not None else InputKind.USER_INPUT.name
+                names.append(onnx_name)
+                rows.append((kind, str(getattr(spec, "persistent", None)), node.name))
+            self._value_rows = (names, rows)
+            self._values = []
+        if self._program is not None:
+            ep, self._program = self._program, None
+            self._graph_props = [
+                (GRAPH_SIGNATURE, str(ep.graph_signature)),
+                (RANGE_CONSTRAINTS, str(ep.range_constraints)),
+            ]
+
+    def apply(self, g: GraphBuilder) -> None:
+        """Gives ``g`` (the top builder) the metadata ``compose`` made of its inputs, initializers and
+        graph: after the passes, which composing may overlap (a value the passes removed keeps an entry
+        the writer never reads)."""
+        if self._value_rows is not None:
+            names, rows = self._value_rows
+            g.add_values_metadata([INPUT_KIND, INPUT_PERSISTENT, ORIGINAL_NAME], names, rows)
+            self._value_rows = None
+        for key, value in self._graph_props:
+            g.set_graph_metadata(key, value)
+        self._graph_props = []
 
     def _levels_of(self, node: torch.fx.Node) -> _ModuleLevels:
         stack = node.meta.get("nn_module_stack") or {}
@@ -221,21 +304,6 @@ def _printed_target(node: torch.fx.Node) -> str | None:
     _, sep, rest = text.partition(f"{node.op}[target=")
     target, sep2, _ = rest.partition("](args = ")
     return target if sep and sep2 else None
-
-
-def graph_metadata(g: GraphBuilder, ep: torch.export.ExportedProgram) -> None:
-    """The ExportedProgram's signature and range constraints on the graph, as the official exporter
-    writes them (their ``str``)."""
-    g.set_graph_metadata(GRAPH_SIGNATURE, str(ep.graph_signature))
-    g.set_graph_metadata(RANGE_CONSTRAINTS, str(ep.range_constraints))
-
-
-def input_metadata(g: GraphBuilder, onnx_name: str, node: torch.fx.Node, spec: Any) -> None:
-    """Kind, persistence and FX name of a graph input or an initializer (a lifted weight)."""
-    kind = spec.kind.name if spec is not None else InputKind.USER_INPUT.name
-    g.add_value_metadata(onnx_name, INPUT_KIND, kind)
-    g.add_value_metadata(onnx_name, INPUT_PERSISTENT, str(getattr(spec, "persistent", None)))
-    g.add_value_metadata(onnx_name, ORIGINAL_NAME, node.name)
 
 
 def output_metadata(g: GraphBuilder, onnx_name: str, node: torch.fx.Node, kind: str) -> None:

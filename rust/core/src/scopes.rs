@@ -42,6 +42,14 @@ impl SharedScopes {
         index
     }
 
+    /// Adds `count` scopes without prefix or metadata (one lock); returns the first one's index.
+    pub fn add_bare(&self, count: usize) -> u32 {
+        let mut table = self.lock();
+        let first = u32::try_from(table.len()).unwrap_or(u32::MAX);
+        table.extend((0..count).map(|_| Arc::new(Scope::default())));
+        first
+    }
+
     /// Gives scope `index` the metadata `props` (its prefix stays); false when out of range.
     pub fn set_props(&self, index: u32, props: Vec<(String, String)>) -> bool {
         self.update(index, |scope| scope.props = props)

@@ -238,80 +238,121 @@ const NODE_METADATA_TAG: u32 = 9; // NodeProto.metadata_props
 const ENTRY_KEY_TAG: u32 = 1; // StringStringEntryProto.key
 const ENTRY_VALUE_TAG: u32 = 2; // StringStringEntryProto.value
 
-/// A length-delimited field holding `bytes`.
-fn encode_bytes_field(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
-    out.extend_from_slice(bytes);
-}
-
+/// The length of a length-delimited field holding `len` bytes.
 fn bytes_field_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
 }
 
-/// A scope's `metadata_props` entries as prost encodes them (both fields of an entry are set, so both
-/// are written), straight from the scope's strings: no `StringStringEntryProto` is built.
-fn encode_props(props: &[(String, String)]) -> Vec<u8> {
-    let sizes: Vec<usize> = props
-        .iter()
-        .map(|(k, v)| {
-            bytes_field_len(ENTRY_KEY_TAG, k.len()) + bytes_field_len(ENTRY_VALUE_TAG, v.len())
-        })
-        .collect();
-    let total = sizes
-        .iter()
-        .map(|&n| bytes_field_len(NODE_METADATA_TAG, n))
-        .sum();
-    let mut b = Vec::with_capacity(total);
-    for ((k, v), size) in props.iter().zip(sizes) {
-        encode_key(NODE_METADATA_TAG, WireType::LengthDelimited, &mut b);
-        encode_varint(size as u64, &mut b);
-        encode_bytes_field(ENTRY_KEY_TAG, k.as_bytes(), &mut b);
-        encode_bytes_field(ENTRY_VALUE_TAG, v.as_bytes(), &mut b);
-    }
-    b
+/// The encoded length of `(key, value)` as a `StringStringEntryProto` (both fields set, so both written).
+fn entry_len(k: &str, v: &str) -> usize {
+    bytes_field_len(ENTRY_KEY_TAG, k.len()) + bytes_field_len(ENTRY_VALUE_TAG, v.len())
 }
 
-/// The top-level graph's skeleton encoded: the bytes prost gives for `graph_skeleton` (nodes are
-/// GraphProto's first field, metadata the last non-empty one of NodeProto, so appending it to a
-/// node's bytes is what prost writes), with each scope's metadata encoded once and appended to its
-/// nodes instead of copied into every NodeProto (a scope's strings are a few KiB).
-fn skeleton_bytes(g: &Graph) -> Result<Vec<u8>> {
-    let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
-        g.scopes.snapshot()
-    } else {
-        Vec::new()
-    };
-    let mut encoded: Vec<Option<Vec<u8>>> = vec![None; scopes.len()];
-    // sized first (each scope's metadata encoded once, the rest estimated from the names): a skeleton
-    // of several MiB grown by doubling cost twice its size in copies and fresh pages (issue 13)
-    let mut capacity = 0usize;
-    for n in &g.nodes {
-        let names = n.inputs.iter().chain(&n.outputs).map(|s| s.len() + 2);
-        capacity += 16 + n.name.len() + n.op_type.len() + n.domain.len() + names.sum::<usize>();
-        if let Some(i) = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
-            capacity += encoded[i]
-                .get_or_insert_with(|| encode_props(&scopes[i].props))
-                .len();
-        }
+/// The encoded length of a scope's `metadata_props` entries (as `NodeProto` fields).
+fn props_len(props: &[(String, String)]) -> usize {
+    props
+        .iter()
+        .map(|(k, v)| bytes_field_len(NODE_METADATA_TAG, entry_len(k, v)))
+        .sum()
+}
+
+/// Writes a scope's `metadata_props` entries as prost encodes them, straight from the scope's
+/// strings: no `StringStringEntryProto` is built, and nothing is copied but into `w`.
+fn write_props<W: Write>(props: &[(String, String)], w: &mut W) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(24);
+    for (k, v) in props {
+        head.clear();
+        encode_key(NODE_METADATA_TAG, WireType::LengthDelimited, &mut head);
+        encode_varint(entry_len(k, v) as u64, &mut head);
+        encode_key(ENTRY_KEY_TAG, WireType::LengthDelimited, &mut head);
+        encode_varint(k.len() as u64, &mut head);
+        w.write_all(&head)?;
+        w.write_all(k.as_bytes())?;
+        head.clear();
+        encode_key(ENTRY_VALUE_TAG, WireType::LengthDelimited, &mut head);
+        encode_varint(v.len() as u64, &mut head);
+        w.write_all(&head)?;
+        w.write_all(v.as_bytes())?;
     }
-    let mut out = Vec::with_capacity(capacity);
-    let mut node = Vec::new();
-    let fail = |e: prost::EncodeError| Error::Serialization(e.to_string());
-    for n in &g.nodes {
-        node.clear();
-        node_proto(n, &[])?.encode(&mut node).map_err(fail)?;
-        let props: &[u8] = match n.scope.map(|i| i as usize).filter(|&i| i < scopes.len()) {
-            Some(i) => encoded[i].get_or_insert_with(|| encode_props(&scopes[i].props)),
-            None => &[],
+    Ok(())
+}
+
+/// The top-level graph's skeleton, planned: what prost writes for `graph_skeleton` (nodes are
+/// GraphProto's first field, metadata the last non-empty one of NodeProto, so a node's metadata
+/// follows its other fields), with each node's metadata left to `write`, which encodes it from its
+/// scope's strings straight into the file. The metadata is most of a skeleton (a scope's strings are a
+/// few KiB: 7 MiB for 3,791 nodes), and encoding it into a buffer here cost ~3 ms before the first
+/// byte of the weights could be written (issue 13); its length is summed from the strings' lengths.
+struct Skeleton {
+    /// Every node's bytes but its metadata, one after the other.
+    nodes: Vec<u8>,
+    /// Per node: where its bytes end in `nodes`, and the scope whose metadata follows them.
+    ends: Vec<(usize, Option<usize>)>,
+    scopes: Vec<Arc<Scope>>,
+    /// The fields after the nodes (inputs, outputs, name, metadata).
+    tail: Vec<u8>,
+    len: u64,
+}
+
+impl Skeleton {
+    fn new(g: &Graph) -> Result<Skeleton> {
+        let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
+            g.scopes.snapshot()
+        } else {
+            Vec::new()
         };
-        encode_key(NODE_TAG, WireType::LengthDelimited, &mut out);
-        encode_varint((node.len() + props.len()) as u64, &mut out);
-        out.extend_from_slice(&node);
-        out.extend_from_slice(props);
+        let mut props: Vec<Option<usize>> = vec![None; scopes.len()];
+        let names: usize = g
+            .nodes
+            .iter()
+            .map(|n| {
+                let io = n.inputs.iter().chain(&n.outputs).map(|s| s.len() + 2);
+                16 + n.name.len() + n.op_type.len() + n.domain.len() + io.sum::<usize>()
+            })
+            .sum();
+        let mut nodes = Vec::with_capacity(names);
+        let mut ends = Vec::with_capacity(g.nodes.len());
+        let mut node = Vec::new();
+        let mut len = 0usize;
+        let fail = |e: prost::EncodeError| Error::Serialization(e.to_string());
+        for n in &g.nodes {
+            node.clear();
+            node_proto(n, &[])?.encode(&mut node).map_err(fail)?;
+            let scope = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len());
+            let meta = scope.map_or(0, |i| {
+                *props[i].get_or_insert_with(|| props_len(&scopes[i].props))
+            });
+            len += bytes_field_len(NODE_TAG, node.len() + meta);
+            nodes.extend_from_slice(&node);
+            ends.push((nodes.len(), scope));
+        }
+        let mut tail = Vec::new();
+        graph_without_nodes(g)?.encode(&mut tail).map_err(fail)?;
+        len += tail.len();
+        Ok(Skeleton {
+            nodes,
+            ends,
+            scopes,
+            tail,
+            len: len as u64,
+        })
     }
-    graph_without_nodes(g)?.encode(&mut out).map_err(fail)?;
-    Ok(out)
+
+    fn write<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
+        let mut head = Vec::with_capacity(16);
+        let mut start = 0;
+        for &(end, scope) in &self.ends {
+            let props: &[(String, String)] = scope.map_or(&[], |i| &self.scopes[i].props);
+            head.clear();
+            encode_key(NODE_TAG, WireType::LengthDelimited, &mut head);
+            encode_varint((end - start + props_len(props)) as u64, &mut head);
+            w.write_all(&head)?;
+            w.write_all(&self.nodes[start..end])?;
+            write_props(props, w)?;
+            start = end;
+        }
+        w.write_all(&self.tail)
+    }
 }
 
 fn graph_without_nodes(g: &Graph) -> Result<onnx::GraphProto> {
@@ -432,7 +473,7 @@ impl TensorPlan<'_> {
 
 struct Plan<'a> {
     head: Vec<u8>,
-    skeleton: Vec<u8>,
+    skeleton: Skeleton,
     tensors: Vec<TensorPlan<'a>>,
     graph_len: u64,
     model_len: u64,
@@ -450,7 +491,7 @@ fn align(offset: u64, len: u64) -> u64 {
 
 fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     let head = model_header(m)?.encode_to_vec();
-    let skeleton = skeleton_bytes(&m.graph)?;
+    let skeleton = Skeleton::new(&m.graph)?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
     for t in &m.graph.initializers {
@@ -497,7 +538,7 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
             referenced: t.data.is_referenced(),
         });
     }
-    let graph_len = skeleton.len() as u64
+    let graph_len = skeleton.len
         + tensors
             .iter()
             .map(|t| {
@@ -539,7 +580,7 @@ fn write_model_with<W: Write>(
     encode_key(GRAPH_TAG, WireType::LengthDelimited, &mut buf);
     encode_varint(p.graph_len, &mut buf);
     w.write_all(&buf)?;
-    w.write_all(&p.skeleton)?;
+    p.skeleton.write(w)?;
     for t in &p.tensors {
         buf.clear();
         encode_key(INITIALIZER_TAG, WireType::LengthDelimited, &mut buf);
@@ -1024,7 +1065,11 @@ mod tests {
         assert_eq!(skeleton.node[0].metadata_props.len(), 2);
         assert!(skeleton.node[1].metadata_props.is_empty());
         assert_eq!(skeleton.input[0].metadata_props.len(), 1);
-        assert_eq!(skeleton_bytes(g).expect("bytes"), skeleton.encode_to_vec());
+        let mut bytes = Vec::new();
+        let planned = Skeleton::new(g).expect("plan");
+        planned.write(&mut bytes).expect("bytes");
+        assert_eq!(bytes, skeleton.encode_to_vec());
+        assert_eq!(planned.len, bytes.len() as u64);
     }
 
     #[test]

@@ -512,6 +512,45 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// Adds `values[i][k]` under `keys[k]` to the metadata of input or initializer `names[i]`, for
+    /// every i (a key it has stays): the walker's value metadata in one call.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
+    fn add_values_metadata(
+        &mut self,
+        keys: Vec<String>,
+        names: Vec<String>,
+        values: Vec<Vec<String>>,
+    ) -> PyResult<()> {
+        if names.len() != values.len() || values.iter().any(|v| v.len() != keys.len()) {
+            return Err(GraphError::new_err(format!(
+                "add_values_metadata: {} names, {} value rows, {} keys per row expected",
+                names.len(),
+                values.len(),
+                keys.len()
+            )));
+        }
+        let g = &mut self.model.graph;
+        for (name, row) in names.iter().zip(&values) {
+            for (key, value) in keys.iter().zip(row) {
+                g.add_value_metadata(name, key, value).map_err(py_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// See `Graph::assign_scopes`: the nodes made from `starts[i]` on get scope `first + keys[i]`
+    /// (`first + i` without `keys`), of scopes added bare; returns `first`.
+    #[pyo3(signature = (starts, keys = None))]
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands extracted arguments over by value
+    fn assign_scopes(&mut self, starts: Vec<u32>, keys: Option<Vec<u32>>) -> PyResult<u32> {
+        let keys =
+            keys.unwrap_or_else(|| (0..u32::try_from(starts.len()).unwrap_or(u32::MAX)).collect());
+        self.model
+            .graph
+            .assign_scopes(&starts, &keys)
+            .map_err(py_err)
+    }
+
     /// A new scope (shared with subgraphs): node names `{prefix}/{op_type}`, `props` their
     /// `metadata_props` (none yet: see `set_scope_props`). Returns its index for `set_scope`.
     #[pyo3(signature = (prefix, props = Vec::new()))]
