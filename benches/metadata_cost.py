@@ -114,8 +114,9 @@ def report(rows: list[dict[str, Any]], runs: int) -> str:
             "graph only (the weights are in the .data file, equal either way). The budget is +5% on time.",
             "The convert stage walks the FX graph (with metadata: it marks where each FX node's ONNX nodes",
             "start, and gives them their scopes in one call at the end); the metadata is composed alongside",
-            "the passes (on the calling thread, while they run on another), the nodes named after them, and",
-            "the .onnx file written alongside the .data file (each node's metadata encoded straight into it).",
+            "the passes (on a second thread, while they run on the calling one), the nodes named after them,",
+            "and the .onnx file written alongside the .data file (each node's metadata encoded straight into",
+            "it).",
             "",
             ledger.table(headers, table),
         ]

@@ -96,10 +96,11 @@ def test_the_temporaries_of_a_killed_export_are_swept_by_the_next(tmp_path: Path
     signal_when_writing(proc, tmp_path, signal.SIGKILL)
     proc.communicate()
     assert proc.returncode == -signal.SIGKILL
-    # what a killed process cannot remove: the data file's temporary and the model file's, written
-    # alongside it
+    # what a killed process cannot remove: the data file's temporary, and the model file's when the
+    # thread writing it alongside had begun (a thread just started may wait for a core)
     left = sorted(tmp_path.glob("m.onnx*.tmp-*"))
-    assert sorted(p.name.split(".tmp-")[0] for p in left) == ["m.onnx", "m.onnx.data"], left
+    targets = sorted(p.name.split(".tmp-")[0] for p in left)
+    assert targets in (["m.onnx", "m.onnx.data"], ["m.onnx.data"]), left
     assert all(f"-{proc.pid}-" in p.name for p in left)
     # a temporary of a live process (this one) and one of another host stay
     import socket
@@ -199,10 +200,21 @@ def test_an_exception_raised_between_passes_comes_out_unchanged() -> None:
     assert len(calls) == 1 and calls[0][0] == 0 and calls[0][1] > 1
 
 
+def chain_builder(n_nodes: int) -> GraphBuilder:
+    """A chain of ``n_nodes`` unary nodes: ~1 ms of passes per 1000 nodes."""
+    g = GraphBuilder(20, 9)
+    y = g.add_input("x", dtypes.FLOAT, [4])
+    for i in range(n_nodes):
+        (y,) = g.add_node("Neg" if i % 2 else "Abs", [y])
+        g.set_type(y, dtypes.FLOAT, [4])
+    g.add_output(y)
+    return g
+
+
 def test_an_exception_raised_alongside_the_passes_stops_them_and_comes_out_unchanged() -> None:
-    """optimize(alongside=...): the callable runs on the calling thread while the passes run on another
+    """optimize(alongside=...): the callable runs on a second thread while the passes run on the calling
     one; its exception stops the passes at their next stage and is raised as it was."""
-    g = weighted_builder(64)
+    g = chain_builder(100_000)  # ~0.1 s of passes: the callable fails long before they end
     calls: list[tuple[int, int]] = []
 
     def compose() -> None:
@@ -210,8 +222,9 @@ def test_an_exception_raised_alongside_the_passes_stops_them_and_comes_out_uncha
 
     with pytest.raises(Stop):
         g.optimize("default", lambda done, total: calls.append((done, total)), alongside=compose)
-    assert not calls, "no progress is reported once the callable failed"
+    assert all(done < total for done, total in calls), "the passes were stopped before their end"
     # the builder is whole: the passes run again, with the callable this time returning
     ran: list[bool] = []
     g.optimize("default", alongside=lambda: ran.append(True))
     assert ran == [True]
+    assert g.num_nodes == 100_000

@@ -19,8 +19,8 @@ into it (one call for the graph; FX nodes of If / Loop bodies enter their scope 
 module stack only, or on the target only, are computed here once; the builder's scope table composes
 each FX node's values (``ScopeTable.compose_fx_scopes``), torch's printer gives the FX node's text
 where arguments are not plain; the metadata of inputs, initializers and the graph is composed there
-too (``Scopes.apply`` gives it to the builder). to_onnx composes while its passes run on another
-thread (``Interpreter.optimize``) and names the nodes from their scopes' prefixes once the passes are
+too (``Scopes.apply`` gives it to the builder). to_onnx composes on a second thread while its passes
+run (``Interpreter.optimize``) and names the nodes from their scopes' prefixes once the passes are
 done (``GraphBuilder.name_nodes_by_scope``): on two cores or more the metadata costs the walk a list
 append per FX node, then the naming and the larger file (benches/metadata_cost.py).
 """

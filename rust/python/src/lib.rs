@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastonnx_core::functions::{extract_functions, Instance};
@@ -197,16 +197,6 @@ impl TensorAttr {
                 data: TensorData::Owned(data.to_vec()),
             },
         })
-    }
-}
-
-/// Sets the flag and wakes its waiter when dropped: the end of a thread, however it ends.
-struct Ended<'a>(&'a (Mutex<bool>, Condvar));
-
-impl Drop for Ended<'_> {
-    fn drop(&mut self) {
-        *self.0 .0.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.0 .1.notify_all();
     }
 }
 
@@ -759,10 +749,11 @@ impl GraphBuilder {
     /// `progress(stages_done, stages)` is called between stages (at most every 0.1 s); pending
     /// signals are handled there too, so a Ctrl-C stops the optimization between two passes.
     ///
-    /// `alongside()`, when given, runs on this thread (with the GIL) while the passes run on another
+    /// `alongside()`, when given, runs on a second thread (taking the GIL) while the passes run on this
     /// one (without it): fastonnx composes the node metadata there, through `scope_table()`, which
     /// then costs no wall time on a machine with a second core. Its exception, or one raised by a
-    /// signal handler or `progress` while the passes run, stops them at the next stage and is raised.
+    /// signal handler or `progress` while the passes run, stops them at the next stage and is raised
+    /// once `alongside` has returned.
     #[pyo3(signature = (level, progress = None, alongside = None))]
     fn optimize(
         &mut self,
@@ -779,62 +770,41 @@ impl GraphBuilder {
                 .detach(|| optimize_model_with(model, level, &mut |d, t| watch.step(d, t)))
                 .map_err(|e| watch.error(e));
         };
+        // the passes stay on this thread, already running: a thread just made may wait for a core
+        // (on a VM, for its virtual CPU to be woken), and the shorter work waiting costs less. The
+        // watch first takes the GIL from `alongside` after its interval.
+        watch.last = Some(Instant::now());
         let stop = AtomicBool::new(false);
-        let (done, total) = (AtomicU64::new(0), AtomicU64::new(0));
-        // set by the passes' thread when it ends; the calling thread waits on it without the GIL
-        let ended = (Mutex::new(false), Condvar::new());
-        let (outcome, mut raised) = std::thread::scope(|s| {
-            let worker = s.spawn(|| {
-                let _ended = Ended(&ended); // set however the passes end, a panic included
-                let mut hook = |d: u64, t: u64| -> fastonnx_core::Result<()> {
-                    done.store(d, Ordering::Relaxed);
-                    total.store(t, Ordering::Relaxed);
-                    if stop.load(Ordering::Relaxed) {
-                        Err(Error::Interrupted(
-                            "a Python exception stopped the operation".to_owned(),
-                        ))
-                    } else {
-                        Ok(())
+        let (outcome, composed) = py.detach(|| {
+            std::thread::scope(|s| {
+                let composer = s.spawn(|| {
+                    let composed = Python::attach(|py| alongside.call0(py).map(drop));
+                    if composed.is_err() {
+                        stop.store(true, Ordering::Relaxed);
                     }
-                };
-                optimize_model_with(model, level, &mut hook)
-            });
-            let mut raised = alongside.call0(py).err();
-            loop {
-                if raised.is_some() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                let over = py.detach(|| {
-                    let flag = ended.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    let (flag, _) = ended
-                        .1
-                        .wait_timeout_while(flag, WATCH_EVERY, |over| !*over)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    *flag
+                    composed
                 });
-                if over {
-                    break;
-                }
-                if raised.is_none() {
-                    let (d, t) = (done.load(Ordering::Relaxed), total.load(Ordering::Relaxed));
-                    if let Err(e) = watch.step(d, t) {
-                        raised = Some(watch.error(e));
+                let mut hook = |d: u64, t: u64| -> fastonnx_core::Result<()> {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(Error::Interrupted(
+                            "a Python exception stopped the operation".to_owned(),
+                        ));
                     }
-                }
-            }
-            let outcome = worker.join().unwrap_or_else(|_| {
-                Err(Error::Graph(
-                    "the optimization passes panicked: please report this model".to_owned(),
-                ))
-            });
-            (outcome, raised)
+                    watch.step(d, t)
+                };
+                let outcome = optimize_model_with(model, level, &mut hook);
+                // `alongside` ends by itself (its Python cannot be stopped from here)
+                let composed = composer.join().unwrap_or_else(|_| {
+                    Err(GraphError::new_err(
+                        "composing alongside the passes panicked: please report this model",
+                    ))
+                });
+                (outcome, composed)
+            })
         });
-        if let Some(e) = raised.take() {
-            return Err(e);
-        }
+        // the exception of `alongside` first: the passes' error is then only that it stopped them
+        composed?;
         let counts = outcome.map_err(|e| watch.error(e))?;
-        let t = total.load(Ordering::Relaxed);
-        watch.step(t, t).map_err(|e| watch.error(e))?;
         Ok(counts)
     }
 
