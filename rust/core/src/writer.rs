@@ -4,9 +4,10 @@
 //! `.onnx` last, so that a failed or interrupted save never leaves a model pointing at wrong data.
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
@@ -575,12 +576,35 @@ fn write_model_with<W: Write>(
     ahead: &mut Prefetched<'_>,
     w: &mut W,
 ) -> std::io::Result<()> {
+    write_graph_head(p, w)?;
+    write_initializers(p, ahead, w)
+}
+
+/// The model file up to the graph's initializers: the model's header, the graph's tag and length, the
+/// skeleton (`graph_head_len` bytes).
+fn write_graph_head<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(32);
     w.write_all(&p.head)?;
     encode_key(GRAPH_TAG, WireType::LengthDelimited, &mut buf);
     encode_varint(p.graph_len, &mut buf);
     w.write_all(&buf)?;
-    p.skeleton.write(w)?;
+    p.skeleton.write(w)
+}
+
+fn graph_head_len(p: &Plan<'_>) -> u64 {
+    p.head.len() as u64
+        + key_len(GRAPH_TAG) as u64
+        + encoded_len_varint(p.graph_len) as u64
+        + p.skeleton.len
+}
+
+/// The rest of the model file: the graph's initializers (their bytes when inline).
+fn write_initializers<W: Write>(
+    p: &Plan<'_>,
+    ahead: &mut Prefetched<'_>,
+    w: &mut W,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(32);
     for t in &p.tensors {
         buf.clear();
         encode_key(INITIALIZER_TAG, WireType::LengthDelimited, &mut buf);
@@ -740,6 +764,18 @@ fn write_file(
     f: impl FnOnce(&mut FileWriter<'_, '_>) -> std::io::Result<()>,
 ) -> Result<()> {
     let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
+    write_to(file, tmp, durable, (base, total), hook, f)
+}
+
+/// `write_file` on `file`, the temporary `tmp` opened already.
+fn write_to(
+    file: File,
+    tmp: &TempFile,
+    durable: bool,
+    (base, total): (u64, u64),
+    hook: &mut Hook<'_>,
+    f: impl FnOnce(&mut FileWriter<'_, '_>) -> std::io::Result<()>,
+) -> Result<()> {
     let mut w = Metered {
         inner: BufWriter::with_capacity(1 << 20, file),
         pos: 0,
@@ -755,6 +791,108 @@ fn write_file(
         .map_err(|e| io_err(&tmp.path, e.into_error()))?;
     if durable {
         file.sync_all().map_err(|e| io_err(&tmp.path, e))?;
+    }
+    Ok(())
+}
+
+/// Skeletons at least this large are written on a second thread beside an inline model's weights.
+const SPLIT_SKELETON_BYTES: u64 = 1 << 20;
+
+/// Whether `write_model_file` writes `p`'s skeleton on a second thread: weights inline (bytes to write
+/// beside it) and a skeleton large enough for a thread to pay (node metadata: ~2 KiB a node).
+fn splits(p: &Plan<'_>) -> bool {
+    p.skeleton.len >= SPLIT_SKELETON_BYTES
+        && p.tensors
+            .iter()
+            .any(|t| t.offset.is_none() && !t.referenced && !t.tensor.data.is_empty())
+}
+
+/// Writes the model file `tmp` for plan `p` (its bytes count from `base` for the hook). When `splits`,
+/// the graph's head (the header and the skeleton, which holds the node metadata) is written by a
+/// second thread through a handle of its own while this one writes the initializers after it, at the
+/// offset the plan gives: the metadata of an inline model then costs no wall time beside its weights
+/// on a machine with a second core (issue 13). The same bytes either way.
+fn write_model_file(
+    tmp: &TempFile,
+    durable: bool,
+    (base, total): (u64, u64),
+    hook: &mut Hook<'_>,
+    p: &Plan<'_>,
+) -> Result<()> {
+    if !splits(p) {
+        return write_file(tmp, durable, (base, total), hook, |w| write_model(p, w));
+    }
+    let stop = AtomicBool::new(false);
+    let stopped = || {
+        if stop.load(Ordering::Relaxed) {
+            Err(Error::Interrupted("the write was stopped".to_owned()))
+        } else {
+            Ok(())
+        }
+    };
+    let split = graph_head_len(p);
+    // made before the second handle is opened on it, and not truncated after
+    let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
+    let (head, rest) = std::thread::scope(|s| {
+        let head = s.spawn(|| {
+            let written = (|| {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&tmp.path)
+                    .map_err(|e| io_err(&tmp.path, e))?;
+                let mut w = Metered {
+                    inner: BufWriter::with_capacity(1 << 20, file),
+                    pos: 0,
+                    reported: 0,
+                    base: 0,
+                    total: 0,
+                    hook: &mut |_, _| stopped(),
+                };
+                write_graph_head(p, &mut w).map_err(|e| write_err(&tmp.path, e))?;
+                w.inner
+                    .into_inner()
+                    .map_err(|e| io_err(&tmp.path, e.into_error()))?;
+                Ok(())
+            })();
+            if written.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            written
+        });
+        let mut rest_hook = |d: u64, t: u64| {
+            stopped()?;
+            hook(d, t)
+        };
+        let rest = write_to(file, tmp, false, (base, total), &mut rest_hook, |w| {
+            w.seek(SeekFrom::Start(split))?;
+            let inline = p
+                .tensors
+                .iter()
+                .filter(|t| t.offset.is_none() && !t.referenced);
+            with_prefetch(inline.map(|t| &t.tensor.data).collect(), |ahead| {
+                write_initializers(p, ahead, w)
+            })
+        });
+        if rest.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let head = head.join().unwrap_or_else(|_| {
+            Err(Error::Serialization(format!(
+                "writing {} failed: its thread panicked",
+                tmp.path.display()
+            )))
+        });
+        (head, rest)
+    });
+    // this thread's error first (a Ctrl-C): the head's is then only that it was stopped
+    rest?;
+    head?;
+    if durable {
+        OpenOptions::new()
+            .write(true)
+            .open(&tmp.path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io_err(&tmp.path, e))?;
     }
     Ok(())
 }
@@ -852,9 +990,7 @@ pub fn save_with(
     let own_data = p.tensors.iter().any(|t| t.offset.is_some());
     let mut model_tmp = TempFile::beside(path);
     let write_model_file = |hook: &mut Hook<'_>| {
-        write_file(&model_tmp, options.durable, (data_len, total), hook, |w| {
-            write_model(&p, w)
-        })
+        write_model_file(&model_tmp, options.durable, (data_len, total), hook, &p)
     };
     if use_external && own_data {
         // the model file (graph and metadata, no weights) is written on a second thread while this one
@@ -1345,6 +1481,55 @@ mod tests {
             .map(|n| std::fs::read(dir.path().join(n)).expect("data"))
             .collect();
         assert!(data[0] == data[1]);
+    }
+
+    #[test]
+    fn an_inline_model_with_a_large_skeleton_is_written_in_two_parts_with_the_same_bytes() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut m = sample(5 << 20);
+        // node metadata past SPLIT_SKELETON_BYTES: the skeleton is written by a second thread
+        let scope = m.graph.scopes.add(Scope {
+            prefix: "/big".into(),
+            props: vec![("stack".into(), "x".repeat(700 << 10))],
+        });
+        for n in &mut m.graph.nodes {
+            n.scope = Some(scope);
+        }
+        let whole = to_bytes(&m).expect("bytes");
+        assert!(splits(&plan(&m, None).expect("plan")));
+        for durable in [false, true] {
+            let path = dir.path().join(format!("m{durable}.onnx"));
+            let options = SaveOptions {
+                external: Some(false),
+                location: None,
+                durable,
+            };
+            let mut calls = Vec::new();
+            let info = save_with(&m, &path, &options, &mut |done, total| {
+                calls.push((done, total));
+                Ok(())
+            })
+            .expect("save");
+            assert!(std::fs::read(&path).expect("model") == whole);
+            let total = info.model_bytes;
+            assert_eq!(calls.last(), Some(&(total, total)));
+            assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0), "{calls:?}");
+        }
+        // a stop between two pieces of the weights leaves no file behind
+        let path = dir.path().join("stopped.onnx");
+        let options = SaveOptions {
+            external: Some(false),
+            ..Default::default()
+        };
+        let stop = |done: u64, _: u64| {
+            if done > 0 {
+                Err(Error::Interrupted("stop".into()))
+            } else {
+                Ok(())
+            }
+        };
+        assert!(save_with(&m, &path, &options, &mut { stop }).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 2);
     }
 
     #[test]
