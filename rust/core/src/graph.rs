@@ -577,6 +577,40 @@ impl Graph {
         index
     }
 
+    /// `add_value_metadata` of `keys[k]` and `values[k]` for every `(name, values)` of `rows`: the name
+    /// checked and its entry found once per row.
+    pub fn add_values_metadata<'a>(
+        &mut self,
+        keys: &[String],
+        rows: impl IntoIterator<Item = (&'a str, &'a [String])>,
+    ) -> Result<()> {
+        for (name, values) in rows {
+            if values.len() != keys.len() {
+                return Err(graph_err(format!(
+                    "value metadata of {name:?}: {} values for {} keys",
+                    values.len(),
+                    keys.len()
+                )));
+            }
+            if !self.has_value(name) {
+                return Err(graph_err(format!(
+                    "value metadata {:?}: {name:?} is not a value of the graph",
+                    keys.first().map_or("", String::as_str)
+                )));
+            }
+            let props = match self.value_metadata.get_mut(name) {
+                Some(props) => props,
+                None => self.value_metadata.entry(name.to_owned()).or_default(),
+            };
+            for (key, value) in keys.iter().zip(values) {
+                if !props.iter().any(|(k, _)| k == key) {
+                    props.push((key.clone(), value.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Adds `(key, value)` to the `metadata_props` of the input, output or initializer `name`; a key it
     /// already has keeps its first value (a tied weight keeps the metadata of its first name).
     pub fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> Result<()> {
@@ -776,7 +810,7 @@ impl Model {
     /// once the passes are done and the prefixes set, so that the walk need not compute any prefix.
     pub fn name_nodes_by_scope(&mut self) {
         let scopes = self.graph.scopes.snapshot();
-        let mut table = NameTable::default();
+        let mut table = NameTable::with_capacity(self.graph.nodes.len());
         let mut reserve = |n: &mut Node| {
             if n.scope.is_none() {
                 table.reserve(&n.name);
@@ -788,7 +822,7 @@ impl Model {
         }
         let mut rename = |n: &mut Node| {
             if let Some(scope) = n.scope.and_then(|i| scopes.get(i as usize)) {
-                n.name = table.unique(&node_name_hint(Some(scope), &n.op_type));
+                n.name = table.unique_owned(node_name_hint(Some(scope), &n.op_type));
             }
         };
         for_each_node_mut(&mut self.graph, &mut rename);

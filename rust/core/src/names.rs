@@ -14,6 +14,23 @@ pub struct NameTable {
 
 impl NameTable {
     /// `hint` itself when free, else `hint_1`, `hint_2`, … (the first free one); the result is reserved.
+    /// A table sized for `n` names.
+    pub fn with_capacity(n: usize) -> Self {
+        NameTable {
+            used: HashSet::with_capacity_and_hasher(n, Hasher::default()),
+            next_suffix: HashMap::default(),
+        }
+    }
+
+    /// `unique` for a hint the caller owns: a free hint is kept, not copied.
+    pub fn unique_owned(&mut self, hint: String) -> String {
+        if hint.is_empty() || self.used.contains(&hint) {
+            return self.unique(&hint);
+        }
+        self.used.insert(hint.clone());
+        hint
+    }
+
     pub fn unique(&mut self, hint: &str) -> String {
         let base = if hint.is_empty() { "v" } else { hint };
         if !self.used.contains(base) {
@@ -84,7 +101,7 @@ mod tests {
             let mut a = NameTable::default();
             let mut b = NameTable::default();
             for h in &hints {
-                prop_assert_eq!(a.unique(h), b.unique(h));
+                prop_assert_eq!(a.unique(h), b.unique_owned(h.clone()));
             }
         }
     }

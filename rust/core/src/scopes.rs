@@ -96,7 +96,13 @@ impl SharedScopes {
 /// any scope.
 pub fn node_name_hint(scope: Option<&Scope>, op_type: &str) -> String {
     match scope {
-        Some(s) => format!("{}/{op_type}", s.prefix),
+        Some(s) => {
+            let mut name = String::with_capacity(s.prefix.len() + 1 + op_type.len());
+            name.push_str(&s.prefix);
+            name.push('/');
+            name.push_str(op_type);
+            name
+        }
         None => op_type.to_owned(),
     }
 }

@@ -519,13 +519,14 @@ impl GraphBuilder {
                 keys.len()
             )));
         }
-        let g = &mut self.model.graph;
-        for (name, row) in names.iter().zip(&values) {
-            for (key, value) in keys.iter().zip(row) {
-                g.add_value_metadata(name, key, value).map_err(py_err)?;
-            }
-        }
-        Ok(())
+        let rows = names
+            .iter()
+            .map(String::as_str)
+            .zip(values.iter().map(Vec::as_slice));
+        self.model
+            .graph
+            .add_values_metadata(&keys, rows)
+            .map_err(py_err)
     }
 
     /// See `Graph::assign_scopes`: the nodes made from `starts[i]` on get scope `first + keys[i]`
