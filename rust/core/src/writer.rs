@@ -795,6 +795,16 @@ fn write_to(
     Ok(())
 }
 
+/// What the thread writing `path` returned; a panic as an error naming the file.
+fn joined(thread: std::thread::ScopedJoinHandle<'_, Result<()>>, path: &Path) -> Result<()> {
+    thread.join().unwrap_or_else(|_| {
+        Err(Error::Serialization(format!(
+            "writing {} failed: its thread panicked",
+            path.display()
+        )))
+    })
+}
+
 /// Skeletons at least this large are written on a second thread beside an inline model's weights.
 const SPLIT_SKELETON_BYTES: u64 = 1 << 20;
 
@@ -876,13 +886,7 @@ fn write_model_file(
         if rest.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
-        let head = head.join().unwrap_or_else(|_| {
-            Err(Error::Serialization(format!(
-                "writing {} failed: its thread panicked",
-                tmp.path.display()
-            )))
-        });
-        (head, rest)
+        (joined(head, &tmp.path), rest)
     });
     // this thread's error first (a Ctrl-C): the head's is then only that it was stopped
     rest?;
@@ -1001,13 +1005,7 @@ pub fn save_with(
             let data = write_file(&tmp, options.durable, (0, total), hook, |w| {
                 write_data(&p, w)
             });
-            let model = model.join().unwrap_or_else(|_| {
-                Err(Error::Serialization(format!(
-                    "writing {} failed: its thread panicked",
-                    model_tmp.path.display()
-                )))
-            });
-            (data, model)
+            (data, joined(model, &model_tmp.path))
         });
         data?;
         model?;
