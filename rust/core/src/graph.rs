@@ -569,7 +569,8 @@ impl Graph {
 
     /// Adds a scope without prefix or metadata (both come later: `SharedScopes::set_prefix` and
     /// `set_props`, then `Model::name_nodes_by_scope`) and makes the nodes added from now on in it;
-    /// returns its index. The walker's one call per FX node.
+    /// returns its index. The walker's call per FX node of a subgraph (the top graph's FX nodes are
+    /// marked, their scopes given at the end: `assign_scopes`).
     pub fn enter_new_scope(&mut self) -> u32 {
         let scope = Arc::new(Scope::default());
         let index = self.scopes.add_shared(Arc::clone(&scope));

@@ -570,7 +570,8 @@ impl GraphBuilder {
         }
     }
 
-    /// Adds a scope and makes the nodes added from now on in it, the walker's one call per FX node:
+    /// Adds a scope and makes the nodes added from now on in it, the walker's call per FX node of a
+    /// subgraph (the top graph's are marked, then given their scopes by `assign_scopes`):
     /// its name prefix and metadata come later, through `scope_table()`, and the nodes' names from
     /// `name_nodes_by_scope`.
     fn enter_new_scope(&mut self) -> u32 {
