@@ -17,6 +17,7 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shutil
@@ -28,7 +29,11 @@ from collections.abc import Callable
 from typing import Any
 
 os.environ["YOLO_OFFLINE"] = "1"
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="fastonnx-yolo-settings-"))
+if "YOLO_CONFIG_DIR" not in os.environ:
+    # ultralytics writes its settings there: a folder of this process, removed when it exits
+    _settings = tempfile.mkdtemp(prefix="fastonnx-yolo-settings-")
+    atexit.register(shutil.rmtree, _settings, ignore_errors=True)
+    os.environ["YOLO_CONFIG_DIR"] = _settings
 
 import onnxruntime as ort
 import torch

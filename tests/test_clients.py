@@ -9,15 +9,21 @@ test runs with sockets refused, so a fetch would fail the test instead of reachi
 
 from __future__ import annotations
 
+import atexit
 import os
 import pathlib
 import runpy
+import shutil
 import socket
 import tempfile
 from typing import Any
 
 os.environ["YOLO_OFFLINE"] = "1"  # ultralytics: no update checks, no analytics, no downloads
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="fastonnx-yolo-settings-"))
+if "YOLO_CONFIG_DIR" not in os.environ:
+    # ultralytics writes its settings there: a folder of this process, removed when it exits
+    _settings = tempfile.mkdtemp(prefix="fastonnx-yolo-settings-")
+    atexit.register(shutil.rmtree, _settings, ignore_errors=True)
+    os.environ["YOLO_CONFIG_DIR"] = _settings
 
 import onnx
 import onnxruntime as ort
