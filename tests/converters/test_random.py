@@ -326,7 +326,10 @@ def test_in_place_samplers(dtype: torch.dtype) -> None:
         assert all(o.dtype == dtype and o.shape == (1000,) for o in outs)
         uni, nrm, cau, expo, geo, logn, r5, rand = (o.double() for o in outs)
         assert 2.0 <= float(uni.min()) and float(uni.max()) < 2.5
-        assert all(bool(torch.isfinite(t).all()) for t in (nrm, cau))
+        assert bool(torch.isfinite(nrm).all()) and not bool(cau.isnan().any())
+        # a half Cauchy draw passes 65504 once in ~1e5 (|tan| > 65504), and torch's own half cauchy_
+        # then gives inf too (100 in 1e7 draws): finite elsewhere
+        assert int(cau.isinf().sum()) <= (2 if dtype == torch.float16 else 0)
         assert float(expo.min()) >= 0 and float(geo.min()) >= 1 and float(logn.min()) > 0
         assert set(r5.tolist()) <= {0.0, 1.0, 2.0, 3.0, 4.0}
         assert 0 <= float(rand.min()) and float(rand.max()) < 1
