@@ -91,7 +91,8 @@ class Scopes:
     and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names the nodes.
     Composing during the walk cost ~7 us per FX node, the prefix alone ~2 us, a call per FX node
     ~0.4 us (benches/metadata_cost.py, issue 13). The metadata of inputs and initializers is
-    gathered likewise and given to the builder in one call by ``assign``."""
+    gathered likewise (``value``), composed by ``compose`` and given to the builder in one call by
+    ``apply``."""
 
     def __init__(self, top: GraphBuilder | None = None) -> None:
         self._top = top

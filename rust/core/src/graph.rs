@@ -615,16 +615,8 @@ impl Graph {
     /// Adds `(key, value)` to the `metadata_props` of the input, output or initializer `name`; a key it
     /// already has keeps its first value (a tied weight keeps the metadata of its first name).
     pub fn add_value_metadata(&mut self, name: &str, key: &str, value: &str) -> Result<()> {
-        if !self.has_value(name) {
-            return Err(graph_err(format!(
-                "value metadata {key:?}: {name:?} is not a value of the graph"
-            )));
-        }
-        let props = self.value_metadata.entry(name.to_owned()).or_default();
-        if !props.iter().any(|(k, _)| k == key) {
-            props.push((key.to_owned(), value.to_owned()));
-        }
-        Ok(())
+        let values = [value.to_owned()];
+        self.add_values_metadata(&[key.to_owned()], [(name, &values[..])])
     }
 
     pub fn set_type(&mut self, name: &str, ty: ValueType) -> Result<()> {

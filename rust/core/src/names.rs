@@ -13,7 +13,6 @@ pub struct NameTable {
 }
 
 impl NameTable {
-    /// `hint` itself when free, else `hint_1`, `hint_2`, … (the first free one); the result is reserved.
     /// A table sized for `n` names.
     pub fn with_capacity(n: usize) -> Self {
         NameTable {
@@ -31,6 +30,7 @@ impl NameTable {
         hint
     }
 
+    /// `hint` itself when free, else `hint_1`, `hint_2`, … (the first free one); the result is reserved.
     pub fn unique(&mut self, hint: &str) -> String {
         let base = if hint.is_empty() { "v" } else { hint };
         if !self.used.contains(base) {

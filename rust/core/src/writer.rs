@@ -287,8 +287,9 @@ fn write_props<W: Write>(props: &[(String, String)], w: &mut W) -> std::io::Resu
 struct Skeleton {
     /// Every node's bytes but its metadata, one after the other.
     nodes: Vec<u8>,
-    /// Per node: where its bytes end in `nodes`, and the scope whose metadata follows them.
-    ends: Vec<(usize, Option<usize>)>,
+    /// Per node: where its bytes end in `nodes`, the scope whose metadata follows them, and that
+    /// metadata's encoded length.
+    ends: Vec<(usize, Option<usize>, usize)>,
     scopes: Vec<Arc<Scope>>,
     /// The fields after the nodes (inputs, outputs, name, metadata).
     tail: Vec<u8>,
@@ -325,7 +326,7 @@ impl Skeleton {
             });
             len += bytes_field_len(NODE_TAG, node.len() + meta);
             nodes.extend_from_slice(&node);
-            ends.push((nodes.len(), scope));
+            ends.push((nodes.len(), scope, meta));
         }
         let mut tail = Vec::new();
         graph_without_nodes(g)?.encode(&mut tail).map_err(fail)?;
@@ -342,11 +343,11 @@ impl Skeleton {
     fn write<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(16);
         let mut start = 0;
-        for &(end, scope) in &self.ends {
+        for &(end, scope, meta) in &self.ends {
             let props: &[(String, String)] = scope.map_or(&[], |i| &self.scopes[i].props);
             head.clear();
             encode_key(NODE_TAG, WireType::LengthDelimited, &mut head);
-            encode_varint((end - start + props_len(props)) as u64, &mut head);
+            encode_varint((end - start + meta) as u64, &mut head);
             w.write_all(&head)?;
             w.write_all(&self.nodes[start..end])?;
             write_props(props, w)?;
@@ -561,23 +562,27 @@ fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     })
 }
 
-fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
-    let inline = p
-        .tensors
+/// The tensors whose bytes the model file holds (neither in the data file nor referenced).
+fn inline_tensors<'p, 'a>(p: &'p Plan<'a>) -> impl Iterator<Item = &'p TensorPlan<'a>> {
+    p.tensors
         .iter()
-        .filter(|t| t.offset.is_none() && !t.referenced);
-    with_prefetch(inline.map(|t| &t.tensor.data).collect(), |ahead| {
-        write_model_with(p, ahead, w)
+        .filter(|t| t.offset.is_none() && !t.referenced)
+}
+
+/// The whole model file; the inline tensors' computed bytes are produced while the head is written.
+fn write_model<W: Write>(p: &Plan<'_>, w: &mut W) -> std::io::Result<()> {
+    producing_inline(p, |ahead| {
+        write_graph_head(p, w)?;
+        write_initializers(p, ahead, w)
     })
 }
 
-fn write_model_with<W: Write>(
+/// Runs `f` with the inline tensors' computed bytes produced ahead (`prefetch::with_prefetch`).
+fn producing_inline(
     p: &Plan<'_>,
-    ahead: &mut Prefetched<'_>,
-    w: &mut W,
+    f: impl FnOnce(&mut Prefetched<'_>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    write_graph_head(p, w)?;
-    write_initializers(p, ahead, w)
+    with_prefetch(inline_tensors(p).map(|t| &t.tensor.data).collect(), f)
 }
 
 /// The model file up to the graph's initializers: the model's header, the graph's tag and length, the
@@ -811,10 +816,7 @@ const SPLIT_SKELETON_BYTES: u64 = 1 << 20;
 /// Whether `write_model_file` writes `p`'s skeleton on a second thread: weights inline (bytes to write
 /// beside it) and a skeleton large enough for a thread to pay (node metadata: ~2 KiB a node).
 fn splits(p: &Plan<'_>) -> bool {
-    p.skeleton.len >= SPLIT_SKELETON_BYTES
-        && p.tensors
-            .iter()
-            .any(|t| t.offset.is_none() && !t.referenced && !t.tensor.data.is_empty())
+    p.skeleton.len >= SPLIT_SKELETON_BYTES && inline_tensors(p).any(|t| !t.tensor.data.is_empty())
 }
 
 /// Writes the model file `tmp` for plan `p` (its bytes count from `base` for the hook). When `splits`,
@@ -845,25 +847,16 @@ fn write_model_file(
     let file = File::create(&tmp.path).map_err(|e| io_err(&tmp.path, e))?;
     let (head, rest) = std::thread::scope(|s| {
         let head = s.spawn(|| {
-            let written = (|| {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(&tmp.path)
-                    .map_err(|e| io_err(&tmp.path, e))?;
-                let mut w = Metered {
-                    inner: BufWriter::with_capacity(1 << 20, file),
-                    pos: 0,
-                    reported: 0,
-                    base: 0,
-                    total: 0,
-                    hook: &mut |_, _| stopped(),
-                };
-                write_graph_head(p, &mut w).map_err(|e| write_err(&tmp.path, e))?;
-                w.inner
-                    .into_inner()
-                    .map_err(|e| io_err(&tmp.path, e.into_error()))?;
-                Ok(())
-            })();
+            let written = OpenOptions::new()
+                .write(true)
+                .open(&tmp.path)
+                .map_err(|e| io_err(&tmp.path, e))
+                .and_then(|file| {
+                    let mut hook = |_: u64, _: u64| stopped();
+                    write_to(file, tmp, false, (0, 0), &mut hook, |w| {
+                        write_graph_head(p, w)
+                    })
+                });
             if written.is_err() {
                 stop.store(true, Ordering::Relaxed);
             }
@@ -875,13 +868,7 @@ fn write_model_file(
         };
         let rest = write_to(file, tmp, false, (base, total), &mut rest_hook, |w| {
             w.seek(SeekFrom::Start(split))?;
-            let inline = p
-                .tensors
-                .iter()
-                .filter(|t| t.offset.is_none() && !t.referenced);
-            with_prefetch(inline.map(|t| &t.tensor.data).collect(), |ahead| {
-                write_initializers(p, ahead, w)
-            })
+            producing_inline(p, |ahead| write_initializers(p, ahead, w))
         });
         if rest.is_err() {
             stop.store(true, Ordering::Relaxed);
