@@ -13,18 +13,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::error::{graph_err, Result};
-use crate::graph::{AttrValue, Dim, Graph, Model, Node};
+use crate::graph::{AttrValue, Dim, Graph, Node};
+use crate::model::{Function, Model};
 use crate::scopes::node_name_hint;
 use crate::tensor::TensorData;
-
-/// One local function: its body reads its inputs and constants only.
-#[derive(Debug, Clone)]
-pub struct Function {
-    pub domain: String,
-    pub name: String,
-    /// The body. Its initializers are small constants, written as `Constant` nodes.
-    pub graph: Graph,
-}
 
 /// A module instance the caller wants as a call.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@ pub mod error;
 pub mod functions;
 pub mod graph;
 pub mod hook;
+pub mod model;
 pub mod names;
 pub mod passes;
 pub mod permute;
@@ -21,6 +22,7 @@ pub mod writer;
 mod testing;
 
 pub use error::{Error, Result};
-pub use graph::{AttrValue, Attribute, Dim, Graph, Model, Node, TiedKey, ValueType};
+pub use graph::{AttrValue, Attribute, Dim, Graph, Node, TiedKey, ValueType};
+pub use model::{Function, Model};
 pub use scopes::{Scope, SharedScopes};
 pub use tensor::{ByteSource, Fetch, Permutation, Tensor, TensorData};

@@ -14,9 +14,10 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, Wi
 use prost::Message;
 
 use crate::error::{io_err, Error, Result};
-use crate::functions::{function_opsets, Function};
-use crate::graph::{AttrValue, Dim, Graph, Model, Node, ValueType};
+use crate::functions::function_opsets;
+use crate::graph::{AttrValue, Dim, Graph, Node, ValueType};
 use crate::hook::Hook;
+use crate::model::{Function, Model};
 use crate::prefetch::{with_prefetch, Prefetched};
 use crate::proto::onnx;
 use crate::scopes::Scope;

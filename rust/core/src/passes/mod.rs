@@ -25,8 +25,9 @@ mod weight_transposes;
 use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Model};
+use crate::graph::Graph;
 use crate::hook::Hook;
+use crate::model::Model;
 
 // the passes the benches time one by one
 pub use cleanup::{remove_identities, remove_unused_nodes};
