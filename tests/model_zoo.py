@@ -126,6 +126,31 @@ class DecodeStep(torch.nn.Module):
         return out.logits, out.past_key_values
 
 
+class Seq2SeqDecodeStep(torch.nn.Module):
+    """One decoder call of a seq2seq model's generation (T5, BART, Whisper): the encoder's states and
+    mask, the new decoder ids and an EncoderDecoderCache in; logits and the grown cache out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        past_key_values: Any,
+    ) -> Any:
+        out = self.m(
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=(encoder_hidden_states,),
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
 def ladder_llama(layers: int, hidden: int) -> torch.nn.Module:
     """A rung of the benches' Llama ladder (benches/compare.py): LAYERS x HIDDEN, 32000 tokens, heads of
     64, a quarter of them key-value heads."""

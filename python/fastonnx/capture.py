@@ -27,6 +27,7 @@ from fastonnx import dynamic
 from fastonnx.aliasing import unsupported_mutation
 from fastonnx.detection_capture import traceable_detection_ops
 from fastonnx.errors import CaptureError, InputError
+from fastonnx.input_tensors import check_no_input_constants, forward_names
 from fastonnx.recurrent_capture import rnn_as_custom_ops
 from fastonnx.transformers_caches import register_transformers_caches
 
@@ -121,12 +122,15 @@ def capture(
                 f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
                 stacklevel=3,
             )
+    names = forward_names(model, len(args), kwargs or {})
     if how == "trace":
         traced = _trace(model, args, kwargs or {}, stats, quiet, convertible)
         if traced is not None:
+            check_no_input_constants(traced, args, kwargs or {}, names)
             return traced
     with TRACE_LOCK:
         ep, reason = _export_refined(model, args, kwargs, dynamic_shapes, stats)
+    check_no_input_constants(ep, args, kwargs or {}, names)
     fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
     if fixed and strict_dynamic:
         where = "; ".join(f"input {path!r} axis {axis} to {size}" for path, axis, size in fixed)

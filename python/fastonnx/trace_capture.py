@@ -35,6 +35,12 @@ torch call of the model is one aten op in both (MLPs, CNNs such as resnet18), an
 (op types in order, inputs and outputs) with other names (the transformers models):
 ``tests/export_check.py`` checks that for every static-shape model of the suites.
 
+The inputs are the pytree leaves of the arguments, as torch.export takes them (input_tensors.py): a
+leaf that is neither a plain tensor nor a basic constant (an object of an unregistered class) refuses
+the trace, and so does a tensor read from the arguments' memory that is no leaf (a ``register_constant``
+class holding one); a tensor read from a global or closure is lifted as a constant, as torch.export
+lifts it.
+
 What a real-tensor trace could silently specialise raises :class:`TraceRefused`, and ``capture.py``
 falls back to torch.export, with a warning naming the reason under capture="trace" and an INFO log
 under capture="auto" (the default; ``stats["capture"]`` says which path ran):
@@ -84,6 +90,14 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from fastonnx.input_tensors import (
+    forward_names,
+    forward_params,
+    reachable_tensors,
+    storage_address,
+    unsupported_leaf,
+)
+
 
 class TracedProgram(torch.export.ExportedProgram):
     """An ExportedProgram built from a trace, without torch's validation: its verifiers read every
@@ -132,6 +146,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.inside = False  # within a function recorded as one node: its aten ops are not recorded
         self.root_code: Any = None  # the code of the model's forward: where stack traces start
         self._trace_cache: dict[tuple[Any, int], str] = {}
+        # storage address -> path of every tensor reached from the arguments (input_tensors.py)
+        self.input_memory: dict[int, str] = {}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -228,6 +244,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             raise TraceRefused(f"the forward reads a {type(t).__name__} (a tensor subclass)")
         if t._base is not None and id(t._base) in self.roots:
             raise TraceRefused("the forward reads a view made outside the traced ops")
+        reached = self.input_memory.get(storage_address(t))
+        if reached is not None:
+            # a tensor of the arguments that is no pytree leaf (a registered constant's, say): lifting
+            # it would bake the example's values into the file
+            raise TraceRefused(
+                f"the forward reads the memory of input {reached!r}, which is not a pytree leaf of the "
+                "arguments: it would become a constant"
+            )
         # a tensor attribute of a module keeps its path (as torch.export names it); others are numbered
         target = self.attributes.get(id(t)) or f"lifted_tensor_{len(self.constants)}"
         self.constants[target] = t
@@ -645,20 +669,10 @@ def _value_reads_refused() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def _forward_params(model: torch.nn.Module) -> tuple[list[str], str]:
-    """The names of the forward's positional parameters, and of its ``*args`` ("args" without one)."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return positional, next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
-
-
 def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """Placeholder names of the flattened user inputs as torch.export gives them: the forward's
     parameter name, followed by the pytree path of a nested value (``past_key_values_0_key``)."""
-    positional, var = _forward_params(model)
+    positional, var = forward_params(model)
     names = []
     for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]:
         first = path[1]
@@ -670,15 +684,6 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
         rest = [_key_text(k) for k in path[2:]]
         names.append("_".join([top, *rest]))
     return names
-
-
-def _forward_arg_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    """The forward's parameter names for ``args`` (``*args`` as ``args_0``...), then the keywords."""
-    positional, var = _forward_params(model)
-    names = [
-        positional[i] if i < len(positional) else f"{var}_{i - len(positional)}" for i in range(len(args))
-    ]
-    return names + list(kwargs)
 
 
 def _placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
@@ -725,9 +730,14 @@ def trace(
             f"the model holds a {recurrent}: torch.export keeps it one recurrent op over any sequence "
             "length, the trace would unroll it to the example's"
         )
+    arg_names = forward_names(model, len(args), kwargs)
+    unsupported = unsupported_leaf(args, kwargs, arg_names)
+    if unsupported is not None:
+        raise TraceRefused(unsupported)
     flat_in, in_spec = pytree.tree_flatten((args, kwargs))
     fresh_args, fresh_kwargs = pytree.tree_unflatten(flat_in, in_spec)
     recorder = _Recorder(graph, nodes, roots)
+    recorder.input_memory = reachable_tensors(args, kwargs, arg_names)
     for path, module in model.named_modules():
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
@@ -831,7 +841,7 @@ def trace(
             outputs=[],
             in_spec=in_spec,
             out_spec=out_spec,
-            forward_arg_names=_forward_arg_names(model, args, kwargs),
+            forward_arg_names=forward_names(model, len(args), kwargs),
         ),
     )
     root = torch.nn.Module()

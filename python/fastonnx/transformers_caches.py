@@ -8,6 +8,13 @@ Flattening scheme (it also names the ONNX inputs and outputs): a cache is a list
 ``{"key": tensor, "value": tensor}``; a ``past_key_values`` argument therefore becomes the ONNX inputs
 ``past_key_values.0.key``, ``past_key_values.0.value``, ``past_key_values.1.key``, ...
 Only layers that hold tensors are flattened; uninitialized layers make a cache unexportable.
+
+An ``EncoderDecoderCache`` (the cache of a seq2seq decoder step: T5, BART, Whisper...) is a list of
+layers, each ``{"decoder": {"key", "value"}, "encoder": {"key", "value"}}`` (the self-attention
+cache, then the cross-attention cache over the encoder's states): the inputs
+``past_key_values.0.decoder.key``, ``past_key_values.0.encoder.key``, ... as optimum and onnxruntime
+name a seq2seq decoder's past. Rebuilt, a filled cross-attention layer is marked updated, so the
+decoder reads it instead of projecting the encoder's states again, as in generation's later steps.
 """
 
 from __future__ import annotations
@@ -56,14 +63,46 @@ def _unflatten(cache_type: type, layers: Iterable[dict[str, Any]], context: list
     return cache
 
 
+def _flatten_encoder_decoder(cache: Any) -> tuple[list[dict[str, Any]], tuple[Any, Any]]:
+    own, own_context = _flatten(cache.self_attention_cache)
+    cross, cross_context = _flatten(cache.cross_attention_cache)
+    if len(own) != len(cross):
+        raise ValueError(
+            f"{type(cache).__name__} holds {len(own)} self-attention and {len(cross)} cross-attention "
+            "layers: fill both for every decoder layer before exporting with it"
+        )
+    layers = [{"decoder": d, "encoder": e} for d, e in zip(own, cross)]
+    return layers, (own_context, cross_context)
+
+
+def _flatten_encoder_decoder_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    layers, context = _flatten_encoder_decoder(cache)
+    return [(pytree.SequenceKey(i), layer) for i, layer in enumerate(layers)], context
+
+
+def _unflatten_encoder_decoder(
+    cache_type: type, dynamic_type: type, layers: Iterable[dict[str, Any]], context: tuple[Any, Any]
+) -> Any:
+    layers = list(layers)
+    own = _unflatten(dynamic_type, [layer["decoder"] for layer in layers], context[0])
+    cross = _unflatten(dynamic_type, [layer["encoder"] for layer in layers], context[1])
+    # not through __init__: it decides is_updated from the cross-attention lengths, a guard on a
+    # symbolic size under torch.export; every flattened layer holds tensors, so all are updated
+    cache: Any = object.__new__(cache_type)
+    cache.self_attention_cache, cache.cross_attention_cache = own, cross
+    cache.is_updated = dict.fromkeys(range(len(layers)), True)
+    return cache
+
+
 def register_transformers_caches() -> None:
-    """Registers DynamicCache (and its subclasses that keep the same layout) with torch's pytree."""
+    """Registers DynamicCache (and its subclasses that keep the same layout) and EncoderDecoderCache
+    with torch's pytree."""
     global _done
     if _done or "transformers" not in sys.modules:
         return
     try:
-        from transformers.cache_utils import DynamicCache
-    except ImportError:  # a transformers without cache classes: nothing to register
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+    except ImportError:  # a transformers without these cache classes: nothing to register
         _done = True
         return
     for cls in (DynamicCache,):
@@ -75,5 +114,13 @@ def register_transformers_caches() -> None:
             functools.partial(_unflatten, cls),
             serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
             flatten_with_keys_fn=_flatten_with_keys,
+        )
+    if EncoderDecoderCache not in pytree.SUPPORTED_NODES:
+        pytree.register_pytree_node(
+            EncoderDecoderCache,
+            _flatten_encoder_decoder,
+            functools.partial(_unflatten_encoder_decoder, EncoderDecoderCache, DynamicCache),
+            serialized_type_name=f"{EncoderDecoderCache.__module__}.{EncoderDecoderCache.__qualname__}",
+            flatten_with_keys_fn=_flatten_encoder_decoder_with_keys,
         )
     _done = True
