@@ -1,4 +1,4 @@
-"""Writes python/fastonnx/converters/index.py: which family holds the converter of which op.
+"""Writes python/fastonnx/converters/_generated_index.py: which family holds the converter of which op.
 
 The registry reads the index to import only the families a graph uses. Run this after adding or
 removing a converter; tests/test_registry.py fails while the index is out of date.
@@ -14,7 +14,8 @@ import importlib
 import pathlib
 import sys
 
-INDEX = pathlib.Path(__file__).resolve().parent.parent / "python" / "fastonnx" / "converters" / "index.py"
+CONVERTERS = pathlib.Path(__file__).resolve().parent.parent / "python" / "fastonnx" / "converters"
+INDEX = CONVERTERS / "_generated_index.py"
 
 
 def render() -> str:

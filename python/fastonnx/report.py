@@ -220,7 +220,7 @@ def _capture_section(rec: ExportRecord, error: BaseException | None) -> list[str
 def _inventory_section(rec: ExportRecord) -> list[str]:
     if rec.ep is None or rec.registry is None:
         return []
-    from fastonnx.converters.index import FAMILY_OF
+    from fastonnx.converters._generated_index import FAMILY_OF
     from fastonnx.registry import op_key
 
     counts: collections.Counter[str] = collections.Counter()
