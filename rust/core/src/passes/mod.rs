@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::hook::Hook;
+use crate::hook::{Hook, Outcomes};
 use crate::model::Model;
 
 // the passes the benches time one by one
@@ -97,6 +97,21 @@ pub fn optimize_model_with(
             .or_insert(MS_DOMAIN_VERSION);
     }
     Ok(counts)
+}
+
+/// [`optimize_model_with`] on this thread while `alongside` runs on a second one (see
+/// [`crate::hook::run_beside`]): the Python bindings compose the node metadata there, which then costs
+/// no wall time on a machine with a second core. An error of `alongside` stops the passes at their
+/// next stage.
+pub fn optimize_model_alongside<E: Send>(
+    model: &mut Model,
+    level: Level,
+    hook: &mut Hook<'_>,
+    alongside: impl FnOnce() -> std::result::Result<(), E> + Send,
+) -> Outcomes<BTreeMap<String, usize>, E> {
+    crate::hook::run_beside(alongside, hook, |hook| {
+        optimize_model_with(model, level, hook)
+    })
 }
 
 /// Before the passes of `level`: the Linear weights in `keep` (to be referenced in a checkpoint, so
