@@ -22,8 +22,8 @@ Everything else about an op is a property of its registry entry, not a table of 
   functional twin (``aten.add.Tensor``) and marked ``in_place``: the interpreter rebinds the mutated
   value to the result;
 - the converter for an op on complex values (stored as ``(..., 2)`` reals) is the op's own when its
-  family declares ``COMPLEX_NATIVE = True`` (``complex_ops``, and ``checks``, whose converters never
-  read values), ``complex_ops.COMPLEX_CONVERTERS``' form for ops other families convert for real
+  family declares ``COMPLEX_NATIVE = True`` (``complex_numbers``, and ``checks``, whose converters never
+  read values), ``complex_numbers.COMPLEX_CONVERTERS``' form for ops other families convert for real
   tensors, and None (refused) otherwise;
 - a user's ``custom_converters`` sit on top and are marked ``custom``.
 
@@ -55,26 +55,26 @@ FAMILIES: tuple[str, ...] = (
     "attention",
     "checks",
     "comparison",
-    "complex_ops",
+    "complex_numbers",
     "control_flow",
     "creation",
     "detection",
     "elementwise",
     "indexing",
-    "library_ops",
     "linalg",
     "linalg_solve",
     "linalg_spectral",
     "losses",
     "nn_ops",
     "normalization",
-    "random_ops",
+    "random_sampling",
     "recurrent",
     "reductions",
-    "shape_ops",
+    "shapes",
     "special",
     "statistics",
     "symbolic",
+    "third_party",
 )
 
 # Namespaces whose schemas torch itself defines (the others belong to libraries imported later).

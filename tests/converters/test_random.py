@@ -402,7 +402,7 @@ def test_generator_is_refused() -> None:
     ep = torch.export.export(Fn(lambda x: aten.rand.generator([3], generator=None)), (torch.zeros(1),))
     fastonnx.to_onnx(ep, (torch.zeros(1),))  # generator=None is fine
     from fastonnx.context import ConversionContext
-    from fastonnx.converters import random_ops
+    from fastonnx.converters import random_sampling as random_ops
 
     with pytest.raises(fastonnx.ConversionError, match="Generator"):
         random_ops.reject_generator(ConversionContext.__new__(ConversionContext), torch.Generator())

@@ -1,4 +1,4 @@
-"""Uniform and normal draws and dropout masks at every opset (see random_ops' docstring for why
+"""Uniform and normal draws and dropout masks at every opset (see random_sampling's docstring for why
 opset 22+ builds them from training-mode Dropout masks): shared by random ops, activations (rrelu) and
 attention (dropout)."""
 
