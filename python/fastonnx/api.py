@@ -61,76 +61,273 @@ def to_onnx(
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
-    ``args`` is a tuple of positional inputs; tensors become graph inputs in order, named after the FX
-    placeholders unless ``input_names`` is given. ``opset`` defaults to 20. ``optimize`` is False,
-    True (standard ONNX) or "onnxruntime". When ``filename`` is given the model is written there
-    (atomically; ``external_data=None`` switches to a ``.data`` file only past 2 GiB).
+    The model is captured (``capture``), each aten op is converted by one converter, the Rust passes
+    optimize the graph (``optimize``) and, when ``filename`` is given, the file is streamed to disk from
+    the tensors' own memory. Each stage is timed in ``result.stats``. This docstring is the reference of
+    every option; docs/options.md is generated from it (``python scripts/options_doc.py``).
 
-    ``dynamic_shapes`` are refined once with torch.export's suggested fixes when it refuses them
-    (``stats["dynamic_shapes_refined"]``). A dim asked to be dynamic that torch.export specialises
-    raises ``CaptureError`` naming the input, axis and size; ``strict_dynamic=False`` exports it with
-    the fixed size and a warning instead. Safe to call from several threads: the capture is
-    serialised, conversion and writing run in parallel.
+    Args:
+        model: An ``nn.Module``, captured as ``capture`` says, or an ``ExportedProgram``, converted as it
+            is. Converting ``torch.export.export(module)`` and the module itself give byte-identical files
+            for MLPs and CNNs, and the same graph under other value names for transformers models.
+        args: A tuple of positional inputs. Tensor inputs become graph inputs in order, named after the FX
+            placeholders (the argument names) unless ``input_names`` is given. Inputs are flattened with
+            torch's pytree, as torch.export flattens them: tuples, lists, dicts, None and registered pytree
+            containers (transformers' ``DynamicCache`` and ``EncoderDecoderCache`` included); a nested
+            input is named after its path (``pair.1.0``, ``named.x``, ``past_key_values.0.key``).
+            Non-tensor leaves of a basic type (None, bool, int, float, str) are baked in, as torch.export
+            specialises on them. An object of a class pytree does not know (your own class, an
+            unregistered dataclass) is torch.export's "Unsupported input type" error under every
+            ``capture``: register it with ``torch.export.register_dataclass`` or ``register_pytree_node``.
+            A tensor of the arguments that a capture would make a constant (a class registered with
+            ``register_constant`` holding one) is a ``CaptureError`` naming it: no input is ever baked
+            into the file.
+        kwargs: Keyword inputs of the model, flattened and named as ``args`` are.
+        dynamic_shapes: Which input dims stay dynamic, in every form torch.export accepts (``Dim`` with
+            min / max, derived dims such as ``seq + 1``, ``Dim.DYNAMIC``, ``Dim.AUTO``), per input a dict
+            ``{axis: spec}`` or a list with one entry per axis, and torch.onnx's named strings
+            (``{"input_ids": {0: "batch", 1: "seq"}}``; a string means ``Dim.AUTO`` named that way). ONNX
+            dims are named after the user's names, else the Dim's name, else ``<input>_dim<axis>``; derived
+            dims read as expressions (``seq+1``). The capture uses torch's size-oblivious reasoning
+            (``backed_size_oblivious``, as ``torch.onnx.export`` does), so an example size of 0 or 1 stays
+            dynamic. When torch.export refuses the shapes with suggested fixes, the fixes are applied once
+            and the model captured again (``stats["dynamic_shapes_refined"]`` lists them; the ONNX dims
+            follow them, ``2*_n``). A dim asked to be dynamic that torch.export specialises is handled as
+            ``strict_dynamic`` says. Dynamic shapes are always captured by torch.export (``capture``).
+        opset: The ONNX opset, from ``fastonnx.MIN_OPSET`` (17) to ``fastonnx.MAX_OPSET`` (26, the newest
+            the pinned onnxruntime loads). None means ``fastonnx.DEFAULT_OPSET`` (20), the official
+            exporter's default. Another value raises ``OpsetError``, and so does a dtype the opset lacks
+            (float8 below 19, float4 below 23). The IR version written is the lowest the opset needs.
+        filename: Where to write the model; None keeps it in memory (``result.model_proto``,
+            ``result.save``). The write is atomic: temporary files first, the ``.onnx`` renamed last. A
+            failed or interrupted export leaves no file and does not touch an existing one. Temporary files
+            are named ``<target>.tmp-<host>-<pid>-<random>``, beside the target; a process killed outright
+            (SIGKILL, the out-of-memory killer) cannot remove them, so each save first removes the
+            temporaries in its folder that this host's processes left and that no longer run (checked with
+            ``kill(pid, 0)``; those of other hosts sharing the folder, and of live processes, are kept) and
+            logs them as a warning on the ``fastonnx`` logger (``stats["file"]["swept"]``). Without
+            ``durable``, ``to_onnx`` returns when the files are complete, closed and renamed; the system
+            stores them on disk later (a power loss before then can lose them).
+        external_data: None (default) keeps the weights inline unless the model would pass protobuf's
+            2 GiB limit, then writes them to ``<filename>.data`` and logs it
+            (``stats["file"]["switched_to_external"]``). True always uses the data file; False raises
+            ``ModelTooLargeError`` past 2 GiB. In the data file, tensors over 1 MiB start at 64 KiB-aligned
+            offsets (mmap-friendly everywhere), smaller ones at 64-byte offsets; tensors under 1 KiB stay
+            in the ``.onnx``.
+        optimize: What the Rust passes do after conversion (``stats["optimize"]`` counts what each pass
+            changed):
 
-    Diagnostics (README, "When something goes wrong"): ``report=True`` or a path writes a markdown
-    report (report.py says where), also when the export fails, whose exception message then ends with
-    the report's path. ``verify=True`` runs the model eagerly and in onnxruntime on ``args`` and stores
-    the per-output comparison in ``stats["verify"]`` (a list of ``VerificationInfo``; a disagreement is
-    logged as a warning, not raised). ``verbose=True`` logs each stage through the ``fastonnx`` logger
-    (to stderr when nothing else handles it) and puts the builder-state dump (``.debug``) of a
-    conversion error into its message, as ``FASTONNX_DEBUG=1`` does.
+            - False: the graph as converted, one group of nodes per aten op.
+            - True (default): standard ONNX that any runtime loads. Constant folding of shape arithmetic
+              and small tensors (never of weights); no-op removal (Cast to the same type, same-shape
+              Reshape / Expand / forward Slice, ``*1``, ``+0``); common-subexpression elimination; weights
+              read through a Transpose stored transposed, for any rank and ``perm`` (a matrix, or a
+              mixture-of-experts model's batched ``[experts, out, in]`` weights read as
+              ``[experts, in, out]``: Mixtral and the other transformers models whose grouped experts read
+              ``weight.transpose(-2, -1)`` keep no Transpose of a weight), permuted by one worker thread
+              in pieces of 2 MiB ahead of the bytes being written (the writer's one pipeline holds at most
+              four pieces, 8 MiB: no copy of a weight in memory); rewrites of Reshape∘Reshape,
+              Transpose∘Transpose, lossless Cast∘Cast, Squeeze / Unsqueeze pairs and 2-D MatMul + Add into
+              Gemm; BatchNormalization folded into the preceding Conv (the scaled weight is computed as it
+              is written); Identity and unused-node / initializer removal. Fusions, on float32 chains
+              only, each only where every intermediate value has no other reader:
 
-    Ctrl-C stops the export within about a second at any stage (KeyboardInterrupt, the files already
-    at ``filename`` untouched, no temporary left); so does SIGTERM while the export runs on the main
-    thread and no handler of the program's own is installed (``fastonnx.interrupt``).
-    ``durable=True`` flushes the written files and their folder to the disk before returning (for jobs
-    that hand the file on at once; it costs the time the disk takes to store them). ``progress``:
-    None shows a bar per stage on stderr when it is a terminal and the stage runs past a second,
-    True always, False never.
+              - hand-written LayerNorm (``(x - mean) / sqrt(var + eps) * w + b``) to
+                ``LayerNormalization`` (opset 17 and up);
+              - hand-written GELU, erf and tanh forms (GPT-2's ``NewGELU``) to ``Gelu`` (opset 20 and up);
+              - hand-written RMS norms (``x * rsqrt(mean(x²) + eps) * w``) to ``RMSNormalization``
+                (opset 23 and up);
+              - attention as ``scaled_dot_product_attention`` converts (scale, QKᵀ, mask, softmax, V) to
+                ``Attention`` (opset 23 and up), with keys and values fed unrepeated for grouped-query
+                attention. Attention's specification gives zeros for rows the mask closes entirely, as
+                torch does. Below opset 23 the mask's ``Where`` nodes are removed where the mask folded to
+                all-true constants (ViT);
+              - below opset 23, grouped-query attention whose keys and values are repeated per group
+                (transformers' ``repeat_kv``, ``enable_gqa``) reads them unrepeated: the query heads of a
+                group are stacked along the rows (``(b, G·h, s, e)`` to ``(b, h, G·s, e)``, a Reshape),
+                one product per key/value head, masks applied on the scores as before; the ``Expand``
+                copying the KV cache on every decode step goes (``grouped_attention_unrepeated``). The
+                "onnxruntime" level keeps this form (``com.microsoft.GroupQueryAttention`` ran slower on
+                onnxruntime 1.31's CPU kernel);
+              - rotate-half rotary embeddings with constant cos / sin tables (static sequence length) to
+                ``RotaryEmbedding`` (opset 23 and up);
+              - rotate-half rotary embeddings whose cos / sin are computed at run time from the positions
+                (``Cos`` / ``Sin`` of ``Concat(f, f)``, optionally times a scalar: Llama, Mistral, Qwen2,
+                Phi-3 with position ids as an input, that is every decode step) to ``RotaryEmbedding``
+                (opset 23 and up) with 3-D caches ``Cos(f)`` / ``Sin(f)`` computed once per model
+                (``rotary_live_fused``); with partial rotary (Phi) the rotated slice fuses. At the
+                "onnxruntime" level below opset 23 they become ``com.microsoft.RotaryEmbedding``, fed the
+                same caches flattened to (batch·seq, h/2) rows with position ids numbering those rows (no
+                precomputed table of all positions: exact for any scaling);
+              - SiLU stays ``x * Sigmoid(x)``: the standard ``Swish`` (opset 24) ran slower in
+                onnxruntime 1.31.
 
-    ``metadata=True`` (the default) names each node after the module it comes from
-    (``/model/layers.0/self_attn/q_proj/MatMul``) and gives nodes, inputs, outputs, initializers and
-    the graph the ``metadata_props`` the official exporter writes (``fastonnx.metadata``);
-    ``metadata=False`` leaves all of that out: node names are op types (``MatMul_3``), the file is
-    smallest.
+            - "onnxruntime": everything True does, plus onnxruntime's contrib operators where they pay,
+              at any opset: RMS norms become ``SimplifiedLayerNormalization`` (onnxruntime's session
+              optimizer does not recognise the decomposed form, which then runs as seven kernels), GELU
+              below opset 20 becomes ``com.microsoft`` ``Gelu`` / ``FastGelu``, SiLU ``QuickGelu``, rotary
+              embeddings below opset 23 (or with a dynamic batch) ``com.microsoft.RotaryEmbedding``, and
+              attention below opset 23 whose heads are split from 3-D projections (BERT, ViT)
+              ``MultiHeadAttention``. Not emitted, because they ran slower on onnxruntime 1.31's CPU
+              kernels: ``SkipLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` and ``Swish``.
+              Such a file loads in onnxruntime only; ``onnx.checker`` does not know these operators.
+        input_names: Names for the tensor inputs, in order, instead of the FX placeholders' names.
+        output_names: Names for the tensor outputs, in order. Without them, outputs that are one tensor
+            or a flat tuple keep their FX node names; nested outputs are named after their path
+            (``output.1.0.key``), dict and ``ModelOutput`` outputs by their keys (``logits``,
+            ``past_key_values.0.value``). A mutated buffer or input becomes an extra output named
+            ``mutated.<buffer or input name>``, after the user's outputs.
+        custom_converters: ``{torch.ops.aten.x.overload: fn}`` (or the op's name,
+            ``{"aten.x.overload": fn}``); they take priority over the built-in converters and their use is
+            listed in ``stats["custom_converters_used"]``. A converter is ``fn(ctx, *args, **kwargs)``
+            returning the ONNX value name (``ctx`` is a ``fastonnx.context.ConversionContext``; "Add a
+            converter" in docs/architecture.md). A key naming an op without an overload
+            (``torch.ops.aten.x``) is refused.
+        decompositions: A decomposition table applied with ``ep.run_decompositions(table)`` before
+            conversion (``stats["decompositions"]`` shows it was used; ``capture="auto"`` then captures
+            with torch.export). fastonnx never decomposes on its own.
+        strict_dynamic: What happens when a dim that ``dynamic_shapes`` asks to be dynamic comes out of
+            torch.export fixed to its example size. True (default): ``CaptureError`` naming each such
+            input, axis and size (``input 'x' axis 0 to 2``), with torch's reason when it gave one. False:
+            the model is exported with that size fixed and a ``UserWarning`` says so (``input 'x' dim 0
+            was asked to be dynamic but torch.export specialised it to 2``).
+        metadata: True (default) names each node after the module it comes from
+            (``/model/layers.0/self_attn/q_proj/MatMul``, unique and the same on every run: the same model
+            gives the same file byte for byte) and gives nodes, inputs, outputs, initializers and the
+            graph the ``metadata_props`` the official exporter writes (key names in
+            ``fastonnx.conversion.metadata``). False leaves all of that out: node names are op types
+            (``MatMul_3``), the file is smallest. Must be a bool.
+        report: True or a path writes a markdown report of the export, also when it fails (the
+            exception's message then ends with ``(fastonnx report: <path>)``). True writes it next to the
+            model file (``net.onnx`` gives ``net.report.md``), or ``<ModelClass>.report.md`` in the current
+            folder without a ``filename``. It holds the versions (fastonnx, torch, onnx, onnxruntime), the
+            model's class and the arguments' structure, the capture (torch.export's error and your line
+            when it failed), the op inventory (every aten op of the FX graph with its count, whether a
+            converter exists and which family holds it, your custom converters), for a conversion failure
+            the failing FX node with its arguments' dtypes and shapes and the builder's last 20 values,
+            the stage timings, ONNX nodes by op type before and after optimization with the passes that
+            changed the graph, and the verification table.
+        verify: True runs the model eagerly and in onnxruntime on ``args`` and stores one
+            ``VerificationInfo`` per output in ``stats["verify"]`` (max abs / rel difference, pass or
+            fail); a disagreement is logged as a warning, not raised. Tolerances default per dtype
+            (float32 ``atol=1e-4, rtol=1e-3``, float16 ``1e-2``, bfloat16 ``2e-2``, float64 ``1e-7``;
+            integers and booleans exact; ``fastonnx.diagnostics.verdicts.DEFAULT_TOLERANCES``). Mutated
+            buffers (``mutated.*`` outputs) are not compared. ``result.verify`` does the same on other
+            inputs.
+        verbose: True logs each stage (capture, convert, optimize, verify) through the ``fastonnx``
+            logger, to stderr when the application has no logging handler, and puts the builder-state
+            dump (``.debug``) of a conversion error into its message, as the environment variable
+            ``FASTONNX_DEBUG=1`` does for every export. The dump: opset, FX node i of N, the FX node, its
+            arguments' dtypes and shapes as torch recorded them, and the last ONNX nodes added with their
+            inputs and outputs (and the outputs' types).
+        durable: True flushes the data file and then the model file to the disk before they are renamed
+            into place, and the folder after the renames, for jobs that upload the file or hand it on
+            right after ``to_onnx`` returns. It costs the time the disk takes to store what the system has
+            not written back yet (docs/benchmarks.md, "Stopping and durable writes"). Off by default.
+        progress: Bars on stderr (tqdm), one per stage: capture, convert (node i of N), optimize (pass i
+            of N), write (bytes of total). None (default): only when stderr is a terminal, and only for a
+            stage that runs past a second (a quick export prints nothing and creates no bar). True: every
+            stage, wherever stderr goes. False: nothing.
+        weights: The model's checkpoint as safetensors shards (a folder, or a list of shard files in one
+            folder: what ``save_pretrained`` writes). Each initializer whose state-dict key is in the
+            shards with the same shape (and dtype, or a float dtype a Cast makes it), and which the graph
+            reads as stored, is referenced in place: its external data points into the shard and none of
+            its bytes are written. Keys are found under any name of a tied weight, without a wrapper
+            module's prefix when one prefix fits, and as transformers' loading renames them. Linear
+            weights are read as stored, ``[out, in]`` (``Gemm(transB=1)`` at the standard level,
+            ``com.microsoft.FusedMatMul(transB=1)`` for float32 at the "onnxruntime" level), so they are
+            referenced too; a float dtype that differs from the graph's is read through a ``Cast``
+            (``cast_weights``); weights the graph reads in another form (batch norms folded into
+            convolutions, constants) are written to ``<model>.onnx.data``. A key found with another shape,
+            or a dtype no Cast makes it, raises ``InputError`` naming the key, both shapes and both dtypes
+            before anything is written; so does a meta-device weight missing from the shards (a real
+            module's is written as usual). The model may be real or on the meta device. Needs
+            ``filename``; a ``.onnx`` outside the shards' folder gets the shards it uses hard-linked beside
+            it (same filesystem, else ``SerializationError``). ``stats["file"]["weights"]`` counts the
+            tensors and bytes referenced, linked and written. ``result.to_bytes()`` refuses such a model.
+            Needs the ``safetensors`` package (extra ``checkpoints``).
+        export_modules_as_functions: False (default), True (every submodule below the root; nested
+            modules become nested functions) or a set of nn.Module classes: each instance becomes one call
+            of an ONNX local function (``FunctionProto``). Instances whose bodies are the same graph share
+            one function named after the class (``LlamaDecoderLayer``) in the domain of its package
+            (``pkg.transformers``; ``pkg.torch`` for ``torch.nn`` classes); a body that differs gets its own,
+            ``LlamaDecoderLayer_1``, ``_2``... in the order met. Weights are passed at each call; the passes
+            run inside each body and never across a call. An instance whose nodes cannot form one call is
+            left inline with a warning (``stats["functions"]["inlined"]``); ``stats["functions"]`` lists
+            calls and functions. ``fastonnx.inline_functions`` gives the flat model back.
+        cast_weights: With ``weights``: True writes the tensors whose checkpoint float dtype differs from
+            the graph's, cast, into ``<model>.onnx.data`` instead of reading them through a ``Cast`` (a
+            meta-device model's are read from the shard and converted 2 MiB at a time, never a whole
+            tensor in memory; a real module's are its own weights, written as without ``weights``). False
+            (default): they are referenced behind a ``Cast``, which onnxruntime folds when it loads the
+            model.
+        capture: How an nn.Module becomes a graph. ``"auto"`` (default) runs the module once, eagerly
+            under ``torch.no_grad()``, on the real ``args`` and records its aten ops in the form
+            torch.export gives (``fastonnx.capture.trace``: the same graph as torch.export's for static
+            shapes, without its fake-tensor cost per op) when ``dynamic_shapes`` and ``decompositions``
+            are None and no dropout or norm layer is in training mode; otherwise, and wherever a real run
+            could fix what torch.export keeps general (a tensor's value read into Python, an output size
+            that depends on the data, a custom op, an in-place write into an input, a weight or a buffer,
+            a higher-order op, a recurrent layer, weights on the meta device, anything the recorder does
+            not know), it captures with ``torch.export.export(strict=False)``, logging why at INFO level.
+            ``"export"`` always uses torch.export; ``"trace"`` asks for the trace and warns, naming the
+            reason and your line, when it falls back (with ``dynamic_shapes`` or an ExportedProgram it is
+            an ``InputError``). ``stats["capture"]`` says which ran and ``stats["trace_refused"]`` why the
+            trace did not. The trace runs on the caller's tensors in fresh containers (a forward that
+            updates a cache object or a list it was given leaves the caller's untouched), with
+            ``torch.compiler.is_compiling()`` and ``is_exporting()`` True, as under torch.export.
 
-    ``export_modules_as_functions``: False (default), True (every submodule below the root) or a set of
-    nn.Module classes: each instance becomes one call of an ONNX local function (``fastonnx.functions``);
-    instances with the same body share one function named after the class (``LlamaDecoderLayer``, domain
-    ``pkg.transformers``), others get ``LlamaDecoderLayer_1``...; weights are passed at each call; the
-    passes run inside each body and never across a call. An instance whose nodes cannot form one call
-    is left inline with a warning (``stats["functions"]["inlined"]``). ``fastonnx.inline_functions``
-    gives the flat model back.
-    ``capture``: ``"auto"`` (the default) runs the module once on the real ``args`` and records its aten
-    ops (``fastonnx.trace_capture``, the same graph as torch.export's for static shapes, without its
-    fake-tensor cost per op) when ``model`` is an nn.Module, ``dynamic_shapes`` is None, no dropout or
-    norm layer is in training mode and ``decompositions`` is None; otherwise, and wherever a real run could
-    fix what torch.export keeps general (a tensor's value read into Python, an output size that depends
-    on the data, an in-place write into an input, a weight or a buffer, a higher-order op, a recurrent
-    layer, weights on the meta device, anything the recorder does not know), it captures with
-    ``torch.export.export(strict=False)``, logging why at INFO level. ``"export"`` always uses
-    torch.export; ``"trace"`` asks for the trace and warns when it falls back (with ``dynamic_shapes`` or
-    an ExportedProgram it is an ``InputError``). ``stats["capture"]`` says which ran and
-    ``stats["trace_refused"]`` why the trace did not. README, "Faster capture for static shapes".
+    Returns:
+        An ``ExportResult``: ``model_proto`` (an ``onnx.ModelProto``, built on first use),
+        ``save(path, external_data=None, *, durable=False, progress=None)`` (as ``to_onnx`` writes),
+        ``to_bytes()``, ``__call__(*args, **kwargs)`` (runs the model in onnxruntime with the model's
+        input structure and returns torch tensors in its output structure), ``session()``,
+        ``input_names``, ``output_names``, ``stats`` and
+        ``verify(*args, atol=None, rtol=None, intermediate=False, **kwargs)`` (``intermediate=True`` names
+        the first FX node whose value departs). The result keeps a reference to the model and its
+        ExportedProgram for ``verify``.
 
-    Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
-    while the graph is converted and optimized; each is copied to the host only when the file (or
-    the in-memory model of ``result.session()``) is written, one tensor at a time: the writer's
-    prefetching worker asks Python for the next weight's host copy (``t.to("cpu")``, in
-    ``dtypes.tensor_bytes``, the one place a weight leaves its device) while the previous one is
-    written, and drops it once written, so the host never holds more than about one weight. A CUDA
-    weight is copied with the GIL held by that worker; one read through a Transpose is permuted as
-    its copy is written. The model's inputs are traced on their own device.
+    Raises:
+        Every error derives from ``fastonnx.FastOnnxError``: ``InputError`` (bad arguments),
+        ``CaptureError`` (torch.export failed, with its message), ``UnsupportedOpError`` (no converter:
+        names the aten op, the FX node, your source line and "node i of N"), ``OpsetError``,
+        ``ConversionError``, ``GraphError``, ``SerializationError`` / ``ModelTooLargeError``,
+        ``RuntimeCheckError`` (onnxruntime refused the model). Nothing falls back silently.
+        ``ConversionError``, ``UnsupportedOpError`` and ``GraphError`` raised while converting carry a
+        ``.debug`` text (the builder's state, see ``verbose``) and ``.fx_node``.
 
-    ``weights``: a folder of ``.safetensors`` shards, or a list of them (one folder), holding the model's
-    checkpoint. The initializers found there (same key, as transformers' loading renames them, and
-    shape) that the graph reads as stored are not written: their external data points into the shards;
-    Linear weights are read as stored (Gemm / FusedMatMul with transB), a checkpoint float dtype
-    differing from the graph's is read through a Cast (``fastonnx.inplace`` says which and how;
-    ``stats["file"]["weights"]`` counts them). ``cast_weights=True`` writes those cast into
-    ``<model>.onnx.data`` instead (converted piece by piece from the shards for a meta-device model). The
-    model may be on the meta device. Needs ``filename``; a ``.onnx`` outside the shards' folder gets them
-    hard-linked beside it.
+    Stopping:
+        Ctrl-C (SIGINT) stops ``to_onnx`` within about a second at any stage with ``KeyboardInterrupt``
+        (not wrapped in a fastonnx error): during capture (torch's own code) and conversion (a Python
+        loop) at the next Python instruction, during optimization between two passes (one pass on a huge
+        graph can take longer than a second), during the write between two 2 MiB pieces (the Rust writer
+        releases the GIL and takes it back every 0.1 s to run the pending signal handlers; its
+        prefetching thread stops on a shared flag). The temporary files are removed and the existing
+        ``.onnx`` and ``.data`` are left untouched. SIGTERM, which job runners send and which Python
+        leaves to the system (it ends the process on the spot, with no clean-up), is turned into the same
+        ``KeyboardInterrupt`` while ``to_onnx`` (or ``ExportResult.save``) runs on the main thread and
+        SIGTERM still has its default disposition; the default is restored when it returns. A handler
+        the program installed is never replaced, and exports on other threads leave signals alone.
+
+    Threads:
+        ``to_onnx`` may be called from several threads at once. Everything that traces (torch.export,
+        ``run_decompositions``, and the process-wide patches fastonnx applies while capturing: the
+        recurrent custom ops, torchvision's detection helpers, torch's size-oblivious flag) runs under one
+        lock, ``fastonnx.capture.TRACE_LOCK``; conversion, optimization and writing run in parallel (the
+        Rust writer releases the GIL). Converting an ``ExportedProgram`` that needs no functionalization
+        does not take the lock (past the first call of a process, which may register transformers' cache
+        classes with torch's pytree under it). torch.export itself is not thread-safe: code that calls it
+        in other threads while fastonnx captures should hold ``TRACE_LOCK`` too (it is reentrant).
+
+    Devices:
+        Weights that are not on the CPU (a model on CUDA or another accelerator) stay where they are
+        while the graph is converted and optimized; each is copied to the host only when the file (or
+        the in-memory model of ``result.session()``) is written, one tensor at a time: the writer's
+        prefetching worker asks for the next weight's host copy (``t.to("cpu")``, in
+        ``fastonnx.dtypes.tensor_bytes``, the one place a weight leaves its device) while the previous one
+        is written, and drops it once written, so the host never holds more than about one weight. A
+        weight read through a Transpose is permuted as its copy is written. The example inputs are traced
+        on their own device; ``result(...)`` takes CPU inputs (onnxruntime runs on the CPU).
     """
     if not isinstance(metadata, bool):
         raise InputError(f"metadata must be True or False, got {metadata!r}")
