@@ -69,7 +69,7 @@ def _export(step: DecodeStep) -> Any:
         "position_ids": {0: b, 1: s},
         "past": [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)],
     }
-    fastonnx.transformers_caches.register_transformers_caches()
+    fastonnx.capture.transformers_caches.register_transformers_caches()
     return torch.export.export(step, args, dynamic_shapes=spec, strict=False), args
 
 

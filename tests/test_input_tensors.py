@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastonnx
+from fastonnx.capture.input_tensors import CONSTANT_LEAF_TYPES
 from fastonnx.errors import CaptureError
-from fastonnx.input_tensors import CONSTANT_LEAF_TYPES
 
 CAPTURES = ("auto", "trace", "export")
 SHAPE = (2, 3)

@@ -1,4 +1,5 @@
-"""Facts about the package's layout a newcomer can rely on: no import cycles between its modules."""
+"""Facts about the package's layout a newcomer can rely on: no import cycles between its modules, and
+every public name and documented module path importable."""
 
 from __future__ import annotations
 
@@ -14,18 +15,16 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    """The fastonnx modules ``path`` imports at module level, TYPE_CHECKING blocks included (a cycle
-    there is a cycle for the type checker too); imports inside functions are deliberate deferrals."""
+    """The fastonnx modules ``path`` imports anywhere: at module level, under TYPE_CHECKING (a cycle
+    there is one for the type checker) and inside functions (a deferred import still makes the two
+    modules depend on each other: a cycle hidden in a function is a cycle)."""
     found = set()
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        stmts = node.body if isinstance(node, ast.If) else [node]
-        for stmt in stmts:
-            if isinstance(stmt, ast.Import):
-                found.update(a.name for a in stmt.names)
-            elif isinstance(stmt, ast.ImportFrom) and stmt.module:
-                found.add(stmt.module)
-                found.update(f"{stmt.module}.{a.name}" for a in stmt.names)
+    for stmt in ast.walk(ast.parse(path.read_text())):
+        if isinstance(stmt, ast.Import):
+            found.update(a.name for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module:
+            found.add(stmt.module)
+            found.update(f"{stmt.module}.{a.name}" for a in stmt.names)
     return {m for m in found if m in modules}
 
 
@@ -52,3 +51,36 @@ def test_no_import_cycles() -> None:
         if m not in state:
             visit(m, [m])
     assert not cycles, f"import cycles: {cycles}"
+
+
+# the names users import: fastonnx.* and the module paths the docs, pyproject and earlier releases name
+PUBLIC_PATHS = {
+    "fastonnx.capture": ["TRACE_LOCK", "CAPTURES", "register_pytree_types"],
+    "fastonnx.compile_backend": ["fastonnx_backend", "fastonnx_debug_backend", "register_by_name", "default_backend"],
+    "fastonnx.context": ["ConversionContext"],
+    "fastonnx.registry": ["Registry"],
+    "fastonnx.interrupt": ["sigterm_as_interrupt"],
+    "fastonnx.dtypes": ["tensor_bytes"],
+    "fastonnx.torch_compat": ["export", "patch_torch_onnx", "ONNXProgram"],
+    "fastonnx.weights": ["attach_weights", "DEFERRED_KEY"],
+}
+
+
+def test_public_names_and_module_paths_are_importable() -> None:
+    import importlib
+
+    import fastonnx
+    from fastonnx._moved import MOVED
+
+    for name in fastonnx.__all__:
+        assert hasattr(fastonnx, name), name
+    for module, names in PUBLIC_PATHS.items():
+        loaded = importlib.import_module(module)
+        for name in names:
+            assert hasattr(loaded, name), f"{module}.{name}"
+    # the paths of earlier releases give the module that lives elsewhere now, the same object
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    assert importlib.import_module("fastonnx.detection_capture").traceable_detection_ops
+    assert importlib.import_module("fastonnx.recurrent_capture").rnn_as_custom_ops
+    assert importlib.import_module("fastonnx.verdicts").DEFAULT_TOLERANCES

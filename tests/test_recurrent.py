@@ -16,9 +16,9 @@ from torch.export import Dim
 import fastonnx
 from export_check import ENDS, check_export
 from fastonnx._core import GraphBuilder
+from fastonnx.capture.recurrent import rnn_as_custom_ops
 from fastonnx.context import ConversionContext
 from fastonnx.converters import recurrent
-from fastonnx.recurrent_capture import rnn_as_custom_ops
 from model_zoo import GRUTagger, SpeechEncoder
 
 SETTINGS: tuple[bool | str, ...] = (False, True, "onnxruntime")

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fastonnx
-from fastonnx.verdicts import VerificationInfo, compare
+from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 
 
 # ---- compare ------------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
 """fastonnx: the fastest correct PyTorch -> ONNX exporter."""
 
+from fastonnx import _moved  # noqa: F401  (the old module paths, importable: _moved.py)
 from fastonnx._core import __version__
 from fastonnx.api import to_onnx
 from fastonnx.compile_backend import FastOnnxBackend, backend, debug_backend
+from fastonnx.conversion.functions import inline_functions
+from fastonnx.conversion.graph_module import graph_module_to_onnx
+from fastonnx.diagnostics.verdicts import Verification, VerificationInfo
 from fastonnx.errors import (
     CaptureError,
     ConversionError,
@@ -15,13 +19,10 @@ from fastonnx.errors import (
     SerializationError,
     UnsupportedOpError,
 )
-from fastonnx.functions import inline_functions
-from fastonnx.graph_module import graph_module_to_onnx
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
-from fastonnx.verdicts import Verification, VerificationInfo
-from fastonnx.weights import attach_weights
+from fastonnx.weights.attach import attach_weights
 
 __all__ = [
     "CaptureError",

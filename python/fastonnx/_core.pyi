@@ -109,7 +109,7 @@ class GraphBuilder:
         progress: Callable[[int, int], object] | None = None,
         alongside: Callable[[], object] | None = None,
     ) -> dict[str, int]: ...
-    # local functions (fastonnx.functions): (calls made, messages of instances left inline)
+    # local functions (fastonnx.conversion.functions): (calls made, messages of instances left inline)
     def extract_functions(
         self, paths: list[list[int]], instances: list[tuple[str, str, int | None, str]]
     ) -> tuple[int, list[str]]: ...

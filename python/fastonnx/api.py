@@ -14,19 +14,21 @@ from typing import Any
 import torch
 
 from fastonnx import capture as capture_mod
-from fastonnx import debug, dynamic, inplace
-from fastonnx import functions as functions_mod
-from fastonnx import report as report_mod
 from fastonnx._core import GraphBuilder, GraphError
+from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.context import ConversionContext
+from fastonnx.conversion import functions as functions_mod
+from fastonnx.conversion.interpreter import Interpreter
+from fastonnx.diagnostics import debug
+from fastonnx.diagnostics import report as report_mod
 from fastonnx.errors import ConversionError, InputError
-from fastonnx.interpreter import Interpreter
 from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.progress import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
-from fastonnx.weights import DEFERRED_KEY
+from fastonnx.weights import checkpoints as inplace
+from fastonnx.weights.attach import DEFERRED_KEY
 
 log = logging.getLogger("fastonnx")
 
@@ -543,7 +545,7 @@ def _verify(
     record: report_mod.ExportRecord,
 ) -> None:
     """to_onnx(verify=True): the per-output comparison into stats["verify"]; disagreement is a warning."""
-    from fastonnx import verification
+    from fastonnx.diagnostics import verification
 
     record.stage = "verify"
     t0 = time.perf_counter()

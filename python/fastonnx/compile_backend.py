@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fastonnx.conversion.graph_module import graph_module_to_onnx
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError, UnsupportedOpError
-from fastonnx.graph_module import graph_module_to_onnx
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 

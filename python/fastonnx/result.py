@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._pytree as pytree
 
-from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
+from fastonnx.conversion.interpreter import Layout
 from fastonnx.errors import InputError, RuntimeCheckError
-from fastonnx.interpreter import Layout
 from fastonnx.interrupt import sigterm_as_interrupt
+from fastonnx.ort_io import FLOAT8_ONNX_TYPES, FLOAT8_TYPE_STRINGS, from_numpy, run_bound, to_numpy
 from fastonnx.progress import Progress
 
 if TYPE_CHECKING:
     import onnx
     import onnxruntime
 
-    from fastonnx.debug import Trace
-    from fastonnx.verdicts import Verification
+    from fastonnx.diagnostics.debug import Trace
+    from fastonnx.diagnostics.verdicts import Verification
 
 log = logging.getLogger("fastonnx")
 
@@ -145,14 +145,14 @@ class ExportResult:
         sess = self.session()
         names = [s.onnx_name for s in self._layout.outputs if s.onnx_name is not None]
         float8_io = any(t.dtype in FLOAT8_ONNX_TYPES for t in tensors.values()) or any(
-            o.type in _FLOAT8_TYPE_STRINGS for o in sess.get_outputs()
+            o.type in FLOAT8_TYPE_STRINGS for o in sess.get_outputs()
         )
         try:
             if float8_io:
-                outputs = _run_bound(sess, names, tensors)
+                outputs = run_bound(sess, names, tensors)
             else:
                 outputs = [
-                    _from_numpy(a) for a in sess.run(names, {k: _to_numpy(v) for k, v in tensors.items()})
+                    from_numpy(a) for a in sess.run(names, {k: to_numpy(v) for k, v in tensors.items()})
                 ]
         except Exception as e:
             raise RuntimeCheckError(f"onnxruntime failed to run the exported model: {e}") from e
@@ -200,7 +200,7 @@ class ExportResult:
         that diverges (``.intermediate.first_divergence``). The model's own keyword arguments named
         ``atol``, ``rtol`` or ``intermediate`` cannot be passed here.
         """
-        from fastonnx import verdicts, verification
+        from fastonnx.diagnostics import verdicts, verification
 
         eager = self.eager_model()
         result = verdicts.Verification(verification.verify_outputs(self, eager, args, kwargs, atol, rtol))
@@ -218,70 +218,3 @@ class ExportResult:
 
 # float8 tensors pass to and from onnxruntime as their bytes with an ONNX element type: numpy has no
 # float8 dtypes (onnxruntime's own numpy conversion gives e4m3fn as uint8 and refuses the others)
-FLOAT8_ONNX_TYPES: dict[torch.dtype, int] = {
-    torch.float8_e4m3fn: dtypes.FLOAT8E4M3FN,
-    torch.float8_e4m3fnuz: dtypes.FLOAT8E4M3FNUZ,
-    torch.float8_e5m2: dtypes.FLOAT8E5M2,
-    torch.float8_e5m2fnuz: dtypes.FLOAT8E5M2FNUZ,
-}
-_FLOAT8_TYPE_STRINGS = frozenset(
-    {"tensor(float8e4m3fn)", "tensor(float8e4m3fnuz)", "tensor(float8e5m2)", "tensor(float8e5m2fnuz)"}
-)
-
-
-def _run_bound(
-    sess: onnxruntime.InferenceSession, names: list[str], tensors: dict[str, torch.Tensor]
-) -> list[torch.Tensor]:
-    """One run through I/O binding: float8 inputs bound as OrtValues of their ONNX type, float8 outputs
-    read back from onnxruntime's buffer as bytes and viewed as the torch dtype."""
-    import onnxruntime
-
-    binding = sess.io_binding()
-    keep: list[Any] = []  # the arrays the bound OrtValues read from, alive until the run ends
-    for name, t in tensors.items():
-        onnx_type = FLOAT8_ONNX_TYPES.get(t.dtype)
-        if onnx_type is not None:
-            raw = t.detach().cpu().contiguous().view(torch.uint8).numpy()
-            value = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type)
-        else:
-            raw = _to_numpy(t)
-            value = onnxruntime.OrtValue.ortvalue_from_numpy(raw)
-        keep.append(raw)
-        binding.bind_ortvalue_input(name, value)
-    for name in names:
-        binding.bind_output(name, "cpu")
-    sess.run_with_iobinding(binding)
-    return [_ortvalue_to_torch(v) for v in binding.get_outputs()]
-
-
-def _ortvalue_to_torch(value: Any) -> torch.Tensor:
-    dtype = dtypes.ONNX_TO_TORCH.get(value.element_type())
-    if dtype not in FLOAT8_ONNX_TYPES:
-        return _from_numpy(value.numpy())
-    import ctypes
-
-    size = value.tensor_size_in_bytes()
-    shape = list(value.shape())
-    if size == 0:
-        return torch.empty(shape, dtype=dtype)
-    buffer = (ctypes.c_uint8 * size).from_address(value.data_ptr())
-    raw = torch.frombuffer(bytearray(buffer), dtype=torch.uint8)  # a copy: the OrtValue owns its buffer
-    return raw.view(dtype).reshape(shape)
-
-
-def _from_numpy(a: Any) -> torch.Tensor:
-    if a.dtype.char == "Q":  # onnxruntime's uint64 arrays are numpy ulonglong, which torch refuses
-        a = a.view("uint64")
-    return torch.from_numpy(a)
-
-
-def _to_numpy(t: torch.Tensor) -> Any:
-    t = t.detach().cpu()
-    if t.is_complex():
-        t = torch.view_as_real(t.resolve_conj())  # the graph's layout of complex values
-    t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()

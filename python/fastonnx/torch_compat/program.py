@@ -14,7 +14,7 @@ import torch.utils._pytree as pytree
 
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
-from fastonnx.weights import attach_weights
+from fastonnx.weights.attach import attach_weights
 
 if TYPE_CHECKING:
     import onnx

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fastonnx import metadata
 from fastonnx._core import GraphBuilder
+from fastonnx.conversion import metadata
 from fastonnx.errors import InputError
 
 if TYPE_CHECKING:

@@ -90,7 +90,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from fastonnx.input_tensors import (
+from fastonnx.capture.input_tensors import (
     forward_names,
     forward_params,
     reachable_tensors,

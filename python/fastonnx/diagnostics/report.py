@@ -26,8 +26,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fastonnx import debug
 from fastonnx._core import GraphBuilder
+from fastonnx.diagnostics import debug
 from fastonnx.errors import InputError
 
 _MAX_ERROR_CHARS = 6000  # torch.export's messages can run to pages; the head says what went wrong
@@ -259,7 +259,7 @@ def _inventory_section(rec: ExportRecord) -> list[str]:
 
 
 def _failure_section(rec: ExportRecord, error: BaseException) -> list[str]:
-    from fastonnx.interpreter import source_line
+    from fastonnx.conversion.interpreter import source_line
 
     notes = "".join(f"\n{n}" for n in getattr(error, "__notes__", []))  # where the walker was
     lines = [
@@ -338,7 +338,7 @@ def _verification_section(rec: ExportRecord) -> list[str]:
     infos = rec.stats.get("verify")
     if not infos:
         return []
-    from fastonnx.verdicts import table
+    from fastonnx.diagnostics.verdicts import table
 
     ok = all(i.passed for i in infos)
     return [

@@ -27,8 +27,8 @@ from torch.export.graph_signature import (
 
 from fastonnx.api import new_builder, optimize_level
 from fastonnx.context import ConversionContext
+from fastonnx.conversion.interpreter import Interpreter
 from fastonnx.errors import InputError
-from fastonnx.interpreter import Interpreter
 from fastonnx.opsets import resolve_opset
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult

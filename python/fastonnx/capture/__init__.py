@@ -23,13 +23,13 @@ from typing import Any
 import torch
 import torch.fx.experimental._config as fx_config
 
-from fastonnx import dynamic
-from fastonnx.aliasing import unsupported_mutation
-from fastonnx.detection_capture import traceable_detection_ops
+from fastonnx.capture import dynamic_shapes as dynamic
+from fastonnx.capture.detection import traceable_detection_ops
+from fastonnx.capture.input_tensors import check_no_input_constants, forward_names
+from fastonnx.capture.recurrent import rnn_as_custom_ops
+from fastonnx.capture.transformers_caches import register_transformers_caches
+from fastonnx.conversion.aliasing import unsupported_mutation
 from fastonnx.errors import CaptureError, InputError
-from fastonnx.input_tensors import check_no_input_constants, forward_names
-from fastonnx.recurrent_capture import rnn_as_custom_ops
-from fastonnx.transformers_caches import register_transformers_caches
 
 log = logging.getLogger("fastonnx")
 
@@ -203,7 +203,7 @@ def trace_or_refusal(
     """The real-tensor trace (trace_capture.py), or why it cannot stand for torch.export's capture;
     ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
-    from fastonnx.trace_capture import TraceRefused, trace
+    from fastonnx.capture.trace import TraceRefused, trace
 
     try:
         with TRACE_LOCK:
@@ -216,7 +216,7 @@ def trace_or_refusal(
 
 def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], bool] | None) -> None:
     """Refuses a recorded program that torch.export's capture would convert where this one would not."""
-    from fastonnx.trace_capture import TraceRefused
+    from fastonnx.capture.trace import TraceRefused
 
     if convertible is not None:
         for node in ep.graph.nodes:

@@ -18,21 +18,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.utils._pytree as pytree
 
-from fastonnx.verdicts import (
+from fastonnx.diagnostics.verdicts import (
     Divergence,
     IntermediateVerification,
     NodeCheck,
     VerificationInfo,
     compare,
 )
+from fastonnx.ort_io import to_numpy
 
 if TYPE_CHECKING:
-    from fastonnx.result import ExportResult
+    import onnx
+
+    from fastonnx._core import GraphBuilder
+    from fastonnx.conversion.interpreter import Layout
+    from fastonnx.diagnostics.debug import Trace
+
+
+class ExportResult(Protocol):
+    """What verification reads of an ``fastonnx.ExportResult`` (result.py calls into this module, so
+    this one names the attributes it needs instead of importing the class)."""
+
+    _layout: Layout
+    _builder: GraphBuilder
+    _trace: Trace | None
+    exported_program: Any
+
+    @property
+    def model_proto(self) -> onnx.ModelProto: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def _feeds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, torch.Tensor]: ...
 
 
 # ops whose value is undefined or random: their eager and ONNX values are not expected to match
@@ -143,8 +165,7 @@ def verify_intermediate(
     import onnxruntime
 
     from fastonnx import dtypes
-    from fastonnx.interpreter import source_line
-    from fastonnx.result import _to_numpy
+    from fastonnx.conversion.interpreter import source_line
 
     ep = result.exported_program
     trace = result._trace
@@ -213,7 +234,7 @@ def verify_intermediate(
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
     )
-    feeds = {k: _to_numpy(v) for k, v in result._feeds(args, kwargs).items()}
+    feeds = {k: to_numpy(v) for k, v in result._feeds(args, kwargs).items()}
     wanted = sorted({name for _, name, _ in pairs})
     ort_values = dict(zip(wanted, session.run(wanted, feeds)))
 

@@ -13,9 +13,12 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fastonnx import aliasing, debug, dtypes, dynamic, metadata
+from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
+from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.context import ConversionContext, Value
+from fastonnx.conversion import aliasing, metadata
+from fastonnx.diagnostics import debug
 from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
 from fastonnx.registry import Entry, Registry
 
