@@ -4,7 +4,6 @@
 //! passes run, taken by `alongside` on its thread and by the watch between stages.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use fastonnx_core::functions::{extract_functions, Instance};
 use fastonnx_core::hook::Outcomes;
@@ -83,7 +82,7 @@ impl GraphBuilder {
                 .map_err(|e| watch.error(e));
         };
         // the watch first takes the GIL from `alongside` after its interval
-        watch.last = Some(Instant::now());
+        watch.wait_an_interval();
         let compose = || Python::attach(|py| alongside.call0(py).map(drop));
         let Outcomes { work, beside } = py.detach(|| {
             optimize_model_alongside(model, level, &mut |d, t| watch.step(d, t), compose)

@@ -17,7 +17,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// operation; it is kept and raised unchanged once the operation has cleaned up.
 pub(crate) struct Watch {
     progress: Option<Py<PyAny>>,
-    pub(crate) last: Option<Instant>,
+    last: Option<Instant>,
     raised: Option<PyErr>,
 }
 
@@ -28,6 +28,12 @@ impl Watch {
             last: None,
             raised: None,
         }
+    }
+
+    /// Makes the first look wait an interval from now rather than happen at once (`optimize` leaves
+    /// the GIL to `alongside` at first).
+    pub(crate) fn wait_an_interval(&mut self) {
+        self.last = Some(Instant::now());
     }
 
     pub(crate) fn step(&mut self, done: u64, total: u64) -> fastonnx_core::Result<()> {
