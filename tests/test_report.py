@@ -123,7 +123,7 @@ def test_report_on_success_with_optimization_and_verification(tmp_path) -> None:
         "Verification (onnxruntime vs eager PyTorch)",
     ]
     assert "| `aten.relu.default` | 2 | custom | your custom_converters |" in text
-    assert "| `aten.conv2d.default` | 1 | yes | nn_ops |" in text
+    assert "| `aten.conv2d.default` | 1 | yes | convolution |" in text
     assert "custom converters used: `aten.relu.default`" in text
     for stage in ("capture", "convert", "optimize", "write", "verify"):
         assert re.search(rf"^\| {stage} \| \d+\.\d{{3}} \|$", text, flags=re.M), stage

@@ -7,5 +7,7 @@ package, ``fastonnx.context`` and ``fastonnx.dtypes``, never each other.
   math pieces (log1p, atan2, hypot, signbit);
 - ``shapes``: shape tensors from torch's (symbolic) sizes, slicing, transposes;
 - ``random``: uniform draws and dropout masks at every opset;
+- ``spatial``: torch's window arguments (int or list), unbatched inputs, ConvTranspose with torch's
+  output_padding (convolution, pooling, resampling, pixel rearrangements);
 - ``reductions``: reduced-element counts, NaN-aware reductions, vector norms.
 """

@@ -3,6 +3,7 @@ NaN-propagating Max / Min reductions, and vector norms (also used by the matrix 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,3 +96,23 @@ def vector_norm(
     dtype: torch.dtype | None = None,
 ) -> str:
     return vector_norm_of(ctx, x, ord, dim, keepdim)
+
+
+def axis_norm(ctx: ConversionContext, x: str, p: float, axis: int, keepdims: bool) -> str:
+    """torch.linalg.vector_norm over one axis for p in {0, 1, 2, inf, -inf, other}, in x's own dtype and
+    without NaN propagation: the distances' and embedding_renorm's form (``vector_norm_of`` is
+    linalg.vector_norm's: in opmath, NaN-propagating max / min)."""
+    if p == 2:
+        return ctx.op("Sqrt", reduce(ctx, "ReduceSumSquare", x, [axis], keepdims))
+    if p == 1:
+        return reduce(ctx, "ReduceL1", x, [axis], keepdims)
+    if p == math.inf:
+        return reduce(ctx, "ReduceMax", ctx.op("Abs", x), [axis], keepdims)
+    if p == -math.inf:
+        return reduce(ctx, "ReduceMin", ctx.op("Abs", x), [axis], keepdims)
+    dtype = ctx.dtype(x) or torch.float32
+    if p == 0:
+        nonzero = ctx.cast(ctx.op("Not", ctx.op("Equal", x, ctx.const(0, dtype))), dtype)
+        return reduce(ctx, "ReduceSum", nonzero, [axis], keepdims)
+    powered = ctx.op("Pow", ctx.op("Abs", x), ctx.const(p, dtype))
+    return ctx.op("Pow", reduce(ctx, "ReduceSum", powered, [axis], keepdims), ctx.const(1.0 / p, dtype))

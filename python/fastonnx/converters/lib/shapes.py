@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fastonnx.context import ConversionContext, Value
+from fastonnx.context import ConversionContext, Operand, Value
 
 INT64_MAX = 2**63 - 1
 
@@ -66,6 +66,13 @@ def shape_of(
     if sum(1 for p in found if p is None) > unknown_ok:
         return None
     return ctx.concat_dims([-1 if p is None else p for p in found])
+
+
+def shape_slice(ctx: ConversionContext, x: Operand, start: int, end: int | None = None) -> str:
+    """Shape(x, start[, end]): a piece of x's runtime shape (no end: to the last dim)."""
+    if end is None:
+        return ctx.op("Shape", x, start=start)
+    return ctx.op("Shape", x, start=start, end=end)
 
 
 def slice_axis(ctx: ConversionContext, x: Any, axis: int, start: Any, end: Any, step: int = 1) -> str:
