@@ -9,5 +9,7 @@ package, ``fastonnx.context`` and ``fastonnx.dtypes``, never each other.
 - ``random``: uniform draws and dropout masks at every opset;
 - ``spatial``: torch's window arguments (int or list), unbatched inputs, ConvTranspose with torch's
   output_padding (convolution, pooling, resampling, pixel rearrangements);
-- ``reductions``: reduced-element counts, NaN-aware reductions, vector norms.
+- ``reductions``: reduced-element counts, NaN-aware reductions, vector norms;
+- ``matrices``: the unrolled matrix algorithms' building blocks (static sizes, row / column slices,
+  masks, LAPACK's info, LU with partial pivoting, triangular substitution, the LU inverse).
 """
