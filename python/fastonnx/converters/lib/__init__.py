@@ -11,5 +11,6 @@ package, ``fastonnx.context`` and ``fastonnx.dtypes``, never each other.
   output_padding (convolution, pooling, resampling, pixel rearrangements);
 - ``reductions``: reduced-element counts, NaN-aware reductions, vector norms;
 - ``matrices``: the unrolled matrix algorithms' building blocks (static sizes, row / column slices,
-  masks, LAPACK's info, LU with partial pivoting, triangular substitution, the LU inverse).
+  masks, LAPACK's info, LU with partial pivoting, triangular substitution, the LU inverse);
+- ``float_math``: float formulas in one dtype and float Loops, for the special functions.
 """
