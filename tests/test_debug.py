@@ -118,10 +118,10 @@ def test_verbose_prints_stages_on_stderr_when_nothing_handles_the_logger(tmp_pat
 
 
 def test_graph_error_outside_any_node_carries_the_stage_and_builder(monkeypatch, tmp_path) -> None:
-    from fastonnx import api
+    from fastonnx.pipeline import options
 
     # an optimization level the Rust side refuses: a GraphError raised by optimize, after every node
-    monkeypatch.setitem(api._OPTIMIZE_LEVELS, True, "bogus")
+    monkeypatch.setitem(options.OPTIMIZE_LEVELS, True, "bogus")
     path = tmp_path / "r.md"
     with pytest.raises(fastonnx.GraphError, match="unknown optimization level") as info:
         fastonnx.to_onnx(Small(), (torch.randn(3),), report=path)

@@ -13,6 +13,7 @@ traces runs under :data:`TRACE_LOCK`; conversion and writing do not take it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import threading
@@ -62,18 +63,42 @@ _TRAINING_SENSITIVE = (
 )
 
 
+@dataclasses.dataclass
+class CaptureInfo:
+    """What a capture found: the path that ran and why, and what it changed of the user's request."""
+
+    path: str = "export"  # "trace" or "export"
+    trace_refused: str | None = None  # why the trace did not run, when it could have
+    training_mode: bool = False
+    dynamic_shapes_refined: list[str] | None = None  # torch's fixes, when the first try was refused
+    decompositions: int | None = None  # entries of the user's table applied
+    functionalized: str | None = None  # why run_decompositions({}) ran
+
+    def stats(self) -> dict[str, Any]:
+        """The keys to_onnx's ``stats`` holds for the capture (unset ones left out)."""
+        found: dict[str, Any] = {"capture": self.path}
+        if self.trace_refused is not None:
+            found["trace_refused"] = self.trace_refused
+        if self.training_mode:
+            found["training_mode"] = True
+        for key in ("dynamic_shapes_refined", "decompositions", "functionalized"):
+            if getattr(self, key) is not None:
+                found[key] = getattr(self, key)
+        return found
+
+
 def capture(
     model: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
-    stats: dict[str, Any],
+    *,
     requested: dynamic.Requested | None = None,
     strict_dynamic: bool = True,
     how: str = "auto",
     needs_export: str | None = None,
     convertible: Callable[[Any], bool] | None = None,
-) -> torch.export.ExportedProgram:
+) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
     (``dynamic.normalize``), checked against what torch.export made of them.
 
@@ -82,13 +107,13 @@ def capture(
     ``how="auto"`` traces an nn.Module without ``dynamic_shapes``, in training mode only when no
     dropout or norm layer trains, and ``needs_export`` None (what else the caller was asked for that
     needs torch.export's program, see api.py); otherwise, and where the trace refuses, it uses
-    torch.export with an INFO log only. ``stats["capture"]`` says which ran, ``stats["trace_refused"]``
-    why the trace was not used."""
+    torch.export with an INFO log only. The CaptureInfo says which ran and why the trace did not."""
     if how not in CAPTURES:
         raise InputError(f"capture must be one of {', '.join(map(repr, CAPTURES))}, got {how!r}")
+    info = CaptureInfo()
     quiet = how == "auto"
     if quiet:
-        how = _auto(model, dynamic_shapes, needs_export, stats)
+        how, info.trace_refused = _auto(model, dynamic_shapes, needs_export)
     if how == "trace":
         if isinstance(model, torch.export.ExportedProgram):
             raise InputError(
@@ -100,21 +125,20 @@ def capture(
                 "capture='trace' records one run on the example inputs, so every size is fixed: it "
                 "cannot honour dynamic_shapes; use capture='auto' (the default) or 'export' for dynamic shapes"
             )
-    stats["capture"] = "export"
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
             raise InputError(
                 "dynamic_shapes was given with an ExportedProgram: its shapes were fixed when it was "
                 "exported; pass dynamic_shapes to torch.export.export instead"
             )
-        return model
+        return model, info
     if not isinstance(model, torch.nn.Module):
         raise InputError(
             f"model must be a torch.nn.Module or a torch.export.ExportedProgram, got {type(model).__name__}"
         )
     if model.training:
         # torch.export traces what the module does now; only dropout and norms behave differently
-        stats["training_mode"] = True
+        info.training_mode = True
         sensitive = _training_layers(model)
         if sensitive:
             warnings.warn(
@@ -124,12 +148,15 @@ def capture(
             )
     names = forward_names(model, len(args), kwargs or {})
     if how == "trace":
-        traced = _trace(model, args, kwargs or {}, stats, quiet, convertible)
-        if traced is not None:
+        traced = trace_or_refusal(model, args, kwargs or {}, convertible)
+        if not isinstance(traced, str):
             check_no_input_constants(traced, args, kwargs or {}, names)
-            return traced
+            info.path = "trace"
+            return traced, info
+        _log_refusal(model, traced, quiet)
+        info.trace_refused = traced
     with TRACE_LOCK:
-        ep, reason = _export_refined(model, args, kwargs, dynamic_shapes, stats)
+        ep, reason, info.dynamic_shapes_refined = _export_refined(model, args, kwargs, dynamic_shapes)
     check_no_input_constants(ep, args, kwargs or {}, names)
     fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
     if fixed and strict_dynamic:
@@ -141,14 +168,14 @@ def capture(
             f"example input whose size there is not special, or pass strict_dynamic=False to export with "
             f"the fixed size (with a warning)"
         )
-    return ep
+    return ep, info
 
 
-def _auto(model: Any, dynamic_shapes: Any, needs_export: str | None, stats: dict[str, Any]) -> str:
-    """What capture="auto" runs: "trace" (falling back to torch.export quietly) or "export"
-    (``stats["trace_refused"]`` and an INFO log say why, when the model could have been traced)."""
+def _auto(model: Any, dynamic_shapes: Any, needs_export: str | None) -> tuple[str, str | None]:
+    """What capture="auto" runs: "trace" (falling back to torch.export quietly) or "export", with why
+    (also logged at INFO level) when the model could have been traced."""
     if not isinstance(model, torch.nn.Module):
-        return "export"  # an ExportedProgram is captured already; anything else is an error below
+        return "export", None  # an ExportedProgram is captured already; anything else is an error below
     reason = needs_export
     if dynamic_shapes is not None:
         reason = "dynamic_shapes were given: a trace fixes every size"
@@ -157,10 +184,9 @@ def _auto(model: Any, dynamic_shapes: Any, needs_export: str | None, stats: dict
         # training IR op: torch.export keeps what the converters know of a model in training mode
         reason = f"the model is in training mode with {', '.join(_training_layers(model))} training"
     if reason is None:
-        return "trace"
+        return "trace", None
     log.info("capture='auto' uses torch.export for %s: %s", type(model).__name__, reason)
-    stats["trace_refused"] = reason
-    return "export"
+    return "export", reason
 
 
 def _training_layers(model: torch.nn.Module) -> list[str]:
@@ -169,29 +195,16 @@ def _training_layers(model: torch.nn.Module) -> list[str]:
     )
 
 
-def _trace(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    stats: dict[str, Any],
-    quiet: bool = False,
-    convertible: Callable[[Any], bool] | None = None,
-) -> torch.export.ExportedProgram | None:
-    """The real-tensor trace, or None (logged, ``stats["trace_refused"]``) where it cannot stand for
-    torch.export's capture: a warning when the trace was asked for, an INFO line under "auto"."""
-    traced = trace_or_refusal(model, args, kwargs, convertible)
-    if isinstance(traced, str):
-        log.log(
-            logging.INFO if quiet else logging.WARNING,
-            "capture=%r refused %s, capturing with torch.export instead: %s",
-            "auto" if quiet else "trace",
-            type(model).__name__,
-            traced,
-        )
-        stats["trace_refused"] = traced
-        return None
-    stats["capture"] = "trace"
-    return traced
+def _log_refusal(model: torch.nn.Module, reason: str, quiet: bool) -> None:
+    """Where the trace cannot stand for torch.export's capture: a warning when the trace was asked
+    for, an INFO line under "auto"."""
+    log.log(
+        logging.INFO if quiet else logging.WARNING,
+        "capture=%r refused %s, capturing with torch.export instead: %s",
+        "auto" if quiet else "trace",
+        type(model).__name__,
+        reason,
+    )
 
 
 def trace_or_refusal(
@@ -243,15 +256,15 @@ def _export_refined(
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
-    stats: dict[str, Any],
-) -> tuple[torch.export.ExportedProgram, str | None]:
+) -> tuple[torch.export.ExportedProgram, str | None, list[str] | None]:
     """torch.export, and once more with torch's suggested dynamic shapes when it refuses the user's.
 
-    Returns the program and, after a refinement, torch's explanation of why the shapes were changed.
+    Returns the program and, after a refinement, torch's explanation of why the shapes were changed
+    and the fixes applied.
     """
     name = type(model).__name__
     try:
-        return _export(model, args, kwargs, dynamic_shapes), None
+        return _export(model, args, kwargs, dynamic_shapes), None, None
     except Exception as e:  # torch raises many types; its message is what the user needs
         message = getattr(e, "msg", None) or str(e)
         refined = dynamic.refine(message, dynamic_shapes) if "Constraints violated" in message else None
@@ -271,8 +284,7 @@ def _export_refined(
             f"torch.export.export failed on {name}: {first}\nand failed again with its suggested fixes "
             f"({'; '.join(fixes)}): {e}"
         ) from e
-    stats["dynamic_shapes_refined"] = fixes
-    return ep, message.split("\nThe error above occurred")[0]
+    return ep, message.split("\nThe error above occurred")[0], fixes
 
 
 @contextlib.contextmanager
@@ -293,9 +305,10 @@ def functionalization_reason(ep: torch.export.ExportedProgram) -> str | None:
 
 
 def prepare(
-    ep: torch.export.ExportedProgram, decompositions: Any, stats: dict[str, Any]
-) -> torch.export.ExportedProgram:
-    """Apply the user's decomposition table, then functionalize if rebinding cannot be trusted."""
+    ep: torch.export.ExportedProgram, decompositions: Any, info: CaptureInfo
+) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
+    """Apply the user's decomposition table, then functionalize if rebinding cannot be trusted; the
+    CaptureInfo returned says what was done."""
     if decompositions is not None:
         if not isinstance(decompositions, dict):
             raise InputError(
@@ -303,13 +316,13 @@ def prepare(
             )
         with TRACE_LOCK, size_oblivious(_has_symbolic_inputs(ep)):
             ep = ep.run_decompositions(decompositions)
-        stats["decompositions"] = len(decompositions)
+        info = dataclasses.replace(info, decompositions=len(decompositions))
     reason = functionalization_reason(ep)
     if reason is not None:
         with TRACE_LOCK, size_oblivious(_has_symbolic_inputs(ep)):
             ep = ep.run_decompositions({})
-        stats["functionalized"] = reason
-    return ep
+        info = dataclasses.replace(info, functionalized=reason)
+    return ep, info
 
 
 def _has_symbolic_inputs(ep: torch.export.ExportedProgram) -> bool:

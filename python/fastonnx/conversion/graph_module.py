@@ -9,7 +9,6 @@ call spec), so the walker is shared and nothing here walks the graph itself.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -25,11 +24,10 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from fastonnx.api import new_builder, optimize_level
-from fastonnx.context import ConversionContext
-from fastonnx.conversion.interpreter import Interpreter
 from fastonnx.errors import InputError
 from fastonnx.opsets import resolve_opset
+from fastonnx.pipeline import stages
+from fastonnx.pipeline.options import ExportOptions, new_builder, optimize_level
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 
@@ -106,30 +104,13 @@ def graph_module_to_onnx(
         raise InputError(
             f"got {len(example_inputs)} example inputs, the GraphModule has {len(placeholders)} placeholders"
         )
-    opset = resolve_opset(opset)
-    stats: dict[str, Any] = {"opset": opset}
-    t0 = time.perf_counter()
-    builder = new_builder(opset)
-    ctx = ConversionContext(builder, opset)
-    program = GraphProgram(gm)
+    options = ExportOptions(opset=resolve_opset(opset), level=level, custom_converters=custom_converters)
+    program = cast(torch.export.ExportedProgram, GraphProgram(gm))  # has every attribute the walker reads
     vals = tuple(n.meta["val"] for n in placeholders)
-    # GraphProgram has every attribute of an ExportedProgram that the Interpreter reads
-    interp = Interpreter(
-        cast(torch.export.ExportedProgram, program),
-        ctx,
-        Registry(custom_converters),
-        None,
-        None,
-        (vals, {}),
-        {},
+    builder = new_builder(options.opset)
+    converted = stages.convert(
+        program, builder, (vals, {}), {}, options, Registry(custom_converters), program=False
     )
-    with torch.no_grad():
-        layout = interp.run()
-    t1 = time.perf_counter()
-    stats["convert_s"] = t1 - t0
-    stats["fx_nodes"] = len(gm.graph.nodes)
-    stats["optimize"] = interp.optimize(level)
-    stats["optimize_s"] = time.perf_counter() - t1
-    stats["nodes"] = builder.num_nodes
-    stats["initializers"] = builder.num_initializers
-    return ExportResult(builder, layout, None, None, stats)
+    optimized = stages.optimize(converted, None, options)
+    stats = {"opset": options.opset, **converted.stats(), **optimized.stats()}
+    return ExportResult(builder, converted.layout, None, None, stats)

@@ -466,14 +466,11 @@ class Interpreter:
 
     def optimize(self, level: str, progress: Callable[[int, int], object] | None = None) -> dict[str, int]:
         """The builder's passes at ``level``, with the node metadata (``metadata.Scopes.compose``)
-        composed alongside them: on a second thread, while the passes run on this one without the GIL,
-        so that on a machine with a second core the metadata costs no wall time. (Not while the
-        weights are written: that keeps both cores busy, transposing on one thread and writing on
-        another; composing there cost 64x256 +18 ms, here +3 ms, issue 13.) The passes have not
-        decided yet which nodes survive, so every scope with a node is composed; ``stats["metadata_s"]`` is the
-        time that took (overlapping the passes). The metadata of inputs, initializers and the graph is
-        composed there too and given to the builder after the passes; the nodes are then named from
-        their scopes."""
+        composed alongside them: on a second thread, while the passes run on this one without the GIL.
+        The passes have not decided yet which nodes survive, so every scope with a node is composed;
+        ``self.metadata_s`` is the time that took (overlapping the passes). The metadata of inputs,
+        initializers and the graph is composed there too and given to the builder after the passes;
+        the nodes are then named from their scopes."""
         scopes = self.scopes
         if scopes is None:
             return self._top.optimize(level, progress)

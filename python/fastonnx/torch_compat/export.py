@@ -16,8 +16,9 @@ from typing import IO, Any, Literal
 
 import torch
 
-from fastonnx.api import _check_writable, _verbose_logging, to_onnx
+from fastonnx.api import _verbose_logging, to_onnx
 from fastonnx.errors import InputError
+from fastonnx.pipeline.options import check_writable
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
 from fastonnx.torch_compat.program import ONNXProgram, write
@@ -220,7 +221,7 @@ def _export(
             f"f must be a path, an os.PathLike, a binary file object or None, got {type(f).__name__}"
         )
     if isinstance(f, (str, os.PathLike)):
-        _check_writable(os.fspath(f))  # before the (long) capture, as to_onnx does
+        check_writable(os.fspath(f))  # before the (long) capture, as to_onnx does
     output_axes: axes_mod.AxisNames = {}
     if dynamic_axes:
         if not isinstance(model, torch.nn.Module):

@@ -1,0 +1,100 @@
+"""The options of one export, checked once: what ``to_onnx``'s keywords mean, as the stages read them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastonnx._core import GraphBuilder
+from fastonnx.conversion import functions as local_functions
+from fastonnx.errors import InputError
+from fastonnx.opsets import ir_version_for, resolve_opset
+from fastonnx.weights import checkpoints
+
+OPTIMIZE_LEVELS = {False: "none", True: "default", "onnxruntime": "onnxruntime"}
+"""to_onnx(optimize=...) -> the builder's optimize level"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """to_onnx's keywords, validated and resolved (the opset a number, optimize a level, the
+    checkpoint's shards listed); the stages read nothing else of the call."""
+
+    opset: int
+    level: str
+    filename: str | None = None
+    external_data: bool | None = None
+    input_names: Sequence[str] | None = None
+    output_names: Sequence[str] | None = None
+    custom_converters: dict[Any, Callable[..., Any]] | None = None
+    decompositions: dict[Any, Callable[..., Any]] | None = None
+    dynamic_shapes: Any = None
+    strict_dynamic: bool = True
+    metadata: bool = True
+    durable: bool = False
+    progress: bool | None = None
+    shards: list[str] | None = None
+    cast_weights: bool = False
+    functions: local_functions.Selection = False
+    capture: str = "auto"
+
+    @classmethod
+    def from_keywords(
+        cls,
+        *,
+        opset: int | None,
+        optimize: bool | str,
+        filename: str | os.PathLike[str] | None,
+        weights: checkpoints.Weights | None,
+        metadata: bool,
+        export_modules_as_functions: local_functions.Selection,
+        **rest: Any,
+    ) -> ExportOptions:
+        """Every check that can fail before the (long) capture: a bad value is an InputError here."""
+        if not isinstance(metadata, bool):
+            raise InputError(f"metadata must be True or False, got {metadata!r}")
+        local_functions.class_filter(export_modules_as_functions)  # a bad selection fails before the capture
+        path = os.fspath(filename) if filename is not None else None
+        if path is not None:
+            check_writable(path)
+        shards = None
+        if weights is not None:
+            if path is None:
+                raise InputError("weights= references a checkpoint from the written file: give filename too")
+            shards = checkpoints.shard_files(weights)
+        return cls(
+            opset=resolve_opset(opset),
+            level=optimize_level(optimize),
+            filename=path,
+            metadata=metadata,
+            shards=shards,
+            functions=export_modules_as_functions,
+            **rest,
+        )
+
+
+def optimize_level(optimize: bool | str) -> str:
+    """The builder's optimize level for to_onnx's (and graph_module_to_onnx's) ``optimize``."""
+    if optimize not in OPTIMIZE_LEVELS:
+        raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
+    return OPTIMIZE_LEVELS[optimize]
+
+
+def check_writable(path: str) -> None:
+    """Fail before the (long) conversion when the file could not be written anyway."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"cannot write {path!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"cannot write {path!r}: folder {folder!r} is not writable")
+    if os.path.isdir(path):
+        raise InputError(f"cannot write {path!r}: it is a folder")
+
+
+def new_builder(opset: int) -> GraphBuilder:
+    """An empty graph at ``opset`` (its IR version), fastonnx's version as producer."""
+    from fastonnx._core import __version__
+
+    return GraphBuilder(opset, ir_version_for(opset), producer_version=__version__)
