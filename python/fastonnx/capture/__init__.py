@@ -102,11 +102,11 @@ def capture(
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
     (``dynamic.normalize``), checked against what torch.export made of them.
 
-    ``how="trace"`` records the model's aten ops on the real inputs instead (trace_capture.py), and
+    ``how="trace"`` records the model's aten ops on the real inputs instead (trace.py), and
     falls back to torch.export with a warning where that could differ from torch.export's capture.
     ``how="auto"`` traces an nn.Module without ``dynamic_shapes``, in training mode only when no
     dropout or norm layer trains, and ``needs_export`` None (what else the caller was asked for that
-    needs torch.export's program, see api.py); otherwise, and where the trace refuses, it uses
+    needs torch.export's program: pipeline.stages.needs_export); otherwise, and where the trace refuses, it uses
     torch.export with an INFO log only. The CaptureInfo says which ran and why the trace did not."""
     if how not in CAPTURES:
         raise InputError(f"capture must be one of {', '.join(map(repr, CAPTURES))}, got {how!r}")
@@ -114,6 +114,33 @@ def capture(
     quiet = how == "auto"
     if quiet:
         how, info.trace_refused = _auto(model, dynamic_shapes, needs_export)
+    _check_request(model, how, dynamic_shapes)
+    if isinstance(model, torch.export.ExportedProgram):
+        return model, info
+    if model.training:
+        # torch.export traces what the module does now; only dropout and norms behave differently
+        info.training_mode = True
+        _warn_training(model)
+    names = forward_names(model, len(args), kwargs or {})
+    if how == "trace":
+        traced = trace_or_refusal(model, args, kwargs or {}, convertible)
+        if not isinstance(traced, str):
+            check_no_input_constants(traced, args, kwargs or {}, names)
+            info.path = "trace"
+            return traced, info
+        _log_refusal(model, traced, quiet)
+        info.trace_refused = traced
+    with TRACE_LOCK:
+        ep, reason, info.dynamic_shapes_refined = _export_refined(model, args, kwargs, dynamic_shapes)
+    check_no_input_constants(ep, args, kwargs or {}, names)
+    fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
+    if fixed and strict_dynamic:
+        raise _specialised_error(fixed, reason)
+    return ep, info
+
+
+def _check_request(model: Any, how: str, dynamic_shapes: Any) -> None:
+    """The combinations of model, capture and dynamic_shapes that cannot be honoured."""
     if how == "trace":
         if isinstance(model, torch.export.ExportedProgram):
             raise InputError(
@@ -131,44 +158,31 @@ def capture(
                 "dynamic_shapes was given with an ExportedProgram: its shapes were fixed when it was "
                 "exported; pass dynamic_shapes to torch.export.export instead"
             )
-        return model, info
-    if not isinstance(model, torch.nn.Module):
+    elif not isinstance(model, torch.nn.Module):
         raise InputError(
             f"model must be a torch.nn.Module or a torch.export.ExportedProgram, got {type(model).__name__}"
         )
-    if model.training:
-        # torch.export traces what the module does now; only dropout and norms behave differently
-        info.training_mode = True
-        sensitive = _training_layers(model)
-        if sensitive:
-            warnings.warn(
-                f"{type(model).__name__} is in training mode: it is exported as traced, with "
-                f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
-                stacklevel=3,
-            )
-    names = forward_names(model, len(args), kwargs or {})
-    if how == "trace":
-        traced = trace_or_refusal(model, args, kwargs or {}, convertible)
-        if not isinstance(traced, str):
-            check_no_input_constants(traced, args, kwargs or {}, names)
-            info.path = "trace"
-            return traced, info
-        _log_refusal(model, traced, quiet)
-        info.trace_refused = traced
-    with TRACE_LOCK:
-        ep, reason, info.dynamic_shapes_refined = _export_refined(model, args, kwargs, dynamic_shapes)
-    check_no_input_constants(ep, args, kwargs or {}, names)
-    fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
-    if fixed and strict_dynamic:
-        where = "; ".join(f"input {path!r} axis {axis} to {size}" for path, axis, size in fixed)
-        why = f" torch.export said:\n{reason}\n" if reason else " "
-        raise CaptureError(
-            f"dynamic_shapes asked for dynamic dims that torch.export specialised: {where}: the ONNX model "
-            f"would only accept that size there.{why}Make the model's code keep the dim symbolic, give an "
-            f"example input whose size there is not special, or pass strict_dynamic=False to export with "
-            f"the fixed size (with a warning)"
+
+
+def _warn_training(model: torch.nn.Module) -> None:
+    sensitive = _training_layers(model)
+    if sensitive:
+        warnings.warn(
+            f"{type(model).__name__} is in training mode: it is exported as traced, with "
+            f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
+            stacklevel=6,  # _warn_training, capture, stages.capture, pipeline.run, to_onnx: the caller
         )
-    return ep, info
+
+
+def _specialised_error(fixed: list[tuple[str, int, int]], reason: str | None) -> CaptureError:
+    where = "; ".join(f"input {path!r} axis {axis} to {size}" for path, axis, size in fixed)
+    why = f" torch.export said:\n{reason}\n" if reason else " "
+    return CaptureError(
+        f"dynamic_shapes asked for dynamic dims that torch.export specialised: {where}: the ONNX model "
+        f"would only accept that size there.{why}Make the model's code keep the dim symbolic, give an "
+        f"example input whose size there is not special, or pass strict_dynamic=False to export with "
+        f"the fixed size (with a warning)"
+    )
 
 
 def _auto(model: Any, dynamic_shapes: Any, needs_export: str | None) -> tuple[str, str | None]:
