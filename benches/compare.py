@@ -27,9 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
-import memory
-from model_zoo import Logits
-from model_zoo import ladder_llama as llama
+from support import memory
+from support.model_zoo import Logits
+from support.model_zoo import ladder_llama as llama
 
 LADDER = ["2x256", "16x256", "64x256", "16x1024", "16x2048"]
 

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
-from model_zoo import Logits, with_calibrated_batchnorm
+from support.model_zoo import Logits, with_calibrated_batchnorm
 
 BACKENDS = ("eager", "fastonnx", "inductor")
 

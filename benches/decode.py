@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import fastonnx
 import ledger
 from fastonnx.capture.transformers_caches import register_transformers_caches
-from model_zoo import DecodeStep
+from support.model_zoo import DecodeStep
 
 HIDDEN, HEADS, KV_HEADS, VOCAB = 1024, 16, 4, 32000
 

@@ -20,7 +20,7 @@ import fastonnx
 from fastonnx.capture.detection import traceable_detection_ops
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from model_zoo import with_random_batchnorm_stats
+from support.model_zoo import with_random_batchnorm_stats
 
 MODELS = {"fasterrcnn_mobilenet_v3_large_320_fpn": 300.0, "retinanet_resnet50_fpn": 1.0}
 OPSET = 20

@@ -59,14 +59,14 @@ def _builders() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]]:
         return torch.randint(0, 256, (2, 32), generator=g), torch.ones(2, 32, dtype=torch.int64)
 
     def llama() -> tuple[Any, tuple[Any, ...]]:
-        from model_zoo import Logits, tiny_llama
+        from support.model_zoo import Logits, tiny_llama
 
         return Logits(tiny_llama(layers=2, hidden=64)), text()
 
     def bert() -> tuple[Any, tuple[Any, ...]]:
         from transformers import BertConfig, BertModel
 
-        from model_zoo import Field
+        from support.model_zoo import Field
 
         torch.manual_seed(0)  # BERT base's width, 2 of its 12 layers
         return Field(BertModel(BertConfig(num_hidden_layers=2)).eval(), "last_hidden_state"), text()
@@ -74,7 +74,7 @@ def _builders() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]]:
     def ladder() -> tuple[Any, tuple[Any, ...]]:
         # the first rung of compare.py's Llama ladder, from model_zoo: compare.py imports fastonnx,
         # which would hide fastonnx's import from the timing
-        from model_zoo import Logits, ladder_llama
+        from support.model_zoo import Logits, ladder_llama
 
         torch.manual_seed(0)
         model = ladder_llama(2, 256)

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
-from model_zoo import Field
+from support.model_zoo import Field
 
 # 20: the opset most deployments pin; 23: where ONNX gained Attention, RMSNormalization and
 # RotaryEmbedding, which both exporters then use at their standard level
@@ -89,7 +89,7 @@ def vit() -> tuple[torch.nn.Module, tuple]:
 def resnet50() -> tuple[torch.nn.Module, tuple]:
     import torchvision
 
-    from model_zoo import with_random_batchnorm_stats
+    from support.model_zoo import with_random_batchnorm_stats
 
     torch.manual_seed(0)
     model = with_random_batchnorm_stats(torchvision.models.resnet50(weights=None)).eval()

@@ -120,7 +120,7 @@ def run_variant(variant: str, ckpt: str, out: str, layers: int) -> dict[str, Any
     import torch
 
     import fastonnx
-    from model_zoo import Logits
+    from support.model_zoo import Logits
 
     t0 = time.perf_counter()
     model = meta_model(layers)

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fastonnx
 from ledger import machine, median, table, write_section
-from model_zoo import Logits, ladder_llama
+from support.model_zoo import Logits, ladder_llama
 
 LEVELS = {"standard": True, "onnxruntime": "onnxruntime"}
 

@@ -127,7 +127,7 @@ def durable_cost(name: str, runs: int, folder: str) -> dict[str, Any]:
 
     import fastonnx
     from compare import llama, settle, weights_bytes
-    from model_zoo import Logits
+    from support.model_zoo import Logits
 
     layers, hidden = (int(v) for v in name.split("x"))
     model = Logits(llama(layers, hidden))

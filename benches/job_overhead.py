@@ -46,7 +46,7 @@ LADDER = ("2x256", "16x256")
 def _builders() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]]:
     import torch
 
-    from model_zoo import TRANSFORMERS_MODELS, Logits
+    from support.model_zoo import TRANSFORMERS_MODELS, Logits
 
     def tv(name: str) -> tuple[Any, tuple[Any, ...]]:
         import torchvision

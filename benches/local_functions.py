@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import fastonnx
 import ledger
-from model_zoo import Logits
-from model_zoo import ladder_llama as llama
+from support.model_zoo import Logits
+from support.model_zoo import ladder_llama as llama
 
 LADDER = ["16x256", "64x256"]
 VARIANTS = ("flat", "functions")

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import fastonnx
 import ledger
 from compare import llama, settle
-from model_zoo import Logits
+from support.model_zoo import Logits
 
 LADDER = ["2x256", "16x256", "64x256", "16x1024"]
 

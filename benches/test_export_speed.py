@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import fastonnx
-from model_zoo import Field, Logits, tiny_bert, tiny_llama, with_random_batchnorm_stats
+from support.model_zoo import Field, Logits, tiny_bert, tiny_llama, with_random_batchnorm_stats
 
 
 def _text() -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,7 @@ output: a Llama, a CNN, torch.cond, and every model of the transformers suite.
 
 The other checkout needs its extension built (``python/fastonnx/_core.abi3.so``; a git worktree of an
 older commit with ``cargo build --release -p fastonnx-python`` and the library copied there). Both
-builds export the same models in fresh processes, with the same ``tests/model_zoo.py`` (stack traces
+builds export the same models in fresh processes, with the same ``tests/support/model_zoo.py`` (stack traces
 name its file; the checkouts' own paths are normalised); exits 1 naming each file that differs.
 """
 
@@ -27,7 +27,7 @@ EXPORT_MODELS = textwrap.dedent(
     import sys
     import torch
     import fastonnx
-    from model_zoo import SmallCNN, tiny_llama, with_random_batchnorm_stats
+    from support.model_zoo import SmallCNN, tiny_llama, with_random_batchnorm_stats
 
     folder = sys.argv[1]
     torch.manual_seed(1)
@@ -44,8 +44,8 @@ EXPORT_MODELS = textwrap.dedent(
 
     fastonnx.to_onnx(Cond(), (torch.rand(4),), filename=f"{folder}/cond.onnx", optimize=False)
 
-    # every static-shape model of the transformers suite (tests/export_check.py's), default capture
-    from model_zoo import TRANSFORMERS_MODELS
+    # every static-shape model of the transformers suite (tests/support/export_check.py's), default capture
+    from support.model_zoo import TRANSFORMERS_MODELS
 
     for name, build in TRANSFORMERS_MODELS.items():
         model, args = build()

@@ -1,7 +1,7 @@
 """Writes python/fastonnx/converters/_generated_index.py: which family holds the converter of which op.
 
 The registry reads the index to import only the families a graph uses. Run this after adding or
-removing a converter; tests/test_registry.py fails while the index is out of date.
+removing a converter; tests/conversion/test_registry.py fails while the index is out of date.
 
     python scripts/converter_index.py          # rewrite the index
     python scripts/converter_index.py --check  # exit 1 when it is out of date

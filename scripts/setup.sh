@@ -16,6 +16,6 @@ fi
 # constraints.txt pins the tested versions; pyproject.toml declares the ranges. pip skips what is
 # already installed at the pinned version, so a reused environment costs only the Rust build.
 python -m pip install -q -c constraints.txt "maturin>=1.9,<2"
-# clients: ultralytics + onnxslim for tests/test_clients.py (~145 MB of wheels, mostly opencv and polars)
+# clients: ultralytics + onnxslim for tests/models/test_clients.py (~145 MB of wheels, mostly opencv and polars)
 python -m pip install -q -c constraints.txt -e ".[test,bench,clients]"
 python examples/quickstart.py

@@ -42,7 +42,7 @@ def sweep_op(
 
     import torch
 
-    import opinfo_harness as h
+    from support import opinfo_harness as h
 
     warnings.filterwarnings("ignore")
     dtype = getattr(torch, dtype_name)
@@ -217,7 +217,7 @@ def main() -> None:
     opsets = tuple(int(o) for o in a.opsets.split(","))
     import torch
 
-    import opinfo_harness as h
+    from support import opinfo_harness as h
 
     db = h.op_db_by_name()
     # backward ops are out of scope: torch.export of inference graphs never emits them

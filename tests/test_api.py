@@ -7,7 +7,7 @@ import onnxruntime
 import torch
 
 import fastonnx
-from model_zoo import MLP
+from support.model_zoo import MLP
 
 
 def test_stats_report_every_stage(tmp_path) -> None:

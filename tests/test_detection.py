@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
+from support.export_check import ENDS, Fn, check_export
 
 torchvision = pytest.importorskip("torchvision")
 ops = torchvision.ops

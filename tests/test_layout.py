@@ -56,7 +56,12 @@ def test_no_import_cycles() -> None:
 # the names users import: fastonnx.* and the module paths the docs, pyproject and earlier releases name
 PUBLIC_PATHS = {
     "fastonnx.capture": ["TRACE_LOCK", "CAPTURES", "register_pytree_types"],
-    "fastonnx.compile_backend": ["fastonnx_backend", "fastonnx_debug_backend", "register_by_name", "default_backend"],
+    "fastonnx.compile_backend": [
+        "fastonnx_backend",
+        "fastonnx_debug_backend",
+        "register_by_name",
+        "default_backend",
+    ],
     "fastonnx.context": ["ConversionContext"],
     "fastonnx.registry": ["Registry"],
     "fastonnx.interrupt": ["sigterm_as_interrupt"],

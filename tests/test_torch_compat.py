@@ -279,7 +279,7 @@ def test_dump_exported_program_goes_to_artifacts_dir(tmp_path):
 
 def test_verbose_logs_the_export(caplog):
     # verbose=True is to_onnx's (one format; stderr only when no handler shows the logger, which
-    # tests/test_debug.py checks in a fresh process)
+    # tests/diagnostics/test_debug.py checks in a fresh process)
     with caplog.at_level(logging.DEBUG, logger="fastonnx"):
         fastonnx.export(TwoOut().eval(), _inputs(), verbose=True, dynamo=False)
     messages = [r.getMessage() for r in caplog.records if r.name == "fastonnx"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastonnx.errors import OpsetError
 
 MIN_OPSET = 17
-# The newest opset the pinned onnxruntime (1.31) loads; tests/test_opsets.py guards it.
+# The newest opset the pinned onnxruntime (1.31) loads; tests/conversion/test_opsets.py guards it.
 MAX_OPSET = 26
 # The official exporter's default, so that files are interchangeable by default.
 DEFAULT_OPSET = 20

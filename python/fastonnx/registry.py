@@ -173,7 +173,7 @@ class _Families:
 
     ``converters._generated_index`` says which family holds which key, so that an export imports only the
     families its graph uses. A key missing from the index (a converter added without regenerating
-    it) loads every family once, so it is still found; ``tests/test_registry.py`` fails until the index
+    it) loads every family once, so it is still found; ``tests/conversion/test_registry.py`` fails until the index
     is regenerated.
     """
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-import export_check
+from support import export_check
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from export_check import Fn, check_export
-from opinfo_harness import op_db_by_name, samples
+from support.export_check import Fn, check_export
+from support.opinfo_harness import op_db_by_name, samples
 
 View = Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]
 

@@ -7,8 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from export_check import ENDS, check_export
-from opinfo_harness import PASS, assert_op_converts, check_sample, ci_sample_limit, op_db_by_name, samples
+from support.export_check import ENDS, check_export
+from support.opinfo_harness import (
+    PASS,
+    assert_op_converts,
+    check_sample,
+    ci_sample_limit,
+    op_db_by_name,
+    samples,
+)
 
 
 def _deterministic_samples(op_name: str, dtype: torch.dtype) -> list:

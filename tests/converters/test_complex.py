@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 FFT_OPS = [
     "fft.fft",

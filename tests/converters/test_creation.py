@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, check_export
-from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
+from support.export_check import ENDS, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "arange", "linspace", "eye", "full", "zeros", "ones", "new_full", "new_zeros", "new_ones",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export_check import check_export
+from support.export_check import check_export
 
 SETTINGS = [  # output_size, kernel_size, dilation, padding, stride
     ((4, 5), 2, 1, 0, 1),

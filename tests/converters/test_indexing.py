@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "__getitem__", "index_put", "gather", "take_along_dim", "take", "index_select", "scatter",

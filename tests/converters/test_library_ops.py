@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export_check import ENDS, Fn, check_export
+from support.export_check import ENDS, Fn, check_export
 
 
 @pytest.mark.parametrize("offsets", [[2, 2, 5, 7], [0, 3, 3, 6], [7, 7, 7, 7]])

@@ -1,6 +1,6 @@
 """Matrix norms and spectral decompositions (QR, eigh, SVD, pinv, matrix_rank, cond) against torch's
 OpInfo samples and hand-written cases. Eigen- and singular vectors are compared up to their sign
-(tests/opinfo_harness.py SIGN_AMBIGUOUS); hand-written cases return sign-free quantities (|V|, V diag(w) Vᵀ).
+(tests/support/opinfo_harness.py SIGN_AMBIGUOUS); hand-written cases return sign-free quantities (|V|, V diag(w) Vᵀ).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "linalg.matrix_norm",

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
 from fastonnx.opsets import MAX_OPSET
-from opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, ci_sample_limit, opinfo_cases
 
 OPS = [
     "nn.functional.conv1d",

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fastonnx
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import (
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import (
     assert_case_converts,
     opinfo_cases,
     ops_supporting,

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import fastonnx
-from export_check import ENDS, Fn
-from opinfo_harness import (
+from support.export_check import ENDS, Fn
+from support.opinfo_harness import (
     PASS,
     assert_case_converts,
     assert_op_converts,

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import assert_case_converts, assert_op_converts, opinfo_cases
 
 OPS = [
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "transpose", "permute", "t",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from export_check import check_export
+from support.export_check import check_export
 
 
 class SplitAt(torch.nn.Module):

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from export_check import ENDS, Fn, check_export
-from opinfo_harness import (
+from support.export_check import ENDS, Fn, check_export
+from support.opinfo_harness import (
     assert_case_converts,
     opinfo_cases,
     ops_supporting,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from export_check import check_export
+from support.export_check import check_export
 
 PAD_MODES = ["reflect", "constant", "replicate", "circular"]
 

@@ -33,7 +33,7 @@ is such a composite op (``prelu``, ``instance_norm``, ``F.pad``...), the output'
 op may also convert to other (equivalent) ONNX ops than torch.export's whole one. So the file is byte for byte torch.export's where every
 torch call of the model is one aten op in both (MLPs, CNNs such as resnet18), and otherwise the same graph
 (op types in order, inputs and outputs) with other names (the transformers models):
-``tests/export_check.py`` checks that for every static-shape model of the suites.
+``tests/support/export_check.py`` checks that for every static-shape model of the suites.
 
 The inputs are the pytree leaves of the arguments, as torch.export takes them (input_tensors.py): a
 leaf that is neither a plain tensor nor a basic constant (an object of an unregistered class) refuses

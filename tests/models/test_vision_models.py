@@ -1,0 +1,161 @@
+"""torchvision and timm classification models (random weights, calibrated BatchNorm) match eager.
+
+Each model is exported once, then converted at opset 18 and MAX_OPSET under every optimize setting.
+Inputs are as small as each architecture allows, to keep CI fast.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+import fastonnx
+from support.export_check import check_export
+from support.fusion_expectations import Patterns, expecting, traced_patterns
+from support.model_zoo import with_calibrated_batchnorm
+
+OPSETS = (18, fastonnx.MAX_OPSET)
+SETTINGS = (False, True, "onnxruntime")
+# Tolerances. With BatchNorm statistics measured on random images (model_zoo.with_calibrated_batchnorm)
+# the logits are O(1) (0.07-16), and onnxruntime differs from eager by float32 rounding only: at most
+# 4e-5 (googlenet), 2e-5 (regnet_y_400mf, mnasnet0_5), about 1e-5 or less elsewhere, the same under every
+# optimize setting. 5e-5 absolute plus 1e-4 relative passes them all; a wrong normalisation, activation
+# or fold moves logits by orders more. Inception v3 is the exception: eager float32 itself is 1.7e-4
+# (torchvision) / 9e-4 (timm, logits ~16) away from the same model in float64, and onnxruntime is as
+# far (closer to float64 than eager, in fact). Measured block by block against float64, the rounding
+# difference grows 1.5-2x per Inception block (no residual path damps it) to 6e-5 of the logits. So
+# the absolute tolerance is the larger of 5e-5 and twice the model's own float32 error, measured
+# against float64 on the test input.
+ATOL, RTOL = 5e-5, 1e-4
+
+# name -> input side; VGG and AlexNet are left out: 130M+ parameters of plain Conv/Linear, nothing new
+TORCHVISION = {
+    "resnet18": 64,
+    "mobilenet_v2": 64,
+    "mobilenet_v3_small": 64,
+    "efficientnet_b0": 64,
+    "squeezenet1_0": 64,
+    "shufflenet_v2_x0_5": 64,
+    "densenet121": 64,
+    "regnet_y_400mf": 64,
+    "mnasnet0_5": 64,
+    "googlenet": 64,
+    "inception_v3": 96,  # its stem needs at least 75 pixels
+    "convnext_tiny": 64,
+    "swin_t": 64,
+    "vit_b_16": 32,
+}
+TIMM = {
+    "resnet10t": 64,
+    "efficientnet_b0": 64,
+    "mobilenetv3_small_050": 64,
+    "convnext_atto": 64,
+    "vit_tiny_patch16_224": 32,
+    "swin_tiny_patch4_window7_224": 56,
+    "regnetx_002": 64,
+    "densenet121": 64,
+    "inception_v3": 96,
+    "mixer_s32_224": 64,
+    "levit_128s": 64,
+}
+# models whose constructor takes the input size (position embeddings, windows)
+_SIZED = ("vit", "swin_tiny", "mixer", "levit")
+
+
+def _random_zero_weights(model: torch.nn.Module) -> None:
+    """Weights initialised to zero (torchvision ViT's and timm Mixer's heads) would make every logit 0."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def _float32_error(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """How far eager float32 is from the same model computed in float64."""
+    with torch.no_grad():
+        y64 = copy.deepcopy(model).double()(x.double())
+    return float((y.double() - y64).abs().max())
+
+
+def _check(model: torch.nn.Module, side: int, written: Patterns | None = None) -> None:
+    """``written``: fusable patterns the model writes by hand, which tracing torch calls cannot see."""
+    _random_zero_weights(model)
+    model = with_calibrated_batchnorm(model, side)
+    x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y = model(x)
+    assert float(y.std()) > 1e-2, f"logits barely vary (std {float(y.std())}): the comparison could not fail"
+    atol = max(ATOL, 2 * _float32_error(model, x, y))
+    patterns = traced_patterns(model, (x,)) + (written or Patterns())
+    check_export(
+        model, (x,), opsets=OPSETS, optimize=SETTINGS, atol=atol, rtol=RTOL, fusions=expecting(patterns)
+    )
+
+
+def _unshifted_windows(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """torchvision Swin blocks whose window attention is not shifted: a window as large as the (padded)
+    feature map is not shifted, and even blocks never are."""
+    from torchvision.models.swin_transformer import ShiftedWindowAttention
+
+    shifted = []
+
+    def hook(m: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        h, w = args[0].shape[1:3]
+        (wh, ww), (sh, sw) = m.window_size, m.shift_size
+        pad_h, pad_w = -(-h // wh) * wh, -(-w // ww) * ww
+        shifted.append((sh > 0 and wh < pad_h) or (sw > 0 and ww < pad_w))
+
+    mods = [m for m in model.modules() if isinstance(m, ShiftedWindowAttention)]
+    handles = [m.register_forward_pre_hook(hook) for m in mods]
+    with torch.no_grad():
+        model.eval()(x)
+    for h in handles:
+        h.remove()
+    return shifted.count(False)
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION))
+def test_torchvision(name: str) -> None:
+    import torchvision
+
+    kwargs: dict[str, Any] = {}
+    if name in ("googlenet", "inception_v3"):
+        kwargs = {"aux_logits": False, "init_weights": False}
+    if name.startswith("vit"):
+        kwargs = {"image_size": TORCHVISION[name]}
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None, **kwargs)
+    written = Patterns()
+    if name.startswith("swin"):
+        # hand-written window attention, Mul(q, scale) before QK^T plus a relative-position bias: it
+        # fuses where the window is not shifted; a shifted window adds its mask between two Reshapes
+        # (scores viewed per window), which is not the README's pattern
+        side = TORCHVISION[name]
+        written = Patterns(attention=_unshifted_windows(model, torch.zeros(1, 3, side, side)))
+    _check(model, TORCHVISION[name], written)
+
+
+@pytest.mark.parametrize("name", sorted(TIMM))
+def test_timm(name: str) -> None:
+    import timm
+
+    kwargs: dict[str, Any] = {"img_size": TIMM[name]} if name.startswith(_SIZED) else {}
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, **kwargs)
+    written = Patterns()
+    # Attention these models write by hand:
+    # - levit_128s multiplies QK^T by the scale after the product, then adds its bias (a variant, not
+    #   fused, nothing added);
+    # - swin_tiny (timm's fused_attn is off for Swin): Mul(q, scale) before QK^T plus a relative-position
+    #   bias fuses in blocks without a shifted-window mask (an eval-mode Dropout converts to nothing);
+    #   a shifted window adds its mask between two Reshapes, which is not the README's pattern
+    if name.startswith("swin"):
+        from timm.models.swin_transformer import SwinTransformerBlock
+
+        blocks = [m for m in model.modules() if isinstance(m, SwinTransformerBlock)]
+        written = Patterns(attention=sum(1 for b in blocks if b.attn_mask is None))
+    _check(model, TIMM[name], written)
