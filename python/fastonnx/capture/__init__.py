@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.fx.experimental._config as fx_config
+import torch.utils._pytree as pytree
 
 from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.capture.detection import traceable_detection_ops
@@ -71,6 +72,8 @@ class CaptureInfo:
     trace_refused: str | None = None  # why the trace did not run, when it could have
     training_mode: bool = False
     dynamic_shapes_refined: list[str] | None = None  # torch's fixes, when the first try was refused
+    size_oblivious: bool | None = None  # False when the capture was retried without it
+    dynamic_ranges: dict[str, list[int | None]] | None = None  # "input[axis]": [min, max or None]
     decompositions: int | None = None  # entries of the user's table applied
     functionalized: str | None = None  # why run_decompositions({}) ran
 
@@ -81,7 +84,9 @@ class CaptureInfo:
             found["trace_refused"] = self.trace_refused
         if self.training_mode:
             found["training_mode"] = True
-        for key in ("dynamic_shapes_refined", "decompositions", "functionalized"):
+        if self.size_oblivious is False:
+            found["size_oblivious"] = False
+        for key in ("dynamic_shapes_refined", "dynamic_ranges", "decompositions", "functionalized"):
             if getattr(self, key) is not None:
                 found[key] = getattr(self, key)
         return found
@@ -131,11 +136,15 @@ def capture(
         _log_refusal(model, traced, quiet)
         info.trace_refused = traced
     with TRACE_LOCK:
-        ep, reason, info.dynamic_shapes_refined = _export_refined(model, args, kwargs, dynamic_shapes)
+        exported = _export_refined(model, args, kwargs, dynamic_shapes, requested or {})
+    ep = exported.ep
+    info.dynamic_shapes_refined, info.size_oblivious = exported.fixes, exported.oblivious
     check_no_input_constants(ep, args, kwargs or {}, names)
+    if dynamic_shapes is not None:
+        info.dynamic_ranges = dynamic.ranges(ep, args, kwargs or {})
     fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
     if fixed and strict_dynamic:
-        raise _specialised_error(fixed, reason)
+        raise _specialised_error(fixed, exported.reason)
     return ep, info
 
 
@@ -257,12 +266,27 @@ def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], 
 
 
 def _export(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, dynamic_shapes: Any
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    dynamic_shapes: Any,
+    oblivious: bool,
 ) -> torch.export.ExportedProgram:
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
-    # detection post-processing in a traceable form (see recurrent_capture.py, detection_capture.py)
-    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(dynamic_shapes is not None):
+    # detection post-processing in a traceable form (see recurrent.py, detection.py)
+    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious):
         return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+@dataclasses.dataclass
+class _Exported:
+    ep: torch.export.ExportedProgram
+    reason: str | None  # torch's explanation of the last refusal, when there was one
+    fixes: list[str] | None  # torch's suggested fixes applied
+    oblivious: bool | None  # size-oblivious reasoning at the end (None: no dynamic shapes)
+
+
+_MAX_ATTEMPTS = 4  # the first try, without size-oblivious reasoning, and two rounds of torch's fixes
 
 
 def _export_refined(
@@ -270,35 +294,64 @@ def _export_refined(
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
-) -> tuple[torch.export.ExportedProgram, str | None, list[str] | None]:
-    """torch.export, and once more with torch's suggested dynamic shapes when it refuses the user's.
-
-    Returns the program and, after a refinement, torch's explanation of why the shapes were changed
-    and the fixes applied.
-    """
+    requested: dynamic.Requested,
+) -> _Exported:
+    """torch.export, retried the way that keeps the most of the user's dynamic shapes when its
+    constraints refuse them: first without size-oblivious reasoning (process-wide in torch, so only
+    when no requested dim's example size is 0 or 1: size-oblivious reasoning is what keeps those
+    symbolic, and it generates guards such as ``batch != 1`` that plain torch.export does not), then
+    with the bounds torch suggests (``Dim('sequence', max=512)``), each change logged."""
     name = type(model).__name__
-    try:
-        return _export(model, args, kwargs, dynamic_shapes), None, None
-    except Exception as e:  # torch raises many types; its message is what the user needs
-        message = getattr(e, "msg", None) or str(e)
-        refined = dynamic.refine(message, dynamic_shapes) if "Constraints violated" in message else None
+    shapes, oblivious = dynamic_shapes, dynamic_shapes is not None
+    may_drop = oblivious and not _example_size_below_two(args, kwargs or {}, requested)
+    fixes: list[str] = []
+    reason: str | None = None
+    failures: list[str] = []
+    for _ in range(_MAX_ATTEMPTS):
+        try:
+            ep = _export(model, args, kwargs, shapes, oblivious)
+            return _Exported(ep, reason, fixes or None, oblivious if dynamic_shapes is not None else None)
+        except Exception as e:  # torch raises many types; its message is what the user needs
+            message = getattr(e, "msg", None) or str(e)
+            failures.append(str(e))
+            if "Constraints violated" not in message:
+                break
+        reason = message.split("\nThe error above occurred")[0]
+        if may_drop and oblivious:
+            oblivious = False
+            log.warning(
+                "torch.export refused the dynamic_shapes of %s under size-oblivious reasoning; retrying "
+                "without it (no requested dim has an example size of 0 or 1)",
+                name,
+            )
+            continue
+        refined = dynamic.refine(message, shapes)
         if refined is None:
-            raise CaptureError(f"torch.export.export failed on {name}: {e}") from e
-        first = e
-    new_shapes, fixes = refined
-    log.warning(
-        "torch.export refused the dynamic_shapes of %s; retrying with its suggested fixes: %s",
-        name,
-        "; ".join(fixes),
+            break
+        shapes, new = refined
+        fixes.extend(new)
+        log.warning(
+            "torch.export refused the dynamic_shapes of %s; retrying with its suggested fixes: %s",
+            name,
+            "; ".join(new),
+        )
+    retried = (
+        ""
+        if len(failures) == 1
+        else "\nand failed again after retrying ("
+        + "; ".join((["without size-oblivious reasoning"] if may_drop else []) + fixes)
+        + f"): {failures[-1]}"
     )
-    try:
-        ep = _export(model, args, kwargs, new_shapes)
-    except Exception as e:
-        raise CaptureError(
-            f"torch.export.export failed on {name}: {first}\nand failed again with its suggested fixes "
-            f"({'; '.join(fixes)}): {e}"
-        ) from e
-    return ep, message.split("\nThe error above occurred")[0], fixes
+    raise CaptureError(f"torch.export.export failed on {name}: {failures[0]}{retried}")
+
+
+def _example_size_below_two(
+    args: tuple[Any, ...], kwargs: dict[str, Any], requested: dynamic.Requested
+) -> bool:
+    """Whether a dim asked to be dynamic has an example size of 0 or 1 (``requested`` keys: the
+    tensor's place among the tensor leaves of the inputs, the axis)."""
+    tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+    return any(i < len(tensors) and tensors[i].shape[axis] < 2 for i, axis in requested)
 
 
 @contextlib.contextmanager

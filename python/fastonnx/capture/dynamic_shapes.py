@@ -40,6 +40,30 @@ def _param_names(model: Any, n_args: int) -> list[str]:
     return [names[i] if i < len(names) else f"arg{i}" for i in range(n_args)]
 
 
+def _signature_order(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+    """The inputs' names in the order of ``forward``'s signature (keywords by their parameter's place,
+    ``**kwargs`` extras last, in call order): how torch.export reads a tuple of dynamic_shapes."""
+    top = _param_names(model, len(args))
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()]
+    except (AttributeError, TypeError, ValueError):
+        params = []
+    named = [n for n in params if n in kwargs and n not in top]
+    return top + named + [k for k in kwargs if k not in top and k not in named]
+
+
+def _asks_dynamic(d: Any) -> tuple[bool, str | None]:
+    """Whether a dim spec asks for a dynamic dim that must stay dynamic (strict_dynamic), and its
+    name: a named Dim (bounds or not) or Dim.DYNAMIC. Dim.AUTO may specialise by definition,
+    Dim.STATIC and ints ask for a static dim, a derived dim (``dx + 1``) follows its root."""
+    if isinstance(d, torch.export.dynamic_shapes._DimHint):
+        return d.type == torch.export.dynamic_shapes._DimHintType.DYNAMIC, None
+    if isinstance(d, torch.export.dynamic_shapes._DerivedDim) or not isinstance(d, Dim):
+        return False, None
+    name = getattr(d, "__name__", None)
+    return True, name if isinstance(name, str) else None
+
+
 def _key_text(k: Any) -> str:
     for attr in ("key", "idx", "name"):
         if hasattr(k, attr):
@@ -120,7 +144,8 @@ def normalize(
                 f"dynamic_shapes has {len(dynamic_shapes)} entries but the model gets {len(values)} inputs "
                 f"({', '.join(values)}); give one entry per input (None for static ones)"
             )
-        specs = dict(zip(values, dynamic_shapes))
+        # by the signature's order, as torch.export reads it, whatever the keywords' order in the call
+        specs = dict(zip(_signature_order(model, args, kwargs), dynamic_shapes))
     else:
         raise InputError(
             f"dynamic_shapes must be a dict keyed by input name or a tuple with one entry per input, "
@@ -159,9 +184,9 @@ def normalize(
                     requested[(index, axis)] = d
                     out[axis] = Dim.AUTO
                 else:
-                    name = getattr(d, "__name__", None)
-                    is_derived = type(d).__name__ == "_DerivedDim"
-                    requested[(index, axis)] = None if is_derived or not isinstance(name, str) else name
+                    asked, name = _asks_dynamic(d)
+                    if asked:
+                        requested[(index, axis)] = name
                     out[axis] = d
             return out if isinstance(spec, Mapping) else [out.get(i) for i in range(value.dim())]
         if isinstance(value, (list, tuple)):
@@ -207,7 +232,7 @@ def normalize(
         converted[name] = walk(values[name], specs[name], name)
     if isinstance(dynamic_shapes, Mapping):
         return {k: converted[k] for k in values}, requested
-    return tuple(converted[k] for k in values), requested
+    return tuple(converted[k] for k in _signature_order(model, args, kwargs)), requested
 
 
 def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> dict[str, str]:
@@ -244,6 +269,34 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
                 names[key] = wanted
             defaults.setdefault(key, f"{input_name}_dim{axis}")
     return {**roots, **defaults, **names}
+
+
+def ranges(
+    ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[str, list[int | None]]:
+    """{"input[axis]": [min, max]} of every symbolic dim of the user inputs, as the capture bounded it
+    (max None: unbounded)."""
+    paths = input_paths(ep, args, kwargs)
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    bounds = {str(sym): r for sym, r in ep.range_constraints.items()}
+    found: dict[str, list[int | None]] = {}
+    for index, name in enumerate(ep.graph_signature.user_inputs):
+        val = nodes[name].meta.get("val") if name in nodes else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, d in enumerate(val.shape):
+            if isinstance(d, torch.SymInt) and str(d.node.expr) in bounds:
+                r = bounds[str(d.node.expr)]
+                found[f"{paths[index]}[{axis}]"] = [_bound(r.lower), _bound(r.upper)]
+    return found
+
+
+def _bound(value: Any) -> int | None:
+    """A range bound as an int, None for torch's unbounded ``int_oo`` (sympy: no int())."""
+    try:
+        return int(value)
+    except (TypeError, AttributeError, OverflowError, ValueError):
+        return None
 
 
 def specialised(
