@@ -139,7 +139,9 @@ def test_a_size_oblivious_guard_is_retried_without_it_and_the_ranges_are_recorde
     # Llama given input_ids alone: size-oblivious reasoning adds a batch != 1 guard, plain torch.export
     # does not: the retry keeps batch 1, which the file then runs at
     model = _model("llama", use_cache=False)
-    result = fastonnx.to_onnx(model, _inputs(*EXAMPLE, mask=False, seed=0), dynamic_shapes=_spec("dim", False))
+    result = fastonnx.to_onnx(
+        model, _inputs(*EXAMPLE, mask=False, seed=0), dynamic_shapes=_spec("dim", False)
+    )
     assert result.stats["size_oblivious"] is False
     assert result.stats["dynamic_ranges"]["input_ids[0]"][0] <= 1
     ids = _inputs(1, 3, mask=False, seed=4)
@@ -149,7 +151,9 @@ def test_a_size_oblivious_guard_is_retried_without_it_and_the_ranges_are_recorde
 def test_torchs_suggested_bounds_are_applied_after_the_retry() -> None:
     # BERT's position embeddings bound the sequence: torch suggests Dim('sequence', max=512)
     model = _model("bert", use_cache=False)
-    result = fastonnx.to_onnx(model, _inputs(*EXAMPLE, mask=False, seed=0), dynamic_shapes=_spec("dim", False))
+    result = fastonnx.to_onnx(
+        model, _inputs(*EXAMPLE, mask=False, seed=0), dynamic_shapes=_spec("dim", False)
+    )
     assert result.stats["dynamic_shapes_refined"] == ["sequence = Dim('sequence', max=512)"]
     assert result.stats["dynamic_ranges"]["input_ids[1]"][1] == 512
 
@@ -168,7 +172,9 @@ def test_auto_static_and_ints_are_no_request_for_a_dynamic_dim() -> None:
     model = Model().eval()
     dx, dz = Dim("dx", min=3, max=6), Dim("dz", min=3, max=6)
     shapes = ({0: dx, 1: Dim.AUTO}, {0: dx + 1, 1: Dim.STATIC}, {0: dz, 1: 3})
-    result = fastonnx.to_onnx(model, (torch.randn(4, 6), torch.randn(5, 4), torch.randn(3, 3)), dynamic_shapes=shapes)
+    result = fastonnx.to_onnx(
+        model, (torch.randn(4, 6), torch.randn(5, 4), torch.randn(3, 3)), dynamic_shapes=shapes
+    )
     other = (torch.randn(6, 6), torch.randn(7, 4), torch.randn(5, 3))
     for got, want in zip(result(*other), model(*other), strict=True):
         torch.testing.assert_close(got, want)
@@ -177,7 +183,9 @@ def test_auto_static_and_ints_are_no_request_for_a_dynamic_dim() -> None:
 def test_a_tuple_of_dynamic_shapes_follows_the_signature_not_the_call() -> None:
     # the official exporter's test_export_with_non_arg_name_with_kwarg: keywords given kw2 first
     class Model(torch.nn.Module):
-        def forward(self, a: torch.Tensor, b: torch.Tensor, kw1: torch.Tensor, kw2: torch.Tensor) -> torch.Tensor:
+        def forward(
+            self, a: torch.Tensor, b: torch.Tensor, kw1: torch.Tensor, kw2: torch.Tensor
+        ) -> torch.Tensor:
             return a.sum() + b.sum() + kw1.sum() - kw2.sum()
 
     shapes = (None, {0: Dim("dim")}, {0: Dim("dim_for_kw1")}, None)
