@@ -17,35 +17,12 @@ import math
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
+from fastonnx.converters.lib.attention import attention_scale, causal_mask, closed_rows, repeat_kv_heads
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import reduce, unsqueeze
 from fastonnx.converters.lib.random import attention_dropout
 
 aten = torch.ops.aten
-
-
-def _repeat_kv_heads(ctx: ConversionContext, x: str, value: Value, q_heads: int) -> str:
-    """enable_gqa: each of the k/v heads repeated q_heads / kv_heads times in place (repeat_interleave
-    on the heads dim, -3), as torch's math kernel does; unchanged when the head counts are equal."""
-    kv_heads = value.shape[-3]
-    if not isinstance(kv_heads, int):
-        raise ctx.error("enable_gqa needs a static number of key/value heads")
-    if q_heads % kv_heads:
-        raise ctx.error(f"enable_gqa: {q_heads} query heads are not a multiple of {kv_heads} key/value heads")
-    group = q_heads // kv_heads
-    if group == 1:
-        return x
-    rank = value.rank
-    spread = unsqueeze(ctx, x, [rank - 2])  # (..., Hkv, 1, S, E)
-    spread = ctx.op("Expand", spread, ctx.i64([1] * (rank - 2) + [group, 1, 1]))
-    shape = ctx.op(
-        "Concat",
-        ctx.op("Shape", x, start=0, end=rank - 3),
-        ctx.i64([q_heads]),
-        ctx.op("Shape", x, start=rank - 2),
-        axis=0,
-    )
-    return ctx.op("Reshape", spread, shape)
 
 
 def _broadcast_heads(
@@ -63,42 +40,6 @@ def _broadcast_heads(
     shape = ctx.i64([target, 1, 1])
     out = [ctx.op("Expand", n, shape) if e else n for n, e in zip(names, expand)]
     return out[0], out[1], out[2]
-
-
-def _causal_mask(ctx: ConversionContext, q: Value, k: Value) -> str:
-    """torch's is_causal mask: ones(L, S).tril(), aligned top-left; True where attending is allowed."""
-    lq, sk = q.shape[-2], k.shape[-2]
-    if isinstance(lq, int) and isinstance(sk, int):
-        return ctx.const(torch.ones(lq, sk, dtype=torch.bool).tril(), torch.bool)
-    zero, one = ctx.i64(0), ctx.i64(1)
-    rows = ctx.op("Range", zero, ctx.op("Squeeze", ctx.op("Shape", q, start=-2, end=-1), ctx.i64([0])), one)
-    cols = ctx.op("Range", zero, ctx.op("Squeeze", ctx.op("Shape", k, start=-2, end=-1), ctx.i64([0])), one)
-    return ctx.op("GreaterOrEqual", unsqueeze(ctx, rows, [1]), cols)
-
-
-def _scale(ctx: ConversionContext, q: Value, scale: float | None, dtype: torch.dtype) -> str:
-    if scale is not None:
-        return ctx.const(float(scale), dtype)
-    e = q.shape[-1]
-    if isinstance(e, int):
-        return ctx.const(1.0 / math.sqrt(e), dtype)
-    e_value = ctx.cast(ctx.op("Shape", q, start=-1), dtype)
-    return ctx.op("Reciprocal", ctx.op("Sqrt", e_value))
-
-
-def _closed_rows(ctx: ConversionContext, mask: Value) -> str:
-    """True where a row of the mask lets nothing through (all False, or all -inf for a float mask)."""
-    last = [mask.rank - 1]
-    if mask.dtype == torch.bool:
-        open_any = reduce(ctx, "ReduceMax", ctx.cast(mask, torch.int32), last, keepdims=True)
-        closed = ctx.op("Equal", open_any, ctx.const(0, torch.int32))
-    else:
-        work = opmath_dtype(mask.dtype)
-        row_max = reduce(ctx, "ReduceMax", ctx.cast(mask, work), last, keepdims=True)
-        closed = ctx.op("Equal", row_max, ctx.const(-math.inf, work))
-    # recorded so that the attention fusion can see it is one flag per row
-    ctx.g.set_type(closed, *ctx.onnx_type(torch.bool, (*mask.shape[:-1], 1)))
-    return closed
 
 
 def _attention(
@@ -128,19 +69,19 @@ def _attention(
         if not isinstance(q_heads, int):
             raise ctx.error("enable_gqa needs a static number of query heads")
         if not q_heads == k.shape[-3] == v.shape[-3]:
-            kn = _repeat_kv_heads(ctx, kn, k, q_heads)
-            vn = _repeat_kv_heads(ctx, vn, v, q_heads)
+            kn = repeat_kv_heads(ctx, kn, k, q_heads)
+            vn = repeat_kv_heads(ctx, vn, v, q_heads)
     elif q.rank >= 3 and k.rank >= 3 and v.rank >= 3:
         qn, kn, vn = _broadcast_heads(ctx, (q, k, v), (qn, kn, vn))
     perm = list(range(k.rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = ctx.op(
-        "MatMul", ctx.op("Mul", qn, _scale(ctx, q, scale, work)), ctx.op("Transpose", kn, perm=perm)
+        "MatMul", ctx.op("Mul", qn, attention_scale(ctx, q, scale, work)), ctx.op("Transpose", kn, perm=perm)
     )
     neg_inf = ctx.const(-math.inf, work)
     masked = False
     if is_causal:
-        scores = ctx.op("Where", _causal_mask(ctx, q, k), scores, neg_inf)
+        scores = ctx.op("Where", causal_mask(ctx, q, k), scores, neg_inf)
     elif attn_mask is not None:
         masked = True
         if attn_mask.dtype == torch.bool:
@@ -152,7 +93,7 @@ def _attention(
     if masked and attn_mask is not None:
         # rows the mask closes entirely: softmax gives NaN, torch gives 0. Found from the mask alone,
         # so that the layers sharing one mask share this computation too (CSE).
-        empty_rows = _closed_rows(ctx, attn_mask)
+        empty_rows = closed_rows(ctx, attn_mask)
         probs = ctx.op("Where", empty_rows, ctx.const(0.0, work), probs)
     if dropout_p:
         # torch's math kernel drops attention weights (random; see py), after the softmax
@@ -259,12 +200,12 @@ def convert_flash_attention_for_cpu_backward(
     dout, on = ctx.cast(grad_out, work), ctx.cast(out, work)
     perm = list(range(q.rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
-    s = _scale(ctx, q, scale, work)
+    s = attention_scale(ctx, q, scale, work)
     q_scaled = ctx.op("Mul", qn, s)
     scores = ctx.op("MatMul", q_scaled, ctx.op("Transpose", kn, perm=perm))
     neg_inf = ctx.const(-math.inf, work)
     if is_causal:
-        scores = ctx.op("Where", _causal_mask(ctx, q, k), scores, neg_inf)
+        scores = ctx.op("Where", causal_mask(ctx, q, k), scores, neg_inf)
     elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = ctx.op("Where", attn_mask, scores, neg_inf)
