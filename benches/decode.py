@@ -1,6 +1,6 @@
 """LLM decode steps: fastonnx against torch.onnx.export(dynamo=True) on one Llama with a KV cache.
 
-The model of issue 17: Llama, hidden 1024, 8 layers, 16 query / 4 key-value heads, float32, batch 1.
+The decode-step model: Llama, hidden 1024, 8 layers, 16 query / 4 key-value heads, float32, batch 1.
 One ExportedProgram (dynamic batch, sequence and past length; input_ids, attention_mask, position_ids
 and the cache) is converted by fastonnx at opset 20 (optimize=True and "onnxruntime") and 23, and by the
 official exporter at 20 and 23. Each file runs in onnxruntime with one thread
@@ -241,7 +241,7 @@ def report(
     ]
     return "\n".join(
         [
-            "## LLM decode steps (issue 17)",
+            "## LLM decode steps",
             "",
             f"Machine: {ledger.machine()}. Llama, hidden {HIDDEN}, {a.layers} layers, {HEADS} query / {KV_HEADS} "
             "key-value heads, float32, batch 1, one ExportedProgram (dynamic batch, sequence, past); onnxruntime "

@@ -5,7 +5,7 @@ first (not timed); then the exporter's import and its export of the module to a 
 file is checked in onnxruntime against eager PyTorch (not timed; a mismatch fails the row). Exporters:
 ``fastonnx`` (``fastonnx.to_onnx(module, args, filename=...)``, its default capture="auto": the real-tensor
 trace for these static-shape models; a row fails if it fell back to torch.export), ``fastonnx_export``
-(the same with ``capture="export"``: torch.export, the default before issue 21), ``torchscript``
+(the same with ``capture="export"``: torch.export, the default before the real-tensor trace), ``torchscript``
 (``torch.onnx.export(..., dynamo=False)``, the tracer that tools such as ultralytics call) and ``dynamo``
 (``torch.onnx.export(..., dynamo=True)``, the official torch.export-based exporter). Processes alternate
 between exporters round by round; figures are medians. fastonnx's modules are byte-compiled first, as a
@@ -199,7 +199,7 @@ def main() -> None:
         over_export = [r[0] for r in rows if r[6] and float(r[6].rstrip("x")) > 1.0]
         body = "\n".join(
             [
-                "## End to end: fastonnx.to_onnx(module) against torch.onnx's exporters (issue 21)",
+                "## End to end: fastonnx.to_onnx(module) against torch.onnx's exporters ",
                 "",
                 f"`python benches/end_to_end.py --runs {args.runs}`; {ledger.machine()}.",
                 "One fresh process per export (torch, the model library and the model built beforehand, not",
@@ -208,7 +208,7 @@ def main() -> None:
                 "the rounds; the exporters alternate round by round. fastonnx = `to_onnx(module, args,",
                 "filename=...)` as a job calls it (its default capture, 'auto', traces these static-shape",
                 'models: README "Faster capture for static shapes"), fastonnx export = the same with',
-                '`capture="export"` (torch.export, the default before issue 21), TorchScript =',
+                '`capture="export"` (torch.export, the default before the real-tensor trace), TorchScript =',
                 "`torch.onnx.export(..., dynamo=False)`, dynamo = `torch.onnx.export(..., dynamo=True)`.",
                 "",
                 ledger.table(

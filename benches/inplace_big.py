@@ -265,7 +265,7 @@ def main() -> None:
     )
     body = "\n".join(
         [
-            "## Checkpoints in place (issue 14): a Llama-3-8B-shaped bf16 checkpoint exported three ways",
+            "## Checkpoints in place: a Llama-3-8B-shaped bf16 checkpoint exported three ways",
             "",
             f"`python benches/inplace_big.py --layers {a.layers}`; {machine()}.",
             f"A random bf16 checkpoint of Llama-3-8B's shapes, {scale}: {size / 2**30:.2f} GiB in",

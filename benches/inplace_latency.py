@@ -136,7 +136,7 @@ def main() -> None:
     by_level = {level: median([float(r[-1][:-1]) for r in rows if r[1] == level]) for level in LEVELS}
     body = "\n".join(
         [
-            "## Checkpoints in place (issue 14): Linear weights read as stored vs pre-transposed",
+            "## Checkpoints in place: Linear weights read as stored vs pre-transposed",
             "",
             f"`python benches/inplace_latency.py --runs {a.runs}`; {machine()}.",
             "onnxruntime CPU latency of the Llama ladder exported twice per level: without `weights=`",

@@ -5,7 +5,7 @@
 Three exports of the same checkpoint, each output deleted before the next: the real model written
 (today), a meta-device instance referencing the shards in place, the real model referencing them (its
 Linear weights read as stored, so referenced too). Prints the stages' times and the bytes written.
-The 15 GiB Llama-3-8B-shaped bench of issue 14 is benches/inplace_big.py.
+The 15 GiB Llama-3-8B-shaped bench is benches/inplace_big.py.
 """
 
 from __future__ import annotations

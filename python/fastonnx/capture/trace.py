@@ -3,7 +3,7 @@
 torch.export traces with fake tensors and pays ~2 ms of symbolic bookkeeping per op; with static shapes
 none of it is needed. Here the model runs once, eagerly, on the user's tensors under a
 ``TorchDispatchMode`` that appends one FX node per aten op it sees, so capture costs about one eager
-forward plus a few microseconds per op. What the graph holds (the design, issue #21):
+forward plus a few microseconds per op. What the graph holds:
 
 - placeholders in torch.export's order and naming: parameters (``p_...``), buffers (``b_...``),
   tensors the forward reads that are neither (``c_...``, CONSTANT_TENSOR), then the user inputs (named
@@ -50,8 +50,8 @@ a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item(
 input, parameter, buffer or captured constant (or through a view of one), a tensor subclass or a
 weight on the meta device, a recurrent layer (torch.export keeps it one op over any length), a
 higher-order op (torch.cond...), an op outside the aten namespace (a custom op such as torchvision's
-``nms``, whose output size torch.export takes from its fake kernel), ``as_strided`` (it addresses the
-storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
+``nms``, whose output size torch.export takes from its fake kernel, or an op of ``torch.onnx.ops``),
+``as_strided`` (it addresses the storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
 recorder does not understand (any exception while tracing). ``capture.py`` also refuses a recorded
 program holding an op fastonnx does not convert (one torch.export keeps inside a composite op it
 converts) or one needing torch.export's functionalization (writes through views the walker cannot
@@ -161,6 +161,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             return func(*args, **kwargs)  # an op of a function recorded whole (_KeptFunctions)
         if not isinstance(func, torch._ops.OpOverload):
             raise TraceRefused(f"{func} is not an aten op overload")
+        if func.namespace in ("onnx", "onnx_symbolic"):
+            # torch.onnx.ops (ONNX's RotaryEmbedding and Attention, the symbolic ops whose eager kernels
+            # return zeros): no output size depends on values, but the recorder takes aten ops only;
+            # torch.export keeps each one node, which fastonnx converts (converters/onnx_ops.py)
+            raise TraceRefused(
+                f"{func} is a custom op (not aten) from torch.onnx.ops: the recorder takes aten ops only, "
+                "torch.export keeps it as one node"
+            )
         if func.namespace != "aten":
             # torch.export asks a custom op's fake kernel for its output sizes, which may depend on the
             # values (torchvision's nms); its tags do not say so, and a real run would fix them

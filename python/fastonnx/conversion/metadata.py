@@ -88,9 +88,9 @@ class Scopes:
     append, no call into the builder) and ``assign`` gives those nodes their FX node's scope once the
     graph is walked; FX nodes of subgraphs (If / Loop bodies, made in other builders) enter a scope
     in their builder as they are converted (one call). ``compose`` gives the scopes their name prefix
-    and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names the nodes.
-    Composing during the walk cost ~7 us per FX node, the prefix alone ~2 us, a call per FX node
-    ~0.4 us (benches/metadata_cost.py, issue 13). The metadata of inputs and initializers is
+    and metadata later, in bulk, and ``GraphBuilder.name_nodes_by_scope`` then names the nodes
+    (composing during the walk costs far more than one call per FX node: docs/benchmarks.md,
+    metadata cost). The metadata of inputs and initializers is
     gathered likewise (``value``), composed by ``compose`` and given to the builder in one call by
     ``apply``."""
 
