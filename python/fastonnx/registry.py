@@ -76,6 +76,7 @@ FAMILIES: tuple[str, ...] = (
     "linalg_spectral",
     "losses",
     "normalization",
+    "onnx_ops",
     "orthogonal_polynomials",
     "pixel_rearrangements",
     "pooling",

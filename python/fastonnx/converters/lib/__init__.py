@@ -14,5 +14,5 @@ package, ``fastonnx.context`` and ``fastonnx.dtypes``, never each other.
   masks, LAPACK's info, LU with partial pivoting, triangular substitution, the LU inverse);
 - ``float_math``: float formulas in one dtype and float Loops, for the special functions.
 - ``attention``: attention's pieces (default scale, grouped-query head repeat, causal mask with an
-  offset, closed rows), for torch's scaled_dot_product_attention.
+  offset, closed rows), for torch's scaled_dot_product_attention and torch.onnx.ops' Attention.
 """

@@ -1,6 +1,7 @@
-"""Attention's building blocks, for torch's scaled_dot_product_attention (``attention``) and any other
-attention converter: the default scale, key / value heads repeated for grouped-query attention, the
-causal mask (top-left or shifted by a past), and the rows a mask closes entirely.
+"""Attention's building blocks, shared by torch's scaled_dot_product_attention (``attention``) and
+ONNX's Attention as ``torch.onnx.ops`` records it (``onnx_ops``): the default scale, key / value heads
+repeated for grouped-query attention, the causal mask (top-left or shifted by a past), and the rows a
+mask closes entirely.
 
 Their forms are the ones the attention fusions match (docs/architecture.md, "Converter output the
 fusions rely on"): a change here must keep tests/passes green.
