@@ -306,14 +306,14 @@ def _export_refined(
     may_drop = oblivious and not _example_size_below_two(args, kwargs or {}, requested)
     fixes: list[str] = []
     reason: str | None = None
-    failures: list[str] = []
+    failures: list[Exception] = []
     for _ in range(_MAX_ATTEMPTS):
         try:
             ep = _export(model, args, kwargs, shapes, oblivious)
             return _Exported(ep, reason, fixes or None, oblivious if dynamic_shapes is not None else None)
         except Exception as e:  # torch raises many types; its message is what the user needs
             message = getattr(e, "msg", None) or str(e)
-            failures.append(str(e))
+            failures.append(e)
             if "Constraints violated" not in message:
                 break
         reason = message.split("\nThe error above occurred")[0]
@@ -342,7 +342,8 @@ def _export_refined(
         + "; ".join((["without size-oblivious reasoning"] if may_drop else []) + fixes)
         + f"): {failures[-1]}"
     )
-    raise CaptureError(f"torch.export.export failed on {name}: {failures[0]}{retried}")
+    # chained to torch's first error: its traceback holds the user's line (the report reads it there)
+    raise CaptureError(f"torch.export.export failed on {name}: {failures[0]}{retried}") from failures[0]
 
 
 def _example_size_below_two(
