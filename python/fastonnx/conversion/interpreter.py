@@ -371,7 +371,7 @@ class Interpreter:
                 raise UnsupportedOpError(
                     f"complex {what} are not supported by {target} ({where}), called at "
                     f"{source_line(node)}; fastonnx converts complex values only for FFTs and "
-                    "complex_ops' operators"
+                    "the complex-number operators (converters/complex_numbers.py)"
                 )
             fn = complex_fn
         self.ctx.node = node
