@@ -97,10 +97,14 @@ def test_decompositions_are_applied_and_reported() -> None:
 
 
 def test_import_does_not_load_onnx_or_onnxruntime() -> None:
+    """Nor onnxscript: it is imported only once a translation function is given (fastonnx.translation)."""
     import subprocess
     import sys
 
-    code = "import sys, fastonnx; print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))"
+    code = (
+        "import sys, fastonnx; "
+        "print(sorted(m for m in ('onnx', 'onnxruntime', 'onnxscript') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -37,7 +37,7 @@ def to_onnx(
     optimize: bool | str = True,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    custom_converters: dict[Any, Callable[..., Any]] | None = None,
+    custom_converters: dict[Any, Any] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
     metadata: bool = True,
@@ -174,7 +174,15 @@ def to_onnx(
             listed in ``stats["custom_converters_used"]``. A converter is ``fn(ctx, *args, **kwargs)``
             returning the ONNX value name (``ctx`` is a ``fastonnx.context.ConversionContext``; "Add a
             converter" in docs/architecture.md). A key naming an op without an overload
-            (``torch.ops.aten.x``) is refused.
+            (``torch.ops.aten.x``) is refused. A value may also be what torch.onnx.export's
+            ``custom_translation_table`` takes: an ``@onnxscript.script`` function (inlined: its nodes go
+            into the graph), a Python function calling onnxscript ops (run once, each op call emitting a
+            node), or a list of them (overloads: the first whose signature takes the node's input types);
+            a plain function is taken for onnxscript's when it uses onnxscript (an ``op`` of
+            ``onnxscript.opset18``...) and its first parameter is not ``ctx``. Their arguments, opsets and
+            errors: "Translation tables" in docs/migrating.md. A converter for a composite op (one with a
+            CompositeImplicitAutograd kernel, such as a ``torch.library`` op defined by its
+            decomposition) makes ``capture="auto"`` use torch.export, which keeps the op whole.
         decompositions: A decomposition table applied with ``ep.run_decompositions(table)`` before
             conversion (``stats["decompositions"]`` shows it was used; ``capture="auto"`` then captures
             with torch.export). fastonnx never decomposes on its own.

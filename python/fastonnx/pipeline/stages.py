@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -110,7 +110,7 @@ def capture(
         requested=requested,
         strict_dynamic=options.strict_dynamic,
         how=options.capture,
-        needs_export=needs_export(options.decompositions),
+        needs_export=needs_export(options.decompositions, registry.custom_composites()),
         convertible=registry.converts,
     )
     ep, info = capture_mod.prepare(ep, options.decompositions, info)
@@ -119,15 +119,24 @@ def capture(
     return Captured(ep, requested, info, seconds)
 
 
-def needs_export(decompositions: dict[Any, Callable[..., Any]] | None) -> str | None:
+def needs_export(
+    decompositions: dict[Any, Callable[..., Any]] | None, custom_composites: Sequence[str] = ()
+) -> str | None:
     """Why an option of to_onnx needs torch.export's capture under capture="auto", or None. The others
     work on the trace: export_modules_as_functions (it records torch.export's nn_module_stack), weights=
     (every weight lifted under its name), report, verify and verify(intermediate=True) (they read the
-    program's graph and signature), metadata; a meta-device model is refused by the trace itself."""
+    program's graph and signature), metadata; a meta-device model is refused by the trace itself.
+    ``custom_composites``: the composite ops custom converters are given for (Registry.custom_composites)."""
     if decompositions is not None:
         # run_decompositions re-traces the program with torch.export's machinery: the trace's
         # program holds ops below autograd already and no fake-tensor state to re-trace with
         return "decompositions= are applied with torch.export's run_decompositions"
+    if custom_composites:
+        # the trace runs below autograd, where a CompositeImplicitAutograd op is already decomposed
+        return (
+            f"custom converters are given for {', '.join(custom_composites)}, composite ops that only "
+            "torch.export keeps whole"
+        )
     return None
 
 
