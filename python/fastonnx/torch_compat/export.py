@@ -16,9 +16,11 @@ from typing import IO, Any, Literal
 
 import torch
 
+from fastonnx import translation
 from fastonnx.api import _verbose_logging, to_onnx
 from fastonnx.errors import InputError
 from fastonnx.pipeline.options import check_writable
+from fastonnx.registry import op_key
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
 from fastonnx.torch_compat.program import ONNXProgram, write
@@ -38,7 +40,7 @@ KEYWORDS: dict[str, Handling] = {
     "dynamo": "mapped",
     "external_data": "mapped",
     "dynamic_shapes": "mapped",
-    "custom_translation_table": "refused",
+    "custom_translation_table": "mapped",
     "report": "mapped",
     "optimize": "mapped",
     "verify": "mapped",
@@ -94,7 +96,7 @@ def export(
     custom_opsets: Mapping[str, int] | None = None,
     export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
     autograd_inlining: bool = True,
-    custom_converters: dict[Any, Callable[..., Any]] | None = None,
+    custom_converters: dict[Any, Any] | None = None,
 ) -> ONNXProgram:
     """Export like ``torch.onnx.export(model, args, f, ...)``, with fastonnx.
 
@@ -109,8 +111,11 @@ def export(
     to torch.export) unless dynamic axes or an ExportedProgram need torch.export; ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
     default here) keeps the weights in the .onnx file up to 2 GiB, like the TorchScript exporter;
     ``output_names`` must name every tensor output; a dim asked to be dynamic that torch.export
-    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``). See the README, "Switching from torch.onnx.export",
-    for the table of every keyword.
+    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``);
+    ``custom_translation_table``'s script functions are inlined rather than written as local functions,
+    a list of functions is taken as overloads chosen by input types (torch 2.14 refuses lists) and an
+    overload packet as each of its overloads (docs/migrating.md, "Translation tables"). See the README,
+    "Switching from torch.onnx.export", for the table of every keyword.
     """
     with _verbose_logging(bool(verbose)):
         return _export(
@@ -172,19 +177,13 @@ def _export(
     custom_opsets: Mapping[str, int] | None,
     export_modules_as_functions: Any,
     autograd_inlining: bool,
-    custom_converters: dict[Any, Callable[..., Any]] | None,
+    custom_converters: dict[Any, Any] | None,
 ) -> ONNXProgram:
     # ---- refused: what fastonnx cannot honour ----------------------------------------------------
     if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
         raise InputError(
             "model is a TorchScript module or function, which torch.export cannot capture: pass the "
             "original nn.Module"
-        )
-    if custom_translation_table:
-        raise InputError(
-            "custom_translation_table holds onnxscript functions, which fastonnx does not run: give "
-            "fastonnx converters instead with custom_converters={'aten.op.overload': fn} "
-            "(see custom_converters in the README's API section)"
         )
     _check_operator_export_type(operator_export_type)
     if not export_params:
@@ -210,6 +209,7 @@ def _export(
         log.info("profile=True: ignored, the time of each stage is in ONNXProgram.stats")
 
     # ---- mapped ---------------------------------------------------------------------------------
+    converters = _with_translations(custom_converters, custom_translation_table)
     if isinstance(args, torch.Tensor):
         args = (args,)
     elif isinstance(args, list):
@@ -254,7 +254,7 @@ def _export(
             optimize=optimize,
             input_names=input_names,
             output_names=output_names,
-            custom_converters=custom_converters,
+            custom_converters=converters,
             # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
             # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx does
             strict_dynamic=False,
@@ -305,6 +305,25 @@ def _report_path(report: bool, artifacts_dir: str | os.PathLike[str]) -> str | b
     folder = os.fspath(artifacts_dir)
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, f"onnx_export_{time.strftime('%Y-%m-%d_%H-%M-%S')}_fastonnx_report.md")
+
+
+def _with_translations(
+    custom_converters: Mapping[Any, Any] | None, table: Mapping[Any, Any] | None
+) -> dict[Any, Any] | None:
+    """``custom_translation_table`` (torch op -> onnxscript function, or a list of overloads) joined to
+    ``custom_converters``: its values are onnxscript's whatever they look like, an overload packet
+    stands for each of its overloads (translation.table_converters); an op named by both is refused."""
+    if not table:
+        return dict(custom_converters) if custom_converters else None
+    out = dict(custom_converters or {})
+    named = {op_key(target): target for target in out}
+    for target, functions in translation.table_converters(table).items():
+        key = op_key(target)
+        if key in named:
+            raise InputError(f"{key} is in both custom_converters and custom_translation_table: give it once")
+        named[key] = target
+        out[target] = functions
+    return out
 
 
 def _check_operator_export_type(value: Any) -> None:
