@@ -19,7 +19,7 @@ from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.context import ConversionContext, Value
 from fastonnx.conversion import aliasing, metadata
 from fastonnx.diagnostics import debug
-from fastonnx.errors import ConversionError, FastOnnxError, InputError, UnsupportedOpError
+from fastonnx.errors import ConversionError, FastOnnxError, GraphError, InputError, UnsupportedOpError
 from fastonnx.registry import Entry, Registry
 
 
@@ -420,7 +420,7 @@ class Interpreter:
                 self.ctx.node = child
                 self.ctx.base_node = self.ctx.base = None
                 name = aliasing.write_into(self.ctx, child, args, parent, new)
-                self.g.set_type(name, *self.ctx.onnx_type(parent.dtype, parent.shape))
+                self._declare(name, *self.ctx.onnx_type(parent.dtype, parent.shape))
                 new = Value(name, parent.dtype, parent.shape)
             child = link.parent
         self.env[base] = new
@@ -431,6 +431,16 @@ class Interpreter:
         self.aliases[node] = Alias(base, target, version)
         if base.op == "placeholder":
             self.mutated_placeholders[base] = None
+
+    def _declare(self, name: str, elem_type: int, dims: list[Any]) -> None:
+        """Records the ONNX type torch gives a value. Inside a subgraph a converter may hand back a
+        value of an enclosing graph (its operand unchanged, a size the outer graph computed already):
+        that value was typed where it was made, and ONNX reads it by name from the subgraph as it is."""
+        try:
+            self.g.set_type(name, elem_type, dims)
+        except GraphError:
+            if self.g is self._top or not self.g.has_value(name):
+                raise
 
     def _bind(self, node: torch.fx.Node, result: Any) -> Any:
         return self._bind_val(node, node.meta.get("val"), result)
@@ -443,7 +453,7 @@ class Interpreter:
                     f"the converter for {node.target} (node {node.name!r}) returned {result!r}, "
                     "not an ONNX value name"
                 )
-            self.g.set_type(name, *self.ctx.onnx_type(val.dtype, val.shape))
+            self._declare(name, *self.ctx.onnx_type(val.dtype, val.shape))
             return Value(name, val.dtype, tuple(val.shape))
         if isinstance(val, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) < len(val):
@@ -459,7 +469,7 @@ class Interpreter:
             if isinstance(result, Value):
                 return result
             if isinstance(result, str):
-                self.g.set_type(result, dtypes.to_onnx_dtype(dt), [])
+                self._declare(result, dtypes.to_onnx_dtype(dt), [])
                 return Value(result, dt, ())
             return result  # a Python number the converter folded
         return result

@@ -4,7 +4,11 @@ state), and invoke_subgraph (torch.export's repeated regions) inlined at each ca
 ``fn(walker, node)`` (see ``fastonnx.context.Walker``).
 
 The branch and body graphs are converted into subgraph builders that share the main graph's names;
-they read outer values (operands, weights, additional inputs) by name, as ONNX allows.
+they read outer values (operands, weights, additional inputs) by name, as ONNX allows. A body's
+formal inputs (loop state, scanned slices) carry torch's shapes as the body graph recorded them
+(SymInts, like every other ``Value``): a size read inside the body is then an outer input's symbol,
+recomputed inside the body from that input's Shape (an outer value, read by name), or the formal
+input's own dim.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from fastonnx.context import Converter, Value, Walker, val_dtype
 from fastonnx.errors import ConversionError
 
 Spec = tuple[torch.dtype, list[Any] | None]  # dtype and ONNX dims (None: unknown rank)
+# a body's formal input: name hint, ONNX type, and torch's shape of it (ints and SymInts) for converters
+Formal = tuple[str, Spec, tuple[Any, ...]]
 # node.args of the higher-order ops, which FX types only as its generic argument union: subgraphs are
 # get_attr nodes, operands lists of nodes (read through .meta) or of any argument (only mapped)
 Node = torch.fx.Node
@@ -39,6 +45,21 @@ def _spec(interp: Walker, val: Any, *, drop_first: bool = False, rank_only: bool
     if rank_only:
         return val.dtype, [None] * len(dims)
     return val.dtype, [interp.ctx.dim(d) for d in dims]
+
+
+def _shape(val: Any) -> tuple[Any, ...]:
+    """torch's shape of a recorded value (ints and SymInts; () for a symbolic or Python scalar)."""
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
+
+
+def _placeholder_shapes(gm: torch.fx.GraphModule, count: int, fallback: Sequence[Any]) -> list[Any]:
+    """torch's shapes of a body graph's first ``count`` placeholders, as the body recorded them (what
+    its converters read: a dim is a symbol of an outer input or one of the body's own); ``fallback``
+    (the operands' recorded values) where a placeholder has no record."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"][:count]
+    shapes = [_shape(ph.meta["val"]) if "val" in ph.meta else None for ph in placeholders]
+    shapes += [None] * (count - len(shapes))
+    return [s if s is not None else _shape(f) for s, f in zip(shapes, fallback, strict=True)]
 
 
 def _as_output(sub: GraphBuilder, interp: Walker, result: Any, spec: Spec, hint: str) -> None:
@@ -62,15 +83,17 @@ def _subgraph(
     name: str,
     body: Callable[[list[Value]], Sequence[Any]],
     out_specs: Sequence[Spec],
-    in_specs: Sequence[tuple[str, Spec]] = (),
+    in_specs: Sequence[Formal] = (),
 ) -> GraphBuilder:
-    """Runs ``body`` with the interpreter emitting into a fresh subgraph; its results become outputs."""
+    """Runs ``body`` with the interpreter emitting into a fresh subgraph; its results become outputs.
+    Its formal inputs are declared with their ONNX types and handed to ``body`` as Values of torch's
+    shapes (never the ONNX dims: a dim name is no value of any graph)."""
     sub = interp.g.subgraph(interp.g.unique_name(name))
     with interp.emitting_into(sub):
         formal = []
-        for hint, (dtype, dims) in in_specs:
+        for hint, (dtype, dims), shape in in_specs:
             n = sub.add_input(interp.g.unique_name(hint), dtypes.to_onnx_dtype(dtype), dims)
-            formal.append(Value(n, dtype, tuple(dims or ())))
+            formal.append(Value(n, dtype, shape))
         results = body(formal)
         if len(results) != len(out_specs):
             raise ConversionError(
@@ -108,8 +131,9 @@ def convert_while_loop(interp: Walker, node: torch.fx.Node) -> Any:
     # the first test runs on the initial values, which may fold to a Python bool
     cond0 = ctx.operand(_only(interp.run_subgraph(c_gm.graph, [*carried_v, *extra])), torch.bool)
     scalar_bool: Spec = (torch.bool, [])
-    in_specs = [("iter", (torch.int64, [])), ("cond_in", scalar_bool)]
-    in_specs += [(f"carried_{i}", s) for i, s in enumerate(state)]
+    shapes = _placeholder_shapes(b_gm, len(carried), [_carried_val(c) for c in carried])
+    in_specs: list[Formal] = [("iter", (torch.int64, []), ()), ("cond_in", scalar_bool, ())]
+    in_specs += [(f"carried_{i}", s, shape) for i, (s, shape) in enumerate(zip(state, shapes))]
 
     def body(formal: list[Value]) -> list[Any]:
         new = list(interp.run_subgraph(b_gm.graph, [*formal[2:], *extra]))
@@ -137,8 +161,12 @@ def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
     outs = _fake_vals(node)
     # the body returns the next state and one slice of each stacked output
     out_specs = [*state, *[_spec(interp, v, drop_first=True) for v in outs[len(state) :]]]
-    in_specs = [(f"state_{i}", s) for i, s in enumerate(state)]
-    in_specs += [(f"slice_{i}", s) for i, s in enumerate(slices)]
+    # the body's placeholders: the state, one slice of each scanned input, the additional inputs
+    shapes = _placeholder_shapes(
+        gm, len(init) + len(xs), [*(v.meta["val"] for v in init), *(v.meta["val"][0] for v in xs)]
+    )
+    names = [f"state_{i}" for i in range(len(init))] + [f"slice_{i}" for i in range(len(xs))]
+    in_specs: list[Formal] = list(zip(names, [*state, *slices], shapes, strict=True))
 
     def body(formal: list[Value]) -> list[Any]:
         return list(interp.run_subgraph(gm.graph, [*formal, *extra]))
