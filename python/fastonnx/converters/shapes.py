@@ -497,9 +497,11 @@ def _crop_negative(ctx: ConversionContext, x: Value, pad: Sequence[int]) -> tupl
     return y, left
 
 
-def _onnx_pads(rank: int, pad: Sequence[int]) -> list[int]:
-    begins = [0] * rank
-    ends = [0] * rank
+def _onnx_pads(rank: int, pad: Sequence[Any]) -> list[Any]:
+    """torch's pad list ((begin, end) pairs, last axis first) in ONNX's layout: every axis's begin,
+    then every axis's end. The amounts are kept as they are (ints, or symbolic ones)."""
+    begins: list[Any] = [0] * rank
+    ends: list[Any] = [0] * rank
     for i in range(len(pad) // 2):
         begins[rank - 1 - i] = pad[2 * i]
         ends[rank - 1 - i] = pad[2 * i + 1]
@@ -511,10 +513,10 @@ def _pad(ctx: ConversionContext, x: Value, pad: Sequence[Any], mode: str, value:
     if is_static(out) and 0 in out:
         # an empty result (onnxruntime refuses edge/reflect padding next to an empty dim)
         return ctx.const(torch.zeros(out, dtype=x.dtype), x.dtype)
-    if not is_static(pad):
-        raise ctx.error(f"pad amounts must be ints, got {list(pad)}")
     if len(pad) % 2 or len(pad) // 2 > x.rank:
         raise ctx.error(f"pad has {len(pad)} entries for a tensor of rank {x.rank}")
+    if not is_static(pad):
+        return _pad_computed(ctx, x, pad, mode, value)
     if mode == "edge" and any(p < 0 for p in pad):
         return _pad_replicate_gather(ctx, x, pad)
     y, rest = _crop_negative(ctx, x, pad)
@@ -527,6 +529,20 @@ def _pad(ctx: ConversionContext, x: Value, pad: Sequence[Any], mode: str, value:
         fill = ctx.const(0 if value is None else value, x.dtype)
         return ctx.op("Pad", y, pads, fill, mode="constant")
     return ctx.op("Pad", y, pads, mode=mode)
+
+
+def _pad_computed(ctx: ConversionContext, x: Value, pad: Sequence[Any], mode: str, value: Any) -> str:
+    """Pad amounts computed at run time (from sizes: ``target - x.shape[2]``): one Pad whose ``pads``
+    input is assembled from the int64 pieces in ONNX's order. Pad crops where an amount turns out
+    negative, as torch does; circular padding is Pad's "wrap" mode there (opset 19)."""
+    pads = ctx.shape_tensor(_onnx_pads(x.rank, pad))
+    if mode == "circular":
+        ctx.require_opset(19, "circular padding by amounts computed at run time (Pad's wrap mode)")
+        mode = "wrap"
+    if mode == "constant":
+        fill = ctx.const(0 if value is None else value, x.dtype)
+        return ctx.op("Pad", x, pads, fill, mode="constant")
+    return ctx.op("Pad", x, pads, mode=mode)
 
 
 def _pad_replicate_gather(ctx: ConversionContext, x: Value, pad: Sequence[int]) -> str:
