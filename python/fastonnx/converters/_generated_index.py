@@ -781,6 +781,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.std_mean.correction": "reductions",
     "aten.std_mean.default": "reductions",
     "aten.std_mean.dim": "reductions",
+    "aten.stft.center": "complex_numbers",
     "aten.stft.default": "complex_numbers",
     "aten.sub.Scalar": "elementwise",
     "aten.sub.Tensor": "elementwise",

@@ -23,7 +23,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value, storage_dtype
 from fastonnx.converters.lib.ops import atan2, hypot, normalize_axis, reduce, unsqueeze
-from fastonnx.converters.lib.shapes import dim_scalar
+from fastonnx.converters.lib.shapes import INT64_MAX, dim_scalar, slice_axis
 
 aten = torch.ops.aten
 
@@ -415,6 +415,59 @@ def convert_stft(
         y = ctx.op("Mul", y, ctx.const(n_fft**-0.5, dt))
     perm = [1, 0, 2] if x.rank == 1 else [0, 2, 1, 3]
     return ctx.cast(ctx.op("Transpose", y, perm=perm), _part(out_dtype))
+
+
+# ONNX Pad's mode for each of stft's pad modes; "circular" is two slices around the signal instead
+_CENTER_PAD_MODES = {"reflect": "reflect", "constant": "constant", "replicate": "edge", "circular": None}
+
+
+def convert_stft_center(
+    ctx: ConversionContext,
+    x: Value,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: Value | None = None,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    normalized: bool = False,
+    onesided: bool | None = None,
+    return_complex: bool | None = None,
+    align_to_window: bool | None = None,
+) -> str:
+    """aten.stft.center (torch 2.14): stft with the centering inside the op. center=True pads the
+    signal by n_fft // 2 on both sides of its last axis with ``pad_mode`` (what torch.stft does in
+    Python before calling the default overload), then frames it as stft.default does."""
+    if center:
+        if align_to_window is not None:
+            raise ctx.error("stft: align_to_window is only defined for center=False")
+        if pad_mode not in _CENTER_PAD_MODES:
+            raise ctx.error(f"stft pad_mode {pad_mode!r} is not one of {', '.join(_CENTER_PAD_MODES)}")
+        x = _center_pad(ctx, x, n_fft // 2, pad_mode)
+    return convert_stft(
+        ctx, x, n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window
+    )
+
+
+def _center_pad(ctx: ConversionContext, x: Value, pad: int, mode: str) -> Value:
+    """``x`` padded by ``pad`` on both sides of its last torch axis (the ONNX axis before the trailing
+    2 of a complex signal), with torch's length: the input's plus 2 * pad (a SymInt expression when the
+    input's length is symbolic, found again from the padded value's own Shape)."""
+    if pad == 0:
+        return x
+    axis = x.rank - 1
+    rank = x.rank + (1 if _is_complex(x) else 0)  # the ONNX rank
+    onnx_mode = _CENTER_PAD_MODES[mode]
+    if onnx_mode is None:  # circular: the signal's tail before it, its head after it
+        tail = slice_axis(ctx, x, axis, -pad, INT64_MAX)
+        head = slice_axis(ctx, x, axis, 0, pad)
+        padded = ctx.op("Concat", tail, x, head, axis=axis)
+    else:
+        pads = [0] * (2 * rank)
+        pads[axis] = pads[rank + axis] = pad
+        fill = ctx.const(0, _part(x.dtype)) if onnx_mode == "constant" else None
+        padded = ctx.op("Pad", x, ctx.i64(pads), fill, mode=onnx_mode)
+    return Value(padded, x.dtype, (*x.shape[:-1], x.shape[-1] + 2 * pad))
 
 
 def _overlap_add(ctx: ConversionContext, frames: str, index: str, total: str, trailing: list[int]) -> str:
@@ -952,6 +1005,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.fft_hfft2.default": _with_dims(_c2r_fft(True), [-2, -1]),
     "aten.fft_hfftn.default": _with_dims(_c2r_fft(True), None),
     "aten.stft.default": convert_stft,
+    "aten.stft.center": convert_stft_center,
     "aten.istft.default": convert_istft,
     "aten.fft_fftshift.default": _shift(False),
     "aten.fft_ifftshift.default": _shift(True),
