@@ -248,7 +248,15 @@ class ConversionContext:
         )
 
     def tensor_attr(self, value: float | int | bool, dtype: torch.dtype) -> TensorAttr:
-        """A one-element tensor attribute (ConstantOfShape's value)."""
+        """A one-element tensor attribute (ConstantOfShape's value). A float4 e2m1 one is one ONNX
+        element (its code in the low nibble of one byte): torch has no float4 scalar to convert."""
+        if dtype in dtypes.PACKED_X2:
+            self.require_dtype(dtype)
+            try:
+                code = dtypes.e2m1_code(value)
+            except ValueError as e:
+                raise self.error(str(e)) from None
+            return TensorAttr(bytes([code]), dtypes.to_onnx_dtype(dtype), [1])
         t = torch.tensor([value], dtype=dtype)
         return TensorAttr(dtypes.tensor_bytes(t).tobytes(), dtypes.to_onnx_dtype(dtype), [1])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,10 @@ MIN_OPSET_OF: dict[torch.dtype, int] = {
 # the ONNX tensor has the same bytes and a last dim twice torch's.
 PACKED_X2 = frozenset({torch.float4_e2m1fn_x2})
 
+# e2m1's non-negative values by 3-bit code (exponent bits 2-1 with bias 1, mantissa bit 0, as the ONNX
+# spec defines FLOAT4E2M1; no inf, no NaN); bit 3 is the sign
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
 
@@ -91,6 +96,15 @@ def onnx_dims(dtype: torch.dtype, dims: list[Any]) -> list[Any]:
     if not isinstance(last, int):
         raise TypeError(f"a {dtype} tensor with a symbolic last dim ({last}) has no ONNX equivalent")
     return [*dims[:-1], 2 * last]
+
+
+def e2m1_code(value: float) -> int:
+    """The 4-bit code of a value float4 e2m1 holds exactly (torch cannot convert a number to
+    float4_e2m1fn_x2); ValueError for any other value."""
+    magnitude = abs(float(value))
+    if magnitude not in E2M1_VALUES:
+        raise ValueError(f"{value!r} is not a float4 e2m1 value (one of ±{list(E2M1_VALUES)})")
+    return E2M1_VALUES.index(magnitude) | (8 if math.copysign(1.0, value) < 0 else 0)
 
 
 def to_torch_dtype(elem_type: int) -> torch.dtype:

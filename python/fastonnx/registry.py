@@ -25,6 +25,9 @@ Everything else about an op is a property of its registry entry, not a table of 
   family declares ``COMPLEX_NATIVE = True`` (``complex_numbers``, and ``checks``, whose converters never
   read values), ``complex_numbers.COMPLEX_CONVERTERS``' form for ops other families convert for real
   tensors, and None (refused) otherwise;
+- float4_e2m1fn_x2 values (two 4-bit values per torch element, an ONNX last dim twice torch's) are
+  converted by the ops of ``PACKED_OPS`` and the ``checks`` family only, whose ONNX forms do not
+  depend on how many values an element holds; any other op on them is refused;
 - a user's ``custom_converters`` sit on top and are marked ``custom``; onnxscript functions among them
   (torch.onnx.export's ``custom_translation_table``) become converters running them
   (``fastonnx.translation``).
@@ -48,7 +51,7 @@ from typing import Any
 
 import torch
 
-from fastonnx import translation
+from fastonnx import dtypes, translation
 from fastonnx.context import Converter
 from fastonnx.errors import FastOnnxError, InputError
 
@@ -95,6 +98,35 @@ FAMILIES: tuple[str, ...] = (
 
 # Namespaces whose schemas torch itself defines (the others belong to libraries imported later).
 _CHECKED_NAMESPACES = ("aten", "prims")
+
+
+# The ops converted for float4_e2m1fn_x2 values besides the checks family's: creation (ConstantOfShape
+# of the doubled ONNX shape), copies, and sizes (a float4 last dim is static, the others read from the
+# ONNX Shape as for any dtype). Shape and indexing converters compute with torch's dims (a Reshape to
+# torch's sizes, a Transpose of the last axis moving single values instead of pairs) and ONNX has no
+# float4 Slice, Gather or Concat: those, and every other op, are refused on float4 values.
+PACKED_OPS = frozenset(
+    {
+        "aten.empty.memory_format",
+        "aten.empty_permuted.default",
+        "aten.empty_strided.default",
+        "aten.empty_like.default",
+        "aten.zeros.default",
+        "aten.zeros_like.default",
+        "aten.zero.default",
+        "aten.new_empty.default",
+        "aten.new_empty_strided.default",
+        "aten.new_zeros.default",
+        "aten.alias.default",
+        "aten.clone.default",
+        "aten.detach.default",
+        "aten.lift_fresh_copy.default",
+        "aten.to.dtype",
+        "aten.to.dtype_layout",
+        "aten._to_copy.default",
+        "aten.sym_size.int",
+    }
+)
 
 
 class RegistryError(FastOnnxError):
@@ -213,6 +245,10 @@ class _Families:
                 self.module(family)
             self._all_loaded = True
 
+    def family(self, key: str) -> str | None:
+        """The family the index places ``key`` in, or None."""
+        return self._family_of.get(key)
+
     def converter(self, key: str) -> Converter | None:
         """The converter the index places for ``key``, or None."""
         family = self._family_of.get(key)
@@ -320,9 +356,16 @@ class Registry:
         if entry is None:
             return False
         values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        if any(packed_val(v) for v in values) and not self.converts_packed(entry):
+            return False
         if any(_complex_val(v) for v in values):
             return self.complex_converter(entry) is not None
         return True
+
+    def converts_packed(self, entry: Entry) -> bool:
+        """Whether ``entry``'s converter handles float4_e2m1fn_x2 values (``PACKED_OPS``, the checks
+        family's, which emit nothing); a user's converter is trusted with them."""
+        return entry.custom or entry.key in PACKED_OPS or self._families.family(entry.key) == "checks"
 
     def complex_converter(self, entry: Entry) -> Converter | None:
         """The converter for ``entry``'s op on complex values (stored as ``(..., 2)`` reals), or None
@@ -346,6 +389,13 @@ class Registry:
                         takes_node=k.startswith("higher_order."),
                     )
         return None
+
+
+def packed_val(v: Any) -> bool:
+    """Whether ``v`` (a recorded value, a ``Value``, a list of them) is a float4_e2m1fn_x2 tensor."""
+    if isinstance(v, (list, tuple)):
+        return any(packed_val(x) for x in v)
+    return getattr(v, "dtype", None) in dtypes.PACKED_X2
 
 
 def _complex_val(v: Any) -> bool:

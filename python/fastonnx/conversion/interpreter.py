@@ -20,7 +20,7 @@ from fastonnx.context import ConversionContext, Value
 from fastonnx.conversion import aliasing, metadata
 from fastonnx.diagnostics import debug
 from fastonnx.errors import ConversionError, FastOnnxError, GraphError, InputError, UnsupportedOpError
-from fastonnx.registry import Entry, Registry
+from fastonnx.registry import Entry, Registry, packed_val
 
 
 @dataclass
@@ -120,6 +120,7 @@ class Interpreter:
         KeyboardInterrupt between two nodes: nothing here catches it)."""
         # the per-node complex check costs a walk over every argument: skip it for real-only programs
         self._complex = _program_has_complex(self.ep.graph_module)
+        self._packed = _program_has(self.ep.graph_module, packed_val)  # float4_e2m1fn_x2
         sig = self.ep.graph_signature
         specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
         nodes = list(self.ep.graph.nodes)
@@ -374,6 +375,13 @@ class Interpreter:
                     "the complex-number operators (converters/complex_numbers.py)"
                 )
             fn = complex_fn
+        if self._packed and not self.registry.converts_packed(entry) and _involves_packed(node, args, kwargs):
+            raise UnsupportedOpError(
+                f"{target} is not converted for torch.float4_e2m1fn_x2 tensors ({where}), called at "
+                f"{source_line(node)}: their ONNX tensors hold two values per torch element (the last "
+                "dim doubled), and fastonnx converts only their creation, copies and sizes. Pass "
+                f"custom_converters={{{_qualname(target)}: fn}} to convert it"
+            )
         self.ctx.node = node
         self._set_base(node)
         try:
@@ -602,12 +610,22 @@ def _has_complex(a: Any) -> bool:
 
 def _program_has_complex(root: torch.nn.Module) -> bool:
     """Whether any node of the program or of its subgraphs holds a complex tensor."""
+    return _program_has(root, _has_complex)
+
+
+def _program_has(root: torch.nn.Module, holds: Callable[[Any], bool]) -> bool:
+    """Whether any node of the program or of its subgraphs records a value that ``holds``."""
     return any(
-        _has_complex(node.meta.get("val"))
+        holds(node.meta.get("val"))
         for gm in root.modules()
         if isinstance(gm, torch.fx.GraphModule)
         for node in gm.graph.nodes
     )
+
+
+def _involves_packed(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+    """Whether a node reads or makes a float4_e2m1fn_x2 tensor."""
+    return packed_val(node.meta.get("val")) or packed_val(list(args)) or packed_val(list(kwargs.values()))
 
 
 def _involves_complex(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.shapes import is_static, shape_of
@@ -31,7 +32,14 @@ _CAST_FILL = {
 
 
 def _shape(ctx: ConversionContext, size: Sequence[Any], like: Value | None = None) -> str:
+    """The ONNX shape of the result: torch's, but for a float4_e2m1fn_x2 result (two values per torch
+    element) whose static last dim doubles, as the ONNX tensor counts the values."""
     dims = list(ctx.out_shape) if is_static(ctx.out_shape) else list(size)
+    if ctx.out_dtype in dtypes.PACKED_X2:
+        last = ctx.out_shape[-1] if ctx.out_shape else None
+        if not isinstance(last, int):
+            raise ctx.error(f"a {ctx.out_dtype} tensor needs a static last dim, got shape {ctx.out_shape}")
+        dims[-1] = 2 * last
     shape = shape_of(ctx, dims, (like,) if like is not None else ())
     if shape is None:
         raise ctx.error(f"cannot build the runtime size {list(size)}")
@@ -86,6 +94,9 @@ def convert_new_ones(ctx: ConversionContext, x: Value, size: Sequence[Any], **_:
 
 
 def _like(ctx: ConversionContext, x: Value, value: Any) -> str:
+    if x.dtype in dtypes.PACKED_X2 or ctx.out_dtype in dtypes.PACKED_X2:
+        # x's ONNX shape and the result's differ in their last dim unless both are float4
+        return fill(ctx, _shape(ctx, ctx.out_shape, x), value, ctx.out_dtype)
     return fill(ctx, ctx.dims_of(x), value, ctx.out_dtype)
 
 
