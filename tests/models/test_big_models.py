@@ -48,7 +48,8 @@ def test_meta_export_cannot_be_inline_and_attach_checks_shapes(tmp_path) -> None
 @pytest.mark.slow
 def test_over_2gib_switches_to_external_data_on_its_own(tmp_path) -> None:
     import onnxruntime
-    from test_zero_copy import Wide
+
+    from support.model_zoo import Wide
 
     with torch.no_grad():
         model = Wide(int(2.25 * (1 << 30)), torch.float32).eval()

@@ -43,6 +43,24 @@ class SmallCNN(torch.nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
+class Wide(torch.nn.Module):
+    """Linear layers of width 4096 holding about ``n_bytes`` of weights (memory and big-model tests)."""
+
+    def __init__(self, n_bytes: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        width = 4096
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        layers = max(1, n_bytes // (width * width * itemsize))
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(width, width, bias=False, dtype=dtype) for _ in range(layers)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 def with_calibrated_batchnorm(
     model: torch.nn.Module, side: int, batches: int = 4, batch_size: int = 4
 ) -> torch.nn.Module:

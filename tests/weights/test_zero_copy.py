@@ -9,24 +9,9 @@ import torch
 
 import fastonnx
 from support.memory import peak_extra_bytes
+from support.model_zoo import Wide
 
 GIB = 1 << 30
-
-
-class Wide(torch.nn.Module):
-    def __init__(self, n_bytes: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        width = 4096
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        layers = max(1, n_bytes // (width * width * itemsize))
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Linear(width, width, bias=False, dtype=dtype) for _ in range(layers)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
