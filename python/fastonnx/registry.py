@@ -86,6 +86,7 @@ FAMILIES: tuple[str, ...] = (
     "orthogonal_polynomials",
     "pixel_rearrangements",
     "pooling",
+    "quantization",
     "random_sampling",
     "recurrent",
     "reductions",

@@ -103,6 +103,7 @@ def test_every_key_names_a_real_op() -> None:
     so that their namespaces are checked too)."""
     import torch.nn.modules.linear_cross_entropy  # defines torch_nn ops
     import torch.onnx.ops  # defines the onnx and onnx_symbolic ops (torch.onnx.ops)
+    import torchao  # noqa: F401  (defines the quantized_decomposed ops)
     import torchvision  # noqa: F401
     import transformers.integrations.moe  # noqa: F401
 

@@ -1,0 +1,362 @@
+"""Quantization as ONNX QDQ: PT2E's ``quantized_decomposed`` ops (registered when torchao is imported,
+known here by name only) and QAT's fake quantization.
+
+- ``quantize_per_tensor`` / ``quantize_per_channel`` → ``QuantizeLinear`` (per axis with 1-D scale and
+  zero point), the zero point's type giving the integer type (int8 / uint8; int16 / uint16 from opset
+  21). torch clamps to the op's ``[quant_min, quant_max]``, ONNX saturates to the type's range: a
+  narrower range adds a ``Clip`` on the integer result.
+- ``dequantize_per_tensor`` / ``dequantize_per_channel`` → ``DequantizeLinear`` (float32), then a Cast
+  to ``out_dtype`` when given.
+- ``fake_quantize_per_tensor_affine`` / ``fake_quantize_per_channel_affine`` (and their ``_cachemask``
+  forms, whose mask is the in-range test of the rounded value, built only when read) →
+  ``QuantizeLinear`` → [``Clip``] → ``DequantizeLinear`` when the range fits a QDQ type, otherwise the
+  same arithmetic in float.
+
+Rounding: QuantizeLinear rounds half to even, as ``torch.round`` does. torch multiplies by ``1 / scale``
+where ONNX divides by ``scale``: the two may differ in the last bit of the float, which moves a value
+lying exactly on a rounding boundary by one step at most.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastonnx import dtypes
+from fastonnx.context import ConversionContext, Converter, Value
+
+# the integer types QuantizeLinear / DequantizeLinear take, with their range and first opset
+_QDQ_TYPES: dict[torch.dtype, tuple[int, int, int]] = {
+    torch.uint8: (0, 255, 10),
+    torch.int8: (-128, 127, 10),
+    torch.uint16: (0, 65535, 21),
+    torch.int16: (-32768, 32767, 21),
+}
+
+
+def _qdq_type(ctx: ConversionContext, qdtype: torch.dtype, what: str) -> None:
+    if qdtype not in _QDQ_TYPES:
+        raise ctx.error(
+            f"{what} to {qdtype} has no ONNX QuantizeLinear form (its types: "
+            f"{', '.join(str(t) for t in _QDQ_TYPES)})"
+        )
+    ctx.require_opset(_QDQ_TYPES[qdtype][2], f"{what} to {qdtype}")
+
+
+def _scale(ctx: ConversionContext, scale: Any, per_tensor: bool) -> str:
+    """The scale as float32: a 0-d value per tensor (a 1-D one would mean per axis), 1-D per channel."""
+    if isinstance(scale, Value):
+        s = ctx.cast(scale, torch.float32)
+        if per_tensor and scale.rank != 0:
+            s = ctx.op("Reshape", s, ctx.i64([]))
+        return s
+    return ctx.const(float(scale), torch.float32)
+
+
+def _zero_point(ctx: ConversionContext, zero_point: Any, qdtype: torch.dtype, per_tensor: bool) -> str | None:
+    if zero_point is None:
+        return None
+    if isinstance(zero_point, Value):
+        z = ctx.cast(zero_point, qdtype)
+        if per_tensor and zero_point.rank != 0:
+            z = ctx.op("Reshape", z, ctx.i64([]))
+        return z
+    return ctx.const(int(zero_point), qdtype)
+
+
+def _narrowed(qdtype: torch.dtype, quant_min: Any, quant_max: Any) -> bool:
+    lo, hi, _ = _QDQ_TYPES[qdtype]
+    if isinstance(quant_min, Value) or isinstance(quant_max, Value):
+        return True
+    return bool(quant_min > lo or quant_max < hi)
+
+
+def _bound(ctx: ConversionContext, b: Any, qdtype: torch.dtype) -> str:
+    if isinstance(b, Value):
+        return ctx.op("Reshape", ctx.cast(b, qdtype), ctx.i64([])) if b.rank != 0 else ctx.cast(b, qdtype)
+    return ctx.const(int(b), qdtype)
+
+
+def _quantize(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Any,
+    zero_point: Any,
+    quant_min: Any,
+    quant_max: Any,
+    qdtype: torch.dtype,
+    axis: int | None = None,
+) -> str:
+    """round(x / scale) + zero_point clamped to [quant_min, quant_max], as ``qdtype``."""
+    per_tensor = axis is None
+    if axis is not None:
+        axis %= max(x.rank, 1)
+    xf = ctx.cast(x, torch.float32)
+    s = _scale(ctx, scale, per_tensor)
+    z = _zero_point(ctx, zero_point, qdtype, per_tensor)
+    narrowed = _narrowed(qdtype, quant_min, quant_max)
+    if narrowed and qdtype not in (torch.int8, torch.uint8):
+        # onnxruntime has no 16-bit Clip: clamp the float to (bound - zero_point) * scale instead, which
+        # QuantizeLinear maps back onto the bound exactly (the quotient is within a few ulps of an integer)
+        zf = ctx.const(0.0, torch.float32) if z is None else ctx.cast(z, torch.float32)
+        lo, hi = (
+            ctx.op("Mul", ctx.op("Sub", _bound(ctx, b, torch.float32), zf), s) for b in (quant_min, quant_max)
+        )
+        xf = ctx.op("Min", ctx.op("Max", xf, _along(ctx, lo, axis, x.rank)), _along(ctx, hi, axis, x.rank))
+        narrowed = False
+    q = ctx.op("QuantizeLinear", xf, s, z, axis=axis)
+    if narrowed:
+        q = ctx.op("Clip", q, _bound(ctx, quant_min, qdtype), _bound(ctx, quant_max, qdtype))
+    return q
+
+
+def _dequantize(
+    ctx: ConversionContext,
+    x: Any,
+    scale: Any,
+    zero_point: Any,
+    qdtype: torch.dtype,
+    out_dtype: torch.dtype | None,
+    axis: int | None = None,
+    rank: int = 0,
+) -> str:
+    per_tensor = axis is None
+    y = ctx.op(
+        "DequantizeLinear",
+        x,
+        _scale(ctx, scale, per_tensor),
+        _zero_point(ctx, zero_point, qdtype, per_tensor),
+        axis=None if axis is None else axis % max(rank, 1),
+    )
+    # DequantizeLinear gives float32 (the scale's type)
+    if out_dtype is None or out_dtype == torch.float32:
+        return y
+    return ctx.op("Cast", y, to=dtypes.to_onnx_dtype(out_dtype))
+
+
+def _input_type(ctx: ConversionContext, x: Value, qdtype: torch.dtype) -> None:
+    if x.dtype != qdtype:
+        raise ctx.error(f"dequantizing a {x.dtype} tensor declared {qdtype}")
+
+
+# ---- quantized_decomposed ------------------------------------------------------------------------
+
+
+def convert_quantize_per_tensor(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Any,
+    zero_point: Any,
+    quant_min: Any,
+    quant_max: Any,
+    dtype: torch.dtype,
+) -> str:
+    _qdq_type(ctx, dtype, "quantize_per_tensor")
+    return _quantize(ctx, x, scale, zero_point, quant_min, quant_max, dtype)
+
+
+def convert_dequantize_per_tensor(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Any,
+    zero_point: Any,
+    quant_min: Any,
+    quant_max: Any,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype | None = None,
+) -> str:
+    # DequantizeLinear also reads int32 (biases quantized to int32)
+    if dtype != torch.int32:
+        _qdq_type(ctx, dtype, "dequantize_per_tensor")
+    _input_type(ctx, x, dtype)
+    return _dequantize(ctx, x, scale, zero_point, dtype, out_dtype)
+
+
+def convert_quantize_per_channel(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> str:
+    _qdq_type(ctx, dtype, "quantize_per_channel")
+    return _quantize(ctx, x, scales, zero_points, quant_min, quant_max, dtype, axis)
+
+
+def convert_dequantize_per_channel(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value | None,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype | None = None,
+) -> str:
+    if dtype != torch.int32:
+        _qdq_type(ctx, dtype, "dequantize_per_channel")
+    _input_type(ctx, x, dtype)
+    return _dequantize(ctx, x, scales, zero_points, dtype, out_dtype, axis, x.rank)
+
+
+# ---- fake quantization (QAT) -----------------------------------------------------------------------
+
+
+def _fitting_type(ctx: ConversionContext, quant_min: int, quant_max: int) -> torch.dtype | None:
+    """The narrowest QDQ type holding [quant_min, quant_max] at the model's opset, or None."""
+    for t, (lo, hi, opset) in _QDQ_TYPES.items():
+        if lo <= quant_min and quant_max <= hi and ctx.opset >= opset:
+            return t
+    return None
+
+
+def _along(ctx: ConversionContext, v: str, axis: int | None, rank: int) -> str:
+    """A per-channel 1-D value shaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
+    if axis is None:
+        return v
+    shape = [1] * rank
+    shape[axis] = -1
+    return ctx.op("Reshape", v, ctx.i64(shape))
+
+
+def _rounded(ctx: ConversionContext, x: str, scale: str, zero_point: str, axis: int | None, rank: int) -> str:
+    """round(x / scale + zero_point) in float32: the unclamped quantized value."""
+    s = _along(ctx, scale, axis, rank)
+    z = _along(ctx, zero_point, axis, rank)
+    return ctx.op("Round", ctx.op("Add", ctx.op("Div", x, s), z))
+
+
+def _fake_quantize(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Any,
+    zero_point: Any,
+    quant_min: int,
+    quant_max: int,
+    axis: int | None,
+    with_mask: bool,
+) -> tuple[str, str | None]:
+    if not x.dtype.is_floating_point:
+        raise ctx.error(f"fake quantization of a {x.dtype} tensor")
+    if axis is not None:
+        axis %= max(x.rank, 1)
+    per_tensor = axis is None
+    xf = ctx.cast(x, torch.float32)
+    float_zp = isinstance(zero_point, Value) and zero_point.dtype.is_floating_point
+    qdtype = None if float_zp else _fitting_type(ctx, quant_min, quant_max)
+    mask = None
+    if with_mask or qdtype is None:
+        s = _scale(ctx, scale, per_tensor)
+        z = (
+            ctx.cast(zero_point, torch.float32)
+            if isinstance(zero_point, Value)
+            else ctx.const(float(zero_point), torch.float32)
+        )
+        if per_tensor and isinstance(zero_point, Value) and zero_point.rank != 0:
+            z = ctx.op("Reshape", z, ctx.i64([]))
+        r = _rounded(ctx, xf, s, z, axis, x.rank)
+        lo, hi = ctx.const(float(quant_min), torch.float32), ctx.const(float(quant_max), torch.float32)
+        if with_mask:
+            mask = ctx.op("And", ctx.op("GreaterOrEqual", r, lo), ctx.op("LessOrEqual", r, hi))
+        if qdtype is None:
+            # no QDQ type holds the range (or the zero point is a float): the same arithmetic in float
+            q = ctx.op("Min", ctx.op("Max", r, lo), hi)
+            sa, za = _along(ctx, s, axis, x.rank), _along(ctx, z, axis, x.rank)
+            return ctx.cast(ctx.op("Mul", ctx.op("Sub", q, za), sa), x.dtype), mask
+    assert qdtype is not None
+    q = _quantize(ctx, x, scale, zero_point, quant_min, quant_max, qdtype, axis)
+    return _dequantize(ctx, q, scale, zero_point, qdtype, x.dtype, axis, x.rank), mask
+
+
+def _mask_read(ctx: ConversionContext) -> bool:
+    assert ctx.node is not None
+    return any(u.args[1] == 1 and u.users for u in ctx.node.users if len(u.args) > 1)
+
+
+def convert_fake_quantize_per_tensor_affine(
+    ctx: ConversionContext, x: Value, scale: Any, zero_point: Any, quant_min: int, quant_max: int
+) -> str:
+    return _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, None, False)[0]
+
+
+def convert_fake_quantize_per_tensor_affine_cachemask(
+    ctx: ConversionContext, x: Value, scale: Any, zero_point: Any, quant_min: int, quant_max: int
+) -> list[str | None]:
+    out, mask = _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, None, _mask_read(ctx))
+    return [out, mask]
+
+
+def convert_fake_quantize_per_tensor_cachemask_tensor_qparams(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Value,
+    zero_point: Value,
+    fake_quant_enabled: Value,
+    quant_min: int,
+    quant_max: int,
+) -> list[str | None]:
+    """torch.ao's FakeQuantize: fake quantization where ``fake_quant_enabled[0]`` is set, ``x`` (and an
+    all-true mask) otherwise."""
+    with_mask = _mask_read(ctx)
+    out, mask = _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, None, with_mask)
+    on = ctx.op(
+        "Reshape",
+        ctx.op("Not", ctx.op("Equal", ctx.cast(fake_quant_enabled, torch.int64), ctx.i64(0))),
+        ctx.i64([]),
+    )
+    out = ctx.op("Where", on, out, x)
+    if mask is not None:
+        mask = ctx.op("Or", mask, ctx.op("Not", on))
+    return [out, mask]
+
+
+def convert_fake_quantize_per_channel_affine(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Value,
+    zero_point: Value,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+) -> str:
+    return _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, axis, False)[0]
+
+
+def convert_fake_quantize_per_channel_affine_cachemask(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Value,
+    zero_point: Value,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+) -> list[str | None]:
+    out, mask = _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, axis, _mask_read(ctx))
+    return [out, mask]
+
+
+CONVERTERS: dict[str, Converter] = {
+    "quantized_decomposed.quantize_per_tensor.default": convert_quantize_per_tensor,
+    "quantized_decomposed.quantize_per_tensor.tensor": convert_quantize_per_tensor,
+    "quantized_decomposed.quantize_per_tensor.tensor2": convert_quantize_per_tensor,
+    "quantized_decomposed.dequantize_per_tensor.default": convert_dequantize_per_tensor,
+    "quantized_decomposed.dequantize_per_tensor.tensor": convert_dequantize_per_tensor,
+    "quantized_decomposed.dequantize_per_tensor.tensor2": convert_dequantize_per_tensor,
+    "quantized_decomposed.quantize_per_channel.default": convert_quantize_per_channel,
+    "quantized_decomposed.dequantize_per_channel.default": convert_dequantize_per_channel,
+    "aten.fake_quantize_per_tensor_affine.default": convert_fake_quantize_per_tensor_affine,
+    "aten.fake_quantize_per_tensor_affine.tensor_qparams": convert_fake_quantize_per_tensor_affine,
+    "aten.fake_quantize_per_tensor_affine_cachemask.default": convert_fake_quantize_per_tensor_affine_cachemask,
+    "aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default": (
+        convert_fake_quantize_per_tensor_cachemask_tensor_qparams
+    ),
+    "aten.fake_quantize_per_channel_affine.default": convert_fake_quantize_per_channel_affine,
+    "aten.fake_quantize_per_channel_affine_cachemask.default": convert_fake_quantize_per_channel_affine_cachemask,
+}
