@@ -44,13 +44,27 @@ def _qdq_type(ctx: ConversionContext, qdtype: torch.dtype, what: str) -> None:
     ctx.require_opset(_QDQ_TYPES[qdtype][2], f"{what} to {qdtype}")
 
 
+def _weight(ctx: ConversionContext, v: Any) -> torch.Tensor | None:
+    """The tensor a value borrows when it is a (small enough, real) weight or buffer, else None."""
+    t = ctx.weights.get(v.name) if isinstance(v, Value) else None
+    return None if t is None or t.is_meta or not dtypes.on_host(t) else t
+
+
+def _stored(ctx: ConversionContext, v: Value, dtype: torch.dtype, per_tensor: bool) -> str:
+    """``v`` as ``dtype`` (0-d per tensor: a 1-D one would mean per axis); a weight (PT2E's scales and
+    zero points are buffers) becomes a constant of that type at export instead of a Cast and Reshape
+    at every run (constant folding keeps no int8 values)."""
+    t = _weight(ctx, v)
+    if t is not None and t.numel() <= 1 << 16:
+        return ctx.const(t.reshape(()) if per_tensor else t, dtype)
+    out = ctx.cast(v, dtype)
+    return ctx.op("Reshape", out, ctx.i64([])) if per_tensor and v.rank != 0 else out
+
+
 def _scale(ctx: ConversionContext, scale: Any, per_tensor: bool) -> str:
-    """The scale as float32: a 0-d value per tensor (a 1-D one would mean per axis), 1-D per channel."""
+    """The scale as float32: a 0-d value per tensor, 1-D per channel."""
     if isinstance(scale, Value):
-        s = ctx.cast(scale, torch.float32)
-        if per_tensor and scale.rank != 0:
-            s = ctx.op("Reshape", s, ctx.i64([]))
-        return s
+        return _stored(ctx, scale, torch.float32, per_tensor)
     return ctx.const(float(scale), torch.float32)
 
 
@@ -58,10 +72,7 @@ def _zero_point(ctx: ConversionContext, zero_point: Any, qdtype: torch.dtype, pe
     if zero_point is None:
         return None
     if isinstance(zero_point, Value):
-        z = ctx.cast(zero_point, qdtype)
-        if per_tensor and zero_point.rank != 0:
-            z = ctx.op("Reshape", z, ctx.i64([]))
-        return z
+        return _stored(ctx, zero_point, qdtype, per_tensor)
     return ctx.const(int(zero_point), qdtype)
 
 
@@ -92,6 +103,9 @@ def _quantize(
     per_tensor = axis is None
     if axis is not None:
         axis %= max(x.rank, 1)
+    pre = _prequantized(ctx, x, scale, zero_point, quant_min, quant_max, qdtype, axis)
+    if pre is not None:
+        return pre
     xf = ctx.cast(x, torch.float32)
     s = _scale(ctx, scale, per_tensor)
     z = _zero_point(ctx, zero_point, qdtype, per_tensor)
@@ -109,6 +123,42 @@ def _quantize(
     if narrowed:
         q = ctx.op("Clip", q, _bound(ctx, quant_min, qdtype), _bound(ctx, quant_max, qdtype))
     return q
+
+
+def _prequantized(
+    ctx: ConversionContext,
+    x: Value,
+    scale: Any,
+    zero_point: Any,
+    quant_min: Any,
+    quant_max: Any,
+    qdtype: torch.dtype,
+    axis: int | None,
+) -> str | None:
+    """A weight quantized at export (QAT's fake-quantized weights): the integer tensor as a constant, so
+    that the file stores it as ``qdtype`` and reads it through DequantizeLinear; None when any operand
+    is computed at run time. torch's arithmetic: round(x * (1 / scale)) + zero_point, clamped."""
+    w = _weight(ctx, x)
+    qparams = [_weight(ctx, v) if isinstance(v, Value) else v for v in (scale, zero_point)]
+    if (
+        w is None
+        or not w.dtype.is_floating_point
+        or any(isinstance(v, Value) for v in (quant_min, quant_max))
+    ):
+        return None
+    if any(p is None for p, v in zip(qparams, (scale, zero_point)) if v is not None):
+        return None
+    s, z = qparams
+    shape = [1] * w.dim()
+    if axis is not None:
+        shape[axis] = -1
+    if s is None:
+        return None
+    s = s.reshape(shape) if isinstance(s, torch.Tensor) else float(s)
+    z = 0 if z is None else (z.reshape(shape) if isinstance(z, torch.Tensor) else z)
+    with torch.no_grad():
+        q = torch.clamp(torch.round(w.float() * (1.0 / s)) + z, int(quant_min), int(quant_max))
+    return ctx.const(q.to(qdtype), qdtype, "quantized")
 
 
 def _dequantize(

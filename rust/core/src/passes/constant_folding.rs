@@ -892,6 +892,34 @@ mod tests {
     }
 
     #[test]
+    fn quantized_weights_stay_quantized() {
+        // QDQ: an int8 weight read through DequantizeLinear stays int8 in the file (a float copy
+        // would be 4x the bytes and lose the quantization), and so does a QuantizeLinear of constants
+        let mut g = Graph::new("g");
+        let w = g
+            .add_constant("w", dtype::INT8, vec![2, 2], vec![1, 255, 3, 128])
+            .expect("test constant");
+        let scale = g.f32s(&[2], &[0.5, 0.25]);
+        let zp = g
+            .add_constant("zp", dtype::INT8, vec![2], vec![0, 1])
+            .expect("test constant");
+        let dq = g.op_with(
+            "DequantizeLinear",
+            &[&w, &scale, &zp],
+            vec![crate::testing::int("axis", 0)],
+        );
+        let x = g.f32s(&[2], &[0.3, -1.2]);
+        let s = g.f32s(&[], &[0.1]);
+        let q = g.op("QuantizeLinear", &[&x, &s]);
+        g.outputs.push(dq);
+        g.outputs.push(q);
+        assert_eq!(fold_constants(&mut g), 0);
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["DequantizeLinear", "QuantizeLinear"]);
+        assert_eq!(g.initializer(&w).map(|t| t.dtype), Some(dtype::INT8));
+    }
+
+    #[test]
     fn shape_arithmetic_folds() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, fixed(&[2, 3, 4]));

@@ -1,0 +1,142 @@
+"""Quantized models as QDQ: a PT2E model (torchao's X86InductorQuantizer, calibrated, convert_pt2e) and
+a QAT model calling fake quantization, run in onnxruntime with its graph optimizations off (so that the
+file's own QuantizeLinear / DequantizeLinear run, not fused kernels) against the converted torch model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+import fastonnx
+
+qd = torch.ops.quantized_decomposed
+
+
+class ConvReluLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.fc = torch.nn.Linear(8 * 6 * 6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def _pt2e_model() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = ConvReluLinear().eval()
+    x = torch.randn(2, 3, 8, 8)
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(4):  # calibration
+        prepared(torch.randn(2, 3, 8, 8))
+    return convert_pt2e(prepared), torch.randn(2, 3, 8, 8)
+
+
+def _run_unoptimized(proto: onnx.ModelProto, x: torch.Tensor) -> np.ndarray[Any, Any]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    return np.asarray(out)
+
+
+def _last_step(model: torch.nn.Module) -> float:
+    """How far the output moves when the last quantized activation (the Linear's input) moves by one
+    step in one element: that activation's scale times the largest dequantized Linear weight."""
+    nodes = [n for n in model.graph.nodes if n.target == qd.quantize_per_tensor.default]
+    scale = float(nodes[-1].args[1])
+    (dq_weight,) = [n for n in model.graph.nodes if n.target == qd.dequantize_per_channel.default][-1:]
+    w = getattr(model, dq_weight.args[0].target).float()
+    w_scale = getattr(model, dq_weight.args[1].target).float()
+    return scale * float((w.abs().amax(dim=1) * w_scale).max())
+
+
+@pytest.mark.parametrize("capture", ["auto", "export"])
+@pytest.mark.parametrize("optimize", [False, True, "onnxruntime"])
+def test_pt2e_x86_inductor_model(capture: str, optimize: bool | str) -> None:
+    model, x = _pt2e_model()
+    result = fastonnx.to_onnx(model, (x,), capture=capture, optimize=optimize)
+    graph = result.model_proto.graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("QuantizeLinear") == 2, ops  # the Conv's and the Linear's inputs
+    assert ops.count("DequantizeLinear") == 4, ops  # those two and the two weights
+    # the weights stay int8 in the file, read through DequantizeLinear (never folded to float)
+    inits = {t.name: t for t in graph.initializer}
+    weights = [n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert len(weights) == 2
+    assert all(inits[w].data_type == onnx.TensorProto.INT8 for w in weights)
+    read = {i for n in graph.node for i in n.input}
+    float_weights = [t for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT and t.name in read]
+    float_weights = [t for t in float_weights if len(t.dims) > 1]
+    if optimize:  # convert_pt2e leaves the float parameters on the module, unread: the passes drop them
+        assert not [t.name for t in graph.initializer if t.name not in read]
+    assert not float_weights, [t.name for t in float_weights]
+
+    with torch.no_grad():
+        expected = model(x).numpy()
+    got = _run_unoptimized(result.model_proto, x)
+    # the QDQ values are torch's (both round half to even); a value exactly on a rounding boundary may
+    # still land one step apart (torch multiplies by 1 / scale, ONNX divides): at most one step of the
+    # last activation through the largest Linear weight, plus float32 accumulation order
+    tolerance = _last_step(model) + 1e-5
+    np.testing.assert_allclose(got, expected, atol=tolerance, rtol=0)
+    # the scales and zero points are constants of their ONNX types, not Casts at every run
+    assert "Cast" not in ops, ops
+
+
+class QatModel(torch.nn.Module):
+    """QAT as written by hand: fake-quantized activations (per tensor, uint8 and a 4-bit range) and
+    weights (per channel, int8 narrowed to [-127, 127])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+        self.register_buffer("w_scale", self.conv.weight.detach().abs().amax(dim=(1, 2, 3)) / 127)
+        self.register_buffer("w_zp", torch.zeros(4, dtype=torch.int32))
+        self.register_buffer("fc_scale", self.fc.weight.detach().abs().amax(dim=1) / 127)
+        self.register_buffer("fc_zp", torch.zeros(5, dtype=torch.int32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.fake_quantize_per_tensor_affine(x, 0.03, 128, 0, 255)
+        w = torch.fake_quantize_per_channel_affine(self.conv.weight, self.w_scale, self.w_zp, 0, -127, 127)
+        y = torch.relu(F.conv2d(x, w, self.conv.bias)).flatten(1)
+        y = torch.fake_quantize_per_tensor_affine(y, 0.1, 0, 0, 15)
+        fw = torch.fake_quantize_per_channel_affine(self.fc.weight, self.fc_scale, self.fc_zp, 0, -127, 127)
+        return F.linear(y, fw, self.fc.bias)
+
+
+@pytest.mark.parametrize("capture", ["auto", "export"])
+def test_qat_fake_quantized_model(capture: str) -> None:
+    torch.manual_seed(0)
+    model, x = QatModel().eval(), torch.randn(2, 3, 8, 8)
+    result = fastonnx.to_onnx(model, (x,), capture=capture)
+    ops = [n.op_type for n in result.model_proto.graph.node]
+    # the weights are quantized at export: int8 initializers read by DequantizeLinear
+    assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 4, ops
+    graph = result.model_proto.graph
+    inits = {t.name: t for t in graph.initializer}
+    weights = [n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert sorted(tuple(inits[w].dims) for w in weights) == [(4, 3, 3, 3), (5, 144)]
+    assert all(inits[w].data_type == onnx.TensorProto.INT8 for w in weights)
+    assert not [
+        t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) > 1
+    ]
+    with torch.no_grad():
+        expected = model(x).numpy()
+    # one step of the 4-bit activation (0.1) through the largest Linear weight, as above
+    tolerance = 0.1 * float(model.fc.weight.abs().max()) + 1e-5
+    np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), expected, atol=tolerance, rtol=0)
