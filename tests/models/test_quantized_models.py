@@ -12,13 +12,16 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e import move_exported_model_to_eval
+from torchao.quantization.pt2e.fake_quantize import disable_observer
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
     X86InductorQuantizer,
     get_default_x86_inductor_quantization_config,
 )
 
 import fastonnx
+from fastonnx.errors import ConversionError
 
 qd = torch.ops.quantized_decomposed
 
@@ -49,8 +52,7 @@ def _run_unoptimized(proto: onnx.ModelProto, x: torch.Tensor) -> np.ndarray[Any,
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-    return np.asarray(out)
+    return np.asarray(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
 
 
 def _last_step(model: torch.nn.Module) -> float:
@@ -139,4 +141,35 @@ def test_qat_fake_quantized_model(capture: str) -> None:
         expected = model(x).numpy()
     # one step of the 4-bit activation (0.1) through the largest Linear weight, as above
     tolerance = 0.1 * float(model.fc.weight.abs().max()) + 1e-5
+    np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), expected, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("capture", ["auto", "export"])
+def test_pt2e_qat_prepared_model(capture: str) -> None:
+    """torchao's QAT flow before convert_pt2e: FakeQuantize modules (fused_moving_avg_obs_fake_quant)
+    export as QDQ with their observed qparams once the observers are off; on, they are refused."""
+    torch.manual_seed(0)
+    model, x = ConvReluLinear(), torch.randn(2, 3, 8, 8)
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(get_default_x86_inductor_quantization_config(is_qat=True))
+    prepared = prepare_qat_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(3):
+        prepared(torch.randn(2, 3, 8, 8))
+    prepared = move_exported_model_to_eval(prepared)
+    with pytest.raises(ConversionError, match="observer on"):
+        fastonnx.to_onnx(prepared, (x,), capture=capture)
+    prepared.apply(disable_observer)
+    result = fastonnx.to_onnx(prepared, (x,), capture=capture)
+    graph = result.model_proto.graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 4, ops
+    inits = {t.name: t for t in graph.initializer}
+    weights = [n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert sorted(tuple(inits[w].dims) for w in weights) == [(8, 3, 3, 3), (10, 288)]
+    assert all(inits[w].data_type == onnx.TensorProto.INT8 for w in weights)
+    with torch.no_grad():
+        expected = prepared(x).numpy()
+    # one step of the coarsest activation (the per-tensor FakeQuantize modules) through the largest Linear weight
+    scales = [float(m.scale) for m in prepared.modules() if hasattr(m, "scale") and m.scale.numel() == 1]
+    tolerance = max(scales) * float(prepared.fc.weight.abs().max()) + 1e-5
     np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), expected, atol=tolerance, rtol=0)

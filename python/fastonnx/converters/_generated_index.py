@@ -32,6 +32,7 @@ FAMILY_OF: dict[str, str] = {
     "aten._functional_assert_async.msg": "checks",
     "aten._functional_sym_constrain_range.default": "checks",
     "aten._functional_sym_constrain_range_for_size.default": "checks",
+    "aten._fused_moving_avg_obs_fq_helper_functional.default": "quantization",
     "aten._fused_rms_norm.default": "normalization",
     "aten._is_all_true.default": "reductions",
     "aten._linalg_det.default": "linalg_lu",

@@ -392,6 +392,53 @@ def convert_fake_quantize_per_channel_affine_cachemask(
     return [out, mask]
 
 
+def convert_fused_moving_avg_obs_fq(
+    ctx: ConversionContext,
+    x: Value,
+    observer_on: Value,
+    fake_quant_on: Value,
+    running_min: Value,
+    running_max: Value,
+    scale: Value,
+    zero_point: Value,
+    averaging_const: float,
+    quant_min: int,
+    quant_max: int,
+    ch_axis: int,
+    per_row_fake_quant: bool = False,
+    symmetric_quant: bool = False,
+) -> list[str | None]:
+    """torch.ao / torchao's FakeQuantize (QAT, ``fused_moving_avg_obs_fake_quant``) with its observer
+    off, as after torchao's ``move_exported_model_to_eval``: fake quantization with the scale and zero
+    point observed in training (their buffers come out unchanged). An observer still on would update
+    them at every run: refused."""
+    on = _weight(ctx, observer_on)
+    if on is None or bool(on.any()):
+        raise ctx.error(
+            "fused_moving_avg_obs_fake_quant with its observer on (a QAT model in training mode) would "
+            "update its scale and zero point at every run; export the model in eval mode (torchao's "
+            "move_exported_model_to_eval, or disable_observer) or after convert_pt2e"
+        )
+    axis = ch_axis if per_row_fake_quant else None
+    enabled = _weight(ctx, fake_quant_on)
+    with_mask = _mask_read(ctx)
+    unchanged = [ctx.op("Identity", v) for v in (running_min, running_max, scale, zero_point)]
+    if enabled is not None and not bool(enabled.any()):
+        ones = ctx.op("ConstantOfShape", ctx.dims_of(x), value=ctx.tensor_attr(True, torch.bool))
+        return [ctx.op("Identity", x), ones if with_mask else None, *unchanged]
+    out, mask = _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, axis, with_mask)
+    if enabled is None:  # read at run time
+        on_now = ctx.op(
+            "Reshape",
+            ctx.op("Not", ctx.op("Equal", ctx.cast(fake_quant_on, torch.int64), ctx.i64(0))),
+            ctx.i64([]),
+        )
+        out = ctx.op("Where", on_now, out, x)
+        if mask is not None:
+            mask = ctx.op("Or", mask, ctx.op("Not", on_now))
+    return [out, mask, *unchanged]
+
+
 CONVERTERS: dict[str, Converter] = {
     "quantized_decomposed.quantize_per_tensor.default": convert_quantize_per_tensor,
     "quantized_decomposed.quantize_per_tensor.tensor": convert_quantize_per_tensor,
@@ -408,5 +455,6 @@ CONVERTERS: dict[str, Converter] = {
         convert_fake_quantize_per_tensor_cachemask_tensor_qparams
     ),
     "aten.fake_quantize_per_channel_affine.default": convert_fake_quantize_per_channel_affine,
+    "aten._fused_moving_avg_obs_fq_helper_functional.default": convert_fused_moving_avg_obs_fq,
     "aten.fake_quantize_per_channel_affine_cachemask.default": convert_fake_quantize_per_channel_affine_cachemask,
 }
