@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torchao.quantization.pt2e import move_exported_model_to_eval
-from torchao.quantization.pt2e.fake_quantize import disable_observer
+from torchao.quantization.pt2e.fake_quantize import disable_fake_quant, disable_observer
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
     X86InductorQuantizer,
@@ -145,7 +145,8 @@ def test_qat_fake_quantized_model(capture: str) -> None:
 
 
 @pytest.mark.parametrize("capture", ["auto", "export"])
-def test_pt2e_qat_prepared_model(capture: str) -> None:
+@pytest.mark.parametrize("fake_quant", [True, False])
+def test_pt2e_qat_prepared_model(capture: str, fake_quant: bool) -> None:
     """torchao's QAT flow before convert_pt2e: FakeQuantize modules (fused_moving_avg_obs_fake_quant)
     export as QDQ with their observed qparams once the observers are off; on, they are refused."""
     torch.manual_seed(0)
@@ -159,6 +160,14 @@ def test_pt2e_qat_prepared_model(capture: str) -> None:
     with pytest.raises(ConversionError, match="observer on"):
         fastonnx.to_onnx(prepared, (x,), capture=capture)
     prepared.apply(disable_observer)
+    if not fake_quant:  # fake quantization switched off: the float model
+        prepared.apply(disable_fake_quant)
+        result = fastonnx.to_onnx(prepared, (x,), capture=capture)
+        assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in result.model_proto.graph.node}
+        with torch.no_grad():
+            expected = prepared(x).numpy()
+        np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), expected, atol=1e-5, rtol=1e-5)
+        return
     result = fastonnx.to_onnx(prepared, (x,), capture=capture)
     graph = result.model_proto.graph
     ops = [n.op_type for n in graph.node]
