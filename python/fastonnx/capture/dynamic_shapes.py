@@ -24,6 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim
 
+from fastonnx.capture.input_tensors import key_text
 from fastonnx.errors import InputError
 
 # (flattened input index, axis) -> requested name (None when only "dynamic" was asked, without a name)
@@ -64,13 +65,6 @@ def _asks_dynamic(d: Any) -> tuple[bool, str | None]:
     return True, name if isinstance(name, str) else None
 
 
-def _key_text(k: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
 def input_paths(
     ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> list[str]:
@@ -85,12 +79,12 @@ def input_paths(
         )
     paths = []
     for i, ((path, _), ph) in enumerate(zip(flat, placeholders)):
-        rest = [_key_text(k) for k in path[2:]]
+        rest = [key_text(k) for k in path[2:]]
         if not rest:
             paths.append(str(ph))
             continue
-        if _key_text(path[0]) == "1":
-            top = _key_text(path[1])
+        if key_text(path[0]) == "1":
+            top = key_text(path[1])
         else:
             suffix = "_" + "_".join(rest)
             ph = str(ph)
@@ -115,7 +109,7 @@ def output_paths(out_spec: Any, n: int) -> list[str | None]:
         return [None] * n
     names: list[str | None] = []
     for path, _ in flat:
-        keys = [_key_text(k) for k in path]
+        keys = [key_text(k) for k in path]
         if path and isinstance(path[0], pytree.SequenceKey):
             keys = ["output", *keys]
         names.append(".".join(keys))

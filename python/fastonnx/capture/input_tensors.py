@@ -177,6 +177,12 @@ def _path_text(path: tuple[Any, ...], names: list[str]) -> str:
         head = names[i] if i < len(names) else f"args_{i}"
     else:
         head = str(first.key)
-    return repr(
-        ".".join([head, *(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in rest)])
-    )
+    return repr(".".join([head, *(key_text(k) for k in rest)]))
+
+
+def key_text(k: Any) -> str:
+    """A pytree path entry as text: a mapping's key, a sequence's index or an attribute's name."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)

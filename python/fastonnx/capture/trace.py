@@ -93,6 +93,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from fastonnx.capture.input_tensors import (
     forward_names,
     forward_params,
+    key_text,
     reachable_tensors,
     storage_address,
     unsupported_leaf,
@@ -689,7 +690,7 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
             top = positional[i] if i < len(positional) else f"{var}_{i - len(positional)}"
         else:
             top = str(first.key)  # type: ignore[attr-defined]
-        rest = [_key_text(k) for k in path[2:]]
+        rest = [key_text(k) for k in path[2:]]
         names.append("_".join([top, *rest]))
     return names
 
@@ -703,13 +704,6 @@ def _placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
         used.add(name)
         node.name = name
     return node
-
-
-def _key_text(k: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
 
 
 def trace(
