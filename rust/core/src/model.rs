@@ -33,6 +33,10 @@ pub struct Model {
     /// The files referenced tensors point into, by their `location` (see `TensorData::Referenced`): a
     /// save into another folder hard-links them beside the model.
     pub reference_sources: BTreeMap<String, PathBuf>,
+    /// Write `GraphProto.value_info`: the element type and shape of every value the nodes of the main
+    /// graph and of its subgraphs make, where both are known (`writer::proto::value_infos`). Off
+    /// unless asked for (`to_onnx(value_info=True)`, its default).
+    pub value_info: bool,
 }
 
 /// Every node of `g` and of its subgraphs, in graph order (a node before its subgraphs' nodes).
@@ -88,6 +92,7 @@ impl Model {
             metadata: BTreeMap::new(),
             functions: Vec::new(),
             reference_sources: BTreeMap::new(),
+            value_info: false,
         }
     }
 
@@ -102,6 +107,7 @@ impl Model {
             metadata: BTreeMap::new(),
             functions: Vec::new(),
             reference_sources: BTreeMap::new(),
+            value_info: self.value_info,
         }
     }
 

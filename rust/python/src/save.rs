@@ -12,6 +12,18 @@ use crate::{py_err, GraphBuilder};
 
 #[pymethods]
 impl GraphBuilder {
+    /// Whether `to_bytes` and `save` write `value_info` (the type of every intermediate value whose
+    /// element type and rank are known, subgraphs included); False for a new builder.
+    #[getter]
+    fn value_info(&self) -> bool {
+        self.model.value_info
+    }
+
+    #[setter]
+    fn set_value_info(&mut self, value: bool) {
+        self.model.value_info = value;
+    }
+
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let model = &self.model;
         let bytes = py.detach(|| writer::to_bytes(model)).map_err(py_err)?;

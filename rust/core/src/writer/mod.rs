@@ -6,8 +6,8 @@
 //! One job a file: `proto` builds the prost messages, `skeleton` encodes the top graph's nodes with
 //! their metadata straight from the scopes, `plan` computes every length and offset before the first
 //! byte, `stream` writes a planned model's bytes, `files` meters the files for the hook, `threads`
-//! holds the writes that take a second thread, `links` hard-links referenced checkpoint shards; this
-//! file is the save API.
+//! holds the writes that take a second thread, `links` hard-links referenced checkpoint shards,
+//! `value_info` the types of the intermediate values (`Model::value_info`); this file is the save API.
 
 mod files;
 mod links;
@@ -16,6 +16,7 @@ mod proto;
 mod skeleton;
 mod stream;
 mod threads;
+mod value_info;
 
 #[cfg(test)]
 mod tests;

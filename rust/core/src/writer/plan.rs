@@ -60,7 +60,7 @@ fn align(offset: u64, len: u64) -> u64 {
 
 pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     let head = model_header(m)?.encode_to_vec();
-    let skeleton = Skeleton::new(&m.graph)?;
+    let skeleton = Skeleton::new(&m.graph, m.value_info)?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
     for t in &m.graph.initializers {

@@ -1,6 +1,9 @@
 //! The prost messages of everything but the weights' bytes: the model's header (opsets, metadata,
 //! local functions), value infos, attributes, nodes, tensor headers, and whole (sub)graphs for
 //! attributes. The top-level graph's nodes are not built here but encoded by `skeleton`.
+//!
+//! `value_info` (`Model::value_info`): every function taking `value_info: bool` passes it on to the
+//! subgraphs of the nodes it encodes; the local functions' bodies get none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use crate::proto::onnx;
 use crate::scopes::Scope;
 use crate::tensor::Tensor;
 
-fn type_proto(ty: &ValueType) -> onnx::TypeProto {
+pub(super) fn type_proto(ty: &ValueType) -> onnx::TypeProto {
     let shape = ty.shape.as_ref().map(|dims| onnx::TensorShapeProto {
         dim: dims
             .iter()
@@ -40,7 +43,8 @@ fn type_proto(ty: &ValueType) -> onnx::TypeProto {
     }
 }
 
-fn value_info(graph: &Graph, name: &str) -> Result<onnx::ValueInfoProto> {
+/// The value info of a graph input or output.
+fn io_value_info(graph: &Graph, name: &str) -> Result<onnx::ValueInfoProto> {
     let ty = graph.value_type(name).cloned().unwrap_or_default();
     if ty.dtype.is_none() {
         return Err(Error::Serialization(format!(
@@ -97,7 +101,7 @@ fn tensor_full(t: &Tensor) -> onnx::TensorProto {
     p
 }
 
-fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
+fn attribute(name: &str, value: &AttrValue, value_info: bool) -> Result<onnx::AttributeProto> {
     use onnx::attribute_proto::AttributeType as T;
     let mut a = onnx::AttributeProto {
         name: Some(name.to_owned()),
@@ -133,7 +137,7 @@ fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
             T::Tensor
         }
         AttrValue::Graph(g) => {
-            a.g = Some(graph_full(g)?);
+            a.g = Some(graph_full(g, value_info)?);
             T::Graph
         }
     };
@@ -141,7 +145,11 @@ fn attribute(name: &str, value: &AttrValue) -> Result<onnx::AttributeProto> {
     Ok(a)
 }
 
-pub(super) fn node_proto(n: &Node, scopes: &[Arc<Scope>]) -> Result<onnx::NodeProto> {
+pub(super) fn node_proto(
+    n: &Node,
+    scopes: &[Arc<Scope>],
+    value_info: bool,
+) -> Result<onnx::NodeProto> {
     let metadata_props = n
         .scope
         .and_then(|i| scopes.get(i as usize))
@@ -160,7 +168,7 @@ pub(super) fn node_proto(n: &Node, scopes: &[Arc<Scope>]) -> Result<onnx::NodePr
         attribute: n
             .attrs
             .iter()
-            .map(|a| attribute(&a.name, &a.value))
+            .map(|a| attribute(&a.name, &a.value, value_info))
             .collect::<Result<_>>()?,
         metadata_props,
         ..Default::default()
@@ -168,48 +176,54 @@ pub(super) fn node_proto(n: &Node, scopes: &[Arc<Scope>]) -> Result<onnx::NodePr
 }
 
 /// The graph without its initializers (they are streamed separately).
-pub(super) fn graph_skeleton(g: &Graph) -> Result<onnx::GraphProto> {
+pub(super) fn graph_skeleton(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
     let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
         g.scopes.snapshot()
     } else {
         Vec::new()
     };
-    let mut p = graph_without_nodes(g)?;
+    let mut p = graph_without_nodes(g, value_info)?;
     p.node = g
         .nodes
         .iter()
-        .map(|n| node_proto(n, &scopes))
+        .map(|n| node_proto(n, &scopes, value_info))
         .collect::<Result<_>>()?;
     Ok(p)
 }
 
-pub(super) fn graph_without_nodes(g: &Graph) -> Result<onnx::GraphProto> {
+pub(super) fn graph_without_nodes(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
     Ok(onnx::GraphProto {
         name: Some(g.name.clone()),
         input: g
             .inputs
             .iter()
-            .map(|n| value_info(g, n))
+            .map(|n| io_value_info(g, n))
             .collect::<Result<_>>()?,
         output: g
             .outputs
             .iter()
-            .map(|n| value_info(g, n))
+            .map(|n| io_value_info(g, n))
             .collect::<Result<_>>()?,
+        value_info: if value_info {
+            super::value_info::value_infos(g)
+        } else {
+            Vec::new()
+        },
         metadata_props: entries(&g.metadata),
         ..Default::default()
     })
 }
 
 /// A whole (sub)graph as one prost message, initializers copied in.
-pub(super) fn graph_full(g: &Graph) -> Result<onnx::GraphProto> {
-    let mut p = graph_skeleton(g)?;
+pub(super) fn graph_full(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
+    let mut p = graph_skeleton(g, value_info)?;
     p.initializer = g.initializers.iter().map(tensor_full).collect();
     Ok(p)
 }
 
 /// A local function: its constants become `Constant` nodes (a FunctionProto has no initializers), its
-/// nodes keep their names and metadata; no `value_info` (runtimes infer the types).
+/// nodes keep their names and metadata; no `value_info`, in the body or its subgraphs: one body may
+/// serve calls on values of other shapes (runtimes infer the types at each call).
 fn function_proto(
     f: &Function,
     model_opsets: &BTreeMap<String, i64>,
@@ -228,13 +242,13 @@ fn function_proto(
                 output: vec![t.name.clone()],
                 name: Some(format!("Constant_{}", t.name)),
                 op_type: Some("Constant".to_owned()),
-                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()))?],
+                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()), false)?],
                 ..Default::default()
             })
         })
         .collect::<Result<_>>()?;
     for n in &g.nodes {
-        node.push(node_proto(n, &scopes)?);
+        node.push(node_proto(n, &scopes, false)?);
     }
     Ok(onnx::FunctionProto {
         name: Some(f.name.clone()),

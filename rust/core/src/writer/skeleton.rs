@@ -9,6 +9,7 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, Wi
 use prost::Message;
 
 use super::proto::{graph_without_nodes, node_proto};
+use super::value_info::encode_value_infos;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::scopes::Scope;
@@ -17,6 +18,7 @@ const NODE_TAG: u32 = 1; // GraphProto.node
 const NODE_METADATA_TAG: u32 = 9; // NodeProto.metadata_props
 const ENTRY_KEY_TAG: u32 = 1; // StringStringEntryProto.key
 const ENTRY_VALUE_TAG: u32 = 2; // StringStringEntryProto.value
+const GRAPH_METADATA_TAG: u32 = 16; // GraphProto.metadata_props
 
 /// The length of a length-delimited field holding `len` bytes.
 fn bytes_field_len(tag: u32, len: usize) -> usize {
@@ -70,13 +72,13 @@ pub(super) struct Skeleton {
     /// metadata's encoded length.
     ends: Vec<(usize, Option<usize>, usize)>,
     scopes: Vec<Arc<Scope>>,
-    /// The fields after the nodes (inputs, outputs, name, metadata).
+    /// The fields after the nodes (name, inputs, outputs, value infos, metadata).
     tail: Vec<u8>,
     pub(super) len: u64,
 }
 
 impl Skeleton {
-    pub(super) fn new(g: &Graph) -> Result<Skeleton> {
+    pub(super) fn new(g: &Graph, value_info: bool) -> Result<Skeleton> {
         let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
             g.scopes.snapshot()
         } else {
@@ -98,7 +100,9 @@ impl Skeleton {
         let fail = |e: prost::EncodeError| Error::Serialization(e.to_string());
         for n in &g.nodes {
             node.clear();
-            node_proto(n, &[])?.encode(&mut node).map_err(fail)?;
+            node_proto(n, &[], value_info)?
+                .encode(&mut node)
+                .map_err(fail)?;
             let scope = n.scope.map(|i| i as usize).filter(|&i| i < scopes.len());
             let meta = scope.map_or(0, |i| {
                 *props[i].get_or_insert_with(|| props_len(&scopes[i].props))
@@ -107,8 +111,18 @@ impl Skeleton {
             nodes.extend_from_slice(&node);
             ends.push((nodes.len(), scope, meta));
         }
+        // the fields after the nodes in prost's order: name, inputs, outputs, value infos (encoded
+        // straight from the types: value_info.rs), metadata
         let mut tail = Vec::new();
-        graph_without_nodes(g)?.encode(&mut tail).map_err(fail)?;
+        let mut rest = graph_without_nodes(g, false)?;
+        let metadata = std::mem::take(&mut rest.metadata_props);
+        rest.encode(&mut tail).map_err(fail)?;
+        if value_info {
+            encode_value_infos(g, &mut tail);
+        }
+        for entry in &metadata {
+            prost::encoding::message::encode(GRAPH_METADATA_TAG, entry, &mut tail);
+        }
         len += tail.len();
         Ok(Skeleton {
             nodes,
@@ -168,12 +182,19 @@ mod tests {
         let x = g.inputs[0].clone();
         g.add_value_metadata(&x, "kind", "USER_INPUT")
             .expect("meta");
-        let skeleton = graph_skeleton(g).expect("skeleton");
+        // a value_info, between the outputs and the graph's metadata
+        let r = g
+            .add_node("Relu", "", vec![x.clone()], &["r".into()], vec![], None)
+            .expect("relu");
+        let ty = g.value_type(&x).cloned().expect("x");
+        g.set_type(&r[0], ty).expect("type");
+        let skeleton = graph_skeleton(g, true).expect("skeleton");
+        assert_eq!(skeleton.value_info.len(), 1);
         assert_eq!(skeleton.node[0].metadata_props.len(), 2);
         assert!(skeleton.node[1].metadata_props.is_empty());
         assert_eq!(skeleton.input[0].metadata_props.len(), 1);
         let mut bytes = Vec::new();
-        let planned = Skeleton::new(g).expect("plan");
+        let planned = Skeleton::new(g, true).expect("plan");
         planned.write(&mut bytes).expect("bytes");
         assert_eq!(bytes, skeleton.encode_to_vec());
         assert_eq!(planned.len, bytes.len() as u64);

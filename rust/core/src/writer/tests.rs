@@ -74,7 +74,7 @@ fn streamed_bytes_decode_with_prost() {
     assert_eq!(g.input[0].name.as_deref(), Some("x"));
     // the streamed form decodes to the same message prost builds in one piece (field order differs)
     let mut whole = model_header(&m).expect("header");
-    whole.graph = Some(graph_full(&m.graph).expect("full"));
+    whole.graph = Some(graph_full(&m.graph, m.value_info).expect("full"));
     let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
     assert!(again == whole, "streamed model differs from prost's");
     assert!(whole.encode_to_vec().len() == bytes.len());
@@ -327,4 +327,94 @@ fn failed_save_leaves_existing_file_alone() {
     assert!(save(&m, &path, Some(false), None).is_err());
     assert_eq!(std::fs::read(&path).expect("read"), b"old");
     assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 1);
+}
+
+#[test]
+fn value_info_types_the_values_nodes_make_where_dtype_and_rank_are_known() {
+    let typed = |dims: Vec<Dim>| ValueType {
+        dtype: Some(dtype::FLOAT),
+        shape: Some(dims),
+    };
+    let mut m = sample(16);
+    let x = m.graph.inputs[0].clone();
+    let g = &mut m.graph;
+    let r = g
+        .add_node("Relu", "", vec![x.clone()], &["r".into()], vec![], None)
+        .expect("relu");
+    g.set_type(&r[0], typed(vec![Dim::Sym("n".into()), Dim::Unknown]))
+        .expect("type");
+    // Neg's dtype is inferred, its rank is not: left out
+    let n = g
+        .add_node("Neg", "", r.clone(), &["n".into()], vec![], None)
+        .expect("neg");
+    let mut body = g.subgraph("then");
+    let inner = body
+        .add_node("Abs", "", n.clone(), &["inner".into()], vec![], None)
+        .expect("abs");
+    body.set_type(&inner[0], typed(vec![Dim::Fixed(3)]))
+        .expect("type");
+    let out = body
+        .add_node("Neg", "", inner, &["then_out".into()], vec![], None)
+        .expect("neg");
+    body.set_type(&out[0], typed(vec![Dim::Fixed(3)]))
+        .expect("type");
+    body.add_output(&out[0], None).expect("out");
+    let cond = g.add_input("c", dtype::BOOL, Some(vec![]));
+    let attrs = vec![Attribute {
+        name: "then_branch".into(),
+        value: AttrValue::Graph(Box::new(body)),
+    }];
+    let branched = g
+        .add_node("If", "", vec![cond], &["branched".into()], attrs, None)
+        .expect("if");
+    g.set_type(&branched[0], typed(vec![Dim::Fixed(3)]))
+        .expect("type");
+    g.add_output(&branched[0], None).expect("out");
+
+    let decode = |m: &Model| {
+        let bytes = to_bytes(m).expect("bytes");
+        onnx::ModelProto::decode(bytes.as_slice())
+            .expect("decode")
+            .graph
+            .expect("graph")
+    };
+    let names = |infos: &[onnx::ValueInfoProto]| -> Vec<String> {
+        infos.iter().filter_map(|v| v.name.clone()).collect()
+    };
+    let then_branch = |g: &onnx::GraphProto| {
+        g.node
+            .iter()
+            .find(|n| n.op_type.as_deref() == Some("If"))
+            .and_then(|n| n.attribute[0].g.clone())
+            .expect("then")
+    };
+    let off = decode(&m);
+    assert!(off.value_info.is_empty() && then_branch(&off).value_info.is_empty());
+
+    m.value_info = true;
+    let on = decode(&m);
+    // graph outputs (y, branched) are typed in `output`; n has no known rank
+    assert_eq!(names(&on.value_info), ["r"]);
+    let dims = match &on.value_info[0]
+        .r#type
+        .as_ref()
+        .and_then(|t| t.value.clone())
+    {
+        Some(onnx::type_proto::Value::TensorType(t)) => t.shape.clone().expect("shape").dim,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        dims[0].value,
+        Some(onnx::tensor_shape_proto::dimension::Value::DimParam(
+            "n".into()
+        ))
+    );
+    assert_eq!(dims[1].value, None);
+    assert_eq!(names(&then_branch(&on).value_info), ["inner"]);
+    // the streamed form still decodes to what prost builds in one piece
+    let mut whole = model_header(&m).expect("header");
+    whole.graph = Some(graph_full(&m.graph, true).expect("full"));
+    let bytes = to_bytes(&m).expect("bytes");
+    assert!(onnx::ModelProto::decode(bytes.as_slice()).expect("decode") == whole);
+    assert_eq!(whole.encode_to_vec().len(), bytes.len());
 }
