@@ -89,8 +89,8 @@ def graph_module_to_onnx(
     are read from the tensor inputs' shapes, or were specialised). Every element of the output tuple
     is one graph output (a SymInt as a 0-d int64, a non-tensor as a constant of the layout).
     ``example_inputs`` are not read (the placeholders' values are) but are checked to be as many as the
-    placeholders. Returns an ``ExportResult`` (flat inputs, flat outputs) with ``stats`` like
-    ``to_onnx``'s, without ``capture_s``.
+    placeholders. The model has no ``value_info`` (to_onnx's default writes it). Returns an
+    ``ExportResult`` (flat inputs, flat outputs) with ``stats`` like ``to_onnx``'s, without ``capture_s``.
     """
     level = optimize_level(optimize)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -104,7 +104,10 @@ def graph_module_to_onnx(
         raise InputError(
             f"got {len(example_inputs)} example inputs, the GraphModule has {len(placeholders)} placeholders"
         )
-    options = ExportOptions(opset=resolve_opset(opset), level=level, custom_converters=custom_converters)
+    # no value_info: the compile backends hand the model to onnxruntime, which infers the types itself
+    options = ExportOptions(
+        opset=resolve_opset(opset), level=level, custom_converters=custom_converters, value_info=False
+    )
     program = cast(torch.export.ExportedProgram, GraphProgram(gm))  # has every attribute the walker reads
     vals = tuple(n.meta["val"] for n in placeholders)
     builder = new_builder(options.opset)

@@ -33,6 +33,7 @@ class ExportOptions:
     dynamic_shapes: Any = None
     strict_dynamic: bool = True
     metadata: bool = True
+    value_info: bool = True
     durable: bool = False
     progress: bool | None = None
     shards: list[str] | None = None
@@ -49,12 +50,15 @@ class ExportOptions:
         filename: str | os.PathLike[str] | None,
         weights: checkpoints.Weights | None,
         metadata: bool,
+        value_info: bool,
         export_modules_as_functions: local_functions.Selection,
         **rest: Any,
     ) -> ExportOptions:
         """Every check that can fail before the (long) capture: a bad value is an InputError here."""
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
+        if not isinstance(value_info, bool):
+            raise InputError(f"value_info must be True or False, got {value_info!r}")
         local_functions.class_filter(export_modules_as_functions)  # a bad selection fails before the capture
         path = os.fspath(filename) if filename is not None else None
         if path is not None:
@@ -69,6 +73,7 @@ class ExportOptions:
             level=optimize_level(optimize),
             filename=path,
             metadata=metadata,
+            value_info=value_info,
             shards=shards,
             functions=export_modules_as_functions,
             **rest,

@@ -156,6 +156,7 @@ def convert(
     inputs). ``program=False`` for a GraphModule (graph_module.py): it has no signature or range
     constraints for the graph's metadata."""
     t0 = time.perf_counter()
+    builder.value_info = options.value_info  # written by the Rust writer from the types the walk records
     interp = Interpreter(
         ep,
         ConversionContext(builder, options.opset),
