@@ -17,6 +17,6 @@ fi
 # already installed at the pinned version, so a reused environment costs only the Rust build.
 python -m pip install -q -c constraints.txt "maturin>=1.9,<2"
 # clients: ultralytics + onnxslim for tests/models/test_clients.py (~145 MB of wheels, mostly opencv and polars)
-# quantization: torchao for the PT2E / QAT tests
-python -m pip install -q -c constraints.txt -e ".[test,bench,clients,quantization]"
+# quantization: torchao for the PT2E / QAT tests; genai: onnxruntime-genai (runs exported packages)
+python -m pip install -q -c constraints.txt -e ".[test,bench,clients,quantization,genai]"
 python examples/quickstart.py
