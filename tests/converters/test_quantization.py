@@ -204,3 +204,119 @@ def test_fake_quantize_cachemask_tensor_qparams(enabled: int) -> None:
         return out, mask
 
     check_export(Fn(fn), (_x(3, 40),), opsets=ENDS)
+
+
+# ---- per token, per channel group, choose_qparams ------------------------------------------------
+
+
+def _rand(*shape: int, seed: int = 2) -> torch.Tensor:
+    # random values at scales that are not powers of two: no value lies on a rounding tie (torch adds
+    # the zero point before rounding per token / per group, ONNX after: only a tie tells them apart)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lo", "hi"), [(torch.int8, -128, 127), (torch.uint8, 0, 255), (torch.int8, -8, 7)]
+)
+def test_quantize_dequantize_per_token(dtype: torch.dtype, lo: int, hi: int) -> None:
+    scales = torch.linspace(0.021, 0.33, 6).reshape(2, 3, 1)
+    zps = (torch.arange(6).reshape(2, 3, 1) % 3) + (0 if dtype == torch.int8 else 100)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = qd.quantize_per_token(x, scales, zps, lo, hi, dtype)
+        return q, qd.dequantize_per_token(q, scales, zps, lo, hi, dtype, torch.float32)
+
+    check_export(Fn(fn), (_rand(2, 3, 40),), opsets=ENDS)
+
+
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16])
+def test_dynamic_per_token_asymmetric(input_dtype: torch.dtype) -> None:
+    """8da4w's activation path: qparams chosen per token at run time, then quantize / dequantize."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = x.to(input_dtype)
+        s, zp = qd.choose_qparams_per_token_asymmetric(x, torch.int8)
+        q = qd.quantize_per_token(x, s, zp, -128, 127, torch.int8)
+        return s, zp, q, qd.dequantize_per_token(q, s, zp, -128, 127, torch.int8, torch.float32)
+
+    x = _rand(2, 5, 24)
+    x[0, 1] = x[0, 1].abs() + 0.5  # a row without negatives: its range still includes zero
+    x[1, 2] = 0.0  # a constant row: the scale is float32's eps
+    check_export(Fn(fn), (x,), opsets=ENDS)
+
+
+def test_choose_qparams_per_token() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s, zp = qd.choose_qparams_per_token(x, torch.int8)
+        # eager gives float32 scales and zero points, the op's declared types are float64 / int64
+        return s.float(), zp.float(), qd.quantize_per_token(x, s, zp, -128, 127, torch.int8)
+
+    x = _rand(3, 4, 16)
+    x[2, 3] = 0.0  # clamped to 1e-5 before the division
+    check_export(Fn(fn), (x,), opsets=ENDS)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lo", "hi", "symmetric"),
+    [
+        (torch.uint8, 0, 255, False),
+        (torch.int8, -128, 127, False),
+        (torch.uint8, 0, 127, False),
+        (torch.int8, -128, 127, True),
+        (torch.uint8, 0, 255, True),
+    ],
+)
+@pytest.mark.parametrize("shift", [0.0, 5.0, None])
+def test_choose_qparams_per_tensor(
+    dtype: torch.dtype, lo: int, hi: int, symmetric: bool, shift: float | None
+) -> None:
+    """choose_qparams.tensor / choose_qparams_symmetric.tensor then quantize with them; ``shift`` moves
+    the input away from zero (the range still includes it); None: an all-zero input (scale = eps)."""
+    eps = float(torch.finfo(torch.float32).eps)
+    choose = qd.choose_qparams_symmetric.tensor if symmetric else qd.choose_qparams.tensor
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s, zp = choose(x, lo, hi, eps, dtype)
+        return s.float(), zp, qd.quantize_per_tensor.tensor(x, s, zp, lo, hi, dtype)
+
+    x = torch.zeros(4, 30) if shift is None else _rand(4, 30) + shift
+    check_export(Fn(fn), (x,), opsets=ENDS)
+
+
+def test_choose_qparams_bfloat16_input() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s, zp = qd.choose_qparams.tensor(x.bfloat16(), 0, 255, 1e-7, torch.uint8)
+        return s.float(), zp
+
+    check_export(Fn(fn), (_rand(4, 30) - 1.3,), opsets=ENDS)
+
+
+def _groups() -> tuple[torch.Tensor, torch.Tensor]:
+    scales = torch.linspace(0.013, 0.41, 8 * 4)  # 8 rows of 4 groups, flat as torch's op takes them
+    zps = torch.arange(32) % 5 - 2
+    return scales, zps
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-8, 7), (-128, 127)])
+def test_quantize_dequantize_per_channel_group(lo: int, hi: int) -> None:
+    scales, zps = _groups()
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = qd.quantize_per_channel_group(x, scales, zps, lo, hi, torch.int8, 16)
+        return q, qd.dequantize_per_channel_group(q, scales, zps, lo, hi, torch.int8, 16, torch.float32)
+
+    results = check_export(Fn(fn), (_rand(8, 64),), opsets=[MAX_OPSET])
+    ops = [n.op_type for n in results[0].model_proto.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops, ops
+    with pytest.raises(OpsetError, match="quantize_per_channel_group.*opset >= 21"):
+        fastonnx.to_onnx(Fn(fn), (_rand(8, 64),), opset=20)
+
+
+def test_dequantize_per_channel_group_without_zero_points() -> None:
+    scales, _ = _groups()
+
+    def fn(q: torch.Tensor) -> torch.Tensor:
+        return qd.dequantize_per_channel_group(q, scales, None, -8, 7, torch.int8, 16, torch.float32)
+
+    q = torch.randint(-8, 8, (8, 64), generator=torch.Generator().manual_seed(3), dtype=torch.int8)
+    check_export(Fn(fn), (q,), opsets=[MAX_OPSET])

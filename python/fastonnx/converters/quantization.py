@@ -50,20 +50,22 @@ def _weight(ctx: ConversionContext, v: Any) -> torch.Tensor | None:
     return None if t is None or t.is_meta or not dtypes.on_host(t) else t
 
 
-def _stored(ctx: ConversionContext, v: Value, dtype: torch.dtype, per_tensor: bool) -> str:
+def _stored(ctx: ConversionContext, v: Value | torch.Tensor, dtype: torch.dtype, per_tensor: bool) -> str:
     """``v`` as ``dtype`` (0-d per tensor: a 1-D one would mean per axis); a weight (PT2E's scales and
     zero points are buffers) becomes a constant of that type at export instead of a Cast and Reshape
-    at every run (constant folding keeps no int8 values)."""
-    t = _weight(ctx, v)
+    at every run (constant folding keeps no int8 values). A torch tensor is a weight the converter
+    already shaped as ONNX wants it (``_shaped``)."""
+    t = v if isinstance(v, torch.Tensor) else _weight(ctx, v)
     if t is not None and t.numel() <= 1 << 16:
         return ctx.const(t.reshape(()) if per_tensor else t, dtype)
+    assert isinstance(v, Value)
     out = ctx.cast(v, dtype)
     return ctx.op("Reshape", out, ctx.i64([])) if per_tensor and v.rank != 0 else out
 
 
 def _scale(ctx: ConversionContext, scale: Any, per_tensor: bool) -> str:
     """The scale as float32: a 0-d value per tensor, 1-D per channel."""
-    if isinstance(scale, Value):
+    if isinstance(scale, (Value, torch.Tensor)):
         return _stored(ctx, scale, torch.float32, per_tensor)
     return ctx.const(float(scale), torch.float32)
 
@@ -71,7 +73,7 @@ def _scale(ctx: ConversionContext, scale: Any, per_tensor: bool) -> str:
 def _zero_point(ctx: ConversionContext, zero_point: Any, qdtype: torch.dtype, per_tensor: bool) -> str | None:
     if zero_point is None:
         return None
-    if isinstance(zero_point, Value):
+    if isinstance(zero_point, (Value, torch.Tensor)):
         return _stored(ctx, zero_point, qdtype, per_tensor)
     return ctx.const(int(zero_point), qdtype)
 
@@ -98,12 +100,18 @@ def _quantize(
     quant_max: Any,
     qdtype: torch.dtype,
     axis: int | None = None,
+    block_size: int | None = None,
+    zero_point_first: bool = False,
 ) -> str:
-    """round(x / scale) + zero_point clamped to [quant_min, quant_max], as ``qdtype``."""
+    """round(x / scale) + zero_point clamped to [quant_min, quant_max], as ``qdtype``; per ``axis``,
+    in blocks of ``block_size`` along it (opset 21) when given. ``zero_point_first``: the op adds the
+    zero point before rounding (per token / per group), which only moves an exact tie."""
     per_tensor = axis is None
     if axis is not None:
         axis %= max(x.rank, 1)
-    pre = _prequantized(ctx, x, scale, zero_point, quant_min, quant_max, qdtype, axis)
+    pre = _prequantized(
+        ctx, x, scale, zero_point, quant_min, quant_max, qdtype, axis, block_size, zero_point_first
+    )
     if pre is not None:
         return pre
     xf = ctx.cast(x, torch.float32)
@@ -111,6 +119,10 @@ def _quantize(
     z = _zero_point(ctx, zero_point, qdtype, per_tensor)
     narrowed = _narrowed(qdtype, quant_min, quant_max)
     if narrowed and qdtype not in (torch.int8, torch.uint8):
+        if block_size is not None:
+            raise ctx.error(
+                f"a {qdtype} range narrower than the type's, per block, has no QuantizeLinear form"
+            )
         # onnxruntime has no 16-bit Clip: clamp the float to (bound - zero_point) * scale instead, which
         # QuantizeLinear maps back onto the bound exactly (the quotient is within a few ulps of an integer)
         zf = ctx.const(0.0, torch.float32) if z is None else ctx.cast(z, torch.float32)
@@ -119,7 +131,7 @@ def _quantize(
         )
         xf = ctx.op("Min", ctx.op("Max", xf, _along(ctx, lo, axis, x.rank)), _along(ctx, hi, axis, x.rank))
         narrowed = False
-    q = ctx.op("QuantizeLinear", xf, s, z, axis=axis)
+    q = ctx.op("QuantizeLinear", xf, s, z, axis=axis, block_size=block_size)
     if narrowed:
         q = ctx.op("Clip", q, _bound(ctx, quant_min, qdtype), _bound(ctx, quant_max, qdtype))
     return q
@@ -134,12 +146,17 @@ def _prequantized(
     quant_max: Any,
     qdtype: torch.dtype,
     axis: int | None,
+    block_size: int | None = None,
+    zero_point_first: bool = False,
 ) -> str | None:
     """A weight quantized at export (QAT's fake-quantized weights): the integer tensor as a constant, so
     that the file stores it as ``qdtype`` and reads it through DequantizeLinear; None when any operand
     is computed at run time. torch's arithmetic: round(x * (1 / scale)) + zero_point, clamped."""
     w = _weight(ctx, x)
-    qparams = [_weight(ctx, v) if isinstance(v, Value) else v for v in (scale, zero_point)]
+    qparams = [
+        v if isinstance(v, torch.Tensor) else _weight(ctx, v) if isinstance(v, Value) else v
+        for v in (scale, zero_point)
+    ]
     if (
         w is None
         or not w.dtype.is_floating_point
@@ -149,15 +166,24 @@ def _prequantized(
     if any(p is None for p, v in zip(qparams, (scale, zero_point)) if v is not None):
         return None
     s, z = qparams
-    shape = [1] * w.dim()
-    if axis is not None:
-        shape[axis] = -1
     if s is None:
         return None
-    s = s.reshape(shape) if isinstance(s, torch.Tensor) else float(s)
-    z = 0 if z is None else (z.reshape(shape) if isinstance(z, torch.Tensor) else z)
+
+    def spread(t: torch.Tensor) -> torch.Tensor:
+        # the qparam broadcast over the weight: blocks repeated along the axis, a per-axis one reshaped
+        if block_size is not None and axis is not None:
+            return t.repeat_interleave(block_size, dim=axis)
+        shape = [1] * w.dim()
+        if axis is not None:
+            shape[axis] = -1
+        return t.reshape(shape)
+
+    s = spread(s) if isinstance(s, torch.Tensor) else float(s)
+    z = 0 if z is None else (spread(z) if isinstance(z, torch.Tensor) else z)
     with torch.no_grad():
-        q = torch.clamp(torch.round(w.float() * (1.0 / s)) + z, int(quant_min), int(quant_max))
+        scaled = w.float() * (1.0 / s)
+        r = torch.round(scaled + z) if zero_point_first else torch.round(scaled) + z
+        q = torch.clamp(r, int(quant_min), int(quant_max))
     return ctx.const(q.to(qdtype), qdtype, "quantized")
 
 
@@ -170,7 +196,12 @@ def _dequantize(
     out_dtype: torch.dtype | None,
     axis: int | None = None,
     rank: int = 0,
+    block_size: int | None = None,
+    product_dtype: torch.dtype | None = None,
 ) -> str:
+    """DequantizeLinear (float32). ``product_dtype``: the type torch's product is computed in, when
+    narrower than float32 (a float16 / bfloat16 scale): the float32 product of the integer and the
+    scale is exact, a Cast to that type rounds it once, as torch does."""
     per_tensor = axis is None
     y = ctx.op(
         "DequantizeLinear",
@@ -178,10 +209,13 @@ def _dequantize(
         _scale(ctx, scale, per_tensor),
         _zero_point(ctx, zero_point, qdtype, per_tensor),
         axis=None if axis is None else axis % max(rank, 1),
+        block_size=block_size,
     )
+    if product_dtype in (torch.float16, torch.bfloat16) and product_dtype != out_dtype:
+        y = ctx.op("Cast", y, to=dtypes.to_onnx_dtype(product_dtype))
     # DequantizeLinear gives float32 (the scale's type)
     if out_dtype is None or out_dtype == torch.float32:
-        return y
+        return ctx.cast(y, torch.float32) if product_dtype in (torch.float16, torch.bfloat16) else y
     return ctx.op("Cast", y, to=dtypes.to_onnx_dtype(out_dtype))
 
 
@@ -254,6 +288,307 @@ def convert_dequantize_per_channel(
         _qdq_type(ctx, dtype, "dequantize_per_channel")
     _input_type(ctx, x, dtype)
     return _dequantize(ctx, x, scales, zero_points, dtype, out_dtype, axis, x.rank)
+
+
+# ---- per token, per channel group ----------------------------------------------------------------
+
+
+def _shaped(ctx: ConversionContext, v: Any, shape: list[Any]) -> Any:
+    """A qparam in the shape the ONNX op wants: a weight's tensor reshaped at export (a constant
+    later), a run-time value through a Reshape; None and numbers as they are."""
+    if not isinstance(v, Value):
+        return v
+    t = _weight(ctx, v)
+    if t is not None and t.numel() <= 1 << 16:
+        return t.reshape([-1 if not isinstance(d, int) else d for d in shape])
+    return Value(ctx.op("Reshape", v, ctx.shape_tensor(shape)), v.dtype, tuple(shape))
+
+
+def _rows(ctx: ConversionContext, x: Value) -> Value:
+    """``x`` as (tokens, last dim): per token is per axis 0 of the rows."""
+    n = x.shape[-1]
+    return Value(ctx.op("Reshape", x, ctx.shape_tensor([-1, n])), x.dtype, (-1, n))
+
+
+def _product_dtype(scale: Any) -> torch.dtype | None:
+    return scale.dtype if isinstance(scale, (Value, torch.Tensor)) else None
+
+
+def convert_quantize_per_token(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> str:
+    """One scale and zero point per row of the last dim: QuantizeLinear along axis 0 of ``x`` seen as
+    (tokens, last dim)."""
+    _qdq_type(ctx, dtype, "quantize_per_token")
+    rows = _rows(ctx, x)
+    q = _quantize(
+        ctx,
+        rows,
+        _shaped(ctx, scales, [-1]),
+        _shaped(ctx, zero_points, [-1]),
+        quant_min,
+        quant_max,
+        dtype,
+        0,
+        zero_point_first=True,
+    )
+    return ctx.op("Reshape", q, ctx.dims_of(x))
+
+
+def convert_dequantize_per_token(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    output_dtype: torch.dtype = torch.float32,
+) -> str:
+    if dtype != torch.int32:
+        _qdq_type(ctx, dtype, "dequantize_per_token")
+    _input_type(ctx, x, dtype)
+    rows = _rows(ctx, x)
+    y = _dequantize(
+        ctx,
+        rows,
+        _shaped(ctx, scales, [-1]),
+        _shaped(ctx, zero_points, [-1]),
+        dtype,
+        output_dtype,
+        0,
+        2,
+        product_dtype=_product_dtype(scales),
+    )
+    return ctx.op("Reshape", y, ctx.dims_of(x))
+
+
+def _group(
+    ctx: ConversionContext, op: str, x: Value, scales: Value, group_size: int
+) -> tuple[int, list[int]]:
+    """The block size and the (rows, groups) shape of the qparams of a per-channel-group op on a 2-D
+    ``x``; blocked QuantizeLinear / DequantizeLinear are opset 21's."""
+    ctx.require_opset(21, f"{op} (a blocked QuantizeLinear / DequantizeLinear)")
+    shape = x.static_shape()
+    if x.rank != 2 or shape is None:
+        raise ctx.error(f"{op} takes a 2-D tensor of static shape, got {x.shape}")
+    rows, cols = shape
+    if group_size > cols and scales.shape[-1] == 1:  # torch's rule: one group per row
+        group_size = cols
+    if group_size <= 1 or cols % group_size:
+        raise ctx.error(f"{op}: group_size {group_size} does not divide the last dim {cols}")
+    return group_size, [rows, cols // group_size]
+
+
+def convert_quantize_per_channel_group(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    group_size: int = 128,
+) -> str:
+    _qdq_type(ctx, dtype, "quantize_per_channel_group")
+    block, qshape = _group(ctx, "quantize_per_channel_group", x, scales, group_size)
+    return _quantize(
+        ctx,
+        x,
+        _shaped(ctx, scales, qshape),
+        _shaped(ctx, zero_points, qshape),
+        quant_min,
+        quant_max,
+        dtype,
+        1,
+        block,
+        zero_point_first=True,
+    )
+
+
+def convert_dequantize_per_channel_group(
+    ctx: ConversionContext,
+    x: Value,
+    scales: Value,
+    zero_points: Value | None,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    group_size: int = 128,
+    output_dtype: torch.dtype = torch.float32,
+) -> str:
+    _qdq_type(ctx, x.dtype, "dequantize_per_channel_group")
+    block, qshape = _group(ctx, "dequantize_per_channel_group", x, scales, group_size)
+    if isinstance(zero_points, Value) and zero_points.dtype.is_floating_point:
+        raise ctx.error(
+            f"dequantize_per_channel_group with {zero_points.dtype} zero_points (a float zero-point "
+            "domain) has no DequantizeLinear form"
+        )
+    return _dequantize(
+        ctx,
+        x,
+        _shaped(ctx, scales, qshape),
+        _shaped(ctx, zero_points, qshape),
+        x.dtype,
+        output_dtype,
+        1,
+        2,
+        block,
+        product_dtype=_product_dtype(scales),
+    )
+
+
+# ---- choose_qparams (dynamic quantization) -------------------------------------------------------
+# DynamicQuantizeLinear is not used: torch clamps the scale to ``eps`` (a constant input gets scale eps
+# and zero point 0 where DynamicQuantizeLinear divides by a zero range), and the per-token and affine
+# forms reduce over rows / blocks, which it cannot. The ReduceMin / ReduceMax arithmetic below follows
+# torch's definitions op by op, each result rounded to the type torch computes it in.
+
+_F32 = torch.float32
+
+
+def _rounded_to(ctx: ConversionContext, v: str, dt: torch.dtype) -> str:
+    """A float32 result rounded to ``dt`` (kept as float32): torch computes float16 / bfloat16 ops in
+    float32 and rounds each result."""
+    if dt in (torch.float32, torch.float64):
+        return v
+    return ctx.op("Cast", ctx.op("Cast", v, to=dtypes.to_onnx_dtype(dt)), to=dtypes.to_onnx_dtype(_F32))
+
+
+def _c(ctx: ConversionContext, value: float, dt: torch.dtype) -> str:
+    """A Python scalar as torch uses it in a ``dt`` op (rounded to ``dt``), as a float32 constant."""
+    return ctx.const(float(torch.tensor(value, dtype=dt if dt != torch.float64 else _F32)), _F32)
+
+
+def _float_input(ctx: ConversionContext, x: Value, op: str) -> torch.dtype:
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ctx.error(f"{op} of a {x.dtype} tensor (torch takes float32, float16 or bfloat16)")
+    return x.dtype
+
+
+def _min_max(ctx: ConversionContext, xf: str, axes: list[int] | None) -> tuple[str, str]:
+    """min(amin, 0) and max(amax, 0) (exact in float32 for every input type)."""
+    from fastonnx.converters.lib.ops import reduce
+
+    zero = ctx.const(0.0, _F32)
+    mn = reduce(ctx, "ReduceMin", xf, axes, axes is not None)
+    mx = reduce(ctx, "ReduceMax", xf, axes, axes is not None)
+    return ctx.op("Min", mn, zero), ctx.op("Max", mx, zero)
+
+
+def _asymmetric(
+    ctx: ConversionContext, min_neg: str, max_pos: str, qmin: int, qmax: int, eps: str, dt: torch.dtype
+) -> tuple[str, str]:
+    """scale = max((max_pos - min_neg) / (qmax - qmin), eps); zero point = clamp(qmin - round(min_neg /
+    scale), qmin, qmax): torch's per-tensor affine qparams (the scale's own rounding in ``dt``)."""
+    span = _rounded_to(ctx, ctx.op("Sub", max_pos, min_neg), dt)
+    scale = _rounded_to(ctx, ctx.op("Div", span, ctx.const(float(qmax - qmin), _F32)), dt)
+    scale = ctx.op("Max", scale, eps)
+    return scale, _zero_from_min(ctx, min_neg, scale, qmin, qmax, dt)
+
+
+def _zero_from_min(
+    ctx: ConversionContext, min_neg: str, scale: str, qmin: int, qmax: int, dt: torch.dtype
+) -> str:
+    q = _rounded_to(ctx, ctx.op("Round", _rounded_to(ctx, ctx.op("Div", min_neg, scale), dt)), dt)
+    zp = _rounded_to(ctx, ctx.op("Sub", ctx.const(float(qmin), _F32), q), dt)
+    return ctx.op("Clip", zp, ctx.const(float(qmin), _F32), ctx.const(float(qmax), _F32))
+
+
+def _choose_per_tensor(
+    ctx: ConversionContext, x: Value, qmin: int, qmax: int, eps: float, dtype: torch.dtype, symmetric: bool
+) -> list[str]:
+    op = "choose_qparams_symmetric" if symmetric else "choose_qparams"
+    dt = _float_input(ctx, x, op)
+    if any(d == 0 for d in x.shape):  # torch's answer for an empty tensor
+        return [ctx.const([1.0], torch.float64), ctx.const([0], torch.int64)]
+    min_neg, max_pos = _min_max(ctx, ctx.cast(x, _F32), None)
+    # torch.max(scale, Tensor([eps])): a float32 [1] tensor, so float32 from there on
+    eps_t = ctx.const(float(torch.tensor(eps, dtype=_F32)), _F32)
+    if symmetric:
+        top = ctx.op("Max", ctx.op("Neg", min_neg), max_pos)
+        scale = ctx.op(
+            "Max", _rounded_to(ctx, ctx.op("Div", top, ctx.const((qmax - qmin) / 2, _F32)), dt), eps_t
+        )
+        zp = ctx.const(128 if dtype == torch.uint8 else 0, torch.int64)
+    else:
+        span = _rounded_to(ctx, ctx.op("Sub", max_pos, min_neg), dt)
+        scale = ctx.op(
+            "Max", _rounded_to(ctx, ctx.op("Div", span, ctx.const(float(qmax - qmin), _F32)), dt), eps_t
+        )
+        # round(min_neg / scale) with the float32 scale, then integers
+        zp = ctx.op(
+            "Clip",
+            ctx.op("Sub", ctx.const(float(qmin), _F32), ctx.op("Round", ctx.op("Div", min_neg, scale))),
+            ctx.const(float(qmin), _F32),
+            ctx.const(float(qmax), _F32),
+        )
+        zp = ctx.cast(zp, torch.int64)
+    one = ctx.i64([1])
+    return [
+        ctx.op("Reshape", ctx.cast(scale, torch.float64), one),
+        ctx.op("Reshape", zp, one),
+    ]
+
+
+def convert_choose_qparams(
+    ctx: ConversionContext, x: Value, quant_min: int, quant_max: int, eps: float, dtype: torch.dtype
+) -> list[str]:
+    return _choose_per_tensor(ctx, x, quant_min, quant_max, eps, dtype, symmetric=False)
+
+
+def convert_choose_qparams_symmetric(
+    ctx: ConversionContext, x: Value, quant_min: int, quant_max: int, eps: float, dtype: torch.dtype
+) -> list[str]:
+    return _choose_per_tensor(ctx, x, quant_min, quant_max, eps, dtype, symmetric=True)
+
+
+def convert_choose_qparams_per_token(ctx: ConversionContext, x: Value, dtype: torch.dtype) -> list[str]:
+    """scale = max(amax(|x|, -1), 1e-5) / 127 (symmetric int8), zero point 0; float16 inputs get their
+    scale computed in float32 (torch's ``scales.float()``)."""
+    dt = _float_input(ctx, x, "choose_qparams_per_token")
+    if dtype != torch.int8:
+        raise ctx.error(f"choose_qparams_per_token to {dtype}: torch defines it for int8 only")
+    from fastonnx.converters.lib.ops import reduce
+
+    top = reduce(ctx, "ReduceMax", ctx.op("Abs", ctx.cast(x, _F32)), [-1], True)
+    if dt == torch.float16:
+        dt = _F32
+    scale = ctx.op("Max", top, _c(ctx, 1e-5, dt))
+    scale = _rounded_to(ctx, ctx.op("Div", scale, ctx.const(127.0, _F32)), dt)
+    scale_out, zp_out = (v.dtype for v in ctx.out)
+    zeros = ctx.op("Expand", ctx.const(0, zp_out), ctx.op("Shape", scale))
+    return [ctx.cast(scale, scale_out), zeros]
+
+
+def convert_choose_qparams_per_token_asymmetric(
+    ctx: ConversionContext, x: Value, dtype: torch.dtype
+) -> list[str]:
+    """XNNPACK's per-token asymmetric int8 qparams, as torch defines them: the scale from the row's
+    range (zero included) clamped to float32's eps, the zero point from whichever end has the smaller
+    error, rounded and clamped to [-128, 127]."""
+    dt = _float_input(ctx, x, "choose_qparams_per_token_asymmetric")
+    qmin, qmax = -128, 127
+    min_neg, max_pos = _min_max(ctx, ctx.cast(x, _F32), [-1])
+    span = _rounded_to(ctx, ctx.op("Sub", max_pos, min_neg), dt)
+    scale = _rounded_to(ctx, ctx.op("Div", span, ctx.const(float(qmax - qmin), _F32)), dt)
+    scale = ctx.op("Max", scale, _c(ctx, float(torch.finfo(_F32).eps), dt))
+    lo = _rounded_to(ctx, ctx.op("Div", min_neg, scale), dt)
+    hi = _rounded_to(ctx, ctx.op("Div", max_pos, scale), dt)
+    err_min = _rounded_to(ctx, ctx.op("Add", ctx.const(float(qmin), _F32), lo), dt)
+    err_max = _rounded_to(ctx, ctx.op("Add", ctx.const(float(qmax), _F32), hi), dt)
+    from_min = _rounded_to(ctx, ctx.op("Sub", ctx.const(float(qmin), _F32), lo), dt)
+    from_max = _rounded_to(ctx, ctx.op("Sub", ctx.const(float(qmax), _F32), hi), dt)
+    above = ctx.op("Greater", _rounded_to(ctx, ctx.op("Add", err_min, err_max), dt), ctx.const(0.0, _F32))
+    zp = ctx.op("Where", above, from_min, from_max)
+    zp = ctx.op("Round", ctx.op("Clip", zp, ctx.const(float(qmin), _F32), ctx.const(float(qmax), _F32)))
+    return [ctx.cast(scale, torch.float64), ctx.cast(zp, torch.int64)]
 
 
 # ---- fake quantization (QAT) -----------------------------------------------------------------------
@@ -448,6 +783,19 @@ CONVERTERS: dict[str, Converter] = {
     "quantized_decomposed.dequantize_per_tensor.tensor2": convert_dequantize_per_tensor,
     "quantized_decomposed.quantize_per_channel.default": convert_quantize_per_channel,
     "quantized_decomposed.dequantize_per_channel.default": convert_dequantize_per_channel,
+    "quantized_decomposed.quantize_per_token.default": convert_quantize_per_token,
+    "quantized_decomposed.dequantize_per_token.default": convert_dequantize_per_token,
+    "quantized_decomposed.quantize_per_channel_group.default": convert_quantize_per_channel_group,
+    "quantized_decomposed.dequantize_per_channel_group.default": convert_dequantize_per_channel_group,
+    "quantized_decomposed.choose_qparams.tensor": convert_choose_qparams,
+    "quantized_decomposed.choose_qparams_symmetric.tensor": convert_choose_qparams_symmetric,
+    "quantized_decomposed.choose_qparams_per_token.default": convert_choose_qparams_per_token,
+    "quantized_decomposed.choose_qparams_per_token_asymmetric.default": (
+        convert_choose_qparams_per_token_asymmetric
+    ),
+    "quantized_decomposed._choose_qparams_per_token_asymmetric_impl.default": (
+        convert_choose_qparams_per_token_asymmetric
+    ),
     "aten.fake_quantize_per_tensor_affine.default": convert_fake_quantize_per_tensor_affine,
     "aten.fake_quantize_per_tensor_affine.tensor_qparams": convert_fake_quantize_per_tensor_affine,
     "aten.fake_quantize_per_tensor_affine_cachemask.default": convert_fake_quantize_per_tensor_affine_cachemask,
