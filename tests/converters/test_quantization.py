@@ -11,7 +11,7 @@ import torch
 import torchao  # noqa: F401  (registers torch.ops.quantized_decomposed)
 
 import fastonnx
-from fastonnx.errors import OpsetError
+from fastonnx.errors import ConversionError, OpsetError
 from fastonnx.opsets import MAX_OPSET
 from support.export_check import ENDS, Fn, check_export
 
@@ -320,3 +320,110 @@ def test_dequantize_per_channel_group_without_zero_points() -> None:
 
     q = torch.randint(-8, 8, (8, 64), generator=torch.Generator().manual_seed(3), dtype=torch.int8)
     check_export(Fn(fn), (q,), opsets=[MAX_OPSET])
+
+
+# ---- torchao's affine ops ------------------------------------------------------------------------
+
+ta = torch.ops.torchao
+
+
+@pytest.mark.parametrize(
+    ("block", "opsets"),
+    [
+        ([4, 64], ENDS),  # per tensor
+        ([1, 64], ENDS),  # per axis 0
+        ([4, 1], ENDS),  # per axis 1
+        ([1, 16], [MAX_OPSET]),  # per group of 16 along axis 1 (blocked)
+    ],
+)
+@pytest.mark.parametrize(
+    ("dtype", "lo", "hi"),
+    [(torch.int8, None, None), (torch.int8, -8, 7), (torch.uint8, 0, 200), (torch.uint4, None, None)],
+)
+def test_quantize_dequantize_affine(
+    block: list[int], opsets: list[int], dtype: torch.dtype, lo: int | None, hi: int | None
+) -> None:
+    x = _rand(4, 64)
+    mapping = "SYMMETRIC" if dtype == torch.int8 else "ASYMMETRIC"
+    # the model's qparams, chosen by torchao in eager (constants of the graph)
+    scale, zp = ta.choose_qparams_affine(x, mapping, block, dtype, lo, hi, None, torch.float32, torch.int32)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = ta.quantize_affine(x, block, scale, zp, dtype, lo, hi)
+        return q, ta.dequantize_affine(q, block, scale, zp, dtype, lo, hi, torch.float32)
+
+    check_export(Fn(fn), (x * 0.93,), opsets=opsets)
+
+
+@pytest.mark.parametrize("mapping", ["SYMMETRIC", "ASYMMETRIC", "SYMMETRIC_NO_CLIPPING_ERR"])
+@pytest.mark.parametrize("block", [[1, 1, 16], [1, 3, 64], [2, 3, 64]])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_choose_qparams_affine(mapping: str, block: list[int], keepdim: bool) -> None:
+    """qparams chosen at run time (dynamic activation quantization), then used."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s, zp = ta.choose_qparams_affine(x, mapping, block, torch.int8, -8, 7, None, None, None, keepdim)
+        return s, zp.float()
+
+    x = _rand(2, 3, 64)
+    x[1, 2, :16] = 0.0  # a constant block: the scale is clamped to eps
+    check_export(Fn(fn), (x,), opsets=ENDS)
+
+
+def test_choose_qparams_affine_bfloat16() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s, zp = ta.choose_qparams_affine(
+            x.bfloat16(), "ASYMMETRIC", [1, 16], torch.uint8, None, None, None, torch.float32
+        )
+        return s, zp.float()
+
+    # torch.export keeps the op whole; the real-tensor trace records torchao's own aten ops, whose
+    # bfloat16 min / max onnxruntime has no kernel for (not this converter's concern)
+    x = _rand(4, 64) + 0.7
+    result = fastonnx.to_onnx(Fn(fn), (x,), capture="export")
+    for got, expected in zip(result(x), fn(x)):
+        torch.testing.assert_close(torch.as_tensor(got), expected, rtol=0, atol=0)
+
+
+def test_dynamic_quantize_affine_per_token() -> None:
+    """choose_qparams_affine → quantize_affine → dequantize_affine per token (blocked along the last
+    axis at opset 21)."""
+    block = [1, 1, 64]
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s, zp = ta.choose_qparams_affine(
+            x, "ASYMMETRIC", block, torch.int8, None, None, None, torch.float32, torch.int32
+        )
+        q = ta.quantize_affine(x, block, s, zp, torch.int8)
+        return q, ta.dequantize_affine(q, block, s, zp, torch.int8)
+
+    check_export(Fn(fn), (_rand(2, 3, 64),), opsets=[MAX_OPSET])
+
+
+def test_affine_refusals() -> None:
+    x, q = (
+        _rand(4, 64),
+        torch.randint(-8, 8, (4, 64), generator=torch.Generator().manual_seed(4), dtype=torch.int8),
+    )
+    scale, zp = torch.full((4, 4), 0.05), torch.zeros(4, 4, dtype=torch.int32)
+
+    def float_zero_point(x: torch.Tensor) -> torch.Tensor:
+        return ta.quantize_affine(x, [1, 16], scale, torch.zeros(4, 4), torch.uint8)
+
+    def two_blocked_axes(q: torch.Tensor) -> torch.Tensor:
+        return ta.dequantize_affine(q, [2, 16], scale[:2], None, torch.int8)
+
+    def bfloat16_input(x: torch.Tensor) -> torch.Tensor:
+        return ta.quantize_affine(x.bfloat16(), [1, 16], scale.bfloat16(), zp, torch.int8)
+
+    # torch.export keeps the ops whole (the real-tensor trace would record torchao's aten ops)
+    for fn, arg, match in [
+        (float_zero_point, x, "quantize_affine with a torch.float32 zero_point"),
+        (two_blocked_axes, q, r"dequantize_affine: block_size \[2, 16\] .* has no QuantizeLinear"),
+        (bfloat16_input, x, "quantize_affine of a torch.bfloat16 input"),
+    ]:
+        with pytest.raises(ConversionError, match=match):
+            fastonnx.to_onnx(Fn(fn), (arg,), opset=MAX_OPSET, capture="export")
+    blocked = Fn(lambda q: ta.dequantize_affine(q, [1, 16], scale, zp, torch.int8))
+    with pytest.raises(OpsetError, match=r"torchao.dequantize_affine with block_size \[1, 16\].*opset >= 21"):
+        fastonnx.to_onnx(blocked, (q,), opset=20, capture="export")

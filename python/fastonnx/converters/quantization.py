@@ -591,6 +591,197 @@ def convert_choose_qparams_per_token_asymmetric(
     return [ctx.cast(scale, torch.float64), ctx.cast(zp, torch.int64)]
 
 
+# ---- torchao's affine ops ------------------------------------------------------------------------
+
+# torchao's integer types and their ranges; sub-byte unsigned ones are held in uint8, the signed
+# ones (int1..int7) in int8 (IntxWeightOnlyConfig's qdata: int8 with quant_min / quant_max)
+_AFFINE_BOUNDS: dict[torch.dtype, tuple[int, int]] = {
+    torch.uint8: (0, 255),
+    torch.int8: (-128, 127),
+    torch.uint16: (0, 65535),
+    torch.int16: (-32768, 32767),
+    torch.int32: (-(2**31), 2**31 - 1),
+    **{getattr(torch, f"uint{b}"): (0, 2**b - 1) for b in range(1, 8)},
+    **{getattr(torch, f"int{b}"): (-(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in range(1, 8)},
+}
+
+
+def _affine_bounds(
+    ctx: ConversionContext, op: str, dtype: torch.dtype, arg: str, quant_min: Any, quant_max: Any
+) -> tuple[int, int]:
+    if dtype not in _AFFINE_BOUNDS:
+        raise ctx.error(
+            f"torchao.{op} with {arg}={dtype}: only integer types have a QuantizeLinear form here"
+        )
+    lo, hi = _AFFINE_BOUNDS[dtype]
+    return (lo if quant_min is None else int(quant_min)), (hi if quant_max is None else int(quant_max))
+
+
+def _granularity(
+    ctx: ConversionContext, op: str, x: Value, block_size: list[int]
+) -> tuple[int | None, int | None, list[int]]:
+    """torchao's block_size as ONNX sees it: (axis, block, qparam shape) — per tensor (None, None,
+    []), per axis (axis, None, [n]) or blocked along one axis, per element along the others (axis,
+    block, x's shape with n / block at the axis: opset 21)."""
+    shape = x.static_shape()
+    if shape is None or len(block_size) != len(shape):
+        raise ctx.error(f"torchao.{op}: block_size {block_size} for a tensor of shape {tuple(x.shape)}")
+    whole = [n == 1 or b == n for b, n in zip(block_size, shape)]
+    single = [b == 1 and n > 1 for b, n in zip(block_size, shape)]
+    if all(whole):
+        return None, None, []
+    if sum(single) == 1 and all(w or s for w, s in zip(whole, single)):
+        axis = single.index(True)
+        return axis, None, [shape[axis]]
+    blocked = [i for i, (b, n) in enumerate(zip(block_size, shape)) if b > 1 and n > 1]
+    if len(blocked) == 1 and all(single[i] or shape[i] == 1 for i in range(len(shape)) if i != blocked[0]):
+        axis, b = blocked[0], block_size[blocked[0]]
+        if shape[axis] % b:
+            raise ctx.error(f"torchao.{op}: block_size {block_size} does not divide the shape {shape}")
+        ctx.require_opset(
+            21, f"torchao.{op} with block_size {block_size} (a blocked QuantizeLinear / DequantizeLinear)"
+        )
+        return axis, b, [n // b if i == axis else n for i, n in enumerate(shape)]
+    raise ctx.error(
+        f"torchao.{op}: block_size {block_size} on shape {shape} has no QuantizeLinear / DequantizeLinear "
+        "form (ONNX blocks along one axis, per element along the others)"
+    )
+
+
+def _affine_zero_point(ctx: ConversionContext, op: str, zero_point: Value | None) -> Value | None:
+    if zero_point is None or any(d == 0 for d in zero_point.shape):  # torchao: an empty one is none
+        return None
+    if zero_point.dtype.is_floating_point:
+        raise ctx.error(
+            f"torchao.{op} with a {zero_point.dtype} zero_point (a float zero-point domain) has no "
+            "QuantizeLinear / DequantizeLinear form"
+        )
+    return zero_point
+
+
+def convert_quantize_affine(
+    ctx: ConversionContext,
+    x: Value,
+    block_size: list[int],
+    scale: Value,
+    zero_point: Value | None,
+    output_dtype: torch.dtype,
+    quant_min: Any = None,
+    quant_max: Any = None,
+) -> str:
+    """clamp(round(x * (1 / scale)) + zero_point, quant_min, quant_max) per block → QuantizeLinear."""
+    lo, hi = _affine_bounds(ctx, "quantize_affine", output_dtype, "output_dtype", quant_min, quant_max)
+    qdtype = ctx.out_dtype  # uint1..uint7 come out as uint8
+    _qdq_type(ctx, qdtype, "torchao.quantize_affine")
+    if x.dtype != torch.float32 or scale.dtype != torch.float32:
+        raise ctx.error(
+            f"torchao.quantize_affine of a {x.dtype} input with a {scale.dtype} scale: torch rounds "
+            "x * (1 / scale) in that type, which QuantizeLinear (a float32 division) does not reproduce"
+        )
+    axis, block, qshape = _granularity(ctx, "quantize_affine", x, list(block_size))
+    zp = _affine_zero_point(ctx, "quantize_affine", zero_point)
+    return _quantize(
+        ctx, x, _shaped(ctx, scale, qshape), _shaped(ctx, zp, qshape), lo, hi, qdtype, axis, block
+    )
+
+
+def convert_dequantize_affine(
+    ctx: ConversionContext,
+    x: Value,
+    block_size: list[int],
+    scale: Value,
+    zero_point: Value | None,
+    input_dtype: torch.dtype,
+    quant_min: Any = None,
+    quant_max: Any = None,
+    output_dtype: torch.dtype = torch.float32,
+) -> str:
+    """(x - zero_point) * scale per block → DequantizeLinear, the integer tensor read as stored."""
+    _affine_bounds(ctx, "dequantize_affine", input_dtype, "input_dtype", quant_min, quant_max)
+    if x.dtype != torch.int32:
+        _qdq_type(ctx, x.dtype, "torchao.dequantize_affine")
+    axis, block, qshape = _granularity(ctx, "dequantize_affine", x, list(block_size))
+    zp = _affine_zero_point(ctx, "dequantize_affine", zero_point)
+    return _dequantize(
+        ctx,
+        x,
+        _shaped(ctx, scale, qshape),
+        _shaped(ctx, zp, qshape),
+        x.dtype,
+        output_dtype,
+        axis,
+        x.rank,
+        block,
+        product_dtype=torch.promote_types(scale.dtype, output_dtype),
+    )
+
+
+def convert_choose_qparams_affine(
+    ctx: ConversionContext,
+    x: Value,
+    mapping_type: str,
+    block_size: list[int],
+    target_dtype: torch.dtype,
+    quant_min: Any = None,
+    quant_max: Any = None,
+    eps: float | None = None,
+    scale_dtype: torch.dtype | None = None,
+    zero_point_dtype: torch.dtype | None = None,
+    keepdim: bool = False,
+) -> list[str]:
+    """torchao's qparams per block: min / max over each block (zero included), then its symmetric,
+    symmetric-without-clipping or asymmetric formula in the input's type."""
+    op = "choose_qparams_affine"
+    if mapping_type not in ("SYMMETRIC", "SYMMETRIC_NO_CLIPPING_ERR", "ASYMMETRIC"):
+        raise ctx.error(f"torchao.{op} with mapping_type={mapping_type!r}: not one torchao defines")
+    qmin, qmax = _affine_bounds(ctx, op, target_dtype, "target_dtype", quant_min, quant_max)
+    dt = _float_input(ctx, x, f"torchao.{op}")
+    shape = x.static_shape()
+    if shape is None or len(block_size) != len(shape):
+        raise ctx.error(f"torchao.{op}: block_size {list(block_size)} for a tensor of shape {tuple(x.shape)}")
+    # torchao's reduction: a blocked dim splits into (n / b, b), the b part (or a whole dim) reduced
+    split: list[int] = []
+    axes: list[int] = []
+    for b, n in zip(block_size, shape):
+        if b != n and b > 1:
+            if n % b:
+                raise ctx.error(
+                    f"torchao.{op}: block_size {list(block_size)} does not divide the shape {shape}"
+                )
+            split += [n // b, b]
+            axes.append(len(split) - 1)
+        else:
+            split.append(n)
+            if b != 1:
+                axes.append(len(split) - 1)
+    xf = ctx.op("Reshape", ctx.cast(x, _F32), ctx.i64(split))
+    min_neg, max_pos = _min_max(ctx, xf, axes or None) if axes else _min_max_elementwise(ctx, xf)
+    eps_c = _c(ctx, float(torch.finfo(dt).smallest_normal) if eps is None else float(eps), dt)
+    if mapping_type == "ASYMMETRIC":
+        scale, zp = _asymmetric(ctx, min_neg, max_pos, qmin, qmax, eps_c, dt)
+    else:
+        if mapping_type == "SYMMETRIC":
+            top = ctx.op("Max", ctx.op("Neg", min_neg), max_pos)
+            scale = _rounded_to(ctx, ctx.op("Div", top, ctx.const((qmax - qmin) / 2, _F32)), dt)
+        else:
+            smin = _rounded_to(ctx, ctx.op("Div", min_neg, ctx.const(float(qmin), _F32)), dt)
+            smax = _rounded_to(ctx, ctx.op("Div", max_pos, ctx.const(float(qmax), _F32)), dt)
+            scale = ctx.op("Where", ctx.op("Greater", smin, smax), smin, smax)
+        zp = ctx.op("Expand", ctx.const(float(int((qmax + qmin + 1) / 2)), _F32), ctx.op("Shape", scale))
+        scale = ctx.op("Max", scale, eps_c)
+    out_scale, out_zp = ctx.out
+    return [
+        ctx.op("Reshape", ctx.cast(scale, out_scale.dtype), ctx.i64(list(out_scale.shape))),
+        ctx.op("Reshape", ctx.cast(zp, out_zp.dtype), ctx.i64(list(out_zp.shape))),
+    ]
+
+
+def _min_max_elementwise(ctx: ConversionContext, xf: str) -> tuple[str, str]:
+    """min(x, 0), max(x, 0) when no dim is reduced (block_size all ones)."""
+    zero = ctx.const(0.0, _F32)
+    return ctx.op("Min", xf, zero), ctx.op("Max", xf, zero)
+
+
 # ---- fake quantization (QAT) -----------------------------------------------------------------------
 
 
@@ -796,6 +987,9 @@ CONVERTERS: dict[str, Converter] = {
     "quantized_decomposed._choose_qparams_per_token_asymmetric_impl.default": (
         convert_choose_qparams_per_token_asymmetric
     ),
+    "torchao.quantize_affine.default": convert_quantize_affine,
+    "torchao.dequantize_affine.default": convert_dequantize_affine,
+    "torchao.choose_qparams_affine.default": convert_choose_qparams_affine,
     "aten.fake_quantize_per_tensor_affine.default": convert_fake_quantize_per_tensor_affine,
     "aten.fake_quantize_per_tensor_affine.tensor_qparams": convert_fake_quantize_per_tensor_affine,
     "aten.fake_quantize_per_tensor_affine_cachemask.default": convert_fake_quantize_per_tensor_affine_cachemask,
