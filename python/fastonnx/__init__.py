@@ -20,6 +20,7 @@ from fastonnx.errors import (
     UnsupportedOpError,
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
+from fastonnx.pretrained import export_pretrained
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
 from fastonnx.weights.attach import attach_weights
@@ -48,6 +49,7 @@ __all__ = [
     "backend",
     "debug_backend",
     "export",
+    "export_pretrained",
     "inline_functions",
     "graph_module_to_onnx",
     "patch_torch_onnx",

@@ -1,0 +1,97 @@
+"""The ``fastonnx`` command: ``fastonnx export MODEL OUTDIR [--task T] ...`` (also ``python -m fastonnx``).
+
+Exit status: 0 when the package is written (and verified, unless skipped), 1 when verification finds a
+mismatch (the package and its report are written), 2 on bad input (a clear message, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError
+from fastonnx.pretrained.tasks import tasks_help
+
+OPTIMIZE = {"none": False, "standard": True, "onnxruntime": "onnxruntime"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastonnx", description="fastonnx: PyTorch to ONNX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser(
+        "export",
+        help="export a transformers checkpoint folder to an ONNX package",
+        description=(
+            "Export a transformers checkpoint (a folder with config.json and safetensors weights, or a "
+            "Hub id in huggingface_hub's cache) to a package folder: model.onnx referencing the weights "
+            "in place, tokenizer and generation files, genai_config.json for text generation and "
+            "fastonnx_report.md."
+        ),
+        epilog="tasks:\n  auto                   read from the config's architectures\n" + tasks_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("model", metavar="MODEL", help="checkpoint folder or Hub id")
+    export.add_argument("outdir", metavar="OUTDIR", help="the package folder to write")
+    export.add_argument("--task", default="auto", help="the task (default: auto); listed below")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default: fastonnx's)")
+    export.add_argument(
+        "--optimize",
+        choices=sorted(OPTIMIZE),
+        default="standard",
+        help="optimization level: none, standard (any runtime) or onnxruntime (its contrib ops)",
+    )
+    export.add_argument(
+        "--quantize",
+        choices=("int4", "int8"),
+        default=None,
+        help="weight-only quantization of the MatMul weights",
+    )
+    export.add_argument(
+        "--no-verify", action="store_true", help="skip running the package against transformers"
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace OUTDIR when it is not empty")
+    bars = export.add_mutually_exclusive_group()
+    bars.add_argument(
+        "--progress", dest="progress", action="store_true", default=None, help="always show bars"
+    )
+    bars.add_argument("--no-progress", dest="progress", action="store_false", help="never show bars")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from fastonnx.pretrained.export import export_pretrained
+
+    options: dict[str, object] = {"optimize": OPTIMIZE[args.optimize]}
+    if args.opset is not None:
+        options["opset"] = args.opset
+    if args.quantize is not None:
+        options["quantize"] = args.quantize
+    try:
+        written = export_pretrained(
+            args.model,
+            args.outdir,
+            args.task,
+            verify=not args.no_verify,
+            overwrite=args.overwrite,
+            progress=args.progress,
+            **options,
+        )
+    except InputError as e:
+        print(f"fastonnx export: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeCheckError as e:
+        print(f"fastonnx export: verification failed: {e}", file=sys.stderr)
+        return 1
+    except FastOnnxError as e:
+        print(f"fastonnx export: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    verified = {True: "verified", False: "MISMATCH", None: written.verify_note}[written.verified]
+    print(f"{written.task} ({written.architecture}) -> {written.outdir}: {', '.join(written.files)}")
+    print(f"verification: {verified}; report: {written.report_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

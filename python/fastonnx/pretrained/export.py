@@ -1,0 +1,221 @@
+"""``export_pretrained``: a checkpoint folder in, a package a runtime loads out.
+
+Steps: read the folder (folder.py), pick the task and class (tasks.py), build the model from its config
+with parameters on meta and buffers real (meta_init.py), export the task's graph (task_inputs.py) with
+the weights referenced in place from the folder's safetensors, copy the tokenizer and generation files,
+write ``genai_config.json`` for text generation (genai_config.py), then verify the package against
+transformers where the weights fit in memory (verify.py). Everything is written into a temporary folder
+beside ``outdir`` and renamed at the end: a failed export leaves nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pathlib
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastonnx.errors import InputError, RuntimeCheckError
+from fastonnx.pretrained import folder as folder_mod
+from fastonnx.pretrained.genai_config import write_genai_config
+from fastonnx.pretrained.meta_init import build_on_meta, missing_parameters
+from fastonnx.pretrained.task_inputs import graph_spec
+from fastonnx.pretrained.tasks import choose
+
+MODEL_FILE = "model.onnx"
+REPORT_FILE = "fastonnx_report.md"
+MISSING_FILE = "fastonnx_missing.safetensors"  # parameters the checkpoint lacks, as zeros
+
+
+@dataclass
+class PretrainedExport:
+    """What ``export_pretrained`` wrote."""
+
+    outdir: pathlib.Path
+    task: str
+    architecture: str
+    files: list[str]
+    input_names: list[str]
+    output_names: list[str]
+    verified: bool | None  # None: verification skipped (asked, or the weights do not fit in memory)
+    verify_note: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_path(self) -> pathlib.Path:
+        return self.outdir / MODEL_FILE
+
+    @property
+    def report_path(self) -> pathlib.Path:
+        return self.outdir / REPORT_FILE
+
+
+def quantize_supported() -> bool:
+    from fastonnx.api import to_onnx
+
+    return "quantize" in inspect.signature(to_onnx).parameters
+
+
+def _prepare_outdir(outdir: pathlib.Path, overwrite: bool) -> None:
+    if outdir.exists():
+        if not outdir.is_dir():
+            raise InputError(f"{outdir} exists and is not a folder")
+        if any(outdir.iterdir()) and not overwrite:
+            raise InputError(
+                f"{outdir} exists and is not empty: remove it, or pass overwrite=True (--overwrite)"
+            )
+    if not outdir.parent.is_dir():
+        raise InputError(f"the parent folder of {outdir} does not exist")
+
+
+def load_config(path: pathlib.Path) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path)
+    except (ValueError, KeyError, OSError) as e:
+        raise InputError(f"transformers cannot read {path / 'config.json'}: {e}") from e
+
+
+def build_model(class_name: str, config: Any) -> Any:
+    import torch
+    import transformers
+
+    cls = getattr(transformers, class_name, None)
+    if cls is None:
+        raise InputError(f"transformers {transformers.__version__} has no class {class_name}")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)  # an fp32 graph; weights stored otherwise are cast as read
+    try:
+        model = build_on_meta(lambda: cls._from_config(config, dtype=torch.float32))
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+
+
+def _with_missing(
+    tmp: pathlib.Path, shards: list[pathlib.Path], missing: dict[str, Any], module: Any, model: Any
+) -> list[str]:
+    """The checkpoint's shards hard-linked into the package folder plus one file holding the parameters
+    the checkpoint lacks (``weights=`` reads shards from one folder)."""
+    from safetensors.torch import save_file
+
+    prefix = next(f"{n}." for n, m in module.named_modules() if m is model)
+    linked = []
+    for shard in shards:
+        try:
+            os.link(shard, tmp / shard.name)
+        except OSError as e:
+            raise InputError(f"cannot hard-link {shard} into {tmp} (another filesystem?): {e}") from e
+        linked.append(os.fspath(tmp / shard.name))
+    save_file({prefix + k: v for k, v in missing.items()}, os.fspath(tmp / MISSING_FILE))
+    return [*linked, os.fspath(tmp / MISSING_FILE)]
+
+
+def _drop_unused(tmp: pathlib.Path) -> None:
+    """Removes the file of missing parameters when the graph reads none of them."""
+    import onnx
+
+    proto = onnx.load(os.fspath(tmp / MODEL_FILE), load_external_data=False)
+    used = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    if MISSING_FILE not in used:
+        (tmp / MISSING_FILE).unlink()
+
+
+def export_pretrained(
+    model: str | os.PathLike[str],
+    outdir: str | os.PathLike[str],
+    task: str = "auto",
+    *,
+    verify: bool = True,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    **options: Any,
+) -> PretrainedExport:
+    """Export the checkpoint at ``model`` (a folder with config.json and safetensors weights, or a Hub id
+    in huggingface_hub's cache) for ``task`` into the package folder ``outdir``.
+
+    ``options`` are passed to ``fastonnx.to_onnx`` (``opset``, ``optimize``, ``quantize`` where
+    to_onnx has it...). ``verify`` runs the package in onnxruntime against transformers when the weights
+    fit in memory; a mismatch raises ``RuntimeCheckError`` after writing the package and its report.
+    Returns what was written. See docs/guides/pretrained.md.
+    """
+    from fastonnx.api import to_onnx
+
+    for reserved in ("filename", "weights", "dynamic_shapes", "input_names", "output_names", "report"):
+        if reserved in options:
+            raise InputError(f"export_pretrained sets {reserved} itself")
+    if options.get("quantize") is not None and not quantize_supported():
+        raise InputError("quantize is not available: this fastonnx's to_onnx has no quantize option yet")
+    if options.get("quantize") is None:
+        options.pop("quantize", None)
+    checkpoint = folder_mod.read_folder(model)
+    chosen, class_name = choose(checkpoint.config, task)
+    target = pathlib.Path(outdir).expanduser().resolve()
+    _prepare_outdir(target, overwrite)
+    config = load_config(checkpoint.path)
+    built = build_model(class_name, config)
+    missing = missing_parameters(built, [os.fspath(p) for p in checkpoint.shards])
+    spec = graph_spec(chosen.name, built, config)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        shards = [os.fspath(p) for p in checkpoint.shards]
+        if missing:
+            shards = _with_missing(tmp, checkpoint.shards, missing, spec.module, built)
+        result = to_onnx(
+            spec.module,
+            spec.args,
+            filename=tmp / MODEL_FILE,
+            weights=shards,
+            dynamic_shapes=spec.dynamic_shapes,
+            input_names=spec.input_names,
+            output_names=spec.output_names,
+            report=tmp / REPORT_FILE,
+            progress=progress,
+            **options,
+        )
+        if missing:
+            _drop_unused(tmp)
+            with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                f.write(
+                    f"\n## Parameters not in the checkpoint\n\n{len(missing)} parameters of {class_name} are "
+                    "not in the checkpoint and were set to zero (from_pretrained initializes them at random; "
+                    "the optimizer drops those the outputs do not read): "
+                    + ", ".join(f"`{m}`" for m in missing)
+                    + "\n"
+                )
+        for side in checkpoint.side_files():
+            shutil.copy2(side, tmp / side.name)
+        if chosen.name == "text-generation":
+            write_genai_config(tmp, config, checkpoint.generation_config(), spec, MODEL_FILE)
+        verified: bool | None = None
+        note = "skipped (verify=False)"
+        if verify:
+            from fastonnx.pretrained.verify import verify_package
+
+            verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, spec, progress)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    written = PretrainedExport(
+        target,
+        chosen.name,
+        class_name,
+        sorted(p.name for p in target.iterdir()),
+        spec.input_names,
+        spec.output_names,
+        verified,
+        note,
+        {**result.stats, "missing_parameters": sorted(missing)},
+    )
+    if verified is False:
+        raise RuntimeCheckError(
+            f"the package in {target} disagrees with transformers ({note}): see {written.report_path}"
+        )
+    return written

@@ -1,0 +1,241 @@
+"""What each task's graph takes and returns: the module exported (the transformers model behind a thin
+forward naming its inputs), example inputs, dynamic shapes and the ONNX input and output names.
+
+text-generation: ``input_ids``, ``attention_mask``, ``position_ids`` (where the architecture takes them)
+and ``past_key_values.%d.key`` / ``.value``; outputs ``logits`` and ``present.%d.key`` / ``.value``.
+The dims are named ``batch_size``, ``sequence_length``, ``past_sequence_length`` and
+``total_sequence_length`` (the attention mask covers past and new tokens). One graph serves the prefill
+(past length 0) and every decode step.
+Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the forward takes them) or
+``pixel_values``; the output named as transformers names it: ``last_hidden_state`` or ``logits``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+BATCH, SEQUENCE, PAST, TOTAL = (
+    "batch_size",
+    "sequence_length",
+    "past_sequence_length",
+    "total_sequence_length",
+)
+
+
+@dataclass
+class GraphSpec:
+    module: torch.nn.Module
+    args: tuple[Any, ...]
+    dynamic_shapes: dict[str, Any]
+    input_names: list[str]
+    output_names: list[str]
+
+
+def takes(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def kv_shape(config: Any) -> tuple[int, int]:
+    """(key-value heads, head size) of a decoder config."""
+    heads = int(config.num_attention_heads)
+    # only where the config class has the field: an unknown keyword is kept on any config, unused
+    grouped = "num_key_value_heads" in inspect.signature(type(config).__init__).parameters or (
+        "num_key_value_heads" in getattr(config, "attribute_map", {})
+    )
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads) if grouped else heads
+    head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
+    return kv_heads, int(head_dim)
+
+
+class CausalLMStep(torch.nn.Module):
+    """One generation step with position ids: logits and the grown cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
+class CausalLMStepNoPositions(torch.nn.Module):
+    """One generation step of an architecture without position ids (the mask gives the positions)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
+class Named(torch.nn.Module):
+    """An encoder called with keyword inputs, returning one field of its output."""
+
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = getattr(self.model(**inputs), self.field)
+        return out
+
+
+class TextEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.inner = Named(model, field)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+        return out
+
+
+class TextEncoderWithTypes(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.inner = Named(model, field)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        out: torch.Tensor = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
+        return out
+
+
+class ImageEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, field: str) -> None:
+        super().__init__()
+        self.inner = Named(model, field)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(pixel_values=pixel_values)
+        return out
+
+
+def empty_cache(config: Any, batch: int, past: int, device: str | torch.device, g: torch.Generator) -> Any:
+    """A DynamicCache of ``past`` random positions in each layer. Every layer keeps all positions (also
+    those of sliding-window attention, whose mask then hides the old ones): the graph's past grows by
+    the new tokens at each step, as onnxruntime-genai's cache does."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    kv_heads, head_dim = kv_shape(config)
+    shape = (batch, kv_heads, past, head_dim)
+    for i in range(int(config.num_hidden_layers)):
+        k, v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        cache.update(k.to(device), v.to(device), i)
+    return cache
+
+
+def decoder_inputs(
+    config: Any,
+    batch: int,
+    sequence: int,
+    past: int,
+    device: str | torch.device,
+    with_positions: bool,
+    seed: int = 0,
+) -> tuple[Any, ...]:
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(config.vocab_size)
+    ids = torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g)
+    mask = torch.ones(batch, past + sequence, dtype=torch.int64)
+    positions = torch.arange(past, past + sequence).repeat(batch, 1)
+    cache = empty_cache(config, batch, past, device, g)
+    tensors = (ids.to(device), mask.to(device), positions.to(device))
+    return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
+
+
+def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
+    with_positions = takes(model, "position_ids")
+    step: torch.nn.Module = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
+    layers = int(config.num_hidden_layers)
+    args = decoder_inputs(config, 2, 3, 4, "meta", with_positions)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    p = torch.export.Dim(PAST, min=0, max=1 << 20)
+    shapes: dict[str, Any] = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
+    names = ["input_ids", "attention_mask"]
+    if with_positions:
+        shapes["position_ids"] = {0: b, 1: s}
+        names.append("position_ids")
+    shapes["past_key_values"] = [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)]
+    outputs = ["logits"]
+    for i in range(layers):
+        names += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outputs += [f"present.{i}.key", f"present.{i}.value"]
+    return GraphSpec(step, args, shapes, names, outputs)
+
+
+def text_inputs(
+    config: Any, batch: int, sequence: int, device: str | torch.device, types: bool
+) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    vocab = int(config.vocab_size)
+    inputs = {
+        "input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g),
+        "attention_mask": torch.ones(batch, sequence, dtype=torch.int64),
+    }
+    if batch > 1:
+        inputs["attention_mask"][1, sequence // 2 :] = 0  # right padding: the mask is exercised
+    if types:
+        inputs["token_type_ids"] = torch.zeros(batch, sequence, dtype=torch.int64)
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    size = getattr(config, "image_size", 224)
+    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    channels = int(getattr(config, "num_channels", 3))
+    pixels = torch.randn(batch, channels, h, w, generator=torch.Generator().manual_seed(0))
+    return {"pixel_values": pixels.to(device)}
+
+
+def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
+    field = "last_hidden_state" if task == "feature-extraction" else "logits"
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    if takes(model, "pixel_values") and not takes(model, "input_ids"):
+        inputs = image_inputs(config, 2, "meta")
+        module: torch.nn.Module = ImageEncoder(model, field)
+        shapes: dict[str, Any] = {"pixel_values": {0: b}}
+    else:
+        types = takes(model, "token_type_ids")
+        inputs = text_inputs(config, 2, 8, "meta", types)
+        module = TextEncoderWithTypes(model, field) if types else TextEncoder(model, field)
+        s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+        shapes = {name: {0: b, 1: s} for name in inputs}
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), [field])
+
+
+def graph_spec(task: str, model: torch.nn.Module, config: Any) -> GraphSpec:
+    if task == "text-generation":
+        return text_generation(model, config)
+    return encoder(model, config, task)

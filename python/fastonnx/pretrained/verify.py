@@ -1,0 +1,165 @@
+"""Verification of a written package: onnxruntime on the task's inputs against transformers eager.
+
+Runs only where the model fits in memory twice over: transformers' float32 model and onnxruntime's
+session each hold the weights, so verification runs when 2 x (the weights as float32) is at most half of
+the memory available now (``MemAvailable``, else the free pages). Otherwise it is skipped, and the report says
+so. text-generation checks a prefill (past length 0) and a decode step on the grown cache: logits and
+every ``present`` tensor; encoders check their one output, on a batch of 2 with right padding.
+The comparisons (fastonnx's float32 tolerances, atol 1e-4, rtol 1e-3) are appended to the package's
+``fastonnx_report.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
+from fastonnx.pretrained.folder import CheckpointFolder
+from fastonnx.pretrained.task_inputs import GraphSpec, decoder_inputs, image_inputs, text_inputs
+from fastonnx.progress import Progress
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now, or None when it cannot be told."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:  # no /proc: the free pages (a lower bound of what is available)
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def float32_bytes(checkpoint: CheckpointFolder) -> int:
+    """The checkpoint's size once loaded as float32 (its smallest stored float type decides)."""
+    sizes = [_ITEMSIZE.get(d, 4) for d in checkpoint.stored_dtypes()] or [4]
+    return checkpoint.weight_bytes * 4 // min(sizes)
+
+
+def fits(checkpoint: CheckpointFolder) -> tuple[bool, str]:
+    need = 2 * float32_bytes(checkpoint)
+    free = available_memory()
+    if free is None:
+        return False, "skipped: the available memory cannot be read"
+    if need > free // 2:
+        return False, (
+            f"skipped: the model needs ~{need / 2**30:.1f} GiB (float32, eager and onnxruntime), more than "
+            f"half of the {free / 2**30:.1f} GiB available"
+        )
+    return True, ""
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray[Any, Any]:
+    return t.detach().cpu().numpy()
+
+
+def _flat_cache(cache: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for layer in cache.layers:
+        out += [layer.keys, layer.values]
+    return out
+
+
+def _run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    feeds = {n: _numpy(t) for n, t in zip(names, tensors, strict=True)}
+    return [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
+
+
+def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+    with_positions = "position_ids" in spec.input_names
+    infos: list[VerificationInfo] = []
+    batch, prompt = 2, 5
+    first = decoder_inputs(config, batch, prompt, 0, "cpu", with_positions, seed=1)
+    ids, mask = first[0], first[1]
+    positions = first[2] if with_positions else None
+    cache = first[-1]
+    onnx_cache = _flat_cache(cache)
+    for step in ("prefill", "decode"):
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "past_key_values": cache}
+        if positions is not None:
+            kwargs["position_ids"] = positions
+        feeds = [ids, mask, *([positions] if positions is not None else []), *onnx_cache]
+        got = _run(session, spec.input_names, feeds)
+        with torch.no_grad():
+            out = model(**kwargs, use_cache=True)
+        expected = [out.logits, *_flat_cache(out.past_key_values)]
+        for name, e, a in zip(spec.output_names, expected, got, strict=True):
+            infos.append(compare(f"{step}: {name}", e, a))
+        cache, onnx_cache = out.past_key_values, got[1:]
+        past = mask.shape[1]
+        ids = out.logits[:, -1:].argmax(-1)
+        mask = torch.ones(batch, past + 1, dtype=torch.int64)
+        positions = torch.full((batch, 1), past, dtype=torch.int64) if with_positions else None
+    return infos
+
+
+def _check_encoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+    if spec.input_names == ["pixel_values"]:
+        inputs = image_inputs(config, 2, "cpu")
+    else:
+        inputs = text_inputs(config, 2, 7, "cpu", "token_type_ids" in spec.input_names)
+    got = _run(session, list(inputs), list(inputs.values()))
+    with torch.no_grad():
+        expected = getattr(model(**inputs), spec.output_names[0])
+    return [compare(spec.output_names[0], expected, got[0])]
+
+
+def verify_package(
+    package: pathlib.Path,
+    checkpoint: CheckpointFolder,
+    task: str,
+    class_name: str,
+    spec: GraphSpec,
+    progress: bool | None,
+) -> tuple[bool | None, str]:
+    """Runs the package against transformers; returns (passed or None when skipped, a note) and
+    appends the comparison to the package's report."""
+    ok, note = fits(checkpoint)
+    report = package / "fastonnx_report.md"
+    if not ok:
+        _append(report, [f"Verification {note}."])
+        return None, note
+    import onnxruntime as ort
+    import transformers
+
+    with Progress(progress).timed("verify"):
+        cls = getattr(transformers, class_name)
+        model = cls.from_pretrained(checkpoint.path, dtype=torch.float32).eval()
+        options = ort.SessionOptions()
+        session = ort.InferenceSession(
+            str(package / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        if task == "text-generation":
+            infos = _check_decoder(session, model, model.config, spec)
+        else:
+            infos = _check_encoder(session, model, model.config, spec)
+    passed = all(i.passed for i in infos)
+    failed = [i.name for i in infos if not i.passed]
+    note = "passed" if passed else f"{len(failed)} of {len(infos)} values disagree: {', '.join(failed[:5])}"
+    _append(
+        report,
+        [
+            f"## Package verification (onnxruntime vs transformers eager, {class_name}, {task})",
+            "",
+            table(infos),
+            "",
+            f"**{'All outputs agree.' if passed else 'Some outputs DISAGREE.'}**",
+        ],
+    )
+    return passed, note
+
+
+def _append(report: pathlib.Path, lines: list[str]) -> None:
+    with open(report, "a", encoding="utf-8") as f:
+        f.write("\n" + "\n".join(lines) + "\n")

@@ -1,0 +1,92 @@
+"""Tiny checkpoint folders as users have them: config.json, safetensors weights (one file or shards),
+generation_config.json and a tokenizer (a WordLevel vocabulary of the model's size, made with the
+``tokenizers`` library). Random weights from a fixed seed; nothing is downloaded."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import torch
+
+VOCAB = 128
+TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+DECODER = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    # weights of std 0.1 rather than 0.02: greedy generation then varies instead of repeating a token
+    "initializer_range": 0.1,
+    **TOKENS,
+}
+# the test suite's decoder architectures (tests/support/model_zoo.py): model type, class, config extras;
+# initializer_range per architecture where 0.1 repeats one token or reaches eos within 20 steps
+DECODERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("llama", "LlamaForCausalLM", {}),
+    "mistral": ("mistral", "MistralForCausalLM", {}),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM", {}),
+    "phi": ("phi", "PhiForCausalLM", {"num_key_value_heads": 4}),
+    "phi3": ("phi3", "Phi3ForCausalLM", {}),
+    "gemma": ("gemma", "GemmaForCausalLM", {"head_dim": 16, "initializer_range": 0.3}),
+    "gemma3": (
+        "gemma3_text",
+        "Gemma3ForCausalLM",
+        {"head_dim": 16, "sliding_window": 8, "initializer_range": 0.02},
+    ),
+    "gpt2": ("gpt2", "GPT2LMHeadModel", {}),
+    "gpt_neox": ("gpt_neox", "GPTNeoXForCausalLM", {}),
+    "opt": ("opt", "OPTForCausalLM", {"ffn_dim": 128, "word_embed_proj_dim": 64, "initializer_range": 0.3}),
+    "granite": ("granite", "GraniteForCausalLM", {}),
+    "olmo": ("olmo", "OlmoForCausalLM", {"initializer_range": 0.3}),
+    "mixtral": ("mixtral", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+}
+
+
+def save_tokenizer(folder: pathlib.Path, vocab: int = VOCAB) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"w{i}": i for i in range(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w3"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="w0", bos_token="w1", eos_token="w2", unk_token="w3"
+    )
+    fast.save_pretrained(folder)
+
+
+def save_checkpoint(
+    folder: pathlib.Path,
+    model_type: str,
+    class_name: str,
+    config: dict[str, Any],
+    *,
+    seed: int = 0,
+    shard_size: str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.nn.Module:
+    """Builds ``class_name`` from a config with random weights, saves it (and a tokenizer) to ``folder``;
+    returns the model (float32, eval)."""
+    import transformers
+    from transformers import AutoConfig
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    cfg = AutoConfig.for_model(model_type, **config)
+    torch.manual_seed(seed)
+    model = getattr(transformers, class_name)(cfg).eval()
+    kwargs: dict[str, Any] = {"max_shard_size": shard_size} if shard_size else {}
+    model.to(dtype).save_pretrained(folder, **kwargs)
+    model.float()
+    if hasattr(cfg, "vocab_size"):  # a text model: with its tokenizer
+        save_tokenizer(folder, int(cfg.vocab_size))
+    return model
+
+
+def save_decoder(folder: pathlib.Path, name: str, seed: int = 0) -> torch.nn.Module:
+    model_type, class_name, extra = DECODERS[name]
+    return save_checkpoint(folder, model_type, class_name, {**DECODER, **extra}, seed=seed)

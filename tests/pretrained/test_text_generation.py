@@ -1,0 +1,81 @@
+"""text-generation packages (issue 32): ``export_pretrained`` on a checkpoint folder of each decoder
+architecture of the suite, loaded by onnxruntime-genai, whose greedy generation must give the same 20
+tokens as transformers' ``generate(do_sample=False)`` with the logits of every step within 1e-4.
+
+CI runs Llama, Qwen2 and Gemma; ``FASTONNX_PRETRAINED_ALL=1`` runs every decoder architecture
+(docs/guides/pretrained.md records which pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+from checkpoint_folders import DECODERS, save_decoder
+
+import fastonnx
+
+og = pytest.importorskip("onnxruntime_genai")
+
+CI = ("llama", "qwen2", "gemma")
+NAMES = sorted(DECODERS) if os.environ.get("FASTONNX_PRETRAINED_ALL") == "1" else CI
+PROMPT = [1, 17, 42, 99, 5, 63, 21]
+NEW_TOKENS = 20
+
+
+def _transformers_greedy(model: torch.nn.Module) -> tuple[list[int], list[torch.Tensor]]:
+    ids = torch.tensor([PROMPT])
+    out = model.generate(  # type: ignore[operator]
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return out.sequences[0, len(PROMPT) :].tolist(), [step[0] for step in out.logits]
+
+
+def _genai_greedy(package: pathlib.Path) -> tuple[list[int], list[torch.Tensor]]:
+    model = og.Model(str(package))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + NEW_TOKENS, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([PROMPT], dtype=np.int32))
+    tokens, logits = [], []
+    while not generator.is_done():
+        logits.append(torch.from_numpy(np.array(generator.get_logits())).reshape(-1))
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens, logits
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_generates_as_transformers(tmp_path: pathlib.Path, name: str) -> None:
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    model = save_decoder(folder, name)
+    expected_tokens, expected_logits = _transformers_greedy(model)
+    # a random tiny model easily repeats one token, which would prove little
+    assert len(set(expected_tokens)) >= 5, expected_tokens
+
+    written = fastonnx.export_pretrained(folder, package, progress=False)
+    assert written.task == "text-generation"
+    assert written.verified is True, written.verify_note
+    config = json.loads((package / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    layers = model.config.num_hidden_layers
+    assert decoder["num_hidden_layers"] == layers
+    assert written.output_names == ["logits"] + [
+        f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")
+    ]
+    assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= set(written.files)
+
+    tokens, logits = _genai_greedy(package)
+    assert tokens == expected_tokens
+    assert len(logits) == NEW_TOKENS
+    for step, (got, want) in enumerate(zip(logits, expected_logits, strict=True)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=f"{name} step {step}")
