@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import sys
 import threading
@@ -343,7 +344,28 @@ def _export_refined(
         + f"): {failures[-1]}"
     )
     # chained to torch's first error: its traceback holds the user's line (the report reads it there)
-    raise CaptureError(f"torch.export.export failed on {name}: {failures[0]}{retried}") from failures[0]
+    raise CaptureError(
+        f"torch.export.export failed on {name}: {failures[0]}{retried}{_subclass_weights(model)}"
+    ) from failures[0]
+
+
+def _subclass_weights(model: torch.nn.Module) -> str:
+    """A note naming the weights that are tensor subclasses (torchao's quantized tensors...): their
+    own kernels run inside torch.export, and an error there is theirs."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    found = [
+        f"{n} ({type(t).__module__}.{type(t).__qualname__})"
+        for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
+        if is_traceable_wrapper_subclass(t.data if isinstance(t, torch.nn.Parameter) else t)
+    ]
+    if not found:
+        return ""
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return (
+        f"\n(the model's weights {shown} are tensor subclasses: the error above may come from their "
+        "own kernels, which torch.export runs)"
+    )
 
 
 def _example_size_below_two(

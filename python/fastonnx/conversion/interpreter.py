@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
@@ -215,9 +216,33 @@ class Interpreter:
             raise ConversionError(
                 f"no tensor was found for {spec.kind.name.lower()} {target!r} ({node.name})"
             )
+        if is_traceable_wrapper_subclass(tensor):
+            # a tensor subclass (torchao's quantized weights): torch.export reads its inner tensors
+            # through export.access_subclass_inner_tensor; they are the initializers, as stored
+            inner = self.env[node] = self._subclass_initializers(target, tensor)
+            if self.scopes is not None:
+                for v in _flat_values(inner):
+                    self.scopes.value(v.name, node, spec)
+            return
         value = self.env[node] = self.initializer(target, tensor)
         if self.scopes is not None:
             self.scopes.value(value.name, node, spec)
+
+    def _subclass_initializers(self, hint: str, tensor: torch.Tensor) -> dict[str, Any]:
+        """The inner tensors of a traceable tensor subclass by attribute name (nested ones as dicts)."""
+        attrs, _ = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
+        inner: dict[str, Any] = {}
+        for attr in attrs:
+            t = getattr(tensor, attr)
+            if not isinstance(t, torch.Tensor):
+                continue
+            name = f"{hint}.{attr}"
+            inner[attr] = (
+                self._subclass_initializers(name, t)
+                if is_traceable_wrapper_subclass(t)
+                else self.initializer(name, t)
+            )
+        return inner
 
     def initializer(self, hint: str, tensor: torch.Tensor) -> Value:
         """A weight as an initializer whose bytes stay in torch's storage (no copy unless strided); a
@@ -641,3 +666,11 @@ def _qualname(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{target._overloadname}"
     return getattr(target, "__qualname__", str(target))
+
+
+def _flat_values(inner: dict[str, Any]) -> Iterator[Value]:
+    for v in inner.values():
+        if isinstance(v, dict):
+            yield from _flat_values(v)
+        else:
+            yield v

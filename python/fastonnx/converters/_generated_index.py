@@ -892,6 +892,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.zeros.default": "creation",
     "aten.zeros_like.default": "creation",
     "builtins.round": "symbolic",
+    "export.access_subclass_inner_tensor.default": "quantization",
     "fastonnx.gru.default": "recurrent",
     "fastonnx.lstm.default": "recurrent",
     "fastonnx.rnn_relu.default": "recurrent",

@@ -782,6 +782,20 @@ def _min_max_elementwise(ctx: ConversionContext, xf: str) -> tuple[str, str]:
     return ctx.op("Min", xf, zero), ctx.op("Max", xf, zero)
 
 
+# ---- tensor subclasses (torchao's quantized weights) ----------------------------------------------
+
+
+def convert_access_subclass_inner_tensor(ctx: ConversionContext, weight: Any, attr: str) -> Any:
+    """An inner tensor of a tensor-subclass weight (torchao's Int8Tensor, IntxUnpackedToInt8Tensor...):
+    the walker made each one an initializer as stored (conversion/interpreter.py)."""
+    if not isinstance(weight, dict) or attr not in weight:
+        raise ctx.error(
+            f"access_subclass_inner_tensor of {attr!r}: not an inner tensor of a weight's subclass"
+        )
+    inner = weight[attr]
+    return inner if isinstance(inner, dict) else inner.name
+
+
 # ---- fake quantization (QAT) -----------------------------------------------------------------------
 
 
@@ -987,6 +1001,7 @@ CONVERTERS: dict[str, Converter] = {
     "quantized_decomposed._choose_qparams_per_token_asymmetric_impl.default": (
         convert_choose_qparams_per_token_asymmetric
     ),
+    "export.access_subclass_inner_tensor.default": convert_access_subclass_inner_tensor,
     "torchao.quantize_affine.default": convert_quantize_affine,
     "torchao.dequantize_affine.default": convert_dequantize_affine,
     "torchao.choose_qparams_affine.default": convert_choose_qparams_affine,
