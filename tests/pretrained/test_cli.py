@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from checkpoint_folders import DECODER, save_checkpoint
+
 from fastonnx.pretrained import cli
 
 
