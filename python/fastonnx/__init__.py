@@ -24,6 +24,7 @@ from fastonnx.pretrained import export_pretrained
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
 from fastonnx.weights.attach import attach_weights
+from fastonnx.weights.quantize import WeightQuantization
 
 __all__ = [
     "CaptureError",
@@ -44,6 +45,7 @@ __all__ = [
     "UnsupportedOpError",
     "Verification",
     "VerificationInfo",
+    "WeightQuantization",
     "__version__",
     "attach_weights",
     "backend",

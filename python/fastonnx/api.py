@@ -19,6 +19,7 @@ from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.pipeline.options import ExportOptions, check_writable, new_builder, optimize_level
 from fastonnx.result import ExportResult
 from fastonnx.weights import checkpoints as inplace
+from fastonnx.weights.quantize import WeightQuantization
 
 __all__ = ["check_writable", "new_builder", "optimize_level", "to_onnx"]
 
@@ -51,6 +52,7 @@ def to_onnx(
     export_modules_as_functions: functions_mod.Selection = False,
     cast_weights: bool = False,
     capture: str = "auto",
+    quantize: str | WeightQuantization | None = None,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -272,6 +274,27 @@ def to_onnx(
             tensor in memory; a real module's are its own weights, written as without ``weights``). False
             (default): they are referenced behind a ``Cast``, which onnxruntime folds when it loads the
             model.
+        quantize: Weight-only quantization at export. None (default): weights as they are. ``"int4"`` /
+            ``"int8"``: ``fastonnx.WeightQuantization(bits=4 | 8)``, whose fields are ``bits`` (4, 8),
+            ``block_size`` (values per block along the input axis K; a power of two from 16 to 256,
+            default 32), ``symmetric`` (True, default: int4 / int8 codes and a scale per block; False:
+            uint4 / uint8 codes with a zero point per block), ``exclude`` (None, default: the LM head
+            stays float — a Linear named ``lm_head``, tied to an embedding, or whose out_features is an
+            nn.Embedding's num_embeddings; a sequence of module-name patterns, ``fnmatch`` on the full
+            name or a plain name matching its last part, replaces that rule; ``()`` quantizes the head
+            too) and ``accuracy_level`` (MatMulNBits' attribute, 0-4, at the "onnxruntime" level). Every
+            2-D float weight a MatMul / Gemm / Linear reads is quantized round-to-nearest per block (half
+            to even) by the writer while it streams: standard level, ``DequantizeLinear(axis=0,
+            block_size)`` of ``[in, out]`` codes then ``MatMul`` (needs opset >= 21: the default opset
+            becomes 21, an explicit lower one raises ``OpsetError``; onnxruntime fuses it into
+            ``MatMulNBits`` and its session option ``session.qdq_matmulnbits_accuracy_level`` decides the
+            kernel's accuracy); "onnxruntime" level, ``com.microsoft.MatMulNBits`` (float32 / float16
+            graphs). With ``weights`` the quantized weights are read from the checkpoint (never
+            referenced): only quantized bytes are written. A meta-device weight needs ``weights``
+            (``InputError`` otherwise). Embeddings (Gathers) stay float. ``stats["quantize"]`` lists the
+            weights quantized (shape, bytes) and those left float with the reason. Bad settings (bits 3,
+            block 7, a pattern matching no module) raise ``InputError`` naming them. The guide:
+            docs/guides/quantization.md.
         capture: How an nn.Module becomes a graph. ``"auto"`` (default) runs the module once, eagerly
             under ``torch.no_grad()``, on the real ``args`` and records its aten ops in the form
             torch.export gives (``fastonnx.capture.trace``: the same graph as torch.export's for static
@@ -375,6 +398,7 @@ def to_onnx(
                 progress=progress,
                 cast_weights=cast_weights,
                 capture=capture,
+                quantize=quantize,
             )
             result = pipeline.run(model, args, kwargs, options, record, verify=verify)
         except Exception as e:

@@ -12,6 +12,7 @@ from fastonnx.conversion import functions as local_functions
 from fastonnx.errors import InputError
 from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.weights import checkpoints
+from fastonnx.weights import quantize as weight_quantization
 
 OPTIMIZE_LEVELS = {False: "none", True: "default", "onnxruntime": "onnxruntime"}
 """to_onnx(optimize=...) -> the builder's optimize level"""
@@ -40,6 +41,7 @@ class ExportOptions:
     cast_weights: bool = False
     functions: local_functions.Selection = False
     capture: str = "auto"
+    quantize: weight_quantization.WeightQuantization | None = None
 
     @classmethod
     def from_keywords(
@@ -52,6 +54,7 @@ class ExportOptions:
         metadata: bool,
         value_info: bool,
         export_modules_as_functions: local_functions.Selection,
+        quantize: Any = None,
         **rest: Any,
     ) -> ExportOptions:
         """Every check that can fail before the (long) capture: a bad value is an InputError here."""
@@ -68,9 +71,18 @@ class ExportOptions:
             if path is None:
                 raise InputError("weights= references a checkpoint from the written file: give filename too")
             shards = checkpoints.shard_files(weights)
+        level = optimize_level(optimize)
+        settings = weight_quantization.resolve(quantize)
+        if settings is not None and opset is None and level != "onnxruntime":
+            # the standard forms need blocked DequantizeLinear: the default opset rises to it
+            opset = max(resolve_opset(None), weight_quantization.BLOCKED_DEQUANTIZE_OPSET)
+        resolved = resolve_opset(opset)
+        if settings is not None:
+            weight_quantization.check_opset(settings, resolved, level)
         return cls(
-            opset=resolve_opset(opset),
-            level=optimize_level(optimize),
+            opset=resolved,
+            level=level,
+            quantize=settings,
             filename=path,
             metadata=metadata,
             value_info=value_info,

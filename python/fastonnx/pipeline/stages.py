@@ -28,6 +28,7 @@ from fastonnx.progress import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 from fastonnx.weights import checkpoints
+from fastonnx.weights import quantize as weight_quantization
 from fastonnx.weights.attach import DEFERRED_KEY
 
 log = logging.getLogger("fastonnx")
@@ -69,9 +70,12 @@ class Optimized:
     seconds: float
     nodes: int
     initializers: int
+    quantized: dict[str, Any] | None = None  # what quantize= did (stats["quantize"])
 
     def stats(self) -> dict[str, Any]:
         found: dict[str, Any] = {"optimize": self.counts, "metadata_s": self.metadata_s}
+        if self.quantized is not None:
+            found["quantize"] = self.quantized
         if self.deferred is not None:
             found["deferred_weights"] = self.deferred
         found.update(optimize_s=self.seconds, nodes=self.nodes)
@@ -191,11 +195,27 @@ def optimize(
     referenced in place; the weights still without bytes recorded for attach_weights."""
     t0 = time.perf_counter()
     builder, interp = converted.builder, converted.interp
-    plan = read_as_stored = None
+    plan = read_as_stored = quantized = None
     if options.shards is not None:
         plan = checkpoints.plan(
             interp.weights_read, interp.deferred, options.shards, model, options.cast_weights
         )
+    if options.quantize is not None:
+        # before the passes: the products' weights read quantized (computed by the writer as it
+        # streams); those a checkpoint holds are read from it, not referenced
+        quantized, from_shards = weight_quantization.quantize(
+            builder,
+            options.quantize,
+            model,
+            options.level,
+            interp.weights_read,
+            interp.deferred,
+            plan.entries if plan is not None else None,
+        )
+        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in from_shards}
+        if plan is not None:
+            plan.entries = {k: v for k, v in plan.entries.items() if k not in from_shards}
+    if plan is not None:
         # before the passes: the Linear weights to be referenced are read as stored, not pre-transposed
         read_as_stored = builder.read_weights_as_stored(plan.as_stored(), options.level)
     bars = bars or Progress(False)
@@ -222,6 +242,7 @@ def optimize(
         seconds,
         builder.num_nodes,
         builder.num_initializers,
+        quantized,
     )
 
 

@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use crate::dtype;
 use crate::permute::{self, Layout, TILE};
+use quantize::Quantized;
+
+pub mod quantize;
 
 /// Memory owned elsewhere and kept alive by the implementor, readable from any thread.
 pub trait ByteSource: Send + Sync {
@@ -101,6 +104,10 @@ pub enum TensorData {
         from: i32,
         to: i32,
     },
+    /// One tensor (codes, scales or zero points) of a float weight quantized per block as it is
+    /// written (`to_onnx(quantize=...)`): computed a run of whole blocks at a time from the float
+    /// source (memory or a checkpoint shard), see [`quantize`].
+    Quantized(Arc<Quantized>),
 }
 
 /// How a tensor's bytes are read through ONNX `Transpose`: source `dims` (row-major, `item`-byte
@@ -128,6 +135,16 @@ pub struct Piece {
 }
 
 impl Piece {
+    /// Units `first..end` (what a unit is depends on the tensor) making `len` bytes.
+    pub(crate) fn new(first: usize, end: usize, len: usize) -> Piece {
+        Piece { first, end, len }
+    }
+
+    /// Its units, `first..end`.
+    pub(crate) fn range(&self) -> (usize, usize) {
+        (self.first, self.end)
+    }
+
     /// Its size in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -170,7 +187,8 @@ impl TensorData {
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. }
-            | TensorData::Converted { .. } => None,
+            | TensorData::Converted { .. }
+            | TensorData::Quantized(_) => None,
         }
     }
 
@@ -196,6 +214,7 @@ impl TensorData {
             | TensorData::Fetched { len, .. } => *len,
             TensorData::ChannelScaled { source, .. } => source.bytes().len(),
             TensorData::Converted { count, to, .. } => count * dtype::item_size(*to).unwrap_or(0),
+            TensorData::Quantized(q) => q.len(),
         }
     }
 
@@ -223,7 +242,8 @@ impl TensorData {
             | TensorData::Fetched { .. }
             | TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
-            | TensorData::Converted { .. } => None,
+            | TensorData::Converted { .. }
+            | TensorData::Quantized(_) => None,
             TensorData::Borrowed(s)
             | TensorData::Transposed { source: s, .. }
             | TensorData::ChannelScaled { source: s, .. } => Some(s),
@@ -239,6 +259,7 @@ impl TensorData {
                 | TensorData::ChannelScaled { .. }
                 | TensorData::Fetched { .. }
                 | TensorData::Converted { .. }
+                | TensorData::Quantized(_)
         )
     }
 
@@ -337,6 +358,7 @@ impl TensorData {
                     })
                     .collect())
             }
+            TensorData::Quantized(q) => Ok(q.pieces()),
             _ => Ok(Vec::new()),
         }
     }
@@ -438,6 +460,7 @@ impl TensorData {
                 file.read_exact_at(&mut src, offset + (piece.first * item) as u64)?;
                 convert_floats(&src, *from, *to, out)
             }
+            TensorData::Quantized(q) => q.fill(piece, out),
             _ => Err(io::Error::other(
                 "only computed tensors are produced piece by piece",
             )),
@@ -466,7 +489,8 @@ impl TensorData {
             )),
             TensorData::Transposed { .. }
             | TensorData::ChannelScaled { .. }
-            | TensorData::Converted { .. } => {
+            | TensorData::Converted { .. }
+            | TensorData::Quantized(_) => {
                 let mut buf = Vec::new();
                 for piece in self.pieces()? {
                     let out = piece_buffer(&mut buf, piece.len());
@@ -573,6 +597,7 @@ impl fmt::Debug for TensorData {
             TensorData::Referenced { .. } => "referenced",
             TensorData::ChannelScaled { .. } => "channel-scaled",
             TensorData::Converted { .. } => "converted",
+            TensorData::Quantized(_) => "quantized",
         };
         write!(f, "TensorData({kind}, {} bytes)", self.len())
     }

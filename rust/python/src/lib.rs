@@ -13,6 +13,7 @@
 mod build;
 mod fx_scope;
 mod optimize;
+mod quantize;
 mod save;
 mod scopes;
 mod watch;

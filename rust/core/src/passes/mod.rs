@@ -20,6 +20,7 @@ mod rotary;
 mod rotary_live;
 mod silu;
 mod stored_weights;
+mod weight_quantization;
 mod weight_transposes;
 
 use std::collections::{BTreeMap, HashSet};
@@ -34,6 +35,9 @@ pub use cleanup::{remove_identities, remove_unused_nodes};
 pub use constant_folding::fold_constants;
 pub use cse::eliminate_common_subexpressions;
 pub use noops::mark_noops;
+pub use weight_quantization::{
+    quantizable_weights, quantize_weights, QuantizeSettings, ShardSource,
+};
 
 /// The three settings of `optimize=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -91,7 +91,8 @@ pub(crate) fn fold_weight_transposes(g: &mut Graph) -> usize {
             TensorData::Deferred { .. }
             | TensorData::Referenced { .. }
             | TensorData::ChannelScaled { .. }
-            | TensorData::Converted { .. } => continue,
+            | TensorData::Converted { .. }
+            | TensorData::Quantized(_) => continue,
             TensorData::Owned(bytes) => TensorData::Owned(
                 TensorData::transposed(Arc::new(bytes.clone()), dims.clone(), perm.clone(), item)
                     .to_vec(),

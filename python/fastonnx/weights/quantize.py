@@ -1,0 +1,203 @@
+"""Weight-only quantization at export: ``to_onnx(..., quantize="int4" | "int8" | WeightQuantization(...))``.
+
+Which weights: every 2-D float weight a MatMul / Gemm / Linear reads (``GraphBuilder.quantizable_weights``),
+except those left in float: by default the LM head (a Linear named ``lm_head``, one tied to an
+embedding, or one whose ``out_features`` is an ``nn.Embedding``'s ``num_embeddings``: the vocabulary
+projection); ``exclude=`` patterns replace that rule. Embeddings are Gathers, never products: they stay
+float and ``stats["quantize"]["float"]`` says so.
+
+How: the builder rewrites the products before the passes (``GraphBuilder.quantize_weights``) into
+``DequantizeLinear -> MatMul`` (standard level, opset >= 21) or ``com.microsoft.MatMulNBits``
+("onnxruntime" level); the quantized tensors are computed by the Rust writer while it streams, a run
+of whole blocks at a time, from the weight's memory or — with ``weights=`` — from the checkpoint shard
+(read, never referenced: only quantized bytes are written). See rust/core/src/quantize.rs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from fastonnx.dtypes import to_onnx_dtype
+from fastonnx.errors import InputError, OpsetError
+
+BLOCKED_DEQUANTIZE_OPSET = 21
+"""DequantizeLinear with block_size and int4 / uint4 inputs: the first opset of both."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightQuantization:
+    """Weight-only block quantization of the products' weights (``to_onnx(quantize=...)``).
+
+    bits: 4 or 8. block_size: values per block along the input (K) axis, a power of two from 16 to 256
+    (default 32). symmetric: True (default) stores signed codes with a scale per block (int4 / int8);
+    False adds a zero point per block (uint4 / uint8 codes). exclude: None (default) leaves the LM head
+    in float (a Linear named ``lm_head``, tied to an embedding, or whose out_features is an
+    nn.Embedding's num_embeddings); a sequence of module-name patterns (``fnmatch``, on the full name;
+    a pattern without wildcards also matches a name ending in ``.<pattern>``) replaces that rule; ``()``
+    quantizes every product's weight, the LM head too. A pattern that matches no module is an
+    ``InputError``. accuracy_level: MatMulNBits' ``accuracy_level`` (0-4; None leaves it to onnxruntime)
+    at the "onnxruntime" optimize level; at the standard level the session option
+    ``session.qdq_matmulnbits_accuracy_level`` decides.
+    """
+
+    bits: int = 4
+    block_size: int = 32
+    symmetric: bool = True
+    exclude: Sequence[str] | None = None
+    accuracy_level: int | None = None
+
+    def check(self) -> WeightQuantization:
+        """Self, validated: an ``InputError`` names each bad setting."""
+        if self.bits not in (4, 8) or isinstance(self.bits, bool):
+            raise InputError(f"quantize: bits must be 4 or 8, got {self.bits!r}")
+        b = self.block_size
+        if isinstance(b, bool) or not isinstance(b, int) or not 16 <= b <= 256 or b & (b - 1):
+            raise InputError(f"quantize: block_size must be a power of two from 16 to 256, got {b!r}")
+        if not isinstance(self.symmetric, bool):
+            raise InputError(f"quantize: symmetric must be True or False, got {self.symmetric!r}")
+        if self.exclude is not None and (
+            isinstance(self.exclude, str) or not all(isinstance(p, str) and p for p in self.exclude)
+        ):
+            raise InputError(
+                f"quantize: exclude must be a sequence of module-name patterns, got {self.exclude!r}"
+            )
+        level = self.accuracy_level
+        if level is not None and (isinstance(level, bool) or level not in range(5)):
+            raise InputError(f"quantize: accuracy_level must be None or 0-4, got {level!r}")
+        return self
+
+
+def resolve(quantize: Any) -> WeightQuantization | None:
+    """``to_onnx``'s ``quantize`` as settings (None: no quantization)."""
+    if quantize is None:
+        return None
+    if quantize == "int4":
+        return WeightQuantization(bits=4)
+    if quantize == "int8":
+        return WeightQuantization(bits=8)
+    if isinstance(quantize, WeightQuantization):
+        return quantize.check()
+    raise InputError(
+        f"quantize must be None, 'int4', 'int8' or a fastonnx.WeightQuantization, got {quantize!r}"
+    )
+
+
+def check_opset(settings: WeightQuantization, opset: int, level: str) -> None:
+    """The standard forms need blocked DequantizeLinear (opset 21)."""
+    if level != "onnxruntime" and opset < BLOCKED_DEQUANTIZE_OPSET:
+        raise OpsetError(
+            f"quantize={settings.bits}-bit at the standard level writes DequantizeLinear with block_size "
+            f"(int{settings.bits} weights), which needs opset >= {BLOCKED_DEQUANTIZE_OPSET}; the export's "
+            f"opset is {opset}: pass opset={BLOCKED_DEQUANTIZE_OPSET} or more, or "
+            "optimize='onnxruntime' (com.microsoft.MatMulNBits at any opset)"
+        )
+
+
+def _matches(pattern: str, module: str) -> bool:
+    if fnmatch.fnmatchcase(module, pattern):
+        return True
+    return not any(c in pattern for c in "*?[") and module.endswith("." + pattern)
+
+
+def _module_of(key: str) -> str:
+    return key.rsplit(".", 1)[0] if "." in key else ""
+
+
+def quantize(
+    builder: Any,
+    settings: WeightQuantization,
+    model: Any,
+    level: str,
+    weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
+    deferred: dict[str, str],
+    entries: dict[str, tuple[Any, torch.dtype]] | None,
+) -> tuple[dict[str, Any], set[str]]:
+    """Rewrites the products' weights (before the passes); returns ``stats["quantize"]`` and the
+    initializers now read from the checkpoint by the quantizer (no longer to be referenced)."""
+    from fastonnx.weights.checkpoints import aliases
+
+    modules: dict[str, torch.nn.Module] = (
+        dict(model.named_modules(remove_duplicate=False)) if isinstance(model, torch.nn.Module) else {}
+    )
+    tied = aliases(model)
+    vocab = {m.num_embeddings for m in modules.values() if isinstance(m, torch.nn.Embedding)}
+    embedding_names = {name for name, m in modules.items() if isinstance(m, torch.nn.Embedding)}
+    patterns = list(settings.exclude) if settings.exclude is not None else None
+    if patterns is not None:
+        known = list(modules) or [_module_of(k) for k, _, _ in weights_read.values()]
+        unmatched = [p for p in patterns if not any(_matches(p, m) for m in known)]
+        if unmatched:
+            raise InputError(f"quantize: exclude pattern(s) {unmatched} match no module of the model")
+
+    chosen: list[tuple[str, tuple[str, int, int] | None]] = []
+    left: dict[str, str] = {}
+    shapes: dict[str, list[int]] = {}
+    from_checkpoint: set[str] = set()
+    for name, n, k, _products in builder.quantizable_weights():
+        key = weights_read.get(name, (name, None, None))[0]
+        keys = [key, *tied.get(key, [])]
+        owners = [_module_of(k) for k in keys]
+        label = owners[0] or key
+        shapes[label] = [n, k]
+        reason = None
+        if patterns is not None:
+            hit = next((p for p in patterns if any(_matches(p, o) for o in owners)), None)
+            if hit is not None:
+                reason = f"excluded by pattern {hit!r}"
+        elif any(o == "lm_head" or o.endswith(".lm_head") for o in owners):
+            reason = "LM head (named lm_head)"
+        elif any(o in embedding_names for o in owners):
+            reason = "LM head (tied to an embedding)"
+        elif n in vocab:
+            reason = f"LM head (out_features {n} is an embedding's vocabulary size)"
+        if reason is not None:
+            left[label] = reason
+            continue
+        entry = entries.get(name) if entries is not None else None
+        if entry is not None:
+            shard = entry[0]
+            stored = to_onnx_dtype(shard.dtype) if isinstance(shard.dtype, torch.dtype) else 0
+            chosen.append((name, (shard.shard, shard.offset, stored)))
+            from_checkpoint.add(name)
+        elif name in deferred:
+            raise InputError(
+                f"quantize: weight {key!r} is on the meta device and has no bytes to quantize: pass "
+                "weights= (the checkpoint) so that it is read from there"
+            )
+        else:
+            chosen.append((name, None))
+    for name in sorted(embedding_names):
+        left.setdefault(name, "embedding (a Gather, not a product)")
+
+    form = "matmulnbits" if level == "onnxruntime" else "dequantize"
+    done = builder.quantize_weights(
+        chosen, settings.bits, settings.block_size, settings.symmetric, form, settings.accuracy_level
+    )
+    quantized: dict[str, Any] = {}
+    names = {name: weights_read.get(name, (name, None, None))[0] for name, _ in chosen}
+    for name, nbytes, products in done:
+        label = _module_of(names[name]) or names[name]
+        quantized[label] = {
+            "shape": shapes.get(label),
+            "bytes": nbytes,
+            "products": products,
+            "source": "checkpoint" if name in from_checkpoint else "memory",
+        }
+    missing = {name for name, _ in chosen} - {name for name, _, _ in done}
+    for name in sorted(missing):
+        left[_module_of(names[name]) or names[name]] = "its bytes are not in host memory (device weight)"
+    stats = {
+        "bits": settings.bits,
+        "block_size": settings.block_size,
+        "symmetric": settings.symmetric,
+        "form": "MatMulNBits" if form == "matmulnbits" else "DequantizeLinear",
+        "quantized": quantized,
+        "quantized_bytes": sum(v["bytes"] for v in quantized.values()),
+        "float": left,
+    }
+    return stats, from_checkpoint & {name for name, _, _ in done}

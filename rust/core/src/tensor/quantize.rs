@@ -1,0 +1,729 @@
+//! Weight-only block quantization, computed by the writer while it streams (`to_onnx(quantize=...)`).
+//!
+//! A product's float weight `W` (logically `[N, K]`: `N` outputs, `K` inputs, stored `[N, K]` as a
+//! Linear keeps it or `[K, N]` as a MatMul reads it) is cut along K into blocks of `block` values;
+//! each block gets a scale (and, asymmetric, a zero point) and its values are rounded to the nearest
+//! code (`f32::round_ties_even`, as `torch.round`):
+//!
+//! - symmetric: `scale = max|w| / qmax` (qmax 7 for 4 bits, 127 for 8), `q = clamp(round(w / scale),
+//!   -qmax - 1, qmax)`, `w ≈ q * scale`;
+//! - asymmetric: `lo = min(min w, 0)`, `hi = max(max w, 0)`, `scale = (hi - lo) / L` (L 15 or 255),
+//!   `zp = clamp(round(-lo / scale), 0, L)`, `q = clamp(round(w / scale) + zp, 0, L)`,
+//!   `w ≈ (q - zp) * scale`;
+//!
+//! all in float32, the scale first rounded to its stored type (float16 / bfloat16 for such graphs),
+//! and a block whose scale is 0 (all zeros) gets codes 0 (and zero point 0).
+//!
+//! The three tensors of one weight (codes, scales, zero points) are [`TensorData::Quantized`]s of
+//! their own, each produced piece by piece from the float source by [`Quantized::fill`]: a piece is
+//! a run of whole blocks (never a part of one, so a 4-bit byte never straddles two pieces), for which
+//! the source values are read (from memory, or from a checkpoint shard with `pread`) into one float32
+//! buffer of at most [`PIECE_ELEMENTS`] values, quantized, and dropped. No side buffer carries scales
+//! from the codes to the scales tensor: each tensor computes a block's parameters again from the same
+//! values with the same arithmetic, so they agree bit for bit whichever is written first; the source
+//! is read once per tensor (two or three times per weight), the memory never holds more than one
+//! piece of it.
+//!
+//! Two layouts ([`Form`]):
+//! - `DequantizeLinear` (opset 21, `axis = 0`, `block_size`): codes `[K, N]` (int4 / int8
+//!   symmetric, uint4 / uint8 with zero points), scales and zero points `[ceil(K / block), N]`; a
+//!   piece is a run of block rows (all N columns of `block` rows of K).
+//! - `com.microsoft.MatMulNBits`: codes uint8 `[N, ceil(K / block), block * bits / 8]` (unsigned,
+//!   low nibble first; symmetric codes are stored shifted by `2^(bits-1)`, the operator's default
+//!   zero point; the tail block padded with zero bytes), scales `[N * ceil(K / block)]`, zero points
+//!   uint8 `[N * ceil(ceil(K / block) * bits / 8)]` (4 bits: two per byte, each row padded to a
+//!   byte); a piece is a run of rows of N.
+//!
+//! [`TensorData::Quantized`]: super::TensorData::Quantized
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::{ByteSource, Piece, PIECE_BYTES};
+use crate::dtype;
+use crate::error::{graph_err, Result};
+
+/// The most float32 values of the source read for one piece (2 MiB of them).
+pub const PIECE_ELEMENTS: usize = PIECE_BYTES / 4;
+
+/// Bits, block size and symmetry of a block quantization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQuant {
+    pub bits: u32,
+    pub block: usize,
+    pub symmetric: bool,
+}
+
+impl BlockQuant {
+    /// Checked: 4 or 8 bits, a block a power of two from 16 to 256.
+    pub fn new(bits: u32, block: usize, symmetric: bool) -> Result<BlockQuant> {
+        if bits != 4 && bits != 8 {
+            return Err(graph_err(format!(
+                "quantization bits must be 4 or 8, not {bits}"
+            )));
+        }
+        if !(16..=256).contains(&block) || !block.is_power_of_two() {
+            return Err(graph_err(format!(
+                "quantization block size must be a power of two from 16 to 256, not {block}"
+            )));
+        }
+        Ok(BlockQuant {
+            bits,
+            block,
+            symmetric,
+        })
+    }
+
+    /// The largest signed code (symmetric).
+    fn qmax(&self) -> f32 {
+        if self.bits == 4 {
+            7.0
+        } else {
+            127.0
+        }
+    }
+
+    /// The largest unsigned code (asymmetric).
+    fn levels(&self) -> f32 {
+        if self.bits == 4 {
+            15.0
+        } else {
+            255.0
+        }
+    }
+
+    /// The scale and zero point of one block (`round_scale` rounds a scale to its stored type).
+    pub fn params(&self, values: &[f32], round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
+        if self.symmetric {
+            let amax = values.iter().fold(0f32, |m, v| m.max(v.abs()));
+            (round_scale(amax / self.qmax()), 0)
+        } else {
+            let lo = values.iter().fold(0f32, |m, &v| m.min(v));
+            let hi = values.iter().fold(0f32, |m, &v| m.max(v));
+            let scale = round_scale((hi - lo) / self.levels());
+            if scale == 0.0 || !scale.is_finite() {
+                return (scale, 0);
+            }
+            let zp = (-lo / scale).round_ties_even().clamp(0.0, self.levels());
+            #[allow(clippy::cast_possible_truncation)] // clamped to 0..=255
+            (scale, zp as i32)
+        }
+    }
+
+    /// The code of `v` in a block of `scale` and zero point `zp`: signed when symmetric, unsigned
+    /// (zero point included) otherwise.
+    pub fn code(&self, v: f32, scale: f32, zp: i32) -> i32 {
+        if scale == 0.0 || !scale.is_finite() {
+            return if self.symmetric { 0 } else { zp };
+        }
+        let r = (v / scale).round_ties_even();
+        #[allow(clippy::cast_possible_truncation)] // clamped to the code range
+        if self.symmetric {
+            r.clamp(-self.qmax() - 1.0, self.qmax()) as i32
+        } else {
+            (r + zp as f32).clamp(0.0, self.levels()) as i32
+        }
+    }
+}
+
+/// Where a weight's float bytes are: in memory (a borrowed weight) or in a file (a checkpoint shard,
+/// read with `pread` a piece at a time).
+#[derive(Clone)]
+pub enum FloatBytes {
+    Memory(Arc<dyn ByteSource>),
+    File { file: Arc<File>, offset: u64 },
+}
+
+/// A float weight of logical shape `[n, k]` (n outputs, k inputs), stored row-major `[n, k]` or, when
+/// `k_major`, `[k, n]`; elements of float type `dtype` (float32, float16, bfloat16, float64).
+#[derive(Clone)]
+pub struct FloatMatrix {
+    pub bytes: FloatBytes,
+    pub dtype: i32,
+    pub n: usize,
+    pub k: usize,
+    pub k_major: bool,
+}
+
+impl FloatMatrix {
+    fn item(&self) -> io::Result<usize> {
+        match self.dtype {
+            dtype::FLOAT | dtype::FLOAT16 | dtype::BFLOAT16 | dtype::DOUBLE => {
+                Ok(dtype::item_size(self.dtype).unwrap_or(4))
+            }
+            t => Err(io::Error::other(format!(
+                "no quantization of {} weights",
+                dtype::name(t)
+            ))),
+        }
+    }
+
+    /// The stored size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.n * self.k * self.item().unwrap_or(0)
+    }
+
+    /// Values `[n0, n1) x [k0, k1)` as float32, in `[n][k]` order.
+    pub fn read(&self, n0: usize, n1: usize, k0: usize, k1: usize) -> io::Result<Vec<f32>> {
+        let item = self.item()?;
+        // rows and columns as stored
+        let (r0, r1, c0, c1, cols) = if self.k_major {
+            (k0, k1, n0, n1, self.n)
+        } else {
+            (n0, n1, k0, k1, self.k)
+        };
+        let width = c1 - c0;
+        let mut raw = vec![0u8; (r1 - r0) * width * item];
+        if r1 > r0 && width > 0 {
+            if let FloatBytes::Memory(m) = &self.bytes {
+                if m.bytes().len() != self.byte_len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "quantized weight of the wrong size",
+                    ));
+                }
+            }
+            let whole_rows = c0 == 0 && c1 == cols;
+            let spans: Vec<(usize, usize)> = if whole_rows {
+                vec![(r0 * cols * item, (r1 - r0) * cols * item)]
+            } else {
+                (r0..r1)
+                    .map(|r| ((r * cols + c0) * item, width * item))
+                    .collect()
+            };
+            let mut at = 0;
+            for (start, len) in spans {
+                let dst = &mut raw[at..at + len];
+                match &self.bytes {
+                    FloatBytes::Memory(m) => dst.copy_from_slice(&m.bytes()[start..start + len]),
+                    FloatBytes::File { file, offset } => {
+                        file.read_exact_at(dst, offset + start as u64)?;
+                    }
+                }
+                at += len;
+            }
+        }
+        let values = decode(&raw, self.dtype, item);
+        if !self.k_major {
+            return Ok(values);
+        }
+        // stored [k][n]: to [n][k]
+        let (kw, nw) = (r1 - r0, width);
+        let mut out = vec![0f32; values.len()];
+        for kk in 0..kw {
+            for nn in 0..nw {
+                out[nn * kw + kk] = values[kk * nw + nn];
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Little-endian floats of `dtype` as float32 (float64 rounded to nearest).
+fn decode(raw: &[u8], dtype: i32, item: usize) -> Vec<f32> {
+    raw.chunks_exact(item)
+        .map(|c| match dtype {
+            dtype::FLOAT16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+            dtype::BFLOAT16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+            #[allow(clippy::cast_possible_truncation)] // rounds to nearest, as asked
+            dtype::DOUBLE => {
+                f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
+            }
+            _ => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        })
+        .collect()
+}
+
+/// The graph form the quantized weight is read by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `DequantizeLinear(axis = 0, block_size)` of `[K, N]` codes, then MatMul.
+    Dequantize,
+    /// `com.microsoft.MatMulNBits`.
+    MatMulNBits,
+}
+
+/// Which of a quantized weight's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Codes,
+    Scales,
+    ZeroPoints,
+}
+
+/// One tensor of a quantized weight, computed from its float source as it is written.
+#[derive(Clone)]
+pub struct Quantized {
+    pub source: FloatMatrix,
+    pub quant: BlockQuant,
+    pub form: Form,
+    pub part: Part,
+    /// float32, float16 or bfloat16: the type the scales are stored in (the graph's)
+    pub scale_dtype: i32,
+}
+
+impl Quantized {
+    /// Number of blocks along K.
+    pub fn blocks(&self) -> usize {
+        self.source.k.div_ceil(self.quant.block)
+    }
+
+    fn blob(&self) -> usize {
+        self.quant.block * self.quant.bits as usize / 8
+    }
+
+    /// Bytes of one MatMulNBits zero-point row.
+    fn zp_row(&self) -> usize {
+        (self.blocks() * self.quant.bits as usize).div_ceil(8)
+    }
+
+    /// The ONNX element type of this tensor.
+    pub fn dtype(&self) -> i32 {
+        let q = self.quant;
+        match (self.part, self.form) {
+            (Part::Scales, _) => self.scale_dtype,
+            (_, Form::MatMulNBits) => dtype::UINT8,
+            (Part::Codes, Form::Dequantize) if q.symmetric => {
+                if q.bits == 4 {
+                    dtype::INT4
+                } else {
+                    dtype::INT8
+                }
+            }
+            _ => {
+                if q.bits == 4 {
+                    dtype::UINT4
+                } else {
+                    dtype::UINT8
+                }
+            }
+        }
+    }
+
+    /// The tensor's dims.
+    pub fn dims(&self) -> Vec<i64> {
+        let (n, k, nb) = (self.source.n, self.source.k, self.blocks());
+        let d = |v: usize| v as i64;
+        match (self.form, self.part) {
+            (Form::Dequantize, Part::Codes) => vec![d(k), d(n)],
+            (Form::Dequantize, _) => vec![d(nb), d(n)],
+            (Form::MatMulNBits, Part::Codes) => vec![d(n), d(nb), d(self.blob())],
+            (Form::MatMulNBits, Part::Scales) => vec![d(n * nb)],
+            (Form::MatMulNBits, Part::ZeroPoints) => vec![d(n * self.zp_row())],
+        }
+    }
+
+    /// The tensor's size in bytes.
+    pub fn len(&self) -> usize {
+        let numel = self.dims().iter().product::<i64>().max(0) as usize;
+        dtype::data_len(self.dtype(), numel).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows of the piece unit: block rows of K (DequantizeLinear) or rows of N (MatMulNBits).
+    fn units(&self) -> usize {
+        match self.form {
+            Form::Dequantize => self.blocks(),
+            Form::MatMulNBits => self.source.n,
+        }
+    }
+
+    /// Source values one unit reads.
+    fn unit_elements(&self) -> usize {
+        match self.form {
+            Form::Dequantize => self.quant.block * self.source.n,
+            Form::MatMulNBits => self.source.k,
+        }
+    }
+
+    /// Byte offset in the tensor where unit `u` starts (`u` even for 4-bit DequantizeLinear
+    /// zero points, see [`Quantized::pieces_of`]).
+    fn offset(&self, u: usize) -> usize {
+        let (n, k, nb) = (self.source.n, self.source.k, self.blocks());
+        let elements = |e: usize| dtype::data_len(self.dtype(), e).unwrap_or(0);
+        match (self.form, self.part) {
+            (Form::Dequantize, Part::Codes) => elements((u * self.quant.block).min(k) * n),
+            (Form::Dequantize, _) => elements(u * n),
+            (Form::MatMulNBits, Part::Codes) => u * nb * self.blob(),
+            (Form::MatMulNBits, Part::Scales) => elements(u * nb),
+            (Form::MatMulNBits, Part::ZeroPoints) => u * self.zp_row(),
+        }
+    }
+
+    /// The pieces, each at most `budget` source values (one unit at least; an even number of units
+    /// where 4-bit values of two units could share a byte).
+    pub fn pieces_of(&self, budget: usize) -> Vec<Piece> {
+        let units = self.units();
+        let mut step = (budget / self.unit_elements().max(1)).clamp(1, units.max(1));
+        // 4-bit zero points of `[blocks, N]`: an odd N puts two block rows in one byte
+        let shared_bytes = self.form == Form::Dequantize && self.part == Part::ZeroPoints;
+        if shared_bytes && self.quant.bits == 4 && step % 2 == 1 && step < units {
+            step += 1;
+        }
+        (0..units)
+            .step_by(step)
+            .map(|first| {
+                let end = (first + step).min(units);
+                Piece::new(first, end, self.offset(end) - self.offset(first))
+            })
+            .collect()
+    }
+
+    /// The pieces the writer produces (see [`PIECE_ELEMENTS`]).
+    pub fn pieces(&self) -> Vec<Piece> {
+        self.pieces_of(PIECE_ELEMENTS)
+    }
+
+    fn round_scale(&self) -> impl Fn(f32) -> f32 {
+        let t = self.scale_dtype;
+        move |s: f32| match t {
+            dtype::FLOAT16 => half::f16::from_f32(s).to_f32(),
+            dtype::BFLOAT16 => half::bf16::from_f32(s).to_f32(),
+            _ => s,
+        }
+    }
+
+    fn put_scale(&self, out: &mut [u8], index: usize, s: f32) {
+        match self.scale_dtype {
+            dtype::FLOAT16 => {
+                out[index * 2..index * 2 + 2]
+                    .copy_from_slice(&half::f16::from_f32(s).to_le_bytes());
+            }
+            dtype::BFLOAT16 => {
+                out[index * 2..index * 2 + 2]
+                    .copy_from_slice(&half::bf16::from_f32(s).to_le_bytes());
+            }
+            _ => out[index * 4..index * 4 + 4].copy_from_slice(&s.to_le_bytes()),
+        }
+    }
+
+    /// Produces units `piece.first..piece.end` into `out` (exactly the piece's length).
+    pub fn fill(&self, piece: Piece, out: &mut [u8]) -> io::Result<()> {
+        let (first, end) = piece.range();
+        if out.len() != self.offset(end) - self.offset(first) || end > self.units() {
+            return Err(io::Error::other("piece buffer of the wrong size"));
+        }
+        out.fill(0);
+        let q = self.quant;
+        let (n, k, bs) = (self.source.n, self.source.k, q.block);
+        let round = self.round_scale();
+        let bits = q.bits as usize;
+        // a 4-bit or 8-bit value at element `e` of `out`
+        let put = |out: &mut [u8], e: usize, v: i32| {
+            #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
+            // two's complement bits
+            let v = v as u8;
+            if bits == 4 {
+                out[e / 2] |= (v & 0x0F) << (4 * (e % 2));
+            } else {
+                out[e] = v;
+            }
+        };
+        match self.form {
+            Form::Dequantize => {
+                let (k0, k1) = ((first * bs).min(k), (end * bs).min(k));
+                let kw = k1 - k0;
+                let values = self.source.read(0, n, k0, k1)?;
+                for nn in 0..n {
+                    let row = &values[nn * kw..(nn + 1) * kw];
+                    for (j, block) in row.chunks(bs).enumerate() {
+                        let (scale, zp) = q.params(block, &round);
+                        let b = j; // block row within the piece
+                        match self.part {
+                            Part::Scales => self.put_scale(out, b * n + nn, scale),
+                            Part::ZeroPoints => put(out, b * n + nn, zp),
+                            Part::Codes => {
+                                for (t, &v) in block.iter().enumerate() {
+                                    let kk = j * bs + t; // row of K within the piece
+                                    put(out, kk * n + nn, q.code(v, scale, zp));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Form::MatMulNBits => {
+                let nb = self.blocks();
+                let (blob, zp_row) = (self.blob(), self.zp_row());
+                let shift = if q.symmetric { 1 << (q.bits - 1) } else { 0 };
+                for nn in first..end {
+                    let row = self.source.read(nn, nn + 1, 0, k)?;
+                    let r = nn - first;
+                    for (j, block) in row.chunks(bs).enumerate() {
+                        let (scale, zp) = q.params(block, &round);
+                        match self.part {
+                            Part::Scales => self.put_scale(out, r * nb + j, scale),
+                            Part::ZeroPoints => {
+                                if bits == 4 {
+                                    put(out, r * zp_row * 2 + j, zp);
+                                } else {
+                                    put(out, r * zp_row + j, zp);
+                                }
+                            }
+                            Part::Codes => {
+                                let base = (r * nb + j) * blob;
+                                for (t, &v) in block.iter().enumerate() {
+                                    let c = q.code(v, scale, zp) + shift;
+                                    if bits == 4 {
+                                        put(out, base * 2 + t, c);
+                                    } else {
+                                        put(out, base + t, c);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem(Vec<u8>);
+    impl ByteSource for Mem {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    fn matrix(values: &[f32], n: usize, k: usize, k_major: bool) -> FloatMatrix {
+        FloatMatrix {
+            bytes: FloatBytes::Memory(Arc::new(Mem(values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()))),
+            dtype: dtype::FLOAT,
+            n,
+            k,
+            k_major,
+        }
+    }
+
+    fn tensor(m: &FloatMatrix, quant: BlockQuant, form: Form, part: Part) -> Quantized {
+        Quantized {
+            source: m.clone(),
+            quant,
+            form,
+            part,
+            scale_dtype: dtype::FLOAT,
+        }
+    }
+
+    fn whole(t: &Quantized, budget: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in t.pieces_of(budget) {
+            let mut buf = vec![0xAAu8; p.len()];
+            t.fill(p, &mut buf).expect("fill");
+            out.extend_from_slice(&buf);
+        }
+        assert_eq!(out.len(), t.len());
+        out
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(BlockQuant::new(3, 32, true).is_err());
+        assert!(BlockQuant::new(4, 7, true).is_err());
+        assert!(BlockQuant::new(4, 48, true).is_err());
+        assert!(BlockQuant::new(8, 512, true).is_err());
+        assert!(BlockQuant::new(8, 16, false).is_ok());
+    }
+
+    #[test]
+    fn one_block_by_hand() {
+        // symmetric int4: max |w| = 3.5 -> scale 0.5; codes round(w / 0.5), clamped to [-8, 7]
+        let q = BlockQuant::new(4, 16, true).expect("settings");
+        let id = |s: f32| s;
+        let w = [3.5f32, -3.5, 0.2, -0.3, 1.1, 0.0];
+        let (s, zp) = q.params(&w, id);
+        assert_eq!((s, zp), (0.5, 0));
+        let codes: Vec<i32> = w.iter().map(|&v| q.code(v, s, zp)).collect();
+        assert_eq!(codes, [7, -7, 0, -1, 2, 0]);
+        // asymmetric uint4: lo -1, hi 2 -> scale 0.2, zp round(5) = 5; q = round(w / 0.2) + 5
+        let q = BlockQuant::new(4, 16, false).expect("settings");
+        let w = [-1.0f32, 2.0, 0.33, 0.0];
+        let (s, zp) = q.params(&w, id);
+        assert_eq!(zp, 5);
+        assert!((s - 0.2).abs() < 1e-7);
+        let codes: Vec<i32> = w.iter().map(|&v| q.code(v, s, zp)).collect();
+        assert_eq!(codes, [0, 15, 7, 5]);
+        // all positive: lo is 0 (zero stays exact), zp 0
+        let (s, zp) = q.params(&[1.5, 3.0], id);
+        assert_eq!((s, zp), (0.2, 0));
+        // int8 symmetric: max 12.7 -> scale 0.1
+        let q = BlockQuant::new(8, 16, true).expect("settings");
+        let (s, _) = q.params(&[12.7, -1.0], id);
+        assert_eq!(q.code(-1.0, s, 0), -10);
+        // an all-zero block: scale 0, codes 0
+        assert_eq!(q.params(&[0.0, 0.0], id), (0.0, 0));
+        assert_eq!(q.code(0.0, 0.0, 0), 0);
+    }
+
+    #[test]
+    fn dequantize_layout_by_hand() {
+        // W [n=3, k=20] stored [N, K]; block 16: blocks k 0..16 and the tail 16..20
+        let (n, k) = (3, 20);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| {
+                let (r, c) = (i / k, i % k);
+                // block 0 of row r has max |w| = 7 (r + 1) -> scale r + 1; codes c - 7 ... clamped
+                if c < 16 {
+                    (c as f32 - 7.0) * (r as f32 + 1.0)
+                } else {
+                    (c as f32 - 17.0) * 0.5 // tail: -0.5 .. 1.0 -> scale 1 / 7
+                }
+            })
+            .collect();
+        let q = BlockQuant::new(4, 16, true).expect("settings");
+        let m = matrix(&w, n, k, false);
+        let scales = tensor(&m, q, Form::Dequantize, Part::Scales);
+        assert_eq!(scales.dims(), [2, 3]);
+        let s = super::super::le_f32s(&whole(&scales, usize::MAX));
+        // max |w| of block 0 row r: max(7, 8) (r + 1) = 8 (r + 1) -> 8 (r + 1) / 7
+        for r in 0..n {
+            assert_eq!(s[r], 8.0 * (r as f32 + 1.0) / 7.0);
+            assert_eq!(s[n + r], 1.0 / 7.0);
+        }
+        let codes = tensor(&m, q, Form::Dequantize, Part::Codes);
+        assert_eq!(codes.dims(), [20, 3]);
+        let bytes = whole(&codes, 1); // one block row per piece
+        assert_eq!(bytes.len(), 30);
+        let nib = |e: usize| {
+            let b = bytes[e / 2] >> (4 * (e % 2)) & 0x0F;
+            i32::from(b) - if b >= 8 { 16 } else { 0 }
+        };
+        for r in 0..n {
+            for c in 0..k {
+                let v = w[r * k + c];
+                let scale = s[(c / 16) * n + r];
+                let want = (v / scale).round_ties_even().clamp(-8.0, 7.0) as i32;
+                assert_eq!(nib(c * n + r), want, "({r}, {c})");
+            }
+        }
+        // the K-major source of the same matrix gives the same bytes
+        let mut t = vec![0f32; n * k];
+        for r in 0..n {
+            for c in 0..k {
+                t[c * n + r] = w[r * k + c];
+            }
+        }
+        let mt = matrix(&t, n, k, true);
+        assert_eq!(
+            whole(&tensor(&mt, q, Form::Dequantize, Part::Codes), 40),
+            bytes
+        );
+    }
+
+    #[test]
+    fn matmul_nbits_layout_by_hand() {
+        // one row, k = 20, block 16, asymmetric 4 bits: two blocks, the tail padded
+        let w: Vec<f32> = (0..20).map(|c| c as f32 * 0.25 - 1.0).collect();
+        let q = BlockQuant::new(4, 16, false).expect("settings");
+        let m = matrix(&w, 1, 20, false);
+        let codes = whole(&tensor(&m, q, Form::MatMulNBits, Part::Codes), 1);
+        assert_eq!(codes.len(), 16); // [1, 2, 8]
+                                     // block 0: lo -1, hi 2.75 -> scale 0.25, zp 4; code(c) = c
+        for c in 0..16 {
+            let b = codes[c / 2] >> (4 * (c % 2)) & 0x0F;
+            assert_eq!(usize::from(b), c);
+        }
+        // block 1: values 3, 3.25, 3.5, 3.75: lo 0 -> scale 0.25, zp 0, codes 12..15; padding 0
+        assert_eq!(&codes[8..], &[0xDC, 0xFE, 0, 0, 0, 0, 0, 0]);
+        let zps = whole(&tensor(&m, q, Form::MatMulNBits, Part::ZeroPoints), 1);
+        assert_eq!(zps, [0x04]); // zp 4 low, 0 high
+        let scales =
+            super::super::le_f32s(&whole(&tensor(&m, q, Form::MatMulNBits, Part::Scales), 1));
+        assert_eq!(scales, [0.25, 0.25]);
+        // symmetric: stored shifted by 8
+        let q = BlockQuant::new(4, 16, true).expect("settings");
+        let m = matrix(&[7.0, -7.0, 1.0], 1, 3, false);
+        let codes = whole(&tensor(&m, q, Form::MatMulNBits, Part::Codes), 1);
+        assert_eq!(codes[..2], [0x1F, 0x09]); // 15, 1, 9
+    }
+
+    #[test]
+    fn pieces_cover_odd_tails_in_any_budget() {
+        // odd n and k, several blocks, budgets that cut nowhere near a block's source bytes
+        let (n, k) = (7, 83);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.3) * 0.013)
+            .collect();
+        for (bits, symmetric) in [(4, true), (4, false), (8, true), (8, false)] {
+            let q = BlockQuant::new(bits, 16, symmetric).expect("settings");
+            for k_major in [false, true] {
+                let mut src = w.clone();
+                if k_major {
+                    for r in 0..n {
+                        for c in 0..k {
+                            src[c * n + r] = w[r * k + c];
+                        }
+                    }
+                }
+                let m = matrix(&src, n, k, k_major);
+                for form in [Form::Dequantize, Form::MatMulNBits] {
+                    for part in [Part::Codes, Part::Scales, Part::ZeroPoints] {
+                        let t = tensor(&m, q, form, part);
+                        let all = whole(&t, usize::MAX);
+                        for budget in [1, 17, 16 * 7 + 5, 100, 1000] {
+                            assert_eq!(
+                                whole(&t, budget),
+                                all,
+                                "{bits} {symmetric} {form:?} {part:?} {budget}"
+                            );
+                        }
+                        if t.pieces_of(1).len() > 1 {
+                            assert!(t.pieces_of(1).iter().all(|p| p.len() < t.len()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn checkpoint_bytes_are_read_from_the_file() {
+        use std::io::Write as _;
+        let (n, k) = (5, 40);
+        let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.77).sin()).collect();
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(b"abc").expect("write");
+        for v in &w {
+            file.write_all(&half::bf16::from_f32(*v).to_le_bytes())
+                .expect("write");
+        }
+        let rounded: Vec<f32> = w
+            .iter()
+            .map(|v| half::bf16::from_f32(*v).to_f32())
+            .collect();
+        let q = BlockQuant::new(8, 16, false).expect("settings");
+        let from_file = FloatMatrix {
+            bytes: FloatBytes::File {
+                file: Arc::new(file),
+                offset: 3,
+            },
+            dtype: dtype::BFLOAT16,
+            n,
+            k,
+            k_major: false,
+        };
+        let in_memory = matrix(&rounded, n, k, false);
+        for form in [Form::Dequantize, Form::MatMulNBits] {
+            for part in [Part::Codes, Part::Scales, Part::ZeroPoints] {
+                assert_eq!(
+                    whole(&tensor(&from_file, q, form, part), 50),
+                    whole(&tensor(&in_memory, q, form, part), usize::MAX)
+                );
+            }
+        }
+    }
+}
