@@ -4,6 +4,7 @@ file's own QuantizeLinear / DequantizeLinear run, not fused kernels) against the
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -182,3 +183,93 @@ def test_pt2e_qat_prepared_model(capture: str, fake_quant: bool) -> None:
     scales = [float(m.scale) for m in prepared.modules() if hasattr(m, "scale") and m.scale.numel() == 1]
     tolerance = max(scales) * float(prepared.fc.weight.abs().max()) + 1e-5
     np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), expected, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("optimize", [False, True, "onnxruntime"])
+def test_pt2e_unfolded_weight_quantization(optimize: bool | str) -> None:
+    """convert_pt2e(fold_quantize=False) leaves each weight as float → quantize → dequantize: the
+    weight is quantized at export (torch's arithmetic), so the file stores int8 + scales, as
+    onnxruntime's QDQ tools write it, and no pass folds the DequantizeLinear back into float."""
+    torch.manual_seed(0)
+    model = ConvReluLinear().eval()
+    x = torch.randn(2, 3, 8, 8)
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(4):
+        prepared(torch.randn(2, 3, 8, 8))
+    converted = convert_pt2e(prepared, fold_quantize=False)
+    weight_q = [n for n in converted.graph.nodes if n.target == qd.quantize_per_channel.default]
+    assert len(weight_q) == 2  # the Conv's and the Linear's weights, quantized in the graph
+    result = fastonnx.to_onnx(converted, (x,), optimize=optimize)
+    graph = result.model_proto.graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("QuantizeLinear") == 2, ops  # the activations only
+    inits = {t.name: t for t in graph.initializer}
+    weights = [n.input[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert sorted(tuple(inits[w].dims) for w in weights) == [(8, 3, 3, 3), (10, 288)]
+    assert all(inits[w].data_type == onnx.TensorProto.INT8 for w in weights)
+    # the int8 values are torch's own quantization of the weights
+    for node, w in zip(weight_q, sorted(weights, key=lambda w: len(inits[w].dims), reverse=True)):
+        with torch.no_grad():
+            expected = node.target(
+                *[
+                    operator.attrgetter(a.target)(converted) if isinstance(a, torch.fx.Node) else a
+                    for a in node.args
+                ]
+            )
+        assert np.array_equal(onnx.numpy_helper.to_array(inits[w]), expected.numpy())
+    with torch.no_grad():
+        out = converted(x).numpy()
+    # one step of the Linear's input through its largest dequantized weight (see _last_step)
+    act_scale = float(
+        [n for n in converted.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
+    )
+    fc_scales = operator.attrgetter(weight_q[-1].args[1].target)(converted)
+    tolerance = act_scale * float((expected.float().abs().amax(dim=1) * fc_scales).max()) + 1e-5
+    np.testing.assert_allclose(_run_unoptimized(result.model_proto, x), out, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("optimize", [False, True, "onnxruntime"])
+def test_grouped_weight_stays_int8(optimize: bool | str) -> None:
+    """A float weight behind quantize_per_channel_group → dequantize_per_channel_group (8da4w's QAT
+    form) is quantized at export into an int8 initializer read by a blocked DequantizeLinear."""
+
+    class Grouped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8, 64, generator=torch.Generator().manual_seed(0)))
+            self.register_buffer("s", self.w.detach().reshape(8, 4, 16).abs().amax(-1).flatten() / 7)
+            self.register_buffer("z", torch.zeros(32, dtype=torch.int32))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = qd.quantize_per_channel_group(self.w, self.s, self.z, -8, 7, torch.int8, 16)
+            return (
+                x @ qd.dequantize_per_channel_group(q, self.s, self.z, -8, 7, torch.int8, 16, torch.float32).T
+            )
+
+    model, x = Grouped(), torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    result = fastonnx.to_onnx(model, (x,), opset=21, optimize=optimize)
+    graph = result.model_proto.graph
+    ops = [n.op_type for n in graph.node]
+    assert "QuantizeLinear" not in ops and ops.count("DequantizeLinear") == 1, ops
+    (dq,) = [n for n in graph.node if n.op_type == "DequantizeLinear"]
+    inits = {t.name: t for t in graph.initializer}
+    assert inits[dq.input[0]].data_type == onnx.TensorProto.INT8 and list(inits[dq.input[0]].dims) == [8, 64]
+    # the float parameter is read by no node (optimize=False writes it unread, as torch.export lifts
+    # it; the passes drop it)
+    read = {i for n in graph.node for i in n.input}
+    assert not [
+        t.name
+        for t in graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT
+        and len(t.dims) == 2
+        and t.dims[0] * t.dims[1] == 512
+        and (optimize or t.name in read)
+    ]
+    with torch.no_grad():
+        expected = model(x)
+    # the dequantized weight is exact in both; only the 64-term sums' order differs
+    torch.testing.assert_close(
+        torch.from_numpy(_run_unoptimized(result.model_proto, x)), expected, rtol=1e-6, atol=2e-6
+    )
