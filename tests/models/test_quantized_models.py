@@ -273,3 +273,30 @@ def test_grouped_weight_stays_int8(optimize: bool | str) -> None:
     torch.testing.assert_close(
         torch.from_numpy(_run_unoptimized(result.model_proto, x)), expected, rtol=1e-6, atol=2e-6
     )
+
+
+@pytest.mark.parametrize(
+    ("level", "conv_domain"),
+    [("ORT_ENABLE_EXTENDED", ""), ("ORT_ENABLE_ALL", "com.microsoft")],
+)
+def test_pt2e_model_fuses_in_onnxruntime(tmp_path: Any, level: str, conv_domain: str) -> None:
+    """onnxruntime's QDQ transformers fuse the file's Conv group into QLinearConv (the NHWC contrib op
+    at ORT_ENABLE_ALL, between Transposes): no float Conv and no Q / DQ of the Conv's input, weight or
+    output remain. The Linear stays a float Gemm on dequantized inputs: onnxruntime's QDQ Gemm fusion
+    wants an int32 bias behind its own DequantizeLinear (PT2E leaves it float) — the official
+    exporter's file of the same model optimizes to the same graph."""
+    model, x = _pt2e_model()
+    result = fastonnx.to_onnx(model, (x,))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(result.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath).graph
+    ops = [(n.op_type, n.domain) for n in optimized.node]
+    assert ("QLinearConv", conv_domain) in ops, ops
+    assert "Conv" not in [op for op, _ in ops], ops
+    # one QuantizeLinear (the model's input into the QLinearConv; the one after the ReLU is fused into
+    # it), the two DequantizeLinear of the Linear's input and weight
+    assert [op for op, _ in ops].count("QuantizeLinear") == 1, ops
+    assert [op for op, _ in ops].count("DequantizeLinear") == 2, ops
+    assert ("Gemm", "") in ops, ops
