@@ -92,7 +92,7 @@ def test_weight_only_linear_model(config: str, optimize: bool) -> None:
 
 
 @pytest.mark.parametrize("config", ["int8", "intx-int4-group32", "intx-int8-axis0"])
-def test_weight_only_llama(config: str) -> None:
+def test_weight_only_llama(config: str, tmp_path: Any) -> None:
     model = Logits(tiny_llama())
     quantize_(model, CONFIGS[config]())
     args = _text_inputs()
@@ -104,6 +104,21 @@ def test_weight_only_llama(config: str) -> None:
     # float32 throughout: the sums' order in MatMul, RMSNorm and attention differs from torch's by a
     # few ulps per op, compounding over 2 layers on logits below 1
     torch.testing.assert_close(_run(result.model_proto, args), expected, rtol=1e-5, atol=1e-5)
+    ops = [n.op_type for n in result.model_proto.graph.node]
+    if config == "int8":
+        # torch's to → mm → mul: each weight Cast to float, MatMul, then the per-row scale
+        assert ops.count("Cast") >= 15 and "DequantizeLinear" not in ops, ops
+        return
+    # DequantizeLinear of the transposed int8 weight straight into MatMul (no Transpose of the
+    # dequantized weight at run time), which onnxruntime fuses into MatMulNBits
+    readers = {i: n.op_type for n in result.model_proto.graph.node for i in n.input}
+    dq = [n for n in result.model_proto.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 15 and all(readers[n.output[0]] == "MatMul" for n in dq), ops
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(result.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    assert fused.count("MatMulNBits") == 15 and "DequantizeLinear" not in fused, fused
 
 
 def test_weight_only_group_needs_opset_21() -> None:

@@ -618,14 +618,15 @@ def _affine_bounds(
 
 
 def _granularity(
-    ctx: ConversionContext, op: str, x: Value, block_size: list[int]
+    ctx: ConversionContext, op: str, x: Value, block_size: list[int], shown: list[int] | None = None
 ) -> tuple[int | None, int | None, list[int]]:
     """torchao's block_size as ONNX sees it: (axis, block, qparam shape) — per tensor (None, None,
     []), per axis (axis, None, [n]) or blocked along one axis, per element along the others (axis,
     block, x's shape with n / block at the axis: opset 21)."""
+    named = block_size if shown is None else shown
     shape = x.static_shape()
     if shape is None or len(block_size) != len(shape):
-        raise ctx.error(f"torchao.{op}: block_size {block_size} for a tensor of shape {tuple(x.shape)}")
+        raise ctx.error(f"torchao.{op}: block_size {named} for a tensor of shape {tuple(x.shape)}")
     whole = [n == 1 or b == n for b, n in zip(block_size, shape)]
     single = [b == 1 and n > 1 for b, n in zip(block_size, shape)]
     if all(whole):
@@ -637,13 +638,13 @@ def _granularity(
     if len(blocked) == 1 and all(single[i] or shape[i] == 1 for i in range(len(shape)) if i != blocked[0]):
         axis, b = blocked[0], block_size[blocked[0]]
         if shape[axis] % b:
-            raise ctx.error(f"torchao.{op}: block_size {block_size} does not divide the shape {shape}")
+            raise ctx.error(f"torchao.{op}: block_size {named} does not divide the shape {shape}")
         ctx.require_opset(
-            21, f"torchao.{op} with block_size {block_size} (a blocked QuantizeLinear / DequantizeLinear)"
+            21, f"torchao.{op} with block_size {named} (a blocked QuantizeLinear / DequantizeLinear)"
         )
         return axis, b, [n // b if i == axis else n for i, n in enumerate(shape)]
     raise ctx.error(
-        f"torchao.{op}: block_size {block_size} on shape {shape} has no QuantizeLinear / DequantizeLinear "
+        f"torchao.{op}: block_size {named} on shape {shape} has no QuantizeLinear / DequantizeLinear "
         "form (ONNX blocks along one axis, per element along the others)"
     )
 
@@ -696,12 +697,29 @@ def convert_dequantize_affine(
     quant_max: Any = None,
     output_dtype: torch.dtype = torch.float32,
 ) -> str:
-    """(x - zero_point) * scale per block → DequantizeLinear, the integer tensor read as stored."""
+    """(x - zero_point) * scale per block → DequantizeLinear, the integer tensor read as stored.
+
+    A 2-D weight only Linears read (IntxWeightOnlyConfig) is dequantized transposed, ``[K, N]``, and
+    transposed back: the Linear's own Transpose cancels it, leaving ``DequantizeLinear → MatMul``, the
+    form onnxruntime fuses into MatMulNBits, instead of a Transpose of the dequantized weight at every
+    run. The integers are the model's, transposed at export."""
     _affine_bounds(ctx, "dequantize_affine", input_dtype, "input_dtype", quant_min, quant_max)
     if x.dtype != torch.int32:
         _qdq_type(ctx, x.dtype, "torchao.dequantize_affine")
-    axis, block, qshape = _granularity(ctx, "dequantize_affine", x, list(block_size))
     zp = _affine_zero_point(ctx, "dequantize_affine", zero_point)
+    product = torch.promote_types(scale.dtype, output_dtype)
+    w = _weight(ctx, x)
+    if w is not None and w.dim() == 2 and _only_linear_weight(ctx):
+        wt = Value(ctx.const(w.T, w.dtype, "quantized"), w.dtype, (w.shape[1], w.shape[0]))
+        axis, block, qshape = _granularity(
+            ctx, "dequantize_affine", wt, list(block_size)[::-1], list(block_size)
+        )
+        qs = [_shaped(ctx, v, qshape[::-1]) for v in (scale, zp)]
+        if block is not None:  # blocked qparams are 2-D, [N, K / b]: transposed with the weight
+            qs = [v.T if isinstance(v, torch.Tensor) else _transposed(ctx, v) for v in qs]
+        y = _dequantize(ctx, wt, qs[0], qs[1], x.dtype, output_dtype, axis, 2, block, product_dtype=product)
+        return ctx.op("Transpose", y, perm=[1, 0])
+    axis, block, qshape = _granularity(ctx, "dequantize_affine", x, list(block_size))
     return _dequantize(
         ctx,
         x,
@@ -712,8 +730,27 @@ def convert_dequantize_affine(
         axis,
         x.rank,
         block,
-        product_dtype=torch.promote_types(scale.dtype, output_dtype),
+        product_dtype=product,
     )
+
+
+def _only_linear_weight(ctx: ConversionContext) -> bool:
+    """Whether every reader of the node's result is an aten.linear taking it as its weight."""
+    node = ctx.node
+    assert node is not None
+    return bool(node.users) and all(
+        str(u.target) == "aten.linear.default"
+        and len(u.args) > 1
+        and u.args[1] is node
+        and u.args[0] is not node
+        for u in node.users
+    )
+
+
+def _transposed(ctx: ConversionContext, v: Any) -> Any:
+    if not isinstance(v, Value):
+        return v
+    return Value(ctx.op("Transpose", v, perm=[1, 0]), v.dtype, tuple(reversed(v.shape)))
 
 
 def convert_choose_qparams_affine(
