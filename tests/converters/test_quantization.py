@@ -427,3 +427,21 @@ def test_affine_refusals() -> None:
     blocked = Fn(lambda q: ta.dequantize_affine(q, [1, 16], scale, zp, torch.int8))
     with pytest.raises(OpsetError, match=r"torchao.dequantize_affine with block_size \[1, 16\].*opset >= 21"):
         fastonnx.to_onnx(blocked, (q,), opset=20, capture="export")
+
+
+def test_dynamic_per_token_with_dynamic_shapes() -> None:
+    """Per-token qparams over a dynamic batch and sequence: the rows are counted at run time."""
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=64)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        s, zp = qd.choose_qparams_per_token_asymmetric(x, torch.int8)
+        q = qd.quantize_per_token(x, s, zp, -128, 127, torch.int8)
+        return q, qd.dequantize_per_token(q, s, zp, -128, 127, torch.int8, torch.float32)
+
+    check_export(
+        Fn(fn),
+        (_rand(2, 5, 24),),
+        dynamic_shapes=(({0: batch, 1: seq},),),
+        run_args=[(_rand(3, 9, 24, seed=5),), (_rand(1, 2, 24, seed=6),)],
+        opsets=ENDS,
+    )
