@@ -302,8 +302,8 @@ def to_onnx(
             are None and no dropout or norm layer is in training mode; otherwise, and wherever a real run
             could fix what torch.export keeps general (a tensor's value read into Python, an output size
             that depends on the data, a custom op, an in-place write into an input, a weight or a buffer,
-            a higher-order op, a recurrent layer, weights on the meta device, anything the recorder does
-            not know), it captures with ``torch.export.export(strict=False)``, logging why at INFO level.
+            a higher-order op, a recurrent layer, a copy of a meta tensor's values, anything the recorder
+            does not know), it captures with ``torch.export.export(strict=False)``, logging why at INFO level.
             ``"export"`` always uses torch.export; ``"trace"`` asks for the trace and warns, naming the
             reason and your line, when it falls back (with ``dynamic_shapes`` or an ExportedProgram it is
             an ``InputError``). ``stats["capture"]`` says which ran and ``stats["trace_refused"]`` why the

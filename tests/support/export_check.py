@@ -26,7 +26,7 @@ DOCUMENTED_REFUSALS = (
     "output shape depends on the input's values",  # nonzero, unique, boolean masks
     "writes in place into",  # a user input, weight, buffer or captured constant
     "(a tensor subclass)",
-    "is a meta tensor",
+    "copies a meta tensor's values",  # .cpu() / .to("cpu") in a meta-device trace
     "torch.export keeps it one recurrent op",  # nn.LSTM / GRU / RNN
     "the forward calls the higher-order op",  # torch.cond, while_loop...
     "is a custom op (not aten)",  # torchvision's nms...

@@ -47,8 +47,9 @@ under capture="auto" (the default; ``stats["capture"]`` says which path ran):
 a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item()``, ``bool(t)``,
 ``tolist()``, ``equal``...), an op whose output shape depends on the data (tagged
 ``dynamic_output_shape``: ``nonzero``, ``unique``, ``masked_select``...), an in-place write into a user
-input, parameter, buffer or captured constant (or through a view of one), a tensor subclass or a
-weight on the meta device, a recurrent layer (torch.export keeps it one op over any length), a
+input, parameter, buffer or captured constant (or through a view of one), a tensor subclass, a copy
+of a meta tensor's values to another device (a meta-device trace holds none), a recurrent layer
+(torch.export keeps it one op over any length), a
 higher-order op (torch.cond...), an op outside the aten namespace (a custom op such as torchvision's
 ``nms``, whose output size torch.export takes from its fake kernel, or an op of ``torch.onnx.ops``),
 ``as_strided`` (it addresses the storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
@@ -58,6 +59,11 @@ converts) or one needing torch.export's functionalization (writes through views 
 write: run_decompositions would re-trace the recorded meta values). Each reason names the user's line. Reading values without an aten op (``tolist()``,
 ``numpy()``, ``__array__``) is caught by patching those methods on the tracing thread.
 ``dynamic_shapes`` with capture="trace" is an InputError (a trace fixes every size).
+
+A model on the meta device (weights, or inputs) is recorded the same way, on meta tensors: the run
+computes no values, only each output's metadata, and meta_cache.py computes that once per distinct
+call (op, input metadata, other arguments) instead of once per layer. The run sees the devices
+torch.export's fake tensors of that model report (meta), so device checks take torch.export's branch.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ from torch.export.graph_signature import (
     OutputSpec,
     TensorArgument,
 )
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
@@ -98,6 +105,7 @@ from fastonnx.capture.input_tensors import (
     storage_address,
     unsupported_leaf,
 )
+from fastonnx.capture.meta_cache import MetaCache, meta_cache_for
 
 
 class TracedProgram(torch.export.ExportedProgram):
@@ -106,6 +114,15 @@ class TracedProgram(torch.export.ExportedProgram):
     ~0.7 s of a fresh process. The graph comes from a run that succeeded and its signature is built
     with it; like torch.export's training IR it may hold in-place ops (the walker writes them,
     aliasing.py)."""
+
+    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, *args: Any, **kwargs: Any) -> None:
+        # the graph module's Python code generated when something asks for it (torch's lazy graph
+        # module: ep.module(), .code), not here: ~0.3 s at 2,300 nodes, which the converters never read.
+        # torch's constructor would compile it; it gets an empty graph, the recorded one comes after
+        # (its getitems are unique already: one per output of a node)
+        super().__init__(root, torch.fx.Graph(), *args, **kwargs)
+        graph._codegen = torch.fx.graph.CodeGen()
+        self._graph_module = _LazyGraphModule(root, graph)
 
     def validate(self) -> None:
         return None
@@ -121,7 +138,8 @@ _GETITEM = operator.getitem
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    with torch._C._DisableTorchDispatch():  # not an op of the model's (from _KeptFunctions: no node)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
 def _static_indexing(func: Any, args: Any) -> bool:
@@ -149,6 +167,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self._trace_cache: dict[tuple[Any, int], str] = {}
         # storage address -> path of every tensor reached from the arguments (input_tensors.py)
         self.input_memory: dict[int, str] = {}
+        self.meta_cache: MetaCache | None = None  # on the meta device: meta_cache.py
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -158,8 +177,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if self.inside:
-            return func(*args, **kwargs)  # an op of a function recorded whole (_KeptFunctions)
+        cache = self.meta_cache
+        if self.inside:  # an op of a function recorded whole (_KeptFunctions)
+            return func(*args, **kwargs) if cache is None else cache.call(func, args, kwargs)
         if not isinstance(func, torch._ops.OpOverload):
             raise TraceRefused(f"{func} is not an aten op overload")
         if func.namespace in ("onnx", "onnx_symbolic"):
@@ -190,7 +210,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             raise TraceRefused(f"{func}'s output shape depends on the input's values")
         if func._schema.is_mutable:
             self._check_writes(func, args, kwargs)
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if cache is None else cache.call(func, args, kwargs)
         self.record(func, args, kwargs, out)
         return out
 
@@ -281,12 +301,13 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         root = self.root_code
         while frame is not None:
             code = frame.f_code
-            key = (code, frame.f_lineno)
-            text = cache.get(key)
-            if text is None:
-                text = cache[key] = _frame_text(code, frame.f_lineno)
-            if text:
-                lines.append(text)
+            if code.co_name == "forward":  # the only frames kept (_frame_text): others not looked up
+                key = (code, frame.f_lineno)
+                text = cache.get(key)
+                if text is None:
+                    text = cache[key] = _frame_text(code, frame.f_lineno)
+                if text:
+                    lines.append(text)
             if code is root:
                 break
             frame = frame.f_back
@@ -595,8 +616,9 @@ class _KeptFunctions(TorchFunctionMode):
             return func(*args, **kwargs)
         op, op_args, op_kwargs = kept
         recorder.inside = True
+        cache = recorder.meta_cache
         try:
-            out = func(*args, **kwargs)
+            out = func(*args, **kwargs) if cache is None else cache.call(func, args, kwargs, op)
         finally:
             recorder.inside = False
         recorder.record(op, op_args, op_kwargs, out)
@@ -720,8 +742,8 @@ def trace(
     for name, b in model.named_buffers(remove_duplicate=False):
         weights.setdefault(id(b), (name, InputKind.BUFFER, b))
     for name, _kind, t in weights.values():
-        if t.is_meta or type(t) not in (torch.Tensor, torch.nn.Parameter):
-            raise TraceRefused(f"weight {name!r} is a {'meta tensor' if t.is_meta else type(t).__name__}")
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            raise TraceRefused(f"weight {name!r} is a {type(t).__name__}")
         roots[id(t)] = f"the weight {name!r}"
         if t._base is not None:
             roots.setdefault(id(t._base), f"the weight {name!r}")
@@ -740,6 +762,7 @@ def trace(
     fresh_args, fresh_kwargs = pytree.tree_unflatten(flat_in, in_spec)
     recorder = _Recorder(graph, nodes, roots)
     recorder.input_memory = reachable_tensors(args, kwargs, arg_names)
+    recorder.meta_cache = meta_cache_for([t for _, _, t in weights.values()], flat_in)
     for path, module in model.named_modules():
         for attr, value in vars(module).items():
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):

@@ -129,7 +129,7 @@ def needs_export(
     """Why an option of to_onnx needs torch.export's capture under capture="auto", or None. The others
     work on the trace: export_modules_as_functions (it records torch.export's nn_module_stack), weights=
     (every weight lifted under its name), report, verify and verify(intermediate=True) (they read the
-    program's graph and signature), metadata; a meta-device model is refused by the trace itself.
+    program's graph and signature), metadata; a meta-device model is traced on meta tensors.
     ``custom_composites``: the composite ops custom converters are given for (Registry.custom_composites)."""
     if decompositions is not None:
         # run_decompositions re-traces the program with torch.export's machinery: the trace's
