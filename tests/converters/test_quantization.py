@@ -445,3 +445,14 @@ def test_dynamic_per_token_with_dynamic_shapes() -> None:
         run_args=[(_rand(3, 9, 24, seed=5),), (_rand(1, 2, 24, seed=6),)],
         opsets=ENDS,
     )
+
+
+def test_int_mm() -> None:
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(-128, 128, (17, 64), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 24), generator=g, dtype=torch.int8)
+    check_export(Fn(torch._int_mm), (a, b), opsets=ENDS)
+    with pytest.raises(ConversionError, match="_int_mm of torch.uint8"):
+        fastonnx.to_onnx(
+            Fn(lambda a, b: torch.ops.aten._int_mm(a.to(torch.uint8), b)), (a, b), capture="export"
+        )

@@ -121,6 +121,38 @@ def test_weight_only_llama(config: str, tmp_path: Any) -> None:
     assert fused.count("MatMulNBits") == 15 and "DequantizeLinear" not in fused, fused
 
 
+@pytest.mark.parametrize("config", ["int8-int8", "int8-intx"])
+def test_dynamic_activation_linear_model(config: str) -> None:
+    """torchao's dynamic int8 activation configs (not weight-only, same machinery): the activation's
+    qparams chosen per token at run time (choose_qparams_affine), QuantizeLinear, then MatMulInteger
+    of the int8 activation and the int8 weight (Int8DynamicActivationInt8WeightConfig's _int_mm) or
+    DequantizeLinear of both (Int8DynamicActivationIntxWeightConfig)."""
+    from torchao.quantization import (
+        Int8DynamicActivationInt8WeightConfig,
+        Int8DynamicActivationIntxWeightConfig,
+    )
+
+    model = _mlp()
+    make = (
+        Int8DynamicActivationInt8WeightConfig
+        if config == "int8-int8"
+        else Int8DynamicActivationIntxWeightConfig
+    )
+    quantize_(model, make())
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    result = fastonnx.to_onnx(model, (x,), opset=MAX_OPSET)
+    _check_file(result.model_proto, model)
+    ops = [n.op_type for n in result.model_proto.graph.node]
+    assert ops.count("QuantizeLinear") == 2, ops
+    assert ops.count("MatMulInteger" if config == "int8-int8" else "DequantizeLinear") >= 2, ops
+    with torch.no_grad():
+        expected = model(x)
+    # the integer products are exact; the rest is elementwise float32 arithmetic in torch's order (the
+    # MLP's second input comes out of it, so its quantization sees torch's values), and the random
+    # inputs put no value on a rounding tie: the same numbers up to the dequantized products' sums
+    torch.testing.assert_close(_run(result.model_proto, (x,)), expected, rtol=1e-6, atol=2e-6)
+
+
 def test_weight_only_group_needs_opset_21() -> None:
     model = _mlp()
     quantize_(model, CONFIGS["intx-int4-group32"]())

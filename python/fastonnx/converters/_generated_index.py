@@ -34,6 +34,7 @@ FAMILY_OF: dict[str, str] = {
     "aten._functional_sym_constrain_range_for_size.default": "checks",
     "aten._fused_moving_avg_obs_fq_helper_functional.default": "quantization",
     "aten._fused_rms_norm.default": "normalization",
+    "aten._int_mm.default": "quantization",
     "aten._is_all_true.default": "reductions",
     "aten._linalg_det.default": "linalg_lu",
     "aten._linalg_eigh.default": "linalg_spectral",

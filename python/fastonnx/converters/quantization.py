@@ -819,6 +819,17 @@ def _min_max_elementwise(ctx: ConversionContext, xf: str) -> tuple[str, str]:
     return ctx.op("Min", xf, zero), ctx.op("Max", xf, zero)
 
 
+# ---- integer products ----------------------------------------------------------------------------
+
+
+def convert_int_mm(ctx: ConversionContext, a: Value, b: Value) -> str:
+    """int8 x int8 → int32 matrix product (torchao's dynamic int8 activation x int8 weight Linears):
+    MatMulInteger, exact as torch's (int32 accumulation)."""
+    if a.dtype != torch.int8 or b.dtype != torch.int8:
+        raise ctx.error(f"_int_mm of {a.dtype} x {b.dtype}: torch defines it for int8 x int8")
+    return ctx.op("MatMulInteger", a, b)
+
+
 # ---- tensor subclasses (torchao's quantized weights) ----------------------------------------------
 
 
@@ -1039,6 +1050,7 @@ CONVERTERS: dict[str, Converter] = {
         convert_choose_qparams_per_token_asymmetric
     ),
     "export.access_subclass_inner_tensor.default": convert_access_subclass_inner_tensor,
+    "aten._int_mm.default": convert_int_mm,
     "torchao.quantize_affine.default": convert_quantize_affine,
     "torchao.dequantize_affine.default": convert_dequantize_affine,
     "torchao.choose_qparams_affine.default": convert_choose_qparams_affine,
