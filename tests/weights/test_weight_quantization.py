@@ -1,11 +1,12 @@
 """to_onnx(quantize=...): weight-only block quantization computed by the Rust writer while it streams.
 
-The reference is computed here, independently, from the definition (fastonnx/weights/quantize.py and
-rust/core/src/quantize.rs): blocks of ``block`` values along a Linear weight's input axis; symmetric
-``scale = max|w| / qmax``, ``q = clamp(round(w / scale), -qmax - 1, qmax)``; asymmetric
+The reference is computed here, independently, from the definition (docs/guides/quantization.md,
+rust/core/src/tensor/quantize.rs): blocks of ``block`` values along a Linear weight's input axis;
+symmetric, ``m`` the value of largest magnitude (the negative one on a tie), ``scale = m / -2^(bits-1)``,
+``q = clamp(round(w / scale), -2^(bits-1), 2^(bits-1) - 1)``; asymmetric
 ``lo = min(w, 0)``, ``hi = max(w, 0)``, ``scale = (hi - lo) / L``, ``zp = clamp(round(-lo / scale), 0,
 L)``, ``q = clamp(round(w / scale) + zp, 0, L)``; dequantized ``(q - zp) * scale``. Every step is one
-float32 IEEE operation (division, max, subtraction), so torch and the writer get the same bits, and
+float32 IEEE operation (division, min / max, subtraction), so torch and the writer get the same bits, and
 both round ties to even (``torch.round``, ``f32::round_ties_even``): ties resolve identically. The
 exported model, run by onnxruntime with its optimizations off (plain DequantizeLinear -> MatMul, or
 MatMulNBits at accuracy level 0, both exact), is compared with eager torch on those dequantized
@@ -40,9 +41,11 @@ def dequantized(w: torch.Tensor, bits: int, block: int, symmetric: bool) -> torc
     for start in range(0, w.shape[1], block):
         b = w[:, start : start + block]
         if symmetric:
-            qmax = 2 ** (bits - 1) - 1
-            scale = b.abs().amax(dim=1, keepdim=True) / qmax
-            q = torch.clamp(torch.round(b / scale), -qmax - 1, qmax)
+            half = 2 ** (bits - 1)
+            hi = b.amax(dim=1, keepdim=True).clamp(min=0)
+            lo = b.amin(dim=1, keepdim=True).clamp(max=0)
+            scale = torch.where(hi > -lo, hi, lo) / -half  # the extreme value is coded -half
+            q = torch.clamp(torch.round(b / scale), -half, half - 1)
             q = torch.where(scale == 0, torch.zeros_like(q), q)
             out[:, start : start + block] = q * scale
         else:

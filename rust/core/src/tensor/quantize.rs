@@ -5,8 +5,10 @@
 //! each block gets a scale (and, asymmetric, a zero point) and its values are rounded to the nearest
 //! code (`f32::round_ties_even`, as `torch.round`):
 //!
-//! - symmetric: `scale = max|w| / qmax` (qmax 7 for 4 bits, 127 for 8), `q = clamp(round(w / scale),
-//!   -qmax - 1, qmax)`, `w ≈ q * scale`;
+//! - symmetric: `m` the block's value of largest magnitude (the negative one when both signs reach it),
+//!   `scale = m / -2^(bits-1)` (negative when `m` is: the whole code range `[-8, 7]` / `[-128, 127]`
+//!   is used, `m` itself coded as -8 / -128), `q = clamp(round(w / scale), -2^(bits-1),
+//!   2^(bits-1) - 1)`, `w ≈ q * scale`;
 //! - asymmetric: `lo = min(min w, 0)`, `hi = max(max w, 0)`, `scale = (hi - lo) / L` (L 15 or 255),
 //!   `zp = clamp(round(-lo / scale), 0, L)`, `q = clamp(round(w / scale) + zp, 0, L)`,
 //!   `w ≈ (q - zp) * scale`;
@@ -97,8 +99,10 @@ impl BlockQuant {
     /// The scale and zero point of one block (`round_scale` rounds a scale to its stored type).
     pub fn params(&self, values: &[f32], round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
         if self.symmetric {
-            let amax = values.iter().fold(0f32, |m, v| m.max(v.abs()));
-            (round_scale(amax / self.qmax()), 0)
+            let lo = values.iter().fold(0f32, |m, &v| m.min(v));
+            let hi = values.iter().fold(0f32, |m, &v| m.max(v));
+            let extreme = if hi > -lo { hi } else { lo };
+            (round_scale(extreme / -(self.qmax() + 1.0)), 0)
         } else {
             let lo = values.iter().fold(0f32, |m, &v| m.min(v));
             let hi = values.iter().fold(0f32, |m, &v| m.max(v));
@@ -541,14 +545,19 @@ mod tests {
 
     #[test]
     fn one_block_by_hand() {
-        // symmetric int4: max |w| = 3.5 -> scale 0.5; codes round(w / 0.5), clamped to [-8, 7]
+        // symmetric int4: 3.5 and -3.5 reach |w| = 3.5, the negative one is coded -8: scale -3.5 / -8
+        // = 0.4375; codes round(w / 0.4375), clamped to [-8, 7] (3.5 -> 8 -> 7)
         let q = BlockQuant::new(4, 16, true).expect("settings");
         let id = |s: f32| s;
         let w = [3.5f32, -3.5, 0.2, -0.3, 1.1, 0.0];
         let (s, zp) = q.params(&w, id);
-        assert_eq!((s, zp), (0.5, 0));
+        assert_eq!((s, zp), (0.4375, 0));
         let codes: Vec<i32> = w.iter().map(|&v| q.code(v, s, zp)).collect();
-        assert_eq!(codes, [7, -7, 0, -1, 2, 0]);
+        assert_eq!(codes, [7, -8, 0, -1, 3, 0]);
+        // a positive extreme: scale negative, the extreme coded -8
+        let (s, _) = q.params(&[2.0, -1.0], id);
+        assert_eq!(s, -0.25);
+        assert_eq!((q.code(2.0, s, 0), q.code(-1.0, s, 0)), (-8, 4));
         // asymmetric uint4: lo -1, hi 2 -> scale 0.2, zp round(5) = 5; q = round(w / 0.2) + 5
         let q = BlockQuant::new(4, 16, false).expect("settings");
         let w = [-1.0f32, 2.0, 0.33, 0.0];
@@ -560,10 +569,12 @@ mod tests {
         // all positive: lo is 0 (zero stays exact), zp 0
         let (s, zp) = q.params(&[1.5, 3.0], id);
         assert_eq!((s, zp), (0.2, 0));
-        // int8 symmetric: max 12.7 -> scale 0.1
+        // int8 symmetric: extreme 12.7 -> scale 12.7 / -128; -1 / s = 10.08 -> 10
         let q = BlockQuant::new(8, 16, true).expect("settings");
         let (s, _) = q.params(&[12.7, -1.0], id);
-        assert_eq!(q.code(-1.0, s, 0), -10);
+        assert_eq!(s, 12.7 / -128.0);
+        assert_eq!(q.code(-1.0, s, 0), 10);
+        assert_eq!(q.code(12.7, s, 0), -128);
         // an all-zero block: scale 0, codes 0
         assert_eq!(q.params(&[0.0, 0.0], id), (0.0, 0));
         assert_eq!(q.code(0.0, 0.0, 0), 0);
@@ -576,11 +587,11 @@ mod tests {
         let w: Vec<f32> = (0..n * k)
             .map(|i| {
                 let (r, c) = (i / k, i % k);
-                // block 0 of row r has max |w| = 7 (r + 1) -> scale r + 1; codes c - 7 ... clamped
+                // block 0 of row r: -7 (r + 1) .. 8 (r + 1) -> scale 8 (r + 1) / -8 = -(r + 1)
                 if c < 16 {
                     (c as f32 - 7.0) * (r as f32 + 1.0)
                 } else {
-                    (c as f32 - 17.0) * 0.5 // tail: -0.5 .. 1.0 -> scale 1 / 7
+                    (c as f32 - 17.0) * 0.5 // tail: -0.5 .. 1.0 -> scale 1 / -8
                 }
             })
             .collect();
@@ -589,10 +600,9 @@ mod tests {
         let scales = tensor(&m, q, Form::Dequantize, Part::Scales);
         assert_eq!(scales.dims(), [2, 3]);
         let s = super::super::le_f32s(&whole(&scales, usize::MAX));
-        // max |w| of block 0 row r: max(7, 8) (r + 1) = 8 (r + 1) -> 8 (r + 1) / 7
         for r in 0..n {
-            assert_eq!(s[r], 8.0 * (r as f32 + 1.0) / 7.0);
-            assert_eq!(s[n + r], 1.0 / 7.0);
+            assert_eq!(s[r], -(r as f32 + 1.0));
+            assert_eq!(s[n + r], -0.125);
         }
         let codes = tensor(&m, q, Form::Dequantize, Part::Codes);
         assert_eq!(codes.dims(), [20, 3]);
@@ -644,11 +654,11 @@ mod tests {
         let scales =
             super::super::le_f32s(&whole(&tensor(&m, q, Form::MatMulNBits, Part::Scales), 1));
         assert_eq!(scales, [0.25, 0.25]);
-        // symmetric: stored shifted by 8
+        // symmetric: stored shifted by 8; -7 is the extreme (scale 0.875): codes 7 (8 clamped), -8, 1
         let q = BlockQuant::new(4, 16, true).expect("settings");
         let m = matrix(&[7.0, -7.0, 1.0], 1, 3, false);
         let codes = whole(&tensor(&m, q, Form::MatMulNBits, Part::Codes), 1);
-        assert_eq!(codes[..2], [0x1F, 0x09]); // 15, 1, 9
+        assert_eq!(codes[..2], [0x0F, 0x09]); // 15, 0, 9
     }
 
     #[test]
