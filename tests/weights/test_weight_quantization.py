@@ -177,16 +177,27 @@ def test_llama_matches_dequantized_eager(level: bool | str, bits: int, block: in
     torch.testing.assert_close(got, want, **LLAMA_TOL)
 
 
-@pytest.mark.parametrize("bits", [4, 8])
-def test_onnxruntime_fuses_the_standard_form_into_matmul_nbits(bits: int, tmp_path: os.PathLike[str]) -> None:
+@pytest.mark.parametrize(("bits", "symmetric"), [(4, True), (4, False), (8, True)])
+def test_onnxruntime_fuses_the_standard_form_into_matmul_nbits(
+    bits: int, symmetric: bool, tmp_path: os.PathLike[str]
+) -> None:
     model = stack()
     x = torch.randn(2, 5, 96, generator=torch.Generator().manual_seed(1))
-    r = fastonnx.to_onnx(model, (x,), quantize=WeightQuantization(bits=bits))
+    r = fastonnx.to_onnx(model, (x,), quantize=WeightQuantization(bits=bits, symmetric=symmetric))
     so = onnxruntime.SessionOptions()
     so.optimized_model_filepath = os.path.join(tmp_path, "optimized.onnx")
-    onnxruntime.InferenceSession(r.model_proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    # accuracy level 0: the fused kernel computes with the exactly dequantized weights (negative
+    # scales of symmetric blocks included)
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    sess = onnxruntime.InferenceSession(
+        r.model_proto.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
     ops = [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
     assert ops.count("MatMulNBits") == 2, ops
+    (got,) = sess.run(None, {r.input_names[0]: x.numpy()})
+    with torch.no_grad():
+        want = with_dequantized(model, bits, 32, symmetric)(x)
+    torch.testing.assert_close(torch.from_numpy(got), want, **STACK_TOL)
 
 
 def test_exclusions_default_and_configured() -> None:
