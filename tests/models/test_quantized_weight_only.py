@@ -14,6 +14,7 @@ import pytest
 import torch
 from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
+from torchao.quantization.quant_primitives import MappingType
 
 import fastonnx
 from fastonnx.errors import CaptureError, OpsetError
@@ -24,6 +25,10 @@ CONFIGS: dict[str, Callable[[], Any]] = {
     "int8": Int8WeightOnlyConfig,
     "intx-int4-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
     "intx-int8-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(32)),
+    # zero points (INT4 too, in the file)
+    "intx-int4-group32-asymmetric": lambda: IntxWeightOnlyConfig(
+        weight_dtype=torch.int4, granularity=PerGroup(32), mapping_type=MappingType.ASYMMETRIC
+    ),
     "intx-int4-axis0": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerAxis(0)),
     "intx-int8-axis0": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
 }
@@ -50,18 +55,21 @@ def _quantized_weights(model: torch.nn.Module) -> list[Any]:
 
 
 def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    if str(a.dtype) in ("int4", "uint4"):  # onnx's ml_dtypes arrays of INT4 / UINT4 initializers
+        a = a.astype(np.int8)
     return a.size == b.size and any(x.shape == a.shape and np.array_equal(a, x) for x in (b, b.T))
 
 
-def _check_file(proto: onnx.ModelProto, model: torch.nn.Module) -> None:
-    """Each quantized weight is an INT8 initializer holding torchao's qdata (as stored or transposed
-    by the weight-transpose fold), and no float initializer holds it dequantized or cast (no float
-    copy)."""
+def _check_file(proto: onnx.ModelProto, model: torch.nn.Module, int4: bool = False) -> None:
+    """Each quantized weight is an initializer holding torchao's qdata (as stored or transposed), INT8,
+    or INT4 for int4 weights (the same values, two a byte), and no float initializer holds it
+    dequantized or cast (no float copy)."""
+    kind = onnx.TensorProto.INT4 if int4 else onnx.TensorProto.INT8
     arrays = [(t.data_type, onnx.numpy_helper.to_array(t)) for t in proto.graph.initializer]
     for w in _quantized_weights(model):
         q = w.qdata.numpy()
-        assert any(dt == onnx.TensorProto.INT8 and _same(a, q) for dt, a in arrays), (
-            f"no INT8 initializer holds the {q.shape} weight"
+        assert any(dt == kind and _same(a, q) for dt, a in arrays), (
+            f"no {onnx.TensorProto.DataType.Name(kind)} initializer holds the {q.shape} weight"
         )
         copies = (w.dequantize().detach().numpy(), q.astype(np.float32))
         assert not any(dt == onnx.TensorProto.FLOAT and _same(a, c) for dt, a in arrays for c in copies), (
@@ -76,13 +84,17 @@ def test_weight_only_linear_model(config: str, optimize: bool) -> None:
     quantize_(model, CONFIGS[config]())
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
     result = fastonnx.to_onnx(model, (x,), opset=MAX_OPSET, optimize=optimize)
-    _check_file(result.model_proto, model)
+    _check_file(result.model_proto, model, int4="int4" in config)
     ops = [n.op_type for n in result.model_proto.graph.node]
     if config == "int8":
         # torch's own order, to → mm → mul: the int8 weight Cast to float, MatMul, then the scale
         assert "DequantizeLinear" not in ops and ops.count("Cast") == 2, ops
     else:
         assert ops.count("DequantizeLinear") == 2, ops
+        if "int4" in config:
+            # INT4 zero points only where torchao's are not all zero (DequantizeLinear's default is 0)
+            dq = [n for n in result.model_proto.graph.node if n.op_type == "DequantizeLinear"]
+            assert all(len(n.input) == (3 if "asymmetric" in config else 2) for n in dq), dq
     with torch.no_grad():
         expected = model(x)
     # the same float32 operations as torch (DequantizeLinear's product of an int8 and a float32 scale is
@@ -97,7 +109,7 @@ def test_weight_only_llama(config: str, tmp_path: Any) -> None:
     quantize_(model, CONFIGS[config]())
     args = _text_inputs()
     result = fastonnx.to_onnx(model, args, opset=MAX_OPSET)
-    _check_file(result.model_proto, model)
+    _check_file(result.model_proto, model, int4="int4" in config)
     assert len(_quantized_weights(model)) == 15  # 2 layers x 7 projections, and the LM head
     with torch.no_grad():
         expected = model(*args)
@@ -158,6 +170,18 @@ def test_weight_only_group_needs_opset_21() -> None:
     quantize_(model, CONFIGS["intx-int4-group32"]())
     with pytest.raises(OpsetError, match=r"dequantize_affine with block_size \[1, 32\].*opset >= 21"):
         fastonnx.to_onnx(model, (torch.randn(3, 64),), opset=20)
+
+
+def test_int4_per_axis_below_opset_21_stays_int8() -> None:
+    """ONNX has INT4 from opset 21: below it a per-axis int4 weight stays in torchao's int8 bytes."""
+    model = _mlp()
+    quantize_(model, CONFIGS["intx-int4-axis0"]())
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    result = fastonnx.to_onnx(model, (x,), opset=20)
+    _check_file(result.model_proto, model, int4=False)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(_run(result.model_proto, (x,)), expected, rtol=1e-6, atol=2e-6)
 
 
 def test_int4_weight_only_config_error_is_torchaos() -> None:

@@ -73,6 +73,8 @@ def _scale(ctx: ConversionContext, scale: Any, per_tensor: bool) -> str:
 def _zero_point(ctx: ConversionContext, zero_point: Any, qdtype: torch.dtype, per_tensor: bool) -> str | None:
     if zero_point is None:
         return None
+    if isinstance(zero_point, str):  # a constant already of the quantized type (int4)
+        return zero_point
     if isinstance(zero_point, (Value, torch.Tensor)):
         return _stored(ctx, zero_point, qdtype, per_tensor)
     return ctx.const(int(zero_point), qdtype)
@@ -710,14 +712,19 @@ def convert_dequantize_affine(
     product = torch.promote_types(scale.dtype, output_dtype)
     w = _weight(ctx, x)
     if w is not None and w.dim() == 2 and _only_linear_weight(ctx):
-        wt = Value(ctx.const(w.T, w.dtype, "quantized"), w.dtype, (w.shape[1], w.shape[0]))
+        wt = Value("", w.dtype, (w.shape[1], w.shape[0]))  # named below, once its type is known
         axis, block, qshape = _granularity(
             ctx, "dequantize_affine", wt, list(block_size)[::-1], list(block_size)
         )
         qs = [_shaped(ctx, v, qshape[::-1]) for v in (scale, zp)]
         if block is not None:  # blocked qparams are 2-D, [N, K / b]: transposed with the weight
             qs = [v.T if isinstance(v, torch.Tensor) else _transposed(ctx, v) for v in qs]
-        y = _dequantize(ctx, wt, qs[0], qs[1], x.dtype, output_dtype, axis, 2, block, product_dtype=product)
+        packed = _as_int4(ctx, w.T, qs[1], quant_min, quant_max, input_dtype)
+        if packed is not None:
+            y = _dequantize(ctx, packed[0], qs[0], packed[1], x.dtype, output_dtype, axis, 2, block, product)
+        else:
+            wt.name = ctx.const(w.T, w.dtype, "quantized")
+            y = _dequantize(ctx, wt, qs[0], qs[1], x.dtype, output_dtype, axis, 2, block, product)
         return ctx.op("Transpose", y, perm=[1, 0])
     axis, block, qshape = _granularity(ctx, "dequantize_affine", x, list(block_size))
     return _dequantize(
@@ -732,6 +739,39 @@ def convert_dequantize_affine(
         block,
         product_dtype=product,
     )
+
+
+_INT4 = 22  # ONNX TensorProto.INT4: two values a byte, the first in the low nibble
+
+
+def _as_int4(
+    ctx: ConversionContext, w: torch.Tensor, zp: Any, quant_min: Any, quant_max: Any, input_dtype: torch.dtype
+) -> tuple[str, str | None] | None:
+    """An int8 weight holding int4 values (torchao's IntxWeightOnlyConfig(torch.int4): ``input_dtype``
+    int4, or int8 with ``quant_min`` / ``quant_max`` within [-8, 7]) as an ONNX INT4 constant (opset 21),
+    the same values in half the bytes, with its zero points (None when all zero); None otherwise."""
+    lo, hi = _AFFINE_BOUNDS.get(input_dtype, (-128, 127))
+    lo, hi = (lo if quant_min is None else int(quant_min)), (hi if quant_max is None else int(quant_max))
+    if ctx.opset < 21 or w.dtype != torch.int8 or lo < -8 or hi > 7:
+        return None
+    if zp is not None and not isinstance(zp, torch.Tensor):
+        return None  # zero points computed at run time: kept int8 with the weight
+    if int(w.min()) < -8 or int(w.max()) > 7:
+        return None
+
+    def pack(t: torch.Tensor, hint: str) -> str:
+        nibbles = (t.contiguous().reshape(-1).to(torch.int16) & 0x0F).to(torch.uint8)
+        if nibbles.numel() % 2:
+            nibbles = torch.cat([nibbles, nibbles.new_zeros(1)])
+        raw = (nibbles[0::2] | (nibbles[1::2] << 4)).numpy().tobytes()
+        return ctx.g.add_constant(raw, _INT4, list(t.shape), hint)
+
+    zero = None
+    if zp is not None and bool(zp.any()):
+        if int(zp.min()) < -8 or int(zp.max()) > 7:
+            return None
+        zero = pack(zp.to(torch.int8), "zero_point")
+    return pack(w, "quantized"), zero
 
 
 def _only_linear_weight(ctx: ConversionContext) -> bool:
