@@ -1,0 +1,343 @@
+"""int4 weight-only quantization of a Llama checkpoint folder, three tools side by side (issue 31, part 4).
+
+The folder: a Llama-architecture model (8 layers, hidden 1024, 16 / 4 heads, 32000 tokens, untied head,
+float32, random weights of std 0.1) saved with ``save_pretrained`` and a ``PreTrainedTokenizerFast``
+(WordLevel) tokenizer. Each tool runs in a fresh process (imports timed apart from the work, peak RSS of
+the process that does the work):
+
+- fastonnx: ``LlamaForCausalLM.from_pretrained(folder)`` and ``to_onnx`` of one decode step with a KV
+  cache (dynamic batch, sequence and past), ``quantize=WeightQuantization(bits=4, block_size=32)``
+  (symmetric), at the standard level (DequantizeLinear -> MatMul, fused by onnxruntime) and at the
+  "onnxruntime" level (MatMulNBits, accuracy_level 4), the LM head float (default) and quantized
+  (``exclude=()``);
+- the onnxruntime-genai model builder: ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT
+  -p int4 -e cpu`` (it quantizes the LM head), and with ``--extra_options nodes_to_exclude=/lm_head/MatMul``;
+- onnxruntime's ``MatMulNBitsQuantizer`` (block 32, symmetric, accuracy_level 4) over fastonnx's fp32
+  file of the same step (the head excluded), its time without the fp32 export's.
+
+Then, per file, in this process: its size, the decode-step latency (one token, onnxruntime, 1 thread,
+median of ``--runs``) at past 512 and 2048, and accuracy against the float32 PyTorch model over 32
+greedy steps after an 8-token prompt, teacher-forced (each file is fed torch's tokens, so every step's
+logits compare at the same context): the largest logit difference and how many of the 32 next-token
+argmaxes agree with torch's.
+
+    PYTHONPATH=python python benches/quantize_int4.py [--layers 8] [--runs 5] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+HIDDEN, HEADS, KV_HEADS, VOCAB = 1024, 16, 4, 32000
+PROMPT, STEPS = 8, 32
+TOOLS = (
+    "fastonnx int4",
+    "fastonnx int4 ort",
+    "fastonnx int4 ort, head int4",
+    "builder int4, head float",
+    "builder int4",
+    "MatMulNBitsQuantizer",
+)
+
+
+def write_folder(folder: str, layers: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from pretrained.checkpoint_folders import save_tokenizer
+
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=int(HIDDEN * 2.75) // 64 * 64,
+        num_hidden_layers=layers,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=4096,
+        initializer_range=0.1,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).eval().save_pretrained(folder)
+    save_tokenizer(folder, VOCAB)  # type: ignore[arg-type]
+
+
+def fastonnx_export(folder: str, path: str, quantize: Any, optimize: Any) -> None:
+    import torch
+    from torch.export import Dim
+    from transformers import DynamicCache, LlamaForCausalLM
+
+    import fastonnx
+    from fastonnx.capture.transformers_caches import register_transformers_caches
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support.model_zoo import DecodeStep
+
+    model = LlamaForCausalLM.from_pretrained(folder).eval()
+    layers = model.config.num_hidden_layers
+    register_transformers_caches()
+    cache = DynamicCache()
+    for i in range(layers):
+        shape = (2, KV_HEADS, 5, HIDDEN // HEADS)
+        cache.update(torch.zeros(shape), torch.zeros(shape), i)
+    args = (
+        torch.zeros(2, 3, dtype=torch.int64),
+        torch.ones(2, 8, dtype=torch.int64),
+        torch.arange(5, 8).repeat(2, 1),
+        cache,
+    )
+    b, s, p = Dim("batch", min=1, max=64), Dim("seq", min=1, max=4096), Dim("past", min=1, max=8192)
+    spec = {
+        "input_ids": {0: b, 1: s},
+        "attention_mask": {0: b, 1: Dim.DYNAMIC},
+        "position_ids": {0: b, 1: s},
+        "past": [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)],
+    }
+    with torch.no_grad():
+        fastonnx.to_onnx(
+            DecodeStep(model),
+            args,
+            dynamic_shapes=spec,
+            filename=path,
+            external_data=True,
+            optimize=optimize,
+            quantize=quantize,
+        )
+
+
+def child(tool: str, folder: str, out: str) -> dict[str, Any]:
+    """One tool in this fresh process: (import seconds, work seconds, peak RSS, the file)."""
+    t0 = time.perf_counter()
+    if tool.startswith("builder"):
+        import onnxruntime_genai.models.builder  # noqa: F401  (its imports, timed apart)
+
+        imports = time.perf_counter() - t0
+        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", folder, "-o", out]
+        cmd += ["-p", "int4", "-e", "cpu", "-c", os.path.join(out, "cache")]
+        if "head float" in tool:
+            cmd += ["--extra_options", "nodes_to_exclude=/lm_head/MatMul"]
+        t1 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-3000:])
+        work = time.perf_counter() - t1
+        # the builder's own process: imports it again, so its time includes them; counted apart
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        shutil.rmtree(os.path.join(out, "cache"), ignore_errors=True)
+        return {
+            "imports_s": imports,
+            "work_s": work - imports,
+            "peak_rss": peak,
+            "path": os.path.join(out, "model.onnx"),
+        }
+    if tool == "MatMulNBitsQuantizer":
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        imports = time.perf_counter() - t0
+        fp32 = os.path.join(out, "fp32", "model.onnx")
+        t1 = time.perf_counter()
+        model = onnx.load(fp32)
+        shapes = {i.name: list(i.dims) for i in model.graph.initializer}
+        head = [
+            n.name
+            for n in model.graph.node
+            if n.op_type == "MatMul" and shapes.get(n.input[1]) == [HIDDEN, VOCAB]
+        ]
+        q = MatMulNBitsQuantizer(
+            model, bits=4, block_size=32, is_symmetric=True, accuracy_level=4, nodes_to_exclude=head
+        )
+        q.process()
+        path = os.path.join(out, "model.onnx")
+        q.model.save_model_to_file(path, use_external_data_format=True)
+        work = time.perf_counter() - t1
+        return {
+            "imports_s": imports,
+            "work_s": work,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "path": path,
+        }
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import fastonnx
+
+    imports = time.perf_counter() - t0
+    path = os.path.join(out, "model.onnx")
+    t1 = time.perf_counter()
+    if tool == "fp32":
+        fastonnx_export(folder, path, None, True)
+    else:
+        q = fastonnx.WeightQuantization(
+            bits=4,
+            block_size=32,
+            exclude=() if "head int4" in tool else None,
+            accuracy_level=4 if "ort" in tool else None,
+        )
+        fastonnx_export(folder, path, q, "onnxruntime" if "ort" in tool else True)
+    work = time.perf_counter() - t1
+    return {
+        "imports_s": imports,
+        "work_s": work,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "path": path,
+    }
+
+
+def run_child(tool: str, folder: str, out: str, layers: int) -> dict[str, Any]:
+    os.makedirs(out, exist_ok=True)
+    cmd = [sys.executable, __file__, "--layers", str(layers), "--child", tool, folder, out]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{tool}:\n{proc.stderr[-4000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def files_size(path: str) -> int:
+    folder = os.path.dirname(path)
+    return sum(
+        os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith((".onnx", ".data"))
+    )
+
+
+class Runner:
+    """One ONNX decode-step file: inputs found by name (ids, mask, positions; every other input a past
+    key or value, in order), outputs logits then the presents in the same order."""
+
+    def __init__(self, path: str) -> None:
+        import onnxruntime
+
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        self.sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.sess.get_inputs()]
+        self.kv = [n for n in self.names if n not in ("input_ids", "attention_mask", "position_ids")]
+
+    def feed(self, ids: Any, past: list[Any], past_len: int) -> dict[str, Any]:
+        import numpy as np
+
+        seq = ids.shape[1]
+        f = {
+            "input_ids": ids.astype(np.int64),
+            "attention_mask": np.ones((1, past_len + seq), dtype=np.int64),
+        }
+        if "position_ids" in self.names:
+            f["position_ids"] = np.arange(past_len, past_len + seq, dtype=np.int64)[None]
+        f.update(zip(self.kv, past, strict=True))
+        return f
+
+    def empty_past(self, length: int, seed: int = 0) -> list[Any]:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        return [
+            rng.standard_normal((1, KV_HEADS, length, HIDDEN // HEADS)).astype(np.float32) for _ in self.kv
+        ]
+
+    def step(self, ids: Any, past: list[Any], past_len: int) -> tuple[Any, list[Any]]:
+        out = self.sess.run(None, self.feed(ids, past, past_len))
+        return out[0], out[1 : 1 + len(self.kv)]
+
+
+def latency(r: Runner, past_len: int, runs: int) -> float:
+    import numpy as np
+
+    past = r.empty_past(past_len)
+    ids = np.array([[5]])
+    times = []
+    for _ in range(runs + 1):
+        t0 = time.perf_counter()
+        r.sess.run(None, r.feed(ids, past, past_len))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:]))
+
+
+def reference(folder: str) -> tuple[Any, Any]:
+    """torch's greedy tokens (prompt + 32) and the logits of every position after the prompt's last."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(folder).eval()
+    prompt = torch.randint(3, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=STEPS, do_sample=False, min_new_tokens=STEPS)
+        logits = model(out).logits[0, PROMPT - 1 : PROMPT - 1 + STEPS]
+    return out[0].numpy(), logits.numpy()
+
+
+def accuracy(r: Runner, tokens: Any, want: Any) -> tuple[float, int]:
+    """Teacher-forced: the prompt at past 0, then torch's tokens one at a time; the logits predicting
+    each of the 32 new tokens against torch's."""
+    import numpy as np
+
+    past = r.empty_past(0)
+    logits, past = r.step(tokens[None, :PROMPT], past, 0)
+    got = [logits[0, -1]]
+    for t in range(PROMPT, PROMPT + STEPS - 1):
+        logits, past = r.step(tokens[None, t : t + 1], past, t)
+        got.append(logits[0, -1])
+    g = np.stack(got)
+    agree = int((g.argmax(-1) == tokens[PROMPT : PROMPT + STEPS]).sum())
+    return float(np.abs(g - want).max()), agree
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--dir", default=None)
+    p.add_argument("--child", nargs=3, metavar=("TOOL", "FOLDER", "OUT"))
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(child(*a.child)))
+        return
+    root = tempfile.mkdtemp(dir=a.dir)
+    try:
+        folder = os.path.join(root, "llama")
+        write_folder(folder, a.layers)
+        results: dict[str, dict[str, Any]] = {}
+        results["fp32"] = run_child("fp32", folder, os.path.join(root, "fp32"), a.layers)
+        for tool in TOOLS:
+            out = os.path.join(root, tool.replace(" ", "_").replace(",", ""))
+            if tool == "MatMulNBitsQuantizer":
+                out = root  # reads root/fp32/model.onnx, writes root/model.onnx
+            results[tool] = run_child(tool, folder, out, a.layers)
+            print(tool, {k: v for k, v in results[tool].items() if k != "path"}, flush=True)
+        tokens, want = reference(folder)
+        print(
+            f"{'tool':30} {'imports':>8} {'work':>7} {'peak RSS':>9} {'size':>8} {'p512':>8} {'p2048':>8} {'max err':>8} {'agree':>6}"
+        )
+        for tool, r in results.items():
+            runner = Runner(r["path"])
+            l512, l2048 = latency(runner, 512, a.runs), latency(runner, 2048, a.runs)
+            err, agree = accuracy(runner, tokens, want)
+            print(
+                f"{tool:30} {r['imports_s']:7.1f}s {r['work_s']:6.1f}s {r['peak_rss'] / 2**20:7.0f} M "
+                f"{files_size(r['path']) / 2**20:6.0f} M {l512 * 1e3:6.1f}ms {l2048 * 1e3:6.1f}ms {err:8.4f} {agree:3d}/{STEPS}",
+                flush=True,
+            )
+            del runner
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
