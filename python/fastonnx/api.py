@@ -293,7 +293,8 @@ def to_onnx(
             referenced): only quantized bytes are written. A meta-device weight needs ``weights``
             (``InputError`` otherwise). Embeddings (Gathers) stay float. ``stats["quantize"]`` lists the
             weights quantized (shape, bytes) and those left float with the reason. Bad settings (bits 3,
-            block 7, a pattern matching no module) raise ``InputError`` naming them. The guide:
+            block 7, a pattern matching no module) raise ``InputError`` naming them, and so does
+            ``export_modules_as_functions`` (function bodies read their weights as inputs). The guide:
             docs/guides/quantization.md.
         capture: How an nn.Module becomes a graph. ``"auto"`` (default) runs the module once, eagerly
             under ``torch.no_grad()``, on the real ``args`` and records its aten ops in the form

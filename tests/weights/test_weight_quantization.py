@@ -332,6 +332,11 @@ def test_bad_settings_are_input_errors(quantize: object, match: str) -> None:
         fastonnx.to_onnx(stack(), (torch.randn(2, 96),), quantize=quantize)  # type: ignore[arg-type]
 
 
+def test_local_functions_are_refused() -> None:
+    with pytest.raises(fastonnx.InputError, match="export_modules_as_functions"):
+        fastonnx.to_onnx(stack(), (torch.randn(2, 96),), quantize="int8", export_modules_as_functions=True)
+
+
 def test_an_exclude_pattern_matching_nothing_is_named() -> None:
     with pytest.raises(fastonnx.InputError, match=r"\['nothing\*'\] match no module"):
         fastonnx.to_onnx(

@@ -79,6 +79,12 @@ class ExportOptions:
         resolved = resolve_opset(opset)
         if settings is not None:
             weight_quantization.check_opset(settings, resolved, level)
+            if export_modules_as_functions:
+                # function bodies read their weights as inputs: no product there reads an initializer
+                raise InputError(
+                    "quantize= with export_modules_as_functions: the products inside local functions read "
+                    "their weights as function inputs and would stay float; export without functions"
+                )
         return cls(
             opset=resolved,
             level=level,
