@@ -68,9 +68,10 @@ def save_checkpoint(
     seed: int = 0,
     shard_size: str | None = None,
     dtype: torch.dtype = torch.float32,
+    redraw_std: float | None = None,
 ) -> torch.nn.Module:
     """Builds ``class_name`` from a config with random weights, saves it (and a tokenizer) to ``folder``;
-    returns the model (float32, eval)."""
+    returns the model (float32, eval). ``redraw_std`` redraws every matrix at that scale."""
     import transformers
     from transformers import AutoConfig
     from transformers.utils import logging
@@ -79,6 +80,14 @@ def save_checkpoint(
     cfg = AutoConfig.for_model(model_type, **config)
     torch.manual_seed(seed)
     model = getattr(transformers, class_name)(cfg).eval()
+    if redraw_std is not None:
+        # every matrix redrawn from N(0, redraw_std²) with a seed of its own: tiny seq2seq models at
+        # their initial scale repeat one token
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.copy_(torch.randn(p.shape, generator=g) * redraw_std)
     kwargs: dict[str, Any] = {"max_shard_size": shard_size} if shard_size else {}
     model.to(dtype).save_pretrained(folder, **kwargs)
     model.float()

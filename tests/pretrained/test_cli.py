@@ -48,7 +48,7 @@ def test_a_missing_weight_is_a_mismatch(tmp_path: pathlib.Path, capsys: pytest.C
     folder = tmp_path / "checkpoint"
     save_checkpoint(folder, "llama", "LlamaForCausalLM", {**DECODER, "tie_word_embeddings": False})
     tensors = load_file(folder / "model.safetensors")
-    del tensors["lm_head.weight"]  # from_pretrained initializes it at random, the export with zeros
+    del tensors["lm_head.weight"]  # from_pretrained draws it at random, the export another draw
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
     package = tmp_path / "package"
@@ -56,7 +56,7 @@ def test_a_missing_weight_is_a_mismatch(tmp_path: pathlib.Path, capsys: pytest.C
     assert "verification failed" in capsys.readouterr().err
     report = (package / "fastonnx_report.md").read_text()
     assert "Some outputs DISAGREE." in report and "`lm_head.weight`" in report
-    assert (package / "fastonnx_missing.safetensors").is_file()  # the zeros the graph reads
+    assert (package / "fastonnx_missing.safetensors").is_file()  # the values the graph reads
 
     skipped = tmp_path / "skipped"
     assert cli.main(["export", str(folder), str(skipped), "--no-verify", "--no-progress"]) == 0

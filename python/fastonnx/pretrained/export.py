@@ -21,13 +21,13 @@ from typing import Any
 from fastonnx.errors import InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
-from fastonnx.pretrained.meta_init import build_on_meta, missing_parameters
-from fastonnx.pretrained.task_inputs import graph_spec
+from fastonnx.pretrained.meta_init import build_on_meta, missing_parameters, stored_buffers_on_meta
+from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
 
 MODEL_FILE = "model.onnx"
 REPORT_FILE = "fastonnx_report.md"
-MISSING_FILE = "fastonnx_missing.safetensors"  # parameters the checkpoint lacks, as zeros
+MISSING_FILE = "fastonnx_missing.safetensors"  # parameters the checkpoint lacks, initialized
 
 
 @dataclass
@@ -38,15 +38,18 @@ class PretrainedExport:
     task: str
     architecture: str
     files: list[str]
-    input_names: list[str]
+    input_names: list[str]  # of the first model file
     output_names: list[str]
     verified: bool | None  # None: verification skipped (asked, or the weights do not fit in memory)
     verify_note: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)  # to_onnx's stats per file
+    graphs: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # file: (inputs, outputs)
+    main_file: str = MODEL_FILE
 
     @property
     def model_path(self) -> pathlib.Path:
-        return self.outdir / MODEL_FILE
+        """The package's (first) model file: model.onnx, or encoder_model.onnx for text2text."""
+        return self.outdir / self.main_file
 
     @property
     def report_path(self) -> pathlib.Path:
@@ -115,12 +118,14 @@ def _with_missing(
     return [*linked, os.fspath(tmp / MISSING_FILE)]
 
 
-def _drop_unused(tmp: pathlib.Path) -> None:
-    """Removes the file of missing parameters when the graph reads none of them."""
+def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
+    """Removes the file of missing parameters when no graph reads any of them."""
     import onnx
 
-    proto = onnx.load(os.fspath(tmp / MODEL_FILE), load_external_data=False)
-    used = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    used: set[str] = set()
+    for name in files:
+        proto = onnx.load(os.fspath(tmp / name), load_external_data=False)
+        used |= {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
     if MISSING_FILE not in used:
         (tmp / MISSING_FILE).unlink()
 
@@ -159,60 +164,72 @@ def export_pretrained(
     config = load_config(checkpoint.path)
     built = build_model(class_name, config)
     missing = missing_parameters(built, [os.fspath(p) for p in checkpoint.shards])
-    spec = graph_spec(chosen.name, built, config)
+    stored_buffers_on_meta(built, [os.fspath(p) for p in checkpoint.shards])
+    specs = graph_specs(chosen.name, built, config)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    stats: dict[str, Any] = {}
     try:
         shards = [os.fspath(p) for p in checkpoint.shards]
         if missing:
-            shards = _with_missing(tmp, checkpoint.shards, missing, spec.module, built)
-        result = to_onnx(
-            spec.module,
-            spec.args,
-            filename=tmp / MODEL_FILE,
-            weights=shards,
-            dynamic_shapes=spec.dynamic_shapes,
-            input_names=spec.input_names,
-            output_names=spec.output_names,
-            report=tmp / REPORT_FILE,
-            progress=progress,
-            **options,
-        )
+            first = next(iter(specs.values()))
+            shards = _with_missing(tmp, checkpoint.shards, missing, first.module, built)
+        for filename, spec in specs.items():
+            report = tmp / (f"{filename.removesuffix('.onnx')}.report.md" if stats else REPORT_FILE)
+            result = to_onnx(
+                spec.module,
+                spec.args,
+                filename=tmp / filename,
+                weights=shards,
+                dynamic_shapes=spec.dynamic_shapes,
+                input_names=spec.input_names,
+                output_names=spec.output_names,
+                report=report,
+                progress=progress,
+                **options,
+            )
+            stats[filename] = result.stats
+            if report.name != REPORT_FILE:  # one report for the package: the files' in turn
+                with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                    f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
+                report.unlink()
         if missing:
-            _drop_unused(tmp)
+            _drop_unused(tmp, list(specs))
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(
                     f"\n## Parameters not in the checkpoint\n\n{len(missing)} parameters of {class_name} are "
-                    "not in the checkpoint and were set to zero (from_pretrained initializes them at random; "
-                    "the optimizer drops those the outputs do not read): "
-                    + ", ".join(f"`{m}`" for m in missing)
-                    + "\n"
+                    "not in the checkpoint: the model's own initialization gives their values, as from_pretrained "
+                    "does (random ones differ from its draw; the optimizer drops those the outputs do not "
+                    "read): " + ", ".join(f"`{m}`" for m in missing) + "\n"
                 )
         for side in checkpoint.side_files():
             shutil.copy2(side, tmp / side.name)
         if chosen.name == "text-generation":
-            write_genai_config(tmp, config, checkpoint.generation_config(), spec, MODEL_FILE)
+            write_genai_config(tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE)
         verified: bool | None = None
         note = "skipped (verify=False)"
         if verify:
             from fastonnx.pretrained.verify import verify_package
 
-            verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, spec, progress)
+            verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, specs, progress)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    main_file, main = next(iter(specs.items()))
     written = PretrainedExport(
         target,
         chosen.name,
         class_name,
         sorted(p.name for p in target.iterdir()),
-        spec.input_names,
-        spec.output_names,
+        main.input_names,
+        main.output_names,
         verified,
         note,
-        {**result.stats, "missing_parameters": sorted(missing)},
+        {**stats, "missing_parameters": sorted(missing)},
+        {name: (spec.input_names, spec.output_names) for name, spec in specs.items()},
+        main_file,
     )
     if verified is False:
         raise RuntimeCheckError(

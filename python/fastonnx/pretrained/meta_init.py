@@ -17,6 +17,7 @@ nothing.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,20 +59,66 @@ def build_on_meta(factory: Callable[[], T]) -> T:
         return factory()
 
 
-def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, torch.Tensor]:
-    """The meta parameters that the checkpoint's ``shards`` do not hold, each as zeros on the CPU
-    (``from_pretrained`` gives them fresh values: "newly initialized"). Keys are matched as the export's
-    ``weights=`` matches them: tied names, transformers' renamings and the base model's prefix. Such a
-    weight is often unused by the task's outputs (BERT's pooler under ``last_hidden_state``: the
-    optimizer drops it); one the outputs read makes the verification disagree, since the checkpoint does
-    not hold what the model computes with."""
+def _known_keys(model: torch.nn.Module, shards: list[str]) -> tuple[set[str], dict[str, list[str]]]:
     from fastonnx.weights.checkpoints import aliases, index_shards, renamed_keys
 
     index = index_shards(shards)
-    known = set(index) | set(renamed_keys(model, list(index)))
-    tied = aliases(model)
-    return {
-        name: torch.zeros(param.shape, dtype=param.dtype)
+    return set(index) | set(renamed_keys(model, list(index))), aliases(model)
+
+
+def stored_buffers_on_meta(model: torch.nn.Module, shards: list[str]) -> list[str]:
+    """Moves the persistent buffers the checkpoint holds (Marian's ``final_logits_bias``) to the meta
+    device: like the parameters, they are read from the checkpoint, as ``from_pretrained`` loads them,
+    and a meta graph does not mix them with CPU tensors. Returns their names."""
+    known, tied = _known_keys(model, shards)
+    moved = []
+    for path, module in model.named_modules():
+        for leaf, buffer in list(module._buffers.items()):
+            name = f"{path}.{leaf}" if path else leaf
+            if buffer is None or leaf in module._non_persistent_buffers_set or buffer.device.type == "meta":
+                continue
+            if any(n in known for n in [name, *tied.get(name, [])]):
+                module._buffers[leaf] = buffer.to("meta")
+                moved.append(name)
+    return moved
+
+
+def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, torch.Tensor]:
+    """The meta parameters that the checkpoint's ``shards`` do not hold, each on the CPU with the value
+    the model's own initialization gives it (transformers' ``_init_weights`` on a copy of its module),
+    as ``from_pretrained`` initializes them ("newly initialized"): Marian's sinusoidal position tables
+    (computed, not saved) get their real values; random ones (BERT's pooler under a masked-LM
+    checkpoint) random values, unused by the task's outputs or a verification mismatch. Keys are matched
+    as the export's ``weights=`` matches them: tied names, transformers' renamings, the base model's
+    prefix."""
+    known, tied = _known_keys(model, shards)
+    missing = [
+        name
         for name, param in model.named_parameters()
         if param.device.type == "meta" and not any(n in known for n in [name, *tied.get(name, [])])
-    }
+    ]
+    init = getattr(model, "_init_weights", None)
+    values: dict[str, torch.Tensor] = {}
+    by_module: dict[str, list[str]] = {}
+    for name in missing:
+        owner, _, leaf = name.rpartition(".")
+        by_module.setdefault(owner, []).append(leaf)
+    for owner, leaves in by_module.items():
+        module = copy.deepcopy(model.get_submodule(owner) if owner else model)
+        for leaf in leaves:
+            meta = module._parameters[leaf]
+            assert meta is not None
+            module._parameters[leaf] = torch.nn.Parameter(
+                torch.zeros(meta.shape, dtype=meta.dtype), requires_grad=meta.requires_grad
+            )
+        if callable(init):
+            try:
+                with torch.no_grad():
+                    init(module)
+            except (RuntimeError, NotImplementedError, AttributeError, TypeError):
+                pass  # an initialization that needs the other (meta) weights: zeros
+        for leaf in leaves:
+            value = module._parameters[leaf]
+            assert value is not None
+            values[f"{owner}.{leaf}" if owner else leaf] = value.detach().to("cpu").clone()
+    return values

@@ -235,7 +235,185 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), [field])
 
 
-def graph_spec(task: str, model: torch.nn.Module, config: Any) -> GraphSpec:
+class Seq2SeqEncoder(torch.nn.Module):
+    """The encoder of a seq2seq model: token ids and their mask to the encoder's states."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
+        out: torch.Tensor = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return out
+
+
+def empty_layers(count: int, empty: torch.Tensor) -> Any:
+    """A DynamicCache of ``count`` initialized layers holding ``empty`` (no positions yet)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache()
+    cache.layers = []
+    for _ in range(count):
+        layer: Any = DynamicLayer()  # type: ignore[no-untyped-call]
+        layer.dtype, layer.device = empty.dtype, empty.device
+        layer.keys, layer.values = empty, empty
+        layer.is_initialized = True
+        cache.layers.append(layer)
+    return cache
+
+
+class Seq2SeqDecoderFirst(torch.nn.Module):
+    """The decoder's first step: no past; it projects the encoder's states into the cross-attention
+    cache, returned with the self-attention cache as ``present.%d.decoder`` / ``.encoder``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        from transformers import EncoderDecoderCache
+
+        # empty layers made from the inputs: a cache left to initialize itself would add a constant
+        # (``torch.tensor([])`` on the example's device) to the graph
+        layers, heads, size, _ = seq2seq_shape(self.model.config)
+        empty = encoder_hidden_states.new_zeros((decoder_input_ids.shape[0], heads, 0, size))
+        out = self.model(
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=(encoder_hidden_states,),
+            attention_mask=encoder_attention_mask,
+            past_key_values=EncoderDecoderCache(empty_layers(layers, empty), empty_layers(layers, empty)),
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
+class Seq2SeqDecoderWithPast(torch.nn.Module):
+    """A later decoder step: the cache (self-attention past and the cross-attention keys and values of
+    the first step) in, logits and the grown cache out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=(encoder_hidden_states,),
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, out.past_key_values
+
+
+def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
+    """(decoder layers, decoder heads, head size, model width) of a seq2seq config (T5's or BART's names)."""
+    layers = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or 0)
+    layers = layers or int(config.num_hidden_layers)
+    heads = int(getattr(config, "decoder_attention_heads", None) or config.num_attention_heads)
+    width = int(getattr(config, "d_model", None) or config.hidden_size)
+    head_size = int(getattr(config, "d_kv", None) or width // heads)
+    return layers, heads, head_size, width
+
+
+def seq2seq_cache(
+    config: Any, batch: int, past: int, source: int, device: str | torch.device, g: torch.Generator
+) -> Any:
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    layers, heads, size, _ = seq2seq_shape(config)
+    own, cross = DynamicCache(), DynamicCache()
+    for i in range(layers):
+        k, v = (torch.randn(batch, heads, past, size, generator=g).to(device) for _ in range(2))
+        own.update(k, v, i)
+        k, v = (torch.randn(batch, heads, source, size, generator=g).to(device) for _ in range(2))
+        cross.update(k, v, i)
+    return EncoderDecoderCache(own, cross)
+
+
+def cache_names(layers: int, prefix: str) -> list[str]:
+    return [
+        f"{prefix}.{i}.{side}.{kv}"
+        for i in range(layers)
+        for side in ("decoder", "encoder")
+        for kv in ("key", "value")
+    ]
+
+
+ENCODER_SEQUENCE, DECODER_SEQUENCE, PAST_DECODER = (
+    "encoder_sequence_length",
+    "decoder_sequence_length",
+    "past_decoder_sequence_length",
+)
+
+
+def text2text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """Three files: the encoder, the decoder's first step and the decoder with its past."""
+    layers, _, _, width = seq2seq_shape(config)
+    g = torch.Generator().manual_seed(0)
+    vocab = int(config.vocab_size)
+    batch, source, target, past = 2, 6, 3, 4
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    e = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
+    d = torch.export.Dim(DECODER_SEQUENCE, min=1, max=1 << 20)
+    p = torch.export.Dim(PAST_DECODER, min=1, max=1 << 20)
+    ids = torch.randint(min(3, vocab - 1), vocab, (batch, source), generator=g).to("meta")
+    mask = torch.ones(batch, source, dtype=torch.int64).to("meta")
+    states = torch.randn(batch, source, width, generator=g).to("meta")
+    dec_ids = torch.randint(min(3, vocab - 1), vocab, (batch, target), generator=g).to("meta")
+    encoder_spec = GraphSpec(
+        Seq2SeqEncoder(model),
+        (ids, mask),
+        {"input_ids": {0: b, 1: e}, "attention_mask": {0: b, 1: e}},
+        ["input_ids", "attention_mask"],
+        ["last_hidden_state"],
+    )
+    step_inputs = ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask"]
+    step_shapes: dict[str, Any] = {
+        "decoder_input_ids": {0: b, 1: d},
+        "encoder_hidden_states": {0: b, 1: e},
+        "encoder_attention_mask": {0: b, 1: e},
+    }
+    first = GraphSpec(
+        Seq2SeqDecoderFirst(model),
+        (dec_ids, states, mask),
+        step_shapes,
+        step_inputs,
+        ["logits", *cache_names(layers, "present")],
+    )
+    own = {"key": {0: b, 2: p}, "value": {0: b, 2: p}}
+    cross = {"key": {0: b, 2: e}, "value": {0: b, 2: e}}
+    with_past = GraphSpec(
+        Seq2SeqDecoderWithPast(model),
+        (dec_ids, states, mask, seq2seq_cache(config, batch, past, source, "meta", g)),
+        {**step_shapes, "past_key_values": [{"decoder": own, "encoder": cross} for _ in range(layers)]},
+        [*step_inputs, *cache_names(layers, "past_key_values")],
+        ["logits", *cache_names(layers, "present")],
+    )
+    return {
+        "encoder_model.onnx": encoder_spec,
+        "decoder_model.onnx": first,
+        "decoder_with_past_model.onnx": with_past,
+    }
+
+
+def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """The files of ``task``'s package, each with its graph's spec."""
     if task == "text-generation":
-        return text_generation(model, config)
-    return encoder(model, config, task)
+        return {"model.onnx": text_generation(model, config)}
+    if task == "text2text-generation":
+        return text2text(model, config)
+    return {"model.onnx": encoder(model, config, task)}

@@ -29,6 +29,11 @@ TASKS: dict[str, Task] = {
             "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
             "decoder LM: one model for prefill and decode with a KV cache, genai_config.json for onnxruntime-genai",
         ),
+        Task(
+            "text2text-generation",
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+            "encoder-decoder LM (T5, BART, Marian): encoder, decoder and decoder-with-past files",
+        ),
         Task("fill-mask", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LM: logits per token"),
         Task(
             "text-classification",

@@ -104,6 +104,49 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     return infos
 
 
+def _flat_seq2seq_cache(cache: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for own, cross in zip(cache.self_attention_cache.layers, cache.cross_attention_cache.layers, strict=True):
+        out += [own.keys, own.values, cross.keys, cross.values]
+    return out
+
+
+def _check_text2text(
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+) -> list[VerificationInfo]:
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    inputs = text_inputs(config, 2, 7, "cpu", False)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    infos: list[VerificationInfo] = []
+    (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
+    with torch.no_grad():
+        states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    infos.append(compare("encoder: last_hidden_state", states, states_got))
+    start = getattr(config, "decoder_start_token_id", None)
+    start = int(start if start is not None else (config.pad_token_id or 0))
+    dec = torch.full((2, 1), start, dtype=torch.int64)
+    cache: Any = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    for filename in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
+        spec = specs[filename]
+        feeds = [dec, states, mask, *([] if filename == "decoder_model.onnx" else _flat_seq2seq_cache(cache))]
+        got = _run(sessions[filename], spec.input_names, feeds)
+        with torch.no_grad():
+            out = model(
+                decoder_input_ids=dec,
+                encoder_outputs=(states,),
+                attention_mask=mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        expected = [out.logits, *_flat_seq2seq_cache(out.past_key_values)]
+        for name, e, a in zip(spec.output_names, expected, got, strict=True):
+            infos.append(compare(f"{filename.removesuffix('.onnx')}: {name}", e, a))
+        cache = out.past_key_values
+        dec = out.logits[:, -1:].argmax(-1)
+    return infos
+
+
 def _check_encoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
     if spec.input_names == ["pixel_values"]:
         inputs = image_inputs(config, 2, "cpu")
@@ -120,7 +163,7 @@ def verify_package(
     checkpoint: CheckpointFolder,
     task: str,
     class_name: str,
-    spec: GraphSpec,
+    specs: dict[str, GraphSpec],
     progress: bool | None,
 ) -> tuple[bool | None, str]:
     """Runs the package against transformers; returns (passed or None when skipped, a note) and
@@ -136,14 +179,16 @@ def verify_package(
     with Progress(progress).timed("verify"):
         cls = getattr(transformers, class_name)
         model = cls.from_pretrained(checkpoint.path, dtype=torch.float32).eval()
-        options = ort.SessionOptions()
-        session = ort.InferenceSession(
-            str(package / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        sessions = {
+            name: ort.InferenceSession(str(package / name), providers=["CPUExecutionProvider"])
+            for name in specs
+        }
         if task == "text-generation":
-            infos = _check_decoder(session, model, model.config, spec)
+            infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+        elif task == "text2text-generation":
+            infos = _check_text2text(sessions, model, model.config, specs)
         else:
-            infos = _check_encoder(session, model, model.config, spec)
+            infos = _check_encoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
     passed = all(i.passed for i in infos)
     failed = [i.name for i in infos if not i.passed]
     note = "passed" if passed else f"{len(failed)} of {len(infos)} values disagree: {', '.join(failed[:5])}"
