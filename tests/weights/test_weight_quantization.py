@@ -351,3 +351,21 @@ def test_int4_below_opset_21_at_the_standard_level_is_an_opset_error() -> None:
     assert fastonnx.to_onnx(stack(), (torch.randn(2, 96),), quantize="int4").stats["opset"] == 21
     r = fastonnx.to_onnx(stack(), (torch.randn(2, 96),), opset=20, optimize="onnxruntime", quantize="int4")
     assert r.stats["opset"] == 20
+
+
+def test_dynamic_shapes_run_at_other_sizes() -> None:
+    from torch.export import Dim
+
+    from support.model_zoo import Logits
+
+    model = _llama()
+    feeds = _llama_feeds()
+    b, s = Dim("batch", min=1, max=8), Dim("seq", min=2, max=64)
+    spec = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
+    r = fastonnx.to_onnx(Logits(model), tuple(feeds.values()), dynamic_shapes=spec, quantize="int4")
+    ids = torch.randint(0, 256, (3, 13), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(3, 13, dtype=torch.int64)
+    (got,) = run_plain(r.model_proto, dict(zip(r.input_names, (ids, mask), strict=True)))
+    with torch.no_grad():
+        want = Logits(with_dequantized(model, 4, 32, True, skip=("lm_head",)))(ids, mask)
+    torch.testing.assert_close(got, want, **LLAMA_TOL)
