@@ -262,10 +262,26 @@ def _data_file_tensors(path: str) -> dict[str, tuple[str, int]]:
     return found
 
 
+# (bits, symmetric): the codes' bytes (int4 two a byte) and, per block of 32, a float32 scale and,
+# asymmetric, a one-byte uint8 zero point; 3 blocks along K = 96 and along K = 80
+CODES = 96 * 80 + 80 * 40
+BLOCKS = 3 * 80 + 3 * 40
+
+
 @pytest.mark.parametrize("stored", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("meta", [False, True])
+@pytest.mark.parametrize(
+    ("bits", "symmetric", "code_bytes", "total"),
+    [(4, True, CODES // 2, CODES // 2 + 4 * BLOCKS), (8, False, CODES, CODES + 5 * BLOCKS)],
+)
 def test_from_a_checkpoint_only_quantized_bytes_are_written(
-    stored: torch.dtype, meta: bool, tmp_path: os.PathLike[str]
+    stored: torch.dtype,
+    meta: bool,
+    bits: int,
+    symmetric: bool,
+    code_bytes: int,
+    total: int,
+    tmp_path: os.PathLike[str],
 ) -> None:
     model = stack()
     folder = os.path.join(tmp_path, "ckpt")
@@ -283,22 +299,23 @@ def test_from_a_checkpoint_only_quantized_bytes_are_written(
     x = torch.randn(2, 5, 96, generator=torch.Generator().manual_seed(1))
     path = os.path.join(folder, "model.onnx")
     args = (x.to("meta"),) if meta else (x,)
-    r = fastonnx.to_onnx(exported, args, filename=path, weights=folder, external_data=True, quantize="int4")
+    q = WeightQuantization(bits=bits, symmetric=symmetric)
+    r = fastonnx.to_onnx(exported, args, filename=path, weights=folder, external_data=True, quantize=q)
     stats = r.stats["quantize"]
     assert {v["source"] for v in stats["quantized"].values()} == {"checkpoint"}
-    # the data file holds the quantized codes and nothing else (the scales are small: inline in the
-    # .onnx; the bias is referenced in the shard, or, bf16, read through a Cast); no float copy of a
-    # quantized weight anywhere
+    # the data file holds the quantized codes and nothing else (scales and zero points are small:
+    # inline in the .onnx; the bias is referenced in the shard, or, bf16, read through a Cast); no float
+    # copy of a quantized weight anywhere
     external = _data_file_tensors(path)
     in_data = {n: n_bytes for n, (loc, n_bytes) in external.items() if loc == "model.onnx.data"}
-    assert set(in_data) == {"up.weight_q4", "down.weight_q4"}
-    assert os.path.getsize(path + ".data") == sum(in_data.values()) == (96 * 80 + 80 * 40) // 2
-    assert stats["quantized_bytes"] == (96 * 80 + 80 * 40) // 2 + 4 * (3 * 80 + 3 * 40)
+    assert set(in_data) == {f"up.weight_q{bits}", f"down.weight_q{bits}"}
+    assert os.path.getsize(path + ".data") == sum(in_data.values()) == code_bytes
+    assert stats["quantized_bytes"] == total
     names = {i.name for i in onnx.load(path, load_external_data=False).graph.initializer}
     assert not any(n.endswith(".weight") for n in names)
     (got,) = run_plain(path, {r.input_names[0]: x})
     with torch.no_grad():
-        want = with_dequantized(held, 4, 32, True)(x)
+        want = with_dequantized(held, bits, 32, symmetric)(x)
     torch.testing.assert_close(got, want, **STACK_TOL)
 
 
