@@ -79,3 +79,26 @@ def test_genai_generates_as_transformers(tmp_path: pathlib.Path, name: str) -> N
     assert len(logits) == NEW_TOKENS
     for step, (got, want) in enumerate(zip(logits, expected_logits, strict=True)):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=f"{name} step {step}")
+
+
+def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:
+    """``quantize="int4"`` (to_onnx's weight-only option) gives a package onnxruntime-genai runs; its
+    first logits follow the float model's (quantization error only), and verification is skipped with
+    its reason (no float tolerance holds for quantized products)."""
+    import onnx
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    model = save_decoder(folder, "llama")
+    written = fastonnx.export_pretrained(folder, package, quantize="int4", progress=False)
+    assert written.verified is None and "quantized (int4)" in written.verify_note
+    proto = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    assert (
+        sum(n.op_type == "DequantizeLinear" for n in proto.graph.node) >= 4 * model.config.num_hidden_layers
+    )
+    tokens, logits = _genai_greedy(package)
+    assert len(tokens) == NEW_TOKENS
+    with torch.no_grad():
+        want = model(torch.tensor([PROMPT])).logits[0, -1]
+    cosine = torch.nn.functional.cosine_similarity(logits[0], want, dim=0)
+    assert cosine > 0.9, float(cosine)  # 0.95 measured; a wrong layout would give ~0
+    assert not torch.allclose(logits[0], want, atol=1e-5)  # the weights were quantized
