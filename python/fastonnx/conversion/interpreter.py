@@ -486,7 +486,15 @@ class Interpreter:
                     f"the converter for {node.target} (node {node.name!r}) returned {result!r}, "
                     "not an ONNX value name"
                 )
-            self._declare(name, *self.ctx.onnx_type(val.dtype, val.shape))
+            elem_type, dims = self.ctx.onnx_type(val.dtype, val.shape)
+            made = self.g.dtype(name)
+            if made and made != elem_type:
+                # The converter made eager's dtype where torch's meta kernel records another (the
+                # functional batch norm's float16 running stats come out float32 from meta): the graph
+                # follows the record, which every later converter reads, so the value's declared type
+                # (value_info) is its real one.
+                name = self.ctx.cast(name, val.dtype)
+            self._declare(name, elem_type, dims)
             return Value(name, val.dtype, tuple(val.shape))
         if isinstance(val, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) < len(val):
