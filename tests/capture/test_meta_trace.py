@@ -173,6 +173,15 @@ def test_views_writes_and_random_ops_are_not_cached() -> None:
     assert cache.hits == 1
 
 
+def test_ops_returning_nothing_or_lists_are_not_cached() -> None:
+    cache = MetaCache()
+    x = _meta(2, 6)
+    for _ in range(2):
+        assert cache.call(torch.ops.aten._assert_async.default, (_meta(1, dtype=torch.bool),), {}) is None
+        assert len(cache.call(torch.ops.aten._foreach_add.Scalar, ([x, x], 1.0), {})) == 2
+    assert cache.hits == cache.misses == 0 and cache.uncached == 4
+
+
 def test_an_output_sharing_an_inputs_storage_is_not_cached() -> None:
     """_unsafe_view declares no alias but returns the input's storage: rebuilt fresh it would not be."""
     cache = MetaCache()

@@ -16,6 +16,7 @@ A call is cached only where its outputs' metadata is a function of that key and 
 - the other arguments are values the key can hold exactly: None, bool, int, float, complex, str,
   dtype, device, layout, memory format and lists / tuples of these and tensors (a generator, a SymInt
   or an object make the call uncached); the default dtype is part of the key (factory ops read it);
+- the op returns tensors only (an op returning nothing runs for its effect: ``_assert_async``);
 - the op neither writes (``is_mutable`` schema: in-place and out= ops) nor returns an alias of an input
   (a view, ``alias``, ``split``: its output must stay a view of that input for the recorder's
   write checks and for the ops that follow), nor is random (``nondeterministic_seeded``: each call
@@ -154,7 +155,9 @@ def _op_cacheable(op: torch._ops.OpOverload) -> bool | str:
     schema = op._schema
     tags = op.tags
     if (
-        schema.is_mutable
+        not schema.returns  # run for what it does (an assert, a print): nothing to build from a key
+        or not all(isinstance(r.type, torch._C.TensorType) for r in schema.returns)  # lists, optionals
+        or schema.is_mutable
         or any(r.alias_info is not None for r in schema.returns)
         or torch.Tag.data_dependent_output in tags
         or torch.Tag.dynamic_output_shape in tags
