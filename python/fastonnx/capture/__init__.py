@@ -240,7 +240,8 @@ def trace_or_refusal(
     """The real-tensor trace (trace_capture.py), or why it cannot stand for torch.export's capture;
     ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
-    from fastonnx.capture.trace import TraceRefused, trace
+    from fastonnx.capture.refusal import TraceRefused
+    from fastonnx.capture.trace import trace
 
     try:
         with TRACE_LOCK:
@@ -253,7 +254,7 @@ def trace_or_refusal(
 
 def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], bool] | None) -> None:
     """Refuses a recorded program that torch.export's capture would convert where this one would not."""
-    from fastonnx.capture.trace import TraceRefused
+    from fastonnx.capture.refusal import TraceRefused
 
     if convertible is not None:
         for node in ep.graph.nodes:

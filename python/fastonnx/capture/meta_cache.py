@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.refusal import TraceRefused
+
 _META = torch.device("meta")
 
 _PLAIN_VALUES = (
@@ -231,8 +233,6 @@ class MetaCache:
     def _run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         reason = meta_copy_reason(func, args, kwargs)
         if reason is not None:
-            from fastonnx.capture.trace import TraceRefused  # trace.py imports this module
-
             raise TraceRefused(reason)
         return func(*args, **kwargs)
 

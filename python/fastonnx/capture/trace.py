@@ -106,6 +106,7 @@ from fastonnx.capture.input_tensors import (
     unsupported_leaf,
 )
 from fastonnx.capture.meta_cache import MetaCache, meta_cache_for
+from fastonnx.capture.refusal import TraceRefused
 
 
 class TracedProgram(torch.export.ExportedProgram):
@@ -126,10 +127,6 @@ class TracedProgram(torch.export.ExportedProgram):
 
     def validate(self) -> None:
         return None
-
-
-class TraceRefused(Exception):
-    """The real-tensor trace cannot stand for what torch.export would capture; the message says why."""
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
