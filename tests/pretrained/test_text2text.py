@@ -1,4 +1,4 @@
-"""text2text-generation packages (T5, BART, Marian): ``export_pretrained`` writes the encoder, the
+"""text2text-generation packages (T5, BART, Marian) and automatic-speech-recognition (Whisper): ``export_pretrained`` writes the encoder, the
 decoder's first step and the decoder with its past; a greedy loop in plain onnxruntime over the three
 files gives the same 20 tokens as transformers' ``generate(do_sample=False)`` (at least 5 distinct), every
 step's logits within 1e-3 of the largest: the matrices are redrawn at std 1 (tiny seq2seq models at their
@@ -43,7 +43,10 @@ NEW_TOKENS = 20
 
 
 def _onnxruntime_greedy(
-    package: pathlib.Path, start: int, layers: int
+    package: pathlib.Path,
+    start: int,
+    layers: int,
+    encoder_feeds: dict[str, np.ndarray[Any, Any]] | None = None,
 ) -> tuple[list[int], list[torch.Tensor]]:
     def session(name: str) -> ort.InferenceSession:
         return ort.InferenceSession(str(package / name), providers=["CPUExecutionProvider"])
@@ -53,9 +56,11 @@ def _onnxruntime_greedy(
         session("decoder_model.onnx"),
         session("decoder_with_past_model.onnx"),
     )
-    ids = np.array(SOURCE, dtype=np.int64)
-    mask = np.ones_like(ids)
-    (states,) = encoder.run(None, {"input_ids": ids, "attention_mask": mask})
+    if encoder_feeds is None:
+        ids = np.array(SOURCE, dtype=np.int64)
+        encoder_feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    (states,) = encoder.run(None, encoder_feeds)
+    mask = encoder_feeds.get("attention_mask", np.ones(states.shape[:2], dtype=np.int64))
     feeds = {
         "decoder_input_ids": np.array([[start]], dtype=np.int64),
         "encoder_hidden_states": states,
@@ -119,4 +124,50 @@ def test_onnxruntime_greedy_loop_matches_generate(tmp_path: pathlib.Path, name: 
         scale = float(want.abs().max())
         torch.testing.assert_close(
             got, want[0], atol=1e-3 * scale, rtol=1e-4, msg=lambda m, s=step: f"{name} step {s}: {m}"
+        )
+
+
+def test_whisper_onnxruntime_greedy_loop_matches_transformers(tmp_path: pathlib.Path) -> None:
+    """Whisper through ``automatic-speech-recognition``: the same three files, the encoder reading
+    log-mel features. The reference is transformers' own greedy loop over the model's forward (Whisper's
+    ``generate`` adds language and task tokens of its own)."""
+    import transformers
+
+    config = {
+        **BART,
+        "max_target_positions": 64,
+        "num_mel_bins": 16,
+        "max_source_positions": 16,
+        "decoder_start_token_id": 1,
+    }
+    config.pop("max_position_embeddings")
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    save_checkpoint(folder, "whisper", "WhisperForConditionalGeneration", config, seed=0, redraw_std=1.0)
+    model: Any = transformers.WhisperForConditionalGeneration.from_pretrained(
+        folder, dtype=torch.float32
+    ).eval()
+    features = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(3))
+    expected_tokens, expected_logits, cache = [], [], None
+    decoder_ids = torch.tensor([[1]])
+    with torch.no_grad():
+        states = model.get_encoder()(input_features=features)
+        for _ in range(NEW_TOKENS):
+            out = model(
+                encoder_outputs=states, decoder_input_ids=decoder_ids, past_key_values=cache, use_cache=True
+            )
+            cache, decoder_ids = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            expected_tokens.append(int(decoder_ids))
+            expected_logits.append(out.logits[0, -1])
+    assert len(set(expected_tokens)) >= 5, expected_tokens
+
+    written = fastonnx.export_pretrained(folder, package, progress=False)
+    assert written.task == "automatic-speech-recognition"
+    assert written.verified is True, written.verify_note
+    assert written.input_names == ["input_features"]
+    tokens, logits = _onnxruntime_greedy(package, 1, 2, {"input_features": features.numpy()})
+    assert tokens == expected_tokens
+    for step, (got, want) in enumerate(zip(logits, expected_logits, strict=True)):
+        scale = float(want.abs().max())
+        torch.testing.assert_close(
+            got, want, atol=1e-3 * scale, rtol=1e-4, msg=lambda m, s=step: f"step {s}: {m}"
         )

@@ -360,14 +360,36 @@ ENCODER_SEQUENCE, DECODER_SEQUENCE, PAST_DECODER = (
 )
 
 
-def text2text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
-    """Three files: the encoder, the decoder's first step and the decoder with its past."""
+class SpeechEncoder(torch.nn.Module):
+    """The encoder of a speech seq2seq model (Whisper): log-mel features to the encoder's states."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
+        out: torch.Tensor = encoder(input_features=input_features).last_hidden_state
+        return out
+
+
+def speech_frames(config: Any) -> tuple[int, int]:
+    """(mel bins, frames) of a Whisper-style encoder's input: its convolutions halve the frames to
+    ``max_source_positions``, which the model requires exactly."""
+    return int(config.num_mel_bins), 2 * int(config.max_source_positions)
+
+
+def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict[str, GraphSpec]:
+    """Three files: the encoder, the decoder's first step and the decoder with its past. ``speech``:
+    the encoder reads ``input_features`` (batch, mel bins, frames), the encoder length is fixed."""
     layers, _, _, width = seq2seq_shape(config)
     g = torch.Generator().manual_seed(0)
     vocab = int(config.vocab_size)
     batch, source, target, past = 2, 6, 3, 4
     b = torch.export.Dim(BATCH, min=1, max=1024)
-    e = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
+    e: Any = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
+    if speech:
+        source, e = int(config.max_source_positions), None
     d = torch.export.Dim(DECODER_SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST_DECODER, min=1, max=1 << 20)
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, source), generator=g).to("meta")
@@ -381,11 +403,22 @@ def text2text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         ["input_ids", "attention_mask"],
         ["last_hidden_state"],
     )
+    if speech:
+        bins, frames = speech_frames(config)
+        features = torch.randn(batch, bins, frames, generator=g).to("meta")
+        encoder_spec = GraphSpec(
+            SpeechEncoder(model),
+            (features,),
+            {"input_features": {0: b}},
+            ["input_features"],
+            ["last_hidden_state"],
+        )
     step_inputs = ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask"]
+    along = {0: b, 1: e} if e is not None else {0: b}
     step_shapes: dict[str, Any] = {
         "decoder_input_ids": {0: b, 1: d},
-        "encoder_hidden_states": {0: b, 1: e},
-        "encoder_attention_mask": {0: b, 1: e},
+        "encoder_hidden_states": along,
+        "encoder_attention_mask": along,
     }
     first = GraphSpec(
         Seq2SeqDecoderFirst(model),
@@ -395,7 +428,9 @@ def text2text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         ["logits", *cache_names(layers, "present")],
     )
     own = {"key": {0: b, 2: p}, "value": {0: b, 2: p}}
-    cross = {"key": {0: b, 2: e}, "value": {0: b, 2: e}}
+    cross = (
+        {"key": {0: b, 2: e}, "value": {0: b, 2: e}} if e is not None else {"key": {0: b}, "value": {0: b}}
+    )
     with_past = GraphSpec(
         Seq2SeqDecoderWithPast(model),
         (dec_ids, states, mask, seq2seq_cache(config, batch, past, source, "meta", g)),
@@ -416,4 +451,6 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         return {"model.onnx": text_generation(model, config)}
     if task == "text2text-generation":
         return text2text(model, config)
+    if task == "automatic-speech-recognition":
+        return text2text(model, config, speech=True)
     return {"model.onnx": encoder(model, config, task)}

@@ -34,6 +34,11 @@ TASKS: dict[str, Task] = {
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
             "encoder-decoder LM (T5, BART, Marian): encoder, decoder and decoder-with-past files",
         ),
+        Task(
+            "automatic-speech-recognition",
+            "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+            "speech-to-text (Whisper): encoder (input_features), decoder and decoder-with-past files",
+        ),
         Task("fill-mask", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LM: logits per token"),
         Task(
             "text-classification",

@@ -20,7 +20,13 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.pretrained.folder import CheckpointFolder
-from fastonnx.pretrained.task_inputs import GraphSpec, decoder_inputs, image_inputs, text_inputs
+from fastonnx.pretrained.task_inputs import (
+    GraphSpec,
+    decoder_inputs,
+    image_inputs,
+    speech_frames,
+    text_inputs,
+)
 from fastonnx.progress import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -116,12 +122,20 @@ def _check_text2text(
 ) -> list[VerificationInfo]:
     from transformers import DynamicCache, EncoderDecoderCache
 
-    inputs = text_inputs(config, 2, 7, "cpu", False)
-    ids, mask = inputs["input_ids"], inputs["attention_mask"]
     infos: list[VerificationInfo] = []
-    (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
-    with torch.no_grad():
-        states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    if specs["encoder_model.onnx"].input_names == ["input_features"]:
+        bins, frames = speech_frames(config)
+        features = torch.randn(2, bins, frames, generator=torch.Generator().manual_seed(0))
+        (states_got,) = _run(sessions["encoder_model.onnx"], ["input_features"], [features])
+        with torch.no_grad():
+            states = model.get_encoder()(input_features=features).last_hidden_state
+        mask = torch.ones(states.shape[:2], dtype=torch.int64)
+    else:
+        inputs = text_inputs(config, 2, 7, "cpu", False)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
+        with torch.no_grad():
+            states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     infos.append(compare("encoder: last_hidden_state", states, states_got))
     start = getattr(config, "decoder_start_token_id", None)
     start = int(start if start is not None else (config.pad_token_id or 0))
@@ -185,7 +199,7 @@ def verify_package(
         }
         if task == "text-generation":
             infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
-        elif task == "text2text-generation":
+        elif task in ("text2text-generation", "automatic-speech-recognition"):
             infos = _check_text2text(sessions, model, model.config, specs)
         else:
             infos = _check_encoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
