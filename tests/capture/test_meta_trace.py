@@ -262,19 +262,20 @@ def test_meta_export_with_weights_attached_matches_the_real_model(tmp_path: Any)
     torch.testing.assert_close(_run(path, args), expected, atol=1e-4, rtol=1e-4)
 
 
-def test_meta_export_referencing_a_checkpoint_matches_the_real_model(tmp_path: Any) -> None:
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_meta_export_referencing_a_checkpoint_matches_the_real_model(tmp_path: Any, use_cache: bool) -> None:
     from safetensors.torch import save_file
 
-    # without a cache: the DynamicCache a forward makes holds empty meta tensors (lifted constants, under
-    # either capture), which weights= looks for in the shards
-    real, args = causal_lm("llama", "LlamaForCausalLM", use_cache=False)
+    # with a cache, the DynamicCache the forward makes holds empty meta tensors (lifted constants): they
+    # have no bytes to find in the shards
+    real, args = causal_lm("llama", "LlamaForCausalLM", use_cache=use_cache)
     folder = str(tmp_path)
     save_file(
         {k: v.contiguous() for k, v in real.state_dict().items()},
         os.path.join(folder, "model.safetensors"),
         metadata={"format": "pt"},
     )
-    meta = _meta_lm("llama", use_cache=False)
+    meta = _meta_lm("llama", use_cache=use_cache)
     # the rotary frequencies: a non-persistent buffer, in no checkpoint (docs/weights.md)
     meta.m.model.rotary_emb = type(real.m.model.rotary_emb)(real.m.config)
     path = os.path.join(folder, "model.onnx")

@@ -54,6 +54,7 @@ the meta device. The shards are matched (``plan``) before the optimizer runs, an
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Sequence
@@ -269,7 +270,7 @@ def plan(
         names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
         entry = next((index[k] for k in names if k in index), None)
         if entry is None:
-            if name in deferred:
+            if name in deferred and math.prod(shape) != 0:  # an empty tensor (a fresh cache) has no bytes
                 raise InputError(
                     f"weights: {key!r} ({dtype}, shape {list(shape)}) is on the meta device and not in "
                     f"the shards in {done.folder}: its bytes would be nowhere (a non-persistent buffer "
