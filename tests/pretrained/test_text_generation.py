@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from checkpoint_folders import DECODERS, save_decoder
+from checkpoint_folders import DECODER, DECODERS, save_checkpoint, save_decoder
 
 import fastonnx
 
@@ -56,13 +57,30 @@ def _genai_greedy(package: pathlib.Path) -> tuple[list[int], list[torch.Tensor]]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_genai_generates_as_transformers(tmp_path: pathlib.Path, name: str) -> None:
+    _check_package(tmp_path, save_decoder(tmp_path / "checkpoint", name), name)
+
+
+def test_bf16_checkpoint_cast_while_streaming(tmp_path: pathlib.Path) -> None:
+    """A bf16 checkpoint, its weights cast to the float32 graph's type as they are written
+    (``cast_weights=True`` passed on to to_onnx): none referenced, all converted."""
+    model = save_checkpoint(
+        tmp_path / "checkpoint", "llama", "LlamaForCausalLM", DECODER, dtype=torch.bfloat16
+    )
+    written = _check_package(tmp_path, model, "llama", cast_weights=True)
+    weights = written.stats["model.onnx"]["file"]["weights"]
+    assert weights["referenced_tensors"] == 0 and weights["converted_tensors"] > 0, weights
+
+
+def _check_package(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **options: Any) -> Any:
     folder, package = tmp_path / "checkpoint", tmp_path / "package"
-    model = save_decoder(folder, name)
+    # the reference: the checkpoint as transformers loads it (a bf16 one's buffers are computed in float32
+    # again, which the model that was saved in bf16 no longer holds)
+    model: Any = type(saved).from_pretrained(folder, dtype=torch.float32).eval()  # type: ignore[attr-defined]
     expected_tokens, expected_logits = _transformers_greedy(model)
     # a random tiny model easily repeats one token, which would prove little
     assert len(set(expected_tokens)) >= 5, expected_tokens
 
-    written = fastonnx.export_pretrained(folder, package, progress=False)
+    written = fastonnx.export_pretrained(folder, package, progress=False, **options)
     assert written.task == "text-generation"
     assert written.verified is True, written.verify_note
     config = json.loads((package / "genai_config.json").read_text())
@@ -79,6 +97,7 @@ def test_genai_generates_as_transformers(tmp_path: pathlib.Path, name: str) -> N
     assert len(logits) == NEW_TOKENS
     for step, (got, want) in enumerate(zip(logits, expected_logits, strict=True)):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=f"{name} step {step}")
+    return written
 
 
 def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:
