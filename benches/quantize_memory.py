@@ -164,6 +164,11 @@ def report(
         cost = f"costs at most {excess:.1f} MiB over the control ({LABELS[worst['variant']]})"
     else:
         cost = "costs nothing measurable over the control (no variant's growth exceeds it)"
+    control_writes = "nothing read or written"
+    if control["written_bytes"]:
+        control_writes = (
+            f"none read or written; its {written(control['written_bytes'])} are the graph's other constants"
+        )
     relation = "less than" if excess * MIB < largest else "more than"
     return "\n".join(
         [
@@ -176,7 +181,7 @@ def report(
             f"{float_bytes / MIB:.0f} MiB) saved with `save_pretrained`, exported from a meta-device model with",
             '`weights=`, each variant in a fresh process. "RSS before" is the process once torch, transformers',
             'and fastonnx are imported and the meta model built; "growth" is its peak over the export',
-            "(`VmHWM`) minus that. The control references every weight in place (nothing read or written); the",
+            f"(`VmHWM`) minus that. The control references every weight in place ({control_writes}); the",
             f"quantized variants read the {count} product weights ({per_layer / 1e6:.0f} MB per layer) from the",
             "shard and write their codes and scales (the LM head and the embedding stay float, referenced).",
             "",
