@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -239,3 +241,43 @@ def test_dynamic_shapes() -> None:
         dynamic_shapes=(({0: batch},),),  # Fn's forward takes *xs
         run_args=[(torch.randn(8, 4, generator=gen),)],
     )
+
+
+def _integer_histc(x: torch.Tensor, bins: int, lo: int, hi: int) -> torch.Tensor:
+    """torch's integer histc (its CUDA kernel; the CPU has none) from its definition: integer bins
+    (x - lo) * bins // (hi - lo), the last one holding hi, elements outside [lo, hi] skipped."""
+    if lo == hi:  # the data's range, widened by one each way when it is one value
+        lo, hi = int(x.min()), int(x.max())
+        if lo == hi:
+            lo, hi = lo - 1, hi + 1
+    v = x.reshape(-1).to(torch.int64)
+    v = v[(v >= lo) & (v <= hi)]
+    b = ((v - lo) * bins // (hi - lo)).clamp(max=bins - 1)
+    return torch.bincount(b, minlength=bins).to(x.dtype)
+
+
+@pytest.mark.parametrize("capture", ["auto", "export"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_of_integers(dtype: torch.dtype, capture: str, tmp_path: Any) -> None:
+    # torch's CPU kernels take no integers; on the meta device they are taken (transformers' MoE routing
+    # loss counts int32 expert ids there): the model is exported from meta inputs, run on real ones
+    import onnxruntime
+
+    import fastonnx
+
+    class Counts(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (
+                torch.histc(x, bins=8, min=0, max=8),
+                torch.histc(x, bins=5, min=2, max=9),
+                torch.histc(x, bins=3),
+            )
+
+    x = torch.randint(0, 12, (40,), generator=torch.Generator().manual_seed(0)).to(dtype)
+    x[:3] = torch.tensor([0, 8, 9])  # both edges, one beyond
+    path = str(tmp_path / "histc.onnx")
+    fastonnx.to_onnx(Counts(), (x.to("meta"),), filename=path, capture=capture)
+    got = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    expected = (_integer_histc(x, 8, 0, 8), _integer_histc(x, 5, 2, 9), _integer_histc(x, 3, 0, 0))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(torch.from_numpy(g), e, rtol=0, atol=0)

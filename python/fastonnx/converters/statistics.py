@@ -439,6 +439,9 @@ def convert_unique_dim(
 # includes its right edge.
 
 
+_INTEGER_HIST = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _hist_dtype(ctx: ConversionContext, x: Value) -> torch.dtype:
     if not x.dtype.is_floating_point or x.dtype == torch.bfloat16:
         raise ctx.error(f"histograms are converted for float16 / float32 / float64 inputs, got {x.dtype}")
@@ -548,9 +551,19 @@ def _accumulate(
 
 
 def convert_histc(ctx: ConversionContext, x: Value, bins: int = 100, min: Any = 0, max: Any = 0) -> str:
-    dtype = _hist_dtype(ctx, x)
     col = ctx.op("Reshape", x, ctx.i64([-1]))
-    lo, hi = float(min), float(max)
+    if x.dtype in _INTEGER_HIST:
+        # torch's integer histc (CUDA's kernel; a meta-device model's code picks it, as transformers'
+        # MoE routing loss does) works in the input's integers: the range truncated to ints, the bin
+        # int((x - lo) * bins / (hi - lo)) by integer division. In-range terms are >= 0, so float64
+        # division then truncation gives the same bin while (x - lo) * bins < 2**52 (int32 inputs with
+        # up to 2**20 bins).
+        dtype = torch.float64
+        col = ctx.cast(col, dtype)
+        lo, hi = float(int(min)), float(int(max))
+    else:
+        dtype = _hist_dtype(ctx, x)
+        lo, hi = float(min), float(max)
     if lo == hi and x.static_shape() is not None and math.prod(x.static_shape() or ()) == 0:
         left, right = ctx.const(lo - 1, dtype), ctx.const(hi + 1, dtype)
     else:
@@ -559,7 +572,7 @@ def convert_histc(ctx: ConversionContext, x: Value, bins: int = 100, min: Any = 
         raise ctx.error(f"histc needs min <= max, got min={lo} max={hi}")
     pos = _estimate(ctx, col, left, right, bins, dtype)
     pos, inside = _finish_bin(ctx, col, pos, left, right, bins)
-    return ctx.cast(_accumulate(ctx, pos, inside, None, bins, dtype), dtype)
+    return ctx.cast(_accumulate(ctx, pos, inside, None, bins, dtype), x.dtype)
 
 
 def _density(ctx: ConversionContext, hist: str, edges: list[str], shape: list[Any]) -> str:
