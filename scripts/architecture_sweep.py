@@ -105,7 +105,14 @@ _SIZES: dict[str, Any] = {
     "patch_size": 8,
     "num_channels": 3,
 }
-_VISION_LISTS = {"depths": 1, "hidden_sizes": None, "num_heads": 2, "embed_dim": None, "embed_dims": None}
+_VISION_LISTS = {
+    "num_attention_heads": 1,
+    "depths": 1,
+    "hidden_sizes": None,
+    "num_heads": 2,
+    "embed_dim": None,
+    "embed_dims": None,
+}
 
 
 def _shrunk(defaults: dict[str, Any], vision: bool) -> dict[str, Any]:
@@ -118,6 +125,10 @@ def _shrunk(defaults: dict[str, Any], vision: bool) -> dict[str, Any]:
     for key, value in defaults.items():
         if isinstance(value, dict) and key.endswith("_config"):
             out[key] = {**value, **_shrunk(value, vision)}
+        elif key == "num_experts_per_tok" and value is None:
+            out[key] = _SIZES[key]
+        elif key == "rotary_dim" and isinstance(value, int):
+            out[key] = 8  # partial rotary within the 16-wide heads (GPT-J, CodeGen)
         elif key in _SIZES and isinstance(value, int) and not isinstance(value, bool):
             out[key] = _SIZES[key]
             if key == "patch_size" and value < 8:
@@ -222,6 +233,7 @@ def _eager_check(task: str, model: Any) -> None:
             else:
                 vocab = int(config.get_text_config().vocab_size)
                 ids = torch.randint(3, vocab, (1, 8), generator=g)
+                ids[:, -1] = 2  # ends with eos: BART-family classifiers pool there
                 model(input_ids=ids, attention_mask=torch.ones_like(ids))
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
@@ -361,7 +373,6 @@ def render(
     import torch
     import transformers
 
-    from_ledger = _ledger()
     lines = [
         "## transformers architectures",
         "",
@@ -374,7 +385,7 @@ def render(
         "difference), **export error** (the exception's first line: torch.export's message where the "
         "capture failed), **not buildable** (the tiny config or model cannot be made: not fastonnx's).",
         "",
-        f"Generated from commit `{from_ledger.commit()}` with transformers {transformers.__version__}, torch "
+        f"Generated from commit `{_commit()}` with transformers {transformers.__version__}, torch "
         f"{torch.__version__}; command `python scripts/architecture_sweep.py {argv}`.",
         "",
         "| task | mapping | architectures | swept | pass | verify-failed | export error | not buildable |",
@@ -422,6 +433,21 @@ def render(
             lines.append(f"Passing ({t}): {', '.join(names)}.")
             lines.append("")
     return "\n".join(lines)
+
+
+def _commit() -> str:
+    """HEAD, with "+changes" when what the sweep runs (python/, this script) differs from it: others'
+    edits elsewhere (and this section itself) are not its inputs."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git(
+        "status", "--porcelain", "--untracked-files=no", "--", "python", "scripts/architecture_sweep.py"
+    )
+    return head + ("+changes" if changed else "")
 
 
 def _cell(text: str) -> str:
