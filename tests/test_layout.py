@@ -89,3 +89,15 @@ def test_public_names_and_module_paths_are_importable() -> None:
     assert importlib.import_module("fastonnx.detection_capture").traceable_detection_ops
     assert importlib.import_module("fastonnx.recurrent_capture").rnn_as_custom_ops
     assert importlib.import_module("fastonnx.verdicts").DEFAULT_TOLERANCES
+
+
+def test_test_files_have_unique_names() -> None:
+    # the test folders are no packages (pytest's rootdir imports): two test files of one name make the
+    # second a collection error, and its tests silently absent
+    seen: dict[str, pathlib.Path] = {}
+    twice = []
+    for path in sorted((PACKAGE.parent.parent / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            twice.append(f"{seen[path.name]} and {path}")
+        seen.setdefault(path.name, path)
+    assert not twice, twice
