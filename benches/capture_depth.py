@@ -24,7 +24,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -38,26 +37,15 @@ VARIANTS = ("trace, static", "export, static", "export, dynamic")
 def meta_llama(layers: int) -> Any:
     """The Llama-3-8B shape on the meta device, every weight and buffer meta, wrapped to return logits."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from inplace_big import config as llama3_8b  # the same shape as the in-place bench
     from support.model_zoo import Logits
 
-    cfg = LlamaConfig(
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        max_position_embeddings=8192,
-        rope_theta=500000.0,
-        tie_word_embeddings=False,
-        use_cache=False,
-        dtype=torch.bfloat16,
-    )
+    cfg = llama3_8b(layers)
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     return Logits(model)
@@ -96,18 +84,9 @@ def child(variant: str, layers: int) -> dict[str, Any]:
 
 
 def run_child(variant: str, layers: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", variant, str(layers)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{variant} at {layers} layers failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    from ledger import child_json
+
+    return child_json(__file__, variant, str(layers))
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -51,24 +50,12 @@ LAYER_CANDIDATES = ("export, one layer", "make_fx, one layer")
 
 
 def config(layers: int) -> Any:
-    import torch
-    from transformers import LlamaConfig
     from transformers.utils import logging
 
     logging.set_verbosity_error()
-    return LlamaConfig(
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        max_position_embeddings=8192,
-        rope_theta=500000.0,
-        tie_word_embeddings=False,
-        use_cache=False,
-        dtype=torch.bfloat16,
-    )
+    from inplace_big import config as llama3_8b  # the same shape as the in-place bench
+
+    return llama3_8b(layers)
 
 
 def build(candidate: str, layers: int) -> tuple[Any, tuple[Any, ...]]:
@@ -220,18 +207,9 @@ def child(candidate: str, layers: int) -> dict[str, Any]:
 
 
 def run_child(candidate: str, layers: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", candidate, str(layers)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{candidate} at {layers} layers failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    from ledger import child_json
+
+    return child_json(__file__, candidate, str(layers))
 
 
 def difference(a: dict[str, int], b: dict[str, int]) -> str:

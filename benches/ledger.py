@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEDGER = os.path.join(ROOT, "docs", "benchmarks.md")
@@ -63,3 +67,22 @@ def machine() -> str:
 
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
+
+
+def child_json(script: str, *args: str) -> dict[str, Any]:
+    """Runs ``script --child ARGS`` in a fresh process (the checkout's package first on the path) and
+    returns the JSON object its last line prints: a bench's way to time a first export."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(script), "--child", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(
+            f"{os.path.basename(script)} --child {' '.join(args)} failed:\n{out.stderr[-3000:]}"
+        )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
