@@ -56,3 +56,16 @@ def test_unbuildable_architecture_is_reported(tmp_path: pathlib.Path) -> None:
     assert result["status"] == "not buildable"
     assert "NoSuchModelForCausalLM" in result["detail"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_composite_config_is_a_named_input_error(tmp_path: pathlib.Path) -> None:
+    # Gemma3ForConditionalGeneration's config keeps the text sizes in text_config: a clear refusal
+    import fastonnx
+    from fastonnx.errors import InputError
+
+    sweep = _sweep()
+    folder = tmp_path / "gemma3"
+    sweep.build_checkpoint("text-generation", "gemma3", "Gemma3ForConditionalGeneration", folder)
+    with pytest.raises(InputError, match=r"Gemma3Config\) has no 'num_hidden_layers'"):
+        fastonnx.export_pretrained(folder, tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()

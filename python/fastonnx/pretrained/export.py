@@ -165,7 +165,16 @@ def export_pretrained(
     built = build_model(class_name, config)
     missing = missing_parameters(built, [os.fspath(p) for p in checkpoint.shards])
     stored_buffers_on_meta(built, [os.fspath(p) for p in checkpoint.shards])
-    specs = graph_specs(chosen.name, built, config)
+    try:
+        specs = graph_specs(chosen.name, built, config)
+    except AttributeError as e:
+        if getattr(e, "obj", None) is not config:
+            raise
+        # a composite (multimodal) config keeps the text model's sizes in a sub-config
+        raise InputError(
+            f"{class_name}: its config ({type(config).__name__}) has no {e.name!r}, which the {chosen.name} "
+            "task reads; composite configs (sizes in a text_config / vision_config) are not exported yet"
+        ) from e
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     stats: dict[str, Any] = {}
     try:
