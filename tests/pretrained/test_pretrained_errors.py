@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from checkpoint_folders import DECODER, save_checkpoint
@@ -118,3 +119,24 @@ def test_cli_help_lists_the_tasks() -> None:
     for task in fastonnx.pretrained.TASKS:
         assert task in done.stdout
     assert "--no-verify" in done.stdout and "--quantize" in done.stdout
+
+
+def test_onnxruntime_failing_on_the_package_is_a_failed_verification(
+    tmp_path: pathlib.Path, llama: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an onnxruntime error while verifying (here inputs of the wrong type) fails the verification, as a
+    # mismatch does: the package and its report stay, the command exits 1, no traceback escapes
+    import numpy as np
+
+    from fastonnx.pretrained import verify
+
+    def run_with_wrong_types(session: Any, *args: object) -> list[object]:
+        session.run(None, {i.name: np.zeros(1, np.float32) for i in session.get_inputs()})
+        raise AssertionError("onnxruntime ran on inputs of the wrong type")
+
+    monkeypatch.setattr(verify, "_check_decoder", run_with_wrong_types)
+    out = tmp_path / "package"
+    with pytest.raises(fastonnx.RuntimeCheckError, match="onnxruntime could not run the package"):
+        fastonnx.export_pretrained(llama, out)
+    assert "onnxruntime could not run the package" in (out / "fastonnx_report.md").read_text()
+    assert (out / "model.onnx").exists()

@@ -193,16 +193,25 @@ def verify_package(
     with Progress(progress).timed("verify"):
         cls = getattr(transformers, class_name)
         model = cls.from_pretrained(checkpoint.path, dtype=torch.float32).eval()
-        sessions = {
-            name: ort.InferenceSession(str(package / name), providers=["CPUExecutionProvider"])
-            for name in specs
-        }
-        if task == "text-generation":
-            infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
-        elif task in ("text2text-generation", "automatic-speech-recognition"):
-            infos = _check_text2text(sessions, model, model.config, specs)
-        else:
-            infos = _check_encoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+        try:
+            sessions = {
+                name: ort.InferenceSession(str(package / name), providers=["CPUExecutionProvider"])
+                for name in specs
+            }
+            if task == "text-generation":
+                infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+            elif task in ("text2text-generation", "automatic-speech-recognition"):
+                infos = _check_text2text(sessions, model, model.config, specs)
+            else:
+                infos = _check_encoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+        except Exception as e:
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            # the package is written; onnxruntime refusing to load or run it is a failed verification
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            note = f"onnxruntime could not run the package: {first}"
+            _append(report, [f"## Package verification ({class_name}, {task})", "", f"**FAILED**: {note}"])
+            return False, note
     passed = all(i.passed for i in infos)
     failed = [i.name for i in infos if not i.passed]
     note = "passed" if passed else f"{len(failed)} of {len(infos)} values disagree: {', '.join(failed[:5])}"
