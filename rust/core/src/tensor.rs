@@ -645,13 +645,6 @@ pub fn check_size(what: &str, dtype: i32, dims: &[i64], len: usize) -> crate::Re
 mod tests {
     use super::*;
 
-    struct Mem(Vec<u8>);
-    impl ByteSource for Mem {
-        fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-    }
-
     #[test]
     fn converted_tensors_are_read_from_the_file_and_converted_in_pieces() {
         use std::io::Write as _;
@@ -727,7 +720,7 @@ mod tests {
                 }
             }
             let data = TensorData::Transposed {
-                source: Arc::new(Mem(src)),
+                source: Arc::new(src),
                 dims: vec![rows, cols],
                 perm: vec![1, 0],
                 item,
@@ -749,7 +742,7 @@ mod tests {
         let (rows, cols) = (600, 900);
         let src: Vec<u8> = (0..=rows * cols * 4).map(|i| (i % 251) as u8).collect();
         let aligned = TensorData::Transposed {
-            source: Arc::new(Mem(src[1..].to_vec())),
+            source: Arc::new(src[1..].to_vec()),
             dims: vec![rows, cols],
             perm: vec![1, 0],
             item: 4,
@@ -777,7 +770,7 @@ mod tests {
             .collect();
         for perm in [[0usize, 2, 1], [2, 1, 0], [1, 0, 2]] {
             let data =
-                TensorData::transposed(Arc::new(Mem(src.clone())), dims.to_vec(), perm.to_vec(), 4);
+                TensorData::transposed(Arc::new(src.clone()), dims.to_vec(), perm.to_vec(), 4);
             let pieces = data.pieces().expect("pieces");
             assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= PIECE_BYTES));
             assert_eq!(pieces.iter().map(Piece::len).sum::<usize>(), src.len());

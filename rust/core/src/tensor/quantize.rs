@@ -493,19 +493,14 @@ impl Quantized {
 mod tests {
     use super::*;
 
-    struct Mem(Vec<u8>);
-    impl ByteSource for Mem {
-        fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-    }
-
     fn matrix(values: &[f32], n: usize, k: usize, k_major: bool) -> FloatMatrix {
         FloatMatrix {
-            bytes: FloatBytes::Memory(Arc::new(Mem(values
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect()))),
+            bytes: FloatBytes::Memory(Arc::new(
+                values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            )),
             dtype: dtype::FLOAT,
             n,
             k,
