@@ -37,7 +37,7 @@ class ConvReluLinear(torch.nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def _pt2e_model() -> tuple[torch.nn.Module, torch.Tensor]:
+def _pt2e_model(fold_quantize: bool = True) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     model = ConvReluLinear().eval()
     x = torch.randn(2, 3, 8, 8)
@@ -46,7 +46,7 @@ def _pt2e_model() -> tuple[torch.nn.Module, torch.Tensor]:
     prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
     for _ in range(4):  # calibration
         prepared(torch.randn(2, 3, 8, 8))
-    return convert_pt2e(prepared), torch.randn(2, 3, 8, 8)
+    return convert_pt2e(prepared, fold_quantize=fold_quantize), torch.randn(2, 3, 8, 8)
 
 
 def _run_unoptimized(proto: onnx.ModelProto, x: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -190,15 +190,7 @@ def test_pt2e_unfolded_weight_quantization(optimize: bool | str) -> None:
     """convert_pt2e(fold_quantize=False) leaves each weight as float → quantize → dequantize: the
     weight is quantized at export (torch's arithmetic), so the file stores int8 + scales, as
     onnxruntime's QDQ tools write it, and no pass folds the DequantizeLinear back into float."""
-    torch.manual_seed(0)
-    model = ConvReluLinear().eval()
-    x = torch.randn(2, 3, 8, 8)
-    quantizer = X86InductorQuantizer()
-    quantizer.set_global(get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    for _ in range(4):
-        prepared(torch.randn(2, 3, 8, 8))
-    converted = convert_pt2e(prepared, fold_quantize=False)
+    converted, x = _pt2e_model(fold_quantize=False)
     weight_q = [n for n in converted.graph.nodes if n.target == qd.quantize_per_channel.default]
     assert len(weight_q) == 2  # the Conv's and the Linear's weights, quantized in the graph
     result = fastonnx.to_onnx(converted, (x,), optimize=optimize)
