@@ -62,13 +62,23 @@ def test_genai_generates_as_transformers(tmp_path: pathlib.Path, name: str) -> N
 
 def test_bf16_checkpoint_cast_while_streaming(tmp_path: pathlib.Path) -> None:
     """A bf16 checkpoint, its weights cast to the float32 graph's type as they are written
-    (``cast_weights=True`` passed on to to_onnx): none referenced, all converted."""
+    (``cast_weights=True`` passed on to to_onnx): none of the checkpoint's referenced, all converted.
+    Referenced in place: only the float32 buffers the model computes (rotary frequencies), from the
+    package's file of what the checkpoint lacks."""
+    import onnx
+
     model = save_checkpoint(
         tmp_path / "checkpoint", "llama", "LlamaForCausalLM", DECODER, dtype=torch.bfloat16
     )
     written = _check_package(tmp_path, model, "llama", cast_weights=True)
     weights = written.stats["model.onnx"]["file"]["weights"]
-    assert weights["referenced_tensors"] == 0 and weights["converted_tensors"] > 0, weights
+    proto = onnx.load(str(written.model_path), load_external_data=False)
+    locations = [e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"]
+    assert "model.safetensors" not in locations and weights["converted_tensors"] > 0, weights
+    assert weights["referenced_tensors"] == locations.count("fastonnx_missing.safetensors"), (
+        weights,
+        locations,
+    )
 
 
 def _check_package(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **options: Any) -> Any:

@@ -21,13 +21,15 @@ from typing import Any
 from fastonnx.errors import InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
-from fastonnx.pretrained.meta_init import build_on_meta, missing_parameters, stored_buffers_on_meta
+from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
 
 MODEL_FILE = "model.onnx"
 REPORT_FILE = "fastonnx_report.md"
-MISSING_FILE = "fastonnx_missing.safetensors"  # parameters the checkpoint lacks, initialized
+# what the checkpoint lacks: parameters (initialized as from_pretrained does) and the buffers the model's
+# code computes (rotary frequencies, masks), which the meta-device model holds no values of
+MISSING_FILE = "fastonnx_missing.safetensors"
 
 
 @dataclass
@@ -103,7 +105,7 @@ def _with_missing(
     tmp: pathlib.Path, shards: list[pathlib.Path], missing: dict[str, Any], module: Any, model: Any
 ) -> list[str]:
     """The checkpoint's shards hard-linked into the package folder plus one file holding the parameters
-    the checkpoint lacks (``weights=`` reads shards from one folder)."""
+    and buffers the checkpoint lacks (``weights=`` reads shards from one folder)."""
     from safetensors.torch import save_file
 
     prefix = next(f"{n}." for n, m in module.named_modules() if m is model)
@@ -119,7 +121,7 @@ def _with_missing(
 
 
 def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
-    """Removes the file of missing parameters when no graph reads any of them."""
+    """Removes the file of missing parameters and buffers when no graph reads any of them."""
     import onnx
 
     used: set[str] = set()
@@ -164,7 +166,7 @@ def export_pretrained(
     config = load_config(checkpoint.path)
     built = build_model(class_name, config)
     missing = missing_parameters(built, [os.fspath(p) for p in checkpoint.shards])
-    stored_buffers_on_meta(built, [os.fspath(p) for p in checkpoint.shards])
+    computed = buffers_on_meta(built, [os.fspath(p) for p in checkpoint.shards])
     try:
         specs = graph_specs(chosen.name, built, config)
     except AttributeError as e:
@@ -179,9 +181,9 @@ def export_pretrained(
     stats: dict[str, Any] = {}
     try:
         shards = [os.fspath(p) for p in checkpoint.shards]
-        if missing:
+        if missing or computed:
             first = next(iter(specs.values()))
-            shards = _with_missing(tmp, checkpoint.shards, missing, first.module, built)
+            shards = _with_missing(tmp, checkpoint.shards, {**missing, **computed}, first.module, built)
         for filename, spec in specs.items():
             report = tmp / (f"{filename.removesuffix('.onnx')}.report.md" if stats else REPORT_FILE)
             result = to_onnx(
@@ -201,8 +203,9 @@ def export_pretrained(
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
-        if missing:
+        if missing or computed:
             _drop_unused(tmp, list(specs))
+        if missing:
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(
                     f"\n## Parameters not in the checkpoint\n\n{len(missing)} parameters of {class_name} are "

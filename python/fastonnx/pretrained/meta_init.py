@@ -13,6 +13,9 @@ Each parameter exists on the CPU only between its creation and its registration 
 whose pages are not touched), so memory stays near one tensor, not the model; initialisations that run
 after registration (``reset_parameters``, transformers' ``_init_weights``) run on meta tensors and cost
 nothing.
+
+Once built, the export moves the buffers to the meta device too (``buffers_on_meta``), their computed
+values written beside the checkpoint's shards: a capture on the meta device must not meet CPU tensors.
 """
 
 from __future__ import annotations
@@ -66,21 +69,33 @@ def _known_keys(model: torch.nn.Module, shards: list[str]) -> tuple[set[str], di
     return set(index) | set(renamed_keys(model, list(index))), aliases(model)
 
 
-def stored_buffers_on_meta(model: torch.nn.Module, shards: list[str]) -> list[str]:
-    """Moves the persistent buffers the checkpoint holds (Marian's ``final_logits_bias``) to the meta
-    device: like the parameters, they are read from the checkpoint, as ``from_pretrained`` loads them,
-    and a meta graph does not mix them with CPU tensors. Returns their names."""
+def buffers_on_meta(model: torch.nn.Module, shards: list[str]) -> dict[str, torch.Tensor]:
+    """Moves every buffer to the meta device, the parameters' device; returns the values (on the CPU)
+    of those the checkpoint's ``shards`` do not hold, for the export to read beside the shards.
+
+    The architectures' code puts a buffer with the activations only where it expects them apart
+    (rotary frequencies' ``.to(x.device)``); elsewhere it relies on the whole model being on one device:
+    GPT-Neo's and OpenAI GPT's causal-mask ``bias``, BERT's ``token_type_ids`` gathered at the position
+    ids, XGLM's sinusoidal table indexed by them. A CPU buffer meeting a meta activation there fails the
+    capture ("found at least two devices, cpu and meta"), so no buffer stays on the CPU. Buffers the
+    checkpoint holds (Marian's ``final_logits_bias``) are read from it, as ``from_pretrained`` loads
+    them; the others (non-persistent ones: computed by the model's ``__init__``) keep the value computed
+    there. A buffer registered under several names stays one tensor."""
     known, tied = _known_keys(model, shards)
-    moved = []
-    for path, module in model.named_modules():
+    moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id: (the CPU buffer, kept alive; its meta)
+    values: dict[str, torch.Tensor] = {}
+    for path, module in model.named_modules(remove_duplicate=False):
         for leaf, buffer in list(module._buffers.items()):
+            if buffer is None or buffer.device.type == "meta" or buffer.is_complex():
+                continue  # complex (rotary ``freqs_cis``): no safetensors dtype holds it, left on the CPU
             name = f"{path}.{leaf}" if path else leaf
-            if buffer is None or leaf in module._non_persistent_buffers_set or buffer.device.type == "meta":
-                continue
-            if any(n in known for n in [name, *tied.get(name, [])]):
-                module._buffers[leaf] = buffer.to("meta")
-                moved.append(name)
-    return moved
+            if id(buffer) not in moved:
+                moved[id(buffer)] = (buffer, buffer.to("meta"))
+                if not any(n in known for n in [name, *tied.get(name, [])]):
+                    # contiguous and owning its storage: safetensors writes neither views nor shared memory
+                    values[name] = buffer.detach().clone(memory_format=torch.contiguous_format)
+            module._buffers[leaf] = moved[id(buffer)][1]
+    return values
 
 
 def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, torch.Tensor]:
