@@ -202,6 +202,10 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     if cls is None:
         raise LookupError(f"transformers has no class {class_name}")
     config = tiny_config(model_type)
+    if task == "text-generation" and getattr(config, "is_decoder", None) is False:
+        # an encoder family's causal LM (BertLMHeadModel, RobertaForCausalLM...): its checkpoints for
+        # generation are decoders (causal, with a cache), as transformers' own warning asks
+        config.is_decoder = True
     with torch.device("meta"):  # the size first: a config the shrinking missed is not built for real
         params = sum(p.numel() for p in cls(config).parameters())
     if params > MAX_PARAMS:

@@ -66,6 +66,6 @@ def test_a_composite_config_is_a_named_input_error(tmp_path: pathlib.Path) -> No
     sweep = _sweep()
     folder = tmp_path / "gemma3"
     sweep.build_checkpoint("text-generation", "gemma3", "Gemma3ForConditionalGeneration", folder)
-    with pytest.raises(InputError, match=r"Gemma3Config\) has no 'num_hidden_layers'"):
+    with pytest.raises(InputError, match=r"Gemma3Config\) has no '(num_hidden_layers|vocab_size)'"):
         fastonnx.export_pretrained(folder, tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()

@@ -44,8 +44,9 @@ def _token(value: Any) -> Any:
 
 
 def genai_config(config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str) -> dict[str, Any]:
-    kv_heads, head_size = kv_shape(config)
-    layers = int(config.num_hidden_layers)
+    # the first layer's keys as the model caches them (genai takes one size for every layer)
+    kv_heads, head_size = spec.cache_shapes[0][0] if spec.cache_shapes else kv_shape(config)
+    layers = len(spec.cache_shapes) if spec.cache_shapes else int(config.num_hidden_layers)
     context = int(
         getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
     )

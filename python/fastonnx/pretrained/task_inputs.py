@@ -12,11 +12,15 @@ Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the fo
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from fastonnx.errors import InputError
 
 BATCH, SEQUENCE, PAST, TOTAL = (
     "batch_size",
@@ -26,6 +30,10 @@ BATCH, SEQUENCE, PAST, TOTAL = (
 )
 
 
+# per cache layer: (heads, head size) of its keys and of its values
+LayerShapes = tuple[tuple[int, int], tuple[int, int]]
+
+
 @dataclass
 class GraphSpec:
     module: torch.nn.Module
@@ -33,6 +41,7 @@ class GraphSpec:
     dynamic_shapes: dict[str, Any]
     input_names: list[str]
     output_names: list[str]
+    cache_shapes: list[LayerShapes] | None = None  # text-generation: what the model's cache holds
 
 
 def takes(model: torch.nn.Module, name: str) -> bool:
@@ -140,23 +149,85 @@ class ImageEncoder(torch.nn.Module):
         return out
 
 
-def empty_cache(config: Any, batch: int, past: int, device: str | torch.device, g: torch.Generator) -> Any:
+def produced_cache_shapes(model: torch.nn.Module, with_positions: bool) -> list[LayerShapes] | None:
+    """The (heads, head size) of the keys and of the values each layer of ``model`` puts in its cache,
+    read from a prefill of 3 tokens run on fake tensors (no values, no memory); [] where the model
+    returns no cache, None where that prefill fails (the capture then reports the model's own error).
+
+    A decoder's config does not say what it caches: multi-query attention (Falcon, GPT-BigCode) keeps
+    one head whatever ``num_key_value_heads`` says, multi-head latent attention (DeepSeek-V2/V3,
+    MiniCPM3) caches its compressed latent and rotary part, keys and values may differ in size
+    (MiMo-V2-Flash) and in heads from a layer to the next; a past of another shape fails the capture
+    at the concatenation ("Sizes of tensors must match"). The prefill runs as the capture runs the
+    model, with torch's compiling flags set: transformers' mask code takes the traceable path then
+    instead of reading values."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from transformers import DynamicCache
+
+    from fastonnx.capture import TRACE_LOCK
+
+    compiling: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+    try:
+        from torch._export.utils import _compiling_state_context as compiling
+    except ImportError:  # another torch: the prefill runs without the flags (may fail: None)
+        pass
+    batch, sequence = 2, 3
+    # the forward may replace buffers (a rotary table grown for a longer input): put them back after
+    buffers = [(m, dict(m._buffers)) for m in model.modules()]
+    try:
+        with TRACE_LOCK, torch.no_grad(), compiling():
+            with FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True):
+                ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
+                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                if with_positions:
+                    kwargs["position_ids"] = torch.arange(sequence, device="meta").repeat(batch, 1)
+                out = model(**kwargs, past_key_values=DynamicCache(), use_cache=True)
+            cache = getattr(out, "past_key_values", None)
+            if cache is None:
+                return []  # no cache returned: nothing a decode step could read
+            layers = getattr(cache, "layers", None) or []
+            found = [
+                t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            ]
+            tensors = [t for t in found if isinstance(t, torch.Tensor) and t.dim() == 4]
+            if not tensors or len(tensors) != len(found):
+                return None
+            sizes = [(int(t.shape[1]), int(t.shape[3])) for t in tensors]  # (heads, head size)
+            return list(zip(sizes[::2], sizes[1::2], strict=True))
+    except Exception:  # the model fails on fake tensors: the config's shapes, and the capture's own error
+        return None
+    finally:
+        for module, saved in buffers:
+            module._buffers.clear()
+            module._buffers.update(saved)
+
+
+def config_cache_shapes(config: Any) -> list[LayerShapes]:
+    """Every layer's (heads, head size) as a standard decoder config states them."""
+    heads = kv_shape(config)
+    return [(heads, heads)] * int(config.num_hidden_layers)
+
+
+def empty_cache(
+    shapes: list[LayerShapes], batch: int, past: int, device: str | torch.device, g: torch.Generator
+) -> Any:
     """A DynamicCache of ``past`` random positions in each layer. Every layer keeps all positions (also
     those of sliding-window attention, whose mask then hides the old ones): the graph's past grows by
     the new tokens at each step, as onnxruntime-genai's cache does."""
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    kv_heads, head_dim = kv_shape(config)
-    shape = (batch, kv_heads, past, head_dim)
-    for i in range(int(config.num_hidden_layers)):
-        k, v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    for i, ((k_heads, k_size), (v_heads, v_size)) in enumerate(shapes):
+        k = torch.randn((batch, k_heads, past, k_size), generator=g)
+        v = torch.randn((batch, v_heads, past, v_size), generator=g)
         cache.update(k.to(device), v.to(device), i)
     return cache
 
 
 def decoder_inputs(
-    config: Any,
+    shapes: list[LayerShapes],
+    vocab: int,
     batch: int,
     sequence: int,
     past: int,
@@ -165,34 +236,69 @@ def decoder_inputs(
     seed: int = 0,
 ) -> tuple[Any, ...]:
     g = torch.Generator().manual_seed(seed)
-    vocab = int(config.vocab_size)
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g)
     mask = torch.ones(batch, past + sequence, dtype=torch.int64)
     positions = torch.arange(past, past + sequence).repeat(batch, 1)
-    cache = empty_cache(config, batch, past, device, g)
+    cache = empty_cache(shapes, batch, past, device, g)
     tensors = (ids.to(device), mask.to(device), positions.to(device))
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
 
 
+def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
+    """Refuses an architecture whose cache holds more than keys and values (an InputError naming the
+    layer's cache type): the layers of the cache transformers makes for its config (``DynamicCache(
+    config=...)``, as ``generate`` does) must be plain key-value layers. Linear-attention layers (Mamba-style
+    convolution and recurrent states: Jamba, Qwen3-Next, Falcon-H1...) and indexed layers (the indexer keys
+    of DeepSeek-V3.2's sparse attention) hold state that the package's ``past_key_values.%d.key`` /
+    ``.value`` cannot carry; fed plain layers, the model fails deep in its forward instead ("Cannot get
+    conv state for non linear attention layer"). Sliding-window layers are exported as full ones (see
+    ``empty_cache``)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # a config the cache cannot read: left to the capture, which reports the model's error
+        return
+    for i, layer in enumerate(layers):
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise InputError(
+                f"{type(model).__name__}: cache type {type(layer).__name__} (layer {i} of transformers' "
+                "cache for its config) is not supported yet: it holds more than keys and values, and "
+                "text-generation exports key-value caches only (past_key_values.N.key / .value)"
+            )
+
+
 def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
+    check_cache_layers(model, config)
     with_positions = takes(model, "position_ids")
     step: torch.nn.Module = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
-    layers = int(config.num_hidden_layers)
-    args = decoder_inputs(config, 2, 3, 4, "meta", with_positions)
+    shapes = produced_cache_shapes(model, with_positions)
+    if shapes == []:
+        why = (
+            "its config has is_decoder=False: it attends both ways, as an encoder, and keeps no cache; "
+            'a checkpoint meant for generation has "is_decoder": true in its config.json'
+            if getattr(config, "is_decoder", None) is False
+            else "a text-generation package needs one (past_key_values in, present out)"
+        )
+        raise InputError(f"{type(model).__name__} returns no cache from a forward with use_cache=True: {why}")
+    shapes = shapes or config_cache_shapes(config)
+    layers = len(shapes)
+    args = decoder_inputs(shapes, int(config.vocab_size), 2, 3, 4, "meta", with_positions)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
-    shapes: dict[str, Any] = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
+    dims: dict[str, Any] = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
     names = ["input_ids", "attention_mask"]
     if with_positions:
-        shapes["position_ids"] = {0: b, 1: s}
+        dims["position_ids"] = {0: b, 1: s}
         names.append("position_ids")
-    shapes["past_key_values"] = [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)]
+    dims["past_key_values"] = [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)]
     outputs = ["logits"]
     for i in range(layers):
         names += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
         outputs += [f"present.{i}.key", f"present.{i}.value"]
-    return GraphSpec(step, args, shapes, names, outputs)
+    return GraphSpec(step, args, dims, names, outputs, shapes)
 
 
 def text_inputs(

@@ -22,6 +22,7 @@ from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.task_inputs import (
     GraphSpec,
+    config_cache_shapes,
     decoder_inputs,
     image_inputs,
     speech_frames,
@@ -86,7 +87,8 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     with_positions = "position_ids" in spec.input_names
     infos: list[VerificationInfo] = []
     batch, prompt = 2, 5
-    first = decoder_inputs(config, batch, prompt, 0, "cpu", with_positions, seed=1)
+    shapes = spec.cache_shapes or config_cache_shapes(config)
+    first = decoder_inputs(shapes, int(config.vocab_size), batch, prompt, 0, "cpu", with_positions, seed=1)
     ids, mask = first[0], first[1]
     positions = first[2] if with_positions else None
     cache = first[-1]

@@ -1,0 +1,141 @@
+"""Causal LMs the architecture sweep (scripts/architecture_sweep.py) found failing to export, each built
+from the sweep's own tiny config with random weights, exported by ``export_pretrained`` and verified
+(the package run in onnxruntime against transformers eager: a prefill and a decode step, logits and
+every present tensor at fastonnx's float32 tolerances):
+
+- buffers on the meta device with the parameters: BERT's ``token_type_ids`` buffer, gathered at the
+  position ids, used to stay on the CPU ("found at least two devices, cpu and meta");
+- the past's shapes as the model caches them, not as its config states them: multi-query attention
+  (GPT-BigCode: one head) and multi-head latent attention (DeepSeek-V3: the compressed latent and the
+  rotary part, of different sizes) failed at the concatenation ("Sizes of tensors must match");
+- a model returning no cache, and caches of more than keys and values (linear attention, indexed
+  layers), are InputErrors naming the reason instead of a mismatch of output names or an error deep in
+  the forward.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from types import ModuleType
+
+import pytest
+import torch
+from checkpoint_folders import DECODER, save_checkpoint
+from safetensors.torch import load_file
+
+import fastonnx
+from fastonnx.errors import InputError
+from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _sweep() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _export(tmp_path: pathlib.Path, model_type: str, class_name: str) -> fastonnx.PretrainedExport:
+    folder = tmp_path / "checkpoint"
+    _sweep().build_checkpoint("text-generation", model_type, class_name, folder)
+    return fastonnx.export_pretrained(folder, tmp_path / "package", task="text-generation", progress=False)
+
+
+def test_every_buffer_moves_to_meta_with_its_value_kept() -> None:
+    from transformers import BertConfig, BertLMHeadModel
+
+    config = BertConfig(**{k: DECODER[k] for k in ("vocab_size", "hidden_size", "intermediate_size")})
+    config.update({"num_hidden_layers": 2, "num_attention_heads": 4, "is_decoder": True})
+    real = BertLMHeadModel(config).eval()
+    meta = build_on_meta(lambda: BertLMHeadModel(config)).eval()
+    values = buffers_on_meta(meta, [])  # no checkpoint: every buffer's value is returned
+    assert all(b.device.type == "meta" for b in meta.buffers())
+    expected = dict(real.named_buffers())
+    assert set(values) == set(expected)
+    for name, want in expected.items():
+        torch.testing.assert_close(values[name], want, rtol=0, atol=0, msg=name)
+        assert values[name].is_contiguous() and values[name].device.type == "cpu"
+
+
+def test_a_bert_decoder_reads_its_cpu_computed_buffers(tmp_path: pathlib.Path) -> None:
+    written = _export(tmp_path, "bert", "BertLMHeadModel")
+    assert written.verified is True, written.verify_note
+    # the token type ids the embeddings gather, computed by the model's __init__, read beside the shards
+    stored = load_file(written.outdir / "fastonnx_missing.safetensors")
+    assert torch.equal(stored["model.bert.embeddings.token_type_ids"], torch.zeros(1, 128, dtype=torch.int64))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "class_name", "key", "value"),
+    [
+        ("gpt_bigcode", "GPTBigCodeForCausalLM", (1, 16), (1, 16)),  # multi-query: 1 head, not 4
+        (
+            "deepseek_v3",
+            "DeepseekV3ForCausalLM",
+            (1, 32),
+            (1, 8),
+        ),  # the latent (rank 32), the rotary part (8)
+    ],
+    ids=["gpt_bigcode", "deepseek_v3"],
+)
+def test_the_past_has_the_shapes_the_model_caches(
+    tmp_path: pathlib.Path,
+    model_type: str,
+    class_name: str,
+    key: tuple[int, int],
+    value: tuple[int, int],
+) -> None:
+    import onnx
+
+    written = _export(tmp_path, model_type, class_name)
+    assert written.verified is True, written.verify_note
+    graph = onnx.load(str(written.model_path), load_external_data=False).graph
+    dims = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    for layer in range(2):
+        assert dims[f"past_key_values.{layer}.key"] == ["batch_size", key[0], "past_sequence_length", key[1]]
+        assert dims[f"past_key_values.{layer}.value"] == [
+            "batch_size",
+            value[0],
+            "past_sequence_length",
+            value[1],
+        ]
+
+
+def test_an_encoder_config_is_refused_naming_is_decoder(tmp_path: pathlib.Path) -> None:
+    # BertLMHeadModel with is_decoder=False attends both ways and returns no cache
+    folder = tmp_path / "checkpoint"
+    sizes = {k: DECODER[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")}
+    save_checkpoint(
+        folder, "bert", "BertLMHeadModel", {**sizes, "num_attention_heads": 4, "is_decoder": False}
+    )
+    with pytest.raises(InputError, match=r"BertLMHeadModel returns no cache .* is_decoder=False"):
+        fastonnx.export_pretrained(folder, tmp_path / "package", task="text-generation", progress=False)
+    assert not (tmp_path / "package").exists()
+
+
+@pytest.mark.parametrize(
+    ("model_type", "class_name", "layer"),
+    [
+        ("jamba", "JambaForCausalLM", "LinearAttentionLayer"),  # Mamba convolution and recurrent states
+        (
+            "deepseek_v32",
+            "DeepseekV32ForCausalLM",
+            "DynamicIndexedLayer",
+        ),  # the sparse attention's indexer keys
+    ],
+    ids=["jamba", "deepseek_v32"],
+)
+def test_a_cache_of_more_than_keys_and_values_is_refused(
+    tmp_path: pathlib.Path, model_type: str, class_name: str, layer: str
+) -> None:
+    with pytest.raises(
+        InputError, match=rf"{class_name}: cache type {layer} \(layer \d+ .* is not supported yet"
+    ):
+        _export(tmp_path, model_type, class_name)
+    assert not (tmp_path / "package").exists()
