@@ -88,7 +88,12 @@ def to_onnx(
             dynamic. When torch.export refuses the shapes with suggested fixes, the fixes are applied once
             and the model captured again (``stats["dynamic_shapes_refined"]`` lists them; the ONNX dims
             follow them, ``2*_n``). A dim asked to be dynamic that torch.export specialises is handled as
-            ``strict_dynamic`` says. Dynamic shapes are always captured by torch.export (``capture``).
+            ``strict_dynamic`` says. Dynamic shapes are always captured by torch.export (``capture``):
+            under ``capture="auto"``, a model with a stack of like layers (a transformer's decoder
+            layers) is captured by torch.export with the stack cut to its first layers of each kind,
+            and the other layers are stamped from them where their sameness is proven
+            (``fastonnx.capture.stamping``; ``stats["stamped"]``, else ``stats["stamp_refused"]`` says
+            why the whole model was captured); ``capture="export"`` captures every layer.
         opset: The ONNX opset, from ``fastonnx.MIN_OPSET`` (17) to ``fastonnx.MAX_OPSET`` (26, the newest
             the pinned onnxruntime loads). None means ``fastonnx.DEFAULT_OPSET`` (20), the official
             exporter's default. Another value raises ``OpsetError``, and so does a dtype the opset lacks

@@ -69,8 +69,10 @@ _TRAINING_SENSITIVE = (
 class CaptureInfo:
     """What a capture found: the path that ran and why, and what it changed of the user's request."""
 
-    path: str = "export"  # "trace" or "export"
+    path: str = "export"  # "trace", "export" or "stamped"
     trace_refused: str | None = None  # why the trace did not run, when it could have
+    stamp_refused: str | None = None  # why dynamic shapes were not captured by stamping (stamping.py)
+    stamped: str | None = None  # "N of M layers of <path> stamped" when they were
     training_mode: bool = False
     dynamic_shapes_refined: list[str] | None = None  # torch's fixes, when the first try was refused
     size_oblivious: bool | None = None  # False when the capture was retried without it
@@ -83,6 +85,10 @@ class CaptureInfo:
         found: dict[str, Any] = {"capture": self.path}
         if self.trace_refused is not None:
             found["trace_refused"] = self.trace_refused
+        if self.stamp_refused is not None:
+            found["stamp_refused"] = self.stamp_refused
+        if self.stamped is not None:
+            found["stamped"] = self.stamped
         if self.training_mode:
             found["training_mode"] = True
         if self.size_oblivious is False:
@@ -137,8 +143,16 @@ def capture(
         _log_refusal(model, traced, quiet)
         info.trace_refused = traced
     with TRACE_LOCK:
-        exported = _export_refined(model, args, kwargs, dynamic_shapes, requested or {})
+        layers = (
+            _stamping_plan(model, args, kwargs or {}, info) if quiet and dynamic_shapes is not None else None
+        )
+        exported = _export_refined(model, args, kwargs, dynamic_shapes, requested or {}, layers)
     ep = exported.ep
+    if layers is not None and exported.stamped:
+        info.path = "stamped"
+        info.stamped = f"{layers.layers - layers.prefix} of {layers.layers} layers of {layers.path}"
+    elif layers is not None:
+        info.stamp_refused = exported.stamp_refused
     info.dynamic_shapes_refined, info.size_oblivious = exported.fixes, exported.oblivious
     check_no_input_constants(ep, args, kwargs or {}, names)
     if dynamic_shapes is not None:
@@ -267,17 +281,49 @@ def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], 
         raise TraceRefused(f"the graph needs torch.export's functionalization: {reason}")
 
 
+def _stamping_plan(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], info: CaptureInfo
+) -> Any:
+    """stamping.py's plan for a dynamic-shape capture under capture="auto", or None with the reason
+    kept in ``info`` (and logged at INFO level): torch.export then captures the whole model."""
+    from fastonnx.capture import stamping
+
+    try:
+        return stamping.plan(model, args, kwargs)
+    except stamping.StampRefused as e:
+        info.stamp_refused = str(e)
+        log.info("capture='auto' captures every layer of %s with torch.export: %s", type(model).__name__, e)
+        return None
+
+
 def _export(
     model: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     oblivious: bool,
-) -> torch.export.ExportedProgram:
+    layers: Any = None,
+) -> tuple[torch.export.ExportedProgram, str | None]:
+    """torch.export of ``model``, with ``layers`` (a stamping.Plan) of the prefix and the rest
+    stamped; the second value is why stamping was given up (the whole model then captured)."""
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
     # detection post-processing in a traceable form (see recurrent.py, detection.py)
     with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious):
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+        def whole() -> torch.export.ExportedProgram:
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+        if layers is None:
+            return whole(), None
+        from fastonnx.capture import stamping
+
+        try:
+            return stamping.export(model, layers, whole), None
+        except stamping.StampRefused as e:
+            log.info(
+                "capture='auto' captures every layer of %s with torch.export: %s", type(model).__name__, e
+            )
+            return whole(), str(e)
 
 
 @dataclasses.dataclass
@@ -286,6 +332,8 @@ class _Exported:
     reason: str | None  # torch's explanation of the last refusal, when there was one
     fixes: list[str] | None  # torch's suggested fixes applied
     oblivious: bool | None  # size-oblivious reasoning at the end (None: no dynamic shapes)
+    stamped: bool = False  # layers stamped (stamping.py)
+    stamp_refused: str | None = None  # why stamping was given up after the plan was made
 
 
 _MAX_ATTEMPTS = 4  # the first try, without size-oblivious reasoning, and two rounds of torch's fixes
@@ -297,6 +345,7 @@ def _export_refined(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     requested: dynamic.Requested,
+    layers: Any = None,
 ) -> _Exported:
     """torch.export, retried the way that keeps the most of the user's dynamic shapes when its
     constraints refuse them: first without size-oblivious reasoning (process-wide in torch, so only
@@ -311,8 +360,15 @@ def _export_refined(
     failures: list[Exception] = []
     for _ in range(_MAX_ATTEMPTS):
         try:
-            ep = _export(model, args, kwargs, shapes, oblivious)
-            return _Exported(ep, reason, fixes or None, oblivious if dynamic_shapes is not None else None)
+            ep, given_up = _export(model, args, kwargs, shapes, oblivious, layers)
+            return _Exported(
+                ep,
+                reason,
+                fixes or None,
+                oblivious if dynamic_shapes is not None else None,
+                stamped=layers is not None and given_up is None,
+                stamp_refused=given_up,
+            )
         except Exception as e:  # torch raises many types; its message is what the user needs
             message = getattr(e, "msg", None) or str(e)
             failures.append(e)
