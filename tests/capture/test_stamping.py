@@ -172,9 +172,9 @@ def test_stamped_capture_is_torch_exports_graph(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["llama", "gemma3", "smollm3"] if _FULL else ["llama"])
 def test_a_decode_step_with_its_cache_as_input_is_captured_whole(name: str) -> None:
-    """With the KV cache an input, torch.export computes each layer's cache sizes with other ops
-    from layer to layer (a Llama's layer 2 adds past and sequence where layer 1 reads the sum made
-    before the stack): stamping refuses, naming why, and the graph is torch.export's."""
+    """With the KV cache an input, torch.export gives each layer's cache length its own symbol and
+    computes a layer's sizes (past + sequence) with ops ordered by the symbols' names, differently from
+    layer to layer: stamping refuses, naming why, and the graph is torch.export's."""
     from transformers import DynamicCache
 
     extra: dict[str, Any] = {"llama": {}, "gemma3": {"sliding_window_pattern": 3}, "smollm3": {}}[name]
@@ -213,7 +213,10 @@ def test_a_decode_step_with_its_cache_as_input_is_captured_whole(name: str) -> N
     whole = fastonnx.to_onnx(step, args, dynamic_shapes=shapes, capture="export")
     assert fast.stats["capture"] == "export"
     assert "reads its own entries of an input (a KV cache)" in fast.stats["stamp_refused"]
-    assert _graph(fast) == _graph(whole)
+    got, want = _graph(fast), _graph(whole)
+    assert got == want, "\n".join(
+        difflib.unified_diff(want, got, "torch.export", "stamped", lineterm="", n=1)
+    )
     run = inputs(3, 4, 3, 1)
     with torch.no_grad():
         logits, cache = step(*copy.deepcopy(run))

@@ -398,11 +398,11 @@ def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
                 f"layer {p.path}.{k} does not run what layer {p.path}.{r} runs: in the static trace its op "
                 f"{at} of {len(mine)}, {op}, differs in what it runs or reads"
             )
-        indexed = next((a for entry in mine for a in [entry[2]] if "'input', '" in a and "#" in a), None)
+        indexed = next((e[2] for e in mine if "'input', '" in e[2] and "#" in e[2]), None)
         if indexed is not None:
-            # measured on transformers' decode steps: torch.export binds the sizes of each layer's
-            # cache entries to nodes of that layer or of the code before the stack, differently from
-            # layer to layer, so a stamped layer would compute a size with other ops than torch.export
+            # measured on transformers' decode steps: torch.export gives each layer's cache length its
+            # own symbol and orders a sum such as past + sequence by the symbols' names, so the ops
+            # computing a layer's sizes differ from layer to layer in ways a copy does not reproduce
             raise StampRefused(
                 f"layer {p.path}.{k} reads its own entries of an input (a KV cache): torch.export computes "
                 "their sizes with other ops from layer to layer, which stamping would not reproduce"
@@ -593,11 +593,19 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
         and n.args[0].op == "placeholder"
     }
     first_op = next(n for n in graph.nodes if n.op != "placeholder")
+    order = {n: i for i, n in enumerate(graph.nodes) if n.op == "placeholder"}
 
     def size_of(node: torch.fx.Node, dim: int, like: torch.fx.Node) -> torch.fx.Node:
-        """``aten.sym_size.int(node, dim)``, as torch.export hoists it before the program's ops."""
+        """``aten.sym_size.int(node, dim)`` where torch.export hoists it: before the program's ops,
+        among the other inputs' sizes in the order of the inputs."""
         if (node, dim) not in sizes:
-            with graph.inserting_before(first_op):
+            later = sorted(
+                ((order[src], d), i, n)
+                for i, ((src, d), n) in enumerate(sizes.items())
+                if (order[src], d) > (order[node], dim)
+            )
+            before = later[0][2] if later else first_op
+            with graph.inserting_before(before):
                 made = graph.call_function(torch.ops.aten.sym_size.int, (node, dim))
             made.meta = {**like.meta, "val": node.meta["val"].shape[dim]}
             sizes[(node, dim)] = made
