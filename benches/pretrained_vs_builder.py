@@ -9,7 +9,7 @@ Folders, written by this script and deleted after:
 - ``3b``: a Llama-3.2-3B-shaped bf16 folder (28 layers, hidden 3072, 24 / 8 heads, intermediate 8192,
   128256 tokens, tied embeddings; 6.4 GB), its safetensors shards written tensor by tensor from the
   model's meta-device shapes with random data (std 0.02, norms one), never the model in memory;
-  precision fp32 unless ``--sizes 3b:fp32+int4`` asks for more.
+  precisions fp32 and int4 (``--sizes 3b:fp32`` for one).
 
 Per size and precision, each tool in a fresh process (``--runs`` times, the tools' order alternated):
 
@@ -54,8 +54,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TOOLS = ("fastonnx", "builder")
 PAST = 2048
-# the sizes' precisions unless --sizes names them (3b fp32 and int4 both would take about an hour)
-DEFAULT_PRECISIONS = {"8x1024": ("fp32", "int4"), "3b": ("fp32",)}
 LLAMA_3B = {
     "vocab_size": 128256,
     "hidden_size": 3072,
@@ -252,7 +250,9 @@ def run_child(args: list[str], min_free: float, log: str) -> dict[str, Any]:
         why = "killed (signal 9, out of memory?)" if proc.returncode == -9 else f"exit {proc.returncode}"
         print(text[-3000:], file=sys.stderr)
         return {"failed": why, "peak_rss": peak}
-    result = dict(json.loads(text.strip().splitlines()[-1]))
+    # the JSON line is the child's last print, but stderr (merged) may write after it at exit
+    last = next(line for line in reversed(text.splitlines()) if line.startswith('{"'))
+    result = dict(json.loads(last))
     result["peak_rss"] = max(result["peak_rss"], peak)
     return result
 
@@ -273,11 +273,25 @@ def package_bytes(package: str, checkpoint: str) -> tuple[int, int]:
     return own, linked
 
 
-def opset_of(package: str) -> int:
+def graph_facts(package: str) -> tuple[int, str]:
+    """The file's opset and how its weights are stored: the dtype holding most initializer bytes, its
+    share, and the ops that read quantized weights."""
     import onnx
 
     proto = onnx.load(os.path.join(package, "model.onnx"), load_external_data=False)
-    return next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    by_dtype: dict[int, int] = {}
+    for t in proto.graph.initializer:
+        ext = {e.key: e.value for e in t.external_data}
+        n = int(ext["length"]) if "length" in ext else len(t.raw_data)
+        by_dtype[t.data_type] = by_dtype.get(t.data_type, 0) + n
+    dtype, n = max(by_dtype.items(), key=lambda kv: kv[1])
+    text = f"{onnx.TensorProto.DataType.Name(dtype).lower()} {n / sum(by_dtype.values()):.0%}"
+    ops = {node.op_type for node in proto.graph.node}
+    # a Cast reads the weights only when they are not stored as float32
+    wanted = ("MatMulNBits", "DequantizeLinear") + (("Cast",) if dtype != onnx.TensorProto.FLOAT else ())
+    readers = [op for op in wanted if op in ops]
+    return opset, text + (f" ({', '.join(readers)})" if readers else "")
 
 
 def fmt_s(x: float) -> str:
@@ -295,11 +309,28 @@ def report(
     for (size, precision, tool), r in results.items():
         if "failed" in r:
             rows.append(
-                [size, precision, tool, "", f"failed: {r['failed']}", f"≥ {gib(r['peak_rss'])}", "", "", ""]
+                [
+                    size,
+                    precision,
+                    tool,
+                    "",
+                    f"failed: {r['failed']}",
+                    f"≥ {gib(r['peak_rss'])}",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
             )
             continue
         d = r.get("decode", {})
-        step = f"{d['step_s'] * 1e3:.1f} ms" if "step_s" in d else d.get("failed", "")
+        step = (
+            f"{d['step_s'] * 1e3:.1f} / {d['step_cpu_s'] * 1e3:.1f} ms"
+            if "step_s" in d
+            else f"failed: {d['failed']}"
+            if "failed" in d
+            else ""
+        )
         prefill = fmt_s(d["prefill_s"]) if "prefill_s" in d else ""
         rows.append(
             [
@@ -310,6 +341,7 @@ def report(
                 fmt_s(r["work_s"]),
                 gib(r["peak_rss"]),
                 f"{gib(r['own'])} + {gib(r['linked'])}",
+                r["weights"],
                 step,
                 prefill,
             ]
@@ -326,7 +358,8 @@ def report(
         ]
         fd, bd = f.get("decode", {}), b.get("decode", {})
         if "step_s" in fd and "step_s" in bd:
-            parts.append(f"decode step {fd['step_s'] / bd['step_s']:.2f}x")
+            wall, cpu = (fd[k] / bd[k] for k in ("step_s", "step_cpu_s"))
+            parts.append(f"decode step {wall:.2f}x (CPU time {cpu:.2f}x)")
         ratios.append(f"- {size} {precision}: fastonnx's " + ", ".join(parts))
     passed = "" if a.opset is None else f" --opset {a.opset}"
     passed += "" if a.optimize is None else f" --optimize {a.optimize}"
@@ -354,7 +387,8 @@ def report(
             " failed row: the last seen). Package: bytes it adds + bytes hard-linked from the checkpoint."
             f" Decode: onnxruntime-genai `Generator`, 1 intra-op / 1 inter-op thread, a {PAST}-token prompt"
             f" appended (its time: prefill), then the median of {a.steps} single-token steps at past {PAST}"
-            f" (their CPU time at most {threads:.2f}x their wall time: one thread computed).",
+            f" (CPU time: the process's during the step, at most {threads:.2f}x the wall time, so one thread"
+            " computed; on this shared machine the wall time also counts waiting for a core).",
             "",
             ledger.table(
                 [
@@ -365,7 +399,8 @@ def report(
                     "work",
                     "peak RSS",
                     "package (own + linked)",
-                    f"decode step, past {PAST}",
+                    "weights (largest dtype by bytes; readers)",
+                    f"decode step, past {PAST} (wall / CPU)",
                     f"prefill {PAST}",
                 ],
                 rows,
@@ -385,9 +420,7 @@ def parse_sizes(text: str) -> list[tuple[str, tuple[str, ...]]]:
         name, _, precisions = item.partition(":")
         if name != "3b" and "x" not in name:
             raise SystemExit(f"--sizes: {item!r} is neither LAYERSxHIDDEN nor 3b")
-        chosen = (
-            tuple(precisions.split("+")) if precisions else DEFAULT_PRECISIONS.get(name, ("fp32", "int4"))
-        )
+        chosen = tuple(precisions.split("+")) if precisions else ("fp32", "int4")
         sizes.append((name, chosen))
     return sizes
 
@@ -396,7 +429,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="8x1024,3b", help="8x1024 and/or 3b, each optionally :fp32+int4")
     p.add_argument("--runs", type=int, default=1, help="exports per tool and precision (median)")
-    p.add_argument("--steps", type=int, default=8, help="decode steps timed after the prompt (median)")
+    p.add_argument("--steps", type=int, default=16, help="decode steps timed after the prompt (median)")
     p.add_argument("--dir", default=None, help="where the folders go (default: the system's temp)")
     p.add_argument(
         "--min-free", type=float, default=1.0, help="GiB left on the machine before a tool is stopped"
@@ -452,8 +485,9 @@ def main() -> None:
                         print(f"{size} {precision} {tool} run {run + 1}: {r}", flush=True)
                         if "failed" not in r:
                             r["own"], r["linked"] = package_bytes(out, folder)
+                            r["opset"], r["weights"] = graph_facts(out)
                             if tool == "fastonnx":
-                                info["opset"] = opset_of(out)
+                                info["opset"] = r["opset"]
                                 info["optimize"] = r["optimize"]
                             if run == 0:
                                 d = run_child(["--decode", out, str(a.steps), str(vocab)], a.min_free, log)
