@@ -131,3 +131,21 @@ def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:
     cosine = torch.nn.functional.cosine_similarity(logits[0], want, dim=0)
     assert cosine > 0.9, float(cosine)  # 0.95 measured; a wrong layout would give ~0
     assert not torch.allclose(logits[0], want, atol=1e-5)  # the weights were quantized
+
+
+def test_a_deeper_decoder_is_stamped_and_generates_as_transformers(tmp_path: pathlib.Path) -> None:
+    """Four layers: the decode step (KV cache as input, dynamic batch, sequence and past) is captured
+    as torch.export of two layers with the others stamped (capture/stamping.py), and onnxruntime-genai
+    still generates what transformers generates."""
+    model_type, class_name, extra = DECODERS["llama"]
+    saved = save_checkpoint(
+        tmp_path / "checkpoint",
+        model_type,
+        class_name,
+        {**DECODER, **extra, "num_hidden_layers": 4},
+        seed=6,  # greedy tokens with 6 distinct ids (seed 0 repeats one token at 4 layers)
+    )
+    written = _check_package(tmp_path, saved, "llama, 4 layers")
+    (stats,) = [v for v in written.stats.values() if isinstance(v, dict) and "capture" in v]
+    assert stats["capture"] == "stamped", stats.get("stamp_refused")
+    assert stats["stamped"].startswith("2 of 4 layers")

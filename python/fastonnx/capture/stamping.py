@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -398,15 +399,6 @@ def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
                 f"layer {p.path}.{k} does not run what layer {p.path}.{r} runs: in the static trace its op "
                 f"{at} of {len(mine)}, {op}, differs in what it runs or reads"
             )
-        indexed = next((e[2] for e in mine if "'input', '" in e[2] and "#" in e[2]), None)
-        if indexed is not None:
-            # measured on transformers' decode steps: torch.export gives each layer's cache length its
-            # own symbol and orders a sum such as past + sequence by the symbols' names, so the ops
-            # computing a layer's sizes differ from layer to layer in ways a copy does not reproduce
-            raise StampRefused(
-                f"layer {p.path}.{k} reads its own entries of an input (a KV cache): torch.export computes "
-                "their sizes with other ops from layer to layer, which stamping would not reproduce"
-            )
         outputs = _output_uses(traced.graph, spans, k)
         if len(outputs) != len(_output_uses(traced.graph, spans, r)):
             raise StampRefused(f"layer {p.path}.{k} gives the program other outputs than layer {p.path}.{r}")
@@ -660,6 +652,7 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
                     node.meta.get("nn_module_stack"), f"{p.path}.{r}", f"{p.path}.{k}"
                 ),
             }
+            _resize(copy)
             env[node] = copy
             copies[copy] = (k, node)
             cursor = copy
@@ -711,6 +704,29 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
         constants,
         verifiers=ep.verifiers,
     )
+
+
+_COMMUTATIVE = (operator.add, operator.mul)
+
+
+def _resize(node: torch.fx.Node) -> None:
+    """A stamped size computation (``past + seq`` of the layer's own cache length) made of the layer's
+    own symbols, its operands in the order torch.export writes them: the order of the sum's terms in
+    sympy's canonical form, which follows the symbols' names."""
+    if node.op != "call_function" or not callable(node.target) or not _symbolic(node):
+        return
+    if not str(node.target).startswith("<built-in function"):
+        return
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
+    if any(v is None for v in vals):
+        return
+    val = node.target(*vals)
+    node.meta["val"] = val
+    if node.target in _COMMUTATIVE and len(node.args) == 2 and isinstance(val, torch.SymInt):
+        terms = val.node.expr.args
+        exprs = [v.node.expr if isinstance(v, torch.SymInt) else v for v in vals]
+        if len(terms) == 2 and list(terms) == exprs[::-1]:
+            node.args = (node.args[1], node.args[0])
 
 
 _NAME = re.compile(r"^(.*?)(?:_(\d+))?$")
