@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,44 +72,36 @@ def run_variant(how: str, ckpt: str, layers: int) -> dict[str, Any]:
     }
 
 
-def child(args: list[str]) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{args}: {proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dir", default=os.environ.get("BENCH_DIR"))
     ap.add_argument("--no-ledger", action="store_true")
-    ap.add_argument("--variant", help=argparse.SUPPRESS)
-    ap.add_argument("--ckpt", help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, metavar=("VARIANT", "CKPT", "LAYERS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.variant == "checkpoint":
-        from inplace_big import write_checkpoint
+    if a.child:
+        variant, ckpt, layers = a.child[0], a.child[1], int(a.child[2])
+        if variant == "checkpoint":
+            from inplace_big import write_checkpoint
 
-        print(json.dumps({"size": write_checkpoint(a.ckpt, a.layers)}))
-        return
-    if a.variant:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        print(json.dumps(run_variant(a.variant, a.ckpt, a.layers)))
+            print(json.dumps({"size": write_checkpoint(ckpt, layers)}))
+        else:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+            print(json.dumps(run_variant(variant, ckpt, layers)))
         return
 
-    from ledger import machine, median, table, write_section
+    from ledger import child_json, machine, median, table, write_section
 
     root = tempfile.mkdtemp(prefix="inplace-dynamic-", dir=a.dir)
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     try:
         t0 = time.perf_counter()
-        size = child(["--variant", "checkpoint", "--ckpt", root, "--layers", str(a.layers)])["size"]
+        size = child_json(__file__, "checkpoint", root, str(a.layers))["size"]
         print(f"checkpoint: {size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s", flush=True)
         for run in range(a.runs):
             for how in VARIANTS if run % 2 == 0 else tuple(reversed(VARIANTS)):
-                r = child(["--variant", how, "--ckpt", root, "--layers", str(a.layers)])
+                r = child_json(__file__, how, root, str(a.layers))
                 results[how].append(r)
                 print(how, r, flush=True)
     finally:

@@ -20,7 +20,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx.experimental._config as fx_config
@@ -33,6 +33,9 @@ from fastonnx.capture.recurrent import rnn_as_custom_ops
 from fastonnx.capture.transformers_caches import register_transformers_caches
 from fastonnx.conversion.aliasing import unsupported_mutation
 from fastonnx.errors import CaptureError, InputError
+
+if TYPE_CHECKING:  # stamping.py is imported when a dynamic-shape capture first needs it
+    from fastonnx.capture.stamping import Plan
 
 log = logging.getLogger("fastonnx")
 
@@ -283,7 +286,7 @@ def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], 
 
 def _stamping_plan(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], info: CaptureInfo
-) -> Any:
+) -> Plan | None:
     """stamping.py's plan for a dynamic-shape capture under capture="auto", or None with the reason
     kept in ``info`` (and logged at INFO level): torch.export then captures the whole model."""
     from fastonnx.capture import stamping
@@ -292,8 +295,12 @@ def _stamping_plan(
         return stamping.plan(model, args, kwargs)
     except stamping.StampRefused as e:
         info.stamp_refused = str(e)
-        log.info("capture='auto' captures every layer of %s with torch.export: %s", type(model).__name__, e)
+        _log_stamp_refusal(model, e)
         return None
+
+
+def _log_stamp_refusal(model: torch.nn.Module, reason: Exception) -> None:
+    log.info("capture='auto' captures every layer of %s with torch.export: %s", type(model).__name__, reason)
 
 
 def _export(
@@ -302,7 +309,7 @@ def _export(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     oblivious: bool,
-    layers: Any = None,
+    layers: Plan | None = None,
 ) -> tuple[torch.export.ExportedProgram, str | None]:
     """torch.export of ``model``, with ``layers`` (a stamping.Plan) of the prefix and the rest
     stamped; the second value is why stamping was given up (the whole model then captured)."""
@@ -320,9 +327,7 @@ def _export(
         try:
             return stamping.export(model, layers, whole), None
         except stamping.StampRefused as e:
-            log.info(
-                "capture='auto' captures every layer of %s with torch.export: %s", type(model).__name__, e
-            )
+            _log_stamp_refusal(model, e)
             return whole(), str(e)
 
 
@@ -345,7 +350,7 @@ def _export_refined(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     requested: dynamic.Requested,
-    layers: Any = None,
+    layers: Plan | None = None,
 ) -> _Exported:
     """torch.export, retried the way that keeps the most of the user's dynamic shapes when its
     constraints refuse them: first without size-oblivious reasoning (process-wide in torch, so only

@@ -53,6 +53,7 @@ from torch.export.graph_signature import (
 )
 
 from fastonnx.capture.refusal import TraceRefused
+from fastonnx.capture.trace import LazyProgram, trace
 
 log = logging.getLogger("fastonnx")
 
@@ -66,8 +67,9 @@ class StampRefused(Exception):
 
 @dataclasses.dataclass
 class Plan:
-    """What to capture and what to stamp: ``reps[k]`` is the layer whose span layer ``k`` copies
-    (``k`` itself for the prefix ``range(prefix)``)."""
+    """What to capture and what to stamp: ``reps[k]`` is the first layer of layer ``k``'s kind (what
+    the static trace compares it with), ``templates[k]`` the captured layer a stamped layer ``k``
+    (``k >= prefix``) is copied from."""
 
     path: str  # the stack's module path in the model ("model.layers")
     stack: torch.nn.ModuleList
@@ -375,8 +377,6 @@ def _targets(ep: torch.export.ExportedProgram) -> dict[str, str]:
 def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], p: Plan) -> None:
     """Every stamped layer does in the static trace what its representative does (see the
     module's docstring)."""
-    from fastonnx.capture.trace import trace
-
     try:
         traced = trace(model, args, kwargs)
     except TraceRefused as e:
@@ -510,9 +510,6 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
     user_inputs = [
         s.arg.name for s in specs if s.kind == InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)
     ]
-    passthrough = {
-        o: i for i, o in enumerate(outputs) if isinstance(o, torch.fx.Node) and o.op == "placeholder"
-    }
 
     # new weight placeholders, after the prefix layers' own, in layer order
     state_dict = dict(ep.state_dict)
@@ -626,11 +623,11 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
                     and (k, target[len(head) :]) in weight_nodes
                 ):
                     return weight_nodes[(k, target[len(head) :])]
-                # a constant the layer's code creates: the same value in every layer of its kind
-                # (the static trace compared them), one placeholder for all
                 if a.name in user_inputs and "#" in _unindexed(a.name, r):
                     env[a] = indexed_input(a, r, k)
                     return env[a]
+                # other placeholders are shared: a constant the layer's code creates has the same
+                # value in every layer of its kind (the static trace compared them)
             elif a.target == torch.ops.aten.sym_size.int and isinstance(a.args[0], torch.fx.Node):
                 # the size of one of the layer's own inputs (past.r.key's length): layer k's input's
                 source = a.args[0]
@@ -658,15 +655,15 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
             cursor = copy
         carry = env[spans.carry_out[r]]
         # the program's outputs of layer k: its cache entries, passed through by the prefix program
-        mine = sorted(
+        read = set(env.values())
+        mine = [
             i
             for i, o in enumerate(outputs)
             if isinstance(o, torch.fx.Node)
-            and o in passthrough
             and o.op == "placeholder"
+            and o in read
             and "#" in _unindexed(o.name, k)
-            and any(v is o for v in env.values())
-        )
+        ]
         if len(mine) != len(rep_outputs):
             raise StampRefused(
                 f"layer {p.path}.{k} has {len(mine)} entries among the outputs, layer {p.path}.{r} makes {len(rep_outputs)}"
@@ -693,7 +690,7 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
     ]
     graph.eliminate_dead_code()
     graph.lint()
-    return StampedProgram(
+    return LazyProgram(
         ep.graph_module,
         graph,
         ExportGraphSignature(input_specs=input_specs, output_specs=out_specs),
@@ -803,11 +800,3 @@ def _restack(
         (root + moved(key[len(root) :]) if key.startswith(root) else key): (moved(path), cls)
         for key, (path, cls) in stack.items()
     }
-
-
-class StampedProgram(torch.export.ExportedProgram):
-    """The prefix's program with the stamped layers, without torch's validation (its verifier reads
-    every node's metadata: the stamped nodes carry their representative's, which it checked)."""
-
-    def validate(self) -> None:
-        return None

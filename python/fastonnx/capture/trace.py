@@ -109,7 +109,23 @@ from fastonnx.capture.meta_cache import MetaCache, meta_cache_for
 from fastonnx.capture.refusal import TraceRefused
 
 
-class TracedProgram(torch.export.ExportedProgram):
+class LazyProgram(torch.export.ExportedProgram):
+    """An ExportedProgram fastonnx built itself (the trace's, stamping.py's), without torch's
+    validation and with its graph module's Python code generated only when something asks for it."""
+
+    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, *args: Any, **kwargs: Any) -> None:
+        # the graph module's Python code generated when something asks for it (torch's lazy graph
+        # module: ep.module(), .code), not here: ~0.3 s at 2,300 nodes, which the converters never read.
+        # torch's constructor would compile it; it gets an empty graph, the real one comes after
+        # (its getitems are unique already: one per output of a node)
+        super().__init__(root, torch.fx.Graph(), *args, **kwargs)
+        self._graph_module = _LazyGraphModule(root, graph)
+
+    def validate(self) -> None:
+        return None
+
+
+class TracedProgram(LazyProgram):
     """An ExportedProgram built from a trace, without torch's validation: its verifiers read every
     node's meta["val"] through torch.fx.experimental.symbolic_shapes, whose import (sympy) costs
     ~0.7 s of a fresh process. The graph comes from a run that succeeded and its signature is built
@@ -117,16 +133,8 @@ class TracedProgram(torch.export.ExportedProgram):
     aliasing.py)."""
 
     def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, *args: Any, **kwargs: Any) -> None:
-        # the graph module's Python code generated when something asks for it (torch's lazy graph
-        # module: ep.module(), .code), not here: ~0.3 s at 2,300 nodes, which the converters never read.
-        # torch's constructor would compile it; it gets an empty graph, the recorded one comes after
-        # (its getitems are unique already: one per output of a node)
-        super().__init__(root, torch.fx.Graph(), *args, **kwargs)
         graph._codegen = torch.fx.graph.CodeGen()
-        self._graph_module = _LazyGraphModule(root, graph)
-
-    def validate(self) -> None:
-        return None
+        super().__init__(root, graph, *args, **kwargs)
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
