@@ -23,8 +23,8 @@
 //! buffer of at most [`PIECE_ELEMENTS`] values, quantized, and dropped. No side buffer carries scales
 //! from the codes to the scales tensor: each tensor computes a block's parameters again from the same
 //! values with the same arithmetic, so they agree bit for bit whichever is written first; the source
-//! is read once per tensor (two or three times per weight), the memory never holds more than one
-//! piece of it.
+//! is read once per tensor (two or three times per weight: the parameters' pass is a vectorized
+//! min / max, cheap beside the codes'), the memory never holds more than one piece of it.
 //!
 //! Two layouts ([`Form`]):
 //! - `DequantizeLinear` (opset 21, `axis = 0`, `block_size`): codes `[K, N]` (int4 / int8
@@ -98,14 +98,17 @@ impl BlockQuant {
 
     /// The scale and zero point of one block (`round_scale` rounds a scale to its stored type).
     pub fn params(&self, values: &[f32], round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
+        let lo = values.iter().fold(0f32, |m, &v| m.min(v));
+        let hi = values.iter().fold(0f32, |m, &v| m.max(v));
+        self.params_of(lo, hi, round_scale)
+    }
+
+    /// The scale and zero point of a block whose extremes (with 0) are `lo` and `hi`.
+    fn params_of(&self, lo: f32, hi: f32, round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
         if self.symmetric {
-            let lo = values.iter().fold(0f32, |m, &v| m.min(v));
-            let hi = values.iter().fold(0f32, |m, &v| m.max(v));
             let extreme = if hi > -lo { hi } else { lo };
             (round_scale(extreme / -(self.qmax() + 1.0)), 0)
         } else {
-            let lo = values.iter().fold(0f32, |m, &v| m.min(v));
-            let hi = values.iter().fold(0f32, |m, &v| m.max(v));
             let scale = round_scale((hi - lo) / self.levels());
             if scale == 0.0 || !scale.is_finite() {
                 return (scale, 0);
@@ -179,7 +182,8 @@ impl FloatMatrix {
             (n0, n1, k0, k1, self.k)
         };
         let width = c1 - c0;
-        let mut raw = vec![0u8; (r1 - r0) * width * item];
+        let count = (r1 - r0) * width;
+        let mut spans: Vec<(usize, usize)> = Vec::new();
         if r1 > r0 && width > 0 {
             if let FloatBytes::Memory(m) = &self.bytes {
                 if m.bytes().len() != self.byte_len() {
@@ -189,27 +193,28 @@ impl FloatMatrix {
                     ));
                 }
             }
-            let whole_rows = c0 == 0 && c1 == cols;
-            let spans: Vec<(usize, usize)> = if whole_rows {
-                vec![(r0 * cols * item, (r1 - r0) * cols * item)]
+            if c0 == 0 && c1 == cols {
+                spans.push((r0 * cols * item, count * item));
             } else {
-                (r0..r1)
-                    .map(|r| ((r * cols + c0) * item, width * item))
-                    .collect()
-            };
-            let mut at = 0;
-            for (start, len) in spans {
-                let dst = &mut raw[at..at + len];
-                match &self.bytes {
-                    FloatBytes::Memory(m) => dst.copy_from_slice(&m.bytes()[start..start + len]),
-                    FloatBytes::File { file, offset } => {
-                        file.read_exact_at(dst, offset + start as u64)?;
-                    }
-                }
-                at += len;
+                spans.extend((r0..r1).map(|r| ((r * cols + c0) * item, width * item)));
             }
         }
-        let values = decode(&raw, self.dtype, item);
+        let values = if self.dtype == dtype::FLOAT {
+            // read straight into the float32 buffer: no byte copy to decode
+            let mut v = vec![0f32; count];
+            // SAFETY: u8 has alignment 1, so the whole buffer is the middle slice, and every bit
+            // pattern is a valid f32
+            let (_, bytes, _) = unsafe { v.align_to_mut::<u8>() };
+            self.gather(&spans, bytes)?;
+            for x in &mut v {
+                *x = f32::from_bits(u32::from_le(x.to_bits())); // nothing to do on x86
+            }
+            v
+        } else {
+            let mut raw = vec![0u8; count * item];
+            self.gather(&spans, &mut raw)?;
+            decode(&raw, self.dtype, item)
+        };
         if !self.k_major {
             return Ok(values);
         }
@@ -225,12 +230,31 @@ impl FloatMatrix {
     }
 }
 
+impl FloatMatrix {
+    /// The stored bytes of `spans` (offset, length) one after another into `dst`.
+    fn gather(&self, spans: &[(usize, usize)], dst: &mut [u8]) -> io::Result<()> {
+        let mut at = 0;
+        for &(start, len) in spans {
+            let out = &mut dst[at..at + len];
+            match &self.bytes {
+                FloatBytes::Memory(m) => out.copy_from_slice(&m.bytes()[start..start + len]),
+                FloatBytes::File { file, offset } => {
+                    file.read_exact_at(out, offset + start as u64)?;
+                }
+            }
+            at += len;
+        }
+        Ok(())
+    }
+}
+
 /// Little-endian floats of `dtype` as float32 (float64 rounded to nearest).
 fn decode(raw: &[u8], dtype: i32, item: usize) -> Vec<f32> {
     raw.chunks_exact(item)
         .map(|c| match dtype {
             dtype::FLOAT16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-            dtype::BFLOAT16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+            // bfloat16 is the top half of a float32
+            dtype::BFLOAT16 => f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16),
             #[allow(clippy::cast_possible_truncation)] // rounds to nearest, as asked
             dtype::DOUBLE => {
                 f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
@@ -407,6 +431,11 @@ impl Quantized {
     }
 
     /// Produces units `piece.first..piece.end` into `out` (exactly the piece's length).
+    ///
+    /// The piece's float values are read once into `[rows][kw]` (rows of N, K within the piece),
+    /// every block's parameters computed in one pass over them, and, for the codes, each block's
+    /// codes computed into a byte buffer in the same order, then laid out (transposed to `[K, N]` for
+    /// DequantizeLinear, row by row for MatMulNBits) and packed two to a byte for 4 bits.
     pub fn fill(&self, piece: Piece, out: &mut [u8]) -> io::Result<()> {
         let (first, end) = piece.range();
         if out.len() != self.offset(end) - self.offset(first) || end > self.units() {
@@ -415,69 +444,77 @@ impl Quantized {
         out.fill(0);
         let q = self.quant;
         let (n, k, bs) = (self.source.n, self.source.k, q.block);
+        let (rows, kw, values) = match self.form {
+            Form::Dequantize => {
+                let (k0, k1) = ((first * bs).min(k), (end * bs).min(k));
+                (n, k1 - k0, self.source.read(0, n, k0, k1)?)
+            }
+            Form::MatMulNBits => (end - first, k, self.source.read(first, end, 0, k)?),
+        };
+        let per_row = kw.div_ceil(bs); // blocks per row within the piece
         let round = self.round_scale();
+        let mut params = Vec::with_capacity(rows * per_row);
+        for r in 0..rows {
+            let row = &values[r * kw..(r + 1) * kw];
+            params.extend(row.chunks(bs).map(|b| q.params_fast(b, &round)));
+        }
         let bits = q.bits as usize;
-        // a 4-bit or 8-bit value at element `e` of `out`
-        let put = |out: &mut [u8], e: usize, v: i32| {
-            #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
-            // two's complement bits
-            let v = v as u8;
+        let nb = self.blocks();
+        // the nibble (4 bits) or byte (8 bits) at element `e` of `out`
+        let put = |out: &mut [u8], e: usize, v: u8| {
             if bits == 4 {
                 out[e / 2] |= (v & 0x0F) << (4 * (e % 2));
             } else {
                 out[e] = v;
             }
         };
-        match self.form {
-            Form::Dequantize => {
-                let (k0, k1) = ((first * bs).min(k), (end * bs).min(k));
-                let kw = k1 - k0;
-                let values = self.source.read(0, n, k0, k1)?;
-                for nn in 0..n {
-                    let row = &values[nn * kw..(nn + 1) * kw];
-                    for (j, block) in row.chunks(bs).enumerate() {
-                        let (scale, zp) = q.params(block, &round);
-                        let b = j; // block row within the piece
-                        match self.part {
-                            Part::Scales => self.put_scale(out, b * n + nn, scale),
-                            Part::ZeroPoints => put(out, b * n + nn, zp),
-                            Part::Codes => {
-                                for (t, &v) in block.iter().enumerate() {
-                                    let kk = j * bs + t; // row of K within the piece
-                                    put(out, kk * n + nn, q.code(v, scale, zp));
-                                }
-                            }
-                        }
-                    }
+        // where block `j` of row `r` of the piece goes among the piece's scales / zero points
+        let param_index = |r: usize, j: usize| match self.form {
+            Form::Dequantize => j * n + r,
+            Form::MatMulNBits => r * nb + j,
+        };
+        match self.part {
+            Part::Scales => {
+                for (i, &(scale, _)) in params.iter().enumerate() {
+                    self.put_scale(out, param_index(i / per_row, i % per_row), scale);
                 }
             }
-            Form::MatMulNBits => {
-                let nb = self.blocks();
-                let (blob, zp_row) = (self.blob(), self.zp_row());
-                let shift = if q.symmetric { 1 << (q.bits - 1) } else { 0 };
-                for nn in first..end {
-                    let row = self.source.read(nn, nn + 1, 0, k)?;
-                    let r = nn - first;
-                    for (j, block) in row.chunks(bs).enumerate() {
-                        let (scale, zp) = q.params(block, &round);
-                        match self.part {
-                            Part::Scales => self.put_scale(out, r * nb + j, scale),
-                            Part::ZeroPoints => {
-                                if bits == 4 {
-                                    put(out, r * zp_row * 2 + j, zp);
-                                } else {
-                                    put(out, r * zp_row + j, zp);
-                                }
-                            }
-                            Part::Codes => {
-                                let base = (r * nb + j) * blob;
-                                for (t, &v) in block.iter().enumerate() {
-                                    let c = q.code(v, scale, zp) + shift;
-                                    if bits == 4 {
-                                        put(out, base * 2 + t, c);
-                                    } else {
-                                        put(out, base + t, c);
-                                    }
+            Part::ZeroPoints => {
+                for (i, &(_, zp)) in params.iter().enumerate() {
+                    let (r, j) = (i / per_row, i % per_row);
+                    let e = match self.form {
+                        // each MatMulNBits row of zero points starts on a byte
+                        Form::MatMulNBits => r * self.zp_row() * (8 / bits) + j,
+                        Form::Dequantize => param_index(r, j),
+                    };
+                    #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // 0..=255
+                    put(out, e, zp as u8);
+                }
+            }
+            Part::Codes => {
+                // codes as bytes in the order of `values`: two's complement when symmetric,
+                // shifted to unsigned by the operator's default zero point for MatMulNBits
+                let shift = if self.form == Form::MatMulNBits && q.symmetric {
+                    1u8 << (q.bits - 1)
+                } else {
+                    0
+                };
+                let mut codes = vec![0u8; values.len()];
+                for (i, &(scale, zp)) in params.iter().enumerate() {
+                    let (r, j) = (i / per_row, i % per_row);
+                    let at = r * kw + j * bs;
+                    let len = bs.min(kw - j * bs);
+                    q.codes_into(&values[at..at + len], scale, zp, &mut codes[at..at + len]);
+                }
+                match self.form {
+                    Form::Dequantize => pack_transposed(&codes, n, kw, bits, out),
+                    Form::MatMulNBits => {
+                        let blob = self.blob();
+                        for r in 0..rows {
+                            for (j, block) in codes[r * kw..(r + 1) * kw].chunks(bs).enumerate() {
+                                let base = (r * nb + j) * blob * (8 / bits);
+                                for (t, &c) in block.iter().enumerate() {
+                                    put(out, base + t, c.wrapping_add(shift));
                                 }
                             }
                         }
@@ -486,6 +523,105 @@ impl Quantized {
             }
         }
         Ok(())
+    }
+}
+
+/// Codes `[n][kw]` (one byte each) written to `out` as `[kw][n]` elements of `bits` (4: two to a
+/// byte, low nibble first, consecutive elements sharing a byte even across rows).
+fn pack_transposed(codes: &[u8], n: usize, kw: usize, bits: usize, out: &mut [u8]) {
+    if bits == 8 {
+        for kk in 0..kw {
+            for (nn, o) in out[kk * n..(kk + 1) * n].iter_mut().enumerate() {
+                *o = codes[nn * kw + kk];
+            }
+        }
+    } else if n.is_multiple_of(2) {
+        // rows of an even N start on a byte: pairs of N share one
+        let half = n / 2;
+        for kk in 0..kw {
+            for (p, o) in out[kk * half..(kk + 1) * half].iter_mut().enumerate() {
+                let lo = codes[2 * p * kw + kk] & 0x0F;
+                let hi = codes[(2 * p + 1) * kw + kk] & 0x0F;
+                *o = lo | (hi << 4);
+            }
+        }
+    } else {
+        for kk in 0..kw {
+            for nn in 0..n {
+                let e = kk * n + nn;
+                out[e / 2] |= (codes[nn * kw + kk] & 0x0F) << (4 * (e % 2));
+            }
+        }
+    }
+}
+
+/// `x` rounded to the nearest integer, ties to even, for `|x| <= 2^22` (the codes' range, clamped
+/// before): adding and taking away 1.5 * 2^23 leaves no fraction bits, and the addition rounds as the
+/// FPU does by default, to nearest even. `f32::round_ties_even` compiles to a call to `rintf` on
+/// x86-64 without SSE4.1, once per value; this is two vectorizable additions.
+#[inline(always)]
+fn round_even_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    (x + MAGIC) - MAGIC
+}
+
+/// The smallest and largest of `values` and 0, NaN ignored, in eight lanes the compiler vectorizes.
+fn extremes(values: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([0f32; 8], [0f32; 8]);
+    let mut chunks = values.chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            lo[i] = if c[i] < lo[i] { c[i] } else { lo[i] };
+            hi[i] = if c[i] > hi[i] { c[i] } else { hi[i] };
+        }
+    }
+    for &v in chunks.remainder() {
+        lo[0] = if v < lo[0] { v } else { lo[0] };
+        hi[0] = if v > hi[0] { v } else { hi[0] };
+    }
+    let low = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
+    let high = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
+    (low, high)
+}
+
+impl BlockQuant {
+    /// [`BlockQuant::params`] with the extremes found in vectorizable lanes (equal results).
+    fn params_fast(&self, values: &[f32], round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
+        let (lo, hi) = extremes(values);
+        self.params_of(lo, hi, round_scale)
+    }
+
+    /// The codes of one block as bytes (two's complement when symmetric), equal to
+    /// [`BlockQuant::code`] of each value.
+    fn codes_into(&self, values: &[f32], scale: f32, zp: i32, out: &mut [u8]) {
+        if scale == 0.0 || !scale.is_finite() {
+            #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // 0..=255
+            out.fill(if self.symmetric { 0 } else { zp as u8 });
+            return;
+        }
+        if self.symmetric {
+            let (lo, hi) = (-self.qmax() - 1.0, self.qmax());
+            for (o, &v) in out.iter_mut().zip(values) {
+                // rounding after clamping to integer bounds equals clamping after rounding
+                let r = round_even_small((v / scale).clamp(lo, hi));
+                #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // -128..=127
+                {
+                    *o = r as i32 as u8;
+                }
+            }
+        } else {
+            let levels = self.levels();
+            #[allow(clippy::cast_precision_loss)] // 0..=255
+            let zp = zp as f32;
+            for (o, &v) in out.iter_mut().zip(values) {
+                // |v / scale| beyond 512 lands on a bound either way (zp <= 255)
+                let r = round_even_small((v / scale).clamp(-512.0, 512.0));
+                #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // 0..=255
+                {
+                    *o = (r + zp).clamp(0.0, levels) as u8;
+                }
+            }
+        }
     }
 }
 
@@ -573,6 +709,60 @@ mod tests {
         // an all-zero block: scale 0, codes 0
         assert_eq!(q.params(&[0.0, 0.0], id), (0.0, 0));
         assert_eq!(q.code(0.0, 0.0, 0), 0);
+    }
+
+    #[test]
+    fn vectorized_blocks_equal_the_reference() {
+        // values of every kind a block meets: ties at half codes, the extremes, zeros of both signs,
+        // a NaN, an infinity, huge and tiny ones; params_fast / codes_into against params / code
+        let mut state = 0x2545_f491_u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            1e30,
+            -1e-30,
+            0.5,
+            -2.5,
+            7.5,
+        ];
+        for &(bits, symmetric) in &[(4, true), (4, false), (8, true), (8, false)] {
+            let q = BlockQuant::new(bits, 16, symmetric).expect("settings");
+            for case in 0..400 {
+                let len = 1 + (next() as usize) % 37;
+                let mut block: Vec<f32> = (0..len)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                if case % 3 == 0 {
+                    // half-code ties of the block's own scale
+                    let (s, _) = q.params(&block, |s| s);
+                    for (i, v) in block.iter_mut().enumerate().skip(1) {
+                        *v = s * ((i % 9) as f32 - 4.5);
+                    }
+                }
+                if case % 5 == 0 {
+                    block[(next() as usize) % len] = specials[case / 5 % specials.len()];
+                }
+                let id = |s: f32| s;
+                let (s, zp) = q.params(&block, id);
+                let (fs, fzp) = q.params_fast(&block, id);
+                assert_eq!((s.to_bits(), zp), (fs.to_bits(), fzp), "{block:?}");
+                let mut got = vec![0u8; len];
+                q.codes_into(&block, s, zp, &mut got);
+                for (&v, &c) in block.iter().zip(&got) {
+                    #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
+                    let want = q.code(v, s, zp) as u8;
+                    assert_eq!(c, want, "{v} in {block:?}");
+                }
+            }
+        }
     }
 
     #[test]
