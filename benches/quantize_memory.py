@@ -9,8 +9,9 @@ writer reads every product's weight from the shard and quantizes it as it stream
 
 Per variant: the process's resident memory once torch, transformers and fastonnx are imported and the
 meta model is built (``VmRSS``), its peak over the export (``VmHWM``), the growth, the bytes written and
-the export's time. The quantizer holds one piece of float32 values at a time (at most 2 MiB) per tensor
-in flight, the writer four 2 MiB buffers: the growth over the control stays near that, far below the
+the export's time. The quantizer holds one piece of float32 values at a time per tensor in flight (at
+most 2 MiB, or 512 values of each of a weight's N rows at the standard level when that is more: 5.5 MiB
+for the MLP's N = 2816 here), the writer four 2 MiB buffers: the growth over the control stays near that, far below the
 largest float weight (the MLP's, 11.5 MB here) and the checkpoint (0.6 GB). Regenerates the
 quantize_memory section of docs/benchmarks.md.
 """
@@ -140,6 +141,9 @@ def report(
     rows: list[dict[str, Any]], a: argparse.Namespace, float_bytes: int, load: tuple[float, float]
 ) -> str:
     per_layer, read, largest = products(a.layers, a.hidden)
+    # the quantizer's float32 piece: 2 MiB, or 512 values of each of the N rows of the widest weight
+    # (the MLP's gate / up, N = intermediate size) at the standard level
+    piece = max(2 * MIB, 512 * config(a.layers, a.hidden).intermediate_size * 4)
     control = rows[0]
     quantized = rows[1:]
     worst = max(quantized, key=lambda r: r["growth"])
@@ -187,7 +191,8 @@ def report(
             "",
             table,
             "",
-            f"Quantizing while streaming {cost}: one piece of float32 values (at most 2 MiB) being quantized",
+            f"Quantizing while streaming {cost}: one piece of float32 values (at most {piece / MIB:.1f} MiB:",
+            "2 MiB, or 512 values of each of the weight's N rows at the standard level) being quantized",
             f"and the writer's buffers, {relation} the largest float weight ({largest / 1e6:.1f} MB, an MLP",
             f"projection); the weights read are {read / 1e6:.0f} MB.",
         ]

@@ -43,12 +43,18 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+
 use super::{ByteSource, Piece, PIECE_BYTES};
 use crate::dtype;
 use crate::error::{graph_err, Result};
 
-/// The most float32 values of the source read for one piece (2 MiB of them).
+/// The most float32 values of the source read for one piece (2 MiB of them), but see
+/// [`Quantized::pieces`].
 pub const PIECE_ELEMENTS: usize = PIECE_BYTES / 4;
+
+/// The fewest values of each source row a DequantizeLinear piece reads (see [`Quantized::pieces`]).
+pub const MIN_ROW_VALUES: usize = 512;
 
 /// Bits, block size and symmetry of a block quantization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,21 +205,41 @@ impl FloatMatrix {
                 spans.extend((r0..r1).map(|r| ((r * cols + c0) * item, width * item)));
             }
         }
-        let values = if self.dtype == dtype::FLOAT {
-            // read straight into the float32 buffer: no byte copy to decode
-            let mut v = vec![0f32; count];
-            // SAFETY: u8 has alignment 1, so the whole buffer is the middle slice, and every bit
-            // pattern is a valid f32
-            let (_, bytes, _) = unsafe { v.align_to_mut::<u8>() };
-            self.gather(&spans, bytes)?;
-            for x in &mut v {
-                *x = f32::from_bits(u32::from_le(x.to_bits())); // nothing to do on x86
+        let values = match self.dtype {
+            dtype::FLOAT => {
+                // read straight into the float32 buffer: no byte copy to decode
+                let mut v = vec![0f32; count];
+                self.gather(&spans, as_bytes(&mut v))?;
+                for x in &mut v {
+                    *x = f32::from_bits(u32::from_le(x.to_bits())); // nothing to do on x86
+                }
+                v
             }
-            v
-        } else {
-            let mut raw = vec![0u8; count * item];
-            self.gather(&spans, &mut raw)?;
-            decode(&raw, self.dtype, item)
+            dtype::BFLOAT16 | dtype::FLOAT16 => {
+                // two-byte floats read as u16 words, widened in a loop the compiler vectorizes
+                let mut words = vec![0u16; count];
+                self.gather(&spans, as_bytes(&mut words))?;
+                let mut v = vec![0f32; count];
+                if self.dtype == dtype::BFLOAT16 {
+                    // bfloat16 is the top half of a float32
+                    for (x, &w) in v.iter_mut().zip(&words) {
+                        *x = f32::from_bits(u32::from(u16::from_le(w)) << 16);
+                    }
+                } else {
+                    for w in &mut words {
+                        *w = u16::from_le(*w);
+                    }
+                    words
+                        .reinterpret_cast::<half::f16>()
+                        .convert_to_f32_slice(&mut v);
+                }
+                v
+            }
+            _ => {
+                let mut raw = vec![0u8; count * item];
+                self.gather(&spans, &mut raw)?;
+                decode(&raw, self.dtype, item)
+            }
         };
         if !self.k_major {
             return Ok(values);
@@ -246,6 +272,19 @@ impl FloatMatrix {
         }
         Ok(())
     }
+}
+
+/// Number types every bit pattern of which is a value.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for u16 {}
+
+/// The bytes of a buffer of plain numbers (to read file bytes straight into it).
+fn as_bytes<T: Plain>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: u8 has alignment 1, so the whole buffer is the middle slice; every bit pattern is a
+    // valid value of a Plain type
+    let (_, bytes, _) = unsafe { v.align_to_mut::<u8>() };
+    bytes
 }
 
 /// Little-endian floats of `dtype` as float32 (float64 rounded to nearest).
@@ -402,9 +441,17 @@ impl Quantized {
             .collect()
     }
 
-    /// The pieces the writer produces (see [`PIECE_ELEMENTS`]).
+    /// The pieces the writer produces: at most [`PIECE_ELEMENTS`] source values, except that a
+    /// DequantizeLinear piece reads at least [`MIN_ROW_VALUES`] values of each of the N source rows
+    /// (each row is one read: a few dozen bytes a read made a wide weight's standard form 3x slower
+    /// than its MatMulNBits form); so a weight with N above 1024 takes pieces of up to
+    /// `512 * N` float32 values (16 MiB at N = 8192).
     pub fn pieces(&self) -> Vec<Piece> {
-        self.pieces_of(PIECE_ELEMENTS)
+        let budget = match self.form {
+            Form::Dequantize => PIECE_ELEMENTS.max(MIN_ROW_VALUES * self.source.n),
+            Form::MatMulNBits => PIECE_ELEMENTS,
+        };
+        self.pieces_of(budget)
     }
 
     fn round_scale(&self) -> impl Fn(f32) -> f32 {
@@ -890,35 +937,71 @@ mod tests {
         use std::io::Write as _;
         let (n, k) = (5, 40);
         let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.77).sin()).collect();
-        let mut file = tempfile::tempfile().expect("temp file");
-        file.write_all(b"abc").expect("write");
-        for v in &w {
-            file.write_all(&half::bf16::from_f32(*v).to_le_bytes())
-                .expect("write");
-        }
-        let rounded: Vec<f32> = w
-            .iter()
-            .map(|v| half::bf16::from_f32(*v).to_f32())
-            .collect();
         let q = BlockQuant::new(8, 16, false).expect("settings");
-        let from_file = FloatMatrix {
-            bytes: FloatBytes::File {
-                file: Arc::new(file),
-                offset: 3,
-            },
-            dtype: dtype::BFLOAT16,
-            n,
-            k,
-            k_major: false,
-        };
-        let in_memory = matrix(&rounded, n, k, false);
-        for form in [Form::Dequantize, Form::MatMulNBits] {
-            for part in [Part::Codes, Part::Scales, Part::ZeroPoints] {
-                assert_eq!(
-                    whole(&tensor(&from_file, q, form, part), 50),
-                    whole(&tensor(&in_memory, q, form, part), usize::MAX)
-                );
+        // two-byte floats (their own decoding paths), stored [n, k] or [k, n], at an odd offset
+        for dtype in [dtype::BFLOAT16, dtype::FLOAT16] {
+            let to_bytes = |v: f32| match dtype {
+                dtype::BFLOAT16 => half::bf16::from_f32(v).to_le_bytes(),
+                _ => half::f16::from_f32(v).to_le_bytes(),
+            };
+            let round = |v: f32| match dtype {
+                dtype::BFLOAT16 => half::bf16::from_f32(v).to_f32(),
+                _ => half::f16::from_f32(v).to_f32(),
+            };
+            let rounded: Vec<f32> = w.iter().map(|&v| round(v)).collect();
+            let in_memory = matrix(&rounded, n, k, false);
+            for k_major in [false, true] {
+                let mut file = tempfile::tempfile().expect("temp file");
+                file.write_all(b"abc").expect("write");
+                for i in 0..n * k {
+                    // element i of the file: [n][k] order, or [k][n]
+                    let (r, c) = if k_major {
+                        (i % n, i / n)
+                    } else {
+                        (i / k, i % k)
+                    };
+                    file.write_all(&to_bytes(w[r * k + c])).expect("write");
+                }
+                let from_file = FloatMatrix {
+                    bytes: FloatBytes::File {
+                        file: Arc::new(file),
+                        offset: 3,
+                    },
+                    dtype,
+                    n,
+                    k,
+                    k_major,
+                };
+                for form in [Form::Dequantize, Form::MatMulNBits] {
+                    for part in [Part::Codes, Part::Scales, Part::ZeroPoints] {
+                        assert_eq!(
+                            whole(&tensor(&from_file, q, form, part), 50),
+                            whole(&tensor(&in_memory, q, form, part), usize::MAX),
+                            "{dtype} k_major {k_major} {form:?} {part:?}"
+                        );
+                    }
+                }
             }
         }
+    }
+
+    #[test]
+    fn a_wide_weight_reads_at_least_512_values_a_row() {
+        // N = 8192: 2 MiB of float32 would be 64 values a row; the standard form's pieces take 512
+        let m = FloatMatrix {
+            bytes: FloatBytes::Memory(Arc::new(Vec::<u8>::new())),
+            dtype: dtype::FLOAT,
+            n: 8192,
+            k: 3072,
+            k_major: false,
+        };
+        let q = BlockQuant::new(4, 32, true).expect("settings");
+        let codes = tensor(&m, q, Form::Dequantize, Part::Codes);
+        let pieces = codes.pieces();
+        assert_eq!(pieces.len(), 3072 / MIN_ROW_VALUES);
+        assert_eq!(pieces[0].range(), (0, MIN_ROW_VALUES / 32));
+        // MatMulNBits reads whole rows of K: 2 MiB of them
+        let nbits = tensor(&m, q, Form::MatMulNBits, Part::Codes);
+        assert_eq!(nbits.pieces()[0].range(), (0, PIECE_ELEMENTS / 3072));
     }
 }
