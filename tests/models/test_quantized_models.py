@@ -292,3 +292,40 @@ def test_pt2e_model_fuses_in_onnxruntime(tmp_path: Any, level: str, conv_domain:
     assert [op for op, _ in ops].count("QuantizeLinear") == 1, ops
     assert [op for op, _ in ops].count("DequantizeLinear") == 2, ops
     assert ("Gemm", "") in ops, ops
+
+
+def _output_step(model: torch.nn.Module) -> float:
+    """One step of the activation quantized last, as the output sees it: through a final Linear (its
+    largest dequantized weight times that step), or, with no product after it (SqueezeNet ends in conv,
+    ReLU, average pool), the step itself."""
+    nodes = list(model.graph.nodes)
+    last_q = max(i for i, n in enumerate(nodes) if n.target == qd.quantize_per_tensor.default)
+    if any(n.target == qd.dequantize_per_channel.default for n in nodes[last_q:]):
+        return _last_step(model)
+    return float(nodes[last_q].args[1])
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_0", "shufflenet_v2_x0_5"])
+def test_torchvision_models_the_x86_quantizer_annotates(name: str) -> None:
+    """torchvision models through torchao's X86InductorQuantizer (it raises inside torchao on ResNets:
+    docs/guides/quantization.md lists which it annotates), against the converted torch model within one
+    quantization step of the output."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(2):
+        prepared(torch.randn(1, 3, 64, 64))
+    converted = convert_pt2e(prepared)
+    r = fastonnx.to_onnx(converted, (x,))
+    ops = [n.op_type for n in r.model_proto.graph.node]
+    assert ops.count("QuantizeLinear") > 10 and ops.count("DequantizeLinear") > 10
+    got = torch.from_numpy(_run_unoptimized(r.model_proto, x))
+    with torch.no_grad():
+        want = converted(x)
+    assert want.abs().max() > 10 * _output_step(converted)  # outputs of many steps: a real comparison
+    torch.testing.assert_close(got, want, atol=_output_step(converted), rtol=1e-3)
