@@ -477,6 +477,40 @@ impl Quantized {
         }
     }
 
+    /// Rows `r0..r1` of the piece `first..end` (rows of N; of the piece's N rows for MatMulNBits):
+    /// their values read, every block's parameters, and, for the codes, the codes (a byte each, in
+    /// the values' order `[row][k]`: two's complement when symmetric).
+    fn compute_rows(&self, first: usize, end: usize, r0: usize, r1: usize) -> io::Result<Rows> {
+        let q = self.quant;
+        let (k, bs) = (self.source.k, q.block);
+        let (kw, values) = match self.form {
+            Form::Dequantize => {
+                let (k0, k1) = ((first * bs).min(k), (end * bs).min(k));
+                (k1 - k0, self.source.read(r0, r1, k0, k1)?)
+            }
+            Form::MatMulNBits => (k, self.source.read(first + r0, first + r1, 0, k)?),
+        };
+        let round = self.round_scale();
+        let mut params = Vec::with_capacity((r1 - r0) * kw.div_ceil(bs));
+        for row in values.chunks(kw.max(1)) {
+            params.extend(row.chunks(bs).map(|b| q.params_fast(b, &round)));
+        }
+        let mut codes = Vec::new();
+        if self.part == Part::Codes {
+            codes = vec![0u8; values.len()];
+            let per_row = kw.div_ceil(bs);
+            for row in 0..(r1 - r0) {
+                for j in 0..per_row {
+                    let at = row * kw + j * bs;
+                    let len = bs.min(kw - j * bs);
+                    let (scale, zp) = params[row * per_row + j];
+                    q.codes_into(&values[at..at + len], scale, zp, &mut codes[at..at + len]);
+                }
+            }
+        }
+        Ok((params, codes))
+    }
+
     /// Produces units `piece.first..piece.end` into `out` (exactly the piece's length).
     ///
     /// The piece's float values are read once into `[rows][kw]` (rows of N, K within the piece),
@@ -491,20 +525,41 @@ impl Quantized {
         out.fill(0);
         let q = self.quant;
         let (n, k, bs) = (self.source.n, self.source.k, q.block);
-        let (rows, kw, values) = match self.form {
-            Form::Dequantize => {
-                let (k0, k1) = ((first * bs).min(k), (end * bs).min(k));
-                (n, k1 - k0, self.source.read(0, n, k0, k1)?)
-            }
-            Form::MatMulNBits => (end - first, k, self.source.read(first, end, 0, k)?),
+        let (rows, kw) = match self.form {
+            Form::Dequantize => (n, (end * bs).min(k) - (first * bs).min(k)),
+            Form::MatMulNBits => (end - first, k),
         };
         let per_row = kw.div_ceil(bs); // blocks per row within the piece
-        let round = self.round_scale();
-        let mut params = Vec::with_capacity(rows * per_row);
-        for r in 0..rows {
-            let row = &values[r * kw..(r + 1) * kw];
-            params.extend(row.chunks(bs).map(|b| q.params_fast(b, &round)));
-        }
+                                       // the rows split among threads (reads included): each row's blocks are its own
+        let threads = quantizing_threads(rows * kw).min(rows.max(1));
+        let (params, codes) = if threads <= 1 {
+            self.compute_rows(first, end, 0, rows)?
+        } else {
+            let step = rows.div_ceil(threads);
+            let parts: Vec<io::Result<Rows>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..rows)
+                    .step_by(step)
+                    .map(|r0| {
+                        s.spawn(move || self.compute_rows(first, end, r0, (r0 + step).min(rows)))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(io::Error::other("a quantizing thread panicked"))
+                        })
+                    })
+                    .collect()
+            });
+            let (mut params, mut codes) = (Vec::new(), Vec::new());
+            for part in parts {
+                let (p, c) = part?;
+                params.extend(p);
+                codes.extend(c);
+            }
+            (params, codes)
+        };
         let bits = q.bits as usize;
         let nb = self.blocks();
         // the nibble (4 bits) or byte (8 bits) at element `e` of `out`
@@ -546,13 +601,6 @@ impl Quantized {
                 } else {
                     0
                 };
-                let mut codes = vec![0u8; values.len()];
-                for (i, &(scale, zp)) in params.iter().enumerate() {
-                    let (r, j) = (i / per_row, i % per_row);
-                    let at = r * kw + j * bs;
-                    let len = bs.min(kw - j * bs);
-                    q.codes_into(&values[at..at + len], scale, zp, &mut codes[at..at + len]);
-                }
                 match self.form {
                     Form::Dequantize => pack_transposed(&codes, n, kw, bits, out),
                     Form::MatMulNBits => {
@@ -571,6 +619,18 @@ impl Quantized {
         }
         Ok(())
     }
+}
+
+/// Some rows' block parameters (scale, zero point) and codes (empty unless computing the codes).
+type Rows = (Vec<(f32, i32)>, Vec<u8>);
+
+/// Threads for a piece of `values` float values: one below 128 Ki values (a thread's start costs more
+/// than it saves), else as many as the machine has, at most 4.
+fn quantizing_threads(values: usize) -> usize {
+    if values < 1 << 17 {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// Codes `[n][kw]` (one byte each) written to `out` as `[kw][n]` elements of `bits` (4: two to a
@@ -978,6 +1038,32 @@ mod tests {
                             whole(&tensor(&from_file, q, form, part), 50),
                             whole(&tensor(&in_memory, q, form, part), usize::MAX),
                             "{dtype} k_major {k_major} {form:?} {part:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_split_among_threads_equal_pieces_made_by_one() {
+        // one piece of 600 x 520 values (threads when the machine has cores) against pieces of under
+        // 128 Ki values (one thread each); odd tails in both directions
+        let (n, k) = (600, 520);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        for k_major in [false, true] {
+            let m = matrix(&w, n, k, k_major);
+            for &(bits, symmetric) in &[(4, true), (8, false)] {
+                let q = BlockQuant::new(bits, 32, symmetric).expect("settings");
+                for form in [Form::Dequantize, Form::MatMulNBits] {
+                    for part in [Part::Codes, Part::Scales, Part::ZeroPoints] {
+                        let t = tensor(&m, q, form, part);
+                        assert_eq!(
+                            whole(&t, usize::MAX),
+                            whole(&t, 60_000),
+                            "{form:?} {part:?}"
                         );
                     }
                 }
