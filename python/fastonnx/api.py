@@ -287,7 +287,9 @@ def to_onnx(
             stays float — a Linear named ``lm_head``, tied to an embedding, or whose out_features is an
             nn.Embedding's num_embeddings; a sequence of module-name patterns, ``fnmatch`` on the full
             name or a plain name matching its last part, replaces that rule; ``()`` quantizes the head
-            too) and ``accuracy_level`` (MatMulNBits' attribute, 0-4, at the "onnxruntime" level). Every
+            too) and ``accuracy_level`` (MatMulNBits' attribute at the "onnxruntime" level: 4, default,
+            int8 activations inside the kernel as onnxruntime's fusion of the standard form uses by
+            default; 0 exact; None leaves it out). Every
             2-D float weight a MatMul / Gemm / Linear reads is quantized round-to-nearest per block (half
             to even) by the writer while it streams: standard level, ``DequantizeLinear(axis=0,
             block_size)`` of ``[in, out]`` codes then ``MatMul`` (needs opset >= 21: the default opset

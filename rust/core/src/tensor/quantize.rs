@@ -529,8 +529,9 @@ impl Quantized {
             Form::Dequantize => (n, (end * bs).min(k) - (first * bs).min(k)),
             Form::MatMulNBits => (end - first, k),
         };
-        let per_row = kw.div_ceil(bs); // blocks per row within the piece
-                                       // the rows split among threads (reads included): each row's blocks are its own
+        // blocks per row within the piece
+        let per_row = kw.div_ceil(bs);
+        // the rows split among threads (reads included): each row's blocks are its own
         let threads = quantizing_threads(rows * kw).min(rows.max(1));
         let (params, codes) = if threads <= 1 {
             self.compute_rows(first, end, 0, rows)?
@@ -594,8 +595,8 @@ impl Quantized {
                 }
             }
             Part::Codes => {
-                // codes as bytes in the order of `values`: two's complement when symmetric,
-                // shifted to unsigned by the operator's default zero point for MatMulNBits
+                // the codes as compute_rows made them (a byte each, `[row][k]`, two's complement
+                // when symmetric), shifted to unsigned by MatMulNBits' default zero point
                 let shift = if self.form == Form::MatMulNBits && q.symmetric {
                     1u8 << (q.bits - 1)
                 } else {
