@@ -284,8 +284,8 @@ def to_onnx(
             ``block_size`` (values per block along the input axis K; a power of two from 16 to 256,
             default 32), ``symmetric`` (True, default: int4 / int8 codes and a scale per block; False:
             uint4 / uint8 codes with a zero point per block), ``exclude`` (None, default: the LM head
-            stays float — a Linear named ``lm_head``, tied to an embedding, or whose out_features is an
-            nn.Embedding's num_embeddings; a sequence of module-name patterns, ``fnmatch`` on the full
+            stays float — a Linear named ``lm_head``, tied to an embedding, or, outside numbered
+            layers, whose out_features is an nn.Embedding's num_embeddings; a sequence of module-name patterns, ``fnmatch`` on the full
             name or a plain name matching its last part, replaces that rule; ``()`` quantizes the head
             too) and ``accuracy_level`` (MatMulNBits' attribute at the "onnxruntime" level: 4, default,
             int8 activations inside the kernel as onnxruntime's fusion of the standard form uses by

@@ -121,16 +121,40 @@ def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:
     written = fastonnx.export_pretrained(folder, package, quantize="int4", progress=False)
     assert written.verified is None and "quantized (int4)" in written.verify_note
     proto = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    # every product of every layer (attention and MLP), the head left float
     assert (
-        sum(n.op_type == "DequantizeLinear" for n in proto.graph.node) >= 4 * model.config.num_hidden_layers
+        sum(n.op_type == "DequantizeLinear" for n in proto.graph.node) == 7 * model.config.num_hidden_layers
     )
     tokens, logits = _genai_greedy(package)
-    assert len(tokens) == NEW_TOKENS
+    # greedy decoding runs until the length or the end token (the quantized model may pick it early)
+    assert len(tokens) == NEW_TOKENS or (0 < len(tokens) and tokens[-1] == model.config.eos_token_id)
     with torch.no_grad():
         want = model(torch.tensor([PROMPT])).logits[0, -1]
     cosine = torch.nn.functional.cosine_similarity(logits[0], want, dim=0)
     assert cosine > 0.9, float(cosine)  # 0.95 measured; a wrong layout would give ~0
     assert not torch.allclose(logits[0], want, atol=1e-5)  # the weights were quantized
+
+
+def test_cli_quantize_head_quantizes_the_lm_head_too(tmp_path: pathlib.Path) -> None:
+    """``fastonnx export --quantize int4 --quantize-head``: the LM head's product is quantized too (one
+    more DequantizeLinear than without, no float head weight read by a MatMul); without --quantize it
+    is a usage error."""
+    import onnx
+
+    from fastonnx.pretrained import cli
+
+    folder = tmp_path / "checkpoint"
+    model = save_decoder(folder, "llama")
+    counts = {}
+    for flags in ([], ["--quantize-head"]):
+        out = tmp_path / f"package{len(flags)}"
+        argv = ["export", str(folder), str(out), "--quantize", "int4", "--no-verify", "--no-progress"]
+        assert cli.main(argv + flags) == 0
+        proto = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        counts[len(flags)] = sum(n.op_type == "DequantizeLinear" for n in proto.graph.node)
+    # every layer's seven products in both (the MLP's width equals this vocabulary, 128: not a head)
+    assert counts[1] == counts[0] + 1 == 7 * model.config.num_hidden_layers + 1
+    assert cli.main(["export", str(folder), str(tmp_path / "bad"), "--quantize-head"]) == 2
 
 
 def test_a_deeper_decoder_is_stamped_and_generates_as_transformers(tmp_path: pathlib.Path) -> None:

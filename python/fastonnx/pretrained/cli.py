@@ -45,7 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         "--quantize",
         choices=("int4", "int8"),
         default=None,
-        help="weight-only quantization of the MatMul weights",
+        help="weight-only quantization of the MatMul weights (the LM head stays float)",
+    )
+    export.add_argument(
+        "--quantize-head",
+        action="store_true",
+        help="with --quantize: quantize the LM head too (as the onnxruntime-genai builder does)",
     )
     export.add_argument(
         "--no-verify", action="store_true", help="skip running the package against transformers"
@@ -66,8 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     options: dict[str, object] = {"optimize": OPTIMIZE[args.optimize]}
     if args.opset is not None:
         options["opset"] = args.opset
+    if args.quantize_head and args.quantize is None:
+        print("fastonnx export: error: --quantize-head needs --quantize", file=sys.stderr)
+        return 2
     if args.quantize is not None:
-        options["quantize"] = args.quantize
+        from fastonnx.weights.quantize import WeightQuantization
+
+        bits = 4 if args.quantize == "int4" else 8
+        options["quantize"] = WeightQuantization(bits=bits, exclude=() if args.quantize_head else None)
     try:
         written = export_pretrained(
             args.model,

@@ -2,8 +2,8 @@
 
 Which weights: every 2-D float weight a MatMul / Gemm / Linear reads (``GraphBuilder.quantizable_weights``),
 except those left in float: by default the LM head (a Linear named ``lm_head``, one tied to an
-embedding, or one whose ``out_features`` is an ``nn.Embedding``'s ``num_embeddings``: the vocabulary
-projection); ``exclude=`` patterns replace that rule. Embeddings are Gathers, never products: they stay
+embedding, or one outside numbered layers whose ``out_features`` is an ``nn.Embedding``'s
+``num_embeddings``: the vocabulary projection); ``exclude=`` patterns replace that rule. Embeddings are Gathers, never products: they stay
 float and ``stats["quantize"]["float"]`` says so.
 
 How: the builder rewrites the products before the passes (``GraphBuilder.quantize_weights``) into
@@ -36,8 +36,8 @@ class WeightQuantization:
     bits: 4 or 8. block_size: values per block along the input (K) axis, a power of two from 16 to 256
     (default 32). symmetric: True (default) stores signed codes with a scale per block (int4 / int8);
     False adds a zero point per block (uint4 / uint8 codes). exclude: None (default) leaves the LM head
-    in float (a Linear named ``lm_head``, tied to an embedding, or whose out_features is an
-    nn.Embedding's num_embeddings); a sequence of module-name patterns (``fnmatch``, on the full name;
+    in float (a Linear named ``lm_head``, tied to an embedding, or, outside numbered layers, whose
+    out_features is an nn.Embedding's num_embeddings); a sequence of module-name patterns (``fnmatch``, on the full name;
     a pattern without wildcards also matches a name ending in ``.<pattern>``) replaces that rule; ``()``
     quantizes every product's weight, the LM head too. A pattern that matches no module is an
     ``InputError``. accuracy_level: MatMulNBits' ``accuracy_level`` at the "onnxruntime" optimize level:
@@ -73,6 +73,11 @@ class WeightQuantization:
         if level is not None and (isinstance(level, bool) or level not in range(5)):
             raise InputError(f"quantize: accuracy_level must be None or 0-4, got {level!r}")
         return self
+
+
+def _in_a_stack(module_name: str) -> bool:
+    """Whether the module sits in a numbered layer (``model.layers.3.mlp.up_proj``)."""
+    return any(part.isdigit() for part in module_name.split("."))
 
 
 def resolve(quantize: Any) -> WeightQuantization | None:
@@ -156,7 +161,8 @@ def quantize(
             reason = "LM head (named lm_head)"
         elif any(o in embedding_names for o in owners):
             reason = "LM head (tied to an embedding)"
-        elif n in vocab:
+        elif n in vocab and not any(_in_a_stack(o) for o in owners):
+            # by size only outside numbered layers: an MLP whose width equals the vocabulary's is not a head
             reason = f"LM head (out_features {n} is an embedding's vocabulary size)"
         if reason is not None:
             left[label] = reason
