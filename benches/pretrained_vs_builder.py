@@ -363,6 +363,7 @@ def report(
         ratios.append(f"- {size} {precision}: fastonnx's " + ", ".join(parts))
     passed = "" if a.opset is None else f" --opset {a.opset}"
     passed += "" if a.optimize is None else f" --optimize {a.optimize}"
+    passed += " --quantize-head" if a.quantize_head else ""
     defaults = "" if passed else " (the command's defaults)"
     decodes = [r["decode"] for r in results.values() if "step_cpu_s" in r.get("decode", {})]
     threads = max((d["step_cpu_s"] / d["step_s"] for d in decodes), default=0.0)
@@ -436,6 +437,11 @@ def main() -> None:
     )
     p.add_argument("--opset", type=int, default=None, help="fastonnx export's --opset (default: its own)")
     p.add_argument("--optimize", default=None, help="fastonnx export's --optimize (default: standard)")
+    p.add_argument(
+        "--quantize-head",
+        action="store_true",
+        help="fastonnx export's --quantize-head at int4 (the builder quantizes its LM head by default)",
+    )
     p.add_argument("--no-ledger", action="store_true", help="print only, leave docs/benchmarks.md alone")
     p.add_argument("--child", nargs=4, metavar=("TOOL", "PRECISION", "FOLDER", "OUT"), help=argparse.SUPPRESS)
     p.add_argument("--decode", nargs=3, metavar=("PACKAGE", "STEPS", "VOCAB"), help=argparse.SUPPRESS)
@@ -444,6 +450,7 @@ def main() -> None:
     if a.child:
         extra = [] if a.opset is None else ["--opset", str(a.opset)]
         extra += [] if a.optimize is None else ["--optimize", a.optimize]
+        extra += ["--quantize-head"] if a.quantize_head and a.child[1] == "int4" else []
         print(json.dumps(child_export(*a.child, extra)))
         return
     if a.decode:
@@ -481,6 +488,7 @@ def main() -> None:
                         log = out + ".log"
                         passed = [] if a.opset is None else ["--opset", str(a.opset)]
                         passed += [] if a.optimize is None else ["--optimize", a.optimize]
+                        passed += ["--quantize-head"] if a.quantize_head else []
                         r = run_child(["--child", tool, precision, folder, out, *passed], a.min_free, log)
                         print(f"{size} {precision} {tool} run {run + 1}: {r}", flush=True)
                         if "failed" not in r:
