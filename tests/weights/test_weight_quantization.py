@@ -423,3 +423,43 @@ def test_codes_and_scales_equal_onnxruntimes_own_quantizer(symmetric: bool) -> N
     off = np.abs(nibbles[0] - nibbles[1])
     # the codes that differ are one step apart, and few: a tie is rare in random float32 values
     assert off.max() <= 1 and int((off > 0).sum()) <= 4, int((off > 0).sum())
+
+
+def test_a_quantized_tied_head_leaves_its_embedding_referenced(tmp_path: os.PathLike[str]) -> None:
+    """The head tied to the embedding, quantized (``exclude=()``) from a checkpoint on the meta device:
+    the head's product reads the quantized codes, the embedding's Gather still reads the same weight,
+    referenced in the shard (behind a Cast, bfloat16 there): no float copy of it is written. The file
+    computes what the in-memory export of the same values computes."""
+    from transformers import LlamaForCausalLM
+
+    from support.model_zoo import Logits, tied_llama_config
+
+    torch.manual_seed(0)
+    held = LlamaForCausalLM(tied_llama_config()).eval()
+    folder = os.path.join(tmp_path, "ckpt")
+    _save(held, folder, torch.bfloat16)
+    with torch.no_grad():
+        for p in held.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    with torch.device("meta"):
+        meta = LlamaForCausalLM(tied_llama_config()).eval()
+    # the rotary frequencies are computed, in no checkpoint: on the CPU as the model computes them
+    for name, buffer in held.model.rotary_emb.named_buffers():
+        setattr(meta.model.rotary_emb, name, buffer.clone())
+    feeds = _llama_feeds()
+    q = WeightQuantization(bits=8, exclude=())
+    path = os.path.join(folder, "model.onnx")
+    args = tuple(v.to("meta") if v.is_floating_point() else v for v in feeds.values())
+    r = fastonnx.to_onnx(Logits(meta), args, filename=path, weights=folder, external_data=True, quantize=q)
+    assert len(r.stats["quantize"]["quantized"]) == 15  # 14 layer products and the head
+    external = _data_file_tensors(path)
+    referenced = {n for n, (loc, _) in external.items() if loc == "model.safetensors"}
+    assert any("embed_tokens" in n for n in referenced), referenced
+    written = [n for n, (loc, _) in external.items() if loc == "model.onnx.data"]
+    assert all(n.endswith(("_q8", "_scales")) for n in written), written
+    (got,) = run_plain(path, dict(zip(r.input_names, feeds.values(), strict=True)))
+    (want,) = run_plain(
+        fastonnx.to_onnx(Logits(held), tuple(feeds.values()), quantize=q).model_proto,
+        dict(zip(r.input_names, feeds.values(), strict=True)),
+    )
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
