@@ -102,7 +102,9 @@ impl BlockQuant {
         }
     }
 
-    /// The scale and zero point of one block (`round_scale` rounds a scale to its stored type).
+    /// The scale and zero point of one block (`round_scale` rounds a scale to its stored type): the
+    /// definition, against which the writer's vectorized [`BlockQuant::params_fast`] is tested.
+    #[cfg(test)]
     pub fn params(&self, values: &[f32], round_scale: impl Fn(f32) -> f32) -> (f32, i32) {
         let lo = values.iter().fold(0f32, |m, &v| m.min(v));
         let hi = values.iter().fold(0f32, |m, &v| m.max(v));
@@ -126,7 +128,8 @@ impl BlockQuant {
     }
 
     /// The code of `v` in a block of `scale` and zero point `zp`: signed when symmetric, unsigned
-    /// (zero point included) otherwise.
+    /// (zero point included) otherwise: the definition [`BlockQuant::codes_into`] is tested against.
+    #[cfg(test)]
     pub fn code(&self, v: f32, scale: f32, zp: i32) -> i32 {
         if scale == 0.0 || !scale.is_finite() {
             return if self.symmetric { 0 } else { zp };
@@ -236,9 +239,13 @@ impl FloatMatrix {
                 v
             }
             _ => {
-                let mut raw = vec![0u8; count * item];
-                self.gather(&spans, &mut raw)?;
-                decode(&raw, self.dtype, item)
+                // float64 (the only other type `item` takes), rounded to nearest
+                let mut wide = vec![0f64; count];
+                self.gather(&spans, as_bytes(&mut wide))?;
+                #[allow(clippy::cast_possible_truncation)] // rounds to nearest, as asked
+                wide.iter()
+                    .map(|&x| f64::from_bits(u64::from_le(x.to_bits())) as f32)
+                    .collect()
             }
         };
         if !self.k_major {
@@ -278,6 +285,7 @@ impl FloatMatrix {
 trait Plain: Copy {}
 impl Plain for f32 {}
 impl Plain for u16 {}
+impl Plain for f64 {}
 
 /// The bytes of a buffer of plain numbers (to read file bytes straight into it).
 fn as_bytes<T: Plain>(v: &mut [T]) -> &mut [u8] {
@@ -285,22 +293,6 @@ fn as_bytes<T: Plain>(v: &mut [T]) -> &mut [u8] {
     // valid value of a Plain type
     let (_, bytes, _) = unsafe { v.align_to_mut::<u8>() };
     bytes
-}
-
-/// Little-endian floats of `dtype` as float32 (float64 rounded to nearest).
-fn decode(raw: &[u8], dtype: i32, item: usize) -> Vec<f32> {
-    raw.chunks_exact(item)
-        .map(|c| match dtype {
-            dtype::FLOAT16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-            // bfloat16 is the top half of a float32
-            dtype::BFLOAT16 => f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16),
-            #[allow(clippy::cast_possible_truncation)] // rounds to nearest, as asked
-            dtype::DOUBLE => {
-                f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
-            }
-            _ => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-        })
-        .collect()
 }
 
 /// The graph form the quantized weight is read by.
@@ -537,20 +529,22 @@ impl Quantized {
             self.compute_rows(first, end, 0, rows)?
         } else {
             let step = rows.div_ceil(threads);
+            // the other rows on new threads, the first on this one, already running (a new thread
+            // may wait for a core: see hook::run_beside)
             let parts: Vec<io::Result<Rows>> = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..rows)
+                let handles: Vec<_> = (step..rows)
                     .step_by(step)
                     .map(|r0| {
                         s.spawn(move || self.compute_rows(first, end, r0, (r0 + step).min(rows)))
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
+                let mine = self.compute_rows(first, end, 0, step.min(rows));
+                std::iter::once(mine)
+                    .chain(handles.into_iter().map(|h| {
                         h.join().unwrap_or_else(|_| {
                             Err(io::Error::other("a quantizing thread panicked"))
                         })
-                    })
+                    }))
                     .collect()
             });
             let (mut params, mut codes) = (Vec::new(), Vec::new());
@@ -1069,6 +1063,33 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn float64_weights_are_rounded_to_float32_first() {
+        let (n, k) = (3, 40);
+        let w: Vec<f64> = (0..n * k).map(|i| (i as f64 * 0.37).cos() / 3.0).collect();
+        #[allow(clippy::cast_possible_truncation)]
+        let rounded: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let wide = FloatMatrix {
+            bytes: FloatBytes::Memory(Arc::new(
+                w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+            )),
+            dtype: dtype::DOUBLE,
+            n,
+            k,
+            k_major: false,
+        };
+        let q = BlockQuant::new(4, 16, true).expect("settings");
+        for part in [Part::Codes, Part::Scales] {
+            assert_eq!(
+                whole(&tensor(&wide, q, Form::Dequantize, part), usize::MAX),
+                whole(
+                    &tensor(&matrix(&rounded, n, k, false), q, Form::Dequantize, part),
+                    usize::MAX
+                )
+            );
         }
     }
 
