@@ -10,9 +10,9 @@ writer reads every product's weight from the shard and quantizes it as it stream
 Per variant: the process's resident memory once torch, transformers and fastonnx are imported and the
 meta model is built (``VmRSS``), its peak over the export (``VmHWM``), the growth, the bytes written and
 the export's time. The quantizer holds one piece of float32 values at a time per tensor in flight (at
-most 2 MiB, or 512 values of each of a weight's N rows at the standard level when that is more: 5.5 MiB
-for the MLP's N = 2816 here), the writer four 2 MiB buffers: the growth over the control stays near that, far below the
-largest float weight (the MLP's, 11.5 MB here) and the checkpoint (0.6 GB). Regenerates the
+most 2 MiB, or 512 values of each of a weight's N rows at the standard level when that is more: 5.5
+MiB for the MLP's N = 2816 here), the writer four 2 MiB buffers: the growth over the control stays near
+that, far below the largest float weight (the MLP's, 11.5 MB here) and the checkpoint (0.6 GB). Regenerates the
 quantize_memory section of docs/benchmarks.md.
 """
 

@@ -285,8 +285,9 @@ def to_onnx(
             default 32), ``symmetric`` (True, default: int4 / int8 codes and a scale per block; False:
             uint4 / uint8 codes with a zero point per block), ``exclude`` (None, default: the LM head
             stays float — a Linear named ``lm_head``, tied to an embedding, or, outside numbered
-            layers, whose out_features is an nn.Embedding's num_embeddings; a sequence of module-name patterns, ``fnmatch`` on the full
-            name or a plain name matching its last part, replaces that rule; ``()`` quantizes the head
+            layers, whose out_features is an nn.Embedding's num_embeddings; a sequence of
+            module-name patterns, ``fnmatch`` on the full name or a plain name matching its last part,
+            replaces that rule; ``()`` quantizes the head
             too) and ``accuracy_level`` (MatMulNBits' attribute at the "onnxruntime" level: 4, default,
             int8 activations inside the kernel as onnxruntime's fusion of the standard form uses by
             default; 0 exact; None leaves it out). Every

@@ -212,8 +212,6 @@ def optimize(
             interp.deferred,
             plan.entries if plan is not None else None,
         )
-        # a weight still read after the rewrite (a tied head's embedding Gather) stays referenced
-        from_shards = {k for k in from_shards if not builder.has_initializer(k)}
         interp.deferred = {k: v for k, v in interp.deferred.items() if k not in from_shards}
         if plan is not None:
             plan.entries = {k: v for k, v in plan.entries.items() if k not in from_shards}

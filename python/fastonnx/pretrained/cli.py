@@ -7,6 +7,7 @@ mismatch (the package and its report are written), 2 on bad input (a clear messa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 
@@ -75,10 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fastonnx export: error: --quantize-head needs --quantize", file=sys.stderr)
         return 2
     if args.quantize is not None:
-        from fastonnx.weights.quantize import WeightQuantization
+        from fastonnx.weights.quantize import resolve
 
-        bits = 4 if args.quantize == "int4" else 8
-        options["quantize"] = WeightQuantization(bits=bits, exclude=() if args.quantize_head else None)
+        options["quantize"] = args.quantize  # the shorthand, as the report names it
+        settings = resolve(args.quantize)
+        if args.quantize_head and settings is not None:  # not None: the parser takes int4 / int8 only
+            options["quantize"] = dataclasses.replace(settings, exclude=())
     try:
         written = export_pretrained(
             args.model,

@@ -3,8 +3,8 @@
 Which weights: every 2-D float weight a MatMul / Gemm / Linear reads (``GraphBuilder.quantizable_weights``),
 except those left in float: by default the LM head (a Linear named ``lm_head``, one tied to an
 embedding, or one outside numbered layers whose ``out_features`` is an ``nn.Embedding``'s
-``num_embeddings``: the vocabulary projection); ``exclude=`` patterns replace that rule. Embeddings are Gathers, never products: they stay
-float and ``stats["quantize"]["float"]`` says so.
+``num_embeddings``: the vocabulary projection); ``exclude=`` patterns replace that rule. Embeddings are
+Gathers, never products: they stay float and ``stats["quantize"]["float"]`` says so.
 
 How: the builder rewrites the products before the passes (``GraphBuilder.quantize_weights``) into
 ``DequantizeLinear -> MatMul`` (standard level, opset >= 21) or ``com.microsoft.MatMulNBits``
@@ -37,8 +37,9 @@ class WeightQuantization:
     (default 32). symmetric: True (default) stores signed codes with a scale per block (int4 / int8);
     False adds a zero point per block (uint4 / uint8 codes). exclude: None (default) leaves the LM head
     in float (a Linear named ``lm_head``, tied to an embedding, or, outside numbered layers, whose
-    out_features is an nn.Embedding's num_embeddings); a sequence of module-name patterns (``fnmatch``, on the full name;
-    a pattern without wildcards also matches a name ending in ``.<pattern>``) replaces that rule; ``()``
+    out_features is an nn.Embedding's num_embeddings); a sequence of module-name patterns
+    (``fnmatch``, on the full name; a pattern without wildcards also matches a name ending in
+    ``.<pattern>``) replaces that rule; ``()``
     quantizes every product's weight, the LM head too. A pattern that matches no module is an
     ``InputError``. accuracy_level: MatMulNBits' ``accuracy_level`` at the "onnxruntime" optimize level:
     4 (default) quantizes the activations to int8 inside the kernel, as onnxruntime does by default
@@ -209,4 +210,7 @@ def quantize(
         "quantized_bytes": sum(v["bytes"] for v in quantized.values()),
         "float": left,
     }
-    return stats, from_checkpoint & {name for name, _, _ in done}
+    # a weight another node still reads (a tied head's embedding Gather) stays referenced
+    return stats, {
+        name for name, _, _ in done if name in from_checkpoint and not builder.has_initializer(name)
+    }
