@@ -1,7 +1,13 @@
-"""to_onnx(value_info=True), the default: the type of every intermediate value fastonnx knows, written by
-the Rust writer, agrees with what ONNX's own shape inference finds (``infer_shapes(strict_mode=True)``)
-on the transformers suite and a CNN, with dynamic dims named as the graph inputs name theirs;
-value_info=False leaves exactly that out.
+"""to_onnx(value_info=True), the default: every value a node makes (graph outputs aside, typed in
+``output``), in the top graph and in subgraphs, at every optimization level, has a ``value_info`` entry
+with its element type and full rank, written by the Rust writer (the builder's types, the rest inferred:
+``rust/core/src/infer``), with dynamic dims named as the graph inputs name theirs; value_info=False
+leaves exactly that out.
+
+Each entry is checked against what onnxruntime computes (``runtime_agreement``): a copy of the file
+with every value made a graph output runs at two input sizes (dynamic batch and sequence), and every
+declared element type and dim must be what came out (a symbolic dim evaluated with the sizes of the
+input dims it names). CI samples the transformers suite (``FASTONNX_FULL_MATRIX=1`` runs all of it).
 
 The comparison runs ONNX's inference (with data propagation) on the file with its value_info removed
 (main graph and subgraphs) and compares, value by value, the element type and each dim: a static dim
@@ -19,12 +25,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import math
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.shape_inference
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -275,3 +286,187 @@ def test_torch_onnx_export_drop_in_writes_it(tmp_path: Any) -> None:
     proto = onnx.load(str(path))
     assert len(proto.graph.value_info) > 0
     check_file(proto)
+
+
+# --- every value typed, as onnxruntime computes it --------------------------------------------------
+
+
+def untyped(model: onnx.ModelProto) -> list[str]:
+    """The values nodes make (graph outputs aside), main graph and subgraphs, without an entry holding
+    an element type and a shape."""
+    missing = []
+    for g in graphs(model.graph):
+        declared = typed(g.value_info)
+        for name in sorted(intermediates(g)):
+            elem, dims = declared.get(name, (0, None))
+            if not elem or dims is None:
+                missing.append(f"{name} in graph {g.name!r}")
+    return missing
+
+
+def anonymous_dims(model: onnx.ModelProto) -> int:
+    return sum(
+        1
+        for g in graphs(model.graph)
+        for v in g.value_info
+        for d in v.type.tensor_type.shape.dim
+        if not d.HasField("dim_value") and not d.HasField("dim_param")
+    )
+
+
+# what a symbolic dim may hold besides the inputs' dim names (sympy's spellings)
+SIZE_FUNCTIONS: dict[str, Any] = {
+    "Max": max,
+    "Min": min,
+    "Mod": lambda a, b: a % b,
+    "floor": math.floor,
+    "ceiling": math.ceil,
+    "FloorDiv": lambda a, b: a // b,
+    "CeilToInt": math.ceil,
+}
+
+
+def size_of(expr: str, sizes: dict[str, int]) -> int:
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)) - set(SIZE_FUNCTIONS)
+    unbound = names - set(sizes)
+    assert not unbound, f"dim {expr!r} names {sorted(unbound)}, not dims of the graph inputs"
+    return int(eval(expr, {"__builtins__": {}, **SIZE_FUNCTIONS}, dict(sizes)))
+
+
+def probe(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without value_info whose outputs include every value the top graph's nodes
+    make."""
+    copy = without_value_info(model)
+    outputs = {o.name for o in copy.graph.output}
+    for name in sorted(intermediates(model.graph) - outputs):
+        copy.graph.output.append(onnx.ValueInfoProto(name=name))
+    return copy
+
+
+@dataclasses.dataclass
+class Runtime:
+    values: int = 0
+    dims: int = 0
+    symbolic: int = 0
+    anonymous: int = 0
+
+
+def runtime_agreement(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> Runtime:
+    """Every top-graph value_info entry against what onnxruntime produces for each of ``feeds``."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        probe(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in session.get_outputs()]
+    declared = typed(model.graph.value_info)
+    inputs = {i.name: i for i in model.graph.input}
+    found, wrong = Runtime(), []
+    for feed in feeds:
+        sizes: dict[str, int] = {}
+        for name, array in feed.items():
+            for d, n in zip(inputs[name].type.tensor_type.shape.dim, array.shape, strict=True):
+                if d.HasField("dim_param"):
+                    assert sizes.setdefault(d.dim_param, n) == n, (d.dim_param, name)
+        got = dict(zip(names, session.run(None, feed), strict=True))
+        for name, (elem, dims) in declared.items():
+            assert dims is not None
+            array = got[name]
+            where = f"{name} at {sizes}: declared {onnx.helper.tensor_dtype_to_np_dtype(elem)} {dims}"
+            if array.dtype != onnx.helper.tensor_dtype_to_np_dtype(elem) or array.ndim != len(dims):
+                wrong.append(f"{where}, ran {array.dtype} {list(array.shape)}")
+                continue
+            found.values += 1
+            for d, n in zip(dims, array.shape, strict=True):
+                found.dims += 1
+                if d is None:
+                    found.anonymous += 1
+                elif isinstance(d, str):
+                    found.symbolic += 1
+                    if size_of(d, sizes) != n:
+                        wrong.append(f"{where}, ran {list(array.shape)}")
+                elif d != n:
+                    wrong.append(f"{where}, ran {list(array.shape)}")
+    assert not wrong, f"{len(wrong)} mismatches:\n" + "\n".join(wrong[:40])
+    return found
+
+
+def feeds_of(model: onnx.ModelProto, args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    names = [i.name for i in model.graph.input]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    assert len(names) == len(tensors), (names, len(tensors))
+    return {n: t.detach().numpy() for n, t in zip(names, tensors, strict=True)}
+
+
+D = torch.export.Dim.DYNAMIC
+# bounded: BERT's and DistilBERT's position tables fix the longest sequence
+SEQ = torch.export.Dim("seq", min=2, max=64)
+DECODER_SEQ = torch.export.Dim("decoder_seq", min=2, max=64)
+
+
+def dynamic_spec(name: str, args: tuple[Any, ...]) -> tuple[dict[int, Any], ...] | None:
+    """Dynamic batch everywhere, dynamic sequence for token ids and masks (a decoder's its own); LLaVA
+    static (its image placeholders fix the text's length and the vision tower the batch)."""
+    if name == "llava":
+        return None
+    return tuple(
+        {0: D, 1: SEQ if i < 2 else DECODER_SEQ} if a.dim() == 2 and not a.is_floating_point() else {0: D}
+        for i, a in enumerate(args)
+    )
+
+
+def other_sizes(spec: tuple[dict[int, Any], ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The inputs at another size: one more row (the first repeated), three tokens fewer."""
+    out = []
+    for a, dims in zip(args, spec, strict=True):
+        a = torch.cat([a, a[:1]])
+        if 1 in dims:
+            a = a[:, :-3]
+        out.append(a)
+    return tuple(out)
+
+
+@functools.cache
+def built(name: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    return MODELS[name]()
+
+
+def check_everything_typed(
+    name: str,
+    optimize: bool | str,
+    build: Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]] | None = None,
+    **kw: Any,
+) -> tuple[onnx.ModelProto, Runtime]:
+    """Export ``name`` with dynamic dims at ``optimize``: every value typed, the file checked in full,
+    each entry as onnxruntime computes it at two sizes."""
+    model, args = build() if build is not None else built(name)
+    spec = dynamic_spec(name, args)
+    result = fastonnx.to_onnx(model, args, optimize=optimize, dynamic_shapes=spec, **kw)
+    proto = result.model_proto
+    assert untyped(proto) == []
+    if optimize != "onnxruntime":
+        # the "onnxruntime" level writes onnxruntime's SimplifiedLayerNormalization in the standard
+        # domain, which ONNX's checker does not know
+        onnx.checker.check_model(proto, full_check=True)
+        onnx.shape_inference.infer_shapes(proto, strict_mode=True)  # a contradiction raises
+    sizes = [args] if spec is None else [args, other_sizes(spec, args)]
+    found = runtime_agreement(proto, [feeds_of(proto, a) for a in sizes])
+    return proto, found
+
+
+LEVELS: list[bool | str] = [False, True, "onnxruntime"]
+
+
+def _sampled() -> list[tuple[str, bool | str]]:
+    every = [(m, level) for m in sorted(MODELS) for level in LEVELS]
+    if os.environ.get("FASTONNX_FULL_MATRIX") == "1":
+        return every
+    # CI: a fixed rotation through the models and levels, the decoder-only models at every level
+    return [(m, level) for i, (m, level) in enumerate(every) if i % 5 == 0 or m in ("qwen2", "cnn")]
+
+
+@pytest.mark.parametrize(("name", "optimize"), _sampled(), ids=str)
+def test_every_value_is_typed_as_onnxruntime_computes_it(name: str, optimize: bool | str) -> None:
+    _, found = check_everything_typed(name, optimize)
+    assert found.values > 0 and (found.symbolic > 0 or name == "llava"), found

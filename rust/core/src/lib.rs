@@ -7,6 +7,7 @@ pub mod error;
 pub mod functions;
 pub mod graph;
 pub mod hook;
+pub mod infer;
 pub mod model;
 pub mod names;
 pub mod passes;

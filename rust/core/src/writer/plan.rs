@@ -9,6 +9,7 @@ use super::proto::{model_header, tensor_header, value_metadata};
 use super::skeleton::Skeleton;
 use super::{ALIGN_LARGE, ALIGN_SMALL, EXTERNAL_MIN_BYTES, REFERENCED_INLINE};
 use crate::error::{Error, Result};
+use crate::infer::Inferred;
 use crate::model::Model;
 use crate::proto::onnx;
 use crate::tensor::{Tensor, TensorData};
@@ -60,7 +61,8 @@ fn align(offset: u64, len: u64) -> u64 {
 
 pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>> {
     let head = model_header(m)?.encode_to_vec();
-    let skeleton = Skeleton::new(&m.graph, m.value_info)?;
+    let inferred = m.value_info.then(|| Inferred::of(m));
+    let skeleton = Skeleton::new(&m.graph, inferred.as_ref())?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
     for t in &m.graph.initializers {

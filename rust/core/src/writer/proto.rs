@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::functions::function_opsets;
 use crate::graph::{AttrValue, Dim, Graph, Node, ValueType};
+use crate::infer::Inferred;
 use crate::model::{Function, Model};
 use crate::proto::onnx;
 use crate::scopes::Scope;
@@ -101,7 +102,11 @@ fn tensor_full(t: &Tensor) -> onnx::TensorProto {
     p
 }
 
-fn attribute(name: &str, value: &AttrValue, value_info: bool) -> Result<onnx::AttributeProto> {
+fn attribute(
+    name: &str,
+    value: &AttrValue,
+    value_info: Option<&Inferred>,
+) -> Result<onnx::AttributeProto> {
     use onnx::attribute_proto::AttributeType as T;
     let mut a = onnx::AttributeProto {
         name: Some(name.to_owned()),
@@ -148,7 +153,7 @@ fn attribute(name: &str, value: &AttrValue, value_info: bool) -> Result<onnx::At
 pub(super) fn node_proto(
     n: &Node,
     scopes: &[Arc<Scope>],
-    value_info: bool,
+    value_info: Option<&Inferred>,
 ) -> Result<onnx::NodeProto> {
     let metadata_props = n
         .scope
@@ -176,7 +181,7 @@ pub(super) fn node_proto(
 }
 
 /// The graph without its initializers (they are streamed separately).
-pub(super) fn graph_skeleton(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
+pub(super) fn graph_skeleton(g: &Graph, value_info: Option<&Inferred>) -> Result<onnx::GraphProto> {
     let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
         g.scopes.snapshot()
     } else {
@@ -191,7 +196,10 @@ pub(super) fn graph_skeleton(g: &Graph, value_info: bool) -> Result<onnx::GraphP
     Ok(p)
 }
 
-pub(super) fn graph_without_nodes(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
+pub(super) fn graph_without_nodes(
+    g: &Graph,
+    value_info: Option<&Inferred>,
+) -> Result<onnx::GraphProto> {
     Ok(onnx::GraphProto {
         name: Some(g.name.clone()),
         input: g
@@ -204,10 +212,9 @@ pub(super) fn graph_without_nodes(g: &Graph, value_info: bool) -> Result<onnx::G
             .iter()
             .map(|n| io_value_info(g, n))
             .collect::<Result<_>>()?,
-        value_info: if value_info {
-            super::value_info::value_infos(g)
-        } else {
-            Vec::new()
+        value_info: match value_info {
+            Some(inferred) => super::value_info::value_infos(g, inferred),
+            None => Vec::new(),
         },
         metadata_props: entries(&g.metadata),
         ..Default::default()
@@ -215,7 +222,7 @@ pub(super) fn graph_without_nodes(g: &Graph, value_info: bool) -> Result<onnx::G
 }
 
 /// A whole (sub)graph as one prost message, initializers copied in.
-pub(super) fn graph_full(g: &Graph, value_info: bool) -> Result<onnx::GraphProto> {
+pub(super) fn graph_full(g: &Graph, value_info: Option<&Inferred>) -> Result<onnx::GraphProto> {
     let mut p = graph_skeleton(g, value_info)?;
     p.initializer = g.initializers.iter().map(tensor_full).collect();
     Ok(p)
@@ -242,13 +249,13 @@ fn function_proto(
                 output: vec![t.name.clone()],
                 name: Some(format!("Constant_{}", t.name)),
                 op_type: Some("Constant".to_owned()),
-                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()), false)?],
+                attribute: vec![attribute("value", &AttrValue::Tensor(t.clone()), None)?],
                 ..Default::default()
             })
         })
         .collect::<Result<_>>()?;
     for n in &g.nodes {
-        node.push(node_proto(n, &scopes, false)?);
+        node.push(node_proto(n, &scopes, None)?);
     }
     Ok(onnx::FunctionProto {
         name: Some(f.name.clone()),

@@ -12,6 +12,7 @@ use super::proto::{graph_without_nodes, node_proto};
 use super::value_info::encode_value_infos;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::infer::Inferred;
 use crate::scopes::Scope;
 
 const NODE_TAG: u32 = 1; // GraphProto.node
@@ -78,7 +79,7 @@ pub(super) struct Skeleton {
 }
 
 impl Skeleton {
-    pub(super) fn new(g: &Graph, value_info: bool) -> Result<Skeleton> {
+    pub(super) fn new(g: &Graph, value_info: Option<&Inferred>) -> Result<Skeleton> {
         let scopes = if g.nodes.iter().any(|n| n.scope.is_some()) {
             g.scopes.snapshot()
         } else {
@@ -114,11 +115,11 @@ impl Skeleton {
         // the fields after the nodes in prost's order: name, inputs, outputs, value infos (encoded
         // straight from the types: value_info.rs), metadata
         let mut tail = Vec::new();
-        let mut rest = graph_without_nodes(g, false)?;
+        let mut rest = graph_without_nodes(g, None)?;
         let metadata = std::mem::take(&mut rest.metadata_props);
         rest.encode(&mut tail).map_err(fail)?;
-        if value_info {
-            encode_value_infos(g, &mut tail);
+        if let Some(inferred) = value_info {
+            encode_value_infos(g, inferred, &mut tail);
         }
         for entry in &metadata {
             prost::encoding::message::encode(GRAPH_METADATA_TAG, entry, &mut tail);
@@ -155,6 +156,7 @@ mod tests {
     use prost::Message;
 
     use super::Skeleton;
+    use crate::infer::Inferred;
     use crate::scopes::Scope;
     use crate::writer::proto::graph_skeleton;
     use crate::writer::tests::sample;
@@ -188,13 +190,13 @@ mod tests {
             .expect("relu");
         let ty = g.value_type(&x).cloned().expect("x");
         g.set_type(&r[0], ty).expect("type");
-        let skeleton = graph_skeleton(g, true).expect("skeleton");
+        let skeleton = graph_skeleton(g, Some(&Inferred::default())).expect("skeleton");
         assert_eq!(skeleton.value_info.len(), 1);
         assert_eq!(skeleton.node[0].metadata_props.len(), 2);
         assert!(skeleton.node[1].metadata_props.is_empty());
         assert_eq!(skeleton.input[0].metadata_props.len(), 1);
         let mut bytes = Vec::new();
-        let planned = Skeleton::new(g, true).expect("plan");
+        let planned = Skeleton::new(g, Some(&Inferred::default())).expect("plan");
         planned.write(&mut bytes).expect("bytes");
         assert_eq!(bytes, skeleton.encode_to_vec());
         assert_eq!(planned.len, bytes.len() as u64);

@@ -8,6 +8,7 @@ use super::proto::{graph_full, model_header};
 use super::*;
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, ValueType};
+use crate::infer::Inferred;
 use crate::proto::onnx;
 use crate::tensor::TensorData;
 
@@ -74,7 +75,8 @@ fn streamed_bytes_decode_with_prost() {
     assert_eq!(g.input[0].name.as_deref(), Some("x"));
     // the streamed form decodes to the same message prost builds in one piece (field order differs)
     let mut whole = model_header(&m).expect("header");
-    whole.graph = Some(graph_full(&m.graph, m.value_info).expect("full"));
+    whole.graph =
+        Some(graph_full(&m.graph, m.value_info.then(|| Inferred::of(&m)).as_ref()).expect("full"));
     let again = onnx::ModelProto::decode(bytes.as_slice()).expect("decode");
     assert!(again == whole, "streamed model differs from prost's");
     assert!(whole.encode_to_vec().len() == bytes.len());
@@ -330,7 +332,7 @@ fn failed_save_leaves_existing_file_alone() {
 }
 
 #[test]
-fn value_info_types_the_values_nodes_make_where_dtype_and_rank_are_known() {
+fn value_info_types_every_value_nodes_make() {
     let typed = |dims: Vec<Dim>| ValueType {
         dtype: Some(dtype::FLOAT),
         shape: Some(dims),
@@ -343,7 +345,7 @@ fn value_info_types_the_values_nodes_make_where_dtype_and_rank_are_known() {
         .expect("relu");
     g.set_type(&r[0], typed(vec![Dim::Sym("n".into()), Dim::Unknown]))
         .expect("type");
-    // Neg's dtype is inferred, its rank is not: left out
+    // the builder knows Neg's dtype only: its shape is inferred (from r's, completed from x's)
     let n = g
         .add_node("Neg", "", r.clone(), &["n".into()], vec![], None)
         .expect("neg");
@@ -393,8 +395,8 @@ fn value_info_types_the_values_nodes_make_where_dtype_and_rank_are_known() {
 
     m.value_info = true;
     let on = decode(&m);
-    // graph outputs (y, branched) are typed in `output`; n has no known rank
-    assert_eq!(names(&on.value_info), ["r"]);
+    // graph outputs (y, branched) are typed in `output`
+    assert_eq!(names(&on.value_info), ["r", "n"]);
     let dims = match &on.value_info[0]
         .r#type
         .as_ref()
@@ -409,11 +411,15 @@ fn value_info_types_the_values_nodes_make_where_dtype_and_rank_are_known() {
             "n".into()
         ))
     );
-    assert_eq!(dims[1].value, None);
+    // the dim the builder left unknown is Relu's input's
+    assert_eq!(
+        dims[1].value,
+        Some(onnx::tensor_shape_proto::dimension::Value::DimValue(2))
+    );
     assert_eq!(names(&then_branch(&on).value_info), ["inner"]);
     // the streamed form still decodes to what prost builds in one piece
     let mut whole = model_header(&m).expect("header");
-    whole.graph = Some(graph_full(&m.graph, true).expect("full"));
+    whole.graph = Some(graph_full(&m.graph, Some(&Inferred::of(&m))).expect("full"));
     let bytes = to_bytes(&m).expect("bytes");
     assert!(onnx::ModelProto::decode(bytes.as_slice()).expect("decode") == whole);
     assert_eq!(whole.encode_to_vec().len(), bytes.len());

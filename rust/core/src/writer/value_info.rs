@@ -1,5 +1,6 @@
 //! `GraphProto.value_info` (`Model::value_info`): the element type and shape of every value a graph's
-//! nodes make, where both are known. Which values: [`typed_values`]. Two forms of the same entries:
+//! nodes make: the builder's type, or the one `infer::Inferred` found where the builder's is not
+//! complete. Which values: [`typed_values`]. Two forms of the same entries:
 //! prost messages ([`value_infos`], for the subgraphs, which are built as messages) and the bytes prost
 //! would write for them, encoded straight from the builder's types into the top graph's skeleton
 //! ([`encode_value_infos`]: no message is built, nothing is allocated per value; building the
@@ -10,6 +11,7 @@ use std::collections::HashSet;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 
 use crate::graph::{Dim, Graph, ValueType};
+use crate::infer::Inferred;
 use crate::proto::onnx;
 
 /// GraphProto.value_info.
@@ -28,11 +30,15 @@ const DIM_PARAM_TAG: u32 = 2;
 /// The values of `g` that get a `value_info`, with their element type and dims, in node order: what
 /// its nodes make, but for graph outputs (typed in `output`) and omitted optional outputs, where the
 /// element type and the rank are known (a dim may be unknown: written without value or name; a
-/// symbolic dim as the graph inputs write theirs, an expression of their dims' names). Nothing is
-/// written that fastonnx does not know. Two hash lookups a value (its type, and whether it is an
-/// output, in a foldhash set): most of the cost of the value infos, ~0.1-0.6 us a value depending on
-/// how much of the graph stays in the cache.
-pub(super) fn typed_values(g: &Graph) -> impl Iterator<Item = (&str, &ValueType, i32, &[Dim])> {
+/// symbolic dim as the graph inputs write theirs, an expression of their dims' names): the builder's
+/// type where complete, else the one `inferred` holds. Nothing is written that fastonnx does not
+/// know. Two hash lookups a value (its type, and whether it is an output, in a foldhash set; a third
+/// for a value the builder does not know completely): most of the cost of the value infos, ~0.1-0.6
+/// us a value depending on how much of the graph stays in the cache.
+pub(super) fn typed_values<'a>(
+    g: &'a Graph,
+    inferred: &'a Inferred,
+) -> impl Iterator<Item = (&'a str, &'a ValueType, i32, &'a [Dim])> {
     let outputs: HashSet<&str, foldhash::fast::RandomState> =
         g.outputs.iter().map(String::as_str).collect();
     g.nodes
@@ -42,7 +48,7 @@ pub(super) fn typed_values(g: &Graph) -> impl Iterator<Item = (&str, &ValueType,
             if name.is_empty() {
                 return None;
             }
-            let ty = g.value_type(name)?;
+            let ty = inferred.type_of(g, name)?;
             let (Some(dtype), Some(dims)) = (ty.dtype, &ty.shape) else {
                 return None;
             };
@@ -54,8 +60,8 @@ pub(super) fn typed_values(g: &Graph) -> impl Iterator<Item = (&str, &ValueType,
 }
 
 /// The `value_info` entries of `g` as messages.
-pub(super) fn value_infos(g: &Graph) -> Vec<onnx::ValueInfoProto> {
-    typed_values(g)
+pub(super) fn value_infos(g: &Graph, inferred: &Inferred) -> Vec<onnx::ValueInfoProto> {
+    typed_values(g, inferred)
         .map(|(name, ty, _, _)| onnx::ValueInfoProto {
             name: Some(name.to_owned()),
             r#type: Some(super::proto::type_proto(ty)),
@@ -85,9 +91,9 @@ fn dim_len(d: &Dim) -> usize {
 
 /// Appends the `value_info` fields of `g` (`GraphProto` field 13, repeated) to `out`, byte for byte as
 /// prost encodes [`value_infos`]; returns how many.
-pub(super) fn encode_value_infos(g: &Graph, out: &mut Vec<u8>) -> usize {
+pub(super) fn encode_value_infos(g: &Graph, inferred: &Inferred, out: &mut Vec<u8>) -> usize {
     let mut count = 0;
-    for (name, _, dtype, dims) in typed_values(g) {
+    for (name, _, dtype, dims) in typed_values(g, inferred) {
         let shape_len: usize = dims.iter().map(|d| field_len(DIM_TAG, dim_len(d))).sum();
         let tensor_len = key_len(ELEM_TYPE_TAG)
             + encoded_len_varint(dtype as u64)
@@ -128,6 +134,7 @@ mod tests {
     use super::{encode_value_infos, value_infos};
     use crate::dtype;
     use crate::graph::{Dim, ValueType};
+    use crate::infer::Inferred;
     use crate::proto::onnx;
     use crate::writer::tests::sample;
 
@@ -162,10 +169,11 @@ mod tests {
             )
             .expect("type");
         }
-        let messages = value_infos(g);
+        let none = Inferred::default();
+        let messages = value_infos(g, &none);
         assert_eq!(messages.len(), 4);
         let mut bytes = Vec::new();
-        assert_eq!(encode_value_infos(g, &mut bytes), 4);
+        assert_eq!(encode_value_infos(g, &none, &mut bytes), 4);
         let prost = onnx::GraphProto {
             value_info: messages,
             ..Default::default()
