@@ -17,6 +17,7 @@ from fastonnx.errors import (
     OpsetError,
     RuntimeCheckError,
     SerializationError,
+    SizeGuardError,
     UnsupportedOpError,
 )
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
@@ -42,6 +43,7 @@ __all__ = [
     "OpsetError",
     "RuntimeCheckError",
     "SerializationError",
+    "SizeGuardError",
     "UnsupportedOpError",
     "Verification",
     "VerificationInfo",

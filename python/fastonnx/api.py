@@ -9,6 +9,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
+
 from fastonnx import pipeline
 from fastonnx._core import GraphError
 from fastonnx.conversion import functions as functions_mod
@@ -26,6 +28,22 @@ __all__ = ["check_writable", "new_builder", "optimize_level", "to_onnx"]
 log = logging.getLogger("fastonnx")
 
 
+def program_inputs(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The inputs to export ``model`` with: those given, or an ExportedProgram's own example inputs
+    when none are (as torch.onnx.export does); a program without them needs the inputs given."""
+    if args or kwargs or not isinstance(model, torch.export.ExportedProgram):
+        return args, kwargs
+    example = model.example_inputs
+    if example is None:
+        raise InputError(
+            "the ExportedProgram holds no example inputs (a deserialized or hand-built program): pass "
+            "the args and kwargs it was exported with"
+        )
+    return tuple(example[0]), dict(example[1])
+
+
 def to_onnx(
     model: Any,
     args: tuple[Any, ...] = (),
@@ -41,6 +59,7 @@ def to_onnx(
     custom_converters: dict[Any, Any] | None = None,
     decompositions: dict[Any, Callable[..., Any]] | None = None,
     strict_dynamic: bool = True,
+    keep_narrowed: bool = False,
     metadata: bool = True,
     value_info: bool = True,
     report: bool | str | os.PathLike[str] = False,
@@ -65,7 +84,8 @@ def to_onnx(
         model: An ``nn.Module``, captured as ``capture`` says, or an ``ExportedProgram``, converted as it
             is. Converting ``torch.export.export(module)`` and the module itself give byte-identical files
             for MLPs and CNNs, and the same graph under other value names for transformers models.
-        args: A tuple of positional inputs. Tensor inputs become graph inputs in order, named after the FX
+        args: A tuple of positional inputs (for an ``ExportedProgram``, left out with ``kwargs``: the
+            program's own ``example_inputs``). Tensor inputs become graph inputs in order, named after the FX
             placeholders (the argument names) unless ``input_names`` is given. Inputs are flattened with
             torch's pytree, as torch.export flattens them: tuples, lists, dicts, None and registered pytree
             containers (transformers' ``DynamicCache`` and ``EncoderDecoderCache`` included); a nested
@@ -88,7 +108,11 @@ def to_onnx(
             dynamic. When torch.export refuses the shapes with suggested fixes, the fixes are applied once
             and the model captured again (``stats["dynamic_shapes_refined"]`` lists them; the ONNX dims
             follow them, ``2*_n``). A dim asked to be dynamic that torch.export specialises is handled as
-            ``strict_dynamic`` says. Dynamic shapes are always captured by torch.export (``capture``):
+            ``strict_dynamic`` says; one whose program is right at some of the asked sizes only (torch
+            narrowed its range, or a guard of the trace decides on it) as ``keep_narrowed`` says. The
+            sizes each dynamic dim is proven for are in ``stats["dynamic_ranges"]``, in the file's
+            metadata (``pkg.fastonnx.proven_sizes``), and the result refuses inputs outside them
+            (``SizeGuardError``, also from ``verify``). Dynamic shapes are always captured by torch.export (``capture``):
             under ``capture="auto"``, a model with a stack of like layers (a transformer's decoder
             layers) is captured by torch.export with the stack cut to its first layers of each kind,
             and the other layers are stamped from them where their sameness is proven
@@ -199,6 +223,17 @@ def to_onnx(
             input, axis and size (``input 'x' axis 0 to 2``), with torch's reason when it gave one. False:
             the model is exported with that size fixed and a ``UserWarning`` says so (``input 'x' dim 0
             was asked to be dynamic but torch.export specialised it to 2``).
+        keep_narrowed: What happens when the captured program is right at some of the sizes a dynamic
+            dim asks for only: torch.export narrowed its range (a convolution's kernel, position
+            embeddings: ``Dim('sequence', max=512)``) or recorded a guard that decides on it (a loop over
+            64-token chunks traced at 9 tokens runs one chunk, and is wrong at 70); onnxruntime would run
+            the file at the other sizes and could answer wrong without an error. False (default):
+            ``CaptureError`` naming the input, the axis, each guard in the user's terms with the line
+            that made it, the sizes it is right for and the bound to ask for (``Dim('sequence', min=2,
+            max=64)``; asked for, the export succeeds and keeps it). True: the export keeps the sizes it
+            is right for (and the guards), with a ``UserWarning``; ``stats["narrowed"]`` says what was
+            kept. Guards that restate the request (``s >= 2``, ``s != 1``: 0 and 1 are left out as
+            torch.export leaves them out) stay silent. What is checked: docs/capture.md.
         metadata: True (default) names each node after the module it comes from
             (``/model/layers.0/self_attn/q_proj/MatMul``, unique and the same on every run: the same model
             gives the same file byte for byte) and gives nodes, inputs, outputs, initializers and the
@@ -377,6 +412,7 @@ def to_onnx(
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     kwargs = dict(kwargs or {})
+    args, kwargs = program_inputs(model, args, kwargs)
     path = report_path(report, filename, model)
     # the stages followed also without a report: an error outside any node still gets the builder's state
     record = ExportRecord(
@@ -403,6 +439,7 @@ def to_onnx(
                 decompositions=decompositions,
                 dynamic_shapes=dynamic_shapes,
                 strict_dynamic=strict_dynamic,
+                keep_narrowed=keep_narrowed,
                 durable=durable,
                 progress=progress,
                 cast_weights=cast_weights,

@@ -5,6 +5,7 @@ FastOnnxError
 ├── SerializationError      (native) the model could not be written
 │   └── ModelTooLargeError  (native) over 2 GiB with external data refused
 ├── InputError              the model, args or options given to to_onnx are not valid
+│   └── SizeGuardError      inputs outside the sizes an export was proven for
 ├── CaptureError            torch.export could not capture the model
 ├── ConversionError         a node could not be converted
 │   ├── UnsupportedOpError  no converter for an aten op
@@ -26,12 +27,18 @@ __all__ = [
     "OpsetError",
     "RuntimeCheckError",
     "SerializationError",
+    "SizeGuardError",
     "UnsupportedOpError",
 ]
 
 
 class InputError(FastOnnxError, TypeError):
     """What the user passed to to_onnx is not valid (wrong type, bad option)."""
+
+
+class SizeGuardError(InputError, ValueError):
+    """Inputs whose sizes are outside what the exported program was proven for (its dims' ranges and
+    the guards kept with it: capture/guards.py); onnxruntime would run them and could answer wrong."""
 
 
 class CaptureError(FastOnnxError):

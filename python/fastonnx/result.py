@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime
 
+    from fastonnx.capture.guards import Proven
     from fastonnx.diagnostics.debug import Trace
     from fastonnx.diagnostics.verdicts import Verification
 
@@ -50,6 +51,8 @@ class ExportResult:
         # kept by to_onnx for verify(): what eager runs, the captured program and the FX -> ONNX trace
         self._model: Any = None
         self._trace: Trace | None = None
+        # the sizes the program is right for (capture/guards.py): inputs outside are refused
+        self.proven: Proven | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -130,6 +133,8 @@ class ExportResult:
             raise InputError(
                 f"got {len(leaves)} flattened inputs, the model takes {len(self._layout.inputs)}"
             )
+        if self.proven is not None:
+            self.proven.check(leaves)
         tensors: dict[str, torch.Tensor] = {}
         for slot, leaf in zip(self._layout.inputs, leaves):
             if slot.onnx_name is None:

@@ -82,8 +82,19 @@ class NeedsEven(torch.nn.Module):
 
 def test_dynamic_shapes_refined_with_torchs_suggested_fixes(caplog: pytest.LogCaptureFixture) -> None:
     model = NeedsEven()
-    with caplog.at_level("WARNING", logger="fastonnx"):
-        result = fastonnx.to_onnx(model, (_randn(4, 3),), dynamic_shapes=({0: Dim("n", min=2, max=64)},))
+    # the fix makes the program right at even sizes only: refused by default, with torch's fix named
+    with pytest.raises(fastonnx.CaptureError, match="right for 4, 6, 8, .* not 3, 5, 7") as caught:
+        fastonnx.to_onnx(model, (_randn(4, 3),), dynamic_shapes=({0: Dim("n", min=2, max=64)},))
+    assert "torch.export suggested _n = Dim('_n', min=1, max=32); n = 2*_n" in str(caught.value)
+    # torch's fix spelled by the user asks for the even sizes: no narrowing
+    _n = Dim("_n", min=1, max=32)
+    asked = fastonnx.to_onnx(model, (_randn(4, 3),), dynamic_shapes=({0: 2 * _n},))
+    assert "dynamic_shapes_refined" not in asked.stats
+    _check_runs(asked, model, [(_randn(n, 3, seed=n),) for n in (2, 6, 10)])
+    with caplog.at_level("WARNING", logger="fastonnx"), pytest.warns(UserWarning, match="keep_narrowed"):
+        result = fastonnx.to_onnx(
+            model, (_randn(4, 3),), dynamic_shapes=({0: Dim("n", min=2, max=64)},), keep_narrowed=True
+        )
     assert result.stats["dynamic_shapes_refined"] == ["_n = Dim('_n', min=1, max=32)", "n = 2*_n"]
     assert "retrying with its suggested fixes: _n = Dim('_n', min=1, max=32); n = 2*_n" in caplog.text
     assert _input_dims(result)["x"] == ["2*_n", 3]  # the root named as torch's fix names it

@@ -18,6 +18,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ import torch.utils._pytree as pytree
 
 from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.capture.detection import traceable_detection_ops
+from fastonnx.capture.guards import Narrowing, Proven, locate_guards, locating_seconds, prove
 from fastonnx.capture.input_tensors import check_no_input_constants, forward_names
 from fastonnx.capture.recurrent import rnn_as_custom_ops
 from fastonnx.capture.transformers_caches import register_transformers_caches
@@ -80,6 +82,9 @@ class CaptureInfo:
     dynamic_shapes_refined: list[str] | None = None  # torch's fixes, when the first try was refused
     size_oblivious: bool | None = None  # False when the capture was retried without it
     dynamic_ranges: dict[str, list[int | None]] | None = None  # "input[axis]": [min, max or None]
+    proven: Proven | None = None  # the sizes the program is right for (guards.py), with dynamic shapes
+    guards_s: float | None = None  # what checking them cost: naming guards' lines, then the proof
+    narrowed: str | None = None  # the narrowing strict_dynamic=False accepted
     decompositions: int | None = None  # entries of the user's table applied
     functionalized: str | None = None  # why run_decompositions({}) ran
 
@@ -96,9 +101,13 @@ class CaptureInfo:
             found["training_mode"] = True
         if self.size_oblivious is False:
             found["size_oblivious"] = False
-        for key in ("dynamic_shapes_refined", "dynamic_ranges", "decompositions", "functionalized"):
+        for key in ("dynamic_shapes_refined", "dynamic_ranges", "decompositions", "functionalized", "guards_s"):
             if getattr(self, key) is not None:
                 found[key] = getattr(self, key)
+        if self.proven is not None and self.proven.guards:
+            found["guards_kept"] = [g.text for g in self.proven.guards]
+        if self.narrowed is not None:
+            found["narrowed"] = self.narrowed
         return found
 
 
@@ -109,13 +118,18 @@ def capture(
     dynamic_shapes: Any,
     *,
     requested: dynamic.Requested | None = None,
+    asked: dynamic.Asked | None = None,
     strict_dynamic: bool = True,
+    keep_narrowed: bool = False,
     how: str = "auto",
     needs_export: str | None = None,
     convertible: Callable[[Any], bool] | None = None,
 ) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
-    (``dynamic.normalize``), checked against what torch.export made of them.
+    and ``asked`` their ranges (``dynamic.normalize``), checked against what torch.export made of
+    them: a dim specialised is a CaptureError (a warning with ``strict_dynamic=False``); one narrowed
+    by the range or the guards torch kept (guards.py) too (a warning with ``keep_narrowed=True``, the
+    narrowed sizes then kept in ``CaptureInfo.proven``).
 
     ``how="trace"`` records the model's aten ops on the real inputs instead (trace.py), and
     falls back to torch.export with a warning where that could differ from torch.export's capture.
@@ -126,11 +140,13 @@ def capture(
     if how not in CAPTURES:
         raise InputError(f"capture must be one of {', '.join(map(repr, CAPTURES))}, got {how!r}")
     info = CaptureInfo()
+    locating_seconds()  # what earlier captures spent is theirs
     quiet = how == "auto"
     if quiet:
         how, info.trace_refused = _auto(model, dynamic_shapes, needs_export)
     _check_request(model, how, dynamic_shapes)
     if isinstance(model, torch.export.ExportedProgram):
+        _keep_proven(model, args, kwargs or {}, None, {}, keep_narrowed, info)
         return model, info
     if model.training:
         # torch.export traces what the module does now; only dropout and norms behave differently
@@ -163,7 +179,67 @@ def capture(
     fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
     if fixed and strict_dynamic:
         raise _specialised_error(fixed, exported.reason)
+    if dynamic_shapes is not None:
+        _keep_proven(
+            ep, args, kwargs or {}, asked or {}, requested or {}, keep_narrowed, info, exported.fixes
+        )
     return ep, info
+
+
+def _keep_proven(
+    ep: torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    asked: dynamic.Asked | None,
+    requested: dynamic.Requested,
+    keep_narrowed: bool,
+    info: CaptureInfo,
+    fixes: list[str] | None = None,
+) -> None:
+    """What ``ep`` is proven for, in ``info.proven``; a requested dim it narrows is a CaptureError,
+    or with ``keep_narrowed=True`` a warning and the narrowed sizes kept (``asked`` None: a program
+    exported elsewhere, checked against the ranges torch kept in it)."""
+    if asked is None and all(isinstance(d, int) for d in _input_dims(ep)):
+        return
+    t0 = time.perf_counter()
+    proven, narrowed = prove(ep, dynamic.input_paths(ep, args, kwargs), asked, requested)
+    info.proven, info.guards_s = proven, locating_seconds() + time.perf_counter() - t0
+    if info.dynamic_ranges is not None:
+        info.dynamic_ranges.update({f"{d.input}[{d.axis}]": [d.lower, d.upper] for d in proven.dims})
+    if not narrowed:
+        return
+    text = "".join(n.describe() for n in narrowed)
+    if not keep_narrowed:
+        raise _narrowed_error(narrowed, text, fixes)
+    info.narrowed = text.strip()
+    warnings.warn(
+        f"keep_narrowed=True: the export keeps the narrowed sizes, and the result refuses others "
+        f"(SizeGuardError):\n{text}",
+        stacklevel=5,  # _keep_proven, capture, stages.capture, pipeline.run, to_onnx: the caller
+    )
+
+
+def _input_dims(ep: torch.export.ExportedProgram) -> list[Any]:
+    return [
+        d
+        for n in ep.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+        for d in n.meta["val"].shape
+    ]
+
+
+def _narrowed_error(narrowed: list[Narrowing], text: str, fixes: list[str] | None) -> CaptureError:
+    bounds = "; ".join(f"input {n.input!r} axis {n.axis}: {n.fix()}" for n in narrowed)
+    torch_fixes = f" (torch.export suggested {'; '.join(fixes)}, applied above)" if fixes else ""
+    error = CaptureError(
+        "the captured program is not right at every size dynamic_shapes asks for, and the ONNX file "
+        f"would accept the others silently:\n{text}"
+        f"Fix: ask for the sizes it is right for, {bounds}{torch_fixes} (the file then refuses other "
+        "sizes at run time); or change the model's code (or switch it to a form) that does not decide on "
+        "this size; or pass keep_narrowed=True to export with those sizes kept, with a warning"
+    )
+    error.narrowed = narrowed  # type: ignore[attr-defined]  # what a caller may ask for instead
+    return error
 
 
 def _check_request(model: Any, how: str, dynamic_shapes: Any) -> None:
@@ -315,7 +391,7 @@ def _export(
     stamped; the second value is why stamping was given up (the whole model then captured)."""
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
     # detection post-processing in a traceable form (see recurrent.py, detection.py)
-    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious):
+    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious), locate_guards():
 
         def whole() -> torch.export.ExportedProgram:
             return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
@@ -341,7 +417,8 @@ class _Exported:
     stamp_refused: str | None = None  # why stamping was given up after the plan was made
 
 
-_MAX_ATTEMPTS = 4  # the first try, without size-oblivious reasoning, and two rounds of torch's fixes
+_MAX_ATTEMPTS = 5  # the first try, without size-oblivious reasoning, unproven Dims checked by
+# guards.py, and two rounds of torch's fixes
 
 
 def _export_refined(
@@ -356,13 +433,16 @@ def _export_refined(
     constraints refuse them: first without size-oblivious reasoning (process-wide in torch, so only
     when no requested dim's example size is 0 or 1: size-oblivious reasoning is what keeps those
     symbolic, and it generates guards such as ``batch != 1`` that plain torch.export does not), then
-    with the bounds torch suggests (``Dim('sequence', max=512)``), each change logged."""
+    with the named Dims whose guards torch could not prove over their ranges as Dim.DYNAMIC (the
+    ranges asked for are checked size by size afterwards: guards.py), then with the bounds torch
+    suggests (``Dim('sequence', max=512)``), each change logged."""
     name = type(model).__name__
     shapes, oblivious = dynamic_shapes, dynamic_shapes is not None
     may_drop = oblivious and not _example_size_below_two(args, kwargs or {}, requested)
     fixes: list[str] = []
     reason: str | None = None
     failures: list[Exception] = []
+    checked = False  # named Dims captured as Dim.DYNAMIC for guards.py to check
     for _ in range(_MAX_ATTEMPTS):
         try:
             ep, given_up = _export(model, args, kwargs, shapes, oblivious, layers)
@@ -385,6 +465,20 @@ def _export_refined(
             log.warning(
                 "torch.export refused the dynamic_shapes of %s under size-oblivious reasoning; retrying "
                 "without it (no requested dim has an example size of 0 or 1)",
+                name,
+            )
+            continue
+        unproven = dynamic.unproven_dims(message, shapes) if not checked else set()
+        if unproven and dynamic.fixes_bound_or_fix(message, unproven):
+            # torch cannot prove a guard over a named Dim's range and would bound or fix the Dim
+            # (its solver does not prove (s + (64 - s % 64) % 64) // 64 == 1 over [2, 64] either):
+            # captured as Dim.DYNAMIC instead, guards.py checks the range asked for size by size and
+            # names the guards (fixes that relate Dims, n = 2*_n, are applied below, checked the same)
+            shapes, checked = dynamic.as_dynamic(shapes, unproven), True
+            log.info(
+                "torch.export could not prove its guards over %s of %s; capturing them as Dim.DYNAMIC, "
+                "the sizes asked for are checked after the capture",
+                ", ".join(sorted(unproven)),
                 name,
             )
             continue

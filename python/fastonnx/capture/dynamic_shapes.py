@@ -116,12 +116,34 @@ def output_paths(out_spec: Any, n: int) -> list[str | None]:
     return names
 
 
+# (flattened input index, axis) -> the range asked for (min, max or None), for every dim asked to be
+# dynamic whatever the spelling (Dim.AUTO and strings included; a derived dim follows its root)
+Asked = dict[tuple[int, int], tuple[int, int | None]]
+
+
+def _asked_range(d: Any) -> tuple[int, int | None] | None:
+    """The range a dim spec asks for, or None when it asks for no dynamic dim of its own."""
+    if isinstance(d, str):
+        return 0, None
+    if isinstance(d, torch.export.dynamic_shapes._DimHint):
+        auto = (
+            torch.export.dynamic_shapes._DimHintType.DYNAMIC,
+            torch.export.dynamic_shapes._DimHintType.AUTO,
+        )
+        return (0, None) if d.type in auto else None
+    if isinstance(d, torch.export.dynamic_shapes._DerivedDim) or not isinstance(d, Dim):
+        return None
+    lower, upper = getattr(d, "min", 0), getattr(d, "max", None)
+    return int(lower) if isinstance(lower, int) else 0, upper if isinstance(upper, int) else None
+
+
 def normalize(
     model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
-) -> tuple[Any, Requested]:
-    """The dynamic_shapes to give torch.export (strings replaced by Dim.AUTO) and the names asked for."""
+) -> tuple[Any, Requested, Asked]:
+    """The dynamic_shapes to give torch.export (strings replaced by Dim.AUTO), the names asked for
+    (the dims strict_dynamic holds) and the ranges asked for (the dims capture/guards.py checks)."""
     if dynamic_shapes is None:
-        return None, {}
+        return None, {}, {}
     top = _param_names(model, len(args))
     values: dict[str, Any] = dict(zip(top, args))
     values.update(kwargs)
@@ -147,6 +169,7 @@ def normalize(
         )
 
     requested: Requested = {}
+    asked: Asked = {}
     counter = [0]
 
     def walk(value: Any, spec: Any, where: str) -> Any:
@@ -174,12 +197,15 @@ def normalize(
                 axis %= max(value.dim(), 1)
                 if d is None:
                     continue
+                wanted = _asked_range(d)
+                if wanted is not None:
+                    asked[(index, axis)] = wanted
                 if isinstance(d, str):
                     requested[(index, axis)] = d
                     out[axis] = Dim.AUTO
                 else:
-                    asked, name = _asks_dynamic(d)
-                    if asked:
+                    held, name = _asks_dynamic(d)
+                    if held:
                         requested[(index, axis)] = name
                     out[axis] = d
             return out if isinstance(spec, Mapping) else [out.get(i) for i in range(value.dim())]
@@ -225,8 +251,8 @@ def normalize(
     for name in kwargs:
         converted[name] = walk(values[name], specs[name], name)
     if isinstance(dynamic_shapes, Mapping):
-        return {k: converted[k] for k in values}, requested
-    return tuple(converted[k] for k in _signature_order(model, args, kwargs)), requested
+        return {k: converted[k] for k in values}, requested, asked
+    return tuple(converted[k] for k in _signature_order(model, args, kwargs)), requested, asked
 
 
 def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> dict[str, str]:
@@ -347,3 +373,49 @@ def refine(message: str, dynamic_shapes: Any) -> tuple[Any, list[str]] | None:
         return refine_dynamic_shapes_from_suggested_fixes(clean, dynamic_shapes), fixes
     except Exception:  # a fix torch's own helper cannot apply (an unsupported relation)
         return None
+
+
+# "Not all values of s = L['x'].size()[1] in the specified range s <= 64 satisfy the generated guard ..."
+_UNPROVEN = re.compile(r"Not all values of ([A-Za-z_]\w*) = ")
+
+
+def unproven_dims(message: str, dynamic_shapes: Any) -> set[str]:
+    """The named Dims of ``dynamic_shapes`` over whose range torch.export could not prove a guard
+    (its "Not all values of NAME ... satisfy the generated guard"), but those a derived dim builds on."""
+    named = set(_UNPROVEN.findall(message))
+    if not named:
+        return set()
+    roots = set()
+    for leaf in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim)):
+        if isinstance(leaf, torch.export.dynamic_shapes._DerivedDim):
+            roots.add(getattr(leaf.root, "__name__", None))
+    found = {
+        d.__name__
+        for d in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim))
+        if isinstance(d, Dim) and not isinstance(d, torch.export.dynamic_shapes._DerivedDim)
+    }
+    return (named & found) - roots
+
+
+def as_dynamic(dynamic_shapes: Any, names: set[str]) -> Any:
+    """``dynamic_shapes`` with the Dims named in ``names`` replaced by Dim.DYNAMIC."""
+
+    def swap(d: Any) -> Any:
+        if isinstance(d, Dim) and getattr(d, "__name__", None) in names:
+            return Dim.DYNAMIC
+        return d
+
+    return pytree.tree_map(swap, dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim))
+
+
+def fixes_bound_or_fix(message: str, names: set[str]) -> bool:
+    """Whether torch's suggested fixes are none, or bound or fix one of ``names`` (``s = Dim('s',
+    max=64)``, ``s = 9``) rather than relate Dims (``b = a + 1``, ``n = 2*_n``)."""
+    fixes = suggested_fixes(message)
+    if not fixes:
+        return True
+    for fix in fixes:
+        name, _, value = fix.partition(" = ")
+        if name in names and (value.strip().isdigit() or value.startswith(("Dim(", "torch.export.Dim("))):
+            return True
+    return False

@@ -209,7 +209,15 @@ def _capture_section(rec: ExportRecord, error: BaseException | None) -> list[str
         lines.append("- given an ExportedProgram: no capture")
     else:
         lines.append(f"- torch.export: ok in {rec.stats.get('capture_s', 0.0):.3f} s")
-    for key in ("dynamic_shapes_refined", "functionalized", "decompositions", "training_mode"):
+    for key in (
+        "dynamic_shapes_refined",
+        "dynamic_ranges",
+        "guards_kept",
+        "narrowed",
+        "functionalized",
+        "decompositions",
+        "training_mode",
+    ):
         if key in rec.stats:
             lines.append(f"- {key}: {rec.stats[key]}")
     if rec.ep is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastonnx.capture import guards
 from fastonnx.diagnostics.report import ExportRecord
 from fastonnx.pipeline import stages
 from fastonnx.pipeline.options import ExportOptions, new_builder
@@ -43,6 +44,10 @@ def run(
     if record.path is not None:
         record.count_before_optimize(converted.builder)
 
+    proven = captured.info.proven
+    if proven:
+        # what the file is right for, beside it (guards.py); the result checks its inputs against it
+        builder.set_metadata(guards.METADATA_KEY, proven.to_json())
     optimized = stages.optimize(converted, model, options, bars)
     stats.update(optimized.stats())
     record.stage = "write"
@@ -52,6 +57,7 @@ def run(
         converted.builder, converted.layout, ep.call_spec.in_spec, ep.call_spec.out_spec, stats
     )
     result._model, result.exported_program, result._trace = model, ep, converted.interp.trace
+    result.proven = proven or None
     stats.update(stages.write(result, optimized.referenced, options).stats())
     stages.log_summary(stats)
     if verify:

@@ -33,6 +33,7 @@ class ExportOptions:
     decompositions: dict[Any, Callable[..., Any]] | None = None
     dynamic_shapes: Any = None
     strict_dynamic: bool = True
+    keep_narrowed: bool = False
     metadata: bool = True
     value_info: bool = True
     durable: bool = False
@@ -62,6 +63,8 @@ class ExportOptions:
             raise InputError(f"metadata must be True or False, got {metadata!r}")
         if not isinstance(value_info, bool):
             raise InputError(f"value_info must be True or False, got {value_info!r}")
+        if not isinstance(rest.get("keep_narrowed", False), bool):
+            raise InputError(f"keep_narrowed must be True or False, got {rest['keep_narrowed']!r}")
         local_functions.class_filter(export_modules_as_functions)  # a bad selection fails before the capture
         path = os.fspath(filename) if filename is not None else None
         if path is not None:

@@ -104,15 +104,18 @@ def capture(
     capture_mod.register_pytree_types()
     shapes = options.dynamic_shapes
     requested: dynamic_shapes.Requested = {}
+    asked: dynamic_shapes.Asked = {}
     if isinstance(model, torch.nn.Module):
-        shapes, requested = dynamic_shapes.normalize(model, args, kwargs, shapes)
+        shapes, requested, asked = dynamic_shapes.normalize(model, args, kwargs, shapes)
     ep, info = capture_mod.capture(
         model,
         args,
         kwargs,
         shapes,
         requested=requested,
+        asked=asked,
         strict_dynamic=options.strict_dynamic,
+        keep_narrowed=options.keep_narrowed,
         how=options.capture,
         needs_export=needs_export(options.decompositions, registry.custom_composites()),
         convertible=registry.converts,

@@ -11,6 +11,7 @@ beside ``outdir`` and renamed at the end: a failed export leaves nothing.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import pathlib
 import shutil
@@ -18,12 +19,17 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastonnx.errors import InputError, RuntimeCheckError
+import torch
+import torch.utils._pytree as pytree
+
+from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
+
+log = logging.getLogger("fastonnx")
 
 MODEL_FILE = "model.onnx"
 REPORT_FILE = "fastonnx_report.md"
@@ -132,6 +138,35 @@ def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
         (tmp / MISSING_FILE).unlink()
 
 
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions", "max_source_positions")
+"""Config keys that declare how many positions a model's position embeddings hold."""
+
+
+def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
+    """``dynamic_shapes`` with the lengths bounded where ``error`` refused them for a bound the model
+    declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
+    None when it refused anything else. A package keeps the bound (its files' metadata, the report)."""
+    narrowed = getattr(error, "narrowed", None)
+    declared = [int(v) for k in POSITION_LIMITS if isinstance(v := getattr(config, k, None), int)]
+    if not narrowed or not declared:
+        return None
+    tops: dict[str, int] = {}
+    for n in narrowed:
+        top = max(n.admitted, default=0)
+        if not n.admitted or top > max(declared) or min(n.refused) <= top or n.name in tops and tops[n.name] != top:
+            return None  # refused below the bound, or a bound the config does not declare
+        tops[n.name] = top
+
+    def bound(d: Any) -> Any:
+        name = getattr(d, "__name__", None)
+        if isinstance(d, torch.export.Dim) and name in tops:
+            return torch.export.Dim(name, min=getattr(d, "min", 0), max=tops[name])
+        return d
+
+    log.info("the model's position embeddings bound %s", ", ".join(f"{k} to {v}" for k, v in tops.items()))
+    return pytree.tree_map(bound, dynamic_shapes, is_leaf=lambda x: isinstance(x, torch.export.Dim))
+
+
 def export_pretrained(
     model: str | os.PathLike[str],
     outdir: str | os.PathLike[str],
@@ -186,18 +221,22 @@ def export_pretrained(
             shards = _with_missing(tmp, checkpoint.shards, {**missing, **computed}, first.module, built)
         for filename, spec in specs.items():
             report = tmp / (f"{filename.removesuffix('.onnx')}.report.md" if stats else REPORT_FILE)
-            result = to_onnx(
-                spec.module,
-                spec.args,
+            export_args: dict[str, Any] = dict(
                 filename=tmp / filename,
                 weights=shards,
-                dynamic_shapes=spec.dynamic_shapes,
                 input_names=spec.input_names,
                 output_names=spec.output_names,
                 report=report,
                 progress=progress,
                 **options,
             )
+            try:
+                result = to_onnx(spec.module, spec.args, dynamic_shapes=spec.dynamic_shapes, **export_args)
+            except CaptureError as e:
+                bounded = within_positions(e, config, spec.dynamic_shapes)
+                if bounded is None:
+                    raise
+                result = to_onnx(spec.module, spec.args, dynamic_shapes=bounded, **export_args)
             stats[filename] = result.stats
             if report.name != REPORT_FILE:  # one report for the package: the files' in turn
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:

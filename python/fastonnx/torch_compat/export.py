@@ -97,6 +97,7 @@ def export(
     export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
     autograd_inlining: bool = True,
     custom_converters: dict[Any, Any] | None = None,
+    keep_narrowed: bool = False,
 ) -> ONNXProgram:
     """Export like ``torch.onnx.export(model, args, f, ...)``, with fastonnx.
 
@@ -111,7 +112,10 @@ def export(
     to torch.export) unless dynamic axes or an ExportedProgram need torch.export; ``opset_version=None`` means fastonnx's default (20); ``external_data=None`` (the
     default here) keeps the weights in the .onnx file up to 2 GiB, like the TorchScript exporter;
     ``output_names`` must name every tensor output; a dim asked to be dynamic that torch.export
-    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``);
+    specialises is exported with its fixed size and a warning (to_onnx's ``strict_dynamic=False``),
+    but one whose program is right at some of the asked sizes only is refused as to_onnx refuses it
+    (``keep_narrowed``, fastonnx's own keyword like ``custom_converters``: torch would write a file
+    that answers wrong at the other sizes);
     ``custom_translation_table``'s script functions are inlined rather than written as local functions,
     a list of functions is taken as overloads chosen by input types (torch 2.14 refuses lists) and an
     overload packet as each of its overloads (docs/migrating.md, "Translation tables"). See the README,
@@ -146,6 +150,7 @@ def export(
             export_modules_as_functions=export_modules_as_functions,
             autograd_inlining=autograd_inlining,
             custom_converters=custom_converters,
+            keep_narrowed=keep_narrowed,
         )
 
 
@@ -178,6 +183,7 @@ def _export(
     export_modules_as_functions: Any,
     autograd_inlining: bool,
     custom_converters: dict[Any, Any] | None,
+    keep_narrowed: bool,
 ) -> ONNXProgram:
     # ---- refused: what fastonnx cannot honour ----------------------------------------------------
     if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
@@ -258,6 +264,7 @@ def _export(
             # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
             # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx does
             strict_dynamic=False,
+            keep_narrowed=keep_narrowed,
             report=_report_path(report, artifacts_dir),
             verify=verify,
             export_modules_as_functions=export_modules_as_functions or False,

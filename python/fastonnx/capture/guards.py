@@ -1,0 +1,568 @@
+"""What a dynamic-shape capture was proven for, against what the user asked.
+
+torch.export proves its program for a range of each symbolic input size (``range_constraints``) and
+records the conditions its trace relied on as guards over the input sizes (``ShapeEnv.guards``), which
+``ep.module()`` checks on every call. An ONNX file checks neither: at a size outside them onnxruntime
+runs the traced program anyway and may return a wrong answer without an error (a loop over 64-token
+chunks traced at 9 tokens runs one chunk at 70).
+
+:func:`prove` compares them with the request. For every dim the user asked to be dynamic it finds the
+sizes of the asked range that the kept range and the guards admit. 0 and 1 are left out, as
+torch.export leaves them out (size-oblivious reasoning treats them as any other size), so a guard
+``s >= 2`` or ``s != 1`` restates the request and stays silent. Sizes are tried, not solved for
+(torch's own solver cannot prove ``(s + (64 - s % 64) % 64) // 64 == 1`` over [2, 64], which holds):
+every size when the asked range holds at most :data:`EXHAUSTIVE` of them, otherwise every size up to
+the lower bound + 256, each power of two up to 2^20 with its neighbours, the upper bound and the
+example's size. A guard over several inputs' sizes is evaluated with the sizes that equal the varied
+one in the example varied with it (a mask's length follows the ids' length), the others at their
+example's values.
+
+:class:`Proven` is what the file is proven for: each symbolic input dim's range and the guards that
+narrow the request, kept when the user asks for them. ``ExportResult`` checks inputs against it
+before onnxruntime runs them (:class:`fastonnx.errors.SizeGuardError`), and the file's metadata holds
+it (:data:`METADATA_KEY`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import linecache
+import math
+import os
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from fastonnx.capture.dynamic_shapes import Asked
+from fastonnx.errors import SizeGuardError
+
+METADATA_KEY = "pkg.fastonnx.proven_sizes"
+"""The file's metadata entry holding :meth:`Proven.to_json`."""
+
+EXHAUSTIVE = 4096
+"""An asked range of at most this many sizes is checked at every size (a proof); a larger one is sampled."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DimRange:
+    """The sizes one symbolic input dim is proven for. The lower bound is enforced only above 2: 0 and
+    1 run as any size (size-oblivious capture), as ``ep.module()`` enforces it."""
+
+    input: str  # the input's path ("x", "past_key_values.0.key")
+    index: int  # its place among the flattened user inputs
+    axis: int
+    lower: int
+    upper: int | None  # None: unbounded
+
+    def admits(self, size: int) -> bool:
+        return (self.lower <= 2 or size >= self.lower) and (self.upper is None or size <= self.upper)
+
+    def text(self) -> str:
+        return f"[{self.lower}, {'inf' if self.upper is None else self.upper}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptGuard:
+    """A guard the program relies on that narrows what was asked, kept because the user accepted it."""
+
+    text: str  # over the inputs' sizes, as the user writes them: "(x.shape[1] + 63) // 64 == 1"
+    where: str | None  # the source line that made it, where one outside torch was found
+    code: str  # Python over the arguments named in ``sizes``
+    sizes: tuple[tuple[str, int, int], ...]  # (argument name, input index, axis)
+
+    def holds(self, shapes: Sequence[Sequence[int]]) -> bool:
+        values = [shapes[index][axis] for _, index, axis in self.sizes]
+        return bool(_compiled(self.code, tuple(n for n, _, _ in self.sizes))(*values))
+
+
+@dataclasses.dataclass
+class Proven:
+    """The sizes the file is right for: every symbolic input dim's range, and the guards kept."""
+
+    dims: list[DimRange]
+    guards: list[KeptGuard]
+
+    def check(self, leaves: Sequence[Any]) -> None:
+        """Raises SizeGuardError when the flattened user inputs ``leaves`` are outside what was proven."""
+        shapes = [tuple(leaf.shape) if isinstance(leaf, torch.Tensor) else () for leaf in leaves]
+        for d in self.dims:
+            if d.index < len(shapes) and d.axis < len(shapes[d.index]):
+                size = int(shapes[d.index][d.axis])
+                if not d.admits(size):
+                    raise SizeGuardError(
+                        f"input {d.input!r} axis {d.axis} has size {size}: the export was proven for "
+                        f"sizes {d.text()} there only (the program was captured for those; export again "
+                        "with a dynamic_shapes range that includes this size)"
+                    )
+        for g in self.guards:
+            if not g.holds(shapes):
+                where = f" (made at {g.where})" if g.where else ""
+                raise SizeGuardError(
+                    f"the inputs' sizes fail the guard {g.text}{where}, which the exported program "
+                    "relies on: onnxruntime would compute a wrong answer at these sizes"
+                )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "dims": {f"{d.input}[{d.axis}]": [d.lower, d.upper] for d in self.dims},
+                "guards": [{"guard": g.text, "where": g.where} for g in self.guards],
+            }
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.dims or self.guards)
+
+
+@dataclasses.dataclass
+class Narrowing:
+    """A dim asked to be dynamic that the program is right for at some of the asked sizes only."""
+
+    input: str
+    axis: int
+    name: str  # the dim's name in the request, or "<input>_dim<axis>"
+    asked: tuple[int, int | None]  # the asked range, 0 and 1 left out
+    admitted: list[int]  # of the sizes tried
+    refused: list[int]
+    causes: list[str]  # the guards (with their source lines) or the range that refuse sizes
+    exhaustive: bool  # every size of the asked range was tried
+    tried: list[int]  # the sizes tried, in order
+
+    def describe(self) -> str:
+        lo, hi = self.asked
+        tried = "every size of that range" if self.exhaustive else f"sizes {lo} to {lo + 256}, powers of two"
+        if self.admitted and min(self.refused) > max(self.admitted):
+            refused = f"any size above {max(self.admitted)}"
+        elif self.admitted and max(self.refused) < min(self.admitted):
+            refused = f"any size below {min(self.admitted)}"
+        else:
+            refused = _sizes(self.refused, self.tried, 6)
+        return (
+            f"input {self.input!r} axis {self.axis} was asked to be dynamic over [{lo}, "
+            f"{'inf' if hi is None else hi}], but the program is right for "
+            f"{_sizes(self.admitted, self.tried, 6)} of "
+            f"the sizes tried ({tried} and their neighbours), not {refused}:\n"
+            + "".join(f"  - {c}\n" for c in self.causes)
+        )
+
+    def fix(self) -> str:
+        hull = (min(self.admitted), max(self.admitted)) if self.admitted else None
+        if hull is None:
+            return "make the model's code keep the size symbolic"
+        first, last = self.tried.index(hull[0]), self.tried.index(hull[1])
+        contiguous = self.admitted == self.tried[first : last + 1]
+        upper = None if self.asked[1] is None and hull[1] == max(self.admitted + self.refused) else hull[1]
+        bound = f"Dim({self.name!r}, min={hull[0]}" + (f", max={upper})" if upper is not None else ")")
+        return bound if contiguous else f"{bound} (the admitted sizes are not a range: guards stay kept)"
+
+
+def _sizes(values: list[int], tried: list[int], most: int = 0) -> str:
+    """``values`` (a sorted part of ``tried``) as runs of sizes next to each other in ``tried``:
+    "2 to 64", "2 to 64, 128"; the first ``most`` runs if given."""
+    if not values:
+        return "none"
+    place = {v: i for i, v in enumerate(tried)}
+    runs: list[tuple[int, int]] = []
+    for v in values:
+        if runs and place[v] == place[runs[-1][1]] + 1:
+            runs[-1] = (runs[-1][0], v)
+        else:
+            runs.append((v, v))
+    shown = runs[:most] if most else runs
+    text = ", ".join(f"{a} to {b}" if b > a else str(a) for a, b in shown)
+    return text + (", ..." if len(shown) < len(runs) else "")
+
+
+# ---- where torch's guards come from -------------------------------------------------------------
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIR = sysconfig.get_paths()["stdlib"]
+
+
+def _user_line(frame: Any) -> str | None:
+    """``file:line: code`` of the innermost frame outside torch, fastonnx and the standard library:
+    the model's line that made a guard (a transformers model's own line counts)."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith((_TORCH_DIR, _OWN_DIR, _STDLIB_DIR)) or path.startswith("<frozen")):
+            code = linecache.getline(path, frame.f_lineno).strip()
+            return f"{path}:{frame.f_lineno}" + (f": {code}" if code else "")
+        frame = frame.f_back
+    return None
+
+
+_LOCATING = [0.0]  # seconds spent naming guards' lines since the last locating_seconds()
+
+
+def locating_seconds() -> float:
+    """The seconds :func:`locate_guards` spent since the last call (part of ``stats["guards_s"]``)."""
+    spent, _LOCATING[0] = _LOCATING[0], 0.0
+    return spent
+
+
+@contextlib.contextmanager
+def locate_guards() -> Iterator[None]:
+    """While torch.export runs: every guard's source location (``ShapeGuard.sloc``, torch's ``SLoc``)
+    also names the model's line, found as :func:`_user_line` finds it. Relies on
+    ``ShapeEnv._get_sloc(framework_loc)`` making the ``SLoc`` each guard keeps, and on ``SLoc`` being a
+    frozen dataclass whose ``maybe_user_loc`` holds the user's line (None under non-strict export, which
+    has no dynamo frames). Process-wide: the caller holds capture.TRACE_LOCK."""
+    from torch._guards import SLoc
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    original = ShapeEnv._get_sloc
+
+    def located(self: ShapeEnv, framework_loc: str | None = None) -> SLoc:
+        sloc = original(self, framework_loc)
+        if sloc.maybe_user_loc is None:
+            t0 = time.perf_counter()
+            line = _user_line(sys._getframe(1))
+            if line is not None:
+                sloc = dataclasses.replace(sloc, maybe_user_loc=line)
+            _LOCATING[0] += time.perf_counter() - t0
+        return sloc
+
+    ShapeEnv._get_sloc = located  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv._get_sloc = original  # type: ignore[method-assign]
+
+
+# ---- the proof ----------------------------------------------------------------------------------
+
+
+def _compiled(code: str, names: tuple[str, ...]) -> Callable[..., Any]:
+    """A guard's Python (torch's printer: ``//`` for FloorDiv, ``%`` for Mod, ``max`` / ``min``) as a
+    function of its sizes; the namespace is torch's own for its guards (``SYMPY_INTERP``)."""
+    key = (code, names)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        fn = eval(
+            f"lambda {', '.join(names)}: {code}", {**SYMPY_INTERP, "math": math}
+        )  # guards' own code, printed above
+        _COMPILED[key] = fn
+    return fn
+
+
+_COMPILED: dict[tuple[str, tuple[str, ...]], Callable[..., Any]] = {}
+
+
+def _python(expr: Any) -> str:
+    from torch.utils._sympy.printers import PythonPrinter
+
+    return str(PythonPrinter().doprint(expr))
+
+
+@dataclasses.dataclass
+class _Guard:
+    expr: Any  # sympy boolean over input symbols
+    where: str | None
+    symbols: tuple[Any, ...]
+    fn: Callable[..., Any]
+
+    def holds(self, values: Mapping[Any, int]) -> bool:
+        try:
+            return bool(self.fn(*(values[s] for s in self.symbols)))
+        except (ArithmeticError, ValueError, TypeError):
+            return False  # a size the guard cannot be evaluated at (a division by zero) is not proven
+
+
+def _tried(lo: int, hi: int | None, example: int) -> tuple[list[int], bool]:
+    """The sizes tried over [lo, hi] (see the module's docstring) and whether that is all of them."""
+    if hi is not None and hi - lo < EXHAUSTIVE:
+        return list(range(lo, hi + 1)), True
+    found = set(range(lo, lo + 257))
+    for k in range(1, 21):
+        found.update((2**k - 1, 2**k, 2**k + 1))
+    found.update((example - 1, example, example + 1))
+    if hi is not None:
+        found.add(hi)
+    return sorted(v for v in found if v >= lo and (hi is None or v <= hi)), False
+
+
+def shape_env_of(ep: torch.export.ExportedProgram) -> Any:
+    """The ShapeEnv of ``ep``'s symbolic placeholder sizes (``SymInt.node.shape_env``), or None."""
+    for node in ep.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor):
+            for d in val.shape:
+                if isinstance(d, torch.SymInt):
+                    return d.node.shape_env
+    return None
+
+
+def prove(
+    ep: torch.export.ExportedProgram,
+    paths: Sequence[str],
+    asked: Asked | None,
+    names: Mapping[tuple[int, int], str | None],
+) -> tuple[Proven, list[Narrowing]]:
+    """What ``ep`` is proven for, and every requested dim it narrows. ``paths``: the user inputs'
+    names (dynamic_shapes.input_paths); ``asked``: the requested dims' ranges, None for a program
+    captured elsewhere (each symbolic dim is then checked against the range torch kept for it);
+    ``names``: the dims' requested names."""
+    env = shape_env_of(ep)
+    if env is None:
+        return Proven([], []), []
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    dims: dict[tuple[int, int], Any] = {}  # (index, axis) -> the dim's sympy expression
+    source: dict[Any, tuple[int, int]] = {}  # root symbol -> where it is first read
+    for index, name in enumerate(ep.graph_signature.user_inputs):
+        val = nodes[name].meta.get("val") if name in nodes else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, d in enumerate(val.shape):
+            if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+                expr = d.node.expr
+                dims[(index, axis)] = expr
+                if expr.is_Symbol:  # a derived dim's root (n = 2*_n) is read from no input as it is
+                    source.setdefault(expr, (index, axis))
+    roots = {s for expr in dims.values() for s in expr.free_symbols}
+    if not dims:
+        return Proven([], []), []
+    example = {s: int(env.backed_var_to_val[s]) for s in roots if s in env.backed_var_to_val}
+    ranges = {s: env.var_to_range[s] for s in roots if s in env.var_to_range}
+    guards = _input_guards(env, roots)
+
+    if asked is None:  # a program exported elsewhere: its own ranges are what was asked
+        asked = {}
+        for key, expr in dims.items():
+            if expr.is_Symbol and expr in ranges:
+                asked[key] = (_int(ranges[expr].lower) or 0, _int(ranges[expr].upper))
+
+    # a guard over several sizes relates inputs (the mask as long as the ids and the cache together):
+    # it narrows no dim of its own; the result checks it on every call, as ep.module() does
+    relations = [g for g in guards if len(g.symbols) > 1]
+    related = {s for g in relations for s in g.symbols}
+    narrowed: list[Narrowing] = []
+    kept_guards: dict[str, _Guard | None] = {str(g.expr): g for g in relations}
+    kept: dict[tuple[int, int], tuple[int, int | None]] = {}
+    for key, (lo, hi) in asked.items():
+        expr = dims.get(key)
+        if expr is None or len(expr.free_symbols) != 1:
+            continue
+        (root,) = expr.free_symbols
+        if root not in example:
+            continue
+        lo = max(lo, 2)
+        if hi is not None and hi < lo:
+            continue
+        sizes, exhaustive = _tried(lo, hi, int(expr.xreplace({root: example[root]})))
+        admitted: list[int] = []
+        refused: list[int] = []
+        skipped: list[int] = []
+        causes: dict[str, _Guard | None] = {}
+        for size in sizes:
+            value = _root_value(expr, root, size)
+            if value is not None and value < 2:
+                skipped.append(size)  # the root at 0 or 1: left out as the request's own 0 and 1 are
+                continue
+            failing = _failing(expr, root, size, example, ranges, guards, related)
+            if failing is None:
+                admitted.append(size)
+                continue
+            refused.append(size)
+            for text, guard in failing:
+                causes.setdefault(text, guard)
+        if refused:
+            index, axis = key
+            narrowed.append(
+                Narrowing(
+                    paths[index],
+                    axis,
+                    names.get(key) or f"{paths[index]}_dim{axis}",
+                    (lo, hi),
+                    admitted,
+                    refused,
+                    [_cause_text(text, guard, source, paths) for text, guard in list(causes.items())[:4]],
+                    exhaustive,
+                    sizes,
+                )
+            )
+            kept_guards.update({text: g for text, g in causes.items() if g is not None})
+            if admitted:
+                # the bounds of what was admitted, where sizes past them were refused (not skipped)
+                fine = sorted(admitted + skipped)
+                top = fine[-1] if any(v > fine[-1] for v in refused) else hi
+                bottom = fine[0] if any(v < fine[0] for v in refused) else lo
+                kept[key] = (bottom, top)
+        elif hi is not None or lo > 2:
+            kept[key] = (lo, hi)
+
+    return _proven(dims, ranges, kept, kept_guards, source, paths), narrowed
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, AttributeError, OverflowError, ValueError):
+        return None  # torch's int_oo, sympy's oo: unbounded
+
+
+def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
+    """The guards over input sizes alone (others read unbacked sizes, which no input gives), with
+    torch's replacements applied (a mask's length replaced by the ids' length), true ones dropped,
+    conjunctions split (``h // 2 >= 3 and w // 2 >= 3``: one guard over each size)."""
+    import sympy
+
+    found: list[_Guard] = []
+    seen: set[Any] = set()
+    parts = [
+        part
+        for g in env.guards
+        for part in (
+            ((p, g) for p in env.replace(g.expr).args)
+            if isinstance(env.replace(g.expr), sympy.And)
+            else [(env.replace(g.expr), g)]
+        )
+    ]
+    for expr, g in parts:
+        if expr in seen or expr is sympy.true or not expr.free_symbols or not expr.free_symbols <= symbols:
+            continue
+        seen.add(expr)
+        ordered = tuple(sorted(expr.free_symbols, key=str))
+        fn = _compiled(_python(expr), tuple(str(s) for s in ordered))
+        found.append(_Guard(expr, g.sloc.maybe_user_loc or str(g.sloc), ordered, fn))
+    return found
+
+
+def _failing(
+    expr: Any,
+    root: Any,
+    size: int,
+    example: Mapping[Any, int],
+    ranges: Mapping[Any, Any],
+    guards: Sequence[_Guard],
+    related: set[Any],
+) -> list[tuple[str, _Guard | None]] | None:
+    """Why the program is not proven at ``size`` of the dim ``expr`` (over ``root``), or None when it
+    is: the guards over ``root`` alone that fail there; the guards relating it to other sizes that
+    fail for every move of those sizes tried (:func:`_assignments`); the range torch kept for
+    ``root`` unless such a relation (``related``) may be what bounds it (the mask's length is
+    bounded by the ids' and the cache's together)."""
+    value = _root_value(expr, root, size)
+    if value is None:
+        return [(f"the program has this dim as {expr} (a derived dim), which is never {size}", None)]
+    reasons: list[tuple[str, _Guard | None]] = []
+    r = ranges.get(root)
+    if (
+        root not in related
+        and r is not None
+        and not (_int(r.lower) or 0) <= value <= (_int(r.upper) or value)
+    ):
+        reasons.append((f"torch.export kept the range [{r.lower}, {r.upper}] for it", None))
+    alone = {root: value}
+    reasons.extend((str(g.expr), g) for g in guards if g.symbols == (root,) and not g.holds(alone))
+    relations = [g for g in guards if len(g.symbols) > 1 and root in g.symbols]
+    if relations:
+        others = sorted({s for g in relations for s in g.symbols if s != root}, key=str)
+        first: list[_Guard] | None = None
+        for values in _assignments(root, value, others, example):
+            failed = [g for g in relations if not g.holds(values)]
+            if not failed:
+                first = []
+                break
+            first = failed if first is None else first
+        reasons.extend((str(g.expr), g) for g in first or [])
+    return reasons or None
+
+
+_MAX_ASSIGNMENTS = 256  # moves of the other sizes tried, per size
+
+
+def _assignments(
+    root: Any, value: int, others: Sequence[Any], example: Mapping[Any, int]
+) -> Iterator[dict[Any, int]]:
+    """Values of the sizes related to ``root`` for ``root`` = ``value``: the example's, then each
+    moved as ``root`` moved (shifted by as much: a mask's length that is the ids' plus the cache's;
+    scaled: a flattened size; or equal to it), in every combination up to :data:`_MAX_ASSIGNMENTS`.
+    A guard that only relates inputs holds for one of them; one that decides on ``root`` fails all."""
+    base = dict(example)
+    base[root] = value
+    yield base
+    delta, start = value - example[root], example[root]
+    choices = []
+    for s in others:
+        e = example[s]
+        found = [e, e + delta, value] + ([e * value // start] if start and (e * value) % start == 0 else [])
+        choices.append([v for v in dict.fromkeys(found) if v >= 0])
+    for n, combo in enumerate(itertools.product(*choices)):
+        if n >= _MAX_ASSIGNMENTS:
+            return
+        yield {**base, **dict(zip(others, combo))}
+
+
+def _root_value(expr: Any, root: Any, size: int) -> int | None:
+    """The root symbol's value that gives the dim ``expr`` the size ``size`` (affine dims: ``2*_n``,
+    ``s + 1``), or None when none does."""
+    if expr == root:
+        return size
+    import sympy
+
+    a, b = expr.coeff(root), expr.xreplace({root: 0})
+    if not (a.is_Integer and b.is_Integer) or sympy.expand(a * root + b - expr) != 0 or a == 0:
+        return size if expr == root else None
+    value, rest = divmod(size - int(b), int(a))
+    return value if rest == 0 else None
+
+
+def _user_terms(expr: Any, source: Mapping[Any, tuple[int, int]], paths: Sequence[str]) -> str:
+    """``expr`` over the inputs' sizes as the user writes them (``x.shape[1]``; a derived dim's root
+    keeps torch's name)."""
+    import sympy
+
+    named = {s: sympy.Symbol(f"{paths[i]}.shape[{a}]", integer=True) for s, (i, a) in source.items()}
+    return _python(expr.xreplace(named))
+
+
+def _cause_text(
+    text: str, guard: _Guard | None, source: Mapping[Any, tuple[int, int]], paths: Sequence[str]
+) -> str:
+    if guard is None:
+        return text
+    where = f", made at {guard.where}" if guard.where else ""
+    return f"the guard {_user_terms(guard.expr, source, paths)}{where}"
+
+
+def _proven(
+    dims: Mapping[tuple[int, int], Any],
+    ranges: Mapping[Any, Any],
+    kept: Mapping[tuple[int, int], tuple[int, int | None]],
+    guards: Mapping[str, _Guard | None],
+    source: Mapping[Any, tuple[int, int]],
+    paths: Sequence[str],
+) -> Proven:
+    """Every symbolic input dim's range (torch's, narrowed to the kept one), and the guards kept."""
+    out: list[DimRange] = []
+    for (index, axis), expr in dims.items():
+        lo, hi = 0, None
+        if expr.is_Symbol and expr in ranges:
+            lo, hi = _int(ranges[expr].lower) or 0, _int(ranges[expr].upper)
+        if (index, axis) in kept:
+            k_lo, k_hi = kept[(index, axis)]
+            lo = max(lo, k_lo)
+            hi = k_hi if hi is None else (hi if k_hi is None else min(hi, k_hi))
+        if hi is not None or lo > 2:
+            out.append(DimRange(paths[index], index, axis, lo, hi))
+    import sympy
+
+    kept_guards = []
+    for g in guards.values():
+        if g is None or not all(s in source for s in g.symbols):
+            continue  # over a derived dim's root, which no input gives as it is: not checkable
+        names = tuple(f"_{i}" for i in range(len(g.symbols)))
+        code = _python(g.expr.xreplace({s: sympy.Symbol(n, integer=True) for s, n in zip(g.symbols, names)}))
+        sizes = tuple((n, *source[s]) for n, s in zip(names, g.symbols))
+        kept_guards.append(KeptGuard(_user_terms(g.expr, source, paths), g.where, code, sizes))
+    return Proven(out, kept_guards)
