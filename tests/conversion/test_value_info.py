@@ -38,6 +38,8 @@ import onnx.shape_inference
 import onnxruntime as ort
 import pytest
 import torch
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
 
 import fastonnx
 from fastonnx.errors import InputError
@@ -158,12 +160,7 @@ def test_value_info_agrees_with_onnx_shape_inference(name: str) -> None:
     found = check_file(proto)
     values = {v.name for v in proto.graph.value_info}
     assert values <= intermediates(proto.graph), "value_info holds only what nodes make, outputs excepted"
-    # at least most of them: the values a converter adds inside an op's decomposition (attention's
-    # scores, a norm's square root) have no type torch recorded, and are left out
-    assert len(values) >= 0.6 * len(intermediates(proto.graph)), (
-        len(values),
-        len(intermediates(proto.graph)),
-    )
+    assert untyped(proto) == [], "every value a node makes is typed"
     assert found.counts["values"] > 0 and found.counts["static dims equal"] > 0, found.counts
 
 
@@ -249,6 +246,7 @@ def test_subgraphs_get_their_value_info() -> None:
     assert all(len(b.value_info) > 0 for b in bodies), [len(b.value_info) for b in bodies]
     for b in bodies:
         assert {v.name for v in b.value_info} <= intermediates(b)
+    assert untyped(proto) == []
     found = check_file(proto)
     assert found.counts["values"] > 0
     for arg in (x, -x):
@@ -436,12 +434,13 @@ def check_everything_typed(
     name: str,
     optimize: bool | str,
     build: Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]] | None = None,
+    dynamic_shapes_override: tuple[dict[int, Any], ...] | None = None,
     **kw: Any,
 ) -> tuple[onnx.ModelProto, Runtime]:
     """Export ``name`` with dynamic dims at ``optimize``: every value typed, the file checked in full,
     each entry as onnxruntime computes it at two sizes."""
     model, args = build() if build is not None else built(name)
-    spec = dynamic_spec(name, args)
+    spec = dynamic_shapes_override or dynamic_spec(name, args)
     result = fastonnx.to_onnx(model, args, optimize=optimize, dynamic_shapes=spec, **kw)
     proto = result.model_proto
     assert untyped(proto) == []
@@ -470,3 +469,52 @@ def _sampled() -> list[tuple[str, bool | str]]:
 def test_every_value_is_typed_as_onnxruntime_computes_it(name: str, optimize: bool | str) -> None:
     _, found = check_everything_typed(name, optimize)
     assert found.values > 0 and (found.symbolic > 0 or name == "llava"), found
+
+
+class Loops(torch.nn.Module):
+    """A while_loop (Loop) and a scan (Scan) whose bodies make intermediate values, a cond (If) on
+    their results; sizes read from the input inside the bodies."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def cond_fn(i: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return i < 3
+
+        def body_fn(i: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, (y * 2 + 1).reshape(y.shape[0], -1).tanh()
+
+        _, y = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+        def combine(carry: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            nxt = carry + row.sin()
+            return nxt, torch.cat([nxt, row]).unsqueeze(0)
+
+        last, rows = scan(combine, torch.zeros_like(y[0]), y)
+        flat = rows.flatten(1)
+        return torch.cond(last.sum() > 0, lambda t: t.exp(), lambda t: t.cos() - 1, (flat,))
+
+
+def test_control_flow_values_are_typed_at_every_level() -> None:
+    x = torch.randn(4, 3)
+    for optimize in LEVELS:
+        proto, found = check_everything_typed(
+            "loops", optimize, build=lambda: (Loops(), (x,)), dynamic_shapes_override=({0: D},)
+        )
+        ops = {n.op_type for n in proto.graph.node}
+        assert {"Loop", "Scan", "If"} <= ops, ops
+        assert all(len(g.value_info) > 0 for g in list(graphs(proto.graph))[1:])
+        check_file(proto)  # the bodies' entries against ONNX's inference
+
+
+@pytest.mark.parametrize("optimize", LEVELS, ids=str)
+def test_quantized_values_are_typed(optimize: bool | str) -> None:
+    proto, _ = check_everything_typed("llama", optimize, quantize="int4")
+    if optimize == "onnxruntime":
+        assert any(n.op_type == "MatMulNBits" for n in proto.graph.node)
+
+
+def test_local_function_calls_are_typed() -> None:
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    for optimize in LEVELS:
+        proto, _ = check_everything_typed("llama", optimize, export_modules_as_functions={LlamaDecoderLayer})
+        assert any(n.domain.startswith("pkg.") for n in proto.graph.node)

@@ -34,8 +34,8 @@ pub struct Model {
     /// save into another folder hard-links them beside the model.
     pub reference_sources: BTreeMap<String, PathBuf>,
     /// Write `GraphProto.value_info`: the element type and shape of every value the nodes of the main
-    /// graph and of its subgraphs make, where both are known (`writer::proto::value_infos`). Off
-    /// unless asked for (`to_onnx(value_info=True)`, its default).
+    /// graph and of its subgraphs make, the builder's or inferred (`infer::Inferred`,
+    /// `writer::value_info`). Off unless asked for (`to_onnx(value_info=True)`, its default).
     pub value_info: bool,
 }
 

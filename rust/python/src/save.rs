@@ -12,8 +12,8 @@ use crate::{py_err, GraphBuilder};
 
 #[pymethods]
 impl GraphBuilder {
-    /// Whether `to_bytes` and `save` write `value_info` (the type of every intermediate value whose
-    /// element type and rank are known, subgraphs included); False for a new builder.
+    /// Whether `to_bytes` and `save` write `value_info` (the type of every intermediate value, the
+    /// builder's or inferred, subgraphs included); False for a new builder.
     #[getter]
     fn value_info(&self) -> bool {
         self.model.value_info

@@ -546,3 +546,154 @@ fn stacked(t: &Ty, count: Size) -> Ty {
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Inferred;
+    use crate::dtype;
+    use crate::graph::{AttrValue, Attribute, Dim, ValueType};
+    use crate::model::{Function, Model};
+    use crate::testing::{int, GraphExt};
+
+    fn sym(s: &str) -> Dim {
+        Dim::Sym(s.into())
+    }
+
+    fn shape_of(i: &Inferred, m: &Model, name: &str) -> Option<Vec<Dim>> {
+        i.type_of(&m.graph, name).and_then(|t| t.shape.clone())
+    }
+
+    #[test]
+    fn computed_shapes_are_named_by_the_input_dims() {
+        let mut m = Model::new(18, 8, "test");
+        let g = &mut m.graph;
+        let x = g.add_input(
+            "x",
+            dtype::FLOAT,
+            Some(vec![sym("batch"), sym("seq"), Dim::Fixed(8)]),
+        );
+        // (batch, seq, 8) -> Reshape to (batch, 2 * seq, 4) through Shape / Gather / Mul / Concat
+        let s = g.op("Shape", &[&x]);
+        let b = g.i64s(&[1], &[0]);
+        let batch = g.op("Gather", &[&s, &b]);
+        let one = g.i64s(&[1], &[1]);
+        let seq = g.op("Gather", &[&s, &one]);
+        let two = g.i64s(&[1], &[2]);
+        let twice = g.op("Mul", &[&seq, &two]);
+        let four = g.i64s(&[1], &[4]);
+        let target = g.op_with("Concat", &[&batch, &twice, &four], vec![int("axis", 0)]);
+        let r = g.op("Reshape", &[&x, &target]);
+        // Expand a (1, 1, 4) constant to r's shape, then MatMul by (4, 3)
+        let c = g.f32s(&[1, 1, 4], &[0.0; 4]);
+        let shape_r = g.op("Shape", &[&r]);
+        let e = g.op("Expand", &[&c, &shape_r]);
+        let w = g.f32s(&[4, 3], &[0.0; 12]);
+        let y = g.op("MatMul", &[&e, &w]);
+        let t = g.op_with("Transpose", &[&y], vec![]);
+        let found = Inferred::of(&m);
+        assert_eq!(
+            shape_of(&found, &m, &r),
+            Some(vec![sym("batch"), sym("2*seq"), Dim::Fixed(4)])
+        );
+        assert_eq!(
+            shape_of(&found, &m, &e),
+            Some(vec![sym("batch"), sym("2*seq"), Dim::Fixed(4)])
+        );
+        assert_eq!(
+            shape_of(&found, &m, &t),
+            Some(vec![Dim::Fixed(3), sym("2*seq"), sym("batch")])
+        );
+        let ty = found.type_of(&m.graph, &target).expect("target");
+        assert_eq!(ty.dtype, Some(dtype::INT64));
+        assert_eq!(ty.shape, Some(vec![Dim::Fixed(3)]));
+    }
+
+    #[test]
+    fn a_size_computed_from_data_is_unknown_and_the_rank_known() {
+        let mut m = Model::new(18, 8, "test");
+        let g = &mut m.graph;
+        let x = g.add_input("x", dtype::FLOAT, Some(vec![sym("n"), Dim::Fixed(3)]));
+        let nz = g.op("NonZero", &[&x]);
+        let starts = g.i64s(&[1], &[0]);
+        let axes = g.i64s(&[1], &[0]);
+        let ends = g.op("ReduceMax", &[&nz]);
+        let sl = g.op("Slice", &[&x, &starts, &ends, &axes]);
+        let found = Inferred::of(&m);
+        assert_eq!(
+            shape_of(&found, &m, &nz),
+            Some(vec![Dim::Fixed(2), Dim::Unknown])
+        );
+        assert_eq!(
+            shape_of(&found, &m, &sl),
+            Some(vec![Dim::Unknown, Dim::Fixed(3)])
+        );
+    }
+
+    #[test]
+    fn branches_and_function_calls_get_their_bodies_types() {
+        let mut m = Model::new(18, 8, "test");
+        let x = m
+            .graph
+            .add_input("x", dtype::FLOAT, Some(vec![sym("n"), Dim::Fixed(4)]));
+        let c = m.graph.add_input("c", dtype::BOOL, Some(vec![]));
+        // If: then (n, 4), else (n, 4) through a Transpose pair: both known to the inference only
+        let mut then_b = m.graph.subgraph("then");
+        let a = then_b.op("Relu", &[&x]);
+        then_b.add_output(&a, None).expect("out");
+        let mut else_b = m.graph.subgraph("else");
+        let t = else_b.op("Transpose", &[&x]);
+        let back = else_b.op("Transpose", &[&t]);
+        else_b.add_output(&back, None).expect("out");
+        let attrs = vec![
+            Attribute {
+                name: "then_branch".into(),
+                value: AttrValue::Graph(Box::new(then_b)),
+            },
+            Attribute {
+                name: "else_branch".into(),
+                value: AttrValue::Graph(Box::new(else_b)),
+            },
+        ];
+        let branched = m.graph.op_with("If", &[&c], attrs);
+        // a local function doubling its input's last dim, called on (n, 4)
+        let mut body = crate::graph::Graph::new("f");
+        let fx = body.add_input("fx", dtype::FLOAT, Some(vec![Dim::Fixed(1), Dim::Fixed(2)]));
+        let fy = body.op_with("Concat", &[&fx, &fx], vec![int("axis", -1)]);
+        body.typed(&fy, dtype::FLOAT, &[1, 4]);
+        body.add_output(&fy, None).expect("out");
+        m.functions.push(Function {
+            domain: "pkg.test".into(),
+            name: "Twice".into(),
+            graph: body,
+        });
+        let call = m
+            .graph
+            .add_node(
+                "Twice",
+                "pkg.test",
+                vec![branched.clone()],
+                &["call".into()],
+                vec![],
+                None,
+            )
+            .expect("call")
+            .remove(0);
+        let found = Inferred::of(&m);
+        // a body's values (names are unique across a model's graphs)
+        assert_eq!(
+            found.get(&t).and_then(|t| t.shape.clone()),
+            Some(vec![Dim::Fixed(4), sym("n")])
+        );
+        assert_eq!(
+            shape_of(&found, &m, &branched),
+            Some(vec![sym("n"), Dim::Fixed(4)])
+        );
+        assert_eq!(
+            found.type_of(&m.graph, &call),
+            Some(&ValueType {
+                dtype: Some(dtype::FLOAT),
+                shape: Some(vec![sym("n"), Dim::Fixed(8)]),
+            })
+        );
+    }
+}

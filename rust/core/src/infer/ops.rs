@@ -1280,9 +1280,19 @@ pub(super) fn value(x: &Inputs) -> Option<Vec<Size>> {
             matches!(to, dtype::INT64 | dtype::INT32).then(|| x.value(0).cloned())?
         }
         "Concat" => {
+            // a part of unknown contents but known length: that many unknown sizes
             let mut out = Vec::new();
             for i in 0..n.inputs.len() {
-                out.extend(x.value(i)?.iter().cloned());
+                if let Some(v) = x.value(i) {
+                    out.extend(v.iter().cloned());
+                } else {
+                    let len = match x.dims(i)?.as_slice() {
+                        [] => 1,
+                        [d] => usize::try_from(d.as_ref()?.as_const()?).ok()?,
+                        _ => return None,
+                    };
+                    out.extend(std::iter::repeat_n(None, len));
+                }
             }
             Some(out)
         }
