@@ -649,11 +649,12 @@ fn range_len(x: &Inputs) -> Size {
         return None;
     }
     if let (Some(s), Some(l)) = (start.as_const(), limit.as_const()) {
-        let span = l - s;
+        let span = l.checked_sub(s)?;
         let n = if d > 0 {
             span.div_euclid(d) + i64::from(span.rem_euclid(d) != 0)
         } else {
-            (-span).div_euclid(-d) + i64::from((-span).rem_euclid(-d) != 0)
+            let (span, d) = (span.checked_neg()?, d.checked_neg()?);
+            span.div_euclid(d) + i64::from(span.rem_euclid(d) != 0)
         };
         return fixed(n.max(0));
     }
@@ -868,6 +869,9 @@ fn slice_len(dim: &Size, start: &Size, end: &Size, step: i64) -> Size {
         return None;
     }
     if let (Some(n), Some(s), Some(e)) = (dim.as_const(), start.as_const(), end.as_const()) {
+        if n <= 0 {
+            return fixed(0);
+        }
         let (s, e) = if step > 0 {
             let s = if s < 0 { s.saturating_add(n) } else { s }.clamp(0, n);
             let e = if e < 0 { e.saturating_add(n) } else { e }.clamp(0, n);
@@ -879,9 +883,9 @@ fn slice_len(dim: &Size, start: &Size, end: &Size, step: i64) -> Size {
         };
         let span = e - s;
         let len = if step > 0 {
-            (span + step - 1).div_euclid(step)
+            span.saturating_add(step - 1).div_euclid(step)
         } else {
-            (span + step + 1).div_euclid(step)
+            span.saturating_add(step + 1).div_euclid(step)
         };
         return fixed(len.max(0));
     }
@@ -999,7 +1003,10 @@ fn window_out(input: &Size, (k, s, d, pb, pe): Window, auto: &[u8], ceil: bool) 
         return input.ceil_div(s);
     }
     let (pb, pe) = if auto == b"VALID" { (0, 0) } else { (pb, pe) };
-    let span = input.add(&Poly::constant(pb + pe - d * (k - 1) - 1));
+    let reach = d.checked_mul(k.checked_sub(1)?)?;
+    let span = input.add(&Poly::constant(
+        pb.checked_add(pe)?.checked_sub(reach)?.checked_sub(1)?,
+    ));
     let q = if ceil {
         span.ceil_div(s)
     } else {
@@ -1338,7 +1345,7 @@ pub(super) fn value(x: &Inputs) -> Option<Vec<Size>> {
             let d = q.as_const()?;
             if let Some(c) = p.as_const() {
                 // integer division truncates
-                return (d != 0).then(|| Poly::constant(c / d));
+                return c.checked_div(d).map(Poly::constant);
             }
             p.div_exact(q)
         }),

@@ -132,7 +132,7 @@ impl Poly {
             let (dm, dc) = other.terms.iter().next()?;
             let mut out = BTreeMap::new();
             for (m, c) in &self.terms {
-                if c % dc != 0 {
+                if c.checked_rem(*dc)? != 0 {
                     return None;
                 }
                 let mut rest = m.clone();
@@ -140,17 +140,17 @@ impl Poly {
                     let at = rest.iter().position(|r| r == s)?;
                     rest.remove(at);
                 }
-                out.insert(rest, c / dc);
+                out.insert(rest, c.checked_div(*dc)?);
             }
             return Some(Poly { terms: out });
         }
         // a constant multiple: the ratio of the first terms, checked on all
         let (m0, c0) = other.terms.iter().next()?;
         let k = self.terms.get(m0)?;
-        if k % c0 != 0 {
+        if k.checked_rem(*c0)? != 0 {
             return None;
         }
-        let q = Poly::constant(k / c0);
+        let q = Poly::constant(k.checked_div(*c0)?);
         (other.mul(&q) == *self).then_some(q)
     }
 
@@ -174,7 +174,7 @@ impl Poly {
 
     /// `ceil(self / d)` for a positive `d`.
     pub(crate) fn ceil_div(&self, d: i64) -> Option<Poly> {
-        self.add(&Poly::constant(d - 1)).floor_div(d)
+        self.add(&Poly::constant(d.checked_sub(1)?)).floor_div(d)
     }
 
     /// The larger of two sizes where it is decided (equal, or both integers).
