@@ -241,15 +241,17 @@ def to_onnx(
             ``fastonnx.conversion.metadata``). False leaves all of that out: node names are op types
             (``MatMul_3``), the file is smallest. Must be a bool.
         value_info: True (default) writes the graph's ``value_info``, as the official exporter does: the
-            element type and shape of every intermediate value (what a node makes that is not a graph
-            output), as torch recorded them, for Netron, quantizers and other tools that read them.
-            Symbolic dims are named as the graph inputs name theirs (``batch``, ``seq``, expressions of
-            them such as ``seq+1``). A value whose element type or rank fastonnx does not know (a node a
-            converter or pass added inside an op's decomposition that torch recorded nothing for) is
-            left out rather than guessed. If / Loop / Scan bodies get theirs too; local functions'
-            bodies (``export_modules_as_functions``) get none, as one body may serve calls on values of
-            other shapes. False leaves ``value_info`` out (the file is otherwise the same, byte for
-            byte). Must be a bool.
+            element type and full shape of every value a node makes that is not a graph output, for
+            Netron, quantizers and other tools that read them: torch's record where it has one, else
+            inferred from the ONNX operator's definition (the pieces converters add inside an op's
+            decomposition, shape arithmetic, fusions, contrib and quantization nodes, local functions'
+            call sites; ``rust/core/src/infer``), following small integer tensors so that computed
+            sizes are named. Symbolic dims are named as the graph inputs name theirs (``batch``,
+            ``seq``, expressions of them such as ``seq+1`` or ``2*seq``); a size no expression of the
+            inputs' dims gives (a data-dependent count) is a dim without a name. If / Loop / Scan
+            bodies get theirs too; local functions' bodies (``export_modules_as_functions``) get none,
+            as one body may serve calls on values of other shapes. False leaves ``value_info`` out
+            (the file is otherwise the same, byte for byte). Must be a bool.
         report: True or a path writes a markdown report of the export, also when it fails (the
             exception's message then ends with ``(fastonnx report: <path>)``). True writes it next to the
             model file (``net.onnx`` gives ``net.report.md``), or ``<ModelClass>.report.md`` in the current

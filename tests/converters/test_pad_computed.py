@@ -84,7 +84,8 @@ def test_pad_by_own_sizes(mode: str) -> None:
         (x,),
         dynamic_shapes=shapes,
         opsets=opsets,
-        run_args=[(torch.randn(2, 3, 6, 3),), (torch.randn(2, 3, 3, 8),)],
+        # within the ranges torch.export keeps for the program (circular: a height of 4 or more)
+        run_args=[(torch.randn(2, 3, 6, 3),), (torch.randn(2, 3, 5, 8),)],
         atol=0,
         rtol=0,
     )

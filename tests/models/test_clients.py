@@ -100,7 +100,18 @@ def _compare_predictions(yolo: YOLO, onnx_path: str, task: str, x: Any, imgsz: i
 def test_ultralytics_export_under_the_patch(cfg, task, dynamic, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # ultralytics writes the file beside the yaml's name, in the cwd
     yolo = _yolo(cfg)
-    with fastonnx.patch_torch_onnx():
+    if dynamic:
+        # its strided feature maps concatenate at some heights and widths only (25 to 32, 57 to 64,
+        # ...: the multiples of 32 and below): refused by default, naming the line that decides
+        with fastonnx.patch_torch_onnx(), pytest.raises(Exception) as caught:
+            yolo.export(format="onnx", imgsz=160, dynamic=True, simplify=True)
+        refusal = caught.value
+        while refusal is not None and not isinstance(refusal, fastonnx.CaptureError):
+            refusal = refusal.__cause__ or refusal.__context__
+        assert refusal is not None, caught.value
+        assert "input 'x' axis 2" in str(refusal) and "ultralytics/nn/modules/conv.py:" in str(refusal)
+        assert "right for 25 to 32, 57 to 64" in str(refusal), refusal
+    with fastonnx.patch_torch_onnx(keep_narrowed=dynamic):
         path = yolo.export(format="onnx", imgsz=160, dynamic=dynamic, simplify=True)
     assert torch.onnx.export is TORCH_EXPORT  # restored
     assert _exported_by_fastonnx(path)

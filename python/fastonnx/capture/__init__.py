@@ -101,7 +101,13 @@ class CaptureInfo:
             found["training_mode"] = True
         if self.size_oblivious is False:
             found["size_oblivious"] = False
-        for key in ("dynamic_shapes_refined", "dynamic_ranges", "decompositions", "functionalized", "guards_s"):
+        for key in (
+            "dynamic_shapes_refined",
+            "dynamic_ranges",
+            "decompositions",
+            "functionalized",
+            "guards_s",
+        ):
             if getattr(self, key) is not None:
                 found[key] = getattr(self, key)
         if self.proven is not None and self.proven.guards:

@@ -153,14 +153,16 @@ class Narrowing:
         )
 
     def fix(self) -> str:
-        hull = (min(self.admitted), max(self.admitted)) if self.admitted else None
-        if hull is None:
-            return "make the model's code keep the size symbolic"
-        first, last = self.tried.index(hull[0]), self.tried.index(hull[1])
-        contiguous = self.admitted == self.tried[first : last + 1]
-        upper = None if self.asked[1] is None and hull[1] == max(self.admitted + self.refused) else hull[1]
-        bound = f"Dim({self.name!r}, min={hull[0]}" + (f", max={upper})" if upper is not None else ")")
-        return bound if contiguous else f"{bound} (the admitted sizes are not a range: guards stay kept)"
+        """The Dim that asks for the sizes admitted, when they are a range."""
+        if not self.admitted:
+            return "no size of the range asked for: make the model's code keep the size symbolic"
+        first, last = self.tried.index(self.admitted[0]), self.tried.index(self.admitted[-1])
+        if self.admitted != self.tried[first : last + 1]:
+            return "the sizes it is right for are no range (keep_narrowed=True keeps the guards, checked on every call)"
+        upper = None if self.asked[1] is None and last == len(self.tried) - 1 else self.admitted[-1]
+        return f"Dim({self.name!r}, min={self.admitted[0]}" + (
+            f", max={upper})" if upper is not None else ")"
+        )
 
 
 def _sizes(values: list[int], tried: list[int], most: int = 0) -> str:
@@ -332,21 +334,27 @@ def prove(
     if not dims:
         return Proven([], []), []
     example = {s: int(env.backed_var_to_val[s]) for s in roots if s in env.backed_var_to_val}
-    ranges = {s: env.var_to_range[s] for s in roots if s in env.var_to_range}
+    # (lower, upper or None) as ints, once: sympy's int() of int_oo goes through evalf
+    ranges = {
+        s: (_int(env.var_to_range[s].lower) or 0, _int(env.var_to_range[s].upper))
+        for s in roots
+        if s in env.var_to_range
+    }
     guards = _input_guards(env, roots)
 
     if asked is None:  # a program exported elsewhere: its own ranges are what was asked
         asked = {}
         for key, expr in dims.items():
             if expr.is_Symbol and expr in ranges:
-                asked[key] = (_int(ranges[expr].lower) or 0, _int(ranges[expr].upper))
+                asked[key] = ranges[expr]
 
     # a guard over several sizes relates inputs (the mask as long as the ids and the cache together):
-    # it narrows no dim of its own; the result checks it on every call, as ep.module() does
-    relations = [g for g in guards if len(g.symbols) > 1]
-    related = {s for g in relations for s in g.symbols}
+    # it narrows a dim only where no move of the others satisfies it (_failing). Relations are not
+    # checked on the result's calls: some are the internals of an op's kernel (a contiguity test
+    # over |x - y|), which ep.module() checks although the values do not depend on them
+    related = {s for g in guards if len(g.symbols) > 1 for s in g.symbols}
     narrowed: list[Narrowing] = []
-    kept_guards: dict[str, _Guard | None] = {str(g.expr): g for g in relations}
+    kept_guards: dict[str, _Guard | None] = {}
     kept: dict[tuple[int, int], tuple[int, int | None]] = {}
     for key, (lo, hi) in asked.items():
         expr = dims.get(key)
@@ -397,8 +405,8 @@ def prove(
                 top = fine[-1] if any(v > fine[-1] for v in refused) else hi
                 bottom = fine[0] if any(v < fine[0] for v in refused) else lo
                 kept[key] = (bottom, top)
-        elif hi is not None or lo > 2:
-            kept[key] = (lo, hi)
+        else:
+            kept[key] = (lo, hi)  # what was asked is what the result holds its inputs to
 
     return _proven(dims, ranges, kept, kept_guards, source, paths), narrowed
 
@@ -418,17 +426,14 @@ def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
 
     found: list[_Guard] = []
     seen: set[Any] = set()
-    parts = [
-        part
-        for g in env.guards
-        for part in (
-            ((p, g) for p in env.replace(g.expr).args)
-            if isinstance(env.replace(g.expr), sympy.And)
-            else [(env.replace(g.expr), g)]
-        )
-    ]
+    parts: list[tuple[Any, Any]] = []
+    for g in env.guards:
+        whole = env.replace(g.expr)
+        parts.extend((p, g) for p in (whole.args if isinstance(whole, sympy.And) else (whole,)))
     for expr, g in parts:
         if expr in seen or expr is sympy.true or not expr.free_symbols or not expr.free_symbols <= symbols:
+            continue
+        if _oblivious(expr):
             continue
         seen.add(expr)
         ordered = tuple(sorted(expr.free_symbols, key=str))
@@ -437,12 +442,30 @@ def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
     return found
 
 
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!=", "==": "=="}
+
+
+def _oblivious(expr: Any) -> bool:
+    """Whether ``expr`` says a size is not 0 or 1 (``h // 2 != 1``, ``w - 1 >= 2``, ``3*b*h > 1``): what
+    size-oblivious reasoning assumes of every size, computed ones included, as of the inputs' own
+    (whose 0 and 1 the request leaves out), where the program is general all the same."""
+    op, lhs, rhs = getattr(expr, "rel_op", None), getattr(expr, "lhs", None), getattr(expr, "rhs", None)
+    if op is None or lhs is None or rhs is None:
+        return False
+    if lhs.is_number and not rhs.is_number:
+        op, lhs, rhs = _FLIPPED[op], rhs, lhs
+    if not rhs.is_number or not rhs.is_integer:
+        return False
+    c = int(rhs)
+    return (op == "!=" and c in (0, 1)) or (op == ">=" and c in (0, 1, 2)) or (op == ">" and c in (0, 1))
+
+
 def _failing(
     expr: Any,
     root: Any,
     size: int,
     example: Mapping[Any, int],
-    ranges: Mapping[Any, Any],
+    ranges: Mapping[Any, tuple[int, int | None]],
     guards: Sequence[_Guard],
     related: set[Any],
 ) -> list[tuple[str, _Guard | None]] | None:
@@ -456,19 +479,18 @@ def _failing(
         return [(f"the program has this dim as {expr} (a derived dim), which is never {size}", None)]
     reasons: list[tuple[str, _Guard | None]] = []
     r = ranges.get(root)
-    if (
-        root not in related
-        and r is not None
-        and not (_int(r.lower) or 0) <= value <= (_int(r.upper) or value)
-    ):
-        reasons.append((f"torch.export kept the range [{r.lower}, {r.upper}] for it", None))
+    if root not in related and r is not None and not r[0] <= value <= (value if r[1] is None else r[1]):
+        reasons.append(
+            (f"torch.export kept the range [{r[0]}, {'inf' if r[1] is None else r[1]}] for it", None)
+        )
     alone = {root: value}
     reasons.extend((str(g.expr), g) for g in guards if g.symbols == (root,) and not g.holds(alone))
     relations = [g for g in guards if len(g.symbols) > 1 and root in g.symbols]
     if relations:
         others = sorted({s for g in relations for s in g.symbols if s != root}, key=str)
+        solvers = [solved for g in relations for t in g.symbols if t != root for solved in _solver(g, t)]
         first: list[_Guard] | None = None
-        for values in _assignments(root, value, others, example):
+        for values in _assignments(root, value, others, example, solvers):
             failed = [g for g in relations if not g.holds(values)]
             if not failed:
                 first = []
@@ -478,25 +500,76 @@ def _failing(
     return reasons or None
 
 
-_MAX_ASSIGNMENTS = 256  # moves of the other sizes tried, per size
+_MAX_ASSIGNMENTS = 64  # moves of the other sizes tried, per size (each also solved for, below)
+
+Solver = tuple[Any, Callable[..., Any], tuple[Any, ...]]  # (size solved for, its function, its arguments)
+
+
+def _solver(guard: _Guard, t: Any) -> list[Solver]:
+    """``t`` solved from ``guard``'s boundary where it is linear in ``t`` (``mask = ids + past`` from
+    ``ids + past - mask <= 0``; ``a = b*c / d`` from ``a*d == b*c``): ``[(t, fn, args)]``, else ``[]``."""
+    key = (str(guard.expr), str(t))
+    if key not in _SOLVED:
+        import sympy
+
+        found: list[Solver] = []
+        lhs, rhs = getattr(guard.expr, "lhs", None), getattr(guard.expr, "rhs", None)
+        if lhs is not None and rhs is not None:
+            d = sympy.expand(lhs - rhs)
+            if d.is_polynomial(t) and sympy.degree(d, t) == 1:
+                a = d.coeff(t)
+                num, den = sympy.expand(a * t - d), a  # t = num / den
+                args = tuple(sorted(num.free_symbols | den.free_symbols, key=str))
+                try:  # torch's printer prints no negative powers: the division is written here
+                    code = f"({_python(num)}) / ({_python(den)})"
+                except (AssertionError, TypeError, ValueError):
+                    code = None
+                if code is not None:
+                    found.append((t, _compiled(code, tuple(str(x) for x in args)), args))
+        _SOLVED[key] = found
+    return _SOLVED[key]
+
+
+_SOLVED: dict[tuple[str, str], list[Solver]] = {}
 
 
 def _assignments(
-    root: Any, value: int, others: Sequence[Any], example: Mapping[Any, int]
+    root: Any, value: int, others: Sequence[Any], example: Mapping[Any, int], solvers: Sequence[Solver] = ()
 ) -> Iterator[dict[Any, int]]:
-    """Values of the sizes related to ``root`` for ``root`` = ``value``: the example's, then each
-    moved as ``root`` moved (shifted by as much: a mask's length that is the ids' plus the cache's;
-    scaled: a flattened size; or equal to it), in every combination up to :data:`_MAX_ASSIGNMENTS`.
-    A guard that only relates inputs holds for one of them; one that decides on ``root`` fails all."""
+    """Values of the sizes related to ``root`` for ``root`` = ``value``: the example's, those equal to
+    root's moved with it, all shifted by as much; then each moved as ``root`` moved (shifted by as
+    much: a mask's length that is the ids' plus the cache's; scaled: a flattened size; equal to it;
+    or 1), in every combination up to
+    :data:`_MAX_ASSIGNMENTS`, each also with one size solved from a relation (:func:`_solver`). A
+    guard that only relates inputs holds for one of them; one that decides on ``root`` fails all."""
     base = dict(example)
     base[root] = value
+    for values in _moves(root, value, others, example, base):
+        yield values
+        for t, fn, args in solvers:
+            try:
+                v = fn(*(values[x] for x in args))
+            except (ArithmeticError, KeyError, TypeError, ValueError):
+                continue
+            if v == int(v) and v >= 1:
+                yield {**values, t: int(v)}
+
+
+def _moves(
+    root: Any, value: int, others: Sequence[Any], example: Mapping[Any, int], base: dict[Any, int]
+) -> Iterator[dict[Any, int]]:
     yield base
     delta, start = value - example[root], example[root]
+    # whole moves first (a stack's caches all as long as each other): the sizes equal to root's in
+    # the example moved with it, then every size shifted by as much
+    yield {**base, **{s: value for s in others if example[s] == start}}
+    yield {**base, **{s: example[s] + delta for s in others if example[s] + delta >= 1}}
     choices = []
     for s in others:
         e = example[s]
         found = [e, e + delta, value] + ([e * value // start] if start and (e * value) % start == 0 else [])
-        choices.append([v for v in dict.fromkeys(found) if v >= 0])
+        # 1 too: a decode step's length (not 0: it satisfies any product trivially)
+        choices.append([v for v in dict.fromkeys([*found, 1]) if v >= 1])
     for n, combo in enumerate(itertools.product(*choices)):
         if n >= _MAX_ASSIGNMENTS:
             return
@@ -537,22 +610,21 @@ def _cause_text(
 
 def _proven(
     dims: Mapping[tuple[int, int], Any],
-    ranges: Mapping[Any, Any],
+    ranges: Mapping[Any, tuple[int, int | None]],
     kept: Mapping[tuple[int, int], tuple[int, int | None]],
     guards: Mapping[str, _Guard | None],
     source: Mapping[Any, tuple[int, int]],
     paths: Sequence[str],
 ) -> Proven:
-    """Every symbolic input dim's range (torch's, narrowed to the kept one), and the guards kept."""
+    """Every symbolic input dim's range: the one checked against the request (``kept``), else
+    torch's; and the guards kept."""
     out: list[DimRange] = []
     for (index, axis), expr in dims.items():
         lo, hi = 0, None
-        if expr.is_Symbol and expr in ranges:
-            lo, hi = _int(ranges[expr].lower) or 0, _int(ranges[expr].upper)
         if (index, axis) in kept:
-            k_lo, k_hi = kept[(index, axis)]
-            lo = max(lo, k_lo)
-            hi = k_hi if hi is None else (hi if k_hi is None else min(hi, k_hi))
+            lo, hi = kept[(index, axis)]
+        elif expr.is_Symbol and expr in ranges:
+            lo, hi = ranges[expr]
         if hi is not None or lo > 2:
             out.append(DimRange(paths[index], index, axis, lo, hi))
     import sympy

@@ -864,9 +864,11 @@ def _min_max_elementwise(ctx: ConversionContext, xf: str) -> tuple[str, str]:
 
 def convert_int_mm(ctx: ConversionContext, a: Value, b: Value) -> str:
     """int8 x int8 → int32 matrix product (torchao's dynamic int8 activation x int8 weight Linears):
-    MatMulInteger, exact as torch's (int32 accumulation)."""
-    if a.dtype != torch.int8 or b.dtype != torch.int8:
-        raise ctx.error(f"_int_mm of {a.dtype} x {b.dtype}: torch defines it for int8 x int8")
+    MatMulInteger, exact as torch's (int32 accumulation). On CPUs with VNNI torchao quantizes the
+    activation to uint8 (with a zero point) and torch's CPU kernel takes uint8 x int8: so does
+    MatMulInteger."""
+    if a.dtype not in (torch.int8, torch.uint8) or b.dtype != torch.int8:
+        raise ctx.error(f"_int_mm of {a.dtype} x {b.dtype}: torch defines it for int8 or uint8 x int8")
     return ctx.op("MatMulInteger", a, b)
 
 

@@ -138,7 +138,13 @@ def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
         (tmp / MISSING_FILE).unlink()
 
 
-POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions", "max_source_positions")
+POSITION_LIMITS = (
+    "max_position_embeddings",
+    "n_positions",
+    "n_ctx",
+    "max_target_positions",
+    "max_source_positions",
+)
 """Config keys that declare how many positions a model's position embeddings hold."""
 
 
@@ -153,7 +159,13 @@ def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> A
     tops: dict[str, int] = {}
     for n in narrowed:
         top = max(n.admitted, default=0)
-        if not n.admitted or top > max(declared) or min(n.refused) <= top or n.name in tops and tops[n.name] != top:
+        if (
+            not n.admitted
+            or top > max(declared)
+            or min(n.refused) <= top
+            or n.name in tops
+            and tops[n.name] != top
+        ):
             return None  # refused below the bound, or a bound the config does not declare
         tops[n.name] = top
 

@@ -50,7 +50,9 @@ def _routed(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)  # torch's own TypeError for a call torch refuses
-        return export(**bound.arguments)
+        with _lock:
+            keep = bool(_active) and _active[-1].keep_narrowed  # the innermost patch's choice
+        return export(**bound.arguments, keep_narrowed=keep)
 
     routed.__fastonnx_patch__ = True  # type: ignore[attr-defined]
     return routed
@@ -59,7 +61,8 @@ def _routed(original: Callable[..., Any]) -> Callable[..., Any]:
 class PatchedTorchOnnx:
     """An active patch: a context manager, or ``restore()`` it."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_narrowed: bool = False) -> None:
+        self.keep_narrowed = keep_narrowed
         self._restored = False
         with _lock:
             if not _active:
@@ -97,7 +100,9 @@ class PatchedTorchOnnx:
         self.restore()
 
 
-def patch_torch_onnx() -> PatchedTorchOnnx:
+def patch_torch_onnx(keep_narrowed: bool = False) -> PatchedTorchOnnx:
     """Route torch.onnx.export to fastonnx.export until the returned object is restored (or its
-    ``with`` block ends)."""
-    return PatchedTorchOnnx()
+    ``with`` block ends). ``keep_narrowed``: as fastonnx.export's, for code whose calls cannot pass
+    it (ultralytics' ``dynamic=True``: a YOLO program is right at the sizes its strided feature maps
+    concatenate at only; refused by default, kept with the guards when True)."""
+    return PatchedTorchOnnx(keep_narrowed)
