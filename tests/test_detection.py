@@ -72,7 +72,7 @@ def test_nms_dynamic_count() -> None:
 
 def test_batched_nms_traceable() -> None:
     """The capture-time replacement of batched_nms keeps what torchvision keeps, in its order."""
-    from fastonnx.detection_capture import traceable_batched_nms
+    from fastonnx.capture.detection import traceable_batched_nms
 
     boxes, scores = _boxes(400, 3, 60.0)
     labels = torch.randint(0, 5, (400,), generator=_gen(4))
@@ -432,7 +432,7 @@ def test_retinanet_resnet50_fpn() -> None:
 
 def test_paste_masks_traceable() -> None:
     """The capture-time paste covers torchvision's pixels with its values (to float32 rounding)."""
-    from fastonnx.detection_capture import traceable_paste_masks_in_image
+    from fastonnx.capture.detection import traceable_paste_masks_in_image
     from torchvision.models.detection import roi_heads
 
     g = _gen(8)
@@ -452,7 +452,7 @@ def test_paste_masks_traceable() -> None:
 
 def test_heatmaps_to_keypoints_traceable() -> None:
     """The capture-time keypoint decoding picks torchvision's pixels, with its scores."""
-    from fastonnx.detection_capture import traceable_heatmaps_to_keypoints
+    from fastonnx.capture.detection import traceable_heatmaps_to_keypoints
     from torchvision.models.detection import roi_heads
 
     g = _gen(9)

@@ -1,6 +1,5 @@
 """fastonnx: the fastest correct PyTorch -> ONNX exporter."""
 
-from fastonnx import _moved  # noqa: F401  (the old module paths, importable: _moved.py)
 from fastonnx._core import __version__
 from fastonnx.api import to_onnx
 from fastonnx.compile_backend import FastOnnxBackend, backend, debug_backend

@@ -1,7 +1,7 @@
 """nn.LSTM / GRU / RNN and their cells match eager PyTorch in onnxruntime at opsets 17 and MAX_OPSET under
 every optimization setting: one ONNX LSTM / GRU / RNN per layer with weights laid out at export, Scans
 where ONNX's ops fall short (LSTM projections, float64), batch and sequence dynamic through the
-fastonnx:: custom ops (recurrent_capture.py)."""
+fastonnx:: custom ops (capture/recurrent.py)."""
 
 from __future__ import annotations
 

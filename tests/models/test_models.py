@@ -38,7 +38,7 @@ def _same_file_from_module_and_program(model: torch.nn.Module, args: tuple, capt
     capture a static-shape module is traced: the same bytes where each torch call the model makes is one
     aten op in torch.export's graph too (CNNs); transformers models call composite ops (``.to``,
     ``&``...) the trace records below autograd, whose FX names reach the metadata and value names
-    (trace_capture.py), so they compare torch.export's capture on both sides."""
+    (capture/trace.py), so they compare torch.export's capture on both sides."""
     model = model.eval()
     ep = torch.export.export(model, args, strict=False)
     from_module = fastonnx.to_onnx(model, args, capture=capture)

@@ -34,7 +34,7 @@ DOCUMENTED_REFUSALS = (
     "which fastonnx does not convert",  # an op below autograd of a composite op torch.export keeps
     "the graph needs torch.export's functionalization",  # writes through views the walker cannot write
 )
-"""The reasons trace_capture.py's docstring gives for refusing a model; any other refusal fails a check."""
+"""The reasons capture/trace.py's docstring gives for refusing a model; any other refusal fails a check."""
 
 
 class Fn(torch.nn.Module):

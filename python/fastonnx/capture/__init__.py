@@ -336,7 +336,7 @@ def trace_or_refusal(
     kwargs: dict[str, Any],
     convertible: Callable[[Any], bool] | None = None,
 ) -> torch.export.ExportedProgram | str:
-    """The real-tensor trace (trace_capture.py), or why it cannot stand for torch.export's capture;
+    """The real-tensor trace (trace.py), or why it cannot stand for torch.export's capture;
     ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
     from fastonnx.capture.refusal import TraceRefused

@@ -10,7 +10,7 @@ How: the builder rewrites the products before the passes (``GraphBuilder.quantiz
 ``DequantizeLinear -> MatMul`` (standard level, opset >= 21) or ``com.microsoft.MatMulNBits``
 ("onnxruntime" level); the quantized tensors are computed by the Rust writer while it streams, a run
 of whole blocks at a time, from the weight's memory or — with ``weights=`` — from the checkpoint shard
-(read, never referenced: only quantized bytes are written). See rust/core/src/quantize.rs.
+(read, never referenced: only quantized bytes are written). See rust/core/src/tensor/quantize.rs.
 """
 
 from __future__ import annotations
