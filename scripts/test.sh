@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The test command: Rust lints and tests, Python lints, mypy --strict over the package (settings in
-# pyproject.toml; its cache is .mypy_cache), then pytest (which also checks the .pyi stubs).
+# The test command: commit subjects (scripts/check_subjects.sh), Rust lints and tests, Python lints,
+# mypy --strict over the package (settings in pyproject.toml; its cache is .mypy_cache), then pytest
+# (which also checks the .pyi stubs).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`. No test collected is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
+bash scripts/check_subjects.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
