@@ -432,8 +432,9 @@ def test_retinanet_resnet50_fpn() -> None:
 
 def test_paste_masks_traceable() -> None:
     """The capture-time paste covers torchvision's pixels with its values (to float32 rounding)."""
-    from fastonnx.capture.detection import traceable_paste_masks_in_image
     from torchvision.models.detection import roi_heads
+
+    from fastonnx.capture.detection import traceable_paste_masks_in_image
 
     g = _gen(8)
     masks = torch.rand(40, 1, 28, 28, generator=g)
@@ -452,8 +453,9 @@ def test_paste_masks_traceable() -> None:
 
 def test_heatmaps_to_keypoints_traceable() -> None:
     """The capture-time keypoint decoding picks torchvision's pixels, with its scores."""
-    from fastonnx.capture.detection import traceable_heatmaps_to_keypoints
     from torchvision.models.detection import roi_heads
+
+    from fastonnx.capture.detection import traceable_heatmaps_to_keypoints
 
     g = _gen(9)
     maps = torch.randn(12, 17, 56, 56, generator=g)

@@ -15,7 +15,6 @@ from checkpoint_folders import DECODER, save_checkpoint
 
 import fastonnx
 from fastonnx.pretrained import cli
-from fastonnx.pretrained.export import quantize_supported
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +86,6 @@ def test_outdir_not_empty(tmp_path: pathlib.Path, llama: pathlib.Path) -> None:
 
 def test_options_export_pretrained_sets_itself(tmp_path: pathlib.Path, llama: pathlib.Path) -> None:
     _refused(llama, tmp_path, "sets weights itself", weights="x")
-
-
-def test_quantize_without_to_onnx_support(
-    tmp_path: pathlib.Path, llama: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a fastonnx whose to_onnx has no quantize option (checked with inspect): a clear error
-    assert quantize_supported()  # this one has it
-    import fastonnx.pretrained.export as export_mod
-
-    monkeypatch.setattr(export_mod, "quantize_supported", lambda: False)
-    _refused(llama, tmp_path, "quantize is not available", quantize="int4")
 
 
 def test_cli_bad_input_exits_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

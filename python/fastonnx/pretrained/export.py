@@ -10,7 +10,6 @@ beside ``outdir`` and renamed at the end: a failed export leaves nothing.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import pathlib
@@ -62,12 +61,6 @@ class PretrainedExport:
     @property
     def report_path(self) -> pathlib.Path:
         return self.outdir / REPORT_FILE
-
-
-def quantize_supported() -> bool:
-    from fastonnx.api import to_onnx
-
-    return "quantize" in inspect.signature(to_onnx).parameters
 
 
 def _prepare_outdir(outdir: pathlib.Path, overwrite: bool) -> None:
@@ -202,8 +195,6 @@ def export_pretrained(
     for reserved in ("filename", "weights", "dynamic_shapes", "input_names", "output_names", "report"):
         if reserved in options:
             raise InputError(f"export_pretrained sets {reserved} itself")
-    if options.get("quantize") is not None and not quantize_supported():
-        raise InputError("quantize is not available: this fastonnx's to_onnx has no quantize option yet")
     if options.get("quantize") is None:
         options.pop("quantize", None)
     checkpoint = folder_mod.read_folder(model)
