@@ -436,7 +436,7 @@ def main() -> None:
         "--min-free", type=float, default=1.0, help="GiB left on the machine before a tool is stopped"
     )
     p.add_argument("--opset", type=int, default=None, help="fastonnx export's --opset (default: its own)")
-    p.add_argument("--optimize", default=None, help="fastonnx export's --optimize (default: standard)")
+    p.add_argument("--optimize", default=None, help="fastonnx export's --optimize (default: default)")
     p.add_argument(
         "--quantize-head",
         action="store_true",

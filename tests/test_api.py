@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx
 import onnxruntime
+import pytest
 import torch
 
 import fastonnx
@@ -143,3 +144,20 @@ def test_the_callers_heap_is_handed_back_to_the_collector() -> None:
     finally:
         gc.unfreeze()
     torch.testing.assert_close(result(x), model(x))
+
+
+def test_the_optimize_levels_have_one_spelling_everywhere() -> None:
+    # "none" / "default" / "onnxruntime", as the CLI and Rust's Level name them; False / True are the
+    # first two; the CLI's earlier "standard" stays an alias of "default"
+    from fastonnx.pretrained.cli import OPTIMIZE
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Identity()).eval()
+    x = torch.randn(2, 4)
+    for name, same in (("none", False), ("default", True)):
+        assert fastonnx.to_onnx(model, (x,), optimize=name).to_bytes() == (
+            fastonnx.to_onnx(model, (x,), optimize=same).to_bytes()
+        )
+    assert OPTIMIZE["default"] is OPTIMIZE["standard"] is True
+    assert {k for k, v in OPTIMIZE.items() if v is not True} == {"none", "onnxruntime"}
+    with pytest.raises(fastonnx.InputError, match="optimize must be False / 'none', True / 'default'"):
+        fastonnx.to_onnx(model, (x,), optimize="standard")

@@ -141,8 +141,9 @@ def to_onnx(
         optimize: What the Rust passes do after conversion (``stats["optimize"]`` counts what each pass
             changed):
 
-            - False: the graph as converted, one group of nodes per aten op.
-            - True (default): standard ONNX that any runtime loads. Constant folding of shape arithmetic
+            - False (or ``"none"``): the graph as converted, one group of nodes per aten op.
+            - True (default; or ``"default"``, the level's name in the CLI and in Rust): standard ONNX that
+              any runtime loads. Constant folding of shape arithmetic
               and small tensors (never of weights); no-op removal (Cast to the same type, same-shape
               Reshape / Expand / forward Slice, ``*1``, ``+0``); common-subexpression elimination; weights
               read through a Transpose stored transposed, for any rank and ``perm`` (a matrix, or a

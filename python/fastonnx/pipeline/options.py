@@ -14,8 +14,15 @@ from fastonnx.opsets import ir_version_for, resolve_opset
 from fastonnx.weights import checkpoints
 from fastonnx.weights import quantize as weight_quantization
 
-OPTIMIZE_LEVELS = {False: "none", True: "default", "onnxruntime": "onnxruntime"}
-"""to_onnx(optimize=...) -> the builder's optimize level"""
+OPTIMIZE_LEVELS = {
+    False: "none",
+    True: "default",
+    "none": "none",
+    "default": "default",
+    "onnxruntime": "onnxruntime",
+}
+"""to_onnx(optimize=...) -> the builder's optimize level. The levels' one spelling is "none" /
+"default" / "onnxruntime" (the CLI's, Rust's ``Level``); False and True are "none" and "default"."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +111,9 @@ class ExportOptions:
 def optimize_level(optimize: bool | str) -> str:
     """The builder's optimize level for to_onnx's (and graph_module_to_onnx's) ``optimize``."""
     if optimize not in OPTIMIZE_LEVELS:
-        raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
+        raise InputError(
+            f"optimize must be False / 'none', True / 'default' or 'onnxruntime', got {optimize!r}"
+        )
     return OPTIMIZE_LEVELS[optimize]
 
 

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError
 from fastonnx.pretrained.tasks import tasks_help
 
-OPTIMIZE = {"none": False, "standard": True, "onnxruntime": "onnxruntime"}
+OPTIMIZE = {"none": False, "default": True, "onnxruntime": "onnxruntime", "standard": True}
+"""--optimize's levels, named as to_onnx's optimize= and Rust's Level name them; "standard" is the
+earlier name of "default", still accepted."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--optimize",
         choices=sorted(OPTIMIZE),
-        default="standard",
-        help="optimization level: none, standard (any runtime) or onnxruntime (its contrib ops)",
+        default="default",
+        help="optimization level: none, default (any runtime; 'standard' is an alias) or onnxruntime "
+        "(its contrib ops)",
     )
     export.add_argument(
         "--quantize",
