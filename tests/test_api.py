@@ -161,3 +161,23 @@ def test_the_optimize_levels_have_one_spelling_everywhere() -> None:
     assert {k for k, v in OPTIMIZE.items() if v is not True} == {"none", "onnxruntime"}
     with pytest.raises(fastonnx.InputError, match="optimize must be False / 'none', True / 'default'"):
         fastonnx.to_onnx(model, (x,), optimize="standard")
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "expected"),
+    [
+        ("external_data", "yes", "external_data must be None, True or False"),
+        ("input_names", "x", "input_names must be None or a sequence of strings"),
+        ("decompositions", [1], "decompositions must be None or a dict of op overload -> function"),
+        ("strict_dynamic", None, "strict_dynamic must be True or False"),
+        ("keep_narrowed", 1, "keep_narrowed must be True or False"),
+        ("capture", "jit", "capture must be one of 'auto', 'export', 'trace'"),
+    ],
+)
+def test_every_keyword_is_checked_before_the_capture(keyword: str, value: object, expected: str) -> None:
+    class Refuses(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise AssertionError("captured before the options were checked")
+
+    with pytest.raises(fastonnx.InputError, match=expected):
+        fastonnx.to_onnx(Refuses(), (torch.randn(2),), **{keyword: value})

@@ -561,11 +561,7 @@ def prepare(
 ) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
     """Apply the user's decomposition table, then functionalize if rebinding cannot be trusted; the
     CaptureInfo returned says what was done."""
-    if decompositions is not None:
-        if not isinstance(decompositions, dict):
-            raise InputError(
-                f"decompositions must be a dict of op overload -> function, got {type(decompositions).__name__}"
-            )
+    if decompositions is not None:  # a dict: pipeline.options checked it before the capture
         with TRACE_LOCK, size_oblivious(_has_symbolic_inputs(ep)):
             ep = ep.run_decompositions(decompositions)
         info = dataclasses.replace(info, decompositions=len(decompositions))

@@ -66,6 +66,7 @@ class ExportOptions:
         **rest: Any,
     ) -> ExportOptions:
         """Every check that can fail before the (long) capture: a bad value is an InputError here."""
+        _check_rest(rest)
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
         if not isinstance(value_info, bool):
@@ -106,6 +107,38 @@ class ExportOptions:
             functions=export_modules_as_functions,
             **rest,
         )
+
+
+def _names(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
+    )
+
+
+# the keywords from_keywords passes on as they are: what each must be, checked before the capture
+_REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "external_data": (lambda v: v is None or isinstance(v, bool), "None, True or False"),
+    "input_names": (lambda v: v is None or _names(v), "None or a sequence of strings"),
+    "output_names": (lambda v: v is None or _names(v), "None or a sequence of strings"),
+    "custom_converters": (lambda v: v is None or isinstance(v, dict), "None or a dict of op -> converter"),
+    "decompositions": (
+        lambda v: v is None or isinstance(v, dict),
+        "None or a dict of op overload -> function",
+    ),
+    "strict_dynamic": (lambda v: isinstance(v, bool), "True or False"),
+    "keep_narrowed": (lambda v: isinstance(v, bool), "True or False"),
+    "durable": (lambda v: isinstance(v, bool), "True or False"),
+    "cast_weights": (lambda v: isinstance(v, bool), "True or False"),
+    "progress": (lambda v: v is None or isinstance(v, bool), "None (automatic), True or False"),
+    "capture": (lambda v: v in ("auto", "export", "trace"), "one of 'auto', 'export', 'trace'"),
+}
+
+
+def _check_rest(rest: dict[str, Any]) -> None:
+    for name, value in rest.items():
+        check = _REST_CHECKS.get(name)
+        if check is not None and not check[0](value):
+            raise InputError(f"{name} must be {check[1]}, got {value!r}")
 
 
 def optimize_level(optimize: bool | str) -> str:
