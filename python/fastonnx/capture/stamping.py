@@ -456,12 +456,21 @@ def _output_uses(graph: torch.fx.Graph, spans: _Spans, k: int) -> list[int]:
 @contextlib.contextmanager
 def _cut(p: Plan) -> Iterator[None]:
     """The stack holding its prefix only, for the capture of the prefix."""
-    kept = p.stack._modules
-    p.stack._modules = {str(k): kept[str(k)] for k in range(p.prefix)}
+    kept = _swap_layers(p.stack, {str(k): p.stack[k] for k in range(p.prefix)})
     try:
         yield
     finally:
-        p.stack._modules = kept
+        _swap_layers(p.stack, kept)
+
+
+def _swap_layers(
+    stack: torch.nn.ModuleList, layers: dict[str, torch.nn.Module]
+) -> dict[str, torch.nn.Module]:
+    """``stack`` made to hold ``layers`` (keyed by index); returns the layers it held."""
+    # torch internal: nn.Module._modules, the dict a ModuleList indexes, iterates and takes its len() from
+    kept = stack._modules
+    stack._modules = layers
+    return kept
 
 
 def export(
@@ -481,168 +490,159 @@ def export(
 
 
 def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) -> torch.export.ExportedProgram:
-    graph = ep.graph
-    spans = _spans(graph, p.path, range(p.prefix), p.layers)
-    targets = _targets(ep)
-    by_name = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-    specs = list(ep.graph_signature.input_specs)
-    output = graph.output_node()
-    outputs = list(output.args[0])
+    """The prefix's program with every later layer copied in from its template (see the module's
+    docstring); raises StampRefused where the program is not one the copies would be right for."""
+    stamper = _Stamper(model, ep, p)
+    stamper.refuse_unprovable()
+    stamper.add_weights()
+    stamper.stamp_layers()
+    return stamper.program()
 
-    # tensors the forward creates outside the stack and lifts as constants (a cache with a state per
-    # layer built inside the forward, as transformers' sliding-window cache layers are): torch.export
-    # orders the layers' ops around them differently with another number of layers
-    created = [
-        n.name
-        for n in graph.nodes
-        if n.op == "call_function" and n not in spans.where and "lift_fresh" in str(n.target)
-    ]
-    if created:
-        raise StampRefused(
-            f"the forward creates tensors outside {p.path} ({', '.join(created[:3])}): a state per "
-            "layer built inside the forward, which torch.export captures differently for another depth"
-        )
 
-    # the prefix's representatives: what each reads from outside
-    for r in set(p.templates.values()):
-        _describe(targets, spans, r, p.path)  # refuses reads of another layer's tensors
+class _Stamper:
+    """The state the steps of one ``_stamp`` share: the prefix's program, edited in place, and the
+    signature, weights and outputs that grow with each stamped layer."""
 
-    user_inputs = [
-        s.arg.name for s in specs if s.kind == InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)
-    ]
+    def __init__(self, model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) -> None:
+        self.model, self.ep, self.p = model, ep, p
+        self.graph: torch.fx.Graph = ep.graph
+        self.spans = _spans(self.graph, p.path, range(p.prefix), p.layers)
+        self.targets = _targets(ep)
+        self.by_name: dict[str, torch.fx.Node] = {
+            n.name: n for n in self.graph.nodes if n.op == "placeholder"
+        }
+        self.specs = list(ep.graph_signature.input_specs)
+        self.output = self.graph.output_node()
+        self.outputs: list[Any] = list(self.output.args[0])
+        self.user_inputs = [
+            s.arg.name
+            for s in self.specs
+            if s.kind == InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)
+        ]
+        self.state_dict = dict(ep.state_dict)
+        self.constants = dict(ep.constants)
+        # (stamped layer, weight's name within the layer) -> its placeholder
+        self.weight_nodes: dict[tuple[int, str], torch.fx.Node] = {}
+        # the last spec of the stack's parameters / buffers: the new ones go after it
+        self.anchors: dict[InputKind, int | None] = {}
+        self.added: dict[InputKind, list[InputSpec]] = {InputKind.PARAMETER: [], InputKind.BUFFER: []}
+        self.copies: dict[torch.fx.Node, tuple[int, torch.fx.Node]] = {}  # stamped node: (layer, original)
+        # hoisted sizes of the inputs, by (input, dim), and where new ones go (_size_of)
+        self.sizes: dict[tuple[Any, Any], torch.fx.Node] = {}
+        self.order: dict[torch.fx.Node, int] = {}
+        self.first_op: torch.fx.Node | None = None
 
-    # new weight placeholders, after the prefix layers' own, in layer order
-    state_dict = dict(ep.state_dict)
-    constants = dict(ep.constants)
-    weight_nodes: dict[tuple[int, str], torch.fx.Node] = {}
-    anchors = {
-        kind: max(
+    def refuse_unprovable(self) -> None:
+        """Raises StampRefused for what the copies would get wrong: tensors the forward creates
+        outside the stack, and a template reading another layer's tensors."""
+        graph, p = self.graph, self.p
+        # tensors the forward creates outside the stack and lifts as constants (a cache with a state per
+        # layer built inside the forward, as transformers' sliding-window cache layers are): torch.export
+        # orders the layers' ops around them differently with another number of layers
+        created = [
+            n.name
+            for n in graph.nodes
+            if n.op == "call_function" and n not in self.spans.where and "lift_fresh" in str(n.target)
+        ]
+        if created:
+            raise StampRefused(
+                f"the forward creates tensors outside {p.path} ({', '.join(created[:3])}): a state per "
+                "layer built inside the forward, which torch.export captures differently for another depth"
+            )
+        # the prefix's representatives: what each reads from outside
+        for r in set(p.templates.values()):
+            _describe(self.targets, self.spans, r, p.path)  # refuses reads of another layer's tensors
+
+    def add_weights(self) -> None:
+        """Placeholders for the stamped layers' weights, after the prefix layers' own, in layer order
+        (as torch.export orders the whole model's), with their tensors in the program's state."""
+        p = self.p
+        self.anchors = {kind: self._last_stack_spec(kind) for kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+        template_specs = {r: self._layer_specs(r) for r in set(p.templates.values())}
+        insert_after: dict[InputKind, torch.fx.Node] = {}
+        for kind, i in self.anchors.items():
+            if i is not None:
+                insert_after[kind] = self.by_name[self.specs[i].arg.name]
+        for k in range(p.prefix, p.layers):
+            r = p.templates[k]
+            for s in template_specs[r]:
+                insert_after[s.kind] = self._add_weight(s, r, k, insert_after[s.kind])
+
+    def _last_stack_spec(self, kind: InputKind) -> int | None:
+        return max(
             (
                 i
-                for i, s in enumerate(specs)
-                if s.kind == kind and s.target and s.target.startswith(f"{p.path}.")
+                for i, s in enumerate(self.specs)
+                if s.kind == kind and s.target and s.target.startswith(f"{self.p.path}.")
             ),
             default=None,
         )
-        for kind in (InputKind.PARAMETER, InputKind.BUFFER)
-    }
-    rep_weights: dict[int, list[InputSpec]] = {}
-    for r in set(p.templates.values()):
-        head = f"{p.path}.{r}."
-        rep_weights[r] = [
+
+    def _layer_specs(self, r: int) -> list[InputSpec]:
+        """Layer r's parameter and buffer specs, in the program's order."""
+        head = f"{self.p.path}.{r}."
+        return [
             s
-            for s in specs
+            for s in self.specs
             if s.kind in (InputKind.PARAMETER, InputKind.BUFFER) and s.target and s.target.startswith(head)
         ]
-    insert_after: dict[InputKind, torch.fx.Node] = {}
-    for kind, i in anchors.items():
-        if i is not None:
-            insert_after[kind] = by_name[specs[i].arg.name]
-    added: dict[InputKind, list[InputSpec]] = {InputKind.PARAMETER: [], InputKind.BUFFER: []}
-    for k in range(p.prefix, p.layers):
-        r = p.templates[k]
-        for s in rep_weights[r]:
-            relative = str(s.target)[len(f"{p.path}.{r}.") :]
-            target = f"{p.path}.{k}.{relative}"
-            name = ("p_" if s.kind == InputKind.PARAMETER else "b_") + re.sub(
-                r"[^a-zA-Z0-9]", "_", target
-            ).lower()
-            with graph.inserting_after(insert_after[s.kind]):
-                node = graph.placeholder(name)
-            node.meta.update(by_name[s.arg.name].meta)
-            insert_after[s.kind] = node
-            weight_nodes[(k, relative)] = node
-            added[s.kind].append(InputSpec(s.kind, TensorArgument(node.name), target, s.persistent))
-            tensor = (
-                model.get_parameter(target) if s.kind == InputKind.PARAMETER else model.get_buffer(target)
-            )
-            (constants if s.persistent is False else state_dict)[target] = tensor
 
-    # each stamped layer's inputs indexed by layer: the prefix program passes them through
-    def indexed_input(node: torch.fx.Node, r: int, k: int) -> torch.fx.Node:
-        want = _unindexed(node.name, r)
-        found = [n for n in user_inputs if _unindexed(n, k) == want and n != node.name]
-        if len(found) != 1 or "#" not in want:
-            raise StampRefused(
-                f"cannot tell which input layer {p.path}.{k} reads for {node.name!r} of layer {r}"
-            )
-        found_node: torch.fx.Node = by_name[found[0]]
-        return found_node
+    def _add_weight(self, s: InputSpec, r: int, k: int, after: torch.fx.Node) -> torch.fx.Node:
+        """Layer k's weight for template r's spec ``s``: its placeholder (after ``after``), spec and
+        tensor."""
+        path = self.p.path
+        relative = str(s.target)[len(f"{path}.{r}.") :]
+        target = f"{path}.{k}.{relative}"
+        name = ("p_" if s.kind == InputKind.PARAMETER else "b_") + re.sub(
+            r"[^a-zA-Z0-9]", "_", target
+        ).lower()
+        with self.graph.inserting_after(after):
+            node = self.graph.placeholder(name)
+        node.meta.update(self.by_name[s.arg.name].meta)
+        self.weight_nodes[(k, relative)] = node
+        self.added[s.kind].append(InputSpec(s.kind, TensorArgument(node.name), target, s.persistent))
+        model = self.model
+        tensor = model.get_parameter(target) if s.kind == InputKind.PARAMETER else model.get_buffer(target)
+        (self.constants if s.persistent is False else self.state_dict)[target] = tensor
+        return node
 
-    last = spans.nodes[p.prefix - 1][-1]
-    tail_users = [u for u in spans.carry_out[p.prefix - 1].users if u not in spans.where and u.op != "output"]
-    copies: dict[torch.fx.Node, tuple[int, torch.fx.Node]] = {}  # stamped node: (layer, its original)
-    carry = spans.carry_out[p.prefix - 1]
-    cursor = last
-    sizes: dict[tuple[Any, Any], torch.fx.Node] = {
-        (n.args[0], n.args[1]): n
-        for n in graph.nodes
-        if n.op == "call_function"
-        and n.target == torch.ops.aten.sym_size.int
-        and n.args[0].op == "placeholder"
-    }
-    first_op = next(n for n in graph.nodes if n.op != "placeholder")
-    order = {n: i for i, n in enumerate(graph.nodes) if n.op == "placeholder"}
+    def stamp_layers(self) -> None:
+        """Each later layer copied from its template after the prefix's last layer, in order, its
+        output handed on to what followed the prefix, the copies named as torch.export names them."""
+        graph, p, spans = self.graph, self.p, self.spans
+        prefix_out = spans.carry_out[p.prefix - 1]
+        tail_users = [u for u in prefix_out.users if u not in spans.where and u.op != "output"]
+        self.sizes = {
+            (n.args[0], n.args[1]): n
+            for n in graph.nodes
+            if n.op == "call_function"
+            and n.target == torch.ops.aten.sym_size.int
+            and n.args[0].op == "placeholder"
+        }
+        self.first_op = next(n for n in graph.nodes if n.op != "placeholder")
+        self.order = {n: i for i, n in enumerate(graph.nodes) if n.op == "placeholder"}
+        carry, cursor = prefix_out, spans.nodes[p.prefix - 1][-1]
+        for k in range(p.prefix, p.layers):
+            carry, cursor = self._stamp_layer(k, carry, cursor)
+        for u in tail_users:
+            u.replace_input_with(prefix_out, carry)
+        self.outputs = [carry if o is prefix_out else o for o in self.outputs]
+        self.output.args = (tuple(self.outputs),)
+        _rename(graph, p, spans, self.copies, cursor)
 
-    def size_of(node: torch.fx.Node, dim: int, like: torch.fx.Node) -> torch.fx.Node:
-        """``aten.sym_size.int(node, dim)`` where torch.export hoists it: before the program's ops,
-        among the other inputs' sizes in the order of the inputs."""
-        if (node, dim) not in sizes:
-            later = sorted(
-                ((order[src], d), i, n)
-                for i, ((src, d), n) in enumerate(sizes.items())
-                if (order[src], d) > (order[node], dim)
-            )
-            before = later[0][2] if later else first_op
-            with graph.inserting_before(before):
-                made = graph.call_function(torch.ops.aten.sym_size.int, (node, dim))
-            made.meta = {**like.meta, "val": node.meta["val"].shape[dim]}
-            sizes[(node, dim)] = made
-        return sizes[(node, dim)]
-
-    for k in range(p.prefix, p.layers):
+    def _stamp_layer(
+        self, k: int, carry: torch.fx.Node, cursor: torch.fx.Node
+    ) -> tuple[torch.fx.Node, torch.fx.Node]:
+        """Layer k copied from its template after ``cursor``, reading ``carry`` (the previous layer's
+        output); returns its output and its last node."""
+        p, spans = self.p, self.spans
         r = p.templates[k]
         env: dict[torch.fx.Node, torch.fx.Node] = {spans.carry_in[r]: carry}
-        rep_outputs = _output_uses(graph, spans, r)
-        head = f"{p.path}.{r}."
-
-        def remap(
-            a: torch.fx.Node,
-            r: int = r,
-            k: int = k,
-            head: str = head,
-            env: dict[torch.fx.Node, torch.fx.Node] = env,
-        ) -> torch.fx.Node:
-            if a in env:
-                return env[a]
-            if a.op == "placeholder":
-                target = targets.get(a.name)
-                if (
-                    target is not None
-                    and target.startswith(head)
-                    and (k, target[len(head) :]) in weight_nodes
-                ):
-                    return weight_nodes[(k, target[len(head) :])]
-                if a.name in user_inputs and "#" in _unindexed(a.name, r):
-                    env[a] = indexed_input(a, r, k)
-                    return env[a]
-                # other placeholders are shared: a constant the layer's code creates has the same
-                # value in every layer of its kind (the static trace compared them)
-            elif a.target == torch.ops.aten.sym_size.int and isinstance(a.args[0], torch.fx.Node):
-                # the size of one of the layer's own inputs (past.r.key's length): layer k's input's
-                source = a.args[0]
-                if (
-                    source.op == "placeholder"
-                    and source.name in user_inputs
-                    and "#" in _unindexed(source.name, r)
-                ):
-                    env[a] = size_of(indexed_input(source, r, k), int(a.args[1]), a)  # type: ignore[arg-type]
-                    return env[a]
-            return a
-
+        template_outputs = _output_uses(self.graph, spans, r)
+        remap = functools.partial(self._remap, r=r, k=k, env=env)
         for node in spans.nodes[r]:
-            with graph.inserting_after(cursor):
-                copy = graph.node_copy(node, remap)
+            with self.graph.inserting_after(cursor):
+                copy = self.graph.node_copy(node, remap)
             copy.meta = {
                 **node.meta,
                 "nn_module_stack": _restack(
@@ -651,56 +651,122 @@ def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) ->
             }
             _resize(copy)
             env[node] = copy
-            copies[copy] = (k, node)
+            self.copies[copy] = (k, node)
             cursor = copy
-        carry = env[spans.carry_out[r]]
-        # the program's outputs of layer k: its cache entries, passed through by the prefix program
+        self._own_outputs(k, r, env, template_outputs)
+        return env[spans.carry_out[r]], cursor
+
+    def _remap(
+        self, a: torch.fx.Node, r: int, k: int, env: dict[torch.fx.Node, torch.fx.Node]
+    ) -> torch.fx.Node:
+        """What layer k's copy of template r's argument ``a`` reads: the copy of a node of the span,
+        layer k's own weight, cache entry or cache entry's size, or else ``a`` itself."""
+        if a in env:
+            return env[a]
+        head = f"{self.p.path}.{r}."
+        if a.op == "placeholder":
+            target = self.targets.get(a.name)
+            if (
+                target is not None
+                and target.startswith(head)
+                and (k, target[len(head) :]) in self.weight_nodes
+            ):
+                return self.weight_nodes[(k, target[len(head) :])]
+            if a.name in self.user_inputs and "#" in _unindexed(a.name, r):
+                env[a] = self._indexed_input(a, r, k)
+                return env[a]
+            # other placeholders are shared: a constant the layer's code creates has the same
+            # value in every layer of its kind (the static trace compared them)
+        elif a.target == torch.ops.aten.sym_size.int and isinstance(a.args[0], torch.fx.Node):
+            # the size of one of the layer's own inputs (past.r.key's length): layer k's input's
+            source = a.args[0]
+            if (
+                source.op == "placeholder"
+                and source.name in self.user_inputs
+                and "#" in _unindexed(source.name, r)
+            ):
+                env[a] = self._size_of(self._indexed_input(source, r, k), int(a.args[1]), a)  # type: ignore[arg-type]
+                return env[a]
+        return a
+
+    def _indexed_input(self, node: torch.fx.Node, r: int, k: int) -> torch.fx.Node:
+        """Layer k's input for template r's input ``node`` indexed by layer (``past_r_key``): the
+        prefix program passes it through."""
+        want = _unindexed(node.name, r)
+        found = [n for n in self.user_inputs if _unindexed(n, k) == want and n != node.name]
+        if len(found) != 1 or "#" not in want:
+            raise StampRefused(
+                f"cannot tell which input layer {self.p.path}.{k} reads for {node.name!r} of layer {r}"
+            )
+        return self.by_name[found[0]]
+
+    def _size_of(self, node: torch.fx.Node, dim: int, like: torch.fx.Node) -> torch.fx.Node:
+        """``aten.sym_size.int(node, dim)`` where torch.export hoists it: before the program's ops,
+        among the other inputs' sizes in the order of the inputs."""
+        sizes, order = self.sizes, self.order
+        if (node, dim) not in sizes:
+            later = sorted(
+                ((order[src], d), i, n)
+                for i, ((src, d), n) in enumerate(sizes.items())
+                if (order[src], d) > (order[node], dim)
+            )
+            before = later[0][2] if later else self.first_op
+            with self.graph.inserting_before(before):
+                made = self.graph.call_function(torch.ops.aten.sym_size.int, (node, dim))
+            made.meta = {**like.meta, "val": node.meta["val"].shape[dim]}
+            sizes[(node, dim)] = made
+        return sizes[(node, dim)]
+
+    def _own_outputs(
+        self, k: int, r: int, env: dict[torch.fx.Node, torch.fx.Node], template_outputs: list[int]
+    ) -> None:
+        """The program's outputs of layer k (its cache entries, which the prefix program passes
+        through) made by layer k's copies of template r's output nodes."""
+        path = self.p.path
         read = set(env.values())
         mine = [
             i
-            for i, o in enumerate(outputs)
+            for i, o in enumerate(self.outputs)
             if isinstance(o, torch.fx.Node)
             and o.op == "placeholder"
             and o in read
             and "#" in _unindexed(o.name, k)
         ]
-        if len(mine) != len(rep_outputs):
+        if len(mine) != len(template_outputs):
             raise StampRefused(
-                f"layer {p.path}.{k} has {len(mine)} entries among the outputs, layer {p.path}.{r} makes {len(rep_outputs)}"
+                f"layer {path}.{k} has {len(mine)} entries among the outputs, layer {path}.{r} makes {len(template_outputs)}"
             )
-        for i, j in zip(rep_outputs, mine):
-            outputs[j] = env[outputs[i]]
-    for u in tail_users:
-        u.replace_input_with(spans.carry_out[p.prefix - 1], carry)
-    outputs = [carry if o is spans.carry_out[p.prefix - 1] else o for o in outputs]
-    output.args = (tuple(outputs),)
-    _rename(graph, p, spans, copies, cursor)
+        for i, j in zip(template_outputs, mine):
+            self.outputs[j] = env[self.outputs[i]]
 
-    input_specs: list[InputSpec] = []
-    for i, s in enumerate(specs):
-        input_specs.append(s)
-        for kind, at in anchors.items():
-            if at == i:
-                input_specs.extend(added[kind])
-    out_specs = [
-        OutputSpec(s.kind, TensorArgument(o.name), s.target)
-        if isinstance(o, torch.fx.Node) and isinstance(s.arg, TensorArgument)
-        else s
-        for s, o in zip(ep.graph_signature.output_specs, outputs)
-    ]
-    graph.eliminate_dead_code()
-    graph.lint()
-    return LazyProgram(
-        ep.graph_module,
-        graph,
-        ExportGraphSignature(input_specs=input_specs, output_specs=out_specs),
-        state_dict,
-        ep.range_constraints,
-        ep.module_call_graph,
-        ep.example_inputs,
-        constants,
-        verifiers=ep.verifiers,
-    )
+    def program(self) -> torch.export.ExportedProgram:
+        """The edited graph as a program, its signature holding the added weights."""
+        input_specs: list[InputSpec] = []
+        for i, s in enumerate(self.specs):
+            input_specs.append(s)
+            for kind, at in self.anchors.items():
+                if at == i:
+                    input_specs.extend(self.added[kind])
+        ep = self.ep
+        out_specs = [
+            OutputSpec(s.kind, TensorArgument(o.name), s.target)
+            if isinstance(o, torch.fx.Node) and isinstance(s.arg, TensorArgument)
+            else s
+            for s, o in zip(ep.graph_signature.output_specs, self.outputs)
+        ]
+        self.graph.eliminate_dead_code()
+        self.graph.lint()
+        return LazyProgram(
+            ep.graph_module,
+            self.graph,
+            ExportGraphSignature(input_specs=input_specs, output_specs=out_specs),
+            self.state_dict,
+            ep.range_constraints,
+            ep.module_call_graph,
+            ep.example_inputs,
+            self.constants,
+            verifiers=ep.verifiers,
+        )
 
 
 _COMMUTATIVE = (operator.add, operator.mul)
@@ -770,12 +836,24 @@ def _rename(
         if after and node.op not in ("placeholder", "output") and node not in spans.where:
             base, count = _split(node.name)
             wanted[node] = _joined(base, count + shift(base, p.prefix, p.layers))
-    namespace = graph._graph_namespace
+    # every name freed first: a wanted name may still be held by another node that is renamed too
     for node in wanted:
-        namespace._used_names.discard(node.name)
-        node._rename(f"__stamped_{id(node)}")
+        _free_name(graph, node.name)
+        _rename_node(node, f"__stamped_{id(node)}")
     for node, name in wanted.items():
-        node._rename(name)
+        _rename_node(node, name)
+
+
+def _free_name(graph: torch.fx.Graph, name: str) -> None:
+    """``name`` no longer taken in ``graph``, so that another node may have it."""
+    # torch.fx internal: Graph._graph_namespace._used_names, the names the graph has handed out
+    graph._graph_namespace._used_names.discard(name)
+
+
+def _rename_node(node: torch.fx.Node, name: str) -> None:
+    """``node`` named ``name``, or ``name`` suffixed where the graph has handed it out already."""
+    # torch.fx internal: Node._rename, which takes the name through the graph's namespace
+    node._rename(name)
 
 
 def _joined(base: str, n: int) -> str:

@@ -68,6 +68,7 @@ torch.export's fake tensors of that model report (meta), so device checks take t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import operator
@@ -640,6 +641,15 @@ def _module_stack(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]
     saved: list[dict[str, tuple[str, str]]] = []
     calls: dict[str, int] = {}
 
+    def pre(key: str, entry: tuple[str, str], _m: Any, _a: Any) -> None:
+        saved.append(recorder.stack)
+        n = calls.get(key, 0)
+        calls[key] = n + 1
+        recorder.stack = {**recorder.stack, f"{key}@{n}" if n else key: entry}
+
+    def post(_m: Any, _a: Any, _o: Any) -> None:
+        recorder.stack = saved.pop()
+
     root = type(model)
     recorder.stack = {"L__self__": ("", f"{root.__module__}.{root.__qualname__}")}
     for path, module in model.named_modules():
@@ -647,18 +657,8 @@ def _module_stack(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]
             continue
         cls = type(module)
         entry = (path, f"{cls.__module__}.{cls.__qualname__}")
-        key = "L__self__" + path
-
-        def pre(_m: Any, _a: Any, key: str = key, entry: tuple[str, str] = entry) -> None:
-            saved.append(recorder.stack)
-            n = calls.get(key, 0)
-            calls[key] = n + 1
-            recorder.stack = {**recorder.stack, f"{key}@{n}" if n else key: entry}
-
-        def post(_m: Any, _a: Any, _o: Any) -> None:
-            recorder.stack = saved.pop()
-
-        handles.append(module.register_forward_pre_hook(pre))
+        # each module's own key and entry bound to the hook (the loop's variables change)
+        handles.append(module.register_forward_pre_hook(functools.partial(pre, "L__self__" + path, entry)))
         handles.append(module.register_forward_hook(post, always_call=True))
     try:
         yield
@@ -739,128 +739,27 @@ def trace(
     """Run ``model`` once on the real ``args`` / ``kwargs``, recording its aten ops (see the module's
     docstring); raises TraceRefused where the recording could differ from torch.export's capture."""
     graph = torch.fx.Graph()
-    nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()
-    roots: dict[int, str] = {}
-    weights: dict[int, tuple[str, InputKind, torch.Tensor]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        weights.setdefault(id(p), (name, InputKind.PARAMETER, p))
-    for name, b in model.named_buffers(remove_duplicate=False):
-        weights.setdefault(id(b), (name, InputKind.BUFFER, b))
-    for name, _kind, t in weights.values():
-        if type(t) not in (torch.Tensor, torch.nn.Parameter):
-            raise TraceRefused(f"weight {name!r} is a {type(t).__name__}")
-        roots[id(t)] = f"the weight {name!r}"
-        if t._base is not None:
-            roots.setdefault(id(t._base), f"the weight {name!r}")
-
-    recurrent = next((type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)), None)
-    if recurrent is not None:
-        raise TraceRefused(
-            f"the model holds a {recurrent}: torch.export keeps it one recurrent op over any sequence "
-            "length, the trace would unroll it to the example's"
-        )
+    nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> the FX node that holds it now
+    roots: dict[int, str] = {}  # id of a weight / input / constant tensor -> what it is
+    weights = _weights(model, roots)
+    _refuse_recurrent(model)
     arg_names = forward_names(model, len(args), kwargs)
     unsupported = unsupported_leaf(args, kwargs, arg_names)
     if unsupported is not None:
         raise TraceRefused(unsupported)
     flat_in, in_spec = pytree.tree_flatten((args, kwargs))
+    # fresh containers around the same tensors: a forward that updates a cache object in place
+    # (transformers' DynamicCache.update) leaves the caller's untouched
     fresh_args, fresh_kwargs = pytree.tree_unflatten(flat_in, in_spec)
-    recorder = _Recorder(graph, nodes, roots)
-    recorder.input_memory = reachable_tensors(args, kwargs, arg_names)
-    recorder.meta_cache = meta_cache_for([t for _, _, t in weights.values()], flat_in)
-    for path, module in model.named_modules():
-        for attr, value in vars(module).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-                recorder.attributes.setdefault(id(value), f"{path}.{attr}" if path else attr)
-    forward = inspect.unwrap(type(model).forward)
-    recorder.root_code = getattr(forward, "__code__", None)
-    # weights first, all of them, read or not (torch.export's order and signature)
-    weight_nodes: dict[int, torch.fx.Node] = {}
-    for key, (name, kind, t) in weights.items():
-        prefix = "p_" if kind == InputKind.PARAMETER else "b_"
-        node = graph.placeholder(prefix + re.sub(r"[^a-zA-Z0-9]", "_", name).lower())
-        node.meta["val"] = _meta_like(t)
-        nodes[t] = node
-        weight_nodes[key] = node
-    user_nodes = []
-    for name, value in zip(_input_names(model, args, kwargs), flat_in):
-        node = _placeholder(graph, name)
-        if isinstance(value, torch.Tensor):
-            if type(value) is not torch.Tensor:
-                raise TraceRefused(f"input {name} is a {type(value).__name__} (a tensor subclass)")
-            node.meta["val"] = _meta_like(value)
-            roots[id(value)] = f"the user input {name!r}"
-            if value._base is not None:
-                # writes through views of the input have that base as theirs (the caller's tensor)
-                roots.setdefault(id(value._base), f"the user input {name!r}")
-            nodes[value] = node
-        else:
-            node.meta["val"] = value
-        user_nodes.append(node)
-
-    try:
-        with (
-            torch.no_grad(),
-            _as_under_export(),
-            _value_reads_refused(),
-            _module_stack(model, recorder),
-            recorder,
-            _KeptFunctions(recorder),
-        ):
-            # fresh containers around the same tensors: a forward that updates a cache object in
-            # place (transformers' DynamicCache.update) leaves the caller's untouched
-            out = model(*fresh_args, **fresh_kwargs)
-    except TraceRefused as e:
-        raise TraceRefused(f"{e}; at {_user_line(e.__traceback__)}") from None
-    except Exception as e:  # whatever the recorder did not understand: torch.export gets the model
-        hop = re.search(r"HigherOrderOperator (\w+)", str(e))
-        if hop is not None:
-            # torch's message for a higher-order op under a dispatch mode tells how to write a mode
-            raise TraceRefused(
-                f"the forward calls the higher-order op {hop.group(1)} (torch.cond, while_loop...): "
-                f"torch.export captures its subgraphs, the recorder does not; at {_user_line(e.__traceback__)}"
-            ) from e
-        raise TraceRefused(f"tracing raised {type(e).__name__}: {e}; at {_user_line(e.__traceback__)}") from e
-
-    flat_out, out_spec = pytree.tree_flatten(out)
-    outputs: list[Any] = []
-    out_specs = []
-    for o in flat_out:
-        if isinstance(o, torch.Tensor):
-            node = nodes.get(o)  # type: ignore[no-untyped-call]
-            if node is None:
-                node = recorder._constant(o)
-            outputs.append(node)
-            out_specs.append(OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(node.name), None))
-        else:
-            outputs.append(o)
-            out_specs.append(OutputSpec(OutputKind.USER_OUTPUT, ConstantArgument("", o), None))
-    graph.output(tuple(outputs))
-    graph.eliminate_dead_code()
-
-    # constants were appended while tracing: move their placeholders after the weights
-    anchor = next(n for n in graph.nodes if n.op != "placeholder" or n in user_nodes)
-    for c in recorder.constant_nodes:
-        anchor.prepend(c)
-    state_dict: dict[str, torch.Tensor] = {}
-    constants: dict[str, Any] = {}
-    transient = _non_persistent_buffers(model)
-    input_specs = []
-    for key, (name, kind, t) in weights.items():
-        persistent = None if kind == InputKind.PARAMETER else name not in transient
-        # as torch.export keeps them: a non-persistent buffer is a constant of the program
-        (constants if persistent is False else state_dict)[name] = t
-        input_specs.append(InputSpec(kind, TensorArgument(weight_nodes[key].name), name, persistent))
-    for c in recorder.constant_nodes:
-        target = c.meta.pop("constant_target")
-        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(c.name), target, None))
-    for node in user_nodes:
-        arg = (
-            TensorArgument(node.name)
-            if isinstance(node.meta["val"], torch.Tensor)
-            else ConstantArgument(node.name, node.meta["val"])
-        )
-        input_specs.append(InputSpec(InputKind.USER_INPUT, arg, None, None))
+    recorder = _recorder(
+        model, graph, nodes, roots, weights, reachable_tensors(args, kwargs, arg_names), flat_in
+    )
+    weight_nodes = _weight_placeholders(graph, nodes, weights)
+    user_nodes = _input_placeholders(graph, nodes, roots, _input_names(model, args, kwargs), flat_in)
+    out = _run(model, recorder, fresh_args, fresh_kwargs)
+    out_specs, out_spec = _record_outputs(graph, nodes, recorder, out)
+    _move_constants(graph, recorder.constant_nodes, user_nodes)
+    input_specs, state_dict, constants = _input_specs(model, weights, weight_nodes, recorder, user_nodes)
     signature = ExportGraphSignature(input_specs=input_specs, output_specs=out_specs)
     # forward_arg_names: the names ep.module() gives its forward, which run_decompositions (the
     # functionalization of prepare()) names the user inputs after, as for torch.export's program
@@ -885,6 +784,186 @@ def trace(
         (args, kwargs),
         {**constants, **recorder.constants},
     )
+
+
+def _weights(model: torch.nn.Module, roots: dict[int, str]) -> dict[int, tuple[str, InputKind, torch.Tensor]]:
+    """The model's parameters and buffers by id (a shared one once, by its first name), each also a
+    root in ``roots`` (with the tensor it views), so that writes into them are refused."""
+    weights: dict[int, tuple[str, InputKind, torch.Tensor]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        weights.setdefault(id(p), (name, InputKind.PARAMETER, p))
+    for name, b in model.named_buffers(remove_duplicate=False):
+        weights.setdefault(id(b), (name, InputKind.BUFFER, b))
+    for name, _kind, t in weights.values():
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            raise TraceRefused(f"weight {name!r} is a {type(t).__name__}")
+        roots[id(t)] = f"the weight {name!r}"
+        if t._base is not None:
+            roots.setdefault(id(t._base), f"the weight {name!r}")
+    return weights
+
+
+def _refuse_recurrent(model: torch.nn.Module) -> None:
+    """A recurrent layer is refused: the trace would fix its sequence length."""
+    recurrent = next((type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)), None)
+    if recurrent is not None:
+        raise TraceRefused(
+            f"the model holds a {recurrent}: torch.export keeps it one recurrent op over any sequence "
+            "length, the trace would unroll it to the example's"
+        )
+
+
+def _recorder(
+    model: torch.nn.Module,
+    graph: torch.fx.Graph,
+    nodes: WeakIdKeyDictionary,
+    roots: dict[int, str],
+    weights: dict[int, tuple[str, InputKind, torch.Tensor]],
+    input_memory: dict[int, str],
+    flat_in: list[Any],
+) -> _Recorder:
+    """The recorder for ``model``: what it needs to refuse reads and writes of the inputs' memory,
+    to name constants after module attributes and to start stack traces at the model's forward."""
+    recorder = _Recorder(graph, nodes, roots)
+    recorder.input_memory = input_memory
+    recorder.meta_cache = meta_cache_for([t for _, _, t in weights.values()], flat_in)
+    for path, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                recorder.attributes.setdefault(id(value), f"{path}.{attr}" if path else attr)
+    forward = inspect.unwrap(type(model).forward)
+    recorder.root_code = getattr(forward, "__code__", None)
+    return recorder
+
+
+def _weight_placeholders(
+    graph: torch.fx.Graph, nodes: WeakIdKeyDictionary, weights: dict[int, tuple[str, InputKind, torch.Tensor]]
+) -> dict[int, torch.fx.Node]:
+    """A placeholder per weight, all of them, read or not: torch.export's order and signature."""
+    weight_nodes: dict[int, torch.fx.Node] = {}
+    for key, (name, kind, t) in weights.items():
+        prefix = "p_" if kind == InputKind.PARAMETER else "b_"
+        node = graph.placeholder(prefix + re.sub(r"[^a-zA-Z0-9]", "_", name).lower())
+        node.meta["val"] = _meta_like(t)
+        nodes[t] = node
+        weight_nodes[key] = node
+    return weight_nodes
+
+
+def _input_placeholders(
+    graph: torch.fx.Graph,
+    nodes: WeakIdKeyDictionary,
+    roots: dict[int, str],
+    names: list[str],
+    flat_in: list[Any],
+) -> list[torch.fx.Node]:
+    """A placeholder per flattened user input, a tensor one also a root in ``roots``."""
+    user_nodes = []
+    for name, value in zip(names, flat_in):
+        node = _placeholder(graph, name)
+        if isinstance(value, torch.Tensor):
+            if type(value) is not torch.Tensor:
+                raise TraceRefused(f"input {name} is a {type(value).__name__} (a tensor subclass)")
+            node.meta["val"] = _meta_like(value)
+            roots[id(value)] = f"the user input {name!r}"
+            if value._base is not None:
+                # writes through views of the input have that base as theirs (the caller's tensor)
+                roots.setdefault(id(value._base), f"the user input {name!r}")
+            nodes[value] = node
+        else:
+            node.meta["val"] = value
+        user_nodes.append(node)
+    return user_nodes
+
+
+def _run(model: torch.nn.Module, recorder: _Recorder, args: Any, kwargs: Any) -> Any:
+    """The forward run under the recorder, as under torch.export; what goes wrong is a TraceRefused
+    naming the user's line."""
+    try:
+        with (
+            torch.no_grad(),
+            _as_under_export(),
+            _value_reads_refused(),
+            _module_stack(model, recorder),
+            recorder,
+            _KeptFunctions(recorder),
+        ):
+            return model(*args, **kwargs)
+    except TraceRefused as e:
+        raise TraceRefused(f"{e}; at {_user_line(e.__traceback__)}") from None
+    except Exception as e:  # whatever the recorder did not understand: torch.export gets the model
+        hop = re.search(r"HigherOrderOperator (\w+)", str(e))
+        if hop is not None:
+            # torch's message for a higher-order op under a dispatch mode tells how to write a mode
+            raise TraceRefused(
+                f"the forward calls the higher-order op {hop.group(1)} (torch.cond, while_loop...): "
+                f"torch.export captures its subgraphs, the recorder does not; at {_user_line(e.__traceback__)}"
+            ) from e
+        raise TraceRefused(f"tracing raised {type(e).__name__}: {e}; at {_user_line(e.__traceback__)}") from e
+
+
+def _record_outputs(
+    graph: torch.fx.Graph, nodes: WeakIdKeyDictionary, recorder: _Recorder, out: Any
+) -> tuple[list[OutputSpec], pytree.TreeSpec]:
+    """The forward's flattened outputs as the graph's output node (then dead nodes removed, as
+    torch.export removes them); returns their specs and the outputs' tree spec."""
+    flat_out, out_spec = pytree.tree_flatten(out)
+    outputs: list[Any] = []
+    out_specs = []
+    for o in flat_out:
+        if isinstance(o, torch.Tensor):
+            node = nodes.get(o)  # type: ignore[no-untyped-call]
+            if node is None:
+                node = recorder._constant(o)
+            outputs.append(node)
+            out_specs.append(OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(node.name), None))
+        else:
+            outputs.append(o)
+            out_specs.append(OutputSpec(OutputKind.USER_OUTPUT, ConstantArgument("", o), None))
+    graph.output(tuple(outputs))
+    graph.eliminate_dead_code()
+    return out_specs, out_spec
+
+
+def _move_constants(
+    graph: torch.fx.Graph, constant_nodes: list[torch.fx.Node], user_nodes: list[torch.fx.Node]
+) -> None:
+    """The constants' placeholders, appended while tracing, moved after the weights' (torch.export's
+    order)."""
+    anchor = next(n for n in graph.nodes if n.op != "placeholder" or n in user_nodes)
+    for c in constant_nodes:
+        anchor.prepend(c)
+
+
+def _input_specs(
+    model: torch.nn.Module,
+    weights: dict[int, tuple[str, InputKind, torch.Tensor]],
+    weight_nodes: dict[int, torch.fx.Node],
+    recorder: _Recorder,
+    user_nodes: list[torch.fx.Node],
+) -> tuple[list[InputSpec], dict[str, torch.Tensor], dict[str, Any]]:
+    """The program's input specs (weights, constants, user inputs), its state dict and the weights
+    it keeps as constants."""
+    state_dict: dict[str, torch.Tensor] = {}
+    constants: dict[str, Any] = {}
+    transient = _non_persistent_buffers(model)
+    input_specs = []
+    for key, (name, kind, t) in weights.items():
+        persistent = None if kind == InputKind.PARAMETER else name not in transient
+        # as torch.export keeps them: a non-persistent buffer is a constant of the program
+        (constants if persistent is False else state_dict)[name] = t
+        input_specs.append(InputSpec(kind, TensorArgument(weight_nodes[key].name), name, persistent))
+    for c in recorder.constant_nodes:
+        target = c.meta.pop("constant_target")
+        input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(c.name), target, None))
+    for node in user_nodes:
+        arg = (
+            TensorArgument(node.name)
+            if isinstance(node.meta["val"], torch.Tensor)
+            else ConstantArgument(node.name, node.meta["val"])
+        )
+        input_specs.append(InputSpec(InputKind.USER_INPUT, arg, None, None))
+    return input_specs, state_dict, constants
 
 
 def _non_persistent_buffers(model: torch.nn.Module) -> set[str]:
