@@ -4,12 +4,16 @@
 //!
 //! Granularity: a node is a top-level module of the crate, a file `src/<name>.rs` or a folder
 //! `src/<name>/` with everything under it (`passes/attention/grouped.rs` is `passes`, `writer/plan.rs`
-//! is `writer`): submodules of one folder are one unit of the layout and may use each other freely.
+//! is `writer`): submodules of one folder are one unit of this layout (and checked among themselves
+//! below).
 //! `lib.rs` is the root, not a node: it declares the modules and re-exports their items, and
 //! `crate::Model` counts as a use of the module `lib.rs` re-exports `Model` from. An edge is any path
 //! naming another top-level module in code — `use crate::x`, `crate::x::f()`, `crate::{x, y}`, a
 //! `super::` chain climbing out to the root — in test code too (`#[cfg(test)]` modules are built and
 //! kept by the same crate); comments, doc links and string literals do not count.
+//!
+//! Within a folder, its direct submodules form no cycle either (`writer/proto` -> `writer/value_info`
+//! and back was the last one): `super::x` climbing to the folder and `crate::<folder>::x` are edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -269,6 +273,102 @@ fn root_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
     found
 }
 
+/// The names a file of a folder (`module`: `["writer", "proto"]`) reads from that folder: the items
+/// of `super::` chains that climb to the folder (from the file or from an inline module in it) and of
+/// `crate::<folder>::` paths, with their lines.
+fn folder_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
+    let toks = tokens(src);
+    let mut found = Vec::new();
+    let mut depth = 0usize;
+    let mut inline: Vec<usize> = Vec::new(); // brace depth inside each open inline module
+    let mut k = 0;
+    while k < toks.len() {
+        let (tok, line) = &toks[k];
+        match tok {
+            Tok::Open => depth += 1,
+            Tok::Close => {
+                if inline.last() == Some(&depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(s) if s == "mod" => {
+                if let (Some(_), Some((Tok::Open, _))) = (ident(toks.get(k + 1)), toks.get(k + 2)) {
+                    inline.push(depth + 1);
+                }
+            }
+            Tok::Ident(s)
+                if s == "crate"
+                    && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                    && ident(toks.get(k + 2)) == Some(module[0].as_str())
+                    && toks.get(k + 3).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                for item in root_items(&toks, k + 4) {
+                    found.push((item, *line));
+                }
+            }
+            Tok::Ident(s)
+                if s == "super"
+                    && (k == 0 || toks[k - 1].0 != Tok::PathSep)
+                    && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                let mut climbs = 0;
+                let mut j = k;
+                while ident(toks.get(j)) == Some("super")
+                    && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                {
+                    climbs += 1;
+                    j += 2;
+                }
+                if climbs + 1 == module.len() + inline.len() {
+                    for item in root_items(&toks, j) {
+                        found.push((item, *line));
+                    }
+                }
+                k = j;
+                continue;
+            }
+            _ => {}
+        }
+        k += 1;
+    }
+    found
+}
+
+/// The edges between the direct submodules of each folder (`writer/proto` -> `writer/value_info`),
+/// named `folder/child`: within a folder, files may not use each other in a cycle either.
+fn folder_edges(files: &[(PathBuf, String)]) -> Edges {
+    let mut children: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (p, _) in files {
+        let m = module_path(p);
+        if m.len() >= 2 {
+            children
+                .entry(m[0].clone())
+                .or_default()
+                .insert(m[1].clone());
+        }
+    }
+    let mut edges = Edges::new();
+    for (rel, src) in files {
+        let m = module_path(rel);
+        if m.len() < 2 {
+            continue;
+        }
+        let from = format!("{}/{}", m[0], m[1]);
+        edges.entry(from.clone()).or_default();
+        for (name, line) in folder_references(src, &m[..2.min(m.len())]) {
+            if name != m[1] && children[&m[0]].contains(&name) {
+                edges
+                    .entry(from.clone())
+                    .or_default()
+                    .entry(format!("{}/{name}", m[0]))
+                    .or_insert_with(|| (rel.display().to_string(), line));
+            }
+        }
+    }
+    edges
+}
+
 /// Item name -> module for lib.rs's `pub use module::{A, B};` / `pub use module::A;` lines.
 fn reexports(lib: &str) -> BTreeMap<String, String> {
     let toks = tokens(lib);
@@ -429,6 +529,45 @@ fn top_level_modules_form_no_cycle() {
             describe(&cycle, &edges)
         );
     }
+}
+
+#[test]
+fn the_files_of_a_folder_form_no_cycle() {
+    let edges = folder_edges(&sources());
+    assert!(edges.contains_key("writer/proto") && edges.contains_key("writer/value_info"));
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!(
+            "the files of a folder use each other in a cycle:\n{}\nmove what both need into one of \
+             them, or a third file",
+            describe(&cycle, &edges)
+        );
+    }
+}
+
+#[test]
+fn the_folder_reader_sees_super_and_crate_paths() {
+    let file = |p: &str, s: &str| (PathBuf::from(p), s.to_owned());
+    let files = [
+        file("w/mod.rs", "mod a;\nmod b;\nmod c;"),
+        file(
+            "w/a.rs",
+            "use super::b::f;\n#[cfg(test)]\nmod tests {\n    use super::super::c::g;\n}\n",
+        ),
+        file(
+            "w/b.rs",
+            "use crate::w::{a, c::g};\nfn h() { super::super::x::y() }",
+        ),
+        file("w/c.rs", "// use super::a;\nfn f() {}"),
+    ];
+    let edges = folder_edges(&files);
+    let to = |m: &str| edges[m].keys().cloned().collect::<Vec<_>>();
+    assert_eq!(to("w/a"), ["w/b", "w/c"]); // the inline tests module's super::super reaches w
+    assert_eq!(to("w/b"), ["w/a", "w/c"]); // super::super from b climbs past w: not a sibling
+    assert!(to("w/c").is_empty()); // nothing from comments
+    assert_eq!(
+        find_cycle(&edges),
+        Some(vec!["w/a".into(), "w/b".into(), "w/a".into()])
+    );
 }
 
 /// The reader finds the forms of paths the test relies on, and only in code: a cycle written in any

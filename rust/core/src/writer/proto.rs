@@ -213,12 +213,24 @@ pub(super) fn graph_without_nodes(
             .map(|n| io_value_info(g, n))
             .collect::<Result<_>>()?,
         value_info: match value_info {
-            Some(inferred) => super::value_info::value_infos(g, inferred),
+            Some(inferred) => value_infos(g, inferred),
             None => Vec::new(),
         },
         metadata_props: entries(&g.metadata),
         ..Default::default()
     })
+}
+
+/// The `value_info` entries of `g` as messages (the values `value_info::typed_values` gives); the
+/// top graph's are encoded without messages (`value_info::encode_value_infos`).
+pub(super) fn value_infos(g: &Graph, inferred: &Inferred) -> Vec<onnx::ValueInfoProto> {
+    super::value_info::typed_values(g, inferred)
+        .map(|(name, ty, _, _)| onnx::ValueInfoProto {
+            name: Some(name.to_owned()),
+            r#type: Some(type_proto(ty)),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// A whole (sub)graph as one prost message, initializers copied in.

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use prost::Message;
 
-use super::proto::{graph_full, model_header};
+use super::proto::{graph_full, model_header, value_infos};
+use super::value_info::encode_value_infos;
 use super::*;
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, ValueType};
@@ -423,4 +424,49 @@ fn value_info_types_every_value_nodes_make() {
     let bytes = to_bytes(&m).expect("bytes");
     assert!(onnx::ModelProto::decode(bytes.as_slice()).expect("decode") == whole);
     assert_eq!(whole.encode_to_vec().len(), bytes.len());
+}
+
+/// value_info's two forms agree: the bytes `encode_value_infos` writes into the top graph's skeleton
+/// are what prost encodes for the messages the subgraphs get.
+#[test]
+fn the_bytes_are_what_prost_encodes_for_the_messages() {
+    let mut m = sample(16);
+    let g = &mut m.graph;
+    let mut x = g.inputs[0].clone();
+    let shapes = [
+        Some(vec![]), // a scalar: a shape without dims
+        Some(vec![Dim::Fixed(0), Dim::Fixed(1 << 40), Dim::Unknown]),
+        Some(vec![Dim::Sym("batch".into()), Dim::Sym("2*seq+1".into())]),
+        Some(vec![Dim::Sym("é".repeat(100))]), // a length past one varint byte
+        None,                                  // unknown rank: left out
+    ];
+    for (i, shape) in shapes.into_iter().enumerate() {
+        x = g
+            .add_node("Relu", "", vec![x], &[format!("v{i}")], vec![], None)
+            .expect("node")
+            .remove(0);
+        let dtype = if i == 1 {
+            dtype::BFLOAT16
+        } else {
+            dtype::INT64
+        };
+        g.set_type(
+            &x,
+            ValueType {
+                dtype: Some(dtype),
+                shape,
+            },
+        )
+        .expect("type");
+    }
+    let none = Inferred::default();
+    let messages = value_infos(g, &none);
+    assert_eq!(messages.len(), 4);
+    let mut bytes = Vec::new();
+    assert_eq!(encode_value_infos(g, &none, &mut bytes), 4);
+    let prost = onnx::GraphProto {
+        value_info: messages,
+        ..Default::default()
+    };
+    assert_eq!(bytes, prost.encode_to_vec());
 }

@@ -1,7 +1,7 @@
 //! `GraphProto.value_info` (`Model::value_info`): the element type and shape of every value a graph's
 //! nodes make: the builder's type, or the one `infer::Inferred` found where the builder's is not
 //! complete. Which values: [`typed_values`]. Two forms of the same entries:
-//! prost messages ([`value_infos`], for the subgraphs, which are built as messages) and the bytes prost
+//! prost messages (`proto::value_infos`, for the subgraphs, which are built as messages) and the bytes prost
 //! would write for them, encoded straight from the builder's types into the top graph's skeleton
 //! ([`encode_value_infos`]: no message is built, nothing is allocated per value; building the
 //! messages cost ~0.6 us a value, most of the encoding's time of a graph with metadata off).
@@ -12,7 +12,6 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, Wi
 
 use crate::graph::{Dim, Graph, ValueType};
 use crate::infer::Inferred;
-use crate::proto::onnx;
 
 /// GraphProto.value_info.
 pub(super) const VALUE_INFO_TAG: u32 = 13;
@@ -57,17 +56,6 @@ pub(super) fn typed_values<'a>(
             }
             Some((name.as_str(), ty, dtype, dims.as_slice()))
         })
-}
-
-/// The `value_info` entries of `g` as messages.
-pub(super) fn value_infos(g: &Graph, inferred: &Inferred) -> Vec<onnx::ValueInfoProto> {
-    typed_values(g, inferred)
-        .map(|(name, ty, _, _)| onnx::ValueInfoProto {
-            name: Some(name.to_owned()),
-            r#type: Some(super::proto::type_proto(ty)),
-            ..Default::default()
-        })
-        .collect()
 }
 
 /// The length of a length-delimited field holding `len` bytes.
@@ -125,59 +113,4 @@ pub(super) fn encode_value_infos(g: &Graph, inferred: &Inferred, out: &mut Vec<u
         count += 1;
     }
     count
-}
-
-#[cfg(test)]
-mod tests {
-    use prost::Message;
-
-    use super::{encode_value_infos, value_infos};
-    use crate::dtype;
-    use crate::graph::{Dim, ValueType};
-    use crate::infer::Inferred;
-    use crate::proto::onnx;
-    use crate::writer::tests::sample;
-
-    #[test]
-    fn the_bytes_are_what_prost_encodes_for_the_messages() {
-        let mut m = sample(16);
-        let g = &mut m.graph;
-        let mut x = g.inputs[0].clone();
-        let shapes = [
-            Some(vec![]), // a scalar: a shape without dims
-            Some(vec![Dim::Fixed(0), Dim::Fixed(1 << 40), Dim::Unknown]),
-            Some(vec![Dim::Sym("batch".into()), Dim::Sym("2*seq+1".into())]),
-            Some(vec![Dim::Sym("é".repeat(100))]), // a length past one varint byte
-            None,                                  // unknown rank: left out
-        ];
-        for (i, shape) in shapes.into_iter().enumerate() {
-            x = g
-                .add_node("Relu", "", vec![x], &[format!("v{i}")], vec![], None)
-                .expect("node")
-                .remove(0);
-            let dtype = if i == 1 {
-                dtype::BFLOAT16
-            } else {
-                dtype::INT64
-            };
-            g.set_type(
-                &x,
-                ValueType {
-                    dtype: Some(dtype),
-                    shape,
-                },
-            )
-            .expect("type");
-        }
-        let none = Inferred::default();
-        let messages = value_infos(g, &none);
-        assert_eq!(messages.len(), 4);
-        let mut bytes = Vec::new();
-        assert_eq!(encode_value_infos(g, &none, &mut bytes), 4);
-        let prost = onnx::GraphProto {
-            value_info: messages,
-            ..Default::default()
-        };
-        assert_eq!(bytes, prost.encode_to_vec());
-    }
 }
