@@ -41,7 +41,7 @@ the trace, and so does a tensor read from the arguments' memory that is no leaf 
 class holding one); a tensor read from a global or closure is lifted as a constant, as torch.export
 lifts it.
 
-What a real-tensor trace could silently specialise raises :class:`TraceRefused`, and ``capture.py``
+What a real-tensor trace could silently specialise raises :class:`TraceRefused`, and ``capture/__init__.py``
 falls back to torch.export, with a warning naming the reason under capture="trace" and an INFO log
 under capture="auto" (the default; ``stats["capture"]`` says which path ran):
 a tensor's value read into Python (ops tagged ``data_dependent_output``: ``item()``, ``bool(t)``,
@@ -53,7 +53,7 @@ of a meta tensor's values to another device (a meta-device trace holds none), a 
 higher-order op (torch.cond...), an op outside the aten namespace (a custom op such as torchvision's
 ``nms``, whose output size torch.export takes from its fake kernel, or an op of ``torch.onnx.ops``),
 ``as_strided`` (it addresses the storage under a view), ``tensor_split`` by a tensor of indices (its C++ reads them) or anything else the
-recorder does not understand (any exception while tracing). ``capture.py`` also refuses a recorded
+recorder does not understand (any exception while tracing). ``capture/__init__.py`` also refuses a recorded
 program holding an op fastonnx does not convert (one torch.export keeps inside a composite op it
 converts) or one needing torch.export's functionalization (writes through views the walker cannot
 write: run_decompositions would re-trace the recorded meta values). Each reason names the user's line. Reading values without an aten op (``tolist()``,
