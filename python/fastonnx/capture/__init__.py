@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.fx.experimental._config as fx_config
-import torch.utils._pytree as pytree
 
 from fastonnx.capture import dynamic_shapes as dynamic
 from fastonnx.capture.detection import traceable_detection_ops
@@ -35,6 +33,14 @@ from fastonnx.capture.recurrent import rnn_as_custom_ops
 from fastonnx.capture.transformers_caches import register_transformers_caches
 from fastonnx.conversion.aliasing import unsupported_mutation
 from fastonnx.errors import CaptureError, InputError
+from fastonnx.torch_internals import (
+    DropoutNd,
+    NormBase,
+    OpOverload,
+    backed_size_oblivious,
+    is_traceable_wrapper_subclass,
+    pytree,
+)
 
 if TYPE_CHECKING:  # stamping.py is imported when a dynamic-shape capture first needs it
     from fastonnx.capture.stamping import Plan
@@ -64,10 +70,7 @@ def register_pytree_types() -> None:
         _pytree_registered = True
 
 
-_TRAINING_SENSITIVE = (
-    torch.nn.modules.dropout._DropoutNd,
-    torch.nn.modules.batchnorm._NormBase,
-)
+_TRAINING_SENSITIVE = (DropoutNd, NormBase)
 
 
 @dataclasses.dataclass
@@ -357,7 +360,7 @@ def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], 
 
     if convertible is not None:
         for node in ep.graph.nodes:
-            if isinstance(node.target, torch._ops.OpOverload) and not convertible(node):
+            if isinstance(node.target, OpOverload) and not convertible(node):
                 # an op below autograd that the composite op torch.export keeps decomposes into
                 raise TraceRefused(f"the trace records {node.target}, which fastonnx does not convert")
     reason = functionalization_reason(ep)
@@ -514,8 +517,6 @@ def _export_refined(
 def _subclass_weights(model: torch.nn.Module) -> str:
     """A note naming the weights that are tensor subclasses (torchao's quantized tensors...): their
     own kernels run inside torch.export, and an error there is theirs."""
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
     found = [
         f"{n} ({type(t).__module__}.{type(t).__qualname__})"
         for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
@@ -546,8 +547,7 @@ def size_oblivious(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    # patch() is added at import by torch's install_config_module, which mypy cannot see
-    with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+    with backed_size_oblivious():
         yield
 
 

@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export import Dim
 
 from fastonnx.capture.input_tensors import key_text
 from fastonnx.errors import InputError
+from fastonnx.torch_internals import DerivedDim, DimHint, DimHintType, pytree
 
 # (flattened input index, axis) -> requested name (None when only "dynamic" was asked, without a name)
 Requested = dict[tuple[int, int], str | None]
@@ -57,9 +57,9 @@ def _asks_dynamic(d: Any) -> tuple[bool, str | None]:
     """Whether a dim spec asks for a dynamic dim that must stay dynamic (strict_dynamic), and its
     name: a named Dim (bounds or not) or Dim.DYNAMIC. Dim.AUTO may specialise by definition,
     Dim.STATIC and ints ask for a static dim, a derived dim (``dx + 1``) follows its root."""
-    if isinstance(d, torch.export.dynamic_shapes._DimHint):
-        return d.type == torch.export.dynamic_shapes._DimHintType.DYNAMIC, None
-    if isinstance(d, torch.export.dynamic_shapes._DerivedDim) or not isinstance(d, Dim):
+    if isinstance(d, DimHint):
+        return d.type == DimHintType.DYNAMIC, None
+    if isinstance(d, DerivedDim) or not isinstance(d, Dim):
         return False, None
     name = getattr(d, "__name__", None)
     return True, name if isinstance(name, str) else None
@@ -125,13 +125,13 @@ def _asked_range(d: Any) -> tuple[int, int | None] | None:
     """The range a dim spec asks for, or None when it asks for no dynamic dim of its own."""
     if isinstance(d, str):
         return 0, None
-    if isinstance(d, torch.export.dynamic_shapes._DimHint):
+    if isinstance(d, DimHint):
         auto = (
-            torch.export.dynamic_shapes._DimHintType.DYNAMIC,
-            torch.export.dynamic_shapes._DimHintType.AUTO,
+            DimHintType.DYNAMIC,
+            DimHintType.AUTO,
         )
         return (0, None) if d.type in auto else None
-    if isinstance(d, torch.export.dynamic_shapes._DerivedDim) or not isinstance(d, Dim):
+    if isinstance(d, DerivedDim) or not isinstance(d, Dim):
         return None
     lower, upper = getattr(d, "min", 0), getattr(d, "max", None)
     return int(lower) if isinstance(lower, int) else 0, upper if isinstance(upper, int) else None
@@ -387,12 +387,12 @@ def unproven_dims(message: str, dynamic_shapes: Any) -> set[str]:
         return set()
     roots = set()
     for leaf in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim)):
-        if isinstance(leaf, torch.export.dynamic_shapes._DerivedDim):
+        if isinstance(leaf, DerivedDim):
             roots.add(getattr(leaf.root, "__name__", None))
     found = {
         d.__name__
         for d in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim))
-        if isinstance(d, Dim) and not isinstance(d, torch.export.dynamic_shapes._DerivedDim)
+        if isinstance(d, Dim) and not isinstance(d, DerivedDim)
     }
     return (named & found) - roots
 

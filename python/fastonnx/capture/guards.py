@@ -32,16 +32,24 @@ import json
 import linecache
 import math
 import os
-import sys
 import sysconfig
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
 
 from fastonnx.capture.dynamic_shapes import Asked
 from fastonnx.errors import SizeGuardError
+from fastonnx.torch_internals import (
+    backed_values,
+    guard_namespace,
+    shape_env_of_symint,
+    sympy_python,
+    user_guard_locations,
+    value_ranges,
+)
 
 METADATA_KEY = "pkg.fastonnx.proven_sizes"
 """The file's metadata entry holding :meth:`Proven.to_json`."""
@@ -214,29 +222,17 @@ def locating_seconds() -> float:
 def locate_guards() -> Iterator[None]:
     """While torch.export runs: every guard's source location (``ShapeGuard.sloc``, torch's ``SLoc``)
     also names the model's line, found as :func:`_user_line` finds it. Relies on
-    ``ShapeEnv._get_sloc(framework_loc)`` making the ``SLoc`` each guard keeps, and on ``SLoc`` being a
-    frozen dataclass whose ``maybe_user_loc`` holds the user's line (None under non-strict export, which
-    has no dynamo frames). Process-wide: the caller holds capture.TRACE_LOCK."""
-    from torch._guards import SLoc
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    ``ShapeEnv._get_sloc`` (torch_internals.user_guard_locations). Process-wide: the caller holds
+    capture.TRACE_LOCK."""
 
-    original = ShapeEnv._get_sloc
+    def user_line(frame: FrameType | None) -> str | None:
+        t0 = time.perf_counter()
+        line = _user_line(frame)
+        _LOCATING[0] += time.perf_counter() - t0
+        return line
 
-    def located(self: ShapeEnv, framework_loc: str | None = None) -> SLoc:
-        sloc = original(self, framework_loc)
-        if sloc.maybe_user_loc is None:
-            t0 = time.perf_counter()
-            line = _user_line(sys._getframe(1))
-            if line is not None:
-                sloc = dataclasses.replace(sloc, maybe_user_loc=line)
-            _LOCATING[0] += time.perf_counter() - t0
-        return sloc
-
-    ShapeEnv._get_sloc = located  # type: ignore[method-assign]
-    try:
+    with user_guard_locations(user_line):
         yield
-    finally:
-        ShapeEnv._get_sloc = original  # type: ignore[method-assign]
 
 
 # ---- the proof ----------------------------------------------------------------------------------
@@ -248,10 +244,8 @@ def _compiled(code: str, names: tuple[str, ...]) -> Callable[..., Any]:
     key = (code, names)
     fn = _COMPILED.get(key)
     if fn is None:
-        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
-
         fn = eval(
-            f"lambda {', '.join(names)}: {code}", {**SYMPY_INTERP, "math": math}
+            f"lambda {', '.join(names)}: {code}", {**guard_namespace(), "math": math}
         )  # guards' own code, printed above
         _COMPILED[key] = fn
     return fn
@@ -261,9 +255,7 @@ _COMPILED: dict[tuple[str, tuple[str, ...]], Callable[..., Any]] = {}
 
 
 def _python(expr: Any) -> str:
-    from torch.utils._sympy.printers import PythonPrinter
-
-    return str(PythonPrinter().doprint(expr))
+    return sympy_python(expr)
 
 
 @dataclasses.dataclass
@@ -300,7 +292,7 @@ def shape_env_of(ep: torch.export.ExportedProgram) -> Any:
         if isinstance(val, torch.Tensor):
             for d in val.shape:
                 if isinstance(d, torch.SymInt):
-                    return d.node.shape_env
+                    return shape_env_of_symint(d)
     return None
 
 
@@ -333,12 +325,11 @@ def prove(
     roots = {s for expr in dims.values() for s in expr.free_symbols}
     if not dims:
         return Proven([], []), []
-    example = {s: int(env.backed_var_to_val[s]) for s in roots if s in env.backed_var_to_val}
+    backed, known_ranges = backed_values(env), value_ranges(env)
+    example = {s: int(backed[s]) for s in roots if s in backed}
     # (lower, upper or None) as ints, once: sympy's int() of int_oo goes through evalf
     ranges = {
-        s: (_int(env.var_to_range[s].lower) or 0, _int(env.var_to_range[s].upper))
-        for s in roots
-        if s in env.var_to_range
+        s: (_int(known_ranges[s].lower) or 0, _int(known_ranges[s].upper)) for s in roots if s in known_ranges
     }
     guards = _input_guards(env, roots)
 

@@ -24,10 +24,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind
 
 from fastonnx.errors import CaptureError
+from fastonnx.torch_internals import FakeTensor, pytree
 
 # the leaves torch.export bakes into the program (torch._export.non_strict_utils.fakify; ints may be
 # made symbolic there, which a trace never does: static shapes only)
@@ -100,7 +100,7 @@ def check_no_input_constants(
         return
     for spec in constants:
         value = ep.constants.get(spec.target) if spec.target is not None else None
-        if not isinstance(value, torch.Tensor) or isinstance(value, torch._subclasses.FakeTensor):
+        if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
             continue
         path = reached.get(storage_address(value))
         if path is not None:

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from fastonnx.capture.refusal import TraceRefused
+from fastonnx.torch_internals import OpOverload, TensorType, no_dispatch, op_schema, storage_id
 
 _META = torch.device("meta")
 
@@ -100,7 +101,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _storage(t: torch.Tensor) -> int:
-    return int(t.untyped_storage()._cdata)  # the storage itself (a meta storage has no data pointer)
+    return storage_id(t)  # the storage itself (a meta storage has no data pointer)
 
 
 def _spec(out: Any, args: Any, kwargs: Any) -> Any:
@@ -134,7 +135,7 @@ def _spec(out: Any, args: Any, kwargs: Any) -> Any:
 
 def _build(spec: Any) -> Any:
     container, specs = spec
-    with torch._C._DisableTorchDispatch():  # made outside the recorder: no node for them
+    with no_dispatch():  # made outside the recorder: no node for them
         outs = [None if s is None else _empty(*s) for s in specs]
     return outs[0] if container is None else container(outs)
 
@@ -153,12 +154,12 @@ _NO_DRAW_WITHOUT_DROPOUT = {"aten::scaled_dot_product_attention"}
 _SEEDED = "seeded"  # random, unless no dropout is asked for (_NO_DRAW_WITHOUT_DROPOUT)
 
 
-def _op_cacheable(op: torch._ops.OpOverload) -> bool | str:
-    schema = op._schema
+def _op_cacheable(op: OpOverload) -> bool | str:
+    schema = op_schema(op)
     tags = op.tags
     if (
         not schema.returns  # run for what it does (an assert, a print): nothing to build from a key
-        or not all(isinstance(r.type, torch._C.TensorType) for r in schema.returns)  # lists, optionals
+        or not all(isinstance(r.type, TensorType) for r in schema.returns)  # lists, optionals
         or schema.is_mutable
         or any(r.alias_info is not None for r in schema.returns)
         or torch.Tag.data_dependent_output in tags
@@ -190,7 +191,7 @@ class MetaCache:
         func: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        op: torch._ops.OpOverload | None = None,
+        op: OpOverload | None = None,
     ) -> Any:
         """``func(*args, **kwargs)``, or its outputs rebuilt from the cache;
         ``op`` is the aten op whose schema says whether ``func`` may be cached (``func`` itself when it is
@@ -198,9 +199,7 @@ class MetaCache:
         schema_op = op if op is not None else func
         allowed = self._ops.get(schema_op)
         if allowed is None:
-            allowed = self._ops[schema_op] = isinstance(schema_op, torch._ops.OpOverload) and _op_cacheable(
-                schema_op
-            )
+            allowed = self._ops[schema_op] = isinstance(schema_op, OpOverload) and _op_cacheable(schema_op)
         if not allowed or (allowed is _SEEDED and _draws(args, kwargs)):
             self.uncached += 1
             return self._run(func, args, kwargs)

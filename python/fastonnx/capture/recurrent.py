@@ -29,8 +29,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fastonnx.torch_internals import VARIABLE_FUNCTIONS, vf_module
+
 # The real functions, looked up on the C class so that a patched torch._VF never recurses into itself.
-_VARIABLE_FUNCTIONS = torch._C._VariableFunctions
+_VARIABLE_FUNCTIONS = VARIABLE_FUNCTIONS
 
 
 def _output_like(input: Tensor, h: Tensor, bidirectional: bool) -> Tensor:
@@ -147,7 +149,7 @@ def rnn_as_custom_ops() -> Iterator[None]:
     torch._VF is a module object whose attributes fall through to the C functions: setting one
     shadows it, deleting it restores the C function. Not thread-safe, like torch.export itself.
     """
-    vf = torch._VF
+    vf = vf_module()
     saved = {name: vf.__dict__.get(name) for name in _ROUTES}
     for name, fn in _ROUTES.items():
         setattr(vf, name, fn)

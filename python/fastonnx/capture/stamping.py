@@ -54,6 +54,7 @@ from torch.export.graph_signature import (
 
 from fastonnx.capture.refusal import TraceRefused
 from fastonnx.capture.trace import LazyProgram, trace
+from fastonnx.torch_internals import graph_used_names, rename_node, swap_child_modules
 
 log = logging.getLogger("fastonnx")
 
@@ -467,10 +468,7 @@ def _swap_layers(
     stack: torch.nn.ModuleList, layers: dict[str, torch.nn.Module]
 ) -> dict[str, torch.nn.Module]:
     """``stack`` made to hold ``layers`` (keyed by index); returns the layers it held."""
-    # torch internal: nn.Module._modules, the dict a ModuleList indexes, iterates and takes its len() from
-    kept = stack._modules
-    stack._modules = layers
-    return kept
+    return swap_child_modules(stack, layers)
 
 
 def export(
@@ -846,14 +844,12 @@ def _rename(
 
 def _free_name(graph: torch.fx.Graph, name: str) -> None:
     """``name`` no longer taken in ``graph``, so that another node may have it."""
-    # torch.fx internal: Graph._graph_namespace._used_names, the names the graph has handed out
-    graph._graph_namespace._used_names.discard(name)
+    graph_used_names(graph).discard(name)
 
 
 def _rename_node(node: torch.fx.Node, name: str) -> None:
     """``node`` named ``name``, or ``name`` suffixed where the graph has handed it out already."""
-    # torch.fx internal: Node._rename, which takes the name through the graph's namespace
-    node._rename(name)
+    rename_node(node, name)
 
 
 def _joined(base: str, n: int) -> str:

@@ -82,7 +82,6 @@ from types import FrameType
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
 from torch.export.graph_signature import (
     ConstantArgument,
@@ -93,9 +92,7 @@ from torch.export.graph_signature import (
     OutputSpec,
     TensorArgument,
 )
-from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from fastonnx.capture.input_tensors import (
@@ -108,6 +105,21 @@ from fastonnx.capture.input_tensors import (
 )
 from fastonnx.capture.meta_cache import MetaCache, meta_cache_for
 from fastonnx.capture.refusal import TraceRefused
+from fastonnx.torch_internals import (
+    DispatchModeWithoutDynamo,
+    LazyGraphModule,
+    OpOverload,
+    as_under_export,
+    graph_used_names,
+    no_dispatch,
+    non_persistent_buffer_names,
+    op_name,
+    op_schema,
+    pytree,
+    set_graph_module,
+    set_plain_codegen,
+    view_base,
+)
 
 
 class LazyProgram(torch.export.ExportedProgram):
@@ -120,7 +132,7 @@ class LazyProgram(torch.export.ExportedProgram):
         # torch's constructor would compile it; it gets an empty graph, the real one comes after
         # (its getitems are unique already: one per output of a node)
         super().__init__(root, torch.fx.Graph(), *args, **kwargs)
-        self._graph_module = _LazyGraphModule(root, graph)
+        set_graph_module(self, LazyGraphModule(root, graph))
 
     def validate(self) -> None:
         return None
@@ -134,7 +146,7 @@ class TracedProgram(LazyProgram):
     aliasing.py)."""
 
     def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, *args: Any, **kwargs: Any) -> None:
-        graph._codegen = torch.fx.graph.CodeGen()
+        set_plain_codegen(graph)
         super().__init__(root, graph, *args, **kwargs)
 
 
@@ -144,7 +156,7 @@ _GETITEM = operator.getitem
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
-    with torch._C._DisableTorchDispatch():  # not an op of the model's (from _KeptFunctions: no node)
+    with no_dispatch():  # not an op of the model's (from _KeptFunctions: no node)
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
@@ -156,7 +168,7 @@ def _static_indexing(func: Any, args: Any) -> bool:
     return all(i is None or i.dtype not in (torch.bool, torch.uint8) for i in indices)
 
 
-class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's hook is untyped
+class _Recorder(DispatchModeWithoutDynamo):
     """Appends one FX node per aten op to ``graph``; tensors are matched to nodes by identity."""
 
     def __init__(self, graph: torch.fx.Graph, nodes: WeakIdKeyDictionary, roots: dict[int, str]) -> None:
@@ -175,18 +187,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.input_memory: dict[int, str] = {}
         self.meta_cache: MetaCache | None = None  # on the meta device: meta_cache.py
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch would wrap __torch_dispatch__ in torch._dynamo.disable, whose first call imports
-        # torch._dynamo: ~1 s of a fresh process, for a mode that never runs under torch.compile
-        return False
-
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         cache = self.meta_cache
         if self.inside:  # an op of a function recorded whole (_KeptFunctions)
             return func(*args, **kwargs) if cache is None else cache.call(func, args, kwargs)
-        if not isinstance(func, torch._ops.OpOverload):
+        if not isinstance(func, OpOverload):
             raise TraceRefused(f"{func} is not an aten op overload")
         if func.namespace in ("onnx", "onnx_symbolic"):
             # torch.onnx.ops (ONNX's RotaryEmbedding and Attention, the symbolic ops whose eager kernels
@@ -214,20 +220,20 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             )
         if torch.Tag.dynamic_output_shape in tags and not _static_indexing(func, args):
             raise TraceRefused(f"{func}'s output shape depends on the input's values")
-        if func._schema.is_mutable:
+        if op_schema(func).is_mutable:
             self._check_writes(func, args, kwargs)
         out = func(*args, **kwargs) if cache is None else cache.call(func, args, kwargs)
         self.record(func, args, kwargs, out)
         return out
 
-    def record(self, func: torch._ops.OpOverload, args: Any, kwargs: Any, out: Any) -> None:
+    def record(self, func: OpOverload, args: Any, kwargs: Any, out: Any) -> None:
         """One node for ``func(*args, **kwargs) -> out`` (and a getitem per tensor of a tuple out)."""
         node = self.graph.create_node(
             "call_function",
             func,
             self._to_nodes(_without_defaults(func, args)),
             self._to_nodes(kwargs),
-            name=func._opname,
+            name=op_name(func),
         )
         meta = node.meta
         meta["nn_module_stack"] = self.stack
@@ -249,7 +255,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             raise TraceRefused(f"{func} returned a {type(out).__name__}, which the recorder does not hold")
 
     def _check_writes(self, func: Any, args: Any, kwargs: Any) -> None:
-        for i, arg in enumerate(func._schema.arguments):
+        for i, arg in enumerate(op_schema(func).arguments):
             info = arg.alias_info
             if info is None or not info.is_write:
                 continue
@@ -258,7 +264,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                 if not isinstance(t, torch.Tensor):
                     continue
                 # the tensor itself (an input may be a view of the caller's tensor) or what it views
-                what = self.roots.get(id(t)) or (self.roots.get(id(t._base)) if t._base is not None else None)
+                what = self.roots.get(id(t)) or (
+                    self.roots.get(id(base)) if (base := view_base(t)) is not None else None
+                )
                 if what is not None:
                     raise TraceRefused(f"{func} writes in place into {what}")
 
@@ -277,7 +285,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         lifts it (a CONSTANT_TENSOR placeholder)."""
         if type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise TraceRefused(f"the forward reads a {type(t).__name__} (a tensor subclass)")
-        if t._base is not None and id(t._base) in self.roots:
+        if (base := view_base(t)) is not None and id(base) in self.roots:
             raise TraceRefused("the forward reads a view made outside the traced ops")
         reached = self.input_memory.get(storage_address(t))
         if reached is not None:
@@ -325,14 +333,14 @@ _DEFAULTS: dict[Any, list[Any]] = {}
 _NO_DEFAULT = object()
 
 
-def _without_defaults(func: torch._ops.OpOverload, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _without_defaults(func: OpOverload, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """``args`` without the trailing ones equal to the schema's defaults, as torch.export records a
     call (the node's text in the metadata, pkg.torch.onnx.fx_node, reads the same)."""
     defaults = _DEFAULTS.get(func)
     if defaults is None:
         defaults = _DEFAULTS[func] = [
             a.default_value if a.has_default_value() else _NO_DEFAULT
-            for a in func._schema.arguments
+            for a in op_schema(func).arguments
             if not a.kwarg_only
         ]
     n = len(args)
@@ -670,12 +678,8 @@ def _module_stack(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]
 @contextmanager
 def _as_under_export() -> Iterator[None]:
     """torch.compiler.is_compiling() / is_exporting() True, as torch.export sets them while tracing."""
-    compiling, exporting = torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag
-    torch.compiler._is_compiling_flag = torch.compiler._is_exporting_flag = True
-    try:
+    with as_under_export():
         yield
-    finally:
-        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = compiling, exporting
 
 
 @contextmanager
@@ -726,7 +730,7 @@ def _placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
     """A placeholder named ``name`` also where FX would rename it (``input`` -> ``input_1``: FX keeps
     its names off Python's builtins); torch.export names the forward's parameters as they are."""
     node = graph.placeholder(name)
-    used = graph._graph_namespace._used_names
+    used = graph_used_names(graph)
     if node.name != name and name not in used:
         used.add(name)
         node.name = name
@@ -798,8 +802,8 @@ def _weights(model: torch.nn.Module, roots: dict[int, str]) -> dict[int, tuple[s
         if type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise TraceRefused(f"weight {name!r} is a {type(t).__name__}")
         roots[id(t)] = f"the weight {name!r}"
-        if t._base is not None:
-            roots.setdefault(id(t._base), f"the weight {name!r}")
+        if (base := view_base(t)) is not None:
+            roots.setdefault(id(base), f"the weight {name!r}")
     return weights
 
 
@@ -866,9 +870,9 @@ def _input_placeholders(
                 raise TraceRefused(f"input {name} is a {type(value).__name__} (a tensor subclass)")
             node.meta["val"] = _meta_like(value)
             roots[id(value)] = f"the user input {name!r}"
-            if value._base is not None:
+            if (base := view_base(value)) is not None:
                 # writes through views of the input have that base as theirs (the caller's tensor)
-                roots.setdefault(id(value._base), f"the user input {name!r}")
+                roots.setdefault(id(base), f"the user input {name!r}")
             nodes[value] = node
         else:
             node.meta["val"] = value
@@ -970,5 +974,5 @@ def _non_persistent_buffers(model: torch.nn.Module) -> set[str]:
     return {
         f"{path}.{name}" if path else name
         for path, module in model.named_modules(remove_duplicate=False)
-        for name in module._non_persistent_buffers_set
+        for name in non_persistent_buffer_names(module)
     }

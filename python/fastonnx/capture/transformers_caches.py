@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-import torch.utils._pytree as pytree
+from fastonnx.torch_internals import pytree
 
 _done = False
 
