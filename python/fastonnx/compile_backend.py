@@ -37,6 +37,14 @@ from fastonnx.conversion.graph_module import graph_module_to_onnx
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError, UnsupportedOpError
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
+from fastonnx.torch_internals import (
+    aot_autograd,
+    core_aten_decompositions,
+    dynamo_backend_registered,
+    mark_boxed_call,
+    register_dynamo_backend,
+    unset_fake_temporarily,
+)
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -121,8 +129,6 @@ class FastOnnxBackend:
     # ---- the backend protocol -------------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         """Called by dynamo with a torch-level graph; returns the callable dynamo runs instead."""
-        from torch._dynamo.backends.common import aot_autograd
-
         # counted once aot_autograd returns: dynamo may restart its analysis from inside it
         index = self._graphs + 1
         training = torch.is_grad_enabled() and any(
@@ -144,8 +150,6 @@ class FastOnnxBackend:
         return compiled
 
     def _table(self, training: bool) -> dict[Any, Callable[..., Any]]:
-        from torch._decomp import core_aten_decompositions
-
         table = dict(core_aten_decompositions())
         if training:
             # torch's decomposition of CPU flash attention returns the attention weights where the op
@@ -161,8 +165,6 @@ class FastOnnxBackend:
     ) -> Callable[..., Any]:
         """The runner of one aten graph (what aot_autograd hands its compilers), or ``gm`` itself
         (eager) when it falls back."""
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
         # aot_autograd calls its compilers under its fake mode: converters build real constants
         with unset_fake_temporarily():
             return self._compile_graph(gm, example_inputs, name)
@@ -323,7 +325,7 @@ def _boxed(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
         args.clear()
         return fn(*flat)
 
-    run._boxed_call = True  # type: ignore[attr-defined]
+    mark_boxed_call(run)
     return run
 
 
@@ -490,11 +492,9 @@ def register_by_name() -> None:
     """Make ``backend="fastonnx"`` / ``"fastonnx_debug"`` work by name when the package's
     ``torch_dynamo_backends`` entry points are not installed (a source checkout on ``PYTHONPATH``).
     Installed packages need not call it; calling it twice, or after the entry points, does nothing."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
-
     for name, fn in zip(BACKEND_NAMES, (fastonnx_backend, fastonnx_debug_backend), strict=True):
-        if name not in _COMPILER_FNS and not _entry_point_declared(name):
-            register_backend(fn, name=name)
+        if not dynamo_backend_registered(name) and not _entry_point_declared(name):
+            register_dynamo_backend(fn, name)
 
 
 def _entry_point_declared(name: str) -> bool:

@@ -54,6 +54,13 @@ import torch
 from fastonnx import dtypes, translation
 from fastonnx.context import Converter
 from fastonnx.errors import FastOnnxError, InputError
+from fastonnx.torch_internals import (
+    HigherOrderOperator,
+    OpOverload,
+    OpOverloadPacket,
+    has_composite_implicit_kernel,
+    has_schema,
+)
 
 # Every family of converters, by module name. A missing module is an ImportError, never skipped.
 FAMILIES: tuple[str, ...] = (
@@ -147,9 +154,9 @@ class Entry:
 
 def op_key(target: Any) -> str:
     """The registry key of an FX ``call_function`` target (see the module docstring)."""
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         return str(target)
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, HigherOrderOperator):
         return f"higher_order.{target.__name__}"
     if isinstance(target, str):
         return target
@@ -178,11 +185,7 @@ def _python_target_exists(key: str) -> bool:
 
 def _has_schema(key: str) -> bool:
     ns, name, overload = key.split(".")
-    try:
-        torch._C._get_schema(f"{ns}::{name}", "" if overload == "default" else overload)
-    except RuntimeError:
-        return False
-    return True
+    return has_schema(f"{ns}::{name}", "" if overload == "default" else overload)
 
 
 def unknown_keys(keys: Iterable[str]) -> list[str]:
@@ -301,7 +304,7 @@ def custom_keys(custom: Mapping[Any, Any] | None) -> dict[str, Converter]:
     ``translation.is_translation``) becomes the converter running it."""
     out: dict[str, Converter] = {}
     for target, fn in (custom or {}).items():
-        if isinstance(target, torch._ops.OpOverloadPacket):
+        if isinstance(target, OpOverloadPacket):
             raise InputError(
                 f"custom_converters key {target} names an op but not an overload: use "
                 f"{target}.default (or the overload the graph calls, e.g. {target}.Tensor)"
@@ -324,7 +327,7 @@ def is_composite(key: str) -> bool:
     ns, name, overload = parts
     qualified = f"{ns}::{name}" + ("" if overload == "default" else f".{overload}")
     try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"))
+        return has_composite_implicit_kernel(qualified)
     except RuntimeError:  # not (yet) registered
         return False
 

@@ -7,7 +7,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx._core import GraphBuilder
 from fastonnx.conversion.interpreter import Layout
@@ -15,6 +14,7 @@ from fastonnx.errors import InputError, RuntimeCheckError
 from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.ort_io import FLOAT8_ONNX_TYPES, FLOAT8_TYPE_STRINGS, from_numpy, run_bound, to_numpy
 from fastonnx.progress import Progress
+from fastonnx.torch_internals import pytree
 
 if TYPE_CHECKING:
     import onnx

@@ -31,6 +31,7 @@ from torch.export.graph_signature import InputKind
 from fastonnx.context import ConversionContext, Value
 from fastonnx.errors import ConversionError
 from fastonnx.registry import functional_key, op_key
+from fastonnx.torch_internals import OpOverload, op_schema
 
 # views whose inverse is a Reshape of the new contents to the parent's shape
 RESHAPING_VIEWS = frozenset(
@@ -59,7 +60,7 @@ def is_view(node: torch.fx.Node) -> bool:
 
 def is_in_place(node: torch.fx.Node) -> bool:
     """An in-place overload (``aten.add_.Tensor``): it writes its first argument and returns it."""
-    return isinstance(node.target, torch._ops.OpOverload) and functional_key(op_key(node.target)) is not None
+    return isinstance(node.target, OpOverload) and functional_key(op_key(node.target)) is not None
 
 
 def _mutated_args(node: torch.fx.Node) -> list[Any]:
@@ -155,7 +156,7 @@ def _positions(ctx: ConversionContext, new: Value, dim: int, start: Any, step: i
 
 def bound_args(node: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     """The op's arguments in schema order, keyword ones and defaults included."""
-    schema = node.target._schema  # type: ignore[union-attr]
+    schema = op_schema(node.target)
     out = []
     for i, a in enumerate(schema.arguments):
         if i < len(args):

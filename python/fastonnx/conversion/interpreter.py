@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
@@ -22,6 +21,7 @@ from fastonnx.conversion import aliasing, metadata
 from fastonnx.diagnostics import debug
 from fastonnx.errors import ConversionError, FastOnnxError, GraphError, InputError, UnsupportedOpError
 from fastonnx.registry import Entry, Registry, packed_val
+from fastonnx.torch_internals import FakeTensor, OpOverload, is_traceable_wrapper_subclass, op_overload_name
 
 
 @dataclass
@@ -259,7 +259,7 @@ class Interpreter:
         shape = [d for d in dims if isinstance(d, int)]
         if len(shape) != len(dims):
             raise ConversionError(f"weight {hint!r} has a symbolic shape {dims}; weights need static ones")
-        if t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+        if t.is_meta or isinstance(t, FakeTensor):
             # no bytes to write: the data file gets a hole that fastonnx.attach_weights fills later
             name = self.g.add_deferred_initializer(hint, elem_type, shape)
             self.deferred[name] = hint
@@ -671,8 +671,8 @@ def _is_user(spec: Any) -> bool:
 
 
 def _qualname(target: Any) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{target._overloadname}"
+    if isinstance(target, OpOverload):
+        return f"torch.ops.{target.namespace}.{target.overloadpacket.__name__}.{op_overload_name(target)}"
     return getattr(target, "__qualname__", str(target))
 
 

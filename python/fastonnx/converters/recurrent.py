@@ -37,6 +37,7 @@ import torch
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import split, squeeze, unsqueeze
+from fastonnx.torch_internals import FakeTensor
 
 # ONNX's gate blocks as indices into torch's: LSTM torch (i, f, g, o) -> ONNX (i, o, f, c),
 # GRU torch (r, z, n) -> ONNX (z, r, h)
@@ -57,7 +58,7 @@ def _tensor(ctx: ConversionContext, v: Value) -> torch.Tensor | None:
     """The torch tensor behind an initializer, or None when its bytes are not here (computed in the
     graph, meta device)."""
     t = ctx.weights.get(v.name)
-    if t is None or t.is_meta or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+    if t is None or t.is_meta or isinstance(t, FakeTensor):
         return None
     return t
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx._core import GraphBuilder
 from fastonnx.diagnostics import debug
 from fastonnx.errors import InputError
+from fastonnx.torch_internals import pytree
 
 _MAX_ERROR_CHARS = 6000  # torch.export's messages can run to pages; the head says what went wrong
 

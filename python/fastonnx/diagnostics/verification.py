@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx.diagnostics.verdicts import (
     Divergence,
@@ -31,6 +30,7 @@ from fastonnx.diagnostics.verdicts import (
     compare,
 )
 from fastonnx.ort_io import to_numpy
+from fastonnx.torch_internals import pytree
 
 if TYPE_CHECKING:
     import onnx

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
@@ -27,6 +26,7 @@ from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
+from fastonnx.torch_internals import pytree
 
 log = logging.getLogger("fastonnx")
 

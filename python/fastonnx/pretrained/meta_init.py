@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from fastonnx.torch_internals import module_buffers, module_parameters
+
 _LOCK = threading.Lock()  # the patch is process-wide: one construction at a time
 
 T = TypeVar("T")
@@ -42,12 +44,12 @@ def parameters_on_meta() -> Iterator[None]:
 
         def register_parameter(module: torch.nn.Module, name: str, param: Any) -> None:
             original(module, name, param)
-            stored = module._parameters.get(name)
+            stored = module_parameters(module).get(name)
             if stored is None or stored.device.type == "meta":
                 return
             extra = dict(stored.__dict__)  # a Parameter subclass's attributes (e.g. quantization state)
             extra["requires_grad"] = stored.requires_grad
-            module._parameters[name] = type(stored)(stored.to("meta"), **extra)
+            module_parameters(module)[name] = type(stored)(stored.to("meta"), **extra)
 
         torch.nn.Module.register_parameter = register_parameter  # type: ignore[method-assign, assignment]
         try:
@@ -85,7 +87,7 @@ def buffers_on_meta(model: torch.nn.Module, shards: list[str]) -> dict[str, torc
     moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id: (the CPU buffer, kept alive; its meta)
     values: dict[str, torch.Tensor] = {}
     for path, module in model.named_modules(remove_duplicate=False):
-        for leaf, buffer in list(module._buffers.items()):
+        for leaf, buffer in list(module_buffers(module).items()):
             if buffer is None or buffer.device.type == "meta" or buffer.is_complex():
                 continue  # complex (rotary ``freqs_cis``): no safetensors dtype holds it, left on the CPU
             name = f"{path}.{leaf}" if path else leaf
@@ -94,7 +96,7 @@ def buffers_on_meta(model: torch.nn.Module, shards: list[str]) -> dict[str, torc
                 if not any(n in known for n in [name, *tied.get(name, [])]):
                     # contiguous and owning its storage: safetensors writes neither views nor shared memory
                     values[name] = buffer.detach().clone(memory_format=torch.contiguous_format)
-            module._buffers[leaf] = moved[id(buffer)][1]
+            module_buffers(module)[leaf] = moved[id(buffer)][1]
     return values
 
 
@@ -121,9 +123,9 @@ def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, t
     for owner, leaves in by_module.items():
         module = copy.deepcopy(model.get_submodule(owner) if owner else model)
         for leaf in leaves:
-            meta = module._parameters[leaf]
+            meta = module_parameters(module)[leaf]
             assert meta is not None
-            module._parameters[leaf] = torch.nn.Parameter(
+            module_parameters(module)[leaf] = torch.nn.Parameter(
                 torch.zeros(meta.shape, dtype=meta.dtype), requires_grad=meta.requires_grad
             )
         if callable(init):
@@ -133,7 +135,7 @@ def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, t
             except (RuntimeError, NotImplementedError, AttributeError, TypeError):
                 pass  # an initialization that needs the other (meta) weights: zeros
         for leaf in leaves:
-            value = module._parameters[leaf]
+            value = module_parameters(module)[leaf]
             assert value is not None
             values[f"{owner}.{leaf}" if owner else leaf] = value.detach().to("cpu").clone()
     return values

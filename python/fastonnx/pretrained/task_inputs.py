@@ -12,15 +12,14 @@ Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the fo
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
 
 BATCH, SEQUENCE, PAST, TOTAL = (
     "batch_size",
@@ -161,23 +160,16 @@ def produced_cache_shapes(model: torch.nn.Module, with_positions: bool) -> list[
     at the concatenation ("Sizes of tensors must match"). The prefill runs as the capture runs the
     model, with torch's compiling flags set: transformers' mask code takes the traceable path then
     instead of reading values."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from transformers import DynamicCache
 
     from fastonnx.capture import TRACE_LOCK
 
-    compiling: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
-    try:
-        from torch._export.utils import _compiling_state_context as compiling
-    except ImportError:  # another torch: the prefill runs without the flags (may fail: None)
-        pass
     batch, sequence = 2, 3
     # the forward may replace buffers (a rotary table grown for a longer input): put them back after
-    buffers = [(m, dict(m._buffers)) for m in model.modules()]
+    buffers = [(m, dict(module_buffers(m))) for m in model.modules()]
     try:
-        with TRACE_LOCK, torch.no_grad(), compiling():
-            with FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True):
+        with TRACE_LOCK, torch.no_grad(), compiling_state():
+            with fake_mode_with_shape_env():
                 ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
                 kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
                 if with_positions:
@@ -199,8 +191,8 @@ def produced_cache_shapes(model: torch.nn.Module, with_positions: bool) -> list[
         return None
     finally:
         for module, saved in buffers:
-            module._buffers.clear()
-            module._buffers.update(saved)
+            module_buffers(module).clear()
+            module_buffers(module).update(saved)
 
 
 def config_cache_shapes(config: Any) -> list[LayerShapes]:

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx.errors import InputError
+from fastonnx.torch_internals import pytree
 
 # ONNX name -> {axis: dim name}
 AxisNames = dict[str, dict[int, str]]

@@ -24,6 +24,7 @@ from fastonnx.registry import op_key
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
 from fastonnx.torch_compat.program import ONNXProgram, write
+from fastonnx.torch_internals import onnx_exporting
 
 log = logging.getLogger("fastonnx")
 
@@ -291,17 +292,8 @@ def _onnx_exporting() -> Iterator[None]:
     """torch.onnx.is_in_onnx_export() is True while the model is captured, as under torch's exporters:
     models that branch on it take their export path. The flag is torch's (private) one; without it
     (another torch) the export goes on and the function keeps returning False."""
-    try:
-        from torch.onnx._internal.exporter import _flags
-    except ImportError:
+    with onnx_exporting():
         yield
-        return
-    before = getattr(_flags, "_is_onnx_exporting", False)
-    _flags._is_onnx_exporting = True
-    try:
-        yield
-    finally:
-        _flags._is_onnx_exporting = before
 
 
 def _report_path(report: bool, artifacts_dir: str | os.PathLike[str]) -> str | bool:

@@ -10,10 +10,10 @@ import os
 from typing import IO, TYPE_CHECKING, Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
+from fastonnx.torch_internals import pytree
 from fastonnx.weights.attach import attach_weights
 
 if TYPE_CHECKING:

@@ -22,10 +22,9 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 from fastonnx.context import Converter
 from fastonnx.errors import InputError
+from fastonnx.torch_internals import OpOverloadPacket
 
 __all__ = ["is_onnxscript_object", "is_translation", "table_converters", "translation_converter"]
 
@@ -142,7 +141,7 @@ def table_converters(table: Mapping[Any, Any]) -> dict[Any, list[Any]]:
             raise InputError(f"custom_translation_table[{target}] is an empty list")
         for fn in values:
             _check_function(f"custom_translation_table[{target}]", fn)
-        if isinstance(target, torch._ops.OpOverloadPacket):
+        if isinstance(target, OpOverloadPacket):
             for name in target.overloads():  # type: ignore[no-untyped-call]
                 out[getattr(target, name)] = values
         else:
