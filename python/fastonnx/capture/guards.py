@@ -307,99 +307,127 @@ def prove(
     captured elsewhere (each symbolic dim is then checked against the range torch kept for it);
     ``names``: the dims' requested names."""
     env = shape_env_of(ep)
-    if env is None:
+    dims, source = _symbolic_dims(ep)
+    if env is None or not dims:
         return Proven([], []), []
+    facts = _facts(env, dims)
+    if asked is None:  # a program exported elsewhere: its own ranges are what was asked
+        asked = {key: facts.ranges[e] for key, e in dims.items() if e.is_Symbol and e in facts.ranges}
+    narrowed: list[Narrowing] = []
+    kept_guards: dict[str, _Guard | None] = {}
+    kept: dict[tuple[int, int], tuple[int, int | None]] = {}
+    for key, (lo, hi) in asked.items():
+        expr = dims.get(key)
+        if expr is None or len(expr.free_symbols) != 1 or next(iter(expr.free_symbols)) not in facts.example:
+            continue
+        lo = max(lo, 2)
+        if hi is not None and hi < lo:
+            continue
+        check = _check_dim(expr, lo, hi, facts)
+        if not check.refused:
+            kept[key] = (lo, hi)  # what was asked is what the result holds its inputs to
+            continue
+        index, axis = key
+        causes = [_cause_text(text, guard, source, paths) for text, guard in list(check.causes.items())[:4]]
+        name = names.get(key) or f"{paths[index]}_dim{axis}"
+        narrowed.append(
+            Narrowing(
+                paths[index],
+                axis,
+                name,
+                (lo, hi),
+                check.admitted,
+                check.refused,
+                causes,
+                check.exhaustive,
+                check.sizes,
+            )
+        )
+        kept_guards.update({text: g for text, g in check.causes.items() if g is not None})
+        if check.admitted:
+            kept[key] = check.bounds(lo, hi)
+    return _proven(dims, facts.ranges, kept, kept_guards, source, paths), narrowed
+
+
+def _symbolic_dims(
+    ep: torch.export.ExportedProgram,
+) -> tuple[dict[tuple[int, int], Any], dict[Any, tuple[int, int]]]:
+    """The user inputs' symbolic dims, ``(index, axis) -> sympy expression``, and where each root
+    symbol is first read as a dim of its own (a derived dim's root, ``n = 2*_n``, is read from none)."""
     nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    dims: dict[tuple[int, int], Any] = {}  # (index, axis) -> the dim's sympy expression
-    source: dict[Any, tuple[int, int]] = {}  # root symbol -> where it is first read
+    dims: dict[tuple[int, int], Any] = {}
+    source: dict[Any, tuple[int, int]] = {}
     for index, name in enumerate(ep.graph_signature.user_inputs):
         val = nodes[name].meta.get("val") if name in nodes else None
         if not isinstance(val, torch.Tensor):
             continue
         for axis, d in enumerate(val.shape):
             if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
-                expr = d.node.expr
-                dims[(index, axis)] = expr
-                if expr.is_Symbol:  # a derived dim's root (n = 2*_n) is read from no input as it is
-                    source.setdefault(expr, (index, axis))
+                dims[(index, axis)] = d.node.expr
+                if d.node.expr.is_Symbol:
+                    source.setdefault(d.node.expr, (index, axis))
+    return dims, source
+
+
+@dataclasses.dataclass
+class _Facts:
+    """What the capture knows of the dims' root symbols."""
+
+    example: dict[Any, int]  # the example's value
+    ranges: dict[Any, tuple[int, int | None]]  # torch's range, as ints
+    guards: list[_Guard]  # over input sizes only
+    related: set[Any]  # symbols a guard relates to another
+
+
+def _facts(env: Any, dims: Mapping[tuple[int, int], Any]) -> _Facts:
     roots = {s for expr in dims.values() for s in expr.free_symbols}
-    if not dims:
-        return Proven([], []), []
-    backed, known_ranges = backed_values(env), value_ranges(env)
-    example = {s: int(backed[s]) for s in roots if s in backed}
-    # (lower, upper or None) as ints, once: sympy's int() of int_oo goes through evalf
-    ranges = {
-        s: (_int(known_ranges[s].lower) or 0, _int(known_ranges[s].upper)) for s in roots if s in known_ranges
-    }
+    backed, known = backed_values(env), value_ranges(env)
+    # as ints, once: sympy's int() of int_oo goes through evalf
+    ranges = {s: (_int(known[s].lower) or 0, _int(known[s].upper)) for s in roots if s in known}
     guards = _input_guards(env, roots)
-
-    if asked is None:  # a program exported elsewhere: its own ranges are what was asked
-        asked = {}
-        for key, expr in dims.items():
-            if expr.is_Symbol and expr in ranges:
-                asked[key] = ranges[expr]
-
     # a guard over several sizes relates inputs (the mask as long as the ids and the cache together):
     # it narrows a dim only where no move of the others satisfies it (_failing). Relations are not
     # checked on the result's calls: some are the internals of an op's kernel (a contiguity test
     # over |x - y|), which ep.module() checks although the values do not depend on them
     related = {s for g in guards if len(g.symbols) > 1 for s in g.symbols}
-    narrowed: list[Narrowing] = []
-    kept_guards: dict[str, _Guard | None] = {}
-    kept: dict[tuple[int, int], tuple[int, int | None]] = {}
-    for key, (lo, hi) in asked.items():
-        expr = dims.get(key)
-        if expr is None or len(expr.free_symbols) != 1:
-            continue
-        (root,) = expr.free_symbols
-        if root not in example:
-            continue
-        lo = max(lo, 2)
-        if hi is not None and hi < lo:
-            continue
-        sizes, exhaustive = _tried(lo, hi, int(expr.xreplace({root: example[root]})))
-        admitted: list[int] = []
-        refused: list[int] = []
-        skipped: list[int] = []
-        causes: dict[str, _Guard | None] = {}
-        for size in sizes:
-            value = _root_value(expr, root, size)
-            if value is not None and value < 2:
-                skipped.append(size)  # the root at 0 or 1: left out as the request's own 0 and 1 are
-                continue
-            failing = _failing(expr, root, size, example, ranges, guards, related)
-            if failing is None:
-                admitted.append(size)
-                continue
-            refused.append(size)
-            for text, guard in failing:
-                causes.setdefault(text, guard)
-        if refused:
-            index, axis = key
-            narrowed.append(
-                Narrowing(
-                    paths[index],
-                    axis,
-                    names.get(key) or f"{paths[index]}_dim{axis}",
-                    (lo, hi),
-                    admitted,
-                    refused,
-                    [_cause_text(text, guard, source, paths) for text, guard in list(causes.items())[:4]],
-                    exhaustive,
-                    sizes,
-                )
-            )
-            kept_guards.update({text: g for text, g in causes.items() if g is not None})
-            if admitted:
-                # the bounds of what was admitted, where sizes past them were refused (not skipped)
-                fine = sorted(admitted + skipped)
-                top = fine[-1] if any(v > fine[-1] for v in refused) else hi
-                bottom = fine[0] if any(v < fine[0] for v in refused) else lo
-                kept[key] = (bottom, top)
-        else:
-            kept[key] = (lo, hi)  # what was asked is what the result holds its inputs to
+    return _Facts({s: int(backed[s]) for s in roots if s in backed}, ranges, guards, related)
 
-    return _proven(dims, ranges, kept, kept_guards, source, paths), narrowed
+
+@dataclasses.dataclass
+class _DimCheck:
+    """One requested dim, size by size."""
+
+    sizes: list[int]  # tried
+    exhaustive: bool
+    admitted: list[int] = dataclasses.field(default_factory=list)
+    refused: list[int] = dataclasses.field(default_factory=list)
+    skipped: list[int] = dataclasses.field(default_factory=list)  # the root at 0 or 1
+    causes: dict[str, _Guard | None] = dataclasses.field(default_factory=dict)
+
+    def bounds(self, lo: int, hi: int | None) -> tuple[int, int | None]:
+        """The bounds of what was admitted, where sizes past them were refused (not skipped)."""
+        fine = sorted(self.admitted + self.skipped)
+        top = fine[-1] if any(v > fine[-1] for v in self.refused) else hi
+        bottom = fine[0] if any(v < fine[0] for v in self.refused) else lo
+        return bottom, top
+
+
+def _check_dim(expr: Any, lo: int, hi: int | None, facts: _Facts) -> _DimCheck:
+    (root,) = expr.free_symbols
+    check = _DimCheck(*_tried(lo, hi, int(expr.xreplace({root: facts.example[root]}))))
+    for size in check.sizes:
+        value = _root_value(expr, root, size)
+        if value is not None and value < 2:
+            check.skipped.append(size)  # left out as the request's own 0 and 1 are
+            continue
+        failing = _failing(expr, root, size, facts.example, facts.ranges, facts.guards, facts.related)
+        if failing is None:
+            check.admitted.append(size)
+            continue
+        check.refused.append(size)
+        for text, guard in failing:
+            check.causes.setdefault(text, guard)
+    return check
 
 
 def _int(value: Any) -> int | None:
