@@ -210,80 +210,24 @@ fn root_items(toks: &[(Tok, usize)], k: usize) -> Vec<String> {
     }
 }
 
-/// The names of the crate root's paths in one file: (name, line). `module` is the file's module path
-/// (`["passes", "attention"]` for `passes/attention/mod.rs`), which inline `mod x { .. }` blocks extend
-/// for `super::`.
-fn root_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
-    let toks = tokens(src);
-    let mut found = Vec::new();
-    let mut depth = 0usize;
-    // inline modules open at this point: (name, brace depth inside them)
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let mut k = 0;
-    while k < toks.len() {
-        let (tok, line) = &toks[k];
-        match tok {
-            Tok::Open => depth += 1,
-            Tok::Close => {
-                if inline.last().is_some_and(|(_, d)| *d == depth) {
-                    inline.pop();
-                }
-                depth = depth.saturating_sub(1);
-            }
-            Tok::Ident(s) if s == "mod" => {
-                if let (Some(name), Some((Tok::Open, _))) =
-                    (ident(toks.get(k + 1)), toks.get(k + 2))
-                {
-                    inline.push((name.to_owned(), depth + 1));
-                }
-            }
-            Tok::Ident(s)
-                if s == "crate" && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
-            {
-                for item in root_items(&toks, k + 2) {
-                    found.push((item, *line));
-                }
-            }
-            Tok::Ident(s)
-                if s == "super"
-                    && (k == 0 || toks[k - 1].0 != Tok::PathSep)
-                    && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
-            {
-                let mut climbs = 0;
-                let mut j = k;
-                while ident(toks.get(j)) == Some("super")
-                    && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::PathSep)
-                {
-                    climbs += 1;
-                    j += 2;
-                }
-                let here = module.len() + inline.len();
-                if climbs == here {
-                    for item in root_items(&toks, j) {
-                        found.push((item, *line));
-                    }
-                }
-                k = j;
-                continue;
-            }
-            _ => {}
-        }
-        k += 1;
-    }
-    found
+/// Where a path starts in code: `crate::` (`climbs` None) or a `super::` chain climbing `climbs`
+/// levels, with the number of inline `mod x { .. }` blocks open there (which `super::` climbs out of
+/// first), the index of its first token after the prefix, and its line.
+struct PathStart {
+    climbs: Option<usize>,
+    inline: usize,
+    at: usize,
+    line: usize,
 }
 
-/// The names a file of a folder (`module`: `["writer", "proto"]`) reads from that folder: the items
-/// of `super::` chains that climb to the folder (from the file or from an inline module in it) and of
-/// `crate::<folder>::` paths, with their lines.
-fn folder_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
-    let toks = tokens(src);
+fn path_starts(toks: &[(Tok, usize)]) -> Vec<PathStart> {
     let mut found = Vec::new();
     let mut depth = 0usize;
-    let mut inline: Vec<usize> = Vec::new(); // brace depth inside each open inline module
+    let mut inline: Vec<usize> = Vec::new(); // the brace depth inside each open inline module
     let mut k = 0;
     while k < toks.len() {
         let (tok, line) = &toks[k];
+        let path_sep_next = toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep);
         match tok {
             Tok::Open => depth += 1,
             Tok::Close => {
@@ -297,20 +241,14 @@ fn folder_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
                     inline.push(depth + 1);
                 }
             }
+            Tok::Ident(s) if s == "crate" && path_sep_next => found.push(PathStart {
+                climbs: None,
+                inline: inline.len(),
+                at: k + 2,
+                line: *line,
+            }),
             Tok::Ident(s)
-                if s == "crate"
-                    && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep)
-                    && ident(toks.get(k + 2)) == Some(module[0].as_str())
-                    && toks.get(k + 3).map(|t| &t.0) == Some(&Tok::PathSep) =>
-            {
-                for item in root_items(&toks, k + 4) {
-                    found.push((item, *line));
-                }
-            }
-            Tok::Ident(s)
-                if s == "super"
-                    && (k == 0 || toks[k - 1].0 != Tok::PathSep)
-                    && toks.get(k + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+                if s == "super" && path_sep_next && (k == 0 || toks[k - 1].0 != Tok::PathSep) =>
             {
                 let mut climbs = 0;
                 let mut j = k;
@@ -320,17 +258,57 @@ fn folder_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
                     climbs += 1;
                     j += 2;
                 }
-                if climbs + 1 == module.len() + inline.len() {
-                    for item in root_items(&toks, j) {
-                        found.push((item, *line));
-                    }
-                }
+                found.push(PathStart {
+                    climbs: Some(climbs),
+                    inline: inline.len(),
+                    at: j,
+                    line: *line,
+                });
                 k = j;
                 continue;
             }
             _ => {}
         }
         k += 1;
+    }
+    found
+}
+
+/// The names of the crate root's paths in one file: (name, line). `module` is the file's module path
+/// (`["passes", "attention"]` for `passes/attention/mod.rs`), which inline `mod x { .. }` blocks extend
+/// for `super::`.
+fn root_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
+    let toks = tokens(src);
+    let mut found = Vec::new();
+    for p in path_starts(&toks) {
+        if p.climbs.is_none_or(|c| c == module.len() + p.inline) {
+            found.extend(
+                root_items(&toks, p.at)
+                    .into_iter()
+                    .map(|item| (item, p.line)),
+            );
+        }
+    }
+    found
+}
+
+/// The names a file of a folder (`module`: `["writer", "proto"]`) reads from that folder: the items
+/// of `super::` chains that climb to the folder (from the file or from an inline module in it) and of
+/// `crate::<folder>::` paths, with their lines.
+fn folder_references(src: &str, module: &[String]) -> Vec<(String, usize)> {
+    let toks = tokens(src);
+    let mut found = Vec::new();
+    for p in path_starts(&toks) {
+        let at = match p.climbs {
+            None if ident(toks.get(p.at)) == Some(module[0].as_str())
+                && toks.get(p.at + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                p.at + 2
+            }
+            Some(c) if c + 1 == module.len() + p.inline => p.at,
+            _ => continue,
+        };
+        found.extend(root_items(&toks, at).into_iter().map(|item| (item, p.line)));
     }
     found
 }
