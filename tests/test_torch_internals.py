@@ -85,15 +85,22 @@ def test_unset_fake_temporarily() -> None:
     _check(not isinstance(real, ti.FakeTensor), "unset_fake_temporarily", "unset_fake_temporarily", "")
 
 
+class _Recording(ti.TorchDispatchMode):  # type: ignore[no-untyped-call, misc]
+    """Records the ops dispatched while it is on."""
+
+    def __init__(self, seen: list[Any]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
+
+
 def test_TorchDispatchMode() -> None:
     seen: list[Any] = []
 
-    class Mode(ti.TorchDispatchMode):  # type: ignore[no-untyped-call, misc]
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            seen.append(func)
-            return func(*args, **(kwargs or {}))
-
-    with Mode():
+    with _Recording(seen):
         torch.ones(2) + 1
     ok = torch.ops.aten.add.Tensor in seen
     _check(ok, "TorchDispatchMode", "torch.utils._python_dispatch.TorchDispatchMode", str(seen))
@@ -219,12 +226,7 @@ def test_has_composite_implicit_kernel() -> None:
 def test_no_dispatch() -> None:
     seen: list[Any] = []
 
-    class Mode(ti.TorchDispatchMode):  # type: ignore[no-untyped-call, misc]
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            seen.append(func)
-            return func(*args, **(kwargs or {}))
-
-    with Mode():
+    with _Recording(seen):
         with ti.no_dispatch():
             torch.empty_strided((2,), (1,), device="meta")
     _check(not seen, "no_dispatch", "torch._C._DisableTorchDispatch", f"the mode saw {seen}")
