@@ -254,6 +254,7 @@ def test_a_lower_bound_torch_proves_is_a_narrowing() -> None:
 
 def test_qwen3_next_is_refused_with_its_guard() -> None:
     import transformers  # a test dependency, pinned in constraints.txt
+
     cfg = transformers.Qwen3NextConfig(
         vocab_size=128,
         hidden_size=32,
