@@ -87,7 +87,7 @@ class CaptureInfo:
     dynamic_ranges: dict[str, list[int | None]] | None = None  # "input[axis]": [min, max or None]
     proven: Proven | None = None  # the sizes the program is right for (guards.py), with dynamic shapes
     guards_s: float | None = None  # what checking them cost: naming guards' lines, then the proof
-    narrowed: str | None = None  # the narrowing strict_dynamic=False accepted
+    narrowed: str | None = None  # the narrowing keep_narrowed=True accepted
     decompositions: int | None = None  # entries of the user's table applied
     functionalized: str | None = None  # why run_decompositions({}) ran
 
@@ -208,7 +208,7 @@ def _keep_proven(
     """What ``ep`` is proven for, in ``info.proven``; a requested dim it narrows is a CaptureError,
     or with ``keep_narrowed=True`` a warning and the narrowed sizes kept (``asked`` None: a program
     exported elsewhere, checked against the ranges torch kept in it)."""
-    if asked is None and all(isinstance(d, int) for d in _input_dims(ep)):
+    if asked is None and not _has_symbolic_inputs(ep):
         return
     t0 = time.perf_counter()
     proven, narrowed = prove(ep, dynamic.input_paths(ep, args, kwargs), asked, requested)
@@ -226,15 +226,6 @@ def _keep_proven(
         f"(SizeGuardError):\n{text}",
         stacklevel=5,  # _keep_proven, capture, stages.capture, pipeline.run, to_onnx: the caller
     )
-
-
-def _input_dims(ep: torch.export.ExportedProgram) -> list[Any]:
-    return [
-        d
-        for n in ep.graph.nodes
-        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
-        for d in n.meta["val"].shape
-    ]
 
 
 def _narrowed_error(narrowed: list[Narrowing], text: str, fixes: list[str] | None) -> CaptureError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -126,11 +126,7 @@ def _asked_range(d: Any) -> tuple[int, int | None] | None:
     if isinstance(d, str):
         return 0, None
     if isinstance(d, DimHint):
-        auto = (
-            DimHintType.DYNAMIC,
-            DimHintType.AUTO,
-        )
-        return (0, None) if d.type in auto else None
+        return (0, None) if d.type in (DimHintType.DYNAMIC, DimHintType.AUTO) else None
     if isinstance(d, DerivedDim) or not isinstance(d, Dim):
         return None
     lower, upper = getattr(d, "min", 0), getattr(d, "max", None)
@@ -379,33 +375,29 @@ def refine(message: str, dynamic_shapes: Any) -> tuple[Any, list[str]] | None:
 _UNPROVEN = re.compile(r"Not all values of ([A-Za-z_]\w*) = ")
 
 
+def _is_dim(x: Any) -> bool:
+    return isinstance(x, Dim)
+
+
+def map_dims(dynamic_shapes: Any, fn: Callable[[Any], Any]) -> Any:
+    """``dynamic_shapes`` with every ``Dim`` (derived ones included) replaced by ``fn(dim)``."""
+    return pytree.tree_map(lambda d: fn(d) if isinstance(d, Dim) else d, dynamic_shapes, is_leaf=_is_dim)
+
+
 def unproven_dims(message: str, dynamic_shapes: Any) -> set[str]:
     """The named Dims of ``dynamic_shapes`` over whose range torch.export could not prove a guard
     (its "Not all values of NAME ... satisfy the generated guard"), but those a derived dim builds on."""
     named = set(_UNPROVEN.findall(message))
     if not named:
         return set()
-    roots = set()
-    for leaf in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim)):
-        if isinstance(leaf, DerivedDim):
-            roots.add(getattr(leaf.root, "__name__", None))
-    found = {
-        d.__name__
-        for d in pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim))
-        if isinstance(d, Dim) and not isinstance(d, DerivedDim)
-    }
-    return (named & found) - roots
+    dims = [d for d in pytree.tree_leaves(dynamic_shapes, is_leaf=_is_dim) if isinstance(d, Dim)]
+    roots = {getattr(d.root, "__name__", None) for d in dims if isinstance(d, DerivedDim)}
+    return {d.__name__ for d in dims if not isinstance(d, DerivedDim) and d.__name__ in named} - roots
 
 
 def as_dynamic(dynamic_shapes: Any, names: set[str]) -> Any:
     """``dynamic_shapes`` with the Dims named in ``names`` replaced by Dim.DYNAMIC."""
-
-    def swap(d: Any) -> Any:
-        if isinstance(d, Dim) and getattr(d, "__name__", None) in names:
-            return Dim.DYNAMIC
-        return d
-
-    return pytree.tree_map(swap, dynamic_shapes, is_leaf=lambda x: isinstance(x, Dim))
+    return map_dims(dynamic_shapes, lambda d: Dim.DYNAMIC if getattr(d, "__name__", None) in names else d)
 
 
 def fixes_bound_or_fix(message: str, names: set[str]) -> bool:

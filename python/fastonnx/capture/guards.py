@@ -254,10 +254,6 @@ def _compiled(code: str, names: tuple[str, ...]) -> Callable[..., Any]:
 _COMPILED: dict[tuple[str, tuple[str, ...]], Callable[..., Any]] = {}
 
 
-def _python(expr: Any) -> str:
-    return sympy_python(expr)
-
-
 @dataclasses.dataclass
 class _Guard:
     expr: Any  # sympy boolean over input symbols
@@ -456,7 +452,7 @@ def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
             continue
         seen.add(expr)
         ordered = tuple(sorted(expr.free_symbols, key=str))
-        fn = _compiled(_python(expr), tuple(str(s) for s in ordered))
+        fn = _compiled(sympy_python(expr), tuple(str(s) for s in ordered))
         found.append(_Guard(expr, g.sloc.maybe_user_loc or str(g.sloc), ordered, fn))
     return found
 
@@ -540,7 +536,7 @@ def _solver(guard: _Guard, t: Any) -> list[Solver]:
                 num, den = sympy.expand(a * t - d), a  # t = num / den
                 args = tuple(sorted(num.free_symbols | den.free_symbols, key=str))
                 try:  # torch's printer prints no negative powers: the division is written here
-                    code = f"({_python(num)}) / ({_python(den)})"
+                    code = f"({sympy_python(num)}) / ({sympy_python(den)})"
                 except (AssertionError, TypeError, ValueError):
                     code = None
                 if code is not None:
@@ -604,7 +600,7 @@ def _root_value(expr: Any, root: Any, size: int) -> int | None:
 
     a, b = expr.coeff(root), expr.xreplace({root: 0})
     if not (a.is_Integer and b.is_Integer) or sympy.expand(a * root + b - expr) != 0 or a == 0:
-        return size if expr == root else None
+        return None
     value, rest = divmod(size - int(b), int(a))
     return value if rest == 0 else None
 
@@ -615,7 +611,7 @@ def _user_terms(expr: Any, source: Mapping[Any, tuple[int, int]], paths: Sequenc
     import sympy
 
     named = {s: sympy.Symbol(f"{paths[i]}.shape[{a}]", integer=True) for s, (i, a) in source.items()}
-    return _python(expr.xreplace(named))
+    return sympy_python(expr.xreplace(named))
 
 
 def _cause_text(
@@ -653,7 +649,9 @@ def _proven(
         if g is None or not all(s in source for s in g.symbols):
             continue  # over a derived dim's root, which no input gives as it is: not checkable
         names = tuple(f"_{i}" for i in range(len(g.symbols)))
-        code = _python(g.expr.xreplace({s: sympy.Symbol(n, integer=True) for s, n in zip(g.symbols, names)}))
+        code = sympy_python(
+            g.expr.xreplace({s: sympy.Symbol(n, integer=True) for s, n in zip(g.symbols, names)})
+        )
         sizes = tuple((n, *source[s]) for n, s in zip(names, g.symbols))
         kept_guards.append(KeptGuard(_user_terms(g.expr, source, paths), g.where, code, sizes))
     return Proven(out, kept_guards)

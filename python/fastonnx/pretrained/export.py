@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.dynamic_shapes import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
-from fastonnx.torch_internals import pytree
 
 log = logging.getLogger("fastonnx")
 
@@ -164,12 +164,10 @@ def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> A
 
     def bound(d: Any) -> Any:
         name = getattr(d, "__name__", None)
-        if isinstance(d, torch.export.Dim) and name in tops:
-            return torch.export.Dim(name, min=getattr(d, "min", 0), max=tops[name])
-        return d
+        return torch.export.Dim(name, min=getattr(d, "min", 0), max=tops[name]) if name in tops else d
 
     log.info("the model's position embeddings bound %s", ", ".join(f"{k} to {v}" for k, v in tops.items()))
-    return pytree.tree_map(bound, dynamic_shapes, is_leaf=lambda x: isinstance(x, torch.export.Dim))
+    return map_dims(dynamic_shapes, bound)
 
 
 def export_pretrained(
