@@ -8,7 +8,7 @@ trace fixes every size).
 
 Each measurement is the first capture in a fresh process (a subprocess per run: torch's first-call
 warm-up is part of what an export pays), timed around the capture stage to_onnx runs
-(``pipeline.stages.capture``: torch.export or the trace, and what fastonnx does around it), imports and
+(``pipeline.stages.run_capture``: torch.export or the trace, and what fastonnx does around it), imports and
 building the model excluded (fastonnx's converter modules are imported first: the trace's check of the
 recorded ops would load them, the conversion does anyway), the heap frozen out of the garbage
 collector's sight as ``to_onnx`` freezes it. Inputs: ``input_ids`` and ``attention_mask`` of shape (2, 16) on the meta
@@ -78,7 +78,7 @@ def child(variant: str, layers: int) -> dict[str, Any]:
         importlib.import_module(f"fastonnx.converters.{family}")
     with _heap_set_aside():  # as to_onnx runs its stages: the heap frozen out of the collector's sight
         wall, cpu = time.perf_counter(), time.process_time()
-        captured = stages.capture(model, (ids, mask), {}, options, registry)
+        captured = stages.run_capture(model, (ids, mask), {}, options, registry)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     path = captured.info.path
     if path != EXPECTED[how] and not (how == "auto" and layers < MIN_STAMPED and path == "export"):
@@ -151,7 +151,7 @@ def main() -> None:
             "",
             "A meta-device Llama-3-8B-shaped model (hidden 4096, GQA 32/8, vocab 128256, bf16; inputs "
             "`input_ids` and `attention_mask` (2, 16) on the meta device), captured as `to_onnx` captures "
-            "it (`pipeline.stages.capture`), each run the first capture of a fresh process, imports and "
+            "it (`pipeline.stages.run_capture`), each run the first capture of a fresh process, imports and "
             f"building the model excluded; {a.runs} runs per variant, alternated; seconds, median wall / "
             "median CPU. Dynamic: batch and sequence dynamic; `torch.export, dynamic` captures every layer "
             '(`capture="export"`), `stamped, dynamic` is `capture="auto"`: torch.export of the first two '

@@ -17,7 +17,7 @@ import torch
 import torchvision
 
 import fastonnx
-from fastonnx.capture.detection import traceable_detection_ops
+from fastonnx.capture.traceable_detection import traceable_detection_ops
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from support.model_zoo import with_random_batchnorm_stats

@@ -194,7 +194,7 @@ def child(candidate: str, layers: int) -> dict[str, Any]:
     else:
         options = ExportOptions(opset=MAX_OPSET, level="default", capture="trace")
         with _heap_set_aside():
-            captured = stages.capture(module, args, {}, options, Registry())
+            captured = stages.run_capture(module, args, {}, options, Registry())
         if captured.info.path != "trace":
             raise SystemExit(f"captured by {captured.info.path}: {captured.info.trace_refused}")
         graph = captured.ep.graph

@@ -101,7 +101,7 @@ def mapped_state_dict(folder: str) -> dict[str, Any]:
     """The checkpoint's tensors viewed in place in the shards (private mappings: nothing is read yet)."""
     import torch
 
-    from fastonnx.weights import checkpoints as inplace
+    from fastonnx.stored_weights import checkpoints as inplace
 
     maps: dict[str, mmap.mmap] = {}
     out = {}

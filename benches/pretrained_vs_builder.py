@@ -154,7 +154,7 @@ def child_export(tool: str, precision: str, folder: str, out: str, extra: list[s
         import transformers  # noqa: F401
 
         import fastonnx.api
-        import fastonnx.pretrained.export  # noqa: F401
+        import fastonnx.pretrained.package_export  # noqa: F401
         from fastonnx.pretrained import cli
 
         imports = time.perf_counter() - t0

@@ -98,7 +98,7 @@ def test_decompositions_are_applied_and_reported() -> None:
 
 
 def test_import_does_not_load_onnx_or_onnxruntime() -> None:
-    """Nor onnxscript: it is imported only once a translation function is given (fastonnx.translation)."""
+    """Nor onnxscript: it is imported only once a translation function is given (fastonnx.onnxscript_converters)."""
     import subprocess
     import sys
 

@@ -72,7 +72,7 @@ def test_nms_dynamic_count() -> None:
 
 def test_batched_nms_traceable() -> None:
     """The capture-time replacement of batched_nms keeps what torchvision keeps, in its order."""
-    from fastonnx.capture.detection import traceable_batched_nms
+    from fastonnx.capture.traceable_detection import traceable_batched_nms
 
     boxes, scores = _boxes(400, 3, 60.0)
     labels = torch.randint(0, 5, (400,), generator=_gen(4))
@@ -434,7 +434,7 @@ def test_paste_masks_traceable() -> None:
     """The capture-time paste covers torchvision's pixels with its values (to float32 rounding)."""
     from torchvision.models.detection import roi_heads
 
-    from fastonnx.capture.detection import traceable_paste_masks_in_image
+    from fastonnx.capture.traceable_detection import traceable_paste_masks_in_image
 
     g = _gen(8)
     masks = torch.rand(40, 1, 28, 28, generator=g)
@@ -455,7 +455,7 @@ def test_heatmaps_to_keypoints_traceable() -> None:
     """The capture-time keypoint decoding picks torchvision's pixels, with its scores."""
     from torchvision.models.detection import roi_heads
 
-    from fastonnx.capture.detection import traceable_heatmaps_to_keypoints
+    from fastonnx.capture.traceable_detection import traceable_heatmaps_to_keypoints
 
     g = _gen(9)
     maps = torch.randn(12, 17, 56, 56, generator=g)

@@ -68,7 +68,7 @@ PUBLIC_PATHS = {
     "fastonnx.interrupt": ["sigterm_as_interrupt"],
     "fastonnx.dtypes": ["tensor_bytes"],
     "fastonnx.torch_compat": ["export", "patch_torch_onnx", "ONNXProgram"],
-    "fastonnx.weights": ["attach_weights", "DEFERRED_KEY"],
+    "fastonnx.stored_weights": ["attach_weights", "DEFERRED_KEY"],
 }
 
 

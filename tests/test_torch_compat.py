@@ -56,7 +56,7 @@ def test_every_torch_keyword_is_handled_by_name():
     torch_params = set(inspect.signature(TORCH_EXPORT).parameters) - {"model", "args", "f"}
     assert torch_params == set(KEYWORDS), (
         f"torch.onnx.export's keywords changed: new {sorted(torch_params - set(KEYWORDS))}, "
-        f"gone {sorted(set(KEYWORDS) - torch_params)}: decide each one in torch_compat/export.py"
+        f"gone {sorted(set(KEYWORDS) - torch_params)}: decide each one in torch_compat/onnx_export.py"
     )
     ours = set(inspect.signature(fastonnx.export).parameters)
     assert torch_params | {"model", "args", "f"} <= ours

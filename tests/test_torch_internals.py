@@ -235,7 +235,7 @@ def test_no_dispatch() -> None:
 def test_vf_module() -> None:
     vf = ti.vf_module()
     ok = callable(getattr(vf, "lstm", None)) and "lstm" not in vf.__dict__
-    vf.lstm = len  # shadows the C function; deleting restores it (capture/recurrent.py)
+    vf.lstm = len  # shadows the C function; deleting restores it (capture/rnn_custom_ops.py)
     try:
         ok = ok and vf.lstm is len
     finally:

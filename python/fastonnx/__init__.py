@@ -3,8 +3,6 @@
 from fastonnx._core import __version__
 from fastonnx.api import to_onnx
 from fastonnx.compile_backend import FastOnnxBackend, backend, debug_backend
-from fastonnx.conversion.functions import inline_functions
-from fastonnx.conversion.graph_module import graph_module_to_onnx
 from fastonnx.diagnostics.verdicts import Verification, VerificationInfo
 from fastonnx.errors import (
     CaptureError,
@@ -22,9 +20,11 @@ from fastonnx.errors import (
 from fastonnx.opsets import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from fastonnx.pretrained import export_pretrained
 from fastonnx.result import ExportResult
+from fastonnx.stored_weights.attach import attach_weights
+from fastonnx.stored_weights.weight_quantization import WeightQuantization
 from fastonnx.torch_compat import ONNXProgram, export, patch_torch_onnx
-from fastonnx.weights.attach import attach_weights
-from fastonnx.weights.quantize import WeightQuantization
+from fastonnx.walker.graph_module import graph_module_to_onnx
+from fastonnx.walker.local_functions import inline_functions
 
 __all__ = [
     "CaptureError",

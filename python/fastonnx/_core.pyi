@@ -119,7 +119,7 @@ class GraphBuilder:
         progress: Callable[[int, int], object] | None = None,
         alongside: Callable[[], object] | None = None,
     ) -> dict[str, int]: ...
-    # local functions (fastonnx.conversion.functions): (calls made, messages of instances left inline)
+    # local functions (fastonnx.walker.local_functions): (calls made, messages of instances left inline)
     def extract_functions(
         self, paths: list[list[int]], instances: list[tuple[str, str, int | None, str]]
     ) -> tuple[int, list[str]]: ...

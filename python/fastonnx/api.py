@@ -13,15 +13,15 @@ import torch
 
 from fastonnx import pipeline
 from fastonnx._core import GraphError
-from fastonnx.conversion import functions as functions_mod
 from fastonnx.diagnostics import debug
-from fastonnx.diagnostics.report import ExportRecord, report_path
+from fastonnx.diagnostics.export_report import ExportRecord, report_path
 from fastonnx.errors import ConversionError, InputError
 from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.pipeline.options import ExportOptions, check_writable, new_builder, optimize_level
 from fastonnx.result import ExportResult
-from fastonnx.weights import checkpoints as inplace
-from fastonnx.weights.quantize import WeightQuantization
+from fastonnx.stored_weights import checkpoints as inplace
+from fastonnx.stored_weights.weight_quantization import WeightQuantization
+from fastonnx.walker import local_functions
 
 __all__ = ["check_writable", "new_builder", "optimize_level", "to_onnx"]
 
@@ -68,7 +68,7 @@ def to_onnx(
     durable: bool = False,
     progress: bool | None = None,
     weights: inplace.Weights | None = None,
-    export_modules_as_functions: functions_mod.Selection = False,
+    export_modules_as_functions: local_functions.Selection = False,
     cast_weights: bool = False,
     capture: str = "auto",
     quantize: str | WeightQuantization | None = None,
@@ -239,7 +239,7 @@ def to_onnx(
             (``/model/layers.0/self_attn/q_proj/MatMul``, unique and the same on every run: the same model
             gives the same file byte for byte) and gives nodes, inputs, outputs, initializers and the
             graph the ``metadata_props`` the official exporter writes (key names in
-            ``fastonnx.conversion.metadata``). False leaves all of that out: node names are op types
+            ``fastonnx.walker.node_metadata``). False leaves all of that out: node names are op types
             (``MatMul_3``), the file is smallest. Must be a bool.
         value_info: True (default) writes the graph's ``value_info``, as the official exporter does: the
             element type and full shape of every value a node makes that is not a graph output, for
@@ -467,7 +467,7 @@ def _explain(e: Exception, record: ExportRecord, verbose: bool) -> None:
         # an error outside any node (a refused opset, optimize): the stage, and the graph if one exists
         g = record.builder
         opset = g.opset if g is not None else record.options.get("opset")
-        debug.attach(e, debug.stage_dump(g, record.stage, opset))
+        debug.add_dump(e, debug.stage_dump(g, record.stage, opset))
     if verbose or debug.env_enabled():
         debug.show_in_message(e)
     if record.path is None:

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fastonnx.conversion.graph_module import graph_module_to_onnx
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError, UnsupportedOpError
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
@@ -45,6 +44,7 @@ from fastonnx.torch_internals import (
     register_dynamo_backend,
     unset_fake_temporarily,
 )
+from fastonnx.walker.graph_module import graph_module_to_onnx
 
 if TYPE_CHECKING:
     import onnxruntime

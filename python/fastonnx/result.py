@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fastonnx._core import GraphBuilder
-from fastonnx.conversion.interpreter import Layout
 from fastonnx.errors import InputError, RuntimeCheckError
 from fastonnx.interrupt import sigterm_as_interrupt
 from fastonnx.ort_io import FLOAT8_ONNX_TYPES, FLOAT8_TYPE_STRINGS, from_numpy, run_bound, to_numpy
-from fastonnx.progress import Progress
+from fastonnx.progress_bars import Progress
 from fastonnx.torch_internals import pytree
+from fastonnx.walker.interpreter import Layout
 
 if TYPE_CHECKING:
     import onnx

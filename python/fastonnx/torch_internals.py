@@ -115,7 +115,7 @@ send capture="auto" to torch.export)."""
 
 VARIABLE_FUNCTIONS: Any = torch._C._VariableFunctions
 """``torch._C._VariableFunctions``: the C functions ``torch._VF`` falls through to (lstm, gru...),
-looked up on the C class so that a patched ``torch._VF`` never recurses into itself (capture/recurrent.py)."""
+looked up on the C class so that a patched ``torch._VF`` never recurses into itself (capture/rnn_custom_ops.py)."""
 
 
 class DispatchModeWithoutDynamo(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's hook is untyped
@@ -178,7 +178,7 @@ def no_dispatch() -> contextlib.AbstractContextManager[Any]:
 
 def vf_module() -> Any:
     """``torch._VF``: the module object nn.LSTM / GRU / RNN call; setting an attribute shadows the C
-    function, deleting it restores it (capture/recurrent.py routes them to fastonnx's custom ops)."""
+    function, deleting it restores it (capture/rnn_custom_ops.py routes them to fastonnx's custom ops)."""
     return torch._VF
 
 

@@ -111,11 +111,11 @@ def test_cache_gives_every_node_the_uncached_metadata(name: str, monkeypatch: py
         return caches[-1]
 
     monkeypatch.setattr(trace_module, "meta_cache_for", kept)
-    cached = trace_module.trace(model, args, {})
+    cached = trace_module.trace_model(model, args, {})
     cache = caches[0]
     assert cache is not None and cache.hits > 0  # the second layer's ops came from the cache
     monkeypatch.setattr(trace_module, "meta_cache_for", lambda *a: None)
-    uncached = trace_module.trace(model, args, {})
+    uncached = trace_module.trace_model(model, args, {})
     assert _nodes(cached) == _nodes(uncached)
 
 

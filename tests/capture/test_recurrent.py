@@ -1,7 +1,7 @@
 """nn.LSTM / GRU / RNN and their cells match eager PyTorch in onnxruntime at opsets 17 and MAX_OPSET under
 every optimization setting: one ONNX LSTM / GRU / RNN per layer with weights laid out at export, Scans
 where ONNX's ops fall short (LSTM projections, float64), batch and sequence dynamic through the
-fastonnx:: custom ops (capture/recurrent.py)."""
+fastonnx:: custom ops (capture/rnn_custom_ops.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from torch.export import Dim
 
 import fastonnx
 from fastonnx._core import GraphBuilder
-from fastonnx.capture.recurrent import rnn_as_custom_ops
+from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.context import ConversionContext
 from fastonnx.converters import recurrent
 from support.export_check import ENDS, check_export

@@ -61,7 +61,7 @@ def test_same_graph_as_torch_export(build: Any) -> None:
     _matches_eager(traced, model, (x,))
     exported = fastonnx.to_onnx(model, (x,), capture="export")
     assert exported.stats["capture"] == "export"
-    # op types, module-path node names (metadata.py), input and output names all as torch.export's
+    # op types, module-path node names (node_metadata.py), input and output names all as torch.export's
     assert _graph(traced) == _graph(exported)
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import fastonnx
-from fastonnx import translation
+from fastonnx import onnxscript_converters
 
 onnxscript = pytest.importorskip("onnxscript")
 from onnxscript import BOOL, FLOAT, opset13, opset20  # noqa: E402
@@ -299,10 +299,10 @@ def test_a_fastonnx_converter_is_not_taken_for_an_onnxscript_function() -> None:
     def sub(ctx, x, y):  # type: ignore[no-untyped-def]
         return ctx.op("Sub", x, y)
 
-    assert translation.is_translation(custom_sub)
-    assert translation.is_translation(custom_aten_add)
-    assert translation.is_translation([custom_sub])
-    assert not translation.is_translation(sub)
+    assert onnxscript_converters.is_translation(custom_sub)
+    assert onnxscript_converters.is_translation(custom_aten_add)
+    assert onnxscript_converters.is_translation([custom_sub])
+    assert not onnxscript_converters.is_translation(sub)
     x, y = _xy(2, 2)
     result = fastonnx.to_onnx(Plus(), (x, y), custom_converters={torch.ops.aten.add.Tensor: sub})
     torch.testing.assert_close(result(x, y), x - y)

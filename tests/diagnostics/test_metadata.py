@@ -1,4 +1,4 @@
-"""Node metadata and readable node names (fastonnx.conversion.metadata): the official exporter's keys on every node,
+"""Node metadata and readable node names (fastonnx.walker.node_metadata): the official exporter's keys on every node,
 the graph signature and range constraints on the graph, kinds on inputs / outputs / initializers, names
 after the module path, kept through fusions, left out with metadata=False, and the same bytes twice."""
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import fastonnx
-from fastonnx.conversion import metadata as md
+from fastonnx.walker import node_metadata as md
 from support.model_zoo import SmallCNN, tiny_llama, with_random_batchnorm_stats
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the support package's parent
@@ -66,7 +66,7 @@ def fx_names(ep: Any) -> dict[str, torch.fx.Node]:
 
 
 def module_prefix(name_scopes: list[str]) -> str:
-    """The name prefix the module paths give, worked out independently of fastonnx.conversion.metadata: each
+    """The name prefix the module paths give, worked out independently of fastonnx.walker.node_metadata: each
     level's path relative to its parent's."""
     parts, parent = [], ""
     for path in name_scopes[:-1]:
@@ -389,5 +389,5 @@ def test_metadata_composed_alongside_the_passes_equals_metadata_composed_after_t
         self._top.name_nodes_by_scope()
         return counts
 
-    monkeypatch.setattr(fastonnx.conversion.interpreter.Interpreter, "optimize", after)
+    monkeypatch.setattr(fastonnx.walker.interpreter.Interpreter, "optimize", after)
     assert fastonnx.to_onnx(ep, args, opset=23).to_bytes() == alongside

@@ -1,4 +1,4 @@
-"""The markdown report (report.py): written on success and on failure at each stage, each section
+"""The markdown report (export_report.py): written on success and on failure at each stage, each section
 present and naming the right op and source line."""
 
 from __future__ import annotations

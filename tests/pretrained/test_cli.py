@@ -67,16 +67,16 @@ def test_verification_skipped_when_the_model_does_not_fit(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import fastonnx
-    from fastonnx.pretrained import verify
+    from fastonnx.pretrained import package_check
     from fastonnx.pretrained.folder import read_folder
 
     folder = tmp_path / "checkpoint"
     save_checkpoint(folder, "llama", "LlamaForCausalLM", DECODER)
-    need = 2 * verify.float32_bytes(read_folder(folder))
+    need = 2 * package_check.float32_bytes(read_folder(folder))
     # the rule: 2 x the float32 weights at most half of the available memory
-    monkeypatch.setattr(verify, "available_memory", lambda: 2 * need - 1)
+    monkeypatch.setattr(package_check, "available_memory", lambda: 2 * need - 1)
     written = fastonnx.export_pretrained(folder, tmp_path / "package", progress=False)
     assert written.verified is None and written.verify_note.startswith("skipped: the model needs")
     assert "Verification skipped: the model needs" in written.report_path.read_text()
-    monkeypatch.setattr(verify, "available_memory", lambda: 2 * need)
-    assert verify.fits(read_folder(folder)) == (True, "")
+    monkeypatch.setattr(package_check, "available_memory", lambda: 2 * need)
+    assert package_check.fits(read_folder(folder)) == (True, "")

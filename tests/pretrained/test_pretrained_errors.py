@@ -116,13 +116,13 @@ def test_onnxruntime_failing_on_the_package_is_a_failed_verification(
     # mismatch does: the package and its report stay, the command exits 1, no traceback escapes
     import numpy as np
 
-    from fastonnx.pretrained import verify
+    from fastonnx.pretrained import package_check
 
     def run_with_wrong_types(session: Any, *args: object) -> list[object]:
         session.run(None, {i.name: np.zeros(1, np.float32) for i in session.get_inputs()})
         raise AssertionError("onnxruntime ran on inputs of the wrong type")
 
-    monkeypatch.setattr(verify, "_check_decoder", run_with_wrong_types)
+    monkeypatch.setattr(package_check, "_check_decoder", run_with_wrong_types)
     out = tmp_path / "package"
     with pytest.raises(fastonnx.RuntimeCheckError, match="onnxruntime could not run the package"):
         fastonnx.export_pretrained(llama, out)

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 import fastonnx
-from fastonnx.weights.quantize import WeightQuantization
+from fastonnx.stored_weights.weight_quantization import WeightQuantization
 
 # float32 products of at most a few hundred terms accumulated in another order (onnxruntime's MatMul
 # vs torch's), through a two-layer Llama: the float export of this model is held to 1e-4 too

@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fastonnx.capture import dynamic_shapes as dynamic
-from fastonnx.capture.detection import traceable_detection_ops
+from fastonnx.capture import dynamic_dims
 from fastonnx.capture.guards import Narrowing, Proven, locate_guards, locating_seconds, prove
 from fastonnx.capture.input_tensors import check_no_input_constants, forward_names
-from fastonnx.capture.recurrent import rnn_as_custom_ops
+from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
+from fastonnx.capture.traceable_detection import traceable_detection_ops
 from fastonnx.capture.transformers_caches import register_transformers_caches
-from fastonnx.conversion.aliasing import unsupported_mutation
 from fastonnx.errors import CaptureError, InputError
 from fastonnx.torch_internals import (
     DropoutNd,
@@ -41,9 +40,10 @@ from fastonnx.torch_internals import (
     is_traceable_wrapper_subclass,
     pytree,
 )
+from fastonnx.walker.aliasing import unsupported_mutation
 
 if TYPE_CHECKING:  # stamping.py is imported when a dynamic-shape capture first needs it
-    from fastonnx.capture.stamping import Plan
+    from fastonnx.capture.stamping import LayerPlan
 
 log = logging.getLogger("fastonnx")
 
@@ -120,14 +120,14 @@ class CaptureInfo:
         return found
 
 
-def capture(
+def capture_program(
     model: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     *,
-    requested: dynamic.Requested | None = None,
-    asked: dynamic.Asked | None = None,
+    requested: dynamic_dims.Requested | None = None,
+    asked: dynamic_dims.Asked | None = None,
     strict_dynamic: bool = True,
     keep_narrowed: bool = False,
     how: str = "auto",
@@ -135,7 +135,7 @@ def capture(
     convertible: Callable[[Any], bool] | None = None,
 ) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
     """An ExportedProgram of ``model``; ``requested`` are the dims the user asked to be dynamic
-    and ``asked`` their ranges (``dynamic.normalize``), checked against what torch.export made of
+    and ``asked`` their ranges (``dynamic_dims.normalize``), checked against what torch.export made of
     them: a dim specialised is a CaptureError (a warning with ``strict_dynamic=False``); one narrowed
     by the range or the guards torch kept (guards.py) too (a warning with ``keep_narrowed=True``, the
     narrowed sizes then kept in ``CaptureInfo.proven``).
@@ -184,8 +184,8 @@ def capture(
     info.dynamic_shapes_refined, info.size_oblivious = exported.fixes, exported.oblivious
     check_no_input_constants(ep, args, kwargs or {}, names)
     if dynamic_shapes is not None:
-        info.dynamic_ranges = dynamic.ranges(ep, args, kwargs or {})
-    fixed = dynamic.specialised(ep, args, kwargs or {}, requested or {})
+        info.dynamic_ranges = dynamic_dims.ranges(ep, args, kwargs or {})
+    fixed = dynamic_dims.specialised(ep, args, kwargs or {}, requested or {})
     if fixed and strict_dynamic:
         raise _specialised_error(fixed, exported.reason)
     if dynamic_shapes is not None:
@@ -199,8 +199,8 @@ def _keep_proven(
     ep: torch.export.ExportedProgram,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    asked: dynamic.Asked | None,
-    requested: dynamic.Requested,
+    asked: dynamic_dims.Asked | None,
+    requested: dynamic_dims.Requested,
     keep_narrowed: bool,
     info: CaptureInfo,
     fixes: list[str] | None = None,
@@ -211,7 +211,7 @@ def _keep_proven(
     if asked is None and not _has_symbolic_inputs(ep):
         return
     t0 = time.perf_counter()
-    proven, narrowed = prove(ep, dynamic.input_paths(ep, args, kwargs), asked, requested)
+    proven, narrowed = prove(ep, dynamic_dims.input_paths(ep, args, kwargs), asked, requested)
     info.proven, info.guards_s = proven, locating_seconds() + time.perf_counter() - t0
     if info.dynamic_ranges is not None:
         info.dynamic_ranges.update({f"{d.input}[{d.axis}]": [d.lower, d.upper] for d in proven.dims})
@@ -224,7 +224,7 @@ def _keep_proven(
     warnings.warn(
         f"keep_narrowed=True: the export keeps the narrowed sizes, and the result refuses others "
         f"(SizeGuardError):\n{text}",
-        stacklevel=5,  # _keep_proven, capture, stages.capture, pipeline.run, to_onnx: the caller
+        stacklevel=5,  # _keep_proven, capture, stages.run_capture, pipeline.run, to_onnx: the caller
     )
 
 
@@ -273,7 +273,7 @@ def _warn_training(model: torch.nn.Module) -> None:
         warnings.warn(
             f"{type(model).__name__} is in training mode: it is exported as traced, with "
             f"{', '.join(sensitive)} in their training form; call model.eval() first for inference",
-            stacklevel=6,  # _warn_training, capture, stages.capture, pipeline.run, to_onnx: the caller
+            stacklevel=6,  # _warn_training, capture, stages.run_capture, pipeline.run, to_onnx: the caller
         )
 
 
@@ -334,11 +334,11 @@ def trace_or_refusal(
     ``convertible(node)``: whether fastonnx converts an FX node's op (one it does not refuses the trace)."""
     # imported here: `import fastonnx` loads none of torch's modules it does not already need
     from fastonnx.capture.refusal import TraceRefused
-    from fastonnx.capture.trace import trace
+    from fastonnx.capture.trace import trace_model
 
     try:
         with TRACE_LOCK:
-            ep = trace(model, args, kwargs)
+            ep = trace_model(model, args, kwargs)
         _check_trace(ep, convertible)
     except TraceRefused as e:
         return str(e)
@@ -362,13 +362,13 @@ def _check_trace(ep: torch.export.ExportedProgram, convertible: Callable[[Any], 
 
 def _stamping_plan(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], info: CaptureInfo
-) -> Plan | None:
+) -> LayerPlan | None:
     """stamping.py's plan for a dynamic-shape capture under capture="auto", or None with the reason
     kept in ``info`` (and logged at INFO level): torch.export then captures the whole model."""
     from fastonnx.capture import stamping
 
     try:
-        return stamping.plan(model, args, kwargs)
+        return stamping.plan_layers(model, args, kwargs)
     except stamping.StampRefused as e:
         info.stamp_refused = str(e)
         _log_stamp_refusal(model, e)
@@ -385,12 +385,12 @@ def _export(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
     oblivious: bool,
-    layers: Plan | None = None,
+    layers: LayerPlan | None = None,
 ) -> tuple[torch.export.ExportedProgram, str | None]:
-    """torch.export of ``model``, with ``layers`` (a stamping.Plan) of the prefix and the rest
+    """torch.export of ``model``, with ``layers`` (a stamping.LayerPlan) of the prefix and the rest
     stamped; the second value is why stamping was given up (the whole model then captured)."""
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
-    # detection post-processing in a traceable form (see recurrent.py, detection.py)
+    # detection post-processing in a traceable form (see rnn_custom_ops.py, traceable_detection.py)
     with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious), locate_guards():
 
         def whole() -> torch.export.ExportedProgram:
@@ -401,7 +401,7 @@ def _export(
         from fastonnx.capture import stamping
 
         try:
-            return stamping.export(model, layers, whole), None
+            return stamping.export_stamped(model, layers, whole), None
         except stamping.StampRefused as e:
             _log_stamp_refusal(model, e)
             return whole(), str(e)
@@ -426,8 +426,8 @@ def _export_refined(
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any,
-    requested: dynamic.Requested,
-    layers: Plan | None = None,
+    requested: dynamic_dims.Requested,
+    layers: LayerPlan | None = None,
 ) -> _Exported:
     """torch.export, retried the way that keeps the most of the user's dynamic shapes when its
     constraints refuse them: first without size-oblivious reasoning (process-wide in torch, so only
@@ -468,13 +468,13 @@ def _export_refined(
                 name,
             )
             continue
-        unproven = dynamic.unproven_dims(message, shapes) if not checked else set()
-        if unproven and dynamic.fixes_bound_or_fix(message, unproven):
+        unproven = dynamic_dims.unproven_dims(message, shapes) if not checked else set()
+        if unproven and dynamic_dims.fixes_bound_or_fix(message, unproven):
             # torch cannot prove a guard over a named Dim's range and would bound or fix the Dim
             # (its solver does not prove (s + (64 - s % 64) % 64) // 64 == 1 over [2, 64] either):
             # captured as Dim.DYNAMIC instead, guards.py checks the range asked for size by size and
             # names the guards (fixes that relate Dims, n = 2*_n, are applied below, checked the same)
-            shapes, checked = dynamic.as_dynamic(shapes, unproven), True
+            shapes, checked = dynamic_dims.as_dynamic(shapes, unproven), True
             log.info(
                 "torch.export could not prove its guards over %s of %s; capturing them as Dim.DYNAMIC, "
                 "the sizes asked for are checked after the capture",
@@ -482,7 +482,7 @@ def _export_refined(
                 name,
             )
             continue
-        refined = dynamic.refine(message, shapes)
+        refined = dynamic_dims.refine(message, shapes)
         if refined is None:
             break
         shapes, new = refined
@@ -523,7 +523,7 @@ def _subclass_weights(model: torch.nn.Module) -> str:
 
 
 def _example_size_below_two(
-    args: tuple[Any, ...], kwargs: dict[str, Any], requested: dynamic.Requested
+    args: tuple[Any, ...], kwargs: dict[str, Any], requested: dynamic_dims.Requested
 ) -> bool:
     """Whether a dim asked to be dynamic has an example size of 0 or 1 (``requested`` keys: the
     tensor's place among the tensor leaves of the inputs, the axis)."""

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fastonnx.capture.dynamic_shapes import Asked
+from fastonnx.capture.dynamic_dims import Asked
 from fastonnx.errors import SizeGuardError
 from fastonnx.torch_internals import (
     backed_values,

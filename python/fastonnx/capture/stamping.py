@@ -53,7 +53,7 @@ from torch.export.graph_signature import (
 )
 
 from fastonnx.capture.refusal import TraceRefused
-from fastonnx.capture.trace import LazyProgram, trace
+from fastonnx.capture.trace import LazyProgram, trace_model
 from fastonnx.torch_internals import graph_used_names, rename_node, swap_child_modules
 
 log = logging.getLogger("fastonnx")
@@ -67,7 +67,7 @@ class StampRefused(Exception):
 
 
 @dataclasses.dataclass
-class Plan:
+class LayerPlan:
     """What to capture and what to stamp: ``reps[k]`` is the first layer of layer ``k``'s kind (what
     the static trace compares it with), ``templates[k]`` the captured layer a stamped layer ``k``
     (``k >= prefix``) is copied from."""
@@ -199,7 +199,7 @@ def kinds(stack: torch.nn.ModuleList) -> list[int]:
     return reps
 
 
-def plan(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Plan:
+def plan_layers(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LayerPlan:
     """What to capture and what to stamp, proven by attributes and by a static trace of the whole
     model on the example inputs (raises StampRefused)."""
     path, stack = find_stack(model)
@@ -214,7 +214,7 @@ def plan(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if prefix >= len(stack):
         raise StampRefused(f"no layer of {path} is a third of its kind: nothing to stamp")
     templates = {k: seen[reps[k]][1] for k in range(prefix, len(stack))}
-    found = Plan(path, stack, reps, prefix, templates)
+    found = LayerPlan(path, stack, reps, prefix, templates)
     _check_trace(model, args, kwargs, found)
     return found
 
@@ -375,11 +375,11 @@ def _targets(ep: torch.export.ExportedProgram) -> dict[str, str]:
     }
 
 
-def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], p: Plan) -> None:
+def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], p: LayerPlan) -> None:
     """Every stamped layer does in the static trace what its representative does (see the
     module's docstring)."""
     try:
-        traced = trace(model, args, kwargs)
+        traced = trace_model(model, args, kwargs)
     except TraceRefused as e:
         raise StampRefused(f"the static trace that proves the layers the same refused: {e}") from None
     spans = _spans(traced.graph, p.path, range(p.layers), p.layers)
@@ -407,7 +407,7 @@ def _check_trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
     # creates for every layer, a mask per layer kind...): the prefix's trace has the same outer ops
     with _cut(p):
         try:
-            short = trace(model, args, kwargs)
+            short = trace_model(model, args, kwargs)
         except TraceRefused as e:
             raise StampRefused(f"the static trace of the first {p.prefix} layers refused: {e}") from None
     whole = _outer(traced.graph, spans.where)
@@ -455,7 +455,7 @@ def _output_uses(graph: torch.fx.Graph, spans: _Spans, k: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def _cut(p: Plan) -> Iterator[None]:
+def _cut(p: LayerPlan) -> Iterator[None]:
     """The stack holding its prefix only, for the capture of the prefix."""
     kept = _swap_layers(p.stack, {str(k): p.stack[k] for k in range(p.prefix)})
     try:
@@ -471,8 +471,8 @@ def _swap_layers(
     return swap_child_modules(stack, layers)
 
 
-def export(
-    model: torch.nn.Module, p: Plan, capture: Callable[[], torch.export.ExportedProgram]
+def export_stamped(
+    model: torch.nn.Module, p: LayerPlan, capture: Callable[[], torch.export.ExportedProgram]
 ) -> torch.export.ExportedProgram:
     """``capture()`` (torch.export of ``model``) run with the stack cut to the prefix, then the other
     layers stamped into its program."""
@@ -487,7 +487,9 @@ def export(
         raise StampRefused(f"stamping failed: {type(e).__name__}: {e}") from e
 
 
-def _stamp(model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) -> torch.export.ExportedProgram:
+def _stamp(
+    model: torch.nn.Module, ep: torch.export.ExportedProgram, p: LayerPlan
+) -> torch.export.ExportedProgram:
     """The prefix's program with every later layer copied in from its template (see the module's
     docstring); raises StampRefused where the program is not one the copies would be right for."""
     stamper = _Stamper(model, ep, p)
@@ -501,7 +503,7 @@ class _Stamper:
     """The state the steps of one ``_stamp`` share: the prefix's program, edited in place, and the
     signature, weights and outputs that grow with each stamped layer."""
 
-    def __init__(self, model: torch.nn.Module, ep: torch.export.ExportedProgram, p: Plan) -> None:
+    def __init__(self, model: torch.nn.Module, ep: torch.export.ExportedProgram, p: LayerPlan) -> None:
         self.model, self.ep, self.p = model, ep, p
         self.graph: torch.fx.Graph = ep.graph
         self.spans = _spans(self.graph, p.path, range(p.prefix), p.layers)
@@ -802,7 +804,7 @@ def _split(name: str) -> tuple[str, int]:
 
 def _rename(
     graph: torch.fx.Graph,
-    p: Plan,
+    p: LayerPlan,
     spans: _Spans,
     copies: dict[torch.fx.Node, tuple[int, torch.fx.Node]],
     last_stamped: torch.fx.Node,

@@ -737,7 +737,7 @@ def _placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
     return node
 
 
-def trace(
+def trace_model(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> torch.export.ExportedProgram:
     """Run ``model`` once on the real ``args`` / ``kwargs``, recording its aten ops (see the module's

@@ -17,7 +17,12 @@ import math
 import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
-from fastonnx.converters.lib.attention import attention_scale, causal_mask, closed_rows, repeat_kv_heads
+from fastonnx.converters.lib.attention_graphs import (
+    attention_scale,
+    causal_mask,
+    closed_rows,
+    repeat_kv_heads,
+)
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import reduce, unsqueeze
 from fastonnx.converters.lib.random import attention_dropout

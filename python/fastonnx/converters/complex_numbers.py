@@ -23,7 +23,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value, storage_dtype
 from fastonnx.converters.lib.ops import atan2, hypot, normalize_axis, reduce, unsqueeze
-from fastonnx.converters.lib.shapes import INT64_MAX, dim_scalar, slice_axis
+from fastonnx.converters.lib.shape_graphs import INT64_MAX, dim_scalar, slice_axis
 
 aten = torch.ops.aten
 

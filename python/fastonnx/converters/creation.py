@@ -14,7 +14,7 @@ import torch
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import NATIVE
-from fastonnx.converters.lib.shapes import is_static, shape_of
+from fastonnx.converters.lib.shape_graphs import is_static, shape_of
 
 aten = torch.ops.aten
 

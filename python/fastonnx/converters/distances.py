@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import reduce, unsqueeze
-from fastonnx.converters.lib.reductions import axis_norm
+from fastonnx.converters.lib.reduction_graphs import axis_norm
 
 
 def convert_pairwise_distance(

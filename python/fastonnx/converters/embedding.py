@@ -8,7 +8,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import reduce, unsqueeze
-from fastonnx.converters.lib.reductions import axis_norm
+from fastonnx.converters.lib.reduction_graphs import axis_norm
 
 
 # ---- embedding ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.ops import normalize_axis, unsqueeze, where
 from fastonnx.converters.lib.ops import reduce as helper_reduce
-from fastonnx.converters.lib.shapes import (
+from fastonnx.converters.lib.shape_graphs import (
     INT64_MAX,
     diagonal_positions,
     dim_scalar,

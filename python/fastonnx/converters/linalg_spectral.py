@@ -31,7 +31,7 @@ from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import normalize_axis, reduce, squeeze, unsqueeze
-from fastonnx.converters.lib.reductions import nan_reduce, vector_norm
+from fastonnx.converters.lib.reduction_graphs import nan_reduce, vector_norm
 
 aten = torch.ops.aten
 

@@ -15,7 +15,7 @@ import torch
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import reduce, squeeze, unsqueeze
-from fastonnx.converters.lib.reductions import reduced_count
+from fastonnx.converters.lib.reduction_graphs import reduced_count
 
 aten = torch.ops.aten
 

@@ -42,10 +42,15 @@ import torch
 
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
-from fastonnx.converters.lib.attention import attention_scale, causal_mask, closed_rows, repeat_kv_heads
+from fastonnx.converters.lib.attention_graphs import (
+    attention_scale,
+    causal_mask,
+    closed_rows,
+    repeat_kv_heads,
+)
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import split, unsqueeze
-from fastonnx.converters.lib.shapes import INT64_MAX, dim_scalar
+from fastonnx.converters.lib.shape_graphs import INT64_MAX, dim_scalar
 from fastonnx.errors import OpsetError
 
 FIRST_OPSET = 23  # RotaryEmbedding and Attention enter the standard domain

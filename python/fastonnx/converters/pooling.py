@@ -15,7 +15,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import reduce, squeeze, unsqueeze
-from fastonnx.converters.lib.shapes import shape_slice
+from fastonnx.converters.lib.shape_graphs import shape_slice
 from fastonnx.converters.lib.spatial import (
     IntOrList,
     batched,

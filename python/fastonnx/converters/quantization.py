@@ -877,7 +877,7 @@ def convert_int_mm(ctx: ConversionContext, a: Value, b: Value) -> str:
 
 def convert_access_subclass_inner_tensor(ctx: ConversionContext, weight: Any, attr: str) -> Any:
     """An inner tensor of a tensor-subclass weight (torchao's Int8Tensor, IntxUnpackedToInt8Tensor...):
-    the walker made each one an initializer as stored (conversion/interpreter.py)."""
+    the walker made each one an initializer as stored (walker/interpreter.py)."""
     if not isinstance(weight, dict) or attr not in weight:
         raise ctx.error(
             f"access_subclass_inner_tensor of {attr!r}: not an inner tensor of a weight's subclass"

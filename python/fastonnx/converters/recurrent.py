@@ -5,7 +5,7 @@ Forms converted:
 - ``aten.lstm.input`` / ``gru.input`` / ``rnn_tanh.input`` / ``rnn_relu.input``, what torch.export records
   for the modules (with a static sequence length), and ``fastonnx::lstm`` / ``gru`` / ``rnn_tanh`` /
   ``rnn_relu``, the same ops with symbolic batch and sequence dims, which ``to_onnx`` captures through
-  ``fastonnx.capture.recurrent`` (see there). Both have one schema and one converter.
+  ``fastonnx.capture.rnn_custom_ops`` (see there). Both have one schema and one converter.
 - One ONNX op per layer (a multi-layer network is a chain), ``direction="bidirectional"`` for
   bidirectional ones. onnxruntime runs ``layout=0`` only, so ``batch_first`` is a Transpose before and
   after the chain. GRU uses ``linear_before_reset=1``: torch applies the reset gate after the hidden

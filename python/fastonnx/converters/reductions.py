@@ -19,7 +19,7 @@ from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import opmath_dtype
 from fastonnx.converters.lib.ops import normalize_axis, reduce, squeeze, unsqueeze
-from fastonnx.converters.lib.reductions import (
+from fastonnx.converters.lib.reduction_graphs import (
     Axes,
     nan_reduce,
     prepared_for_norm,

@@ -15,7 +15,7 @@ import torch
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.kernels import NATIVE
 from fastonnx.converters.lib.ops import normalize_axis, where
-from fastonnx.converters.lib.shapes import (
+from fastonnx.converters.lib.shape_graphs import (
     INT64_MAX,
     diagonal_positions,
     dim_piece,

@@ -17,7 +17,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import normalize_axis
-from fastonnx.converters.lib.shapes import dim_scalar
+from fastonnx.converters.lib.shape_graphs import dim_scalar
 
 aten = torch.ops.aten
 

@@ -112,7 +112,7 @@ def _short_dtype(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def value_type(g: GraphBuilder, name: str) -> str:
+def describe_value_type(g: GraphBuilder, name: str) -> str:
     """What the builder knows of a value: ``float32[2, batch]``, ``?`` for what it does not."""
     elem = g.dtype(name)
     shape = g.shape(name)
@@ -133,7 +133,7 @@ def last_nodes(g: GraphBuilder, count: int = LAST_NODES) -> list[str]:
     for index, (name, op_type, inputs, outputs) in enumerate(
         g.nodes(max(0, n - count)), start=max(0, n - count)
     ):
-        outs = ", ".join(f"{o}: {value_type(g, o)}" for o in outputs if o)
+        outs = ", ".join(f"{o}: {describe_value_type(g, o)}" for o in outputs if o)
         lines.append(f"  #{index} {name}: {op_type}({', '.join(inputs)}) -> {outs}")
     return lines
 
@@ -145,7 +145,10 @@ def last_values(g: GraphBuilder, count: int = LAST_VALUES) -> list[tuple[str, st
     while start > 0 and len(out) < count:
         start = max(0, start - count)
         out = [
-            (o, value_type(g, o), op_type) for _, op_type, _, outputs in g.nodes(start) for o in outputs if o
+            (o, describe_value_type(g, o), op_type)
+            for _, op_type, _, outputs in g.nodes(start)
+            for o in outputs
+            if o
         ]
     return out[-count:]
 
@@ -179,7 +182,7 @@ def stage_dump(g: GraphBuilder | None, stage: str, opset: int | None) -> str:
     return "\n".join(lines)
 
 
-def attach(exc: BaseException, text: str, node: torch.fx.Node | None = None) -> None:
+def add_dump(exc: BaseException, text: str, node: torch.fx.Node | None = None) -> None:
     """Give ``exc`` its ``.debug`` text (and ``.fx_node``, the node being converted); the innermost
     (first attached) dump wins, it is the most precise."""
     if getattr(exc, "debug", None) is None:

@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     import onnx
 
     from fastonnx._core import GraphBuilder
-    from fastonnx.conversion.interpreter import Layout
     from fastonnx.diagnostics.debug import Trace
+    from fastonnx.walker.interpreter import Layout
 
 
-class ExportResult(Protocol):
+class VerifiableResult(Protocol):
     """What verification reads of an ``fastonnx.ExportResult`` (result.py calls into this module, so
     this one names the attributes it needs instead of importing the class)."""
 
@@ -71,7 +71,7 @@ _UNCOMPARABLE_OPS = (
 
 
 def verify_outputs(
-    result: ExportResult,
+    result: VerifiableResult,
     eager: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -155,7 +155,7 @@ def _flat_program_inputs(
 
 
 def verify_intermediate(
-    result: ExportResult,
+    result: VerifiableResult,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     atol: float | None,
@@ -165,7 +165,7 @@ def verify_intermediate(
     import onnxruntime
 
     from fastonnx import dtypes
-    from fastonnx.conversion.interpreter import source_line
+    from fastonnx.walker.interpreter import source_line
 
     ep = result.exported_program
     trace = result._trace

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastonnx.capture import guards
-from fastonnx.diagnostics.report import ExportRecord
+from fastonnx.diagnostics.export_report import ExportRecord
 from fastonnx.pipeline import stages
 from fastonnx.pipeline.options import ExportOptions, new_builder
-from fastonnx.progress import Progress
+from fastonnx.progress_bars import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 
@@ -30,13 +30,13 @@ def run(
     stats: dict[str, Any] = {"opset": options.opset}
     record.stats, record.registry, record.stage = stats, registry, "capture"
     with bars.timed("capture"):
-        captured = stages.capture(model, args, kwargs, options, registry)
+        captured = stages.run_capture(model, args, kwargs, options, registry)
     stats.update(captured.stats())
     record.ep, record.stage = captured.ep, "convert"
 
     # the report and error dumps read the builder's state, also when the conversion fails
     record.builder = builder = new_builder(options.opset)
-    converted = stages.convert(
+    converted = stages.run_convert(
         captured.ep, builder, (args, kwargs), captured.requested, options, registry, bars
     )
     stats.update(converted.stats())
@@ -48,7 +48,7 @@ def run(
     if proven:
         # what the file is right for, beside it (guards.py); the result checks its inputs against it
         builder.set_metadata(guards.METADATA_KEY, proven.to_json())
-    optimized = stages.optimize(converted, model, options, bars)
+    optimized = stages.run_optimize(converted, model, options, bars)
     stats.update(optimized.stats())
     record.stage = "write"
 
@@ -58,9 +58,9 @@ def run(
     )
     result._model, result.exported_program, result._trace = model, ep, converted.interp.trace
     result.proven = proven or None
-    stats.update(stages.write(result, optimized.referenced, options).stats())
+    stats.update(stages.run_write(result, optimized.referenced, options).stats())
     stages.log_summary(stats)
     if verify:
         record.stage = "verify"
-        stats.update(stages.verify(result, args, kwargs))
+        stats.update(stages.run_verify(result, args, kwargs))
     return result

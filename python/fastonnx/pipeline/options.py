@@ -8,11 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastonnx._core import GraphBuilder
-from fastonnx.conversion import functions as local_functions
 from fastonnx.errors import InputError
 from fastonnx.opsets import ir_version_for, resolve_opset
-from fastonnx.weights import checkpoints
-from fastonnx.weights import quantize as weight_quantization
+from fastonnx.stored_weights import checkpoints, weight_quantization
+from fastonnx.walker import local_functions
 
 OPTIMIZE_LEVELS = {
     False: "none",
@@ -83,7 +82,7 @@ class ExportOptions:
                 raise InputError("weights= references a checkpoint from the written file: give filename too")
             shards = checkpoints.shard_files(weights)
         level = optimize_level(optimize)
-        settings = weight_quantization.resolve(quantize)
+        settings = weight_quantization.resolve_scheme(quantize)
         if settings is not None and opset is None and level != "onnxruntime":
             # the standard forms need blocked DequantizeLinear: the default opset rises to it
             opset = max(resolve_opset(None), weight_quantization.BLOCKED_DEQUANTIZE_OPSET)

@@ -17,19 +17,17 @@ from typing import Any
 
 import torch
 
-from fastonnx import capture as capture_mod
 from fastonnx._core import GraphBuilder
-from fastonnx.capture import dynamic_shapes
+from fastonnx.capture import CaptureInfo, capture_program, dynamic_dims, prepare, register_pytree_types
 from fastonnx.context import ConversionContext
-from fastonnx.conversion import functions
-from fastonnx.conversion.interpreter import Interpreter, Layout
 from fastonnx.pipeline.options import ExportOptions
-from fastonnx.progress import Progress
+from fastonnx.progress_bars import Progress
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
-from fastonnx.weights import checkpoints
-from fastonnx.weights import quantize as weight_quantization
-from fastonnx.weights.attach import DEFERRED_KEY
+from fastonnx.stored_weights import checkpoints, weight_quantization
+from fastonnx.stored_weights.attach import DEFERRED_KEY
+from fastonnx.walker import local_functions
+from fastonnx.walker.interpreter import Interpreter, Layout
 
 log = logging.getLogger("fastonnx")
 
@@ -37,8 +35,8 @@ log = logging.getLogger("fastonnx")
 @dataclasses.dataclass
 class Captured:
     ep: torch.export.ExportedProgram
-    requested: dynamic_shapes.Requested
-    info: capture_mod.CaptureInfo
+    requested: dynamic_dims.Requested
+    info: CaptureInfo
     seconds: float
 
     def stats(self) -> dict[str, Any]:
@@ -96,18 +94,18 @@ class Written:
         )
 
 
-def capture(
+def run_capture(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], options: ExportOptions, registry: Registry
 ) -> Captured:
     """The program of ``model`` (capture/), with the user's decompositions applied."""
     t0 = time.perf_counter()
-    capture_mod.register_pytree_types()
+    register_pytree_types()
     shapes = options.dynamic_shapes
-    requested: dynamic_shapes.Requested = {}
-    asked: dynamic_shapes.Asked = {}
+    requested: dynamic_dims.Requested = {}
+    asked: dynamic_dims.Asked = {}
     if isinstance(model, torch.nn.Module):
-        shapes, requested, asked = dynamic_shapes.normalize(model, args, kwargs, shapes)
-    ep, info = capture_mod.capture(
+        shapes, requested, asked = dynamic_dims.normalize(model, args, kwargs, shapes)
+    ep, info = capture_program(
         model,
         args,
         kwargs,
@@ -120,7 +118,7 @@ def capture(
         needs_export=needs_export(options.decompositions, registry.custom_composites()),
         convertible=registry.converts,
     )
-    ep, info = capture_mod.prepare(ep, options.decompositions, info)
+    ep, info = prepare(ep, options.decompositions, info)
     seconds = time.perf_counter() - t0
     log.info("capture: %.3fs, %d FX nodes", seconds, len(ep.graph.nodes))
     return Captured(ep, requested, info, seconds)
@@ -147,11 +145,11 @@ def needs_export(
     return None
 
 
-def convert(
+def run_convert(
     ep: torch.export.ExportedProgram,
     builder: GraphBuilder,
     user_args: tuple[tuple[Any, ...], dict[str, Any]],
-    requested: dynamic_shapes.Requested,
+    requested: dynamic_dims.Requested,
     options: ExportOptions,
     registry: Registry,
     bars: Progress | None = None,
@@ -183,7 +181,7 @@ def convert(
             interp.trace.node_names = builder.node_names()
     if interp.scopes is not None and program:
         interp.scopes.program(ep)  # the graph's metadata, composed alongside the passes
-    carved = functions.extract(
+    carved = local_functions.extract(
         builder, ep, interp.trace.steps, interp.outputs_start, options.functions, options.metadata
     )
     seconds = time.perf_counter() - t0
@@ -191,7 +189,7 @@ def convert(
     return Converted(builder, interp, layout, carved, seconds)
 
 
-def optimize(
+def run_optimize(
     converted: Converted, model: Any, options: ExportOptions, bars: Progress | None = None
 ) -> Optimized:
     """The passes at the options' level (node metadata composed alongside them); checkpoint weights
@@ -200,13 +198,13 @@ def optimize(
     builder, interp = converted.builder, converted.interp
     plan = read_as_stored = quantized = None
     if options.shards is not None:
-        plan = checkpoints.plan(
+        plan = checkpoints.plan_references(
             interp.weights_read, interp.deferred, options.shards, model, options.cast_weights
         )
     if options.quantize is not None:
         # before the passes: the products' weights read quantized (computed by the writer as it
         # streams); those a checkpoint holds are read from it, not referenced
-        quantized, from_shards = weight_quantization.quantize(
+        quantized, from_shards = weight_quantization.quantize_weights(
             builder,
             options.quantize,
             model,
@@ -259,7 +257,9 @@ def _record_deferred(builder: GraphBuilder, deferred: dict[str, Any]) -> int | N
     return len(kept)
 
 
-def write(result: ExportResult, referenced: checkpoints.Referenced | None, options: ExportOptions) -> Written:
+def run_write(
+    result: ExportResult, referenced: checkpoints.Referenced | None, options: ExportOptions
+) -> Written:
     """The files at ``options.filename`` (nothing without one); the shards' hard links accounted."""
     if options.filename is None:
         return Written(None, 0.0)
@@ -276,7 +276,7 @@ def write(result: ExportResult, referenced: checkpoints.Referenced | None, optio
     return Written(info, time.perf_counter() - t0)
 
 
-def verify(result: ExportResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def run_verify(result: ExportResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """to_onnx(verify=True): the per-output comparison (``stats["verify"]``); a disagreement is a
     warning, not an error."""
     from fastonnx.diagnostics import verification

@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from fastonnx.pretrained.export import export_pretrained
+    from fastonnx.pretrained.package_export import export_pretrained
 
     options: dict[str, object] = {"optimize": OPTIMIZE[args.optimize]}
     if args.opset is not None:
@@ -79,10 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fastonnx export: error: --quantize-head needs --quantize", file=sys.stderr)
         return 2
     if args.quantize is not None:
-        from fastonnx.weights.quantize import resolve
+        from fastonnx.stored_weights.weight_quantization import resolve_scheme
 
         options["quantize"] = args.quantize  # the shorthand, as the report names it
-        settings = resolve(args.quantize)
+        settings = resolve_scheme(args.quantize)
         if args.quantize_head and settings is not None:  # not None: the parser takes int4 / int8 only
             options["quantize"] = dataclasses.replace(settings, exclude=())
     try:

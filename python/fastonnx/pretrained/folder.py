@@ -76,7 +76,7 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return data
 
 
-def resolve(model: str | os.PathLike[str]) -> pathlib.Path:
+def resolve_folder(model: str | os.PathLike[str]) -> pathlib.Path:
     """The local folder of ``model``: a folder path as it is; otherwise a Hub id (``org/name``) fetched
     through huggingface_hub's cache (config, safetensors, tokenizer and generation files only)."""
     path = pathlib.Path(model).expanduser()
@@ -109,7 +109,7 @@ def resolve(model: str | os.PathLike[str]) -> pathlib.Path:
 
 def read_folder(model: str | os.PathLike[str]) -> CheckpointFolder:
     """The checkpoint at ``model``; an InputError naming what is missing (config.json, the weights)."""
-    path = resolve(model)
+    path = resolve_folder(model)
     config_path = path / "config.json"
     if not config_path.is_file():
         raise InputError(f"{path} has no config.json: not a transformers checkpoint folder")

@@ -43,7 +43,9 @@ def _token(value: Any) -> Any:
     return value
 
 
-def genai_config(config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str) -> dict[str, Any]:
+def build_genai_config(
+    config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
+) -> dict[str, Any]:
     # the first layer's keys as the model caches them (genai takes one size for every layer)
     kv_heads, head_size = spec.cache_shapes[0][0] if spec.cache_shapes else kv_shape(config)
     layers = len(spec.cache_shapes) if spec.cache_shapes else int(config.num_hidden_layers)
@@ -108,5 +110,5 @@ def write_genai_config(
     folder: pathlib.Path, config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
 ) -> pathlib.Path:
     path = folder / "genai_config.json"
-    path.write_text(json.dumps(genai_config(config, generation, spec, filename), indent=4) + "\n")
+    path.write_text(json.dumps(build_genai_config(config, generation, spec, filename), indent=4) + "\n")
     return path

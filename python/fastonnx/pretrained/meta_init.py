@@ -65,7 +65,7 @@ def build_on_meta(factory: Callable[[], T]) -> T:
 
 
 def _known_keys(model: torch.nn.Module, shards: list[str]) -> tuple[set[str], dict[str, list[str]]]:
-    from fastonnx.weights.checkpoints import aliases, index_shards, renamed_keys
+    from fastonnx.stored_weights.checkpoints import aliases, index_shards, renamed_keys
 
     index = index_shards(shards)
     return set(index) | set(renamed_keys(model, list(index))), aliases(model)

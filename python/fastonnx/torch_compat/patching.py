@@ -24,7 +24,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from fastonnx.torch_compat.export import export
+from fastonnx.torch_compat.onnx_export import export
 
 _lock = threading.Lock()
 _active: list[PatchedTorchOnnx] = []

@@ -13,8 +13,8 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.result import ExportResult
+from fastonnx.stored_weights.attach import attach_weights
 from fastonnx.torch_internals import pytree
-from fastonnx.weights.attach import attach_weights
 
 if TYPE_CHECKING:
     import onnx
@@ -79,7 +79,7 @@ class ONNXProgram:
                 "save(keep_initializers_as_inputs=True) is not supported: fastonnx writes weights as "
                 "initializers only (IR >= 4 does not list them as inputs)"
             )
-        write(self.result, destination, external_data)
+        write_program(self.result, destination, external_data)
 
     # ---- running ----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
@@ -144,7 +144,7 @@ class ONNXProgram:
         return f"fastonnx.ONNXProgram({self.result!r})"
 
 
-def write(result: ExportResult, destination: Destination, external_data: bool | None) -> None:
+def write_program(result: ExportResult, destination: Destination, external_data: bool | None) -> None:
     """A path or PathLike is written by the builder; a binary file object gets the bytes."""
     if isinstance(destination, (str, os.PathLike)):
         result.save(destination, external_data)

@@ -13,7 +13,7 @@ import torch
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
 from fastonnx.converters.lib.ops import reduce
-from fastonnx.converters.lib.shapes import shape_of
+from fastonnx.converters.lib.shape_graphs import shape_of
 
 Shape = Value | str | Sequence[Any]
 

@@ -4,7 +4,7 @@ Steps: read the folder (folder.py), pick the task and class (tasks.py), build th
 with parameters on meta and buffers real (meta_init.py), export the task's graph (task_inputs.py) with
 the weights referenced in place from the folder's safetensors, copy the tokenizer and generation files,
 write ``genai_config.json`` for text generation (genai_config.py), then verify the package against
-transformers where the weights fit in memory (verify.py). Everything is written into a temporary folder
+transformers where the weights fit in memory (package_check.py). Everything is written into a temporary folder
 beside ``outdir`` and renamed at the end: a failed export leaves nothing.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fastonnx.capture.dynamic_shapes import map_dims
+from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
@@ -265,7 +265,7 @@ def export_pretrained(
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(f"\nVerification {note}.\n")
         elif verify:
-            from fastonnx.pretrained.verify import verify_package
+            from fastonnx.pretrained.package_check import verify_package
 
             verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, specs, progress)
         if target.exists():

@@ -81,7 +81,7 @@ def _in_a_stack(module_name: str) -> bool:
     return any(part.isdigit() for part in module_name.split("."))
 
 
-def resolve(quantize: Any) -> WeightQuantization | None:
+def resolve_scheme(quantize: Any) -> WeightQuantization | None:
     """``to_onnx``'s ``quantize`` as settings (None: no quantization)."""
     if quantize is None:
         return None
@@ -117,7 +117,7 @@ def _module_of(key: str) -> str:
     return key.rsplit(".", 1)[0] if "." in key else ""
 
 
-def quantize(
+def quantize_weights(
     builder: Any,
     settings: WeightQuantization,
     model: Any,
@@ -128,7 +128,7 @@ def quantize(
 ) -> tuple[dict[str, Any], set[str]]:
     """Rewrites the products' weights (before the passes); returns ``stats["quantize"]`` and the
     initializers now read from the checkpoint by the quantizer (no longer to be referenced)."""
-    from fastonnx.weights.checkpoints import aliases
+    from fastonnx.stored_weights.checkpoints import aliases
 
     modules: dict[str, torch.nn.Module] = (
         dict(model.named_modules(remove_duplicate=False)) if isinstance(model, torch.nn.Module) else {}

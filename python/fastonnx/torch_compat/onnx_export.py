@@ -16,14 +16,14 @@ from typing import IO, Any, Literal
 
 import torch
 
-from fastonnx import translation
+from fastonnx import onnxscript_converters
 from fastonnx.api import _verbose_logging, to_onnx
 from fastonnx.errors import InputError
 from fastonnx.pipeline.options import check_writable
 from fastonnx.registry import op_key
 from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
-from fastonnx.torch_compat.program import ONNXProgram, write
+from fastonnx.torch_compat.program import ONNXProgram, write_program
 from fastonnx.torch_internals import onnx_exporting
 
 log = logging.getLogger("fastonnx")
@@ -281,7 +281,7 @@ def _export(
         log.info("exported program written to %s", path)
     if f is not None:
         t1 = time.perf_counter()
-        write(result, f, external_data)
+        write_program(result, f, external_data)
         result.stats["write_s"] = time.perf_counter() - t1
     log.info("fastonnx.export: %.3fs, %s", time.perf_counter() - t0, result)
     return ONNXProgram(result, optimized=optimize is not False)
@@ -311,12 +311,12 @@ def _with_translations(
 ) -> dict[Any, Any] | None:
     """``custom_translation_table`` (torch op -> onnxscript function, or a list of overloads) joined to
     ``custom_converters``: its values are onnxscript's whatever they look like, an overload packet
-    stands for each of its overloads (translation.table_converters); an op named by both is refused."""
+    stands for each of its overloads (onnxscript_converters.table_converters); an op named by both is refused."""
     if not table:
         return dict(custom_converters) if custom_converters else None
     out = dict(custom_converters or {})
     named = {op_key(target): target for target in out}
-    for target, functions in translation.table_converters(table).items():
+    for target, functions in onnxscript_converters.table_converters(table).items():
         key = op_key(target)
         if key in named:
             raise InputError(f"{key} is in both custom_converters and custom_translation_table: give it once")

@@ -267,7 +267,7 @@ def _inventory_section(rec: ExportRecord) -> list[str]:
 
 
 def _failure_section(rec: ExportRecord, error: BaseException) -> list[str]:
-    from fastonnx.conversion.interpreter import source_line
+    from fastonnx.walker.interpreter import source_line
 
     notes = "".join(f"\n{n}" for n in getattr(error, "__notes__", []))  # where the walker was
     lines = [

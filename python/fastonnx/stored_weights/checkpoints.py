@@ -118,7 +118,7 @@ class Referenced:
 
 
 @dataclass
-class Plan:
+class ReferencePlan:
     """Which initializer is which checkpoint tensor, found before the passes run (so that they keep
     those weights as stored) and checked before anything is written."""
 
@@ -250,13 +250,13 @@ def renamed_keys(model: Any, keys: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def plan(
+def plan_references(
     weights_read: dict[str, tuple[str, torch.dtype, tuple[int, ...]]],
     deferred: dict[str, str],
     files: Sequence[str],
     model: Any,
     cast_weights: bool = False,
-) -> Plan:
+) -> ReferencePlan:
     """Finds each weight the graph reads in the shards; raises, naming the key, for a tensor of another
     shape or of a dtype no cast makes it, and for a meta-device weight the shards do not hold."""
     index = index_shards(files)
@@ -264,7 +264,7 @@ def plan(
         index.setdefault(model_key, index[key])
     tied = aliases(model)
     prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
-    done = Plan(folder=os.path.dirname(files[0]), cast_weights=cast_weights)
+    done = ReferencePlan(folder=os.path.dirname(files[0]), cast_weights=cast_weights)
     for name, (key, dtype, shape) in weights_read.items():
         names = [key, *tied.get(key, [])]
         names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
@@ -291,7 +291,7 @@ def plan(
     return done
 
 
-def reference(builder: Any, plan: Plan, read_as_stored: int) -> Referenced:
+def reference(builder: Any, plan: ReferencePlan, read_as_stored: int) -> Referenced:
     """Points the builder's initializers of ``plan`` at the shards, after the passes: as stored, behind a
     Cast when the checkpoint's dtype differs, or (``cast_weights``, meta-device weights) written
     converted from the shard as the writer streams."""

@@ -122,7 +122,7 @@ def translation_converter(key: str, value: Any) -> Converter:
         raise InputError(
             f"{key} is a higher-order op (its operands are subgraphs): onnxscript functions cannot convert it"
         )
-    from fastonnx.translation.converter import Translation
+    from fastonnx.onnxscript_converters.converter import Translation
 
     return Translation(key, functions)
 

@@ -65,7 +65,7 @@ def target_version(ctx: ConversionContext, domain: str, written: int | None) -> 
     return version
 
 
-def emit(
+def emit_script_node(
     ctx: ConversionContext,
     op_type: str,
     domain: str,

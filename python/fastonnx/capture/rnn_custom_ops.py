@@ -12,7 +12,7 @@ shapes symbolically. fastonnx converts them exactly like the aten ops (converter
 This is automatic in ``fastonnx.to_onnx(module, ...)``. To export an ExportedProgram yourself with
 dynamic sequence lengths, capture it inside the context manager::
 
-    with fastonnx.capture.recurrent.rnn_as_custom_ops():
+    with fastonnx.capture.rnn_custom_ops.rnn_as_custom_ops():
         ep = torch.export.export(model, args, dynamic_shapes=...)
 
 A program holding these ops needs this module imported (``import fastonnx`` does) to be loaded or run.

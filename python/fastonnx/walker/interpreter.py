@@ -15,13 +15,13 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder
-from fastonnx.capture import dynamic_shapes as dynamic
+from fastonnx.capture import dynamic_dims
 from fastonnx.context import ConversionContext, Value
-from fastonnx.conversion import aliasing, metadata
 from fastonnx.diagnostics import debug
 from fastonnx.errors import ConversionError, FastOnnxError, GraphError, InputError, UnsupportedOpError
 from fastonnx.registry import Entry, Registry, packed_val
 from fastonnx.torch_internals import FakeTensor, OpOverload, is_traceable_wrapper_subclass, op_overload_name
+from fastonnx.walker import aliasing, node_metadata
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Interpreter:
         input_names: Sequence[str] | None,
         output_names: Sequence[str] | None,
         user_args: tuple[tuple[Any, ...], dict[str, Any]],
-        requested_dims: dynamic.Requested,
+        requested_dims: dynamic_dims.Requested,
         with_metadata: bool = True,
     ) -> None:
         self.ep = ep
@@ -109,8 +109,8 @@ class Interpreter:
         self.trace = debug.Trace(renamed=self.renamed)
         self._top = ctx.g
         self.metadata_s = 0.0  # composing the node metadata (optimize)
-        # readable node names and node / value metadata (metadata.py); None with metadata=False
-        self.scopes = metadata.Scopes(self._top) if with_metadata else None
+        # readable node names and node / value metadata (node_metadata.py); None with metadata=False
+        self.scopes = node_metadata.Scopes(self._top) if with_metadata else None
         ctx.find_dim = self._find_dim
         # the first top-graph node made for the graph outputs (functions.extract leaves them in main)
         self.outputs_start = 0
@@ -125,7 +125,7 @@ class Interpreter:
         sig = self.ep.graph_signature
         specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
         nodes = list(self.ep.graph.nodes)
-        paths = dynamic.input_paths(self.ep, *self.user_args)
+        paths = dynamic_dims.input_paths(self.ep, *self.user_args)
         user_nodes = [n for n in nodes if n.op == "placeholder" and _is_user(specs.get(n.name))]
         if self.input_names is not None:
             tensor_slots = [
@@ -138,7 +138,7 @@ class Interpreter:
                 )
             for i, name in zip(tensor_slots, self.input_names):
                 paths[i] = name
-        self.ctx.dim_names = dynamic.dim_names(
+        self.ctx.dim_names = dynamic_dims.dim_names(
             [(p, n.meta.get("val")) for p, n in zip(paths, user_nodes)], self.requested_dims
         )
         user_index = 0
@@ -338,7 +338,7 @@ class Interpreter:
         try:
             self._convert_call(node, index, total, start)
         except FastOnnxError as e:
-            debug.attach(e, debug.node_dump(self.g, node, index, total, self.ctx.opset), node)
+            debug.add_dump(e, debug.node_dump(self.g, node, index, total, self.ctx.opset), node)
             raise
         if self.g is self._top:
             self.trace.steps.append((node.name, start, self.env.get(node)))
@@ -516,7 +516,7 @@ class Interpreter:
         return result
 
     def optimize(self, level: str, progress: Callable[[int, int], object] | None = None) -> dict[str, int]:
-        """The builder's passes at ``level``, with the node metadata (``metadata.Scopes.compose``)
+        """The builder's passes at ``level``, with the node metadata (``node_metadata.Scopes.compose``)
         composed alongside them: on a second thread, while the passes run on this one without the GIL.
         The passes have not decided yet which nodes survive, so every scope with a node is composed;
         ``self.metadata_s`` is the time that took (overlapping the passes). The metadata of inputs,
@@ -569,7 +569,7 @@ class Interpreter:
                     f"output_names has {len(self.output_names)} names but the model has {n_tensors} "
                     "tensor outputs"
                 )
-        paths = dynamic.output_paths(self.ep.call_spec.out_spec, len(user))
+        paths = dynamic_dims.output_paths(self.ep.call_spec.out_spec, len(user))
         k = 0
         # the user's outputs first, then mutated buffers and inputs (torch.export lists those first)
         for (a, _spec), path in zip(user, paths):
@@ -578,7 +578,7 @@ class Interpreter:
                 k += 1
                 name, is_scalar = self._output_value(a, wanted)
                 if self.scopes is not None:
-                    metadata.output_metadata(self.g, name, a, OutputKind.USER_OUTPUT.name)
+                    node_metadata.output_metadata(self.g, name, a, OutputKind.USER_OUTPUT.name)
                 value = self.value_of(a)
                 is_complex = isinstance(value, Value) and value.dtype.is_complex
                 self.layout.outputs.append(OutputSlot(name, is_scalar=is_scalar, is_complex=is_complex))
@@ -591,7 +591,7 @@ class Interpreter:
                 assert isinstance(a, torch.fx.Node)
                 name, _ = self._output_value(a, f"mutated.{spec.target}")
                 if self.scopes is not None:
-                    metadata.output_metadata(self.g, name, a, spec.kind.name)
+                    node_metadata.output_metadata(self.g, name, a, spec.kind.name)
                 self.layout.extra_outputs.append(name)
             else:
                 raise ConversionError(f"output {a} is a {spec.kind.name}, which fastonnx does not export")
@@ -603,7 +603,7 @@ class Interpreter:
             name, _ = self._output_value(ph, f"mutated.{target}")
             if self.scopes is not None:
                 kind = OutputKind.BUFFER_MUTATION if target != ph.name else OutputKind.USER_INPUT_MUTATION
-                metadata.output_metadata(self.g, name, ph, kind.name)
+                node_metadata.output_metadata(self.g, name, ph, kind.name)
             self.layout.extra_outputs.append(name)
         if not self.layout.extra_outputs and all(o.onnx_name is None for o in self.layout.outputs):
             raise InputError(

@@ -111,9 +111,9 @@ def graph_module_to_onnx(
     program = cast(torch.export.ExportedProgram, GraphProgram(gm))  # has every attribute the walker reads
     vals = tuple(n.meta["val"] for n in placeholders)
     builder = new_builder(options.opset)
-    converted = stages.convert(
+    converted = stages.run_convert(
         program, builder, (vals, {}), {}, options, Registry(custom_converters), program=False
     )
-    optimized = stages.optimize(converted, None, options)
+    optimized = stages.run_optimize(converted, None, options)
     stats = {"opset": options.opset, **converted.stats(), **optimized.stats()}
     return ExportResult(builder, converted.layout, None, None, stats)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fastonnx._core import GraphBuilder
-from fastonnx.conversion import metadata
 from fastonnx.errors import InputError
+from fastonnx.walker import node_metadata
 
 if TYPE_CHECKING:
     import onnx
@@ -57,7 +57,7 @@ def class_filter(option: Selection) -> tuple[bool, frozenset[str]] | None:
 
 
 def _qualified(cls: Any) -> str:
-    return metadata._qualified(cls)
+    return node_metadata._qualified(cls)
 
 
 def _call_scope(g: GraphBuilder, stack: dict[str, Any], key: str, with_metadata: bool) -> int | None:
@@ -67,13 +67,13 @@ def _call_scope(g: GraphBuilder, stack: dict[str, Any], key: str, with_metadata:
         return None
     keys = list(stack)
     upto = {k: stack[k] for k in keys[: keys.index(key) + 1]}
-    levels = metadata._ModuleLevels(None)
+    levels = node_metadata._ModuleLevels(None)
     for path, cls in upto.values():
-        levels = metadata._ModuleLevels(levels, str(path), cls)
+        levels = node_metadata._ModuleLevels(levels, str(path), cls)
     props = [
-        (metadata.NAMESPACE, levels.namespace.rstrip("/")),
-        (metadata.CLASS_HIERARCHY, repr([_qualified(cls) for _, cls in upto.values()])),
-        (metadata.NAME_SCOPES, repr([str(path) for path, _ in upto.values()])),
+        (node_metadata.NAMESPACE, levels.namespace.rstrip("/")),
+        (node_metadata.CLASS_HIERARCHY, repr([_qualified(cls) for _, cls in upto.values()])),
+        (node_metadata.NAME_SCOPES, repr([str(path) for path, _ in upto.values()])),
     ]
     return g.add_scope(levels.prefix, props)
 

@@ -2,6 +2,6 @@
 safetensors shards (checkpoints), or left as a hole of a meta-device export and filled later (attach).
 The bytes of a tensor, wherever it lives, come from ``fastonnx.dtypes.tensor_bytes``."""
 
-from fastonnx.weights.attach import DEFERRED_KEY, attach_weights
+from fastonnx.stored_weights.attach import DEFERRED_KEY, attach_weights
 
 __all__ = ["DEFERRED_KEY", "attach_weights"]

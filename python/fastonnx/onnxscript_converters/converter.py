@@ -15,7 +15,7 @@ import onnxscript.evaluator
 
 from fastonnx.context import ConversionContext
 from fastonnx.errors import ConversionError, FastOnnxError, OpsetError
-from fastonnx.translation.evaluator import (
+from fastonnx.onnxscript_converters.evaluator import (
     GraphEvaluator,
     SymbolicValue,
     _elem_name,

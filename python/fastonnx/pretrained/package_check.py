@@ -28,7 +28,7 @@ from fastonnx.pretrained.task_inputs import (
     speech_frames,
     text_inputs,
 )
-from fastonnx.progress import Progress
+from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 

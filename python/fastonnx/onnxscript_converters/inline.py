@@ -5,7 +5,7 @@ The call binds the function's formal inputs to graph values and its attributes t
 (``<value_float = @alpha>``) takes the bound value, or is left out when the attribute was not given and
 has no default, as ONNX's function semantics say. Subgraphs (If / Loop / Scan bodies) become subgraph
 builders; calls to other functions of the script (a node whose domain and op name a function of the
-call tree) are inlined in turn. Every node goes through ``emit.emit`` with the version its function
+call tree) are inlined in turn. Every node goes through ``script_nodes.emit_script_node`` with the version its function
 imports for its domain.
 """
 
@@ -22,7 +22,14 @@ import onnx.helper
 from fastonnx._core import GraphBuilder
 from fastonnx.context import ConversionContext
 from fastonnx.errors import ConversionError
-from fastonnx.translation.emit import Dims, TypeLookup, as_tensor_proto, dims_of, emit, value_type
+from fastonnx.onnxscript_converters.script_nodes import (
+    Dims,
+    TypeLookup,
+    as_tensor_proto,
+    dims_of,
+    emit_script_node,
+    value_type,
+)
 
 A = onnx.AttributeProto
 Scope = MutableMapping[str, str]
@@ -178,7 +185,7 @@ class Inliner:
             written = versions.get(node.domain)
             if written is None and node.domain == "ai.onnx":
                 written = versions.get("")
-            outputs = emit(
+            outputs = emit_script_node(
                 self.ctx,
                 node.op_type,
                 node.domain,
@@ -248,7 +255,9 @@ class Inliner:
                 elem, dims = hint
             inner[vi.name] = sub.add_input(sub.unique_name(vi.name), elem, dims)
         for init in gp.initializer:
-            inner[init.name] = emit(ctx, "Constant", "", None, [], {"value": init}, [init.name])[0]
+            inner[init.name] = emit_script_node(ctx, "Constant", "", None, [], {"value": init}, [init.name])[
+                0
+            ]
         for node in gp.node:
             self._node(node, inner, attrs, versions)
         for vo in gp.output:

@@ -25,8 +25,13 @@ from onnxscript import ir
 from fastonnx import dtypes
 from fastonnx.context import ConversionContext, Value
 from fastonnx.errors import ConversionError
-from fastonnx.translation.emit import _constant_value, as_tensor_proto, emit, is_tensor_like
-from fastonnx.translation.inline import Inliner, coerce
+from fastonnx.onnxscript_converters.inline import Inliner, coerce
+from fastonnx.onnxscript_converters.script_nodes import (
+    _constant_value,
+    as_tensor_proto,
+    emit_script_node,
+    is_tensor_like,
+)
 
 _DEFAULT_ELEM = {bool: onnx.TensorProto.BOOL, int: onnx.TensorProto.INT64, float: onnx.TensorProto.FLOAT}
 
@@ -298,7 +303,9 @@ class GraphEvaluator(onnxscript.evaluator.Evaluator):
             return self.ctx.const(value, value.dtype)
         if is_tensor_like(value):
             proto = as_tensor_proto(value)
-            return emit(self.ctx, "Constant", "", None, [], {"value": proto}, ["const"], self.type_of)[0]
+            return emit_script_node(
+                self.ctx, "Constant", "", None, [], {"value": proto}, ["const"], self.type_of
+            )[0]
         if isinstance(value, str) or (
             isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value)
         ):
@@ -333,7 +340,7 @@ class GraphEvaluator(onnxscript.evaluator.Evaluator):
             return v.name
         if isinstance(v, (list, tuple)) and any(isinstance(x, SymbolicValue) for x in v):
             if all(isinstance(x, SymbolicValue) for x in v) and (p is None or sequence_only(p)):
-                return emit(
+                return emit_script_node(
                     self.ctx, "SequenceConstruct", "", None, [x.name for x in v], {}, 1, self.type_of
                 )[0]
             return self._shape_list(v)
@@ -350,7 +357,9 @@ class GraphEvaluator(onnxscript.evaluator.Evaluator):
                 elem = onnx.TensorProto.FLOAT
         name = self.constant(v, elem)
         if elem is None and var is not None and var in anchors and not is_tensor_like(v):
-            name = emit(self.ctx, "CastLike", "", None, [name, anchors[var]], {}, 1, self.type_of)[0]
+            name = emit_script_node(
+                self.ctx, "CastLike", "", None, [name, anchors[var]], {}, 1, self.type_of
+            )[0]
         return name
 
     def _shape_list(self, items: Sequence[Any]) -> str:
@@ -360,7 +369,7 @@ class GraphEvaluator(onnxscript.evaluator.Evaluator):
             if isinstance(x, SymbolicValue):
                 name = x.name
                 if self.elem_type(name) not in (None, onnx.TensorProto.INT64):
-                    name = emit(
+                    name = emit_script_node(
                         self.ctx, "Cast", "", None, [name], {"to": onnx.TensorProto.INT64}, 1, self.type_of
                     )[0]
                 parts.append(self.ctx.unsqueeze0(name) if self.ctx.rank(name) != 1 else name)
@@ -425,7 +434,9 @@ class GraphEvaluator(onnxscript.evaluator.Evaluator):
                 attrs[key] = self.attribute(key, value, p, op.name)
         names = self.inputs(pairs)
         count = explicit if explicit is not None else _num_outputs(op.name, op.domain, schema, pairs, attrs)
-        outs = emit(self.ctx, op.name, op.domain, op.opset.version, names, attrs, int(count), self.type_of)
+        outs = emit_script_node(
+            self.ctx, op.name, op.domain, op.opset.version, names, attrs, int(count), self.type_of
+        )
         values = [self.value(n) for n in outs]
         return values[0] if len(values) == 1 else tuple(values)
 
