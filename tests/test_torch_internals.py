@@ -408,6 +408,35 @@ def test_shape_env_of_symint(symbolic: tuple[torch.SymInt, Any]) -> None:
     _check(ok, "shape_env_of_symint", "SymInt.node.shape_env", type(symbolic[1]).__name__)
 
 
+def test_symint_expr(symbolic: tuple[torch.SymInt, Any]) -> None:
+    import sympy
+
+    expr = ti.symint_expr(symbolic[0])
+    ok = isinstance(expr, sympy.Symbol) and ti.symint_expr(symbolic[0] * 2 + 1) == 2 * expr + 1
+    _check(ok, "symint_expr", "SymInt.node.expr (a sympy expression over the ShapeEnv's symbols)", repr(expr))
+
+
+def test_symint_hint(symbolic: tuple[torch.SymInt, Any]) -> None:
+    d = symbolic[0]
+    ok = ti.symint_hint(d) == 3 and ti.symint_hint(d + 2) == 5
+    _check(ok, "symint_hint", "SymInt.node.hint (the traced example value)", repr(ti.symint_hint(d)))
+
+
+def test_input_guards() -> None:
+    class Chunked(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :4] if x.shape[1] > 4 else x  # a guard over x's length
+
+    x = torch.randn(2, 6)
+    ep = torch.export.export(Chunked(), (x,), dynamic_shapes=({1: torch.export.Dim.DYNAMIC},), strict=False)
+    d = next(n for n in ep.graph.nodes if n.op == "placeholder").meta["val"].shape[1]
+    env = ti.shape_env_of_symint(d)
+    found = ti.input_guards(env)
+    symbol = ti.symint_expr(d)
+    ok = any(symbol in expr.free_symbols and isinstance(where, str) and where for expr, where in found)
+    _check(ok, "input_guards", "ShapeEnv.guards (.expr, .sloc), ShapeEnv.replace", repr(found))
+
+
 def test_backed_values(symbolic: tuple[torch.SymInt, Any]) -> None:
     d, env = symbolic
     values = ti.backed_values(env)
@@ -554,7 +583,8 @@ _PRIVATE_ATTRIBUTES = re.compile(
     r"(?<!self)\.(_modules|_buffers|_parameters|_non_persistent_buffers_set|_base|_schema|_opname|_overloadname"
     r"|_codegen|_graph_module|_graph_namespace|_used_names|_rename|_get_sloc|_cdata|_boxed_call|_VF"
     r"|_is_compiling_flag|_is_exporting_flag|_is_onnx_exporting|backed_var_to_val|var_to_val"
-    r"|var_to_range|shape_env)\b|\bdef _should_skip_dynamo\b"
+    r"|var_to_range|shape_env|sloc|maybe_user_loc)\b|\.node\.(expr|hint)\b|\benv\.(guards|replace)\b"
+    r"|\bdef _should_skip_dynamo\b"
 )
 # strings: op names that start with an underscore (registry keys), not private uses
 _STRING_PATH = re.compile(r"^torch(\.\w+)+$")
@@ -611,9 +641,11 @@ def test_scanner_finds_private_uses() -> None:
         "w = torch.ops.aten._to_copy.default\n"
         "k = 'torch._sym_sqrt'\n"
         "m = 'torch._dynamo'\n"
+        "e = d.node.expr + shape_env.guards[0].sloc\n"
+        "n = fx_node.name\n"
     )
-    lines = [line for line, _ in private_uses(sample)]
-    assert lines == [1, 2, 6, 7, 11], private_uses(sample)
+    lines = sorted({line for line, _ in private_uses(sample)})
+    assert lines == [1, 2, 6, 7, 11, 12], private_uses(sample)
 
 
 def test_no_private_torch_use_outside_the_door() -> None:

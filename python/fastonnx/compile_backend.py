@@ -42,6 +42,7 @@ from fastonnx.torch_internals import (
     dynamo_backend_registered,
     mark_boxed_call,
     register_dynamo_backend,
+    symint_hint,
     unset_fake_temporarily,
 )
 from fastonnx.walker.graph_module import graph_module_to_onnx
@@ -362,8 +363,7 @@ def _memory_orders(gm: torch.fx.GraphModule) -> list[list[int] | None]:
 def _hint(x: Any) -> int | None:
     """An int, or a SymInt's example value read without a guard (int() would specialise it)."""
     if isinstance(x, torch.SymInt):
-        hint = x.node.hint
-        return int(hint) if hint is not None else None
+        return symint_hint(x)
     return int(x)
 
 

@@ -18,6 +18,7 @@ import torch
 from fastonnx import dtypes
 from fastonnx._core import GraphBuilder, TensorAttr
 from fastonnx.errors import ConversionError, OpsetError
+from fastonnx.torch_internals import symint_expr
 
 Dim = int | str | None
 # fn(ctx, *args, **kwargs) -> the ONNX value name(s) of the op's result (see fastonnx.registry)
@@ -71,7 +72,7 @@ def sym_to_dim(d: Any, names: dict[str, str] | None = None) -> Dim:
     if isinstance(d, int):
         return d
     if isinstance(d, torch.SymInt):
-        expr = d.node.expr
+        expr = symint_expr(d)
         if expr.is_number:
             return int(expr)
         if names:

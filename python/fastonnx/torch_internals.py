@@ -77,6 +77,9 @@ __all__ = [
     "set_graph_module",
     "set_plain_codegen",
     "shape_env_of_symint",
+    "symint_expr",
+    "symint_hint",
+    "input_guards",
     "storage_id",
     "swap_child_modules",
     "sympy_python",
@@ -305,6 +308,27 @@ def onnx_exporting() -> Iterator[None]:
 def shape_env_of_symint(d: torch.SymInt) -> Any:
     """``SymInt.node.shape_env``: the ShapeEnv a symbolic size belongs to."""
     return d.node.shape_env
+
+
+def symint_expr(d: torch.SymInt) -> Any:
+    """``SymInt.node.expr``: the sympy expression of a symbolic size over the ShapeEnv's symbols
+    (``s0``, ``2*s0 + 1``; a number when torch specialised it)."""
+    return d.node.expr
+
+
+def symint_hint(d: torch.SymInt) -> int | None:
+    """``SymInt.node.hint``: the example value torch traced a symbolic size with (None for an
+    unbacked size)."""
+    hint = d.node.hint
+    return None if hint is None else int(hint)
+
+
+def input_guards(env: Any) -> list[tuple[Any, str]]:
+    """``ShapeEnv.guards``, each as ``(expr, where)``: the guard's sympy boolean with the ShapeEnv's
+    replacements applied (``ShapeEnv.replace``: a symbol torch found equal to another expression
+    written as that expression), and where it was made (``guard.sloc``: its ``SLoc``'s user line,
+    else torch's own frame)."""
+    return [(env.replace(g.expr), g.sloc.maybe_user_loc or str(g.sloc)) for g in env.guards]
 
 
 def backed_values(env: Any) -> Mapping[Any, Any]:

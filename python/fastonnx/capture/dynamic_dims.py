@@ -25,7 +25,7 @@ from torch.export import Dim
 
 from fastonnx.capture.input_tensors import key_text
 from fastonnx.errors import InputError
-from fastonnx.torch_internals import DerivedDim, DimHint, DimHintType, pytree
+from fastonnx.torch_internals import DerivedDim, DimHint, DimHintType, pytree, symint_expr
 
 # (flattened input index, axis) -> requested name (None when only "dynamic" was asked, without a name)
 Requested = dict[tuple[int, int], str | None]
@@ -264,7 +264,7 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
             continue
         for axis, d in enumerate(val.shape):
             asked = (index, axis) in requested
-            if isinstance(d, int) or d.node.expr.is_number:
+            if isinstance(d, int) or symint_expr(d).is_number:
                 if asked:
                     warnings.warn(
                         f"input {input_name!r} dim {axis} was asked to be dynamic but torch.export "
@@ -272,7 +272,7 @@ def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> 
                         stacklevel=4,
                     )
                 continue
-            expr = d.node.expr
+            expr = symint_expr(d)
             wanted = requested.get((index, axis))
             if not expr.is_Symbol:
                 # a dim torch's suggested fixes derived from a new root ("n = 2*_n"): the root is
@@ -301,8 +301,8 @@ def ranges(
         if not isinstance(val, torch.Tensor):
             continue
         for axis, d in enumerate(val.shape):
-            if isinstance(d, torch.SymInt) and str(d.node.expr) in bounds:
-                r = bounds[str(d.node.expr)]
+            if isinstance(d, torch.SymInt) and str(symint_expr(d)) in bounds:
+                r = bounds[str(symint_expr(d))]
                 found[f"{paths[index]}[{axis}]"] = [_bound(r.lower), _bound(r.upper)]
     return found
 
@@ -329,7 +329,7 @@ def specialised(
         if not isinstance(val, torch.Tensor):
             continue
         for axis, d in enumerate(val.shape):
-            if (index, axis) in requested and (isinstance(d, int) or d.node.expr.is_number):
+            if (index, axis) in requested and (isinstance(d, int) or symint_expr(d).is_number):
                 out.append((paths[index], axis, int(d)))
     return out
 

@@ -45,7 +45,9 @@ from fastonnx.errors import SizeGuardError
 from fastonnx.torch_internals import (
     backed_values,
     guard_namespace,
+    input_guards,
     shape_env_of_symint,
+    symint_expr,
     sympy_python,
     user_guard_locations,
     value_ranges,
@@ -358,10 +360,11 @@ def _symbolic_dims(
         if not isinstance(val, torch.Tensor):
             continue
         for axis, d in enumerate(val.shape):
-            if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
-                dims[(index, axis)] = d.node.expr
-                if d.node.expr.is_Symbol:
-                    source.setdefault(d.node.expr, (index, axis))
+            expr = symint_expr(d) if isinstance(d, torch.SymInt) else None
+            if expr is not None and not expr.is_number:
+                dims[(index, axis)] = expr
+                if expr.is_Symbol:
+                    source.setdefault(expr, (index, axis))
     return dims, source
 
 
@@ -442,10 +445,9 @@ def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
     found: list[_Guard] = []
     seen: set[Any] = set()
     parts: list[tuple[Any, Any]] = []
-    for g in env.guards:
-        whole = env.replace(g.expr)
-        parts.extend((p, g) for p in (whole.args if isinstance(whole, sympy.And) else (whole,)))
-    for expr, g in parts:
+    for whole, where in input_guards(env):
+        parts.extend((p, where) for p in (whole.args if isinstance(whole, sympy.And) else (whole,)))
+    for expr, where in parts:
         if expr in seen or expr is sympy.true or not expr.free_symbols or not expr.free_symbols <= symbols:
             continue
         if _oblivious(expr):
@@ -453,7 +455,7 @@ def _input_guards(env: Any, symbols: set[Any]) -> list[_Guard]:
         seen.add(expr)
         ordered = tuple(sorted(expr.free_symbols, key=str))
         fn = _compiled(sympy_python(expr), tuple(str(s) for s in ordered))
-        found.append(_Guard(expr, g.sloc.maybe_user_loc or str(g.sloc), ordered, fn))
+        found.append(_Guard(expr, where, ordered, fn))
     return found
 
 

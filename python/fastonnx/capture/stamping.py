@@ -54,7 +54,7 @@ from torch.export.graph_signature import (
 
 from fastonnx.capture.refusal import TraceRefused
 from fastonnx.capture.trace import LazyProgram, trace_model
-from fastonnx.torch_internals import graph_used_names, rename_node, swap_child_modules
+from fastonnx.torch_internals import graph_used_names, rename_node, swap_child_modules, symint_expr
 
 log = logging.getLogger("fastonnx")
 
@@ -786,8 +786,8 @@ def _resize(node: torch.fx.Node) -> None:
     val = node.target(*vals)
     node.meta["val"] = val
     if node.target in _COMMUTATIVE and len(node.args) == 2 and isinstance(val, torch.SymInt):
-        terms = val.node.expr.args
-        exprs = [v.node.expr if isinstance(v, torch.SymInt) else v for v in vals]
+        terms = symint_expr(val).args
+        exprs = [symint_expr(v) if isinstance(v, torch.SymInt) else v for v in vals]
         if len(terms) == 2 and list(terms) == exprs[::-1]:
             node.args = (node.args[1], node.args[0])
 
