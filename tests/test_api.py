@@ -181,3 +181,77 @@ def test_every_keyword_is_checked_before_the_capture(keyword: str, value: object
 
     with pytest.raises(fastonnx.InputError, match=expected):
         fastonnx.to_onnx(Refuses(), (torch.randn(2),), **{keyword: value})
+
+
+def test_the_options_check_takes_to_onnx_keywords_with_its_defaults() -> None:
+    # every entry point taking to_onnx's keywords checks them with ExportOptions.from_keywords, which
+    # must then mean what to_onnx means by each keyword left out
+    import inspect
+
+    from fastonnx.pipeline.options import ExportOptions
+
+    own = ("model", "args", "kwargs", "report", "verify", "verbose")  # to_onnx's, not the options'
+    params = inspect.signature(fastonnx.to_onnx).parameters
+    defaults = {name: p.default for name, p in params.items() if name not in own}
+    assert ExportOptions.from_keywords(**defaults) == ExportOptions.from_keywords()
+    for name, p in inspect.signature(ExportOptions.from_keywords).parameters.items():
+        if p.kind is p.KEYWORD_ONLY:
+            assert p.default == defaults[name], name
+    with pytest.raises(fastonnx.InputError, match="to_onnx has no keyword 'optimise'"):
+        ExportOptions.from_keywords(optimise=True)
+
+
+# a value to_onnx refuses before capturing, per keyword, and the entry points taking that keyword
+BAD_VALUES = {
+    "opset": 5,
+    "optimize": "fast",
+    "custom_converters": [1],
+    "decompositions": "core",
+    "quantize": "int3",
+    "metadata": "yes",
+    "capture": "jit",
+    "progress": "always",
+}
+ENTRY_KEYWORDS = {
+    "backend": ("opset", "optimize", "custom_converters", "decompositions"),
+    "graph_module_to_onnx": ("opset", "optimize", "custom_converters"),
+    "export_pretrained": tuple(BAD_VALUES),
+}
+
+
+@pytest.mark.parametrize(("entry", "keyword"), [(e, k) for e, ks in ENTRY_KEYWORDS.items() for k in ks])
+def test_every_entry_point_refuses_a_keyword_as_to_onnx_does_before_any_work(
+    entry: str, keyword: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fastonnx.pipeline import stages
+    from fastonnx.pretrained import package_export
+
+    calls: list[torch.Tensor] = []
+
+    class Counting(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append(x)
+            return x * 2
+
+    bad = {keyword: BAD_VALUES[keyword]}
+    with pytest.raises(fastonnx.FastOnnxError) as by_to_onnx:
+        fastonnx.to_onnx(Counting(), (torch.randn(2),), **bad)
+    gm = make_fx(lambda x: x * 2)(torch.randn(2))
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work started before the keywords were checked")
+
+    monkeypatch.setattr(stages, "run_convert", never)  # graph_module_to_onnx's conversion
+    monkeypatch.setattr(package_export.folder_mod, "read_folder", never)  # export_pretrained's first step
+    with pytest.raises(type(by_to_onnx.value)) as refused:
+        if entry == "backend":
+            torch.compile(Counting(), backend=fastonnx.backend(**bad))(torch.randn(2))
+        elif entry == "graph_module_to_onnx":
+            fastonnx.graph_module_to_onnx(gm, **bad)
+        else:
+            fastonnx.export_pretrained(tmp_path / "checkpoint", tmp_path / "package", **bad)
+    assert refused.value.args == by_to_onnx.value.args
+    assert calls == []  # neither to_onnx nor the entry point ran the model
+    assert not (tmp_path / "package").exists()

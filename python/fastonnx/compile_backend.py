@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError, UnsupportedOpError
+from fastonnx.pipeline.options import ExportOptions
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 from fastonnx.torch_internals import (
@@ -76,7 +77,9 @@ class GraphStats:
 class FastOnnxBackend:
     """A torch.compile backend: ``torch.compile(model, backend=fastonnx.backend(...))``.
 
-    ``opset`` and ``optimize`` (False, True, "onnxruntime") are ``to_onnx``'s; ``providers`` are
+    ``opset`` and ``optimize`` (False / "none", True / "default", "onnxruntime") are ``to_onnx``'s,
+    checked as it checks them when the backend is made (``ExportOptions.from_keywords``, with
+    ``decompositions`` and ``custom_converters``); ``providers`` are
     onnxruntime's (CPU by default), ``session_options`` too (threads...); ``dump_dir`` writes each graph's model there as ``<name>.onnx``;
     ``fallback`` (default True) runs graphs that cannot be converted in eager PyTorch with a warning,
     False raises. ``decompositions`` replaces the table aot_autograd decomposes with (see the module's
@@ -102,9 +105,11 @@ class FastOnnxBackend:
         rtol: float = 1e-4,
         atol: float = 1e-5,
     ) -> None:
-        if optimize not in (False, True, "onnxruntime"):
-            raise InputError(f"optimize must be False, True or 'onnxruntime', got {optimize!r}")
-        if debug and optimize == "onnxruntime":
+        # to_onnx's checks of its keywords, with its messages, before any graph is captured
+        options = ExportOptions.from_keywords(
+            opset=opset, optimize=optimize, custom_converters=custom_converters, decompositions=decompositions
+        )
+        if debug and options.level == "onnxruntime":
             raise InputError(
                 "optimize='onnxruntime' emits onnxruntime's contrib ops, which the reference evaluator of "
                 "the debug backend cannot run: use optimize=True or False"

@@ -88,6 +88,21 @@ def test_options_export_pretrained_sets_itself(tmp_path: pathlib.Path, llama: pa
     _refused(llama, tmp_path, "sets weights itself", weights="x")
 
 
+def test_options_are_checked_as_to_onnx_checks_them_before_the_folder_is_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastonnx.pretrained import package_export
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the folder was read before the options were checked")
+
+    monkeypatch.setattr(package_export.folder_mod, "read_folder", never)
+    folder = tmp_path / "checkpoint"
+    _refused(folder, tmp_path, "to_onnx has no keyword 'optimise'", optimise=True)
+    _refused(folder, tmp_path, "optimize must be False / 'none', True / 'default'", optimize="fast")
+    _refused(folder, tmp_path, "quantize must be None, 'int4', 'int8'", quantize="int3")
+
+
 def test_cli_bad_input_exits_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere" / "ckpt"
     assert cli.main(["export", str(missing), str(tmp_path / "out")]) == 2

@@ -54,17 +54,23 @@ class ExportOptions:
     def from_keywords(
         cls,
         *,
-        opset: int | None,
-        optimize: bool | str,
-        filename: str | os.PathLike[str] | None,
-        weights: checkpoints.Weights | None,
-        metadata: bool,
-        value_info: bool,
-        export_modules_as_functions: local_functions.Selection,
+        opset: int | None = None,
+        optimize: bool | str = True,
+        filename: str | os.PathLike[str] | None = None,
+        weights: checkpoints.Weights | None = None,
+        metadata: bool = True,
+        value_info: bool = True,
+        export_modules_as_functions: local_functions.Selection = False,
         quantize: Any = None,
         **rest: Any,
     ) -> ExportOptions:
-        """Every check that can fail before the (long) capture: a bad value is an InputError here."""
+        """Every check that can fail before the (long) capture: a bad value is an InputError here.
+
+        The keywords are to_onnx's but report, verify and verbose, with its defaults (a test holds
+        them equal): every entry point taking to_onnx's keywords passes them here before capturing
+        (to_onnx, fastonnx.export, export_pretrained, the torch.compile backends and
+        graph_module_to_onnx), so a bad value fails the same way everywhere. A keyword to_onnx does not
+        have is an InputError too."""
         _check_rest(rest)
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
@@ -133,10 +139,19 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# the keywords from_keywords passes on as they are without a check of their own (torch.export's
+# dynamic shapes are checked by the capture)
+_REST_UNCHECKED = ("dynamic_shapes",)
+
+
 def _check_rest(rest: dict[str, Any]) -> None:
     for name, value in rest.items():
+        if name in _REST_UNCHECKED:
+            continue
         check = _REST_CHECKS.get(name)
-        if check is not None and not check[0](value):
+        if check is None:
+            raise InputError(f"to_onnx has no keyword {name!r}")
+        if not check[0](value):
             raise InputError(f"{name} must be {check[1]}, got {value!r}")
 
 

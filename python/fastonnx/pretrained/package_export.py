@@ -22,6 +22,7 @@ import torch
 
 from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
+from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
@@ -184,7 +185,8 @@ def export_pretrained(
     in huggingface_hub's cache) for ``task`` into the package folder ``outdir``.
 
     ``options`` are passed to ``fastonnx.to_onnx`` (``opset``, ``optimize``, ``quantize`` where
-    to_onnx has it...). ``verify`` runs the package in onnxruntime against transformers when the weights
+    to_onnx has it...), checked as to_onnx checks them before anything is read: a bad value or a
+    keyword to_onnx does not have is an ``InputError``. ``verify`` runs the package in onnxruntime against transformers when the weights
     fit in memory; a mismatch raises ``RuntimeCheckError`` after writing the package and its report.
     Returns what was written. See docs/guides/pretrained.md.
     """
@@ -195,6 +197,9 @@ def export_pretrained(
             raise InputError(f"export_pretrained sets {reserved} itself")
     if options.get("quantize") is None:
         options.pop("quantize", None)
+    # to_onnx's checks of the options, with its messages, before the folder is read or anything
+    # captured (verbose is no option of the export, only of its logging)
+    ExportOptions.from_keywords(progress=progress, **{k: v for k, v in options.items() if k != "verbose"})
     checkpoint = folder_mod.read_folder(model)
     chosen, class_name = choose(checkpoint.config, task)
     target = pathlib.Path(outdir).expanduser().resolve()

@@ -25,9 +25,8 @@ from torch.export.graph_signature import (
 )
 
 from fastonnx.errors import InputError
-from fastonnx.opsets import resolve_opset
 from fastonnx.pipeline import stages
-from fastonnx.pipeline.options import ExportOptions, new_builder, optimize_level
+from fastonnx.pipeline.options import ExportOptions, new_builder
 from fastonnx.registry import Registry
 from fastonnx.result import ExportResult
 
@@ -92,7 +91,11 @@ def graph_module_to_onnx(
     placeholders. The model has no ``value_info`` (to_onnx's default writes it). Returns an
     ``ExportResult`` (flat inputs, flat outputs) with ``stats`` like ``to_onnx``'s, without ``capture_s``.
     """
-    level = optimize_level(optimize)
+    # to_onnx's checks of these keywords, before anything is converted; no value_info: the compile
+    # backends hand the model to onnxruntime, which infers the types itself
+    options = ExportOptions.from_keywords(
+        opset=opset, optimize=optimize, custom_converters=custom_converters, value_info=False
+    )
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     missing = [n.name for n in placeholders if "val" not in n.meta]
     if missing:
@@ -104,10 +107,6 @@ def graph_module_to_onnx(
         raise InputError(
             f"got {len(example_inputs)} example inputs, the GraphModule has {len(placeholders)} placeholders"
         )
-    # no value_info: the compile backends hand the model to onnxruntime, which infers the types itself
-    options = ExportOptions(
-        opset=resolve_opset(opset), level=level, custom_converters=custom_converters, value_info=False
-    )
     program = cast(torch.export.ExportedProgram, GraphProgram(gm))  # has every attribute the walker reads
     vals = tuple(n.meta["val"] for n in placeholders)
     builder = new_builder(options.opset)
