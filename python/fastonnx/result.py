@@ -37,22 +37,28 @@ class ExportResult:
         in_spec: Any,
         out_spec: Any,
         stats: dict[str, Any],
+        *,
+        exported_program: torch.export.ExportedProgram | None = None,
+        model: Any = None,
+        trace: Trace | None = None,
+        proven: Proven | None = None,
     ) -> None:
+        """``exported_program``, ``model``, ``trace`` and ``proven`` are given by to_onnx (pipeline.run)
+        and left None otherwise (graph_module_to_onnx): the program the graph was converted from, the
+        model eager runs for ``verify()``, the FX -> ONNX trace of ``verify(intermediate=True)`` and the
+        sizes the program is right for (capture/guards.py: inputs outside are refused)."""
         self._builder = builder
         self._layout = layout
         self._in_spec = in_spec
         self._out_spec = out_spec
         self.stats = stats
         self.path: str | None = None
-        # the program the graph was converted from (set by to_onnx; None when built otherwise)
-        self.exported_program: torch.export.ExportedProgram | None = None
+        self.exported_program = exported_program
         self._proto: onnx.ModelProto | None = None
         self._session: onnxruntime.InferenceSession | None = None
-        # kept by to_onnx for verify(): what eager runs, the captured program and the FX -> ONNX trace
-        self._model: Any = None
-        self._trace: Trace | None = None
-        # the sizes the program is right for (capture/guards.py): inputs outside are refused
-        self.proven: Proven | None = None
+        self._model = model
+        self._trace = trace
+        self.proven = proven
 
     @property
     def input_names(self) -> list[str]:
@@ -111,7 +117,31 @@ class ExportResult:
         self._session = None
         return info
 
+    def reset_caches(self) -> None:
+        """Forget the ``model_proto`` and the onnxruntime session built so far, for one built anew on
+        next use: after the graph or the saved file changed (``ONNXProgram.optimize`` /
+        ``apply_weights``)."""
+        self._proto = None
+        self._session = None
+
+    def run_passes(self, level: str) -> dict[str, int]:
+        """The optimization passes at ``level`` ("default", "onnxruntime") on the graph, for a model
+        converted without them (``ONNXProgram.optimize`` after an export with optimize=False):
+        ``stats["optimize"]`` and ``stats["nodes"]`` updated, the caches reset. Returns the passes'
+        counts."""
+        counts = self._builder.optimize(level)
+        self.stats["optimize"] = counts
+        self.stats["nodes"] = self._builder.num_nodes
+        self.reset_caches()
+        return counts
+
     # ---- running in onnxruntime -----------------------------------------------------------------
+    def use_session(self, session: onnxruntime.InferenceSession | None) -> None:
+        """Run through ``session`` from now on (one the caller built: torch's ``initializer`` hook of
+        ``ONNXProgram.initialize_inference_session``); None drops the current one (``release``), the
+        next run builds a new one."""
+        self._session = session
+
     def session(self) -> onnxruntime.InferenceSession:
         if self._session is None:
             import onnxruntime

@@ -375,19 +375,22 @@ def test_graph_module_to_onnx_composes_the_metadata_too() -> None:
 def test_metadata_composed_alongside_the_passes_equals_metadata_composed_after_them(
     llama: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """to_onnx composes while the passes run on another thread (Interpreter.optimize); the file is the
+    """to_onnx composes while the passes run on another thread (stages.run_optimize); the file is the
     one composing after the passes, for the surviving scopes only, gives."""
+    from fastonnx.pipeline import stages
+
     ep, first = llama
     args = (torch.randint(0, 256, (2, 8)),)
     alongside = fastonnx.to_onnx(ep, args, opset=23).to_bytes()
     assert alongside == first.to_bytes()
 
-    def after(self: Any, level: str, progress: Any = None) -> dict[str, int]:
-        counts = self._top.optimize(level, progress)
-        self.scopes.compose(self._top.scope_table(), used=set(self._top.used_scopes()))
-        self.scopes.apply(self._top)
-        self._top.name_nodes_by_scope()
-        return counts
+    def after(converted: Any, options: Any, bars: Any = None) -> stages.Optimized:
+        builder, scopes = converted.builder, converted.interp.scopes
+        counts = builder.optimize(options.level)
+        scopes.compose(builder.scope_table(), used=set(builder.used_scopes()))
+        scopes.apply(builder)
+        builder.name_nodes_by_scope()
+        return stages.Optimized(counts, 0.0, 0.0)
 
-    monkeypatch.setattr(fastonnx.walker.interpreter.Interpreter, "optimize", after)
+    monkeypatch.setattr(stages, "run_optimize", after)
     assert fastonnx.to_onnx(ep, args, opset=23).to_bytes() == alongside

@@ -309,7 +309,7 @@ def _failure_section(rec: ExportRecord, error: BaseException) -> list[str]:
 
 def _timings_section(rec: ExportRecord) -> list[str]:
     keys = ("capture_s", "convert_s", "optimize_s", "metadata_s", "write_s", "verify_s")
-    # the metadata is composed while the passes run (Interpreter.optimize): not a stage of its own
+    # the metadata is composed while the passes run (stages.run_optimize): not a stage of its own
     label = {"metadata_s": "metadata (alongside optimize)"}
     rows = [f"| {label.get(k, k[:-2])} | {rec.stats[k]:.3f} |" for k in keys if k in rec.stats]
     if not rows:

@@ -1,6 +1,7 @@
 """One export, stage by stage: the options checked once (options.py), then capture -> convert ->
-optimize -> write -> verify (stages.py), each stage's result adding its part of ``stats``. The report
-(``diagnostics.report.ExportRecord``) follows the stages, so a failed export still says where it was."""
+weights (before the passes) -> optimize -> weights (after them) -> write -> verify (stages.py), each
+stage's result adding its part of ``stats``. The report (``diagnostics.report.ExportRecord``) follows
+the stages, so a failed export still says where it was."""
 
 from __future__ import annotations
 
@@ -48,17 +49,26 @@ def run(
     if proven:
         # what the file is right for, beside it (guards.py); the result checks its inputs against it
         builder.set_metadata(guards.METADATA_KEY, proven.to_json())
-    optimized = stages.run_optimize(converted, model, options, bars)
-    stats.update(optimized.stats())
+    # the weights stage around the passes: its plan before them, the weights placed after them
+    planned = stages.plan_weights(converted, model, options)
+    optimized = stages.run_optimize(converted, options, bars)
+    placed = stages.place_weights(builder, planned)
+    stats.update(stages.optimize_stats(converted, optimized, placed))
     record.stage = "write"
 
     ep = captured.ep
     result = ExportResult(
-        converted.builder, converted.layout, ep.call_spec.in_spec, ep.call_spec.out_spec, stats
+        builder,
+        converted.layout,
+        ep.call_spec.in_spec,
+        ep.call_spec.out_spec,
+        stats,
+        exported_program=ep,
+        model=model,
+        trace=converted.interp.trace,
+        proven=proven or None,
     )
-    result._model, result.exported_program, result._trace = model, ep, converted.interp.trace
-    result.proven = proven or None
-    stats.update(stages.run_write(result, optimized.referenced, options).stats())
+    stats.update(stages.run_write(result, placed.referenced, options).stats())
     stages.log_summary(stats)
     if verify:
         record.stage = "verify"

@@ -1,8 +1,10 @@
-"""The stages of an export — capture, convert, optimize, write, verify — each a function returning a
-small result that says what it made and, through ``stats()``, what ``ExportResult.stats`` reports of it.
+"""The stages of an export — capture, convert, weights, optimize, write, verify — each a function
+returning a small result that says what it made and, through ``stats()``, what ``ExportResult.stats``
+reports of it. The weights stage runs in two steps around the passes (``plan_weights``,
+``place_weights``); ``optimize_stats`` gives the optimize part of the stats from both and the passes.
 
 ``to_onnx`` runs them all (pipeline.run); ``graph_module_to_onnx`` (torch.compile's backends) starts at
-convert, with a GraphModule seen as a program.
+convert, with a GraphModule seen as a program, and stops before the write.
 """
 
 from __future__ import annotations
@@ -58,29 +60,43 @@ class Converted:
         return found
 
 
-@dataclasses.dataclass
-class Optimized:
-    counts: dict[str, int]  # what each pass did
-    metadata_s: float
-    referenced: checkpoints.Referenced | None  # weights pointing into the checkpoint's shards
-    deferred: int | None  # weights without bytes, for attach_weights
-    functions: dict[str, Any] | None  # the extraction's account with the functions made, when asked for
+@dataclasses.dataclass(frozen=True)
+class WeightsPlanned:
+    """The weights stage before the passes (``plan_weights``): what it decided and rewrote."""
+
+    plan: checkpoints.ReferencePlan | None  # the checkpoint tensors to reference after the passes
+    deferred: dict[str, str]  # initializer -> state-dict key of the weights still without bytes
+    quantized: dict[str, Any] | None  # what quantize= did (stats["quantize"])
+    read_as_stored: int  # Linear products rewritten to read their weight as stored
     seconds: float
-    nodes: int
-    initializers: int
-    quantized: dict[str, Any] | None = None  # what quantize= did (stats["quantize"])
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsPlaced:
+    """The weights stage once done (``place_weights``, after the passes): where the weights went."""
+
+    referenced: checkpoints.Referenced | None  # weights pointing into the checkpoint's shards
+    # the weights without bytes the file's metadata lists for attach_weights; None when there are none
+    deferred: dict[str, str] | None
+    quantized: dict[str, Any] | None  # what quantize= did (stats["quantize"])
+    seconds: float  # both steps
 
     def stats(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"optimize": self.counts, "metadata_s": self.metadata_s}
+        found: dict[str, Any] = {}
         if self.quantized is not None:
             found["quantize"] = self.quantized
         if self.deferred is not None:
-            found["deferred_weights"] = self.deferred
-        found.update(optimize_s=self.seconds, nodes=self.nodes)
-        if self.functions is not None:
-            found["functions"] = self.functions
-        found["initializers"] = self.initializers
+            found["deferred_weights"] = len(self.deferred)
         return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimized:
+    """The passes (``run_optimize``)."""
+
+    counts: dict[str, int]  # what each pass did
+    metadata_s: float  # composing the node metadata, alongside the passes
+    seconds: float
 
 
 @dataclasses.dataclass
@@ -189,21 +205,34 @@ def run_convert(
     return Converted(builder, interp, layout, carved, seconds)
 
 
-def run_optimize(
-    converted: Converted, model: Any, options: ExportOptions, bars: Progress | None = None
-) -> Optimized:
-    """The passes at the options' level (node metadata composed alongside them); checkpoint weights
-    referenced in place; the weights still without bytes recorded for attach_weights."""
+# ---- the weights stage ---------------------------------------------------------------------------
+# Where each weight the converted graph reads goes: referenced in place in the checkpoint's shards
+# (weights=), quantized (quantize=), written, or left a hole for attach_weights (a meta-device model).
+# It runs in two steps around the passes, because the passes must see the weights as they will be
+# stored (a referenced Linear weight read untransposed, a quantized product already rewritten) and
+# only after them is it known which initializers survive: ``plan_weights`` before, ``place_weights``
+# after, the first's result handed to the second. Functions here rather than a module of
+# stored_weights/: like every stage they read ExportOptions (the pipeline's; stored_weights sits below
+# the pipeline and does not import it) and give their part of ExportResult.stats; the pieces they
+# call (checkpoints, weight_quantization, attach's metadata key) stay in stored_weights/. Neither
+# step changes the converter's records (``Interpreter.deferred``, ``weights_read``) or a plan once
+# made: what is still deferred, and which plan entries remain, are new dicts in its result.
+
+
+def plan_weights(converted: Converted, model: Any, options: ExportOptions) -> WeightsPlanned:
+    """The weights stage before the passes: the checkpoint's tensors matched (weights=), the products'
+    weights rewritten to be read quantized (quantize=; computed by the writer as it streams, those a
+    checkpoint holds read from it and no longer referenced), the Linear weights to be referenced read
+    as stored (not pre-transposed by the passes)."""
     t0 = time.perf_counter()
     builder, interp = converted.builder, converted.interp
-    plan = read_as_stored = quantized = None
+    deferred = dict(interp.deferred)
+    plan = quantized = None
     if options.shards is not None:
         plan = checkpoints.plan_references(
             interp.weights_read, interp.deferred, options.shards, model, options.cast_weights
         )
     if options.quantize is not None:
-        # before the passes: the products' weights read quantized (computed by the writer as it
-        # streams); those a checkpoint holds are read from it, not referenced
         quantized, from_shards = weight_quantization.quantize_weights(
             builder,
             options.quantize,
@@ -213,48 +242,93 @@ def run_optimize(
             interp.deferred,
             plan.entries if plan is not None else None,
         )
-        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in from_shards}
+        # read from the shards by the quantizer: neither a hole nor a tensor to reference any more
+        deferred = {k: v for k, v in deferred.items() if k not in from_shards}
         if plan is not None:
-            plan.entries = {k: v for k, v in plan.entries.items() if k not in from_shards}
+            plan = plan.without(from_shards)
+    read_as_stored = 0
     if plan is not None:
-        # before the passes: the Linear weights to be referenced are read as stored, not pre-transposed
         read_as_stored = builder.read_weights_as_stored(plan.as_stored(), options.level)
-    bars = bars or Progress(False)
-    with bars.stage("optimize", unit="pass") as stage:
-        counts = interp.optimize(options.level, stage.update if stage.enabled else None)
-    referenced = None
-    if plan is not None:
-        referenced = checkpoints.reference(builder, plan, read_as_stored or 0)
+    return WeightsPlanned(plan, deferred, quantized, read_as_stored, time.perf_counter() - t0)
+
+
+def place_weights(builder: GraphBuilder, planned: WeightsPlanned) -> WeightsPlaced:
+    """The weights stage after the passes: the planned initializers that survived pointed at the
+    shards; the weights still without bytes that the graph reads listed in the file's metadata
+    (attach_weights fills them)."""
+    t0 = time.perf_counter()
+    deferred, referenced = planned.deferred, None
+    if planned.plan is not None:
+        referenced = checkpoints.reference(builder, planned.plan, planned.read_as_stored)
         # weights filled from the shards are not holes any more: attach_weights has nothing to fill there
-        interp.deferred = {k: v for k, v in interp.deferred.items() if k not in referenced.filled_names}
-    deferred = _record_deferred(builder, interp.deferred)
-    carved = None
-    if converted.carved is not None:
-        made = [f"{domain}.{name}: {nodes} nodes" for domain, name, nodes in builder.functions()]
-        carved = {**converted.carved, "functions": made}
-    seconds = time.perf_counter() - t0
-    log.info("optimize: %.3fs, %d ONNX nodes", seconds, builder.num_nodes)
-    return Optimized(
-        counts,
-        interp.metadata_s,
-        referenced,
-        deferred,
-        carved,
-        seconds,
-        builder.num_nodes,
-        builder.num_initializers,
-        quantized,
-    )
+        deferred = {k: v for k, v in deferred.items() if k not in referenced.filled_names}
+    recorded = _record_deferred(builder, deferred)
+    seconds = planned.seconds + time.perf_counter() - t0
+    return WeightsPlaced(referenced, recorded, planned.quantized, seconds)
 
 
-def _record_deferred(builder: GraphBuilder, deferred: dict[str, Any]) -> int | None:
+def _record_deferred(builder: GraphBuilder, deferred: dict[str, str]) -> dict[str, str] | None:
     """The weights without bytes that the optimized graph still reads, in the file's metadata
-    (attach_weights fills them); how many, or None when there are none."""
+    (attach_weights fills them); None when there are none."""
     if not deferred:
         return None
     kept = {k: v for k, v in deferred.items() if builder.has_initializer(k)}
     builder.set_metadata(DEFERRED_KEY, json.dumps(kept, sort_keys=True))
-    return len(kept)
+    return kept
+
+
+# ---- the passes -------------------------------------------------------------------------------------
+def run_optimize(converted: Converted, options: ExportOptions, bars: Progress | None = None) -> Optimized:
+    """The builder's passes at the options' level, and nothing else. With metadata, the node metadata
+    (``node_metadata.Scopes.compose``) is composed alongside them: on a second thread, while the passes
+    run on this one without the GIL. The passes have not decided yet which nodes survive, so every
+    scope with a node is composed; ``metadata_s`` is the time that took (overlapping the passes). The
+    metadata of inputs, initializers and the graph is composed there too and given to the builder
+    after the passes; the nodes are then named from their scopes, and the trace (debug.Trace) finds
+    them by scope from then on."""
+    t0 = time.perf_counter()
+    builder, interp = converted.builder, converted.interp
+    bars = bars or Progress(False)
+    metadata_s = 0.0
+    with bars.stage("optimize", unit="pass") as stage:
+        progress = stage.update if stage.enabled else None
+        scopes = interp.scopes
+        if scopes is None:
+            counts = builder.optimize(options.level, progress)
+        else:
+            table = builder.scope_table()
+            # the scopes of FX nodes that made no ONNX node (~13% of a Llama's) are left out already
+            made = builder.used_scopes()
+
+            def compose() -> None:
+                nonlocal metadata_s
+                start = time.perf_counter()
+                scopes.compose(table, used=set(made))
+                metadata_s = time.perf_counter() - start
+
+            counts = builder.optimize(options.level, progress, alongside=compose)
+            scopes.apply(builder)
+            builder.name_nodes_by_scope()
+            interp.trace.scopes, interp.trace.builder = scopes, builder
+    seconds = time.perf_counter() - t0
+    log.info("optimize: %.3fs, %d ONNX nodes", seconds, builder.num_nodes)
+    return Optimized(counts, metadata_s, seconds)
+
+
+def optimize_stats(converted: Converted, optimized: Optimized, weights: WeightsPlaced) -> dict[str, Any]:
+    """The optimize part of ExportResult.stats, in the order to_onnx has always given it: the passes'
+    counts and metadata time, the weights stage's accounts, ``optimize_s`` (the passes and both steps
+    of the weights stage), and the graph the writer gets (nodes, local functions, initializers), read
+    now that both are done."""
+    builder = converted.builder
+    found: dict[str, Any] = {"optimize": optimized.counts, "metadata_s": optimized.metadata_s}
+    found.update(weights.stats())
+    found.update(optimize_s=optimized.seconds + weights.seconds, nodes=builder.num_nodes)
+    if converted.carved is not None:
+        made = [f"{domain}.{name}: {nodes} nodes" for domain, name, nodes in builder.functions()]
+        found["functions"] = {**converted.carved, "functions": made}
+    found["initializers"] = builder.num_initializers
+    return found
 
 
 def run_write(

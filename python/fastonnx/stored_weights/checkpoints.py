@@ -57,8 +57,8 @@ import json
 import math
 import os
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -134,6 +134,11 @@ class ReferencePlan:
         """The initializers whose bytes will come from the shards as stored: the passes must keep them so
         (Linear weights read untransposed)."""
         return sorted(self.entries)
+
+    def without(self, names: Collection[str]) -> ReferencePlan:
+        """This plan less the initializers ``names`` (read from the shards another way: quantized), as
+        a new plan; this one is left as it is."""
+        return replace(self, entries={k: v for k, v in self.entries.items() if k not in names})
 
 
 def shard_files(weights: Weights) -> list[str]:

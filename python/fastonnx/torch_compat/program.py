@@ -106,11 +106,11 @@ class ONNXProgram:
             self.result.session()
             return
         source = self.result.path if self.result.path is not None else self.result.to_bytes()
-        self.result._session = initializer(source)
+        self.result.use_session(initializer(source))
 
     def release(self) -> None:
         """Drop the onnxruntime session."""
-        self.result._session = None
+        self.result.use_session(None)
 
     # ---- changing -----------------------------------------------------------------------------------
     def optimize(self) -> None:
@@ -118,11 +118,7 @@ class ONNXProgram:
         otherwise: they already ran)."""
         if self._optimized:
             return
-        counts = self.result._builder.optimize("default")
-        self.result.stats["optimize"] = counts
-        self.result.stats["nodes"] = self.result._builder.num_nodes
-        self.result._proto = None
-        self.result._session = None
+        self.result.run_passes("default")
         self._optimized = True
 
     def apply_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -137,8 +133,7 @@ class ONNXProgram:
         if self.result.path is None:
             raise InputError("apply_weights: save the model to a path first (the weights go into its .data)")
         attach_weights(self.result.path, state_dict)
-        self.result._proto = None
-        self.result._session = None
+        self.result.reset_caches()
 
     def __repr__(self) -> str:
         return f"fastonnx.ONNXProgram({self.result!r})"

@@ -113,6 +113,14 @@ def graph_module_to_onnx(
     converted = stages.run_convert(
         program, builder, (vals, {}), {}, options, Registry(custom_converters), program=False
     )
-    optimized = stages.run_optimize(converted, None, options)
-    stats = {"opset": options.opset, **converted.stats(), **optimized.stats()}
+    # the weights stage too, as to_onnx runs it: a GraphModule's weights are inputs, so it has nothing
+    # to reference or quantize, but a weight without bytes would still be listed for attach_weights
+    planned = stages.plan_weights(converted, None, options)
+    optimized = stages.run_optimize(converted, options)
+    placed = stages.place_weights(builder, planned)
+    stats = {
+        "opset": options.opset,
+        **converted.stats(),
+        **stages.optimize_stats(converted, optimized, placed),
+    }
     return ExportResult(builder, converted.layout, None, None, stats)

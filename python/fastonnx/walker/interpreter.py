@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -108,7 +107,6 @@ class Interpreter:
         # which FX node made which values and nodes of the top graph (report, intermediate verification)
         self.trace = debug.Trace(renamed=self.renamed)
         self._top = ctx.g
-        self.metadata_s = 0.0  # composing the node metadata (optimize)
         # readable node names and node / value metadata (node_metadata.py); None with metadata=False
         self.scopes = node_metadata.Scopes(self._top) if with_metadata else None
         ctx.find_dim = self._find_dim
@@ -514,31 +512,6 @@ class Interpreter:
                 return Value(result, dt, ())
             return result  # a Python number the converter folded
         return result
-
-    def optimize(self, level: str, progress: Callable[[int, int], object] | None = None) -> dict[str, int]:
-        """The builder's passes at ``level``, with the node metadata (``node_metadata.Scopes.compose``)
-        composed alongside them: on a second thread, while the passes run on this one without the GIL.
-        The passes have not decided yet which nodes survive, so every scope with a node is composed;
-        ``self.metadata_s`` is the time that took (overlapping the passes). The metadata of inputs,
-        initializers and the graph is composed there too and given to the builder after the passes;
-        the nodes are then named from their scopes."""
-        scopes = self.scopes
-        if scopes is None:
-            return self._top.optimize(level, progress)
-        table = self._top.scope_table()
-        # the scopes of FX nodes that made no ONNX node (~13% of a Llama's) are left out already
-        made = self._top.used_scopes()
-
-        def compose() -> None:
-            t0 = time.perf_counter()
-            scopes.compose(table, used=set(made))
-            self.metadata_s = time.perf_counter() - t0
-
-        counts = self._top.optimize(level, progress, alongside=compose)
-        scopes.apply(self._top)
-        self._top.name_nodes_by_scope()
-        self.trace.scopes, self.trace.builder = scopes, self._top
-        return counts
 
     def run_subgraph(self, graph: torch.fx.Graph, operands: Sequence[Any]) -> Any:
         """Convert a submodule's graph in place, its placeholders bound to ``operands``."""

@@ -20,7 +20,7 @@ module stack only, or on the target only, are computed here once; the builder's 
 each FX node's values (``ScopeTable.compose_fx_scopes``), torch's printer gives the FX node's text
 where arguments are not plain; the metadata of inputs, initializers and the graph is composed there
 too (``Scopes.apply`` gives it to the builder). to_onnx composes on a second thread while its passes
-run (``Interpreter.optimize``) and names the nodes from their scopes' prefixes once the passes are
+run (``pipeline.stages.run_optimize``) and names the nodes from their scopes' prefixes once the passes are
 done (``GraphBuilder.name_nodes_by_scope``): on two cores or more the metadata costs the walk a list
 append per FX node, then the naming and the larger file (benches/metadata_cost.py).
 """
@@ -180,7 +180,7 @@ class Scopes:
     def compose(self, table: ScopeTable, used: set[int] | None = None) -> None:
         """Give the scopes made so far (those in ``used`` only, when given) their metadata, through the
         builder's scope ``table``. Run once, when no more nodes will be made from these FX nodes: to_onnx
-        runs it alongside the passes (``Interpreter.optimize``), before they decide which nodes survive."""
+        runs it alongside the passes (``stages.run_optimize``), before they decide which nodes survive."""
         # the builder composes the values of plain calls (parallel lists, as above); torch's printer
         # gives the others
         indices: list[int] = []
