@@ -191,6 +191,45 @@ def test_external_data_true_writes_the_weights_beside(tmp_path):
             torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
 
 
+def test_f_is_written_by_the_write_stage_with_stats_file_as_to_onnx(tmp_path, monkeypatch):
+    # a path f is to_onnx's filename: checked once before the capture, written by the pipeline's write
+    # stage (stats["file"] where to_onnx has it), the outputs' dims named by dynamic_axes before that
+    from fastonnx.pipeline import options
+
+    checked: list[str] = []
+    check_writable = options.check_writable
+    monkeypatch.setattr(options, "check_writable", lambda p: checked.append(p) or check_writable(p))
+    model, path = TwoOut().eval(), tmp_path / "m.onnx"
+    axes = {"a": {0: "rows"}, "prod": {0: "rows"}, "total": {0: "rows"}}
+    prog = fastonnx.export(
+        model, _inputs(), path, input_names=["a", "b"], output_names=["prod", "total"], dynamic_axes=axes
+    )
+    assert checked == [str(path)]
+    info = prog.stats["file"]
+    assert info["path"] == str(path) == prog.result.path
+    assert info["model_bytes"] == path.stat().st_size and info["external_data"] is False
+    assert list(prog.stats)[-2:] == ["write_s", "file"]
+    same = fastonnx.to_onnx(model, _inputs(), filename=tmp_path / "t.onnx", input_names=["a", "b"])
+    assert list(same.stats["file"]) == list(info)
+    assert _dims(onnx.load(path)) == {"a": ["rows", 4], "b": [5, 6], "prod": ["rows", 5], "total": ["rows"]}
+    for rows in (3, 8):
+        x, y = _inputs(rows)
+        got = _run(str(path), {"a": x, "b": y})
+        with torch.no_grad():
+            want = model(x, y)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_file_object_with_external_data_is_refused_before_the_capture():
+    class Refuses(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise AssertionError("captured before f was checked")
+
+    with pytest.raises(fastonnx.InputError, match="needs a path"):
+        fastonnx.export(Refuses(), (torch.randn(2),), io.BytesIO(), external_data=True)
+
+
 def test_training_eval_exports_in_eval_mode_and_restores_the_mode():
     model = TwoOut().train()
     x, y = _inputs()

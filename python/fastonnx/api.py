@@ -410,12 +410,58 @@ def to_onnx(
         weight read through a Transpose is permuted as its copy is written. The example inputs are traced
         on their own device; ``result(...)`` takes CPU inputs (onnxruntime runs on the CPU).
     """
+    return run_export(
+        model,
+        args,
+        kwargs,
+        {
+            "dynamic_shapes": dynamic_shapes,
+            "opset": opset,
+            "filename": filename,
+            "external_data": external_data,
+            "optimize": optimize,
+            "input_names": input_names,
+            "output_names": output_names,
+            "custom_converters": custom_converters,
+            "decompositions": decompositions,
+            "strict_dynamic": strict_dynamic,
+            "keep_narrowed": keep_narrowed,
+            "metadata": metadata,
+            "value_info": value_info,
+            "durable": durable,
+            "progress": progress,
+            "weights": weights,
+            "export_modules_as_functions": export_modules_as_functions,
+            "cast_weights": cast_weights,
+            "capture": capture,
+            "quantize": quantize,
+        },
+        report=report,
+        verify=verify,
+        verbose=verbose,
+    )
+
+
+def run_export(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    keywords: dict[str, Any],
+    *,
+    report: bool | str | os.PathLike[str] = False,
+    verify: bool = False,
+    verbose: bool = False,
+) -> ExportResult:
+    """What ``to_onnx`` does, its option keywords (all but report, verify and verbose) in one dict for
+    ``ExportOptions.from_keywords``, those left out at to_onnx's defaults. fastonnx.export calls it
+    directly, adding ``output_dims`` (its dynamic_axes' names for output dims, given before the write)."""
     if not isinstance(args, tuple):
         raise InputError(f"args must be a tuple of the model's positional inputs, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     kwargs = dict(kwargs or {})
     args, kwargs = program_inputs(model, args, kwargs)
+    filename = keywords.get("filename")
     path = report_path(report, filename, model)
     # the stages followed also without a report: an error outside any node still gets the builder's state
     record = ExportRecord(
@@ -423,32 +469,16 @@ def to_onnx(
         model,
         args,
         kwargs,
-        {"opset": opset, "optimize": optimize, "dynamic_shapes": dynamic_shapes, "filename": filename},
+        {
+            "opset": keywords.get("opset"),
+            "optimize": keywords.get("optimize", True),
+            "dynamic_shapes": keywords.get("dynamic_shapes"),
+            "filename": filename,
+        },
     )
     with sigterm_as_interrupt(), _verbose_logging(verbose), _heap_set_aside():
         try:
-            options = ExportOptions.from_keywords(
-                opset=opset,
-                optimize=optimize,
-                filename=filename,
-                weights=weights,
-                metadata=metadata,
-                value_info=value_info,
-                export_modules_as_functions=export_modules_as_functions,
-                external_data=external_data,
-                input_names=input_names,
-                output_names=output_names,
-                custom_converters=custom_converters,
-                decompositions=decompositions,
-                dynamic_shapes=dynamic_shapes,
-                strict_dynamic=strict_dynamic,
-                keep_narrowed=keep_narrowed,
-                durable=durable,
-                progress=progress,
-                cast_weights=cast_weights,
-                capture=capture,
-                quantize=quantize,
-            )
+            options = ExportOptions.from_keywords(**keywords)
             result = pipeline.run(model, args, kwargs, options, record, verify=verify)
         except Exception as e:
             _explain(e, record, verbose)

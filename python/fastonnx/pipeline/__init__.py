@@ -54,6 +54,8 @@ def run(
     optimized = stages.run_optimize(converted, options, bars)
     placed = stages.place_weights(builder, planned)
     stats.update(stages.optimize_stats(converted, optimized, placed))
+    if options.output_dims:
+        stages.name_output_dims(builder, options.output_dims)
     record.stage = "write"
 
     ep = captured.ep

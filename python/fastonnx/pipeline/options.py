@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastonnx._core import GraphBuilder
@@ -49,6 +49,9 @@ class ExportOptions:
     functions: local_functions.Selection = False
     capture: str = "auto"
     quantize: weight_quantization.WeightQuantization | None = None
+    # output name -> {axis: dim name}: the outputs' dims named so before the write (fastonnx.export's
+    # dynamic_axes for outputs; not a keyword of to_onnx)
+    output_dims: Mapping[str, Mapping[int, str]] | None = None
 
     @classmethod
     def from_keywords(
@@ -136,6 +139,10 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "cast_weights": (lambda v: isinstance(v, bool), "True or False"),
     "progress": (lambda v: v is None or isinstance(v, bool), "None (automatic), True or False"),
     "capture": (lambda v: v in ("auto", "export", "trace"), "one of 'auto', 'export', 'trace'"),
+    "output_dims": (
+        lambda v: v is None or isinstance(v, Mapping),
+        "None or a dict of output -> {axis: name}",
+    ),
 }
 
 

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ import torch
 from fastonnx._core import GraphBuilder
 from fastonnx.capture import CaptureInfo, capture_program, dynamic_dims, prepare, register_pytree_types
 from fastonnx.context import ConversionContext
+from fastonnx.errors import InputError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.progress_bars import Progress
 from fastonnx.registry import Registry
@@ -329,6 +330,33 @@ def optimize_stats(converted: Converted, optimized: Optimized, weights: WeightsP
         found["functions"] = {**converted.carved, "functions": made}
     found["initializers"] = builder.num_initializers
     return found
+
+
+def name_output_dims(builder: GraphBuilder, output_dims: Mapping[str, Mapping[int, str]]) -> None:
+    """``ExportOptions.output_dims``: the outputs' dims named as fastonnx.export's dynamic_axes ask,
+    before the write (the symbolic ones; a dim torch.export fixed stays fixed, with a warning)."""
+    outputs = set(builder.output_names())
+    for name, axes in output_dims.items():
+        if name not in outputs:
+            raise InputError(f"dynamic_axes names output {name!r}, which the model does not have")
+        shape = builder.shape(name)
+        if shape is None:
+            continue
+        for axis, dim in axes.items():
+            if not -len(shape) <= axis < len(shape):
+                raise InputError(
+                    f"dynamic_axes[{name!r}]: axis {axis} is not an axis of a {len(shape)}-d output"
+                )
+            if isinstance(shape[axis], int):
+                log.warning(
+                    "output %r dim %d was asked to be dynamic but is fixed at %d in the exported graph",
+                    name,
+                    axis,
+                    shape[axis],
+                )
+                continue
+            shape[axis] = dim
+        builder.set_type(name, builder.dtype(name), shape)
 
 
 def run_write(

@@ -17,13 +17,11 @@ from typing import IO, Any, Literal
 import torch
 
 from fastonnx import onnxscript_converters
-from fastonnx.api import _verbose_logging, to_onnx
+from fastonnx.api import _verbose_logging, run_export
 from fastonnx.errors import InputError
-from fastonnx.pipeline.options import check_writable
 from fastonnx.registry import op_key
-from fastonnx.result import ExportResult
 from fastonnx.torch_compat import dynamic_axes as axes_mod
-from fastonnx.torch_compat.program import ONNXProgram, write_program
+from fastonnx.torch_compat.program import ONNXProgram, check_file_object, write_bytes
 from fastonnx.torch_internals import onnx_exporting
 
 log = logging.getLogger("fastonnx")
@@ -223,12 +221,11 @@ def _export(
         args = tuple(args)
     if isinstance(args, tuple) and args and isinstance(args[-1], dict) and kwargs is None:
         args, kwargs = args[:-1], dict(args[-1])
-    if f is not None and not isinstance(f, (str, os.PathLike)) and not callable(getattr(f, "write", None)):
-        raise InputError(
-            f"f must be a path, an os.PathLike, a binary file object or None, got {type(f).__name__}"
-        )
-    if isinstance(f, (str, os.PathLike)):
-        check_writable(os.fspath(f))  # before the (long) capture, as to_onnx does
+    # f checked once, before the (long) capture: a path as to_onnx checks its filename (which it
+    # becomes: written by the pipeline's write stage, stats["file"] included), a file object here
+    filename = f if isinstance(f, (str, os.PathLike)) else None
+    if f is not None and filename is None:
+        check_file_object(f, external_data, "a path, an os.PathLike, a binary file object or None")
     output_axes: axes_mod.AxisNames = {}
     if dynamic_axes:
         if not isinstance(model, torch.nn.Module):
@@ -252,36 +249,41 @@ def _export(
 
     t0 = time.perf_counter()
     with _mode_for_export(model, training), _onnx_exporting():
-        result = to_onnx(
+        result = run_export(
             model,
             args,
             kwargs,
-            dynamic_shapes=dynamic_shapes,
-            opset=opset_version,
-            optimize=optimize,
-            input_names=input_names,
-            output_names=output_names,
-            custom_converters=converters,
-            # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
-            # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx does
-            strict_dynamic=False,
-            keep_narrowed=keep_narrowed,
+            {
+                "dynamic_shapes": dynamic_shapes,
+                "opset": opset_version,
+                "optimize": optimize,
+                "input_names": input_names,
+                "output_names": output_names,
+                "custom_converters": converters,
+                # torch.onnx.export does not fail on a dim it cannot keep dynamic (the TorchScript tracer
+                # bakes the size in, the dynamo path lets torch.export specialise it): warn, as to_onnx
+                # does
+                "strict_dynamic": False,
+                "keep_narrowed": keep_narrowed,
+                "export_modules_as_functions": export_modules_as_functions or False,
+                "capture": capture,
+                "filename": filename,
+                "external_data": external_data,
+                # dynamic_axes of outputs name their dims before the file is written
+                "output_dims": output_axes or None,
+            },
             report=_report_path(report, artifacts_dir),
             verify=verify,
-            export_modules_as_functions=export_modules_as_functions or False,
-            capture=capture,
         )
-    if output_axes:
-        _name_output_dims(result, output_axes)
     if dump_exported_program and result.exported_program is not None:
         folder = os.fspath(artifacts_dir)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"onnx_export_{time.strftime('%Y-%m-%d_%H-%M-%S')}.pt2")
         torch.export.save(result.exported_program, path)
         log.info("exported program written to %s", path)
-    if f is not None:
+    if f is not None and filename is None:
         t1 = time.perf_counter()
-        write_program(result, f, external_data)
+        write_bytes(result, f)  # a file object: the bytes, weights inline
         result.stats["write_s"] = time.perf_counter() - t1
     log.info("fastonnx.export: %.3fs, %s", time.perf_counter() - t0, result)
     return ONNXProgram(result, optimized=optimize is not False)
@@ -361,32 +363,3 @@ def _mode_for_export(model: Any, training: Any) -> Iterator[None]:
     finally:
         for m, mode in modes.items():
             m.training = mode
-
-
-def _name_output_dims(result: ExportResult, output_axes: axes_mod.AxisNames) -> None:
-    """dynamic_axes entries for outputs name the output's dims (the symbolic ones; a dim torch.export
-    fixed stays fixed, with a warning)."""
-    builder = result._builder
-    outputs = set(builder.output_names())
-    for name, axes in output_axes.items():
-        if name not in outputs:
-            raise InputError(f"dynamic_axes names output {name!r}, which the model does not have")
-        shape = builder.shape(name)
-        if shape is None:
-            continue
-        for axis, dim in axes.items():
-            if not -len(shape) <= axis < len(shape):
-                raise InputError(
-                    f"dynamic_axes[{name!r}]: axis {axis} is not an axis of a {len(shape)}-d output"
-                )
-            if isinstance(shape[axis], int):
-                log.warning(
-                    "output %r dim %d was asked to be dynamic but is fixed at %d in the exported graph",
-                    name,
-                    axis,
-                    shape[axis],
-                )
-                continue
-            shape[axis] = dim
-        builder.set_type(name, builder.dtype(name), shape)
-    result._proto = None

@@ -144,12 +144,26 @@ def write_program(result: ExportResult, destination: Destination, external_data:
     if isinstance(destination, (str, os.PathLike)):
         result.save(destination, external_data)
         return
+    check_file_object(destination, external_data)
+    write_bytes(result, destination)
+
+
+def check_file_object(
+    destination: Any,
+    external_data: bool | None,
+    kinds: str = "a path, an os.PathLike or a binary file object",
+) -> None:
+    """``destination``, not a path, must be a binary file object (``kinds`` says what ``f`` may be),
+    and takes the weights inline: external_data=True needs a path to write the .data file beside."""
     if not callable(getattr(destination, "write", None)):
-        raise InputError(
-            f"f must be a path, an os.PathLike or a binary file object, got {type(destination).__name__}"
-        )
+        raise InputError(f"f must be {kinds}, got {type(destination).__name__}")
     if external_data:
         raise InputError("external_data=True needs a path to write the .data file beside: f is a file object")
+
+
+def write_bytes(result: ExportResult, destination: IO[bytes]) -> None:
+    """The model's bytes (weights inline) written into a binary file object checked by
+    ``check_file_object``."""
     try:
         destination.write(result.to_bytes())
     except TypeError as e:
