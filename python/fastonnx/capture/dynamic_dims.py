@@ -143,87 +143,118 @@ def normalize(
     top = _param_names(model, len(args))
     values: dict[str, Any] = dict(zip(top, args))
     values.update(kwargs)
+    specs = _specs_by_input(model, args, kwargs, values, dynamic_shapes)
+    walker = _SpecWalker()
+    # torch.export flattens (args, kwargs) with kwargs in the order given: walk in that order too
+    converted: dict[str, Any] = {}
+    for name in [*list(values)[: len(args)], *kwargs]:
+        converted[name] = walker.walk(values[name], specs[name], name)
+    if isinstance(dynamic_shapes, Mapping):
+        return {k: converted[k] for k in values}, walker.requested, walker.asked
+    ordered = tuple(converted[k] for k in _signature_order(model, args, kwargs))
+    return ordered, walker.requested, walker.asked
+
+
+def _specs_by_input(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], values: dict[str, Any], dynamic_shapes: Any
+) -> dict[str, Any]:
+    """Each input's spec, from a dict keyed by input name or a sequence in the signature's order."""
     if isinstance(dynamic_shapes, Mapping):
         unknown = [k for k in dynamic_shapes if k not in values]
         if unknown:
             raise InputError(
                 f"dynamic_shapes names {unknown}, which are not inputs of the model (inputs: {list(values)})"
             )
-        specs = {k: dynamic_shapes.get(k) for k in values}
-    elif isinstance(dynamic_shapes, (list, tuple)):
+        return {k: dynamic_shapes.get(k) for k in values}
+    if isinstance(dynamic_shapes, (list, tuple)):
         if len(dynamic_shapes) != len(values):
             raise InputError(
                 f"dynamic_shapes has {len(dynamic_shapes)} entries but the model gets {len(values)} inputs "
                 f"({', '.join(values)}); give one entry per input (None for static ones)"
             )
         # by the signature's order, as torch.export reads it, whatever the keywords' order in the call
-        specs = dict(zip(_signature_order(model, args, kwargs), dynamic_shapes))
-    else:
-        raise InputError(
-            f"dynamic_shapes must be a dict keyed by input name or a tuple with one entry per input, "
-            f"got {type(dynamic_shapes).__name__}"
-        )
+        return dict(zip(_signature_order(model, args, kwargs), dynamic_shapes))
+    raise InputError(
+        f"dynamic_shapes must be a dict keyed by input name or a tuple with one entry per input, "
+        f"got {type(dynamic_shapes).__name__}"
+    )
 
-    requested: Requested = {}
-    asked: Asked = {}
-    counter = [0]
 
-    def walk(value: Any, spec: Any, where: str) -> Any:
+class _SpecWalker:
+    """Walks an input and its spec together: each tensor's spec checked and converted (strings to
+    Dim.AUTO), the dims asked to be dynamic and their ranges recorded by the tensor's place among the
+    tensor leaves (``index``) and axis."""
+
+    def __init__(self) -> None:
+        self.requested: Requested = {}
+        self.asked: Asked = {}
+        self.index = 0  # the next tensor leaf's place
+
+    def walk(self, value: Any, spec: Any, where: str) -> Any:
         if isinstance(value, torch.Tensor):
-            index = counter[0]
-            counter[0] += 1
-            if spec is None:
-                return None
-            if isinstance(spec, Mapping):
-                items = list(spec.items())
-            elif isinstance(spec, (list, tuple)):
-                items = list(enumerate(spec))
-            else:
-                raise InputError(
-                    f"dynamic_shapes for {where} must be a dict {{axis: name or Dim}} or a list with one "
-                    f"entry per axis, got {spec!r}"
-                )
-            out: dict[int, Any] = {}
-            for axis, d in items:
-                if not isinstance(axis, int) or not -value.dim() <= axis < value.dim():
-                    raise InputError(
-                        f"dynamic_shapes for {where}: axis {axis!r} is not an axis of a "
-                        f"{value.dim()}-d tensor"
-                    )
-                axis %= max(value.dim(), 1)
-                if d is None:
-                    continue
-                wanted = _asked_range(d)
-                if wanted is not None:
-                    asked[(index, axis)] = wanted
-                if isinstance(d, str):
-                    requested[(index, axis)] = d
-                    out[axis] = Dim.AUTO
-                else:
-                    held, name = _asks_dynamic(d)
-                    if held:
-                        requested[(index, axis)] = name
-                    out[axis] = d
-            return out if isinstance(spec, Mapping) else [out.get(i) for i in range(value.dim())]
+            self.index += 1
+            return None if spec is None else self._tensor(value, spec, where, self.index - 1)
         if isinstance(value, (list, tuple)):
-            if spec is None:
-                return type(value)(walk(v, None, f"{where}[{i}]") for i, v in enumerate(value))
-            if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
-                raise InputError(
-                    f"dynamic_shapes for {where} must be a list of {len(value)} entries like the input, "
-                    f"got {spec!r}"
-                )
-            return type(spec)(walk(v, s, f"{where}[{i}]") for i, (v, s) in enumerate(zip(value, spec)))
+            return self._sequence(value, spec, where)
         if isinstance(value, dict):
-            if spec is None:
-                return {k: walk(v, None, f"{where}[{k!r}]") for k, v in value.items()}
-            if isinstance(spec, (list, tuple)) and len(spec) == len(value):
-                spec = dict(zip(value, spec))  # a list in the dict's order is accepted too
-            if not isinstance(spec, Mapping) or set(spec) != set(value):
+            return self._mapping(value, spec, where)
+        return self._container(value, spec, where)
+
+    def _tensor(self, value: torch.Tensor, spec: Any, where: str, index: int) -> Any:
+        if isinstance(spec, Mapping):
+            items = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            items = list(enumerate(spec))
+        else:
+            raise InputError(
+                f"dynamic_shapes for {where} must be a dict {{axis: name or Dim}} or a list with one "
+                f"entry per axis, got {spec!r}"
+            )
+        out: dict[int, Any] = {}
+        for axis, d in items:
+            if not isinstance(axis, int) or not -value.dim() <= axis < value.dim():
                 raise InputError(
-                    f"dynamic_shapes for {where} must be a dict with keys {sorted(value)}, got {spec!r}"
+                    f"dynamic_shapes for {where}: axis {axis!r} is not an axis of a {value.dim()}-d tensor"
                 )
-            return {k: walk(v, spec[k], f"{where}[{k!r}]") for k, v in value.items()}
+            axis %= max(value.dim(), 1)
+            if d is not None:
+                out[axis] = self._dim(d, (index, axis))
+        return out if isinstance(spec, Mapping) else [out.get(i) for i in range(value.dim())]
+
+    def _dim(self, d: Any, key: tuple[int, int]) -> Any:
+        """One axis's spec as torch.export takes it, its request and range recorded."""
+        wanted = _asked_range(d)
+        if wanted is not None:
+            self.asked[key] = wanted
+        if isinstance(d, str):
+            self.requested[key] = d
+            return Dim.AUTO
+        held, name = _asks_dynamic(d)
+        if held:
+            self.requested[key] = name
+        return d
+
+    def _sequence(self, value: list[Any] | tuple[Any, ...], spec: Any, where: str) -> Any:
+        if spec is None:
+            return type(value)(self.walk(v, None, f"{where}[{i}]") for i, v in enumerate(value))
+        if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
+            raise InputError(
+                f"dynamic_shapes for {where} must be a list of {len(value)} entries like the input, got {spec!r}"
+            )
+        return type(spec)(self.walk(v, s, f"{where}[{i}]") for i, (v, s) in enumerate(zip(value, spec)))
+
+    def _mapping(self, value: dict[Any, Any], spec: Any, where: str) -> Any:
+        if spec is None:
+            return {k: self.walk(v, None, f"{where}[{k!r}]") for k, v in value.items()}
+        if isinstance(spec, (list, tuple)) and len(spec) == len(value):
+            spec = dict(zip(value, spec))  # a list in the dict's order is accepted too
+        if not isinstance(spec, Mapping) or set(spec) != set(value):
+            raise InputError(
+                f"dynamic_shapes for {where} must be a dict with keys {sorted(value)}, got {spec!r}"
+            )
+        return {k: self.walk(v, spec[k], f"{where}[{k!r}]") for k, v in value.items()}
+
+    def _container(self, value: Any, spec: Any, where: str) -> Any:
         node = pytree.SUPPORTED_NODES.get(type(value))
         if node is None:
             return None  # a constant (int, float, None...)
@@ -231,24 +262,14 @@ def normalize(
         children, _ = node.flatten_fn(value)
         if spec is None:
             for i, c in enumerate(children):
-                walk(c, None, f"{where}.{i}")
+                self.walk(c, None, f"{where}.{i}")
             return None
         if not isinstance(spec, (list, tuple)) or len(spec) != len(children):
             raise InputError(
                 f"dynamic_shapes for {where} ({type(value).__name__}) must be a list with one entry per "
                 f"child ({len(children)}: for a KV cache, one [key, value] pair per layer), got {spec!r}"
             )
-        return [walk(c, s, f"{where}.{i}") for i, (c, s) in enumerate(zip(children, spec))]
-
-    # torch.export flattens (args, kwargs) with kwargs in the order given: walk in that order too
-    converted: dict[str, Any] = {}
-    for name in list(values)[: len(args)]:
-        converted[name] = walk(values[name], specs[name], name)
-    for name in kwargs:
-        converted[name] = walk(values[name], specs[name], name)
-    if isinstance(dynamic_shapes, Mapping):
-        return {k: converted[k] for k in values}, requested, asked
-    return tuple(converted[k] for k in _signature_order(model, args, kwargs)), requested, asked
+        return [self.walk(c, s, f"{where}.{i}") for i, (c, s) in enumerate(zip(children, spec))]
 
 
 def dim_names(placeholders: Sequence[tuple[str, Any]], requested: Requested) -> dict[str, str]:

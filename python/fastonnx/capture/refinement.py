@@ -1,0 +1,231 @@
+"""torch.export with the user's dynamic shapes, retried the way that keeps the most of them when its
+constraints refuse them. Each refinement is one step, tried in this order, each at most once per round:
+
+1. ``drop_size_oblivious``: retry without size-oblivious reasoning. It is process-wide in torch, so only
+   when no requested dim's example size is 0 or 1: size-oblivious reasoning is what keeps those
+   symbolic, and it generates guards such as ``batch != 1`` that plain torch.export does not.
+2. ``unproven_as_dynamic``: the named Dims whose guards torch could not prove over their ranges, which it
+   would bound or fix, captured as Dim.DYNAMIC (guards.py then checks the ranges asked for size by size).
+3. ``torch_fixes``: the fixes torch suggests (``Dim('sequence', max=512)``, ``n = 2*_n``) applied.
+
+Each change is logged; the error, when every step fails, chains torch's first refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fastonnx.capture import dynamic_dims
+from fastonnx.capture.guards import locate_guards
+from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
+from fastonnx.capture.traceable_detection import traceable_detection_ops
+from fastonnx.errors import CaptureError
+from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
+
+if TYPE_CHECKING:  # stamping.py is imported when a dynamic-shape capture first needs it
+    from fastonnx.capture.request import Request
+    from fastonnx.capture.stamping import LayerPlan
+
+log = logging.getLogger("fastonnx")
+
+_MAX_ATTEMPTS = 5  # the first try, without size-oblivious reasoning, unproven Dims checked by
+# guards.py, and two rounds of torch's fixes
+
+
+@dataclasses.dataclass
+class Exported:
+    """What the refined export made, and what it changed to make it."""
+
+    ep: torch.export.ExportedProgram
+    reason: str | None  # torch's explanation of the last refusal, when there was one
+    fixes: list[str] | None  # torch's suggested fixes applied
+    oblivious: bool | None  # size-oblivious reasoning at the end (None: no dynamic shapes)
+    stamped: bool = False  # layers stamped (stamping.py)
+    stamp_refused: str | None = None  # why stamping was given up after the plan was made
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """The request as the next try will send it, and what the refinements changed of it so far."""
+
+    shapes: Any
+    oblivious: bool
+    may_drop: bool  # size-oblivious reasoning may be dropped
+    fixes: list[str] = dataclasses.field(default_factory=list)
+    checked: bool = False  # named Dims captured as Dim.DYNAMIC for guards.py to check
+
+
+def export_refined(request: Request, layers: LayerPlan | None = None) -> Exported:
+    """torch.export of ``request.model`` (``layers``: stamping's plan), refined until it is accepted
+    or no refinement is left (CaptureError)."""
+    shapes = request.dynamic_shapes
+    attempt = _Attempt(
+        shapes,
+        oblivious=shapes is not None,
+        may_drop=shapes is not None and not _example_size_below_two(request),
+    )
+    reason: str | None = None
+    failures: list[Exception] = []
+    for _ in range(_MAX_ATTEMPTS):
+        try:
+            ep, given_up = _export(request, attempt.shapes, attempt.oblivious, layers)
+        except Exception as e:  # torch raises many types; its message is what the user needs
+            message = getattr(e, "msg", None) or str(e)
+            failures.append(e)
+            if "Constraints violated" not in message:
+                break
+            reason = message.split("\nThe error above occurred")[0]
+            if not any(step(attempt, message, request.name) for step in REFINEMENTS):
+                break
+            continue
+        return Exported(
+            ep,
+            reason,
+            attempt.fixes or None,
+            attempt.oblivious if shapes is not None else None,
+            stamped=layers is not None and given_up is None,
+            stamp_refused=given_up,
+        )
+    # chained to torch's first error: its traceback holds the user's line (the report reads it there)
+    raise _export_error(request.model, failures, attempt) from failures[0]
+
+
+def drop_size_oblivious(attempt: _Attempt, message: str, name: str) -> bool:
+    """Refinement 1: the next try without size-oblivious reasoning."""
+    if not (attempt.may_drop and attempt.oblivious):
+        return False
+    attempt.oblivious = False
+    log.warning(
+        "torch.export refused the dynamic_shapes of %s under size-oblivious reasoning; retrying "
+        "without it (no requested dim has an example size of 0 or 1)",
+        name,
+    )
+    return True
+
+
+def unproven_as_dynamic(attempt: _Attempt, message: str, name: str) -> bool:
+    """Refinement 2: torch cannot prove a guard over a named Dim's range and would bound or fix the
+    Dim (its solver does not prove (s + (64 - s % 64) % 64) // 64 == 1 over [2, 64] either): the Dim
+    captured as Dim.DYNAMIC instead; guards.py checks the range asked for size by size and names the
+    guards (fixes that relate Dims, n = 2*_n, are left to refinement 3, checked the same)."""
+    if attempt.checked:
+        return False
+    unproven = dynamic_dims.unproven_dims(message, attempt.shapes)
+    if not unproven or not dynamic_dims.fixes_bound_or_fix(message, unproven):
+        return False
+    attempt.shapes, attempt.checked = dynamic_dims.as_dynamic(attempt.shapes, unproven), True
+    log.info(
+        "torch.export could not prove its guards over %s of %s; capturing them as Dim.DYNAMIC, "
+        "the sizes asked for are checked after the capture",
+        ", ".join(sorted(unproven)),
+        name,
+    )
+    return True
+
+
+def torch_fixes(attempt: _Attempt, message: str, name: str) -> bool:
+    """Refinement 3: the fixes torch suggests, applied to the dynamic shapes."""
+    refined = dynamic_dims.refine(message, attempt.shapes)
+    if refined is None:
+        return False
+    attempt.shapes, new = refined
+    attempt.fixes.extend(new)
+    log.warning(
+        "torch.export refused the dynamic_shapes of %s; retrying with its suggested fixes: %s",
+        name,
+        "; ".join(new),
+    )
+    return True
+
+
+REFINEMENTS: tuple[Callable[[_Attempt, str, str], bool], ...] = (
+    drop_size_oblivious,
+    unproven_as_dynamic,
+    torch_fixes,
+)
+"""The refinements in the order they are tried; the first that applies changes the next try."""
+
+
+def _export(
+    request: Request, shapes: Any, oblivious: bool, layers: LayerPlan | None
+) -> tuple[torch.export.ExportedProgram, str | None]:
+    """torch.export of the model, with ``layers`` (a stamping.LayerPlan) of the prefix and the rest
+    stamped; the second value is why stamping was given up (the whole model then captured)."""
+    model, args, kwargs = request.model, request.args, request.kwargs
+
+    def whole() -> torch.export.ExportedProgram:
+        return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+
+    # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
+    # detection post-processing in a traceable form (see rnn_custom_ops.py, traceable_detection.py)
+    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious), locate_guards():
+        if layers is None:
+            return whole(), None
+        from fastonnx.capture import stamping
+
+        try:
+            return stamping.export_stamped(model, layers, whole), None
+        except stamping.StampRefused as e:
+            log_stamp_refusal(request.name, e)
+            return whole(), str(e)
+
+
+def log_stamp_refusal(name: str, reason: Exception) -> None:
+    log.info("capture='auto' captures every layer of %s with torch.export: %s", name, reason)
+
+
+def _export_error(model: Any, failures: list[Exception], attempt: _Attempt) -> CaptureError:
+    """torch's first refusal, the last one when refinements were tried, and the subclass note."""
+    retried = (
+        ""
+        if len(failures) == 1
+        else "\nand failed again after retrying ("
+        + "; ".join((["without size-oblivious reasoning"] if attempt.may_drop else []) + attempt.fixes)
+        + f"): {failures[-1]}"
+    )
+    return CaptureError(
+        f"torch.export.export failed on {type(model).__name__}: {failures[0]}{retried}{_subclass_weights(model)}"
+    )
+
+
+def _subclass_weights(model: torch.nn.Module) -> str:
+    """A note naming the weights that are tensor subclasses (torchao's quantized tensors...): their
+    own kernels run inside torch.export, and an error there is theirs."""
+    found = [
+        f"{n} ({type(t).__module__}.{type(t).__qualname__})"
+        for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
+        if is_traceable_wrapper_subclass(t.data if isinstance(t, torch.nn.Parameter) else t)
+    ]
+    if not found:
+        return ""
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return (
+        f"\n(the model's weights {shown} are tensor subclasses: the error above may come from their "
+        "own kernels, which torch.export runs)"
+    )
+
+
+def _example_size_below_two(request: Request) -> bool:
+    """Whether a dim asked to be dynamic has an example size of 0 or 1 (``requested`` keys: the
+    tensor's place among the tensor leaves of the inputs, the axis)."""
+    leaves = pytree.tree_leaves((request.args, request.kwargs))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    return any(i < len(tensors) and tensors[i].shape[axis] < 2 for i, axis in request.requested)
+
+
+@contextlib.contextmanager
+def size_oblivious(enabled: bool) -> Iterator[None]:
+    """torch.export's size-oblivious reasoning (as torch.onnx sets it): a dynamic dim whose example
+    size is 0 or 1 stays symbolic instead of being specialised to that size."""
+    if not enabled:
+        yield
+        return
+    with backed_size_oblivious():
+        yield
