@@ -24,6 +24,7 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
+from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.task_inputs import graph_specs
@@ -101,35 +102,85 @@ def build_model(class_name: str, config: Any) -> Any:
     return model.eval()
 
 
-def _with_missing(
-    tmp: pathlib.Path, shards: list[pathlib.Path], missing: dict[str, Any], module: Any, model: Any
-) -> list[str]:
-    """The checkpoint's shards hard-linked into the package folder plus one file holding the parameters
-    and buffers the checkpoint lacks (``weights=`` reads shards from one folder)."""
-    from safetensors.torch import save_file
+@dataclass
+class _PackageWeights:
+    """Where a package's weights come from: the checkpoint's shards, the tensors transformers converts as
+    it loads them (converted_weights.py: stacked experts...), and the parameters and buffers the
+    checkpoint lacks."""
 
-    prefix = next(f"{n}." for n, m in module.named_modules() if m is model)
-    linked = []
-    for shard in shards:
-        try:
-            os.link(shard, tmp / shard.name)
-        except OSError as e:
-            raise InputError(f"cannot hard-link {shard} into {tmp} (another filesystem?): {e}") from e
-        linked.append(os.fspath(tmp / shard.name))
-    save_file({prefix + k: v for k, v in missing.items()}, os.fspath(tmp / MISSING_FILE))
-    return [*linked, os.fspath(tmp / MISSING_FILE)]
+    tmp: pathlib.Path
+    shards: list[pathlib.Path]
+    converted: list[str]
+    missing: dict[str, Any]
+    computed: dict[str, Any]
+
+    def files(self, module: Any, model: Any) -> list[str]:
+        """What the export's ``weights=`` reads: the shards as they are, unless the package needs files
+        of its own beside them (``weights=`` reads shards from one folder): then the shards are
+        hard-linked into the package folder, next to ``CONVERTED_FILE`` and ``MISSING_FILE`` (its keys
+        under the exported ``module``'s path to ``model``)."""
+        if not (self.missing or self.computed or self.converted):
+            return [os.fspath(p) for p in self.shards]
+        from safetensors.torch import save_file
+
+        linked = []
+        for shard in self.shards:
+            try:
+                os.link(shard, self.tmp / shard.name)
+            except OSError as e:
+                raise InputError(
+                    f"cannot hard-link {shard} into {self.tmp} (another filesystem?): {e}"
+                ) from e
+            linked.append(os.fspath(self.tmp / shard.name))
+        if self.converted:
+            linked.append(os.fspath(self.tmp / CONVERTED_FILE))
+        if self.missing or self.computed:
+            prefix = next(f"{n}." for n, m in module.named_modules() if m is model)
+            lacking = {prefix + k: v for k, v in {**self.missing, **self.computed}.items()}
+            save_file(lacking, os.fspath(self.tmp / MISSING_FILE))
+            linked.append(os.fspath(self.tmp / MISSING_FILE))
+        return linked
+
+
+def _package_weights(tmp: pathlib.Path, shards: list[pathlib.Path], built: Any) -> _PackageWeights:
+    """The converted tensors written into ``tmp``, the parameters the checkpoint still lacks (given the
+    model's own initial values) and the buffers computed beside it (moved to the meta device)."""
+    paths = [os.fspath(p) for p in shards]
+    converted = write_converted(built, paths, tmp / CONVERTED_FILE)
+    if converted:
+        log.info("%d tensors converted as transformers loads them, into %s", len(converted), CONVERTED_FILE)
+        paths.append(os.fspath(tmp / CONVERTED_FILE))
+    missing = missing_parameters(built, paths)
+    computed = buffers_on_meta(built, paths)
+    return _PackageWeights(tmp, shards, converted, missing, computed)
+
+
+def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[str, Any]:
+    """The task's graphs (task_inputs.py); a config without the sizes the task reads is an InputError."""
+    try:
+        return graph_specs(task, built, config)
+    except AttributeError as e:
+        if getattr(e, "obj", None) is not config:
+            raise
+        # a composite (multimodal) config keeps the text model's sizes in a sub-config
+        raise InputError(
+            f"{class_name}: its config ({type(config).__name__}) has no {e.name!r}, which the {task} "
+            "task reads; composite configs (sizes in a text_config / vision_config) are not exported yet"
+        ) from e
 
 
 def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
-    """Removes the file of missing parameters and buffers when no graph reads any of them."""
+    """Removes the package's own weight files (missing parameters and buffers, converted tensors) when
+    no graph reads any of them."""
     import onnx
 
     used: set[str] = set()
     for name in files:
         proto = onnx.load(os.fspath(tmp / name), load_external_data=False)
         used |= {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
-    if MISSING_FILE not in used:
-        (tmp / MISSING_FILE).unlink()
+    for own in (MISSING_FILE, CONVERTED_FILE):
+        if own not in used and (tmp / own).exists():
+            (tmp / own).unlink()
 
 
 POSITION_LIMITS = (
@@ -206,25 +257,16 @@ def export_pretrained(
     _prepare_outdir(target, overwrite)
     config = load_config(checkpoint.path)
     built = build_model(class_name, config)
-    missing = missing_parameters(built, [os.fspath(p) for p in checkpoint.shards])
-    computed = buffers_on_meta(built, [os.fspath(p) for p in checkpoint.shards])
-    try:
-        specs = graph_specs(chosen.name, built, config)
-    except AttributeError as e:
-        if getattr(e, "obj", None) is not config:
-            raise
-        # a composite (multimodal) config keeps the text model's sizes in a sub-config
-        raise InputError(
-            f"{class_name}: its config ({type(config).__name__}) has no {e.name!r}, which the {chosen.name} "
-            "task reads; composite configs (sizes in a text_config / vision_config) are not exported yet"
-        ) from e
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        weights = _package_weights(tmp, checkpoint.shards, built)
+        specs = _graph_specs(chosen.name, built, config, class_name)
+        shards, missing = weights.files(next(iter(specs.values())).module, built), weights.missing
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     stats: dict[str, Any] = {}
     try:
-        shards = [os.fspath(p) for p in checkpoint.shards]
-        if missing or computed:
-            first = next(iter(specs.values()))
-            shards = _with_missing(tmp, checkpoint.shards, {**missing, **computed}, first.module, built)
         for filename, spec in specs.items():
             report = tmp / (f"{filename.removesuffix('.onnx')}.report.md" if stats else REPORT_FILE)
             export_args: dict[str, Any] = dict(
@@ -248,8 +290,7 @@ def export_pretrained(
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
-        if missing or computed:
-            _drop_unused(tmp, list(specs))
+        _drop_unused(tmp, list(specs))
         if missing:
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(
