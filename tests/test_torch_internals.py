@@ -437,6 +437,19 @@ def test_input_guards() -> None:
     _check(ok, "input_guards", "ShapeEnv.guards (.expr, .sloc), ShapeEnv.replace", repr(found))
 
 
+def test_scan() -> None:
+    def step(carry: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return carry + x, carry * x
+
+    carry, ys = ti.scan(step, torch.zeros(3), torch.arange(12.0).reshape(4, 3))
+    ok = (
+        carry.tolist() == [18.0, 22.0, 26.0]
+        and tuple(ys.shape) == (4, 3)
+        and ys[1].tolist() == [0.0, 4.0, 10.0]
+    )
+    _check(ok, "scan", "torch._higher_order_ops.scan.scan(combine, init, xs)", f"{carry} {ys}")
+
+
 def test_backed_values(symbolic: tuple[torch.SymInt, Any]) -> None:
     d, env = symbolic
     values = ti.backed_values(env)

@@ -76,6 +76,7 @@ __all__ = [
     "rename_node",
     "set_graph_module",
     "set_plain_codegen",
+    "scan",
     "shape_env_of_symint",
     "symint_expr",
     "symint_hint",
@@ -329,6 +330,15 @@ def input_guards(env: Any) -> list[tuple[Any, str]]:
     written as that expression), and where it was made (``guard.sloc``: its ``SLoc``'s user line,
     else torch's own frame)."""
     return [(env.replace(g.expr), g.sloc.maybe_user_loc or str(g.sloc)) for g in env.guards]
+
+
+def scan(combine: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
+    """``torch._higher_order_ops.scan.scan(combine, init, xs)``: ``combine(carry, x) -> (carry, y)`` over
+    dim 0 of ``xs``; torch.export captures it as ``torch.ops.higher_order.scan`` whatever the trip count
+    (converters/control_flow.py writes an ONNX ``Scan``). Returns the last carry and the stacked ``y``."""
+    from torch._higher_order_ops.scan import scan as torch_scan
+
+    return torch_scan(combine, init, xs)
 
 
 def backed_values(env: Any) -> Mapping[Any, Any]:

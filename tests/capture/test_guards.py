@@ -249,51 +249,6 @@ def test_a_lower_bound_torch_proves_is_a_narrowing() -> None:
     torch.testing.assert_close(result(z), model(z))
 
 
-# ---- a transformers model whose chunked kernel decides on the length -------------------------------
-
-
-def test_qwen3_next_is_refused_with_its_guard() -> None:
-    import transformers  # a test dependency, pinned in constraints.txt
-
-    cfg = transformers.Qwen3NextConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        linear_num_value_heads=2,
-        linear_num_key_heads=1,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        linear_conv_kernel_dim=4,
-        num_experts=2,
-        num_experts_per_tok=1,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        layer_types=["linear_attention"],
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-            return self.m(input_ids=input_ids).logits
-
-    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(CaptureError) as caught:
-        fastonnx.to_onnx(Logits(), (ids,), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
-    message = str(caught.value)
-    assert "input 'input_ids' axis 1" in message and "input_ids.shape[1]" in message, message
-    assert "modeling_qwen3_next.py:" in message and "not any size above 64" in message, message
-
-
 # ---- an ExportedProgram alone ---------------------------------------------------------------------
 
 

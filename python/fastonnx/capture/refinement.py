@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fastonnx.capture import dynamic_dims
+from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.traceable_detection import traceable_detection_ops
@@ -164,8 +165,15 @@ def _export(
         return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
 
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
-    # detection post-processing in a traceable form (see rnn_custom_ops.py, traceable_detection.py)
-    with rnn_as_custom_ops(), traceable_detection_ops(), size_oblivious(oblivious), locate_guards():
+    # detection post-processing in a traceable form; chunked kernels in a form whose loop follows the
+    # length (see rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py)
+    with (
+        rnn_as_custom_ops(),
+        traceable_detection_ops(),
+        length_following_kernels(),
+        size_oblivious(oblivious),
+        locate_guards(),
+    ):
         if layers is None:
             return whole(), None
         from fastonnx.capture import stamping
