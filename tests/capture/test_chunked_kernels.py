@@ -1,6 +1,7 @@
 """Chunked kernels swapped while torch.export captures (capture/chunked_kernels.py, issue 41 part 4):
-transformers' chunked gated delta rule in a form whose loop follows the length, so a linear-attention
-model's file is right at every length and keeps no guard on it."""
+transformers' chunked gated delta rule and Mamba2's state-space duality scan in forms whose padding and
+loop follow the length, so a linear-attention or state-space model's file is right at every length and
+keeps no guard on it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ import torch
 from torch.export import Dim
 
 import fastonnx
-from fastonnx.capture.chunked_kernels import KERNEL, gated_delta_rule_by_chunks, length_following_kernels
+from fastonnx.capture.chunked_kernels import (
+    KERNELS,
+    gated_delta_rule_by_chunks,
+    length_following_kernels,
+    ssd_scan_by_chunks,
+)
 
 transformers = pytest.importorskip("transformers")  # a test dependency, pinned in constraints.txt
+from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
 LENGTHS = (1, 63, 64, 65, 300)  # below, at and above one chunk of 64, and several chunks
@@ -41,14 +48,81 @@ def test_the_form_computes_transformers_kernel(length: int) -> None:
 
 
 def test_the_swap_is_undone() -> None:
-    original = getattr(modeling_qwen3_next, KERNEL)
+    originals = {
+        k: getattr(m, k) for m in (modeling_qwen3_next, modeling_mamba2) for k in KERNELS if hasattr(m, k)
+    }
+    assert len(originals) == 2
     with length_following_kernels():
-        assert getattr(modeling_qwen3_next, KERNEL) is gated_delta_rule_by_chunks
-        swapped = [
-            m for n, m in sys.modules.items() if n.startswith("transformers.models.") and hasattr(m, KERNEL)
-        ]
-        assert all(getattr(m, KERNEL) is gated_delta_rule_by_chunks for m in swapped)
-    assert getattr(modeling_qwen3_next, KERNEL) is original
+        loaded = [m for n, m in sys.modules.items() if n.startswith("transformers.models.")]
+        for kernel, form in KERNELS.items():
+            assert all(getattr(m, kernel) is form for m in loaded if hasattr(m, kernel))
+    assert modeling_qwen3_next.torch_chunk_gated_delta_rule is originals["torch_chunk_gated_delta_rule"]
+    assert modeling_mamba2.mamba2_chunk_scan is originals["mamba2_chunk_scan"]
+
+
+@pytest.mark.parametrize("length", (1, 3, 4, 8, 9, 16, 17, 40))
+def test_the_ssd_form_computes_mamba2s_scan(length: int) -> None:
+    """Mamba2's chunk scan at chunk size 8: below, at and across chunk edges, with every option."""
+    g = torch.Generator().manual_seed(length)
+    b, h, p, groups, n = 2, 4, 8, 2, 16
+    x, dt = torch.randn(b, length, h, p, generator=g), torch.randn(b, length, h, generator=g)
+    a = -torch.rand(h, generator=g)
+    bm, cm = (torch.randn(b, length, groups, n, generator=g) for _ in range(2))
+    options = dict(
+        D=torch.randn(h, generator=g),
+        dt_bias=torch.randn(h, generator=g),
+        initial_states=torch.randn(b, h, p, n, generator=g),
+        dt_softplus=True,
+        return_final_states=True,
+    )
+    want, want_state = modeling_mamba2.mamba2_chunk_scan(x, dt, a, bm, cm, 8, **options)
+    got, got_state = ssd_scan_by_chunks(x, dt, a, bm, cm, 8, **options)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_state, want_state)
+
+
+def _logits(model: torch.nn.Module) -> torch.nn.Module:
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.m(input_ids=input_ids, use_cache=False).logits
+
+    return Logits()
+
+
+def _right_at(model: torch.nn.Module, lengths: tuple[int, ...]) -> None:
+    """Exported with dynamic batch and sequence from 9 tokens: no guard kept, and the file agrees with
+    eager PyTorch at each of ``lengths``."""
+    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(0))
+    result = fastonnx.to_onnx(model, (ids,), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
+    assert "guards_kept" not in result.stats and "narrowed" not in result.stats, result.stats
+    for length in lengths:
+        x = torch.randint(0, 128, (1 + length % 3, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            want = model(x)
+        torch.testing.assert_close(result(x), want, msg=f"{length} tokens")
+
+
+def test_mamba2_is_right_at_every_length() -> None:
+    """Its program refused 1, 3, 4 and 8 tokens before (chunk size 8 here, 256 in real configs)."""
+    cfg = transformers.Mamba2Config(
+        vocab_size=128,
+        hidden_size=64,
+        state_size=16,
+        num_heads=8,
+        head_dim=16,
+        n_groups=2,
+        expand=2,
+        num_hidden_layers=2,
+        chunk_size=8,
+        conv_kernel=4,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    _right_at(_logits(transformers.AutoModelForCausalLM.from_config(cfg).eval()), (1, 3, 4, 5, 8, 9, 70))
 
 
 @pytest.fixture(scope="module")
@@ -74,27 +148,9 @@ def qwen3_next() -> torch.nn.Module:
         use_cache=False,
     )
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-            return self.m(input_ids=input_ids).logits
-
-    return Logits()
+    return _logits(transformers.AutoModelForCausalLM.from_config(cfg).eval())
 
 
 def test_qwen3_next_is_right_at_every_length(qwen3_next: torch.nn.Module) -> None:
-    """4 tiny layers (3 linear-attention, 1 full) with dynamic batch and sequence, exported from 9
-    tokens: no guard kept on the length, and the file agrees with eager PyTorch across chunk edges."""
-    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(0))
-    result = fastonnx.to_onnx(qwen3_next, (ids,), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
-    assert "guards_kept" not in result.stats and "narrowed" not in result.stats, result.stats
-    for length in LENGTHS:
-        x = torch.randint(0, 128, (1 + length % 3, length), generator=torch.Generator().manual_seed(length))
-        with torch.no_grad():
-            want = qwen3_next(x)
-        torch.testing.assert_close(result(x), want, msg=f"{length} tokens")
+    """4 tiny layers (3 linear-attention, 1 full attention)."""
+    _right_at(qwen3_next, LENGTHS)

@@ -20,8 +20,12 @@ The form swapped in (``gated_delta_rule_by_chunks``) computes the same function:
 - the sequential part, the state carried from chunk to chunk, is a ``scan`` over the chunks (an ONNX
   ``Scan`` whose trip count is the chunk count).
 
-Only the functions of transformers' modules already imported are swapped, for the duration of the
-capture, under the capture's lock.
+Mamba2's state-space duality scan (``mamba2_chunk_scan``, shared by Bamba, FalconH1, Zamba2,
+GraniteMoeHybrid and NemotronH) has no loop over chunks, but its padding and the test ``pad_size > 0``
+leave guards too; ``ssd_scan_by_chunks`` pads the same guard-free way.
+
+Only the functions of transformers' modules already imported are swapped (``KERNELS``), for the
+duration of the capture, under the capture's lock.
 """
 
 from __future__ import annotations
@@ -37,24 +41,24 @@ import torch.nn.functional as F
 
 from fastonnx.torch_internals import scan
 
-KERNEL = "torch_chunk_gated_delta_rule"
-"""The name of transformers' chunked kernel in each of its linear-attention modeling modules."""
-
 
 @contextlib.contextmanager
 def length_following_kernels() -> Iterator[None]:
-    """While active, every loaded ``transformers.models.*`` module's chunked gated delta rule is
-    ``gated_delta_rule_by_chunks``."""
-    swapped: list[tuple[Any, Any]] = []
+    """While active, every loaded ``transformers.models.*`` module's chunked kernels (``KERNELS``' keys)
+    are the forms of this module."""
+    swapped: list[tuple[Any, str, Any]] = []
     for name, module in list(sys.modules.items()):
-        if name.startswith("transformers.models.") and callable(getattr(module, KERNEL, None)):
-            swapped.append((module, getattr(module, KERNEL)))
-            setattr(module, KERNEL, gated_delta_rule_by_chunks)
+        if not name.startswith("transformers.models."):
+            continue
+        for kernel, form in KERNELS.items():
+            if callable(getattr(module, kernel, None)):
+                swapped.append((module, kernel, getattr(module, kernel)))
+                setattr(module, kernel, form)
     try:
         yield
     finally:
-        for module, original in swapped:
-            setattr(module, KERNEL, original)
+        for module, kernel, original in swapped:
+            setattr(module, kernel, original)
 
 
 def gated_delta_rule_by_chunks(
@@ -160,3 +164,87 @@ def _chunk_step(state: torch.Tensor, chunk: tuple[torch.Tensor, ...]) -> tuple[t
     v_new = new_values - k_cumdecay @ state
     out = query @ state + attn @ v_new
     return state * decay + key.transpose(-1, -2) @ v_new, out
+
+
+def ssd_scan_by_chunks(
+    hidden_states: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,  # transformers' argument names
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    return_final_states: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """transformers' ``mamba2_chunk_scan`` (Mamba2's state-space duality scan, shared by Bamba, FalconH1,
+    Zamba2, GraniteMoeHybrid and NemotronH; same arguments and results: ``hidden_states`` ``[b, L, h, p]``,
+    ``dt`` ``[b, L, h]``, ``A`` ``[h]``, ``B`` / ``C`` ``[b, L, g, n]``, the output ``[b, L, h, p]`` and with
+    ``return_final_states`` the state ``[b, h, p, n]``). It has no loop, but pads by ``(C - L % C) % C``,
+    tests ``pad_size > 0`` and slices the padding off, which leave guards on the length; here the
+    padding is ``n * C - L`` for ``n = L // C + 2`` chunks (C + 1 to 2 C positions, with no input and no
+    decay, so the state is unchanged by them; never one chunk, which torch would guard against) and taken
+    off by a split."""
+    length, heads = hidden_states.shape[1], hidden_states.shape[2]
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).float()
+    x = hidden_states.float()
+    groups = B.shape[2]
+    B, C = (m.float().repeat_interleave(heads // groups, dim=2) for m in (B, C))
+    residual = D[..., None] * x if D is not None else None
+    n = length // chunk_size + 2  # at least 2 chunks, as gated_delta_rule_by_chunks pads: no guard n != 1
+    pad = n * chunk_size - length
+
+    def chunks(t: torch.Tensor) -> torch.Tensor:  # [b, L, ...] -> [b, n, chunk, ...], zeros padded
+        t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad))
+        return t.reshape(t.shape[0], n, chunk_size, *t.shape[2:])
+
+    x, B, C = chunks(x * dt[..., None]), chunks(B), chunks(C)
+    a = chunks(A.to(torch.float32) * dt).permute(0, 3, 1, 2)  # [b, h, n, chunk]
+    a_cum = a.cumsum(dim=-1)
+    # within each chunk: attention-like scores, decayed between positions
+    scores = torch.einsum("bclhn,bcshn->bclsh", C, B) * _segment_sum(a).exp().permute(0, 2, 3, 4, 1)
+    y_diag = torch.einsum("bclsh,bcshp->bclhp", scores, x)
+    # each chunk's contribution to the state, then the state at each chunk's start
+    to_end = (a_cum[..., -1:] - a_cum).exp().permute(0, 2, 3, 1)[..., None]
+    states = torch.einsum("bclhn,bclhp->bchpn", B * to_end, x)
+    start = (
+        initial_states[:, None].to(states.dtype)
+        if initial_states is not None
+        else torch.zeros_like(states[:, :1])
+    )
+    states = torch.cat([start, states], dim=1)
+    between = _segment_sum(F.pad(a_cum[..., -1], (1, 0))).exp().transpose(1, 3)
+    states, final = torch.split(torch.einsum("bzch,bzhpn->bchpn", between, states), [n, 1], dim=1)
+    y_off = torch.einsum("bclhn,bchpn->bclhp", C, states) * a_cum.exp().permute(0, 2, 3, 1)[..., None]
+    y = (y_diag + y_off).reshape(x.shape[0], n * chunk_size, heads, x.shape[-1])
+    y = torch.split(y, [length, pad], dim=1)[0]
+    if residual is not None:
+        y = y + residual
+    return (y, final[:, 0]) if return_final_states else y
+
+
+def _segment_sum(a: torch.Tensor) -> torch.Tensor:
+    """``[..., T] -> [..., T, T]``: entry ``(i, j)`` the sum of ``a[j + 1 .. i]`` for ``i >= j`` (0 on the
+    diagonal), ``-inf`` above it; summed as a masked cumulative sum, not a difference of cumulative sums
+    (which would cancel)."""
+    size = a.shape[-1]
+    below = torch.ones(size, size, dtype=torch.bool, device=a.device).tril(-1)
+    spread = a[..., None].expand(*a.shape, size).masked_fill(~below, 0.0)
+    summed = spread.cumsum(dim=-2)
+    keep = torch.ones(size, size, dtype=torch.bool, device=a.device).tril(0)
+    return summed.masked_fill(~keep, float("-inf"))
+
+
+KERNELS = {
+    "torch_chunk_gated_delta_rule": gated_delta_rule_by_chunks,
+    "mamba2_chunk_scan": ssd_scan_by_chunks,
+}
+"""transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""
