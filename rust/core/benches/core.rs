@@ -32,6 +32,7 @@ fn chain(n: usize) -> Model {
         fastonnx_core::ValueType {
             dtype: Some(dtype::FLOAT),
             shape: None,
+            sequence: false,
         },
     )
     .expect("type");

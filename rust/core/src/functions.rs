@@ -566,6 +566,7 @@ mod tests {
             let ty = ValueType {
                 dtype: Some(dtype::FLOAT),
                 shape: Some(vec![Dim::Fixed(2)]),
+                sequence: false,
             };
             g.set_type(&v, ty).expect("type");
         }

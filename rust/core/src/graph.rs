@@ -19,11 +19,14 @@ pub enum Dim {
     Unknown,
 }
 
-/// What is known about a value: element type and shape (None: unknown rank).
+/// What is known about a value: element type and shape (None: unknown rank); for a sequence of
+/// tensors (ONNX's `seq(tensor)`, made by SequenceMap, SplitToSequence...) those of its elements.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ValueType {
     pub dtype: Option<i32>,
     pub shape: Option<Vec<Dim>>,
+    /// A sequence of tensors of this type rather than a tensor.
+    pub sequence: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -181,6 +184,7 @@ impl Graph {
             ValueType {
                 dtype: Some(dtype),
                 shape,
+                sequence: false,
             },
         );
         self.inputs.push(name.clone());
@@ -194,6 +198,7 @@ impl Graph {
             ValueType {
                 dtype: Some(dtype),
                 shape,
+                sequence: false,
             },
         );
         self.init_index
@@ -331,6 +336,7 @@ impl Graph {
             ValueType {
                 dtype: Some(stored),
                 shape: Some(dims.iter().map(|d| Dim::Fixed(*d)).collect()),
+                sequence: false,
             },
         );
         let t = &mut self.initializers[i];
@@ -481,6 +487,7 @@ impl Graph {
                 let ty = ValueType {
                     dtype: if i == 0 { dt } else { None },
                     shape: None,
+                    sequence: false,
                 };
                 self.new_value(hint, ty)
             })

@@ -61,6 +61,7 @@ impl GraphExt for Graph {
         let ty = ValueType {
             dtype: Some(dtype),
             shape: Some(dims.iter().map(|d| Dim::Fixed(*d)).collect()),
+            sequence: false,
         };
         self.set_type(value, ty).expect("test type");
     }

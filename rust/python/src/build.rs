@@ -230,12 +230,14 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
-    #[pyo3(signature = (name, dtype, shape))]
+    /// `sequence`: the value is a sequence of tensors of that type (SequenceMap's output...).
+    #[pyo3(signature = (name, dtype, shape, sequence = false))]
     fn set_type(
         &mut self,
         name: &str,
         dtype: Option<i32>,
         shape: Option<Vec<Option<DimArg>>>,
+        sequence: bool,
     ) -> PyResult<()> {
         self.model
             .graph
@@ -244,6 +246,7 @@ impl GraphBuilder {
                 ValueType {
                     dtype,
                     shape: to_dims(shape),
+                    sequence,
                 },
             )
             .map_err(py_err)

@@ -150,8 +150,12 @@ fn to_dim(s: &Size) -> Dim {
     s.as_ref().map_or(Dim::Unknown, Poly::to_dim)
 }
 
-/// The builder's type with what the rule found where it knows nothing (its rank wins).
+/// The builder's type with what the rule found where it knows nothing (its rank wins). A sequence's
+/// stored type is its elements': no rule here speaks of sequences, it stays as it is.
 fn merge(stored: Option<&ValueType>, found: &Ty) -> ValueType {
+    if let Some(t) = stored.filter(|t| t.sequence) {
+        return t.clone();
+    }
     let dtype = stored
         .and_then(|t| t.dtype)
         .filter(|&d| d > 0)
@@ -170,7 +174,11 @@ fn merge(stored: Option<&ValueType>, found: &Ty) -> ValueType {
         (None, Some(f)) => Some(f.iter().map(to_dim).collect()),
         (None, None) => None,
     };
-    ValueType { dtype, shape }
+    ValueType {
+        dtype,
+        shape,
+        sequence: false,
+    }
 }
 
 /// The contents of a small integer tensor (None for others).
@@ -329,9 +337,14 @@ impl<'m> Engine<'m> {
             return;
         }
         let x = self.inputs(frame, n);
+        // the rules speak of tensors: a node reading a sequence gets nothing from them
+        let reads_sequence = n
+            .inputs
+            .iter()
+            .any(|i| !i.is_empty() && self.type_of(frame, i).is_some_and(|t| t.sequence));
         let found = if has_sub {
             self.subgraphs(frame, n, &x)
-        } else if !known {
+        } else if !known && !reads_sequence {
             match self.function(n) {
                 Some(f) => self.call(f, &x),
                 None => ops::infer(&x),
@@ -387,6 +400,7 @@ impl<'m> Engine<'m> {
             .map(|t| ValueType {
                 dtype: t.dtype,
                 shape: t.dims.as_ref().map(|d| d.iter().map(to_dim).collect()),
+                sequence: false,
             })
             .collect();
         // the body's own types hold when the call's inputs have them
@@ -630,6 +644,27 @@ mod tests {
     }
 
     #[test]
+    fn a_sequence_keeps_its_type_and_gives_no_tensor_type() {
+        let mut m = Model::new(18, 8, "test");
+        let g = &mut m.graph;
+        let x = g.add_input("x", dtype::FLOAT, Some(vec![sym("n"), Dim::Fixed(3)]));
+        let seq = g.op("SplitToSequence", &[&x]);
+        let elements = ValueType {
+            dtype: Some(dtype::FLOAT),
+            shape: Some(vec![Dim::Unknown, Dim::Fixed(3)]),
+            sequence: true,
+        };
+        g.set_type(&seq, elements.clone()).expect("type");
+        let copy = g.op("Identity", &[&seq]);
+        let found = Inferred::of(&m);
+        assert_eq!(found.type_of(&m.graph, &seq), Some(&elements));
+        // Identity's rule would give its output the input's shape, as a tensor's: not a sequence's
+        // (no shape: no value_info entry)
+        let copied = found.type_of(&m.graph, &copy);
+        assert!(copied.is_none_or(|t| t.shape.is_none() && !t.sequence));
+    }
+
+    #[test]
     fn branches_and_function_calls_get_their_bodies_types() {
         let mut m = Model::new(18, 8, "test");
         let x = m
@@ -693,6 +728,7 @@ mod tests {
             Some(&ValueType {
                 dtype: Some(dtype::FLOAT),
                 shape: Some(vec![sym("n"), Dim::Fixed(8)]),
+                sequence: false,
             })
         );
     }

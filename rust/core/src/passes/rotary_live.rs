@@ -134,6 +134,7 @@ fn caches(g: &mut Graph, m: &Live, nodes: &mut Vec<Node>) -> (String, String) {
     let ty = g.value_type(&m.angles).cloned().unwrap_or(ValueType {
         dtype: Some(dtype::FLOAT),
         shape: None,
+        sequence: false,
     });
     let mut cache = |g: &mut Graph, op: &str| {
         let mut out = g.new_value(&op.to_lowercase(), ty.clone());
@@ -160,6 +161,7 @@ fn int64(dims: Vec<Dim>) -> ValueType {
     ValueType {
         dtype: Some(dtype::INT64),
         shape: Some(dims),
+        sequence: false,
     }
 }
 
@@ -173,6 +175,7 @@ fn emit_contrib(g: &mut Graph, m: Live) -> Option<Rewrite> {
     let table = ValueType {
         dtype: Some(dtype::FLOAT),
         shape: Some(vec![Dim::Unknown, Dim::Fixed(half)]),
+        sequence: false,
     };
     let flat = |g: &mut Graph, cache: String, nodes: &mut Vec<Node>| {
         let out = g.new_value("table", table.clone());

@@ -114,6 +114,7 @@ fn gemm(g: &mut Graph, f: Found) -> Option<Rewrite> {
         ValueType {
             dtype: Some(f.dtype),
             shape: Some(vec![Dim::Unknown, Dim::Fixed(f.in_features)]),
+            sequence: false,
         },
     );
     let y2 = g.new_value(
@@ -121,6 +122,7 @@ fn gemm(g: &mut Graph, f: Found) -> Option<Rewrite> {
         ValueType {
             dtype: Some(f.dtype),
             shape: Some(vec![Dim::Unknown, Dim::Fixed(f.out_features)]),
+            sequence: false,
         },
     );
     let mut before = vec![
@@ -143,6 +145,7 @@ fn gemm(g: &mut Graph, f: Found) -> Option<Rewrite> {
                 ValueType {
                     dtype: Some(dtype::INT64),
                     shape: Some(vec![Dim::Fixed(n as i64)]),
+                    sequence: false,
                 },
             )
         };

@@ -289,6 +289,7 @@ pub fn quantize_weights(
                     ValueType {
                         dtype: Some(wdtype),
                         shape: Some(vec![Dim::Fixed(k as i64), Dim::Fixed(n as i64)]),
+                        sequence: false,
                     },
                 );
                 let mut inputs = vec![codes.clone(), scales.clone()];
@@ -337,6 +338,7 @@ pub fn quantize_weights(
                 ValueType {
                     dtype: Some(m.dtype),
                     shape: g.value_type(&y).and_then(|t| t.shape.clone()),
+                    sequence: false,
                 },
             )
         } else {

@@ -17,6 +17,7 @@ use crate::proto::onnx;
 use crate::scopes::Scope;
 use crate::tensor::Tensor;
 
+/// A value's type: a tensor's, or a sequence's of such tensors.
 pub(super) fn type_proto(ty: &ValueType) -> onnx::TypeProto {
     let shape = ty.shape.as_ref().map(|dims| onnx::TensorShapeProto {
         dim: dims
@@ -33,13 +34,24 @@ pub(super) fn type_proto(ty: &ValueType) -> onnx::TypeProto {
             })
             .collect(),
     });
-    onnx::TypeProto {
+    let tensor = onnx::TypeProto {
         value: Some(onnx::type_proto::Value::TensorType(
             onnx::type_proto::Tensor {
                 elem_type: ty.dtype,
                 shape,
             },
         )),
+        denotation: None,
+    };
+    if !ty.sequence {
+        return tensor;
+    }
+    onnx::TypeProto {
+        value: Some(onnx::type_proto::Value::SequenceType(Box::new(
+            onnx::type_proto::Sequence {
+                elem_type: Some(Box::new(tensor)),
+            },
+        ))),
         denotation: None,
     }
 }

@@ -51,6 +51,7 @@ pub(super) fn sample(weight_len: usize) -> Model {
         ValueType {
             dtype: Some(dtype::FLOAT),
             shape: Some(vec![Dim::Sym("n".into()), Dim::Fixed(2)]),
+            sequence: false,
         },
     )
     .expect("type");
@@ -337,6 +338,7 @@ fn value_info_types_every_value_nodes_make() {
     let typed = |dims: Vec<Dim>| ValueType {
         dtype: Some(dtype::FLOAT),
         shape: Some(dims),
+        sequence: false,
     };
     let mut m = sample(16);
     let x = m.graph.inputs[0].clone();
@@ -438,6 +440,7 @@ fn the_bytes_are_what_prost_encodes_for_the_messages() {
         Some(vec![Dim::Fixed(0), Dim::Fixed(1 << 40), Dim::Unknown]),
         Some(vec![Dim::Sym("batch".into()), Dim::Sym("2*seq+1".into())]),
         Some(vec![Dim::Sym("é".repeat(100))]), // a length past one varint byte
+        Some(vec![Dim::Unknown, Dim::Fixed(3)]), // a sequence of such tensors
         None,                                  // unknown rank: left out
     ];
     for (i, shape) in shapes.into_iter().enumerate() {
@@ -455,15 +458,20 @@ fn the_bytes_are_what_prost_encodes_for_the_messages() {
             ValueType {
                 dtype: Some(dtype),
                 shape,
+                sequence: i == 4,
             },
         )
         .expect("type");
     }
     let none = Inferred::default();
     let messages = value_infos(g, &none);
-    assert_eq!(messages.len(), 4);
+    assert_eq!(messages.len(), 5);
+    assert!(matches!(
+        messages[4].r#type.as_ref().and_then(|t| t.value.as_ref()),
+        Some(onnx::type_proto::Value::SequenceType(_))
+    ));
     let mut bytes = Vec::new();
-    assert_eq!(encode_value_infos(g, &none, &mut bytes), 4);
+    assert_eq!(encode_value_infos(g, &none, &mut bytes), 5);
     let prost = onnx::GraphProto {
         value_info: messages,
         ..Default::default()

@@ -1,10 +1,11 @@
 //! `GraphProto.value_info` (`Model::value_info`): the element type and shape of every value a graph's
-//! nodes make: the builder's type, or the one `infer::Inferred` found where the builder's is not
-//! complete. Which values: [`typed_values`]. Two forms of the same entries:
-//! prost messages (`proto::value_infos`, for the subgraphs, which are built as messages) and the bytes prost
-//! would write for them, encoded straight from the builder's types into the top graph's skeleton
-//! ([`encode_value_infos`]: no message is built, nothing is allocated per value; building the
-//! messages cost ~0.6 us a value, most of the encoding's time of a graph with metadata off).
+//! nodes make (a sequence's: those of its elements, in a `sequence_type`): the builder's type, or the
+//! one `infer::Inferred` found where the builder's is not complete. Which values: [`typed_values`].
+//! Two forms of the same entries: prost messages (`proto::value_infos`, for the subgraphs, which are
+//! built as messages) and the bytes prost would write for them, encoded straight from the builder's
+//! types into the top graph's skeleton ([`encode_value_infos`]: no message is built, nothing is
+//! allocated per value; building the messages cost ~0.6 us a value, most of the encoding's time of a
+//! graph with metadata off).
 
 use std::collections::HashSet;
 
@@ -15,11 +16,13 @@ use crate::infer::Inferred;
 
 /// GraphProto.value_info.
 pub(super) const VALUE_INFO_TAG: u32 = 13;
-// ValueInfoProto.name, .type; TypeProto.tensor_type; TypeProto.Tensor.elem_type, .shape;
-// TensorShapeProto.dim; Dimension.dim_value, .dim_param
+// ValueInfoProto.name, .type; TypeProto.tensor_type, .sequence_type; TypeProto.Sequence.elem_type;
+// TypeProto.Tensor.elem_type, .shape; TensorShapeProto.dim; Dimension.dim_value, .dim_param
 const NAME_TAG: u32 = 1;
 const TYPE_TAG: u32 = 2;
 const TENSOR_TYPE_TAG: u32 = 1;
+const SEQUENCE_TYPE_TAG: u32 = 4;
+const SEQUENCE_ELEM_TAG: u32 = 1;
 const ELEM_TYPE_TAG: u32 = 1;
 const SHAPE_TAG: u32 = 2;
 const DIM_TAG: u32 = 1;
@@ -81,17 +84,28 @@ fn dim_len(d: &Dim) -> usize {
 /// prost encodes [`value_infos`]; returns how many.
 pub(super) fn encode_value_infos(g: &Graph, inferred: &Inferred, out: &mut Vec<u8>) -> usize {
     let mut count = 0;
-    for (name, _, dtype, dims) in typed_values(g, inferred) {
+    for (name, ty, dtype, dims) in typed_values(g, inferred) {
         let shape_len: usize = dims.iter().map(|d| field_len(DIM_TAG, dim_len(d))).sum();
         let tensor_len = key_len(ELEM_TYPE_TAG)
             + encoded_len_varint(dtype as u64)
             + field_len(SHAPE_TAG, shape_len);
-        let type_len = field_len(TENSOR_TYPE_TAG, tensor_len);
+        // a tensor's TypeProto; a sequence's holds that one as its Sequence's elem_type
+        let tensor_type_len = field_len(TENSOR_TYPE_TAG, tensor_len);
+        let sequence_len = field_len(SEQUENCE_ELEM_TAG, tensor_type_len);
+        let type_len = if ty.sequence {
+            field_len(SEQUENCE_TYPE_TAG, sequence_len)
+        } else {
+            tensor_type_len
+        };
         let info_len = field_len(NAME_TAG, name.len()) + field_len(TYPE_TAG, type_len);
         put_len(VALUE_INFO_TAG, info_len, out);
         put_len(NAME_TAG, name.len(), out);
         out.extend_from_slice(name.as_bytes());
         put_len(TYPE_TAG, type_len, out);
+        if ty.sequence {
+            put_len(SEQUENCE_TYPE_TAG, sequence_len, out);
+            put_len(SEQUENCE_ELEM_TAG, tensor_type_len, out);
+        }
         put_len(TENSOR_TYPE_TAG, tensor_len, out);
         encode_key(ELEM_TYPE_TAG, WireType::Varint, out);
         encode_varint(dtype as u64, out);

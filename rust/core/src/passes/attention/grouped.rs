@@ -44,6 +44,7 @@ fn value(g: &mut Graph, hint: &str, dims: Vec<Dim>) -> String {
         ValueType {
             dtype: Some(dtype::FLOAT),
             shape: Some(dims),
+            sequence: false,
         },
     )
 }
@@ -80,10 +81,12 @@ fn reshape_targets(
     let one = ValueType {
         dtype: Some(dtype::INT64),
         shape: Some(vec![Dim::Fixed(1)]),
+        sequence: false,
     };
     let four = ValueType {
         dtype: Some(dtype::INT64),
         shape: Some(vec![Dim::Fixed(4)]),
+        sequence: false,
     };
     let rows = g.new_value("seq", one.clone());
     let (start, end) = (int_attr("start", 2), int_attr("end", 3));

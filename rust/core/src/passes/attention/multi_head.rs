@@ -58,6 +58,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                 ValueType {
                     dtype: Some(dtype::FLOAT),
                     shape: shape(g, m),
+                    sequence: false,
                 },
             );
             before.push(new_node(
@@ -91,6 +92,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                         flag_shape[2].clone(),
                         Dim::Fixed(1),
                     ]),
+                    sequence: false,
                 },
             );
             let fused = g.new_value(
@@ -98,6 +100,7 @@ fn emit(g: &mut Graph, f: &Chain, h: &Heads) -> Option<Rewrite> {
                 ValueType {
                     dtype: Some(dtype::FLOAT),
                     shape: y_type.shape.clone(),
+                    sequence: false,
                 },
             );
             after.push(new_node(
