@@ -1,8 +1,8 @@
 """to_onnx(value_info=True), the default: every value a node makes (graph outputs aside, typed in
 ``output``), in the top graph and in subgraphs, at every optimization level, has a ``value_info`` entry
-with its element type and full rank, written by the Rust writer (the builder's types, the rest inferred:
-``rust/core/src/infer``), with dynamic dims named as the graph inputs name theirs; value_info=False
-leaves exactly that out.
+with its element type and full rank (a sequence's: its elements'), written by the Rust writer (the
+builder's types, the rest inferred: ``rust/core/src/infer``), with dynamic dims named as the graph
+inputs name theirs; value_info=False leaves exactly that out.
 
 Each entry is checked against what onnxruntime computes (``runtime_agreement``): a copy of the file
 with every value made a graph output runs at two input sizes (dynamic batch and sequence), and every
@@ -14,11 +14,12 @@ The comparison runs ONNX's inference (with data propagation) on the file with it
 must be equal; a symbolic dim must be symbolic or unknown to ONNX (ONNX names a dim it derives itself
 ``unk__N``: only counted); a static dim ONNX cannot infer (a size behind a Loop, a shape computed at run
 time that data propagation does not follow) is counted as not inferred, as is a value whose rank ONNX
-does not find (Mixtral's expert loop). Values made by nodes of another domain (contrib operators, local
-functions' calls) are not compared: ``infer_shapes`` knows the standard domain only (the "onnxruntime"
-level is checked by onnxruntime itself, which reads value_info too, in test_the_file_runs_as_eager_does).
-The file as written (with its value_info) must also pass ``infer_shapes(strict_mode=True)``, which fails
-on a declared type that contradicts an inferred one, and ``onnx.checker.check_model(full_check=True)``.
+does not find (the blocks of Mixtral's experts, as many rows as routing sends). Values made by nodes of
+another domain (contrib operators, local functions' calls) are not compared: ``infer_shapes`` knows the
+standard domain only (the "onnxruntime" level is checked by onnxruntime itself, which reads value_info
+too, in test_the_file_runs_as_eager_does). The file as written (with its value_info) must also pass
+``infer_shapes(strict_mode=True)``, which fails on a declared type that contradicts an inferred one, and
+``onnx.checker.check_model(full_check=True)``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,20 @@ def typed(values: Any) -> dict[str, tuple[int, Dims | None]]:
                 for d in t.shape.dim
             ]
         out[v.name] = (t.elem_type, dims)
+    return out
+
+
+def sequences(values: Any) -> dict[str, tuple[int, Dims]]:
+    """name -> (element type, dims) of the entries typed as sequences of tensors (SequenceMap's...)."""
+    out = {}
+    for v in values:
+        if v.type.HasField("sequence_type") and v.type.sequence_type.elem_type.HasField("tensor_type"):
+            t = v.type.sequence_type.elem_type.tensor_type
+            dims = [
+                d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                for d in t.shape.dim
+            ]
+            out[v.name] = (t.elem_type, dims)
     return out
 
 
@@ -294,7 +309,7 @@ def untyped(model: onnx.ModelProto) -> list[str]:
     an element type and a shape."""
     missing = []
     for g in graphs(model.graph):
-        declared = typed(g.value_info)
+        declared = {**typed(g.value_info), **sequences(g.value_info)}
         for name in sorted(intermediates(g)):
             elem, dims = declared.get(name, (0, None))
             if not elem or dims is None:
@@ -343,6 +358,7 @@ def probe(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @dataclasses.dataclass
 class Runtime:
+    sequences: int = 0
     values: int = 0
     dims: int = 0
     symbolic: int = 0
@@ -359,6 +375,7 @@ def runtime_agreement(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]
     )
     names = [o.name for o in session.get_outputs()]
     declared = typed(model.graph.value_info)
+    declared_sequences = sequences(model.graph.value_info)
     inputs = {i.name: i for i in model.graph.input}
     found, wrong = Runtime(), []
     for feed in feeds:
@@ -368,9 +385,17 @@ def runtime_agreement(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]
                 if d.HasField("dim_param"):
                     assert sizes.setdefault(d.dim_param, n) == n, (d.dim_param, name)
         got = dict(zip(names, session.run(None, feed), strict=True))
+        # a sequence's entry holds its elements' type: each element is checked as a tensor's entry
+        elements = [
+            (name, elem, dims, array)
+            for name, (elem, dims) in declared_sequences.items()
+            for array in got[name]
+        ]
+        found.sequences += len(declared_sequences)
         for name, (elem, dims) in declared.items():
             assert dims is not None
-            array = got[name]
+            elements.append((name, elem, dims, got[name]))
+        for name, elem, dims, array in elements:
             where = f"{name} at {sizes}: declared {onnx.helper.tensor_dtype_to_np_dtype(elem)} {dims}"
             if array.dtype != onnx.helper.tensor_dtype_to_np_dtype(elem) or array.ndim != len(dims):
                 wrong.append(f"{where}, ran {array.dtype} {list(array.shape)}")
@@ -469,6 +494,16 @@ def _sampled() -> list[tuple[str, bool | str]]:
 def test_every_value_is_typed_as_onnxruntime_computes_it(name: str, optimize: bool | str) -> None:
     _, found = check_everything_typed(name, optimize)
     assert found.values > 0 and (found.symbolic > 0 or name == "llava"), found
+
+
+def test_sequences_are_typed_as_onnxruntime_computes_their_elements() -> None:
+    """Mixtral's experts (converters/third_party.py): a SequenceMap over the experts that own rows,
+    its sequences typed as sequences of their elements' tensors, each element as onnxruntime makes it."""
+    proto, found = check_everything_typed("mixtral", True)
+    assert found.sequences > 0 and found.values > 0, found
+    seqs = {n for g in graphs(proto.graph) for n in sequences(g.value_info)}
+    made = {o for n in proto.graph.node if n.op_type in ("SplitToSequence", "SequenceMap") for o in n.output}
+    assert made and made <= seqs, (made, seqs)
 
 
 class Loops(torch.nn.Module):

@@ -1,0 +1,152 @@
+"""Mixture-of-experts layers of transformers (issue 41, part 2): Qwen3-MoE, Mixtral and GPT-OSS run
+their experts through transformers' grouped matmul (integrations/moe.py), which fastonnx converts to a
+routed form: a SequenceMap over the experts that own rows (converters/third_party.py). Each MoE block is
+exported once with dynamic batch and sequence and compared with eager at 1, 5 and 64 tokens; the
+onnxruntime profile shows one expert product per expert a token was routed to, not one per expert."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+import fastonnx
+from support.export_check import check_export
+
+HIDDEN, EXPERTS, TOP_K = 32, 8, 2
+# one export (batch 2, sequence 7), run at 1, 5 and 64 tokens
+EXAMPLE = (2, 7)
+RUNS = [(1, 1), (1, 5), (2, 32)]
+ATOL, RTOL = 1e-5, 1e-4  # as tests/models/test_transformers_models.py
+
+
+def _block(model_type: str, cls_name: str, **cfg: Any) -> torch.nn.Module:
+    """The MoE block of layer 0 of a tiny model built from its config, as from_pretrained builds it
+    (experts_implementation "grouped_mm", transformers' default)."""
+    import transformers
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=64,
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts_per_tok=TOP_K,
+        initializer_range=0.3,  # at 0.02 the blocks' outputs are ~1e-3: the comparison could not fail
+        **cfg,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(config).eval()
+    assert model.config._experts_implementation == "grouped_mm"
+    return model.model.layers[0].mlp
+
+
+BLOCKS: dict[str, Callable[[], torch.nn.Module]] = {
+    "qwen3_moe": lambda: _block(
+        "qwen3_moe", "Qwen3MoeForCausalLM", moe_intermediate_size=16, num_experts=EXPERTS, norm_topk_prob=True
+    ),
+    "mixtral": lambda: _block(
+        "mixtral", "MixtralForCausalLM", intermediate_size=16, num_local_experts=EXPERTS
+    ),
+    # interleaved gate / up, biases on both products, a clamped SwiGLU with alpha; also returns the scores
+    "gpt_oss": lambda: _block(
+        "gpt_oss", "GptOssForCausalLM", intermediate_size=16, num_local_experts=EXPERTS, sliding_window=4
+    ),
+}
+
+
+def _hidden(batch: int, seq: int) -> torch.Tensor:
+    return torch.randn(batch, seq, HIDDEN, generator=torch.Generator().manual_seed(batch * 100 + seq))
+
+
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    found = []
+    for n in graph.node:
+        found.append(n)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                found += _nodes(a.g)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_moe_block_matches_eager_at_every_token_count(name: str) -> None:
+    block = BLOCKS[name]()
+    x = _hidden(*EXAMPLE)
+    with torch.no_grad():
+        out = block(x)
+    scale = float((out[0] if isinstance(out, tuple) else out).abs().max())
+    assert scale > 1e-2, f"{name}: eager output is ~0 ({scale}), the comparison could not fail"
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    results = check_export(
+        block,
+        (x,),
+        dynamic_shapes=({**dims},),
+        run_args=[(_hidden(*shape),) for shape in RUNS],
+        optimize=(False, True, "onnxruntime"),
+        atol=ATOL,
+        rtol=RTOL,
+    )
+    for result in results:
+        nodes = _nodes(result.model_proto.graph)
+        ops = collections.Counter(n.op_type for n in nodes)
+        # the two grouped products (gate_up, down), each a map over the experts that own rows
+        assert ops["SequenceMap"] == 2 and ops["Loop"] == 0, ops
+        # no Gather of the [experts, ...] weights by a per-row index in the main graph: each expert's
+        # weight is gathered once, by its id, inside the map
+        weights = {i.name for i in result.model_proto.graph.initializer if len(i.dims) == 3}
+        assert not [
+            n for n in result.model_proto.graph.node if n.op_type == "Gather" and n.input[0] in weights
+        ]
+
+
+def _routed_experts(block: torch.nn.Module, x: torch.Tensor) -> int:
+    """How many distinct experts the tokens of ``x`` are routed to (the block's router in eager)."""
+    router = getattr(block, "gate", None) or block.router
+    with torch.no_grad():
+        indices = router(x.reshape(-1, HIDDEN))[2]
+    return int(indices.unique().numel())
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_expert_products_follow_the_routed_experts(tmp_path: Path, name: str) -> None:
+    """onnxruntime runs one gate_up and one down product per expert the tokens were routed to: at one
+    token top-k experts of 8, not 8 (the Loop over every expert this form replaced ran 2 x 8)."""
+    block = BLOCKS[name]()
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    path = tmp_path / "moe.onnx"
+    result = fastonnx.to_onnx(block, (_hidden(*EXAMPLE),), dynamic_shapes=({**dims},), filename=path)
+    top_products = sum(n.op_type == "MatMul" for n in result.model_proto.graph.node)
+    for shape in [(1, 1), (1, 3)]:
+        x = _hidden(*shape)
+        options = onnxruntime.SessionOptions()
+        # the graph as written (no fusion renames a MatMul); the map's steps appear in the profile
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.enable_profiling = True
+        options.profile_file_prefix = str(tmp_path / "profile")
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        profile = session.end_profiling()
+        with open(profile) as f:
+            events = json.load(f)
+        os.remove(profile)
+        runs = sum(
+            e.get("cat") == "Node"
+            and e["name"].endswith("_kernel_time")
+            and e["args"].get("op_name") == "MatMul"
+            for e in events
+        )
+        routed = _routed_experts(block, x)
+        assert TOP_K <= routed < EXPERTS
+        assert runs - top_products == 2 * routed, (shape, runs, top_products, routed)
