@@ -10,6 +10,7 @@ stamped with the commit, after each architecture: an interrupted run leaves an h
     python scripts/architecture_sweep.py --tasks text-generation  # one task (the others listed as not run)
     python scripts/architecture_sweep.py --only llama,bert        # these model types (prints, no write)
     python scripts/architecture_sweep.py --limit 10               # the first 10 of each task (no write)
+    python scripts/architecture_sweep.py --only-build             # only build the tiny checkpoints: counts
 
 Each architecture runs in a worker process (imports paid once per worker) with a timeout; a worker that
 crashes or times out is replaced. Every folder written is deleted.
@@ -91,8 +92,8 @@ _SIZES: dict[str, Any] = {
     ),
     **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"), 128),
     **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("num_experts_per_tok", "moe_k", "top_k"), 2),
-    **dict.fromkeys(("n_group", "topk_group"), 1),
+    **dict.fromkeys(("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "top_k"), 2),
+    **dict.fromkeys(("n_group", "num_expert_group", "topk_group"), 1),
     "vocab_size": VOCAB,
     "embedding_size": 32,
     "word_embed_proj_dim": 64,
@@ -113,68 +114,334 @@ _VISION_LISTS = {
     "embed_dim": None,
     "embed_dims": None,
 }
+# sizes a checkpoint always sets that some configs leave None by default, the model then failing on them
+# (HunYuan's head_dim, Nemotron's key-value heads, Dots1's experts, Qwen4-Exp's sparse-attention indexer)
+_NONE_FILLED = {
+    **{k: _SIZES[k] for k in ("head_dim", "num_key_value_heads", "n_routed_experts", "num_local_experts")},
+    "num_experts_per_tok": _SIZES["num_experts_per_tok"],
+    "n_shared_experts": 1,
+    "vocab_size": VOCAB,  # ESM's
+    "indexer_n_heads": 4,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 16,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 4,
+}
+# what the checkpoints set that no default has and no rule can tell (the kinds of layers, a value the
+# model reads from a sub-config whose class lacks it): these architectures' released config.json
+_CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # LiquidAI/LFM2-8B-A1B: convolutions, attention
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8}},  # databricks/dbrx-instruct
+    # Zyphra/Zamba-7B-v1 has 13 hybrid layers sharing one attention block; transformers ties the others to
+    # the first and fails where there is no other (one of each kind of layer at two layers)
+    "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
+    "t5": {"decoder_start_token_id": 0},  # google-t5/t5-small: T5ForSequenceClassification shifts with it
+}
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model", "dim", "model_dim")
+_NOT_WIDTHS = re.compile("position|window|chunk|batch|image|patch")  # sizes that make no weight wider
 
 
-def _shrunk(defaults: dict[str, Any], vision: bool) -> dict[str, Any]:
-    """Overrides making a config of these defaults tiny (recursing into sub-configs)."""
+def _kept_layers(defaults: dict[str, Any], layers: int) -> list[int]:
+    """The layers of the full depth that the two tiny layers stand for: the first layer of each of the
+    first two kinds of its per-layer kinds list (layer_types...), else the first layer and the first one
+    that ``per_layer_config`` sets apart."""
+    lists = sorted(defaults.items(), key=lambda item: item[0] != "layer_types")  # layer_types first
+    for _, value in lists:
+        if isinstance(value, list) and len(value) == layers and all(isinstance(v, str) for v in value):
+            kinds = list(dict.fromkeys(value))
+            if len(kinds) > 1:
+                return [0, value.index(kinds[1])]
+    special = sorted(i for i in (int(k) for k in defaults.get("per_layer_config") or {}) if i > 0)
+    return [0, special[0] if special else 1]
+
+
+def _per_layer_config(defaults: dict[str, Any], tiny: dict[str, Any], kept: list[int]) -> dict[int, Any]:
+    """``per_layer_config`` (layer index -> the settings where that layer differs from the global ones)
+    for the kept layers, renumbered, its sizes scaled as the tiny config scales the global ones: Gemma 4's
+    full-attention heads stay twice as wide as the others."""
+    per_layer = {int(k): v for k, v in (defaults.get("per_layer_config") or {}).items()}
+    out: dict[int, Any] = {}
+    for new, old in enumerate(kept):
+        if not isinstance(layer := per_layer.get(old), dict):
+            continue
+        out[new] = {}
+        for key, value in layer.items():
+            full, small = defaults.get(key), tiny.get(key)
+            if _is_int(value) and _is_int(full) and _is_int(small) and full > 0:
+                value = (
+                    small * value // full if (small * value) % full == 0 and small * value >= full else small
+                )
+            out[new][key] = value
+        full, small = {**defaults, **layer}, {**tiny, **out[new]}
+        parts = ("head_dim", "qk_nope_head_dim", "qk_rope_head_dim")
+        if all(_is_int(full.get(k)) and _is_int(small.get(k)) for k in parts) and full[parts[0]] == (
+            full[parts[1]] + full[parts[2]]
+        ):  # heads as wide as their parts without and with rotary (Dots 3's sliding-window layers)
+            out[new]["head_dim"] = small[parts[1]] + small[parts[2]]
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_sub_config(key: str, value: Any) -> bool:
+    """A config dict's entry holding a sub-config (text_config, Musicgen's decoder)."""
+    return (
+        isinstance(value, dict)
+        and key != "per_layer_config"
+        and (key.endswith("_config") or "model_type" in value)
+    )
+
+
+def _hidden_sizes(defaults: dict[str, Any]) -> set[int]:
+    """The hidden sizes of a config and its sub-configs."""
+    found = {v for k in _HIDDEN_KEYS if _is_int(v := defaults.get(k))}
+    return found.union(*(_hidden_sizes(v) for k, v in defaults.items() if _is_sub_config(k, v)))
+
+
+def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = None) -> dict[str, Any]:
+    """Overrides making a config of these defaults tiny (recursing into sub-configs; ``hiddens``: the
+    hidden sizes of the whole config, which other widths may repeat)."""
     out: dict[str, Any] = {}
+    hiddens = _hidden_sizes(defaults) if hiddens is None else hiddens
     layers = next(
-        (v for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(v := defaults.get(k), int)),
+        (v for k in ("num_hidden_layers", "n_layer", "num_layers") if _is_int(v := defaults.get(k))),
         None,
     )
+    kept = _kept_layers(defaults, layers) if layers is not None and layers > 2 else [0, 1]
+    hidden = next((v for k in _HIDDEN_KEYS if _is_int(v := defaults.get(k))), None)
     for key, value in defaults.items():
-        if isinstance(value, dict) and key.endswith("_config"):
-            out[key] = {**value, **_shrunk(value, vision)}
-        elif key == "num_experts_per_tok" and value is None:
-            out[key] = _SIZES[key]
-        elif key == "rotary_dim" and isinstance(value, int):
+        if key == "per_layer_config":
+            continue  # after the global sizes, which it scales
+        if _is_sub_config(key, value):
+            out[key] = {**value, **_shrunk(value, vision, hiddens)}
+        elif key in _NONE_FILLED and value is None:
+            out[key] = _NONE_FILLED[key]
+        elif key.endswith("_dim_factor") and isinstance(value, float) and value < 1:
+            out[key] = 1.0  # xLSTM's cache rounds hidden x factor up to 64s, its layers do not: whole
+        elif key == "rotary_dim" and _is_int(value):
             out[key] = 8  # partial rotary within the 16-wide heads (GPT-J, CodeGen)
-        elif key in _SIZES and isinstance(value, int) and not isinstance(value, bool):
+        elif key == "embedding_size" and _is_int(value) and value == hidden:
+            out[key] = _SIZES["hidden_size"]  # embeddings as wide as the layers (SqueezeBERT needs it)
+        elif key in _SIZES and _is_int(value):
             out[key] = _SIZES[key]
             if key == "patch_size" and value < 8:
                 # hierarchical vision models (Swin...) keep their small patches, on larger images
                 out[key], out["image_size"] = value, 16 * value
-        elif key == "window_size" and isinstance(value, int) and vision:
+        elif (
+            _is_int(value)
+            and value > 256
+            and value in hiddens
+            and key.endswith(("_dim", "_size", "_width"))
+            and "vocab" not in key
+            and not _NOT_WIDTHS.search(key)
+        ):  # a width that is one of the hidden sizes (Dots 3's adapters between vision and text)
+            out[key] = _SIZES["hidden_size"]
+        elif "vocab" in key and _is_int(value) and value > VOCAB:
+            out[key] = VOCAB  # the other vocabularies (Gemma 3n's per-layer inputs, BLT's hashed bytes)
+        elif key == "window_size" and _is_int(value) and vision:
             out[key] = 2  # windows that the last stage's resolution still holds
-        elif key in _VISION_LISTS and isinstance(value, list) and value and isinstance(value[0], int):
+        elif key in _VISION_LISTS and isinstance(value, list) and value and _is_int(value[0]):
             fixed = _VISION_LISTS[key]
             out[key] = [fixed] * len(value) if fixed else [16 * 2**i for i in range(len(value))]
-        elif key in _VISION_LISTS and key == "embed_dim" and isinstance(value, int):
+        elif key in _VISION_LISTS and key == "embed_dim" and _is_int(value):
             out[key] = 32 if vision else 64
-        elif (
-            isinstance(value, list) and layers is not None and layers > 2 and len(value) == layers
-        ):  # per-layer lists (layer_types...) follow the layer count, keeping one layer of each kind
+        elif isinstance(value, list) and layers is not None and layers > 2 and len(value) == layers:
+            # per-layer lists (layer_types...) follow the layer count, keeping one layer of each kind
             kinds = list(dict.fromkeys(v for v in value if isinstance(v, str)))
-            out[key] = (kinds + value[:2])[:2] if len(kinds) > 1 else value[:2]
+            if kinds == ["linear_attention"]:  # a hybrid's attention layer (Granite 4 hybrids: none)
+                out[key] = ["linear_attention", "full_attention"]
+            elif len(kinds) > 1:
+                out[key] = (kinds + value[:2])[:2]
+            elif key in _SIZES and all(_is_int(v) for v in value):  # Gemma 3n's per-layer widths
+                out[key] = [_SIZES[key]] * 2
+            else:
+                out[key] = value[:2]
+        elif (
+            isinstance(value, list)
+            and key.endswith("_types")
+            and all(isinstance(v, str) for v in value)
+            and len(kinds := list(dict.fromkeys(value))) > 1
+        ):  # a repeating pattern of kinds (RecurrentGemma's block_types): one of each in the two layers
+            out[key] = kinds[:2]
+        elif (
+            isinstance(value, list)
+            and hidden
+            and len(value) > 1
+            and all(_is_int(v) for v in value)
+            and sum(value) == hidden
+        ):  # parts of the hidden size (Reformer's axial position embeddings)
+            out[key] = [v * _SIZES["hidden_size"] // hidden for v in value]
     # hybrid models (Jamba, Bamba...): one attention layer among the two
     for key, value in (("attn_layer_period", 2), ("attn_layer_offset", 1), ("expert_layer_period", 2)):
-        if isinstance(defaults.get(key), int):
+        if _is_int(defaults.get(key)):
             out[key] = value
-    if isinstance(defaults.get("expert_layer_offset"), int):
+    if _is_int(defaults.get("expert_layer_offset")):
         out["expert_layer_offset"] = 1
-    if isinstance(defaults.get("attn_layer_indices"), list):
+    if "attn_layer_indices" in defaults and (
+        defaults["attn_layer_indices"] is None or isinstance(defaults["attn_layer_indices"], list)
+    ):
         out["attn_layer_indices"] = [1]
+    if _is_int(defaults.get("num_dense_layers")) and defaults["num_dense_layers"] > 1:
+        out["num_dense_layers"] = 1  # the second layer a MoE one (LFM2-MoE)
+    kinds = out.get("layer_types", defaults.get("layer_types"))
+    if defaults.get("rope_parameters") == {} and isinstance(kinds, list) and kinds:
+        # rotary settings by kind of layer that the defaults leave empty (Cohere Compass): the default's
+        out["rope_parameters"] = {
+            k: {"rope_type": "default", "rope_theta": 10000.0} for k in dict.fromkeys(kinds)
+        }
+    if _is_int(defaults.get("num_kv_shared_layers")) and defaults["num_kv_shared_layers"] > 0:
+        out["num_kv_shared_layers"] = 0  # Gemma 3n's last layers reuse earlier caches: none at two layers
     if isinstance(defaults.get("qk_rope_head_dim"), int):  # multi-head latent attention (DeepSeek)
         out.update(qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, kv_lora_rank=32)
         out.update({k: 4 for k in ("num_key_value_heads",) if k in defaults})
         out.update({k: 8 for k in ("head_dim",) if k in defaults})
         if isinstance(defaults.get("q_lora_rank"), int):
             out["q_lora_rank"] = 32
+    if all(_is_int(defaults.get(k)) for k in ("num_heads", "head_dim", "expand", "hidden_size")) and (
+        defaults["num_heads"] * defaults["head_dim"] == defaults["expand"] * defaults["hidden_size"]
+    ):  # Mamba 2's heads span the expanded width
+        out["num_heads"] = defaults["expand"] * out["hidden_size"] // out["head_dim"]
+    if defaults.get("default_language", 0) is None and defaults.get("languages"):
+        out["default_language"] = list(defaults["languages"])[0]  # X-MOD's adapters need one
+    if isinstance(defaults.get("per_layer_config"), dict):  # last: it scales as the global sizes scale
+        out["per_layer_config"] = _per_layer_config(defaults, {**defaults, **out}, kept)
     return out
 
 
-def tiny_config(model_type: str) -> Any:
-    """The architecture's config at tiny sizes; raises where it cannot be built."""
+def _defaults(model_type: str) -> dict[str, Any]:
+    """The architecture's default config as a dict (where the defaults break the config's own validation,
+    as Gemma 4 Assistant's do, with the values its validator asks for)."""
+    return _config(model_type, {}).to_dict()
+
+
+def _config(model_type: str, overrides: dict[str, Any]) -> Any:
+    """``AutoConfig.for_model(model_type, **overrides)``; where a validator refuses a value and names the
+    one it wants (``X must be 0, got 256``, ``supports `X=1` only``, ``X must match Y``), that value, then
+    again."""
+    from huggingface_hub.errors import StrictDataclassClassValidationError
     from transformers import AutoConfig
 
-    defaults = AutoConfig.for_model(model_type).to_dict()
+    for _ in range(8):
+        try:
+            return AutoConfig.for_model(model_type, **overrides)
+        except StrictDataclassClassValidationError as e:
+            fix = _validator_fix(str(e))
+            owner = _owner(model_type, e, fix[0]) if fix else None
+            values = overrides if owner is None else overrides.get(owner)
+            values = values if isinstance(values, dict) else {}
+            if fix is None or (fix[1] and fix[2] not in values):
+                raise
+            key, value = fix[0], values[fix[2]] if fix[1] else fix[2]
+            if values.get(key, object()) == value:
+                raise
+            values = {**values, key: value}
+            overrides = values if owner is None else {**overrides, owner: values}
+    return AutoConfig.for_model(model_type, **overrides)
+
+
+def _validator_fix(message: str) -> tuple[str, bool, Any] | None:
+    """What a config validator's message asks for, if it names it: (key, False, the value) or (key, True,
+    the key whose value it must have)."""
+    import ast
+
+    if m := re.search(r"\b(\w+)`?(?: \(\S+\))? must (?:match|equal) `?(\w+)", message):
+        return m.group(1), True, m.group(2)
+    m = re.search(r"\b(\w+) must be (\w+), got\b", message) or re.search(r"`(\w+)=([^`\s]+)`", message)
+    if m is None:
+        return None
+    try:
+        return m.group(1), False, ast.literal_eval(m.group(2))
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _owner(model_type: str, error: BaseException, key: str) -> str | None:
+    """The sub-config of ``model_type``'s config that holds ``key`` (None: the config itself): the one
+    whose validator raised ``error``, from the validator's own frame, else the one with that field."""
+    from transformers import CONFIG_MAPPING
+
+    failing, tb = None, error.__cause__.__traceback__ if error.__cause__ else None
+    while tb is not None:
+        if hasattr(obj := tb.tb_frame.f_locals.get("self"), "model_type"):
+            failing = type(obj)
+        tb = tb.tb_next
+    cls = CONFIG_MAPPING[model_type]
+    specs = getattr(cls, "sub_configs_defaults", None) or {}
+    subs = {}
+    for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
+        spec = getattr(specs.get(name), "model_type", None) or getattr(specs.get(name), "config_class", None)
+        subs[str(name)] = (
+            CONFIG_MAPPING[spec] if isinstance(spec, str) and spec in CONFIG_MAPPING else spec or sub
+        )
+    if failing is not None and failing is not cls:
+        return next((name for name, sub in subs.items() if sub is failing), None)
+    if key in getattr(cls, "__dataclass_fields__", {}):
+        return None
+    # the config's validator checking a sub-config's value (Gemma 4 Assistant's text_config)
+    return next((name for name, sub in subs.items() if key in getattr(sub, "__dataclass_fields__", {})), None)
+
+
+def tiny_config(model_type: str, extra: dict[str, Any] | None = None) -> Any:
+    """The architecture's config at tiny sizes (with ``extra`` overrides on top, sub-configs merged);
+    raises where it cannot be built."""
+    defaults = _defaults(model_type)
     vision = "image_size" in defaults or any(
         isinstance(v, dict) and "image_size" in v for v in defaults.values()
     )
     overrides = {k: v for k, v in _shrunk(defaults, vision).items() if k != "model_type"}
     if not vision:  # the special tokens inside the tiny vocabulary (a classifier needs its pad token)
         overrides.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    return AutoConfig.for_model(model_type, **overrides)
+    overrides = _merged(overrides, _CHECKPOINT_VALUES.get(model_type, {}))
+    return _config(model_type, _merged(overrides, extra or {}))
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = (
+            _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def _model_config(cls: Any, config: Any) -> Any:
+    """The config ``cls`` takes: its own, or the sub-config of a composite config made for it, as
+    transformers' auto classes pass a composite's text config (Qwen3_5ForCausalLM takes Qwen3_5Config's
+    text_config; MusicgenForCausalLM, MusicgenConfig's decoder)."""
+    want = getattr(cls, "config_class", None)
+    if not isinstance(want, type) or isinstance(config, want):
+        return config
+    for name in getattr(config, "sub_configs", None) or {}:
+        if isinstance(sub := getattr(config, name, None), want):
+            return sub
+    return config
+
+
+def _unshrunk(model: Any, config: Any) -> dict[str, Any]:
+    """Overrides for the sizes the shrinking missed, found from the model's largest parameters: each of
+    their dimensions over 256 is put down to the config values that make it (a value dividing it),
+    which become 64 (a vocabulary, 128). Nested as the config's dict is (sub-configs)."""
+    shapes = sorted((p.numel(), tuple(p.shape)) for p in model.parameters())[-8:]
+    dims = {d for _, shape in shapes for d in shape if d > 256}
+
+    def walk(values: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            if _is_sub_config(key, value):
+                if sub := walk(value):
+                    out[key] = sub
+            elif (
+                _is_int(value)
+                and value > 256
+                and not (key.endswith(("_id", "_index")) or _NOT_WIDTHS.search(key))
+            ):
+                if any(d % value == 0 for d in dims):
+                    out[key] = VOCAB if "vocab" in key else _SIZES["hidden_size"]
+        return out
+
+    return walk(config.to_dict())
 
 
 def _save_tokenizer(folder: pathlib.Path, vocab: int) -> None:
@@ -201,15 +468,27 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     cls = getattr(transformers, class_name, None)
     if cls is None:
         raise LookupError(f"transformers has no class {class_name}")
-    config = tiny_config(model_type)
-    if task == "text-generation" and getattr(config, "is_decoder", None) is False:
-        # an encoder family's causal LM (BertLMHeadModel, RobertaForCausalLM...): its checkpoints for
-        # generation are decoders (causal, with a cache), as transformers' own warning asks
-        config.is_decoder = True
-    with torch.device("meta"):  # the size first: a config the shrinking missed is not built for real
-        params = sum(p.numel() for p in cls(config).parameters())
+    composite = tiny_config(model_type)
+    extra: dict[str, Any] = {}
+    for _ in range(4):  # the size first, on the meta device: sizes the shrinking missed, found and shrunk
+        config = _model_config(cls, composite)
+        if task == "text-generation" and getattr(config, "is_decoder", None) is False:
+            # an encoder family's causal LM (BertLMHeadModel, RobertaForCausalLM...): its checkpoints for
+            # generation are decoders (causal, with a cache), as transformers' own warning asks
+            config.is_decoder = True
+        with torch.device("meta"):
+            meta = cls(config)
+        params = sum(p.numel() for p in meta.parameters())
+        if params <= MAX_PARAMS or (more := _merged(extra, _unshrunk(meta, composite))) == extra:
+            break
+        extra = more
+        composite = tiny_config(model_type, extra)
     if params > MAX_PARAMS:
-        raise ValueError(f"{params / 1e6:.0f}M parameters at the tiny sizes (a size not shrunk)")
+        name, p = max(meta.named_parameters(), key=lambda item: item[1].numel())
+        raise ValueError(
+            f"{params / 1e6:.0f}M parameters at the tiny sizes (a size not shrunk; the largest: {name} "
+            f"{list(p.shape)})"
+        )
     torch.manual_seed(0)
     model = cls(config).eval()
     _eager_check(task, model)
@@ -235,8 +514,11 @@ def _eager_check(task: str, model: Any) -> None:
                 channels = int(getattr(vision, "num_channels", 3))
                 model(pixel_values=torch.randn(1, channels, size, size, generator=g))
             else:
-                vocab = int(config.get_text_config().vocab_size)
-                ids = torch.randint(3, vocab, (1, 8), generator=g)
+                text = config.get_text_config()
+                codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
+                rows = codebooks if _is_int(codebooks) and codebooks > 0 else 1
+                vocab = getattr(text, "vocab_size", None)  # none for CANINE's characters: code points
+                ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (rows, 8), generator=g)
                 ids[:, -1] = 2  # ends with eos: BART-family classifiers pool there
                 model(input_ids=ids, attention_mask=torch.ones_like(ids))
     except Exception as e:
@@ -265,10 +547,13 @@ def _max_diff(report: pathlib.Path) -> str:
     return f"max abs diff {worst[0]:.3g} ({worst[1]})" if worst else "max diff not found in the report"
 
 
-def sweep_one(task: str, model_type: str, class_name: str, workdir: str | None = None) -> dict[str, Any]:
+def sweep_one(
+    task: str, model_type: str, class_name: str, workdir: str | None = None, build_only: bool = False
+) -> dict[str, Any]:
     """One architecture through ``fastonnx export`` with verification; returns {"status", "detail",
     "seconds"}: status pass, verify-failed (the max diff), export error (the exception's first line) or
-    not buildable (why). Writes into a temporary folder, deleted before returning."""
+    not buildable (why); with ``build_only``, buildable (its parameter count) or not buildable, without
+    the export. Writes into a temporary folder, deleted before returning."""
     from fastonnx.pretrained.cli import main
 
     t0 = time.perf_counter()
@@ -276,10 +561,16 @@ def sweep_one(task: str, model_type: str, class_name: str, workdir: str | None =
     try:
         checkpoint, package = root / "checkpoint", root / "package"
         try:
-            build_checkpoint(task, model_type, class_name, checkpoint)
+            params = build_checkpoint(task, model_type, class_name, checkpoint)
         except Exception as e:
             status, detail = "not buildable", f"{type(e).__name__}: {_first_line(str(e))}"
             return {"status": status, "detail": detail, "seconds": time.perf_counter() - t0}
+        if build_only:
+            return {
+                "status": "buildable",
+                "detail": f"{params} parameters",
+                "seconds": time.perf_counter() - t0,
+            }
         out, err = io.StringIO(), io.StringIO()
         argv = ["export", str(checkpoint), str(package), "--task", task, "--no-progress"]
         try:
@@ -305,7 +596,7 @@ def sweep_one(task: str, model_type: str, class_name: str, workdir: str | None =
 # ---------------------------------------------------------------- workers
 
 
-def _worker(conn: Any, workdir: str) -> None:
+def _worker(conn: Any, workdir: str, build_only: bool) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -317,18 +608,20 @@ def _worker(conn: Any, workdir: str) -> None:
         if job is None:
             return
         try:
-            result = sweep_one(*job, workdir=workdir)
+            result = sweep_one(*job, workdir=workdir, build_only=build_only)
         except BaseException as e:  # the worker survives whatever one architecture does
             tb = traceback.format_exc(limit=-1).strip().splitlines()
-            result = {"status": "export error", "detail": f"{type(e).__name__}: {e} {tb[-1:]}", "seconds": 0}
+            status = "not buildable" if build_only else "export error"
+            result = {"status": status, "detail": f"{type(e).__name__}: {e} {tb[-1:]}", "seconds": 0}
         conn.send(result)
 
 
 class Worker:
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, build_only: bool = False) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, workdir), daemon=True)
+        self.build_only = build_only
+        self.proc = ctx.Process(target=_worker, args=(child, workdir, build_only), daemon=True)
         self.proc.start()
 
     def run(self, job: tuple[str, str, str], timeout: float) -> dict[str, Any]:
@@ -342,7 +635,8 @@ class Worker:
         except (EOFError, OSError):
             status = f"the worker crashed (exit code {self.proc.exitcode})"
         self.stop()
-        return {"status": "export error", "detail": status, "seconds": time.perf_counter() - t0, "dead": True}
+        failed = "not buildable" if self.build_only else "export error"
+        return {"status": failed, "detail": status, "seconds": time.perf_counter() - t0, "dead": True}
 
     def stop(self) -> None:
         if self.proc.is_alive():
@@ -476,13 +770,19 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=None, help="the first N of each task; prints, no write")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds an architecture (default 180)")
+    p.add_argument(
+        "--only-build",
+        action="store_true",
+        help="only build each tiny checkpoint (no export): counts buildable ones and lists why the others are "
+        "not; prints, no write",
+    )
     a = p.parse_args()
     tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
     for t in tasks:
         if t not in TASKS:
             p.error(f"unknown task {t!r}: one of {', '.join(TASKS)}")
     only = {s.strip() for s in a.only.split(",")} if a.only else None
-    write = only is None and a.limit is None
+    write = only is None and a.limit is None and not a.only_build
     jobs: list[tuple[str, str, str]] = []
     planned: dict[str, int] = {}
     for task in tasks:
@@ -503,7 +803,7 @@ def main() -> None:
         def run(slot: int, job: tuple[str, str, str]) -> dict[str, Any]:
             w = workers[slot]
             if w is None:
-                w = workers[slot] = Worker(workdir)
+                w = workers[slot] = Worker(workdir, a.only_build)
             r = w.run(job, a.timeout)
             if r.pop("dead", False):
                 workers[slot] = None
@@ -537,10 +837,15 @@ def main() -> None:
                 w.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     for task in tasks:
-        c = Counter(r["status"] for r in results.get(task, []))
-        print(
-            f"{task}: {c['pass']} pass of {len(results.get(task, []))} swept ({planned[task]} in the mapping); {dict(c)}"
-        )
+        rs = results.get(task, [])
+        c = Counter(r["status"] for r in rs)
+        if a.only_build:
+            print(f"{task}: {c['buildable']} of {len(rs)} buildable ({planned[task]} in the mapping)")
+            for r in rs:
+                if r["status"] != "buildable":
+                    print(f"  not buildable: {r['model_type']} ({r['class_name']}): {r['detail']}")
+            continue
+        print(f"{task}: {c['pass']} pass of {len(rs)} swept ({planned[task]} in the mapping); {dict(c)}")
     if write:
         write_section(render(results, planned, tasks, argv))
         print(f"wrote the {SECTION} section of {COVERAGE}")

@@ -69,3 +69,89 @@ def test_a_composite_config_is_a_named_input_error(tmp_path: pathlib.Path) -> No
     with pytest.raises(InputError, match=r"Gemma3Config\) has no '(num_hidden_layers|vocab_size)'"):
         fastonnx.export_pretrained(folder, tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- the tiny-config maker's rules (issue 41)
+
+
+def test_per_layer_config_follows_the_two_kept_layers() -> None:
+    # Gemma 4 sets its full-attention layers (5, 11, ... of 30) apart with twice as wide heads: at two
+    # layers, one sliding and one full, the full one (index 1) keeps its heads twice as wide
+    sweep = _sweep()
+    config = sweep.tiny_config("gemma4_text")
+    assert config.num_hidden_layers == 2
+    assert config.layer_types == ["sliding_attention", "full_attention"]
+    per_layer = config.to_dict()["per_layer_config"]
+    assert {int(k) for k in per_layer} <= {0, 1}
+    assert [layer.head_dim for layer in config.per_layer_config] == [16, 32]
+
+
+def test_a_composite_config_gives_the_class_its_text_config() -> None:
+    # Qwen3_5ForCausalLM takes Qwen3_5Config's text_config, as transformers' auto classes pass it
+    import torch
+    import transformers
+
+    sweep = _sweep()
+    composite = sweep.tiny_config("qwen3_5")
+    config = sweep._model_config(transformers.Qwen3_5ForCausalLM, composite)
+    assert type(config).__name__ == "Qwen3_5TextConfig"
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (2, 64, 128)
+    with torch.device("meta"):
+        model = transformers.Qwen3_5ForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) < sweep.MAX_PARAMS
+
+
+def test_sizes_left_none_are_filled() -> None:
+    sweep = _sweep()
+    assert sweep.tiny_config("hunyuan_v1_dense").head_dim == 16  # its attention computes head_dim ** -0.5
+    assert sweep.tiny_config("nemotron").num_key_value_heads == 2
+
+
+def test_hybrids_keep_an_attention_layer() -> None:
+    sweep = _sweep()
+    assert sweep.tiny_config("bamba").attn_layer_indices == [1]  # none by default
+    assert sweep.tiny_config("granitemoehybrid").layer_types == ["linear_attention", "full_attention"]
+    assert sweep.tiny_config("recurrent_gemma").block_types == ["recurrent", "attention"]
+
+
+def test_validator_messages_name_the_value_they_want() -> None:
+    sweep = _sweep()
+    assert sweep._validator_fix("hidden_size_per_layer_input must be 0, got 256") == (
+        "hidden_size_per_layer_input",
+        False,
+        0,
+    )
+    assert sweep._validator_fix("ZAYA currently supports `num_experts_per_tok=1` only.") == (
+        "num_experts_per_tok",
+        False,
+        1,
+    )
+    message = "`num_key_value_heads` (2) must equal `num_attention_heads` (4)."
+    assert sweep._validator_fix(message) == ("num_key_value_heads", True, "num_attention_heads")
+    assert sweep._validator_fix("vision adapter output width must match the text hidden size")[2] == "the"
+    assert sweep._validator_fix("Inconsistent configuration") is None
+    # applied: Gemma 4 Assistant's own defaults break its validator (in its text_config), Zaya's top-1
+    assert sweep.tiny_config("gemma4_assistant").text_config.hidden_size_per_layer_input == 0
+    assert sweep.tiny_config("zaya").num_experts_per_tok == 1
+    mamba2 = sweep.tiny_config("mamba2")  # its heads span hidden x expand
+    assert mamba2.num_heads * mamba2.head_dim == mamba2.hidden_size * mamba2.expand
+
+
+def test_a_size_not_shrunk_is_found_from_the_largest_parameters() -> None:
+    # XLM's width is emb_dim, which no rule names: its 2048-wide weights lead to it
+    import torch
+    import transformers
+
+    sweep = _sweep()
+    config = sweep.tiny_config("xlm")
+    with torch.device("meta"):
+        model = transformers.XLMWithLMHeadModel(config)
+    assert sweep._unshrunk(model, config) == {"emb_dim": 64}
+
+
+def test_build_only_counts_without_exporting(tmp_path: pathlib.Path) -> None:
+    sweep = _sweep()
+    result = sweep.sweep_one("text-generation", "llama", "LlamaForCausalLM", str(tmp_path), build_only=True)
+    assert result["status"] == "buildable", result
+    assert result["detail"].endswith(" parameters")
+    assert list(tmp_path.iterdir()) == []
