@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +14,10 @@ import torch
 
 import fastonnx
 from support.export_check import _graph
+from support.matrix import sampled
 from support.model_zoo import TEXT, VISION, DecodeStep, causal_lm, encoder, seq2seq, vision
 
 LAYERS = 5
-_FULL = os.environ.get("FASTONNX_FULL_MATRIX") == "1"
 
 # name -> (builder, whether stamping applies); models whose layers differ by index (SmolLM3's
 # no-RoPE layers, Gemma3's sliding / full layers) are stamped from one representative per kind
@@ -151,7 +150,7 @@ def _other_size(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-@pytest.mark.parametrize("name", [n for n in MODELS if _FULL or n in IN_CI])
+@pytest.mark.parametrize("name", sampled(MODELS, IN_CI.__contains__))
 def test_stamped_capture_is_torch_exports_graph(name: str) -> None:
     build, stamped = MODELS[name]
     model, args = build()
@@ -175,7 +174,7 @@ def test_stamped_capture_is_torch_exports_graph(name: str) -> None:
         torch.testing.assert_close(fast(*run), expected, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma3", "smollm3"] if _FULL else ["llama"])
+@pytest.mark.parametrize("name", sampled(["llama", "gemma3", "smollm3"], lambda n: n == "llama"))
 def test_a_decode_step_stamps_each_layers_own_cache_entries(name: str) -> None:
     """With the KV cache an input, stamped layer k reads past.k, computes its sizes from past.k's length
     (torch.export gives each layer's cache length its own symbol and orders ``past + seq`` by the
