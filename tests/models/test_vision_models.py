@@ -1,7 +1,9 @@
 """torchvision and timm classification models (random weights, calibrated BatchNorm) match eager.
 
-Each model is exported once, then converted at opset 18 and MAX_OPSET under every optimize setting.
-Inputs are as small as each architecture allows, to keep CI fast.
+Each model is exported once, then converted at opset 18 and MAX_OPSET under every optimize setting
+(``FASTONNX_FULL_MATRIX=1``); CI converts each model once per optimize setting, at both opsets, the
+opsets rotated across the models so that every (opset, setting) pair is converted by some model of
+each library (``_conversions``). Inputs are as small as each architecture allows, to keep CI fast.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import fastonnx
 from support.export_check import check_export
 from support.fusion_expectations import Patterns, expecting, traced_patterns
+from support.matrix import rotated_conversions
 from support.model_zoo import with_calibrated_batchnorm
 
 OPSETS = (18, fastonnx.MAX_OPSET)
@@ -46,8 +49,11 @@ TORCHVISION = {
     "inception_v3": 96,  # its stem needs at least 75 pixels
     "convnext_tiny": 64,
     "swin_t": 64,
-    "vit_b_16": 32,
+    "vit_b_16": 32,  # ViT-B/16's patches on a tiny transformer (VIT_B_16_TINY)
 }
+# ViT's code is the same at every depth and width: 2 layers of width 64 instead of B's 12 of 768 (86M
+# weights, which made it the slowest model here to convert and run)
+VIT_B_16_TINY = {"patch_size": 16, "num_layers": 2, "num_heads": 4, "hidden_dim": 64, "mlp_dim": 128}
 TIMM = {
     "resnet10t": 64,
     "efficientnet_b0": 64,
@@ -63,6 +69,13 @@ TIMM = {
 }
 # models whose constructor takes the input size (position embeddings, windows)
 _SIZED = ("vit", "swin_tiny", "mixer", "levit")
+
+
+def _conversions(index: int) -> list[tuple[int, bool | str]]:
+    """The (opset, optimize) pairs the ``index``-th model of its library converts at: each setting
+    once, False and "onnxruntime" at one opset and True at the other, swapped from one model to the
+    next: each model has an optimized conversion on both sides of opset 23 (Attention's)."""
+    return rotated_conversions(index, OPSETS, SETTINGS, {False: 0, True: 1, "onnxruntime": 0})
 
 
 def _random_zero_weights(model: torch.nn.Module) -> None:
@@ -81,8 +94,9 @@ def _float32_error(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     return float((y.double() - y64).abs().max())
 
 
-def _check(model: torch.nn.Module, side: int, written: Patterns | None = None) -> None:
-    """``written``: fusable patterns the model writes by hand, which tracing torch calls cannot see."""
+def _check(model: torch.nn.Module, side: int, index: int, written: Patterns | None = None) -> None:
+    """``index``: the model's place in its library's list (``_conversions``); ``written``: fusable
+    patterns the model writes by hand, which tracing torch calls cannot see."""
     _random_zero_weights(model)
     model = with_calibrated_batchnorm(model, side)
     x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0))
@@ -92,7 +106,7 @@ def _check(model: torch.nn.Module, side: int, written: Patterns | None = None) -
     atol = max(ATOL, 2 * _float32_error(model, x, y))
     patterns = traced_patterns(model, (x,)) + (written or Patterns())
     check_export(
-        model, (x,), opsets=OPSETS, optimize=SETTINGS, atol=atol, rtol=RTOL, fusions=expecting(patterns)
+        model, (x,), conversions=_conversions(index), atol=atol, rtol=RTOL, fusions=expecting(patterns)
     )
 
 
@@ -125,10 +139,11 @@ def test_torchvision(name: str) -> None:
     kwargs: dict[str, Any] = {}
     if name in ("googlenet", "inception_v3"):
         kwargs = {"aux_logits": False, "init_weights": False}
-    if name.startswith("vit"):
-        kwargs = {"image_size": TORCHVISION[name]}
     torch.manual_seed(0)
-    model = torchvision.models.get_model(name, weights=None, **kwargs)
+    if name == "vit_b_16":
+        model = torchvision.models.VisionTransformer(image_size=TORCHVISION[name], **VIT_B_16_TINY)
+    else:
+        model = torchvision.models.get_model(name, weights=None, **kwargs)
     written = Patterns()
     if name.startswith("swin"):
         # hand-written window attention, Mul(q, scale) before QK^T plus a relative-position bias: it
@@ -136,7 +151,7 @@ def test_torchvision(name: str) -> None:
         # (scores viewed per window), which is not the README's pattern
         side = TORCHVISION[name]
         written = Patterns(attention=_unshifted_windows(model, torch.zeros(1, 3, side, side)))
-    _check(model, TORCHVISION[name], written)
+    _check(model, TORCHVISION[name], sorted(TORCHVISION).index(name), written)
 
 
 @pytest.mark.parametrize("name", sorted(TIMM))
@@ -158,4 +173,13 @@ def test_timm(name: str) -> None:
 
         blocks = [m for m in model.modules() if isinstance(m, SwinTransformerBlock)]
         written = Patterns(attention=sum(1 for b in blocks if b.attn_mask is None))
-    _check(model, TIMM[name], written)
+    _check(model, TIMM[name], sorted(TIMM).index(name), written)
+
+
+def test_the_sample_converts_every_pair_in_each_library() -> None:
+    for models in (TORCHVISION, TIMM):
+        done = [_conversions(i) for i in range(len(models))]
+        assert {pair for pairs in done for pair in pairs} == {(o, s) for o in OPSETS for s in SETTINGS}
+        for pairs in done:
+            assert {opt for _, opt in pairs} == set(SETTINGS), pairs
+            assert {opset for opset, opt in pairs if opt is not False} == set(OPSETS), pairs

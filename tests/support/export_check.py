@@ -64,9 +64,12 @@ def check_export(
     dynamic_shapes: Any = None,
     run_args: Sequence[tuple[Any, ...]] | None = None,
     fusions: Callable[[int, bool | str], Mapping[str, int]] | None = None,
+    conversions: Sequence[tuple[int, bool | str]] | None = None,
 ) -> list[fastonnx.ExportResult]:
     """torch.export once; for each opset and optimize setting: convert, run in onnxruntime, compare.
 
+    ``conversions``: the (opset, optimize) pairs to convert at, in order, instead of every opset of
+    ``opsets`` with every setting of ``optimize`` (a sampled matrix, support/matrix.py).
     ``run_args`` are further inputs (for dynamic shapes) run on the same exported file.
     ``fusions(opset, optimize)`` gives the counters of ``stats["optimize"]`` each conversion must report
     (a counter the stats do not hold counts as 0; counters not named are not checked).
@@ -95,28 +98,29 @@ def check_export(
     all_inputs = [args, *(run_args or [])]
     with torch.no_grad():
         expected = [model(*a, **kwargs) for a in all_inputs]
+    pairs = list(conversions) if conversions is not None else [(o, p) for o in opsets for p in optimize]
+    assert pairs, "no conversion to check"
     results = []
-    for opset in opsets:
-        for opt in optimize:
-            result = fastonnx.to_onnx(ep, args, kwargs, opset=opset, optimize=opt)
-            if fusions is not None:
-                want = dict(fusions(opset, opt))
-                stats = result.stats.get("optimize") or {}
-                got = {name: stats.get(name, 0) for name in want}
-                assert got == want, f"opset={opset} optimize={opt}: fusions {got}, expected {want}"
-            for a, exp in zip(all_inputs, expected, strict=True):
-                got = result(*a, **kwargs)
-                torch.testing.assert_close(
-                    got,
-                    exp,
-                    atol=atol,
-                    rtol=rtol,
-                    equal_nan=True,
-                    msg=lambda m, o=opset, p=opt: f"opset={o} optimize={p}: {m}",
-                )
-            results.append(result)
+    for opset, opt in pairs:
+        result = fastonnx.to_onnx(ep, args, kwargs, opset=opset, optimize=opt)
+        if fusions is not None:
+            want = dict(fusions(opset, opt))
+            stats = result.stats.get("optimize") or {}
+            got = {name: stats.get(name, 0) for name in want}
+            assert got == want, f"opset={opset} optimize={opt}: fusions {got}, expected {want}"
+        for a, exp in zip(all_inputs, expected, strict=True):
+            got = result(*a, **kwargs)
+            torch.testing.assert_close(
+                got,
+                exp,
+                atol=atol,
+                rtol=rtol,
+                equal_nan=True,
+                msg=lambda m, o=opset, p=opt: f"opset={o} optimize={p}: {m}",
+            )
+        results.append(result)
     if traced is not None:
-        opset, opt = results[-1].stats["opset"], optimize[-1]
+        opset, opt = results[-1].stats["opset"], pairs[-1][1]
         result = fastonnx.to_onnx(traced, args, kwargs, opset=opset, optimize=opt)
         for a, exp in zip(all_inputs, expected, strict=True):
             torch.testing.assert_close(
