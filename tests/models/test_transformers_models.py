@@ -1,6 +1,9 @@
 """transformers architectures (tiny configs, random weights) match eager in onnxruntime.
 
-Each model is exported once, then converted at opset 18 and MAX_OPSET under every optimize setting.
+Each model is exported once, then converted at opset 18 and MAX_OPSET under every optimize setting
+(``FASTONNX_FULL_MATRIX=1``); CI converts each model once per optimize setting, at both opsets, the
+opsets rotated across the models so that every (opset, setting) pair is converted by some model
+(``_conversions``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import torch
 import fastonnx
 from support.export_check import check_export
 from support.fusion_expectations import TRANSFORMERS_PATTERNS, expecting, traced_patterns
+from support.matrix import rotated_conversions
 from support.model_zoo import TRANSFORMERS_MODELS
 
 OPSETS = (18, fastonnx.MAX_OPSET)
@@ -23,6 +27,14 @@ ATOL, RTOL = 1e-5, 1e-4
 _TRACED = {"mobilevit"}
 
 
+def _conversions(name: str) -> list[tuple[int, bool | str]]:
+    """The (opset, optimize) pairs ``name`` converts at: each setting once, False and "onnxruntime" at
+    one opset and True at the other, swapped from one model to the next: each model has an optimized
+    conversion on both sides of opset 23 (Attention, RotaryEmbedding)."""
+    index = sorted(TRANSFORMERS_MODELS).index(name)
+    return rotated_conversions(index, OPSETS, SETTINGS, {False: 0, True: 1, "onnxruntime": 0})
+
+
 @pytest.mark.parametrize("name", sorted(TRANSFORMERS_MODELS))
 def test_matches_eager(name: str) -> None:
     model, args = TRANSFORMERS_MODELS[name]()
@@ -33,5 +45,13 @@ def test_matches_eager(name: str) -> None:
     if name in _TRACED:
         patterns = patterns + traced_patterns(model, args)
     check_export(
-        model, args, opsets=OPSETS, optimize=SETTINGS, atol=ATOL, rtol=RTOL, fusions=expecting(patterns)
+        model, args, conversions=_conversions(name), atol=ATOL, rtol=RTOL, fusions=expecting(patterns)
     )
+
+
+def test_the_sample_converts_every_pair() -> None:
+    done = {name: _conversions(name) for name in TRANSFORMERS_MODELS}
+    assert {pair for pairs in done.values() for pair in pairs} == {(o, s) for o in OPSETS for s in SETTINGS}
+    for name, pairs in done.items():
+        assert {opt for _, opt in pairs} == set(SETTINGS), (name, pairs)
+        assert {opset for opset, opt in pairs if opt is not False} == set(OPSETS), (name, pairs)
