@@ -18,11 +18,14 @@ samples with repeated values are compared by values and reconstruction only (see
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import random
+import unittest.mock
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
@@ -468,9 +471,38 @@ def check_sample(
     return outcomes
 
 
+@contextlib.contextmanager
+def _cpu_sampling() -> Iterator[None]:
+    """OpInfo's sample iterator (common_utils.TrackedInputIter), minus two costs that do not change a
+    sample here: it looks up the stack for a unittest test whose name would seed it
+    (``extract_test_fn``: ``inspect.stack()``, reading the source of every frame of pytest's deep
+    stack, 20 ms a call) and finds none outside unittest, so it seeds with ``SEED``; and before each
+    sample ``set_rng_seed`` seeds every device's generator, which, CUDA not initialised, queues the
+    seeding with a formatted stack (2 ms a sample). The lookup is answered None at once, and the
+    seeding is done for what CPU samples draw from: torch's CPU generator, ``random`` and numpy."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    def seed_cpu(seed: int | None = None) -> None:
+        seed = common_utils.SEED if seed is None else seed
+        torch.default_generator.manual_seed(seed)
+        random.seed(seed)
+        if common_utils.TEST_NUMPY:
+            import numpy
+
+            numpy.random.seed(seed)
+
+    with (
+        unittest.mock.patch.object(common_utils, "extract_test_fn", lambda: None),
+        unittest.mock.patch.object(core, "extract_test_fn", lambda: None),
+        unittest.mock.patch.object(common_utils, "set_rng_seed", seed_cpu),
+    ):
+        yield
+
+
 def samples(op: Any, dtype: torch.dtype = torch.float32, limit: int | None = None) -> list[Any]:
     """The op's samples for ``dtype``; ``limit`` keeps an evenly spread subset (CI's sampled sweep)."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _cpu_sampling():
         warnings.simplefilter("ignore")
         all_samples = list(op.sample_inputs("cpu", dtype))
     if limit is None or len(all_samples) <= limit:
