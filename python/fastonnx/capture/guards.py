@@ -262,6 +262,10 @@ class _Guard:
     where: str | None
     symbols: tuple[Any, ...]
     fn: Callable[..., Any]
+    text: str = ""  # str(expr), printed once: sympy's printer costs ~1 ms, and a proof asks per size tried
+
+    def __post_init__(self) -> None:
+        self.text = self.text or str(self.expr)
 
     def holds(self, values: Mapping[Any, int]) -> bool:
         try:
@@ -501,7 +505,7 @@ def _failing(
             (f"torch.export kept the range [{r[0]}, {'inf' if r[1] is None else r[1]}] for it", None)
         )
     alone = {root: value}
-    reasons.extend((str(g.expr), g) for g in guards if g.symbols == (root,) and not g.holds(alone))
+    reasons.extend((g.text, g) for g in guards if g.symbols == (root,) and not g.holds(alone))
     relations = [g for g in guards if len(g.symbols) > 1 and root in g.symbols]
     if relations:
         others = sorted({s for g in relations for s in g.symbols if s != root}, key=str)
@@ -513,7 +517,7 @@ def _failing(
                 first = []
                 break
             first = failed if first is None else first
-        reasons.extend((str(g.expr), g) for g in first or [])
+        reasons.extend((g.text, g) for g in first or [])
     return reasons or None
 
 
@@ -525,7 +529,7 @@ Solver = tuple[Any, Callable[..., Any], tuple[Any, ...]]  # (size solved for, it
 def _solver(guard: _Guard, t: Any) -> list[Solver]:
     """``t`` solved from ``guard``'s boundary where it is linear in ``t`` (``mask = ids + past`` from
     ``ids + past - mask <= 0``; ``a = b*c / d`` from ``a*d == b*c``): ``[(t, fn, args)]``, else ``[]``."""
-    key = (str(guard.expr), str(t))
+    key = (guard.text, t)
     if key not in _SOLVED:
         import sympy
 
@@ -547,7 +551,7 @@ def _solver(guard: _Guard, t: Any) -> list[Solver]:
     return _SOLVED[key]
 
 
-_SOLVED: dict[tuple[str, str], list[Solver]] = {}
+_SOLVED: dict[tuple[str, Any], list[Solver]] = {}
 
 
 def _assignments(
