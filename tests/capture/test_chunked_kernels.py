@@ -131,7 +131,7 @@ def qwen3_next() -> torch.nn.Module:
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=4,
+        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=16,
@@ -144,7 +144,7 @@ def qwen3_next() -> torch.nn.Module:
         num_experts_per_tok=1,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=32,
-        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        layer_types=["linear_attention", "full_attention"],
         use_cache=False,
     )
     torch.manual_seed(0)
@@ -152,5 +152,6 @@ def qwen3_next() -> torch.nn.Module:
 
 
 def test_qwen3_next_is_right_at_every_length(qwen3_next: torch.nn.Module) -> None:
-    """4 tiny layers (3 linear-attention, 1 full attention)."""
+    """2 tiny layers (a linear-attention one, a full-attention one; the 4-layer capture time of
+    docs/capture.md was measured on the same config with 4 layers)."""
     _right_at(qwen3_next, LENGTHS)

@@ -112,7 +112,9 @@ MODELS: dict[str, tuple[Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]], b
         True,
     ),
 }
-IN_CI = ("llama", "qwen3", "gemma3", "smollm3", "gpt_oss", "bert", "vit", "mistral-own-cache")
+# gpt_oss (stamping refused, captured whole: 2 whole captures of a MoE model) only with
+# FASTONNX_FULL_MATRIX=1: the refusals are covered by the small models of the refusal tests below
+IN_CI = ("llama", "qwen3", "gemma3", "smollm3", "bert", "vit", "mistral-own-cache")
 
 
 def _bart() -> dict[str, Any]:

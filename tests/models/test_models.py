@@ -9,6 +9,7 @@ import torch
 import fastonnx
 from support.export_check import OPSETS, check_export
 from support.fusion_expectations import TRANSFORMERS_PATTERNS, expecting, traced_patterns
+from support.matrix import sampled
 from support.model_zoo import (
     MLP,
     Field,
@@ -67,9 +68,12 @@ def test_resnet18() -> None:
     fusions = expecting(traced_patterns(model, (x,)))  # every BatchNorm follows a Conv: 20
     # logits O(1) with calibrated BatchNorm; onnxruntime is within 6e-6 of eager (float32 rounding),
     # as in test_vision_models (was atol = rtol = 1e-3 on random statistics)
-    results = check_export(
-        model, (x,), opsets=OPSETS, optimize=SETTINGS, atol=5e-5, rtol=1e-4, fusions=fusions
+    # test_vision_models converts resnet18 too: here every opset once, the settings in turn (every pair
+    # with FASTONNX_FULL_MATRIX=1)
+    pairs = sampled(
+        [(o, s) for o in OPSETS for s in SETTINGS], lambda c: SETTINGS.index(c[1]) == OPSETS.index(c[0]) % 3
     )
+    results = check_export(model, (x,), conversions=pairs, atol=5e-5, rtol=1e-4, fusions=fusions)
     _check_files(results)
     _same_file_from_module_and_program(model, (x,))
 
