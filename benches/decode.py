@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import fastonnx
 import ledger
 from fastonnx.capture.transformers_caches import register_transformers_caches
-from support.model_zoo import DecodeStep
+from support.model_zoo import DecodeStep, decode_step_shapes
 
 HIDDEN, HEADS, KV_HEADS, VOCAB = 1024, 16, 4, 32000
 
@@ -70,7 +70,6 @@ def cache(layers: int, batch: int, past: int) -> Any:
 
 
 def export_program(layers: int) -> tuple[Any, tuple[Any, ...]]:
-    from torch.export import Dim
 
     model = DecodeStep(llama(layers))
     register_transformers_caches()  # once transformers is imported
@@ -81,14 +80,7 @@ def export_program(layers: int) -> tuple[Any, tuple[Any, ...]]:
         torch.arange(past, past + seq).repeat(batch, 1),
         cache(layers, batch, past),
     )
-    b, s, p = Dim("batch", min=1, max=64), Dim("seq", min=1, max=4096), Dim("past", min=1, max=8192)
-    kv = [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)]
-    spec = {
-        "input_ids": {0: b, 1: s},
-        "attention_mask": {0: b, 1: Dim.DYNAMIC},  # past + seq: torch finds the relation
-        "position_ids": {0: b, 1: s},
-        "past": kv,
-    }
+    spec = decode_step_shapes(layers)
     ep = torch.export.export(model, args, dynamic_shapes=spec, strict=False)
     return ep, args
 

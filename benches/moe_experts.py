@@ -92,7 +92,7 @@ def export_all(layers: int, folder: str) -> tuple[dict[str, str], dict[str, Any]
 
     import fastonnx
     from fastonnx.capture.transformers_caches import register_transformers_caches
-    from support.model_zoo import DecodeStep
+    from support.model_zoo import DecodeStep, decode_step_shapes
 
     cfg = config(layers)
     torch.manual_seed(0)
@@ -117,13 +117,7 @@ def export_all(layers: int, folder: str) -> tuple[dict[str, str], dict[str, Any]
         torch.arange(past, past + seq).repeat(batch, 1),
         cache(batch, past, np.random.default_rng(0))[0],
     )
-    b, s, p = Dim("batch", min=1, max=64), Dim("seq", min=1, max=4096), Dim("past", min=1, max=8192)
-    spec = {
-        "input_ids": {0: b, 1: s},
-        "attention_mask": {0: b, 1: Dim.DYNAMIC},
-        "position_ids": {0: b, 1: s},
-        "past": [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)],
-    }
+    spec = decode_step_shapes(layers)
     files = {k: os.path.join(folder, f"{k}.onnx") for k in KINDS}
     t0 = time.perf_counter()
     with torch.no_grad():

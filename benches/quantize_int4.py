@@ -101,14 +101,13 @@ def write_folder(folder: str, layers: int) -> None:
 def fastonnx_export(folder: str, path: str, quantize: Any, optimize: Any) -> dict[str, float]:
     """The export; returns the seconds of its parts: the folder's load, then to_onnx's stages."""
     import torch
-    from torch.export import Dim
     from transformers import DynamicCache, LlamaForCausalLM
 
     import fastonnx
     from fastonnx.capture.transformers_caches import register_transformers_caches
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from support.model_zoo import DecodeStep
+    from support.model_zoo import DecodeStep, decode_step_shapes
 
     t0 = time.perf_counter()
     model = LlamaForCausalLM.from_pretrained(folder).eval()
@@ -125,13 +124,7 @@ def fastonnx_export(folder: str, path: str, quantize: Any, optimize: Any) -> dic
         torch.arange(5, 8).repeat(2, 1),
         cache,
     )
-    b, s, p = Dim("batch", min=1, max=64), Dim("seq", min=1, max=4096), Dim("past", min=1, max=8192)
-    spec = {
-        "input_ids": {0: b, 1: s},
-        "attention_mask": {0: b, 1: Dim.DYNAMIC},
-        "position_ids": {0: b, 1: s},
-        "past": [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)],
-    }
+    spec = decode_step_shapes(layers)
     t1 = time.perf_counter()
     with torch.no_grad():
         result = fastonnx.to_onnx(

@@ -123,6 +123,23 @@ class Logits(Field):
         super().__init__(model, "logits")
 
 
+def decode_step_shapes(
+    layers: int, seq_max: int = 4096, past_min: int = 1, past_max: int = 8192
+) -> dict[str, Any]:
+    """DecodeStep's dynamic shapes: batch, new tokens and past dynamic, the mask's length left to torch
+    (past + new: torch finds the relation), each of ``layers`` cache entries' keys and values."""
+    from torch.export import Dim
+
+    b, s = Dim("batch", min=1, max=64), Dim("seq", min=1, max=seq_max)
+    p = Dim("past", min=past_min, max=past_max)
+    return {
+        "input_ids": {0: b, 1: s},
+        "attention_mask": {0: b, 1: Dim.DYNAMIC},
+        "position_ids": {0: b, 1: s},
+        "past": [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)],
+    }
+
+
 class DecodeStep(torch.nn.Module):
     """One call of generation with a KV cache: logits and the grown cache (tests/models/test_decode_steps.py,
     benches/decode.py)."""
