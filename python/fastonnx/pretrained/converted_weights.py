@@ -29,30 +29,18 @@ import dataclasses
 import json
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.stored_weights.checkpoints import SAFETENSORS_DTYPES, ShardTensor, index_shards
 
 CONVERTED_FILE = "converted_weights.safetensors"
 
 # torch dtype -> safetensors' dtype name
-_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-}
+_DTYPE_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 
 
 @dataclasses.dataclass
@@ -61,12 +49,13 @@ class _Target:
 
     key: str
     converter: Any  # a transformers WeightConverter of its own
-    sources: list[tuple[str, str, str]]  # (source pattern, checkpoint key, shard path)
+    sources: list[tuple[str, ShardTensor, str]]  # (source pattern, where the tensor is, its checkpoint key)
 
 
-def conversions(model: torch.nn.Module, shards: list[str]) -> list[_Target]:
-    """The converter runs transformers would make loading ``shards`` into ``model`` (a PreTrainedModel,
-    meta parameters allowed); empty for a model whose checkpoint loads by name only."""
+def conversions(model: torch.nn.Module, index: Mapping[str, ShardTensor]) -> list[_Target]:
+    """The converter runs transformers would make loading the checkpoint whose tensors ``index`` lists
+    (``checkpoints.index_shards``) into ``model`` (a PreTrainedModel, meta parameters allowed); empty for
+    a model whose checkpoint loads by name only."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import (
@@ -85,9 +74,8 @@ def conversions(model: torch.nn.Module, shards: list[str]) -> list[_Target]:
     by_pattern = {p: c for c in converters for p in c.source_patterns}
     meta_state = model.state_dict()
     prefix = getattr(model, "base_model_prefix", None)
-    keys = sorted(_shard_keys(shards).items(), key=lambda kv: dot_natural_key(kv[0]))
     targets: dict[str, _Target] = {}
-    for key, shard in keys:
+    for key in sorted(index, key=dot_natural_key):
         renamed, pattern = rename_source_key(key, renamings, converters, prefix, meta_state)
         if pattern is None or renamed not in meta_state:
             continue
@@ -95,7 +83,7 @@ def conversions(model: torch.nn.Module, shards: list[str]) -> list[_Target]:
         if target is None:
             # each target gets a converter of its own, as transformers' loading gives it
             target = targets[renamed] = _Target(renamed, copy.deepcopy(by_pattern[pattern]), [])
-        target.sources.append((pattern, key, shard))
+        target.sources.append((pattern, index[key], key))
     return list(targets.values())
 
 
@@ -103,7 +91,7 @@ def write_converted(model: torch.nn.Module, shards: list[str], path: str | os.Pa
     """The converted tensors of ``model``'s checkpoint written to ``path`` (a safetensors file); the
     keys written, or none (and no file) when nothing is converted. A converted key the model does not
     have, or one whose shape differs from the model's, is an InputError."""
-    targets = conversions(model, shards)
+    targets = conversions(model, index_shards(shards))
     if not targets:
         return []
     meta_state = model.state_dict()
@@ -119,22 +107,23 @@ def write_converted(model: torch.nn.Module, shards: list[str], path: str | os.Pa
                 "data_offsets": [offset, offset + size],
             }
             offset += size
-    with _atomic(path) as f:
+    with _atomic(path) as f, _ShardReader() as read:
         _write_header(f, header)
         for target in targets:
-            for key, t in _convert(model, target, _read_source).items():
+            for key, t in _convert(model, target, read).items():
                 if key in header:  # every key of the meta run, in the same order
                     f.write(t.contiguous().view(torch.uint8).numpy().data)
     return list(header)
 
 
-def _convert(
-    model: torch.nn.Module, target: _Target, read: Callable[[str, str], Callable[[], torch.Tensor]]
-) -> dict[str, torch.Tensor]:
-    """``target``'s converter run on its sources (read lazily by ``read(shard, key)``)."""
+Source = Callable[[ShardTensor, str], Callable[[], torch.Tensor]]
+
+
+def _convert(model: torch.nn.Module, target: _Target, read: Source) -> dict[str, torch.Tensor]:
+    """``target``'s converter run on its sources (read lazily by ``read(where, key)``)."""
     converter = copy.deepcopy(target.converter)  # convert() consumes what add_tensor collected
-    for pattern, key, shard in target.sources:
-        converter.add_tensor(target.key, key, pattern, read(shard, key))
+    for pattern, where, key in target.sources:
+        converter.add_tensor(target.key, key, pattern, read(where, key))
     try:
         out = converter.convert(target.key, model=model, config=getattr(model, "config", None))
     except Exception as e:  # transformers' ops raise many types; which target failed is what matters
@@ -142,40 +131,34 @@ def _convert(
     return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
 
 
-def _read_source(shard: str, key: str) -> Callable[[], torch.Tensor]:
-    def read() -> torch.Tensor:
-        from safetensors import safe_open
-
-        with safe_open(shard, "pt") as f:
-            tensor: torch.Tensor = f.get_tensor(key)
-        return tensor
-
-    return read
-
-
-def _meta_source(shard: str, key: str) -> Callable[[], torch.Tensor]:
-    def read() -> torch.Tensor:
-        from safetensors import safe_open
-
-        with safe_open(shard, "pt") as f:
-            piece = f.get_slice(key)
-            dtype = _TORCH_DTYPES[piece.get_dtype()]
-            return torch.empty(piece.get_shape(), dtype=dtype, device="meta")
-
-    return read
+def _meta_source(where: ShardTensor, key: str) -> Callable[[], torch.Tensor]:
+    """The tensor as its shard's header describes it, on the meta device (no bytes read)."""
+    if not isinstance(where.dtype, torch.dtype):
+        raise InputError(
+            f"{key} in {where.shard} is of safetensors dtype {where.dtype}, which torch does not have"
+        )
+    dtype = where.dtype
+    return lambda: torch.empty(where.shape, dtype=dtype, device="meta")
 
 
-_TORCH_DTYPES = {name: dtype for dtype, name in _DTYPES.items()}
+class _ShardReader(contextlib.ExitStack):
+    """Sources reading the shards' tensors, each shard opened once (its header parsed once) for the
+    whole pass, not once per tensor."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[str, Any] = {}
 
-def _shard_keys(shards: list[str]) -> dict[str, str]:
-    from safetensors import safe_open
+    def __call__(self, where: ShardTensor, key: str) -> Callable[[], torch.Tensor]:
+        def read() -> torch.Tensor:
+            from safetensors import safe_open
 
-    found: dict[str, str] = {}
-    for shard in shards:
-        with safe_open(shard, "pt") as f:
-            found.update(dict.fromkeys(f.keys(), shard))
-    return found
+            if where.shard not in self._open:
+                self._open[where.shard] = self.enter_context(safe_open(where.shard, "pt"))
+            tensor: torch.Tensor = self._open[where.shard].get_tensor(key)
+            return tensor
+
+        return read
 
 
 def _check_against_model(key: str, t: torch.Tensor, meta_state: dict[str, Any]) -> None:
@@ -190,7 +173,7 @@ def _check_against_model(key: str, t: torch.Tensor, meta_state: dict[str, Any]) 
 
 
 def _dtype_name(key: str, dtype: torch.dtype) -> str:
-    name = _DTYPES.get(dtype)
+    name = _DTYPE_NAMES.get(dtype)
     if name is None:
         raise InputError(
             f"transformers' load-time conversion made {key} as {dtype}, which safetensors cannot hold"

@@ -67,7 +67,7 @@ from fastonnx.dtypes import FLOAT_DTYPES, to_onnx_dtype
 from fastonnx.errors import InputError
 
 # safetensors' dtype names (the format's spec)
-_DTYPES: dict[str, torch.dtype] = {
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -192,7 +192,7 @@ def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
                 raise InputError(f"weights: {key!r} is in both {found[key].shard} and {path}")
             found[key] = ShardTensor(
                 shard=path,
-                dtype=_DTYPES.get(entry["dtype"], entry["dtype"]),
+                dtype=SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"]),
                 shape=tuple(entry["shape"]),
                 offset=8 + n + begin,
                 length=end - begin,
