@@ -36,7 +36,6 @@ __all__ = [
     "TRACE_LOCK",
     "CaptureInfo",
     "capture_program",
-    "functionalization_reason",
     "prepare",
     "register_pytree_types",
     "size_oblivious",
@@ -92,11 +91,6 @@ def capture_program(
     raise AssertionError("torch_export, the last strategy, always returns a program")
 
 
-def functionalization_reason(ep: torch.export.ExportedProgram) -> str | None:
-    """Why the walker cannot write every in-place op of ``ep`` itself (see aliasing.py), or None."""
-    return unsupported_mutation(ep)
-
-
 def prepare(
     ep: torch.export.ExportedProgram, decompositions: Any, info: CaptureInfo
 ) -> tuple[torch.export.ExportedProgram, CaptureInfo]:
@@ -106,7 +100,7 @@ def prepare(
         with TRACE_LOCK, size_oblivious(has_symbolic_inputs(ep)):
             ep = ep.run_decompositions(decompositions)
         info = dataclasses.replace(info, decompositions=len(decompositions))
-    reason = functionalization_reason(ep)
+    reason = unsupported_mutation(ep)  # why the walker cannot write every in-place op itself
     if reason is not None:
         with TRACE_LOCK, size_oblivious(has_symbolic_inputs(ep)):
             ep = ep.run_decompositions({})
