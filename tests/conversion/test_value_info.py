@@ -28,7 +28,6 @@ import collections
 import dataclasses
 import functools
 import math
-import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,6 +43,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import fastonnx
 from fastonnx.errors import InputError
+from support.matrix import sampled
 from support.model_zoo import TRANSFORMERS_MODELS, Logits, SmallCNN, tiny_llama, with_random_batchnorm_stats
 
 STANDARD_DOMAINS = ("", "ai.onnx")
@@ -484,10 +484,8 @@ LEVELS: list[bool | str] = [False, True, "onnxruntime"]
 
 def _sampled() -> list[tuple[str, bool | str]]:
     every = [(m, level) for m in sorted(MODELS) for level in LEVELS]
-    if os.environ.get("FASTONNX_FULL_MATRIX") == "1":
-        return every
     # CI: a fixed rotation through the models and levels, the decoder-only models at every level
-    return [(m, level) for i, (m, level) in enumerate(every) if i % 7 == 0 or m in ("qwen2", "cnn")]
+    return sampled(every, lambda case: every.index(case) % 7 == 0 or case[0] in ("qwen2", "cnn"))
 
 
 @pytest.mark.parametrize(("name", "optimize"), _sampled(), ids=str)
