@@ -262,10 +262,11 @@ class _Guard:
     where: str | None
     symbols: tuple[Any, ...]
     fn: Callable[..., Any]
-    text: str = ""  # str(expr), printed once: sympy's printer costs ~1 ms, and a proof asks per size tried
+    # str(expr), printed once: sympy's printer costs ~1 ms, and a proof asks per size tried
+    text: str = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.text = self.text or str(self.expr)
+        self.text = str(self.expr)
 
     def holds(self, values: Mapping[Any, int]) -> bool:
         try:
