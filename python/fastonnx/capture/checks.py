@@ -17,7 +17,7 @@ import warnings
 import torch
 
 from fastonnx.capture import dynamic_dims
-from fastonnx.capture.guards import Narrowing, locating_seconds, prove
+from fastonnx.capture.guards import Narrowing, locating_seconds, prove, shape_env_of
 from fastonnx.capture.info import CaptureInfo
 from fastonnx.capture.input_tensors import check_no_input_constants, forward_names
 from fastonnx.capture.request import Request
@@ -102,8 +102,4 @@ def _narrowed_error(narrowed: list[Narrowing], text: str, fixes: list[str] | Non
 
 def has_symbolic_inputs(ep: Program) -> bool:
     """Whether a placeholder of ``ep`` has a symbolic size."""
-    for node in ep.graph.nodes:
-        val = node.meta.get("val") if node.op == "placeholder" else None
-        if isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape):
-            return True
-    return False
+    return shape_env_of(ep) is not None
