@@ -1,6 +1,6 @@
 """Chunked kernels swapped while torch.export captures (capture/chunked_kernels.py, issue 41 part 4):
-transformers' chunked gated delta rule and Mamba2's state-space duality scan in forms whose padding and
-loop follow the length, so a linear-attention or state-space model's file is right at every length and
+transformers' chunked gated delta rule, Mamba2's state-space duality scan, Mamba's selective scan and the
+recurrent layers' padding mask in forms whose padding and loop follow the length, so a linear-attention or state-space model's file is right at every length and
 keeps no guard on it."""
 
 from __future__ import annotations
@@ -16,10 +16,15 @@ from fastonnx.capture.chunked_kernels import (
     KERNELS,
     gated_delta_rule_by_chunks,
     length_following_kernels,
+    note_recurrent_state,
+    recurrent_mask_by_length,
+    selective_scan_by_steps,
     ssd_scan_by_chunks,
 )
 
 transformers = pytest.importorskip("transformers")  # a test dependency, pinned in constraints.txt
+from transformers import masking_utils  # noqa: E402
+from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
@@ -48,16 +53,14 @@ def test_the_form_computes_transformers_kernel(length: int) -> None:
 
 
 def test_the_swap_is_undone() -> None:
-    originals = {
-        k: getattr(m, k) for m in (modeling_qwen3_next, modeling_mamba2) for k in KERNELS if hasattr(m, k)
-    }
-    assert len(originals) == 2
+    modules = (modeling_qwen3_next, modeling_mamba2, modeling_mamba)
+    originals = {(m, k): getattr(m, k) for m in modules for k in KERNELS if hasattr(m, k)}
+    assert {k for _, k in originals} == set(KERNELS)
     with length_following_kernels():
         loaded = [m for n, m in sys.modules.items() if n.startswith("transformers.models.")]
         for kernel, form in KERNELS.items():
             assert all(getattr(m, kernel) is form for m in loaded if hasattr(m, kernel))
-    assert modeling_qwen3_next.torch_chunk_gated_delta_rule is originals["torch_chunk_gated_delta_rule"]
-    assert modeling_mamba2.mamba2_chunk_scan is originals["mamba2_chunk_scan"]
+    assert all(getattr(m, k) is original for (m, k), original in originals.items())
 
 
 @pytest.mark.parametrize("length", (1, 3, 4, 8, 9, 16, 17, 40))
@@ -79,6 +82,58 @@ def test_the_ssd_form_computes_mamba2s_scan(length: int) -> None:
     got, got_state = ssd_scan_by_chunks(x, dt, a, bm, cm, 8, **options)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_state, want_state)
+
+
+def _selective_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(length)
+    b, d, n = 2, 6, 4
+    x, dt, z = (torch.randn(b, d, length, generator=g) for _ in range(3))
+    a = -torch.rand(d, n, generator=g)
+    bm, cm = (torch.randn(b, n, length, generator=g) for _ in range(2))
+    return x, dt, a, bm, cm, torch.randn(d, generator=g), z, torch.randn(d, generator=g)
+
+
+@pytest.mark.parametrize("length", (1, 5, 17))
+def test_the_selective_scan_form_computes_mambas(length: int) -> None:
+    """From no state read: transformers' reference scan (which starts from zeros)."""
+    x, dt, a, bm, cm, d, z, bias = _selective_inputs(length)
+    options = dict(D=d, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
+    want, want_state = modeling_mamba.mamba_selective_scan(x, dt, a, bm, cm, **options)
+    got, got_state = selective_scan_by_steps(x, dt, a, bm, cm, **options)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_state, want_state)
+
+
+def test_the_selective_scan_form_starts_from_the_state_read() -> None:
+    """After a state is noted (a rebuilt cache layer's read), the scan continues from it: the same as
+    transformers' recurrent step token by token from that state."""
+    x, dt, a, bm, cm, d, z, bias = _selective_inputs(4)
+    state = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(9))
+    want_state, outs = state.clone(), []
+    for t in range(4):
+        outs.append(
+            modeling_mamba.mamba_selective_state_update(
+                want_state, x[..., t], dt[..., t], a, bm[..., t], cm[..., t], d, bias, True, z[..., t]
+            )
+        )
+    note_recurrent_state(state)
+    got, got_state = selective_scan_by_steps(
+        x, dt, a, bm, cm, D=d, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True
+    )
+    torch.testing.assert_close(got, torch.stack(outs, dim=-1))
+    torch.testing.assert_close(got_state, want_state)
+
+
+def test_the_recurrent_mask_form_is_the_masks_last_columns() -> None:
+    """transformers' form where it returns a mask (several new tokens, padding), the same columns where it
+    returns none (multiplying by those ones changes nothing)."""
+    mask = torch.ones(2, 9, dtype=torch.int64)
+    mask[1, :3] = 0  # left padding of the second row
+    for length in (1, 4, 9):
+        embeds = torch.zeros(2, length, 8)
+        want = masking_utils.create_recurrent_attention_mask(None, embeds, mask)
+        got = recurrent_mask_by_length(None, embeds, mask)
+        torch.testing.assert_close(got, want if want is not None else mask[:, -length:])
 
 
 def _logits(model: torch.nn.Module) -> torch.nn.Module:

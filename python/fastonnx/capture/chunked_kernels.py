@@ -24,6 +24,13 @@ Mamba2's state-space duality scan (``mamba2_chunk_scan``, shared by Bamba, Falco
 GraniteMoeHybrid and NemotronH) has no loop over chunks, but its padding and the test ``pad_size > 0``
 leave guards too; ``ssd_scan_by_chunks`` pads the same guard-free way.
 
+Mamba's selective scan (``mamba_selective_scan``: Mamba, FalconMamba, Jamba, Zamba) loops over the positions
+in Python, from a state of zeros (its mixer takes a recurrent step for a single token instead);
+``selective_scan_by_steps`` is a ``scan`` over the positions from the state the mixer read from the cache.
+
+The padding mask of those layers (``create_recurrent_attention_mask``, the mask's last L columns) is
+swapped too, for a form without the guards its slicing leaves (``recurrent_mask_by_length``).
+
 Only the functions of transformers' modules already imported are swapped (``KERNELS``), for the
 duration of the capture, under the capture's lock.
 """
@@ -31,6 +38,7 @@ duration of the capture, under the capture's lock.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import sys
 from collections.abc import Iterator
@@ -54,9 +62,11 @@ def length_following_kernels() -> Iterator[None]:
             if callable(getattr(module, kernel, None)):
                 swapped.append((module, kernel, getattr(module, kernel)))
                 setattr(module, kernel, form)
+    _SCAN_START.set(None)
     try:
         yield
     finally:
+        _SCAN_START.set(None)
         for module, kernel, original in swapped:
             setattr(module, kernel, original)
 
@@ -102,9 +112,106 @@ def gated_delta_rule_by_chunks(
         else initial_state.float()
     )
     state, out = scan(_chunk_step, state, chunked)  # over the chunks: dim 0 of each of ``chunked``
-    out = out.movedim(0, 2).flatten(2, 3).split([length, pad], dim=2)[0]  # a split: no guard on L
+    out = first_positions(out.movedim(0, 2).flatten(2, 3), length, dim=2)
     out = out.transpose(1, 2).to(dtype)
     return out, (state if output_final_state else None)
+
+
+_SCAN_START: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
+    "fastonnx_selective_scan_start", default=None
+)
+
+
+def note_recurrent_state(state: torch.Tensor) -> None:
+    """Called when a rebuilt cache layer's recurrent state is read (transformers_caches.py): Mamba's
+    mixer reads it, then calls ``mamba_selective_scan``, which takes no initial state."""
+    _SCAN_START.set(state)
+
+
+def selective_scan_by_steps(
+    hidden_states: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """transformers' ``mamba_selective_scan`` (Mamba, FalconMamba, Jamba, Zamba: ``hidden_states`` and
+    ``dt`` ``[b, d, L]``, ``A`` ``[d, n]``, ``B`` / ``C`` ``[b, n, L]``; the output ``[b, d, L]`` and the
+    state ``[b, d, n]``) as a ``scan`` over the positions, whatever L, starting from the recurrent state
+    the mixer read from the cache (``note_recurrent_state``). transformers' reference loops over the
+    example's positions in Python and starts from zeros: its mixer takes the recurrent step for a single
+    new token instead, which one graph for every length cannot choose."""
+    start = _SCAN_START.get()
+    _SCAN_START.set(None)
+    expected = (*hidden_states.shape[:2], A.shape[-1])
+    if start is not None and (start.dim() != 3 or B.dim() != 3):
+        # Zamba's mixer scans each head of a state it read whole: which head is which is not known here
+        raise NotImplementedError(
+            f"a selective scan over part of the recurrent state read (state {list(start.shape)}, the scan's "
+            f"{list(expected)}) cannot be exported with the state as a graph input"
+        )
+    dtype = hidden_states.dtype
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[..., None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    decay = torch.exp(A[None, :, None, :] * dt[..., None]).permute(2, 0, 1, 3)  # [L, b, d, n]
+    inputs = (
+        dt[..., None] * B[:, None].transpose(-1, -2).float() * hidden_states[..., None].float()
+    ).permute(2, 0, 1, 3)
+    readout = C.permute(2, 0, 1)  # [L, b, n]
+    state = (
+        start.float()
+        if start is not None
+        else torch.zeros(*hidden_states.shape[:2], A.shape[-1], device=hidden_states.device)
+    )
+    state, out = scan(_selective_step, state, (decay, inputs, readout))
+    out = out.permute(1, 2, 0).to(dtype)  # [b, d, L]
+    if D is not None:
+        out = out + hidden_states * D[None, :, None]
+    if z is not None:
+        out = out * F.silu(z)
+    return (out, state) if return_last_state else out
+
+
+def _selective_step(
+    state: torch.Tensor, step: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    decay, inputs, readout = step
+    state = decay * state + inputs
+    return state, (state @ readout.to(state.dtype)[..., None])[..., 0]
+
+
+def first_positions(x: torch.Tensor, length: Any, dim: int) -> torch.Tensor:
+    """The first ``length`` positions of ``x`` along ``dim``, gathered: a split or a slice would need
+    torch to prove ``length`` at most the padded length (``64 * (L // 64) + 128 >= L``), which its range
+    reasoning cannot, and would leave that as a guard on L."""
+    return x.index_select(dim, torch.arange(length, device=x.device))
+
+
+def recurrent_mask_by_length(
+    config: Any,
+    inputs_embeds: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    past_key_values: Any = None,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """transformers' ``create_recurrent_attention_mask`` (the padding mask of the mamba and linear-attention
+    layers: the mask's last L columns), always: transformers skips it where it is all ones (a single new
+    token, an unpadded batch), and multiplying by ones changes nothing. Gathered instead of a negative
+    slice and ``.contiguous()``: those leave guards on the batch and the lengths (that the slice is not
+    of size 1, for its strides), gathered: a state-space model's graph knows no relation between the mask's
+    length (past and new tokens) and L that would prove ``narrow``'s bounds."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return None
+    total, length = attention_mask.shape[1], inputs_embeds.shape[1]
+    return attention_mask.index_select(1, torch.arange(total - length, total, device=attention_mask.device))
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -225,7 +332,7 @@ def ssd_scan_by_chunks(
     states, final = torch.split(torch.einsum("bzch,bzhpn->bchpn", between, states), [n, 1], dim=1)
     y_off = torch.einsum("bclhn,bchpn->bclhp", C, states) * a_cum.exp().permute(0, 2, 3, 1)[..., None]
     y = (y_diag + y_off).reshape(x.shape[0], n * chunk_size, heads, x.shape[-1])
-    y = torch.split(y, [length, pad], dim=1)[0]
+    y = first_positions(y, length, dim=1)
     if residual is not None:
         y = y + residual
     return (y, final[:, 0]) if return_final_states else y
@@ -246,5 +353,7 @@ def _segment_sum(a: torch.Tensor) -> torch.Tensor:
 KERNELS = {
     "torch_chunk_gated_delta_rule": gated_delta_rule_by_chunks,
     "mamba2_chunk_scan": ssd_scan_by_chunks,
+    "create_recurrent_attention_mask": recurrent_mask_by_length,
+    "mamba_selective_scan": selective_scan_by_steps,
 }
 """transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""
