@@ -394,6 +394,19 @@ def refine(message: str, dynamic_shapes: Any) -> tuple[Any, list[str]] | None:
 
 # "Not all values of s = L['x'].size()[1] in the specified range s <= 64 satisfy the generated guard ..."
 _UNPROVEN = re.compile(r"Not all values of ([A-Za-z_]\w*) = ")
+_GUARD = re.compile(r"satisfy the generated guard (.+?)\.?$", re.MULTILINE)
+
+
+def size_one_guards_only(message: str) -> bool:
+    """Whether every guard torch.export could not prove is a size's ``!= 1`` (the guards size-oblivious
+    reasoning makes of a branch on a size of 1: it assumes the branch taken for sizes of 2 and more holds
+    for 1), and it specialised nothing."""
+    guards = _GUARD.findall(message)
+    return (
+        bool(guards)
+        and "specialized it to be a constant" not in message
+        and all(g.strip().endswith("!= 1") for g in guards)
+    )
 
 
 def _is_dim(x: Any) -> bool:

@@ -7,6 +7,10 @@ constraints refuse them. Each refinement is one step, tried in this order, each 
 2. ``unproven_as_dynamic``: the named Dims whose guards torch could not prove over their ranges, which it
    would bound or fix, captured as Dim.DYNAMIC (guards.py then checks the ranges asked for size by size).
 3. ``torch_fixes``: the fixes torch suggests (``Dim('sequence', max=512)``, ``n = 2*_n``) applied.
+4. ``size_one_guards_checked``: the first refusal, under size-oblivious reasoning, named only a size's
+   ``!= 1`` guards (what it makes of a branch on a size of 1: Mamba's ``seq_len == 1`` decode path), and
+   the retries without it found no way: back to size-oblivious reasoning with those Dims checked by
+   guards.py as in 2 (it accepts those guards: the branch taken for 2 and more holds for 1).
 
 Each change is logged; the error, when every step fails, chains torch's first refusal.
 """
@@ -36,8 +40,8 @@ if TYPE_CHECKING:  # stamping.py is imported when a dynamic-shape capture first 
 
 log = logging.getLogger("fastonnx")
 
-_MAX_ATTEMPTS = 5  # the first try, without size-oblivious reasoning, unproven Dims checked by
-# guards.py, and two rounds of torch's fixes
+_MAX_ATTEMPTS = 6  # the first try, without size-oblivious reasoning, unproven Dims checked by
+# guards.py, two rounds of torch's fixes, and back to size-oblivious reasoning
 
 
 @dataclasses.dataclass
@@ -57,10 +61,12 @@ class _Attempt:
     """The request as the next try will send it, and what the refinements changed of it so far."""
 
     shapes: Any
+    original: Any  # the shapes asked for
     oblivious: bool
     may_drop: bool  # size-oblivious reasoning may be dropped
     fixes: list[str] = dataclasses.field(default_factory=list)
     checked: bool = False  # named Dims captured as Dim.DYNAMIC for guards.py to check
+    first_refusal: str | None = None  # torch's first message
 
 
 def export_refined(request: Request, layers: LayerPlan | None = None) -> Exported:
@@ -68,6 +74,7 @@ def export_refined(request: Request, layers: LayerPlan | None = None) -> Exporte
     or no refinement is left (CaptureError)."""
     shapes = request.dynamic_shapes
     attempt = _Attempt(
+        shapes,
         shapes,
         oblivious=shapes is not None,
         may_drop=shapes is not None and not _example_size_below_two(request),
@@ -83,6 +90,7 @@ def export_refined(request: Request, layers: LayerPlan | None = None) -> Exporte
             if "Constraints violated" not in message:
                 break
             reason = message.split("\nThe error above occurred")[0]
+            attempt.first_refusal = attempt.first_refusal or message
             if not any(step(attempt, message, request.name) for step in REFINEMENTS):
                 break
             continue
@@ -146,10 +154,22 @@ def torch_fixes(attempt: _Attempt, message: str, name: str) -> bool:
     return True
 
 
+def size_one_guards_checked(attempt: _Attempt, message: str, name: str) -> bool:
+    """Refinement 4: back to size-oblivious reasoning, the Dims of the first refusal's ``!= 1`` guards
+    checked by guards.py."""
+    first = attempt.first_refusal
+    if attempt.oblivious or attempt.checked or first is None or not dynamic_dims.size_one_guards_only(first):
+        return False
+    attempt.oblivious, attempt.shapes, attempt.fixes = True, attempt.original, []
+    log.info("%s: back to size-oblivious reasoning, its guards on a size of 1 checked", name)
+    return unproven_as_dynamic(attempt, first, name)
+
+
 REFINEMENTS: tuple[Callable[[_Attempt, str, str], bool], ...] = (
     drop_size_oblivious,
     unproven_as_dynamic,
     torch_fixes,
+    size_one_guards_checked,
 )
 """The refinements in the order they are tried; the first that applies changes the next try."""
 
