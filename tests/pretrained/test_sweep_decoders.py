@@ -8,9 +8,8 @@ every present tensor at fastonnx's float32 tolerances):
 - the past's shapes as the model caches them, not as its config states them: multi-query attention
   (GPT-BigCode: one head) and multi-head latent attention (DeepSeek-V3: the compressed latent and the
   rotary part, of different sizes) failed at the concatenation ("Sizes of tensors must match");
-- a model returning no cache, and caches of more than keys and values (linear attention, indexed
-  layers), are InputErrors naming the reason instead of a mismatch of output names or an error deep in
-  the forward.
+- a model returning no cache is an InputError naming the reason instead of a mismatch of output names
+  (caches of more than keys and values: test_hybrid_caches.py).
 """
 
 from __future__ import annotations
@@ -116,26 +115,4 @@ def test_an_encoder_config_is_refused_naming_is_decoder(tmp_path: pathlib.Path) 
     )
     with pytest.raises(InputError, match=r"BertLMHeadModel returns no cache .* is_decoder=False"):
         fastonnx.export_pretrained(folder, tmp_path / "package", task="text-generation", progress=False)
-    assert not (tmp_path / "package").exists()
-
-
-@pytest.mark.parametrize(
-    ("model_type", "class_name", "layer"),
-    [
-        ("jamba", "JambaForCausalLM", "LinearAttentionLayer"),  # Mamba convolution and recurrent states
-        (
-            "deepseek_v32",
-            "DeepseekV32ForCausalLM",
-            "DynamicIndexedLayer",
-        ),  # the sparse attention's indexer keys
-    ],
-    ids=["jamba", "deepseek_v32"],
-)
-def test_a_cache_of_more_than_keys_and_values_is_refused(
-    tmp_path: pathlib.Path, model_type: str, class_name: str, layer: str
-) -> None:
-    with pytest.raises(
-        InputError, match=rf"{class_name}: cache type {layer} \(layer \d+ .* is not supported yet"
-    ):
-        _export(tmp_path, model_type, class_name)
     assert not (tmp_path / "package").exists()

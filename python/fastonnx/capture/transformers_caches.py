@@ -5,9 +5,21 @@ register their cache classes (torch.export then fails with "Unsupported input ty
 fastonnx registers them here, once, when transformers is already imported and has not done it itself.
 
 Flattening scheme (it also names the ONNX inputs and outputs): a cache is a list of layers, each a dict
-``{"key": tensor, "value": tensor}``; a ``past_key_values`` argument therefore becomes the ONNX inputs
-``past_key_values.0.key``, ``past_key_values.0.value``, ``past_key_values.1.key``, ...
-Only layers that hold tensors are flattened; uninitialized layers make a cache unexportable.
+of the tensors the layer holds (``LAYER_FIELDS``):
+
+- an attention layer: ``{"key", "value"}``; a ``past_key_values`` argument therefore becomes the ONNX
+  inputs ``past_key_values.0.key``, ``past_key_values.0.value``, ``past_key_values.1.key``, ...;
+- a linear-attention or state-space layer (Mamba, Qwen3-Next's gated delta rule, LFM2's short
+  convolution): ``{"conv_state", "recurrent_state"}``, those it holds (LFM2's layers hold no recurrent
+  state): the names onnxruntime-genai looks for (``past_key_values.%d.conv_state``);
+- a layer holding both (transformers' ``hybrid`` type): the four;
+- an indexed layer (the indexer keys of DeepSeek-V3.2's sparse attention): ``key``, ``value`` and
+  ``indexer_key``;
+- a layer holding nothing (a KV-sharing or attention-free layer): ``{}``, no input.
+
+Uninitialized layers make a cache unexportable. A rebuilt linear-attention layer has a previous state (its
+inputs), and updates it by returning new tensors instead of copying into the old ones: one graph serves
+the prefill (states of zeros, as a fresh cache pads) and every decode step, and no input is mutated.
 
 An ``EncoderDecoderCache`` (the cache of a seq2seq decoder step: T5, BART, Whisper...) is a list of
 layers, each ``{"decoder": {"key", "value"}, "encoder": {"key", "value"}}`` (the self-attention
@@ -22,24 +34,167 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from fastonnx.torch_internals import pytree
 
 _done = False
 
+LAYER_FIELDS = ("key", "value", "indexer_key", "conv_state", "recurrent_state")
+"""Every tensor a cache layer can hold, in the order they are flattened."""
 
-def _flatten(cache: Any) -> tuple[list[dict[str, Any]], list[tuple[type, Any]]]:
-    layers = []
-    context = []
-    for layer in cache.layers:
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What rebuilds a layer besides its tensors: its transformers class, its sliding window and, for a
+    linear-attention layer, its convolution's kernel size."""
+
+    kind: type
+    sliding_window: int | None = None
+    conv_kernel_size: int | None = None
+
+
+def _cache_classes() -> tuple[type | None, type | None]:
+    """transformers' attention-layer base and linear-attention-layer base (None where it has none)."""
+    try:
+        from transformers.cache_utils import CacheLayerMixin
+    except ImportError:
+        return None, None
+    try:
+        from transformers.cache_utils import LinearAttentionCacheLayerMixin
+    except ImportError:  # a transformers without linear-attention caches
+        return CacheLayerMixin, None
+    return CacheLayerMixin, LinearAttentionCacheLayerMixin
+
+
+def layer_tensors(layer: Any, where: str = "the cache") -> dict[str, torch.Tensor]:
+    """The tensors ``layer`` holds, by field name, in ``LAYER_FIELDS``' order; a ValueError names a layer
+    that is not filled."""
+    attention, linear = _cache_classes()
+    out: dict[str, torch.Tensor] = {}
+    is_linear = linear is not None and isinstance(layer, linear)
+    if is_linear:
+        if layer.number_of_states != 1:
+            raise ValueError(
+                f"{type(layer).__name__} in {where} holds {layer.number_of_states} states per layer: only "
+                "one conv and one recurrent state per layer are exported"
+            )
+        if layer.is_conv_states_initialized[0]:
+            out["conv_state"] = layer.conv_states[0]
+        if layer.is_recurrent_states_initialized[0]:
+            out["recurrent_state"] = layer.recurrent_states[0]
+    # an attention layer (also the attention half of a hybrid one), or any other object with keys
+    if isinstance(layer, attention) if attention is not None else hasattr(layer, "keys"):
         if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
             raise ValueError(
-                f"{type(cache).__name__} has an empty layer ({type(layer).__name__}): fill the cache "
+                f"{where} has an empty layer ({type(layer).__name__}): fill the cache "
                 "(e.g. with cache.update(k, v, layer_idx)) before exporting with it"
             )
-        layers.append({"key": layer.keys, "value": layer.values})
-        context.append((type(layer), getattr(layer, "sliding_window", None)))
+        out["key"], out["value"] = layer.keys, layer.values
+        indexer = getattr(layer, "indexer_keys", None)
+        if getattr(layer, "is_indexer_initialized", False) and indexer is not None:
+            out["indexer_key"] = indexer
+    if is_linear and not out:
+        raise ValueError(
+            f"{where} has an empty layer ({type(layer).__name__}): run the model once with the cache (a "
+            "prefill) before exporting with it"
+        )
+    return {f: out[f] for f in LAYER_FIELDS if f in out}
+
+
+class _ReadNoted(dict):  # type: ignore[type-arg]
+    """A rebuilt layer's recurrent states: a read is noted for Mamba's selective scan, which the mixer
+    calls without the state it read (chunked_kernels.selective_scan_by_steps)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        from fastonnx.capture.chunked_kernels import note_recurrent_state
+
+        value = super().__getitem__(key)
+        if isinstance(value, torch.Tensor):
+            note_recurrent_state(value)
+        return value
+
+
+class _StatesAsValues:
+    """Mixed into a rebuilt linear-attention layer: it has a previous state (the graph's input), and an
+    update returns new tensors instead of copying into the input's (``copy_`` would mutate an input)."""
+
+    conv_states: dict[int, torch.Tensor]
+    recurrent_states: dict[int, torch.Tensor]
+    conv_kernel_size: dict[int, int]
+
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs: Any) -> torch.Tensor:
+        # the previous inputs and the new ones, as transformers' decode path sees them; the last kernel
+        # size of them are the next state
+        full = torch.cat([self.conv_states[state_idx], conv_states], dim=-1)
+        self.conv_states[state_idx] = full[..., -self.conv_kernel_size[state_idx] :]
+        return full
+
+    def update_recurrent_state(
+        self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs: Any
+    ) -> torch.Tensor:
+        self.recurrent_states[state_idx] = recurrent_states
+        return recurrent_states
+
+
+@functools.cache
+def _rebuilt_class(kind: type) -> type:
+    """``kind`` itself, or for a linear-attention layer its subclass with ``_StatesAsValues``."""
+    _, linear = _cache_classes()
+    if linear is None or not issubclass(kind, linear):
+        return kind
+    return type(kind.__name__, (_StatesAsValues, kind), {"_fastonnx_base": kind})
+
+
+def _context(layer: Any, tensors: dict[str, torch.Tensor]) -> LayerContext:
+    kernel = None
+    if "conv_state" in tensors:
+        kernel = layer.conv_kernel_size[0] or int(tensors["conv_state"].shape[-1])
+    kind = getattr(type(layer), "_fastonnx_base", type(layer))
+    return LayerContext(kind, getattr(layer, "sliding_window", None), kernel)
+
+
+def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
+    """A layer of ``context``'s kind holding ``tensors`` (``layer_tensors``' fields), set directly:
+    ``update`` would add a concatenation with an empty tensor to the graph."""
+    kind = _rebuilt_class(context.kind)
+    layer = kind(sliding_window=context.sliding_window) if context.sliding_window is not None else kind()
+    if kind is not context.kind:
+        layer.recurrent_states = _ReadNoted(layer.recurrent_states)
+    if "key" in tensors:
+        keys = tensors["key"]
+        layer.dtype, layer.device = keys.dtype, keys.device
+        layer.keys, layer.values = keys, tensors["value"]
+        layer.is_initialized = True
+    if "indexer_key" in tensors:
+        layer.indexer_keys = tensors["indexer_key"]
+        layer.indexer_dtype, layer.indexer_device = layer.indexer_keys.dtype, layer.indexer_keys.device
+        layer.is_indexer_initialized = True
+    for field, store, flag in (
+        ("conv_state", "conv_states", "is_conv_states_initialized"),
+        ("recurrent_state", "recurrent_states", "is_recurrent_states_initialized"),
+    ):
+        if field in tensors:
+            state = tensors[field]
+            getattr(layer, store)[0] = state
+            getattr(layer, flag)[0] = True
+            layer.has_previous_state[0] = True
+            if layer.device is None:
+                layer.dtype, layer.device = state.dtype, state.device
+    if context.conv_kernel_size is not None:
+        layer.conv_kernel_size[0] = context.conv_kernel_size
+    return layer
+
+
+def _flatten(cache: Any) -> tuple[list[dict[str, Any]], list[LayerContext]]:
+    layers, context = [], []
+    for i, layer in enumerate(cache.layers):
+        tensors = layer_tensors(layer, f"{type(cache).__name__} (layer {i})")
+        layers.append(tensors)
+        context.append(_context(layer, tensors))
     return layers, context
 
 
@@ -49,17 +204,9 @@ def _flatten_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
 
 
 # pytree hands the leaves back as any iterable (its UnflattenFn takes Iterable[Any])
-def _unflatten(cache_type: type, layers: Iterable[dict[str, Any]], context: list[tuple[type, Any]]) -> Any:
+def _unflatten(cache_type: type, layers: Iterable[dict[str, Any]], context: list[LayerContext]) -> Any:
     cache = cache_type()
-    cache.layers = []
-    for (layer_type, window), kv in zip(context, layers):
-        layer = layer_type(sliding_window=window) if window is not None else layer_type()
-        keys, values = kv["key"], kv["value"]
-        # set the state directly: update() would add a concatenation with an empty tensor to the graph
-        layer.dtype, layer.device = keys.dtype, keys.device
-        layer.keys, layer.values = keys, values
-        layer.is_initialized = True
-        cache.layers.append(layer)
+    cache.layers = [rebuild_layer(c, tensors) for c, tensors in zip(context, layers)]
     return cache
 
 

@@ -4,7 +4,10 @@ The schema is onnxruntime-genai's: ``model`` (its ``type``, token ids, context l
 ``decoder``: the file, its input and output names, heads, head size, hidden size, layers) and ``search``
 (the generation defaults). ``type`` is genai's own for the architectures its library knows by name and its
 generic ``decoder`` otherwise; the graph is the same either way, the type selects genai's handling of the
-model's inputs. ``past_present_share_buffer`` is false: the graph concatenates the past and the new keys
+model's inputs. Layers with convolution and recurrent states (linear attention, state-space models) are found by genai's
+decoder from their input names (``past_key_values.%d.conv_state`` / ``.recurrent_state``); layers with
+convolution states alone (LFM2) need genai's ``lfm2`` type and its ``layer_types``. ``unmet_contract``
+tells a graph genai cannot run. ``past_present_share_buffer`` is false: the graph concatenates the past and the new keys
 and returns the grown cache, it does not write into a preallocated buffer.
 """
 
@@ -14,7 +17,8 @@ import json
 import pathlib
 from typing import Any
 
-from fastonnx.pretrained.task_inputs import GraphSpec, kv_shape
+from fastonnx.pretrained.decoder_cache import kv_shape
+from fastonnx.pretrained.task_inputs import GraphSpec
 
 # transformers model_type -> onnxruntime-genai's model type, where genai names the architecture
 GENAI_TYPES = {
@@ -34,6 +38,7 @@ GENAI_TYPES = {
     "internlm2": "internlm2",
 }
 GENERIC = "decoder"
+STATES = ("conv_state", "recurrent_state")
 
 
 def _token(value: Any) -> Any:
@@ -43,12 +48,34 @@ def _token(value: Any) -> Any:
     return value
 
 
+def unmet_contract(spec: GraphSpec) -> str | None:
+    """Why onnxruntime-genai cannot run the graph of ``spec``, or None: its recurrent-state cache takes one
+    shape for every layer's states (and both states in each layer, unless the LFM2 cache, conv states
+    alone), its key-value cache one (heads, head size) for every layer."""
+    layout = spec.cache_layout or []
+    kv = {layer.heads_and_size for layer in layout if layer.heads_and_size is not None}
+    states = {
+        tuple(layer.shapes.get(f) for f in STATES) for layer in layout if set(STATES) & set(layer.shapes)
+    }
+    if any("indexer_key" in layer.shapes for layer in layout):
+        return "its layers cache the indexer keys of sparse attention, which genai has no cache for"
+    if len(kv) > 1:
+        return f"its layers cache keys of several sizes ({', '.join(map(str, sorted(kv)))})"
+    if len(states) > 1:
+        return "its layers hold states of several shapes"
+    if any(conv is None for conv, _ in states):
+        return "its layers hold recurrent states without convolution states"
+    return None
+
+
 def build_genai_config(
     config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
 ) -> dict[str, Any]:
-    # the first layer's keys as the model caches them (genai takes one size for every layer)
-    kv_heads, head_size = spec.cache_shapes[0][0] if spec.cache_shapes else kv_shape(config)
-    layers = len(spec.cache_shapes) if spec.cache_shapes else int(config.num_hidden_layers)
+    layout = spec.cache_layout or []
+    # the first attention layer's keys as the model caches them (genai takes one size for every layer)
+    kv = next((layer.heads_and_size for layer in layout if layer.heads_and_size), None)
+    kv_heads, head_size = kv or (kv_shape(config) if hasattr(config, "num_attention_heads") else (0, 0))
+    layers = len(layout) if layout else int(config.num_hidden_layers)
     context = int(
         getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
     )
@@ -56,32 +83,44 @@ def build_genai_config(
     inputs: dict[str, str] = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in names:
         inputs["position_ids"] = "position_ids"
+    # genai finds the layers of each kind by these names (the state names follow from the key ones)
     inputs["past_key_names"] = "past_key_values.%d.key"
     inputs["past_value_names"] = "past_key_values.%d.value"
+    outputs = {
+        "logits": "logits",
+        "present_key_names": "present.%d.key",
+        "present_value_names": "present.%d.value",
+    }
+    decoder: dict[str, Any] = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": filename,
+        "head_size": head_size,
+        "hidden_size": int(config.hidden_size),
+        "num_attention_heads": int(getattr(config, "num_attention_heads", 0) or 0),
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": layers,
+        "inputs": inputs,
+        "outputs": outputs,
+    }
     eos = generation.get("eos_token_id", getattr(config, "eos_token_id", None))
     bos = generation.get("bos_token_id", getattr(config, "bos_token_id", None))
     pad = generation.get("pad_token_id", getattr(config, "pad_token_id", None))
     if pad is None:
         pad = eos[0] if isinstance(eos, list) and eos else eos
+    genai_type = GENAI_TYPES.get(str(config.model_type), GENERIC)
+    if any("conv_state" in layer.shapes and "recurrent_state" not in layer.shapes for layer in layout):
+        # convolution states alone (LFM2): genai's LFM2 cache, which reads the layer kinds from layer_types
+        genai_type = "lfm2"
+        decoder["layer_types"] = [
+            "conv" if "conv_state" in layer.shapes else "full_attention" for layer in layout
+        ]
+        inputs["past_conv_names"] = "past_key_values.%d.conv_state"
+        outputs["present_conv_names"] = "present.%d.conv_state"
     model: dict[str, Any] = {
-        "type": GENAI_TYPES.get(str(config.model_type), GENERIC),
+        "type": genai_type,
         "context_length": context,
         "vocab_size": int(config.vocab_size),
-        "decoder": {
-            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-            "filename": filename,
-            "head_size": head_size,
-            "hidden_size": int(config.hidden_size),
-            "num_attention_heads": int(config.num_attention_heads),
-            "num_key_value_heads": kv_heads,
-            "num_hidden_layers": layers,
-            "inputs": inputs,
-            "outputs": {
-                "logits": "logits",
-                "present_key_names": "present.%d.key",
-                "present_value_names": "present.%d.value",
-            },
-        },
+        "decoder": decoder,
     }
     for key, value in (("bos_token_id", bos), ("eos_token_id", eos), ("pad_token_id", pad)):
         if value is not None:
@@ -108,7 +147,12 @@ def build_genai_config(
 
 def write_genai_config(
     folder: pathlib.Path, config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
-) -> pathlib.Path:
+) -> pathlib.Path | str:
+    """Writes ``genai_config.json`` into ``folder`` and returns its path, or returns why genai cannot run
+    the graph (``unmet_contract``) and writes nothing."""
+    unmet = unmet_contract(spec)
+    if unmet is not None:
+        return f"onnxruntime-genai cannot run this package: {unmet}"
     path = folder / "genai_config.json"
     path.write_text(json.dumps(build_genai_config(config, generation, spec, filename), indent=4) + "\n")
     return path

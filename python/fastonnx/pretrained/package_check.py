@@ -19,10 +19,16 @@ import numpy as np
 import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
+from fastonnx.pretrained.decoder_cache import (
+    cache_argument,
+    config_layout,
+    flat_tensors,
+    fresh_cache,
+    returned_cache,
+)
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.task_inputs import (
     GraphSpec,
-    config_cache_shapes,
     decoder_inputs,
     image_inputs,
     speech_frames,
@@ -71,40 +77,41 @@ def _numpy(t: torch.Tensor) -> np.ndarray[Any, Any]:
     return t.detach().cpu().numpy()
 
 
-def _flat_cache(cache: Any) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for layer in cache.layers:
-        out += [layer.keys, layer.values]
-    return out
-
-
 def _run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     feeds = {n: _numpy(t) for n, t in zip(names, tensors, strict=True)}
     return [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
 
 
 def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+    """A prefill of 5 tokens from an empty cache, then a decode step on the grown one: transformers runs
+    its own prefill (a fresh cache), the graph its one form (no past, states of zeros)."""
     with_positions = "position_ids" in spec.input_names
+    mamba = cache_argument(model) == "cache_params"
     infos: list[VerificationInfo] = []
     batch, prompt = 2, 5
-    shapes = spec.cache_shapes or config_cache_shapes(config)
-    first = decoder_inputs(shapes, int(config.vocab_size), batch, prompt, 0, "cpu", with_positions, seed=1)
+    layout = spec.cache_layout or config_layout(config)
+    first = decoder_inputs(layout, int(config.vocab_size), batch, prompt, 0, "cpu", with_positions, seed=1)
     ids, mask = first[0], first[1]
     positions = first[2] if with_positions else None
-    cache = first[-1]
-    onnx_cache = _flat_cache(cache)
+    onnx_cache = flat_tensors(first[-1])
+    cache = fresh_cache(layout)
     for step in ("prefill", "decode"):
-        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "past_key_values": cache}
+        kwargs: dict[str, Any] = {"input_ids": ids, "use_cache": True}
+        if mamba:  # transformers passes a state-space model no mask once it has a cache
+            kwargs.update(cache_params=cache, attention_mask=mask if step == "prefill" else None)
+        else:
+            kwargs.update(past_key_values=cache, attention_mask=mask)
         if positions is not None:
             kwargs["position_ids"] = positions
         feeds = [ids, mask, *([positions] if positions is not None else []), *onnx_cache]
         got = _run(session, spec.input_names, feeds)
         with torch.no_grad():
-            out = model(**kwargs, use_cache=True)
-        expected = [out.logits, *_flat_cache(out.past_key_values)]
+            out = model(**kwargs)
+        cache = returned_cache(out)
+        expected = [out.logits, *flat_tensors(cache)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
             infos.append(compare(f"{step}: {name}", e, a))
-        cache, onnx_cache = out.past_key_values, got[1:]
+        onnx_cache = got[1:]
         past = mask.shape[1]
         ids = out.logits[:, -1:].argmax(-1)
         mask = torch.ones(batch, past + 1, dtype=torch.int64)

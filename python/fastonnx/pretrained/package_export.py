@@ -302,7 +302,13 @@ def export_pretrained(
         for side in checkpoint.side_files():
             shutil.copy2(side, tmp / side.name)
         if chosen.name == "text-generation":
-            write_genai_config(tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE)
+            genai = write_genai_config(
+                tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE
+            )
+            if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
+                log.warning("%s: no genai_config.json written", genai)
+                with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                    f.write(f"\nNo genai_config.json: {genai}.\n")
         verified: bool | None = None
         note = "skipped (verify=False)"
         if verify and options.get("quantize") is not None:

@@ -2,7 +2,9 @@
 forward naming its inputs), example inputs, dynamic shapes and the ONNX input and output names.
 
 text-generation: ``input_ids``, ``attention_mask``, ``position_ids`` (where the architecture takes them)
-and ``past_key_values.%d.key`` / ``.value``; outputs ``logits`` and ``present.%d.key`` / ``.value``.
+and ``past_key_values.%d.key`` / ``.value`` (``.conv_state`` / ``.recurrent_state`` for the layers of
+linear attention and state-space models: decoder_cache.py); outputs ``logits`` and ``present.%d.key`` /
+``.value`` (``.conv_state``...).
 The dims are named ``batch_size``, ``sequence_length``, ``past_sequence_length`` and
 ``total_sequence_length`` (the attention mask covers past and new tokens). One graph serves the prefill
 (past length 0) and every decode step.
@@ -18,8 +20,18 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.chunked_kernels import recurrent_mask_by_length
 from fastonnx.errors import InputError
-from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
+from fastonnx.pretrained.decoder_cache import (
+    CacheLayer,
+    cache_argument,
+    cache_dims,
+    cache_names,
+    check_cache_layers,
+    config_layout,
+    filled_cache,
+    produced_layout,
+)
 
 BATCH, SEQUENCE, PAST, TOTAL = (
     "batch_size",
@@ -29,10 +41,6 @@ BATCH, SEQUENCE, PAST, TOTAL = (
 )
 
 
-# per cache layer: (heads, head size) of its keys and of its values
-LayerShapes = tuple[tuple[int, int], tuple[int, int]]
-
-
 @dataclass
 class GraphSpec:
     module: torch.nn.Module
@@ -40,23 +48,11 @@ class GraphSpec:
     dynamic_shapes: dict[str, Any]
     input_names: list[str]
     output_names: list[str]
-    cache_shapes: list[LayerShapes] | None = None  # text-generation: what the model's cache holds
+    cache_layout: list[CacheLayer] | None = None  # text-generation: what the model's cache holds
 
 
 def takes(model: torch.nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
-
-
-def kv_shape(config: Any) -> tuple[int, int]:
-    """(key-value heads, head size) of a decoder config."""
-    heads = int(config.num_attention_heads)
-    # only where the config class has the field: an unknown keyword is kept on any config, unused
-    grouped = "num_key_value_heads" in inspect.signature(type(config).__init__).parameters or (
-        "num_key_value_heads" in getattr(config, "attribute_map", {})
-    )
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads) if grouped else heads
-    head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
-    return kv_heads, int(head_dim)
 
 
 class CausalLMStep(torch.nn.Module):
@@ -100,6 +96,28 @@ class CausalLMStepNoPositions(torch.nn.Module):
             use_cache=True,
         )
         return out.logits, out.past_key_values
+
+
+class StateSpaceStep(torch.nn.Module):
+    """One generation step of a state-space model whose forward takes ``cache_params`` (Mamba, Mamba2,
+    FalconMamba): no positions, and a mask over the new tokens only; the graph takes the mask over past
+    and new tokens as every other decoder's does, and passes the model its last ``sequence_length``
+    columns (all ones in a decode step, where transformers passes none)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=recurrent_mask_by_length(None, input_ids, attention_mask),
+            cache_params=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, out.cache_params
 
 
 class Named(torch.nn.Module):
@@ -148,77 +166,8 @@ class ImageEncoder(torch.nn.Module):
         return out
 
 
-def produced_cache_shapes(model: torch.nn.Module, with_positions: bool) -> list[LayerShapes] | None:
-    """The (heads, head size) of the keys and of the values each layer of ``model`` puts in its cache,
-    read from a prefill of 3 tokens run on fake tensors (no values, no memory); [] where the model
-    returns no cache, None where that prefill fails (the capture then reports the model's own error).
-
-    A decoder's config does not say what it caches: multi-query attention (Falcon, GPT-BigCode) keeps
-    one head whatever ``num_key_value_heads`` says, multi-head latent attention (DeepSeek-V2/V3,
-    MiniCPM3) caches its compressed latent and rotary part, keys and values may differ in size
-    (MiMo-V2-Flash) and in heads from a layer to the next; a past of another shape fails the capture
-    at the concatenation ("Sizes of tensors must match"). The prefill runs as the capture runs the
-    model, with torch's compiling flags set: transformers' mask code takes the traceable path then
-    instead of reading values."""
-    from transformers import DynamicCache
-
-    from fastonnx.capture import TRACE_LOCK
-
-    batch, sequence = 2, 3
-    # the forward may replace buffers (a rotary table grown for a longer input): put them back after
-    buffers = [(m, dict(module_buffers(m))) for m in model.modules()]
-    try:
-        with TRACE_LOCK, torch.no_grad(), compiling_state():
-            with fake_mode_with_shape_env():
-                ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
-                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-                if with_positions:
-                    kwargs["position_ids"] = torch.arange(sequence, device="meta").repeat(batch, 1)
-                out = model(**kwargs, past_key_values=DynamicCache(), use_cache=True)
-            cache = getattr(out, "past_key_values", None)
-            if cache is None:
-                return []  # no cache returned: nothing a decode step could read
-            layers = getattr(cache, "layers", None) or []
-            found = [
-                t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-            ]
-            tensors = [t for t in found if isinstance(t, torch.Tensor) and t.dim() == 4]
-            if not tensors or len(tensors) != len(found):
-                return None
-            sizes = [(int(t.shape[1]), int(t.shape[3])) for t in tensors]  # (heads, head size)
-            return list(zip(sizes[::2], sizes[1::2], strict=True))
-    except Exception:  # the model fails on fake tensors: the config's shapes, and the capture's own error
-        return None
-    finally:
-        for module, saved in buffers:
-            module_buffers(module).clear()
-            module_buffers(module).update(saved)
-
-
-def config_cache_shapes(config: Any) -> list[LayerShapes]:
-    """Every layer's (heads, head size) as a standard decoder config states them."""
-    heads = kv_shape(config)
-    return [(heads, heads)] * int(config.num_hidden_layers)
-
-
-def empty_cache(
-    shapes: list[LayerShapes], batch: int, past: int, device: str | torch.device, g: torch.Generator
-) -> Any:
-    """A DynamicCache of ``past`` random positions in each layer. Every layer keeps all positions (also
-    those of sliding-window attention, whose mask then hides the old ones): the graph's past grows by
-    the new tokens at each step, as onnxruntime-genai's cache does."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i, ((k_heads, k_size), (v_heads, v_size)) in enumerate(shapes):
-        k = torch.randn((batch, k_heads, past, k_size), generator=g)
-        v = torch.randn((batch, v_heads, past, v_size), generator=g)
-        cache.update(k.to(device), v.to(device), i)
-    return cache
-
-
 def decoder_inputs(
-    shapes: list[LayerShapes],
+    layout: list[CacheLayer],
     vocab: int,
     batch: int,
     sequence: int,
@@ -231,42 +180,21 @@ def decoder_inputs(
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g)
     mask = torch.ones(batch, past + sequence, dtype=torch.int64)
     positions = torch.arange(past, past + sequence).repeat(batch, 1)
-    cache = empty_cache(shapes, batch, past, device, g)
+    cache = filled_cache(layout, batch, past, device, g)
     tensors = (ids.to(device), mask.to(device), positions.to(device))
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
-
-
-def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
-    """Refuses an architecture whose cache holds more than keys and values (an InputError naming the
-    layer's cache type): the layers of the cache transformers makes for its config (``DynamicCache(
-    config=...)``, as ``generate`` does) must be plain key-value layers. Linear-attention layers (Mamba-style
-    convolution and recurrent states: Jamba, Qwen3-Next, Falcon-H1...) and indexed layers (the indexer keys
-    of DeepSeek-V3.2's sparse attention) hold state that the package's ``past_key_values.%d.key`` /
-    ``.value`` cannot carry; fed plain layers, the model fails deep in its forward instead ("Cannot get
-    conv state for non linear attention layer"). Sliding-window layers are exported as full ones (see
-    ``empty_cache``)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-
-    try:
-        layers = DynamicCache(config=config).layers
-    except Exception:  # a config the cache cannot read: left to the capture, which reports the model's error
-        return
-    for i, layer in enumerate(layers):
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-            raise InputError(
-                f"{type(model).__name__}: cache type {type(layer).__name__} (layer {i} of transformers' "
-                "cache for its config) is not supported yet: it holds more than keys and values, and "
-                "text-generation exports key-value caches only (past_key_values.N.key / .value)"
-            )
 
 
 def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     check_cache_layers(model, config)
     with_positions = takes(model, "position_ids")
-    step: torch.nn.Module = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
-    shapes = produced_cache_shapes(model, with_positions)
-    if shapes == []:
+    step: torch.nn.Module
+    if cache_argument(model) == "cache_params":
+        step = StateSpaceStep(model)
+    else:
+        step = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
+    layout = produced_layout(model, config, with_positions)
+    if layout == []:
         why = (
             "its config has is_decoder=False: it attends both ways, as an encoder, and keeps no cache; "
             'a checkpoint meant for generation has "is_decoder": true in its config.json'
@@ -274,9 +202,8 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
             else "a text-generation package needs one (past_key_values in, present out)"
         )
         raise InputError(f"{type(model).__name__} returns no cache from a forward with use_cache=True: {why}")
-    shapes = shapes or config_cache_shapes(config)
-    layers = len(shapes)
-    args = decoder_inputs(shapes, int(config.vocab_size), 2, 3, 4, "meta", with_positions)
+    layout = layout or config_layout(config)
+    args = decoder_inputs(layout, int(config.vocab_size), 2, 3, 4, "meta", with_positions)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
@@ -285,12 +212,10 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     if with_positions:
         dims["position_ids"] = {0: b, 1: s}
         names.append("position_ids")
-    dims["past_key_values"] = [{"key": {0: b, 2: p}, "value": {0: b, 2: p}} for _ in range(layers)]
-    outputs = ["logits"]
-    for i in range(layers):
-        names += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
-        outputs += [f"present.{i}.key", f"present.{i}.value"]
-    return GraphSpec(step, args, dims, names, outputs, shapes)
+    dims["past_key_values"] = cache_dims(layout, b, p)
+    names += cache_names(layout, "past_key_values")
+    outputs = ["logits", *cache_names(layout, "present")]
+    return GraphSpec(step, args, dims, names, outputs, layout)
 
 
 def text_inputs(
@@ -442,7 +367,7 @@ def seq2seq_cache(
     return EncoderDecoderCache(own, cross)
 
 
-def cache_names(layers: int, prefix: str) -> list[str]:
+def seq2seq_cache_names(layers: int, prefix: str) -> list[str]:
     return [
         f"{prefix}.{i}.{side}.{kv}"
         for i in range(layers)
@@ -523,7 +448,7 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
         (dec_ids, states, mask),
         step_shapes,
         step_inputs,
-        ["logits", *cache_names(layers, "present")],
+        ["logits", *seq2seq_cache_names(layers, "present")],
     )
     own = {"key": {0: b, 2: p}, "value": {0: b, 2: p}}
     cross = (
@@ -533,8 +458,8 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
         Seq2SeqDecoderWithPast(model),
         (dec_ids, states, mask, seq2seq_cache(config, batch, past, source, "meta", g)),
         {**step_shapes, "past_key_values": [{"decoder": own, "encoder": cross} for _ in range(layers)]},
-        [*step_inputs, *cache_names(layers, "past_key_values")],
-        ["logits", *cache_names(layers, "present")],
+        [*step_inputs, *seq2seq_cache_names(layers, "past_key_values")],
+        ["logits", *seq2seq_cache_names(layers, "present")],
     )
     return {
         "encoder_model.onnx": encoder_spec,

@@ -1,0 +1,219 @@
+"""What a decoder's cache holds, layer by layer, and caches of that layout for the capture and the checks.
+
+A layer of transformers' cache holds attention keys and values, the indexer keys of sparse attention,
+the convolution and recurrent states of linear attention and state-space mixers (Mamba, Qwen3-Next's gated
+delta rule, LFM2's short convolution), several of these, or nothing (``capture/transformers_caches.py``
+names the fields). The config does not say which, nor their sizes: multi-query attention (Falcon,
+GPT-BigCode) keeps one head whatever ``num_key_value_heads`` says, multi-head latent attention (DeepSeek-V2/V3,
+MiniCPM3) caches its compressed latent and rotary part, keys and values may differ in size (MiMo-V2-Flash)
+and in heads from a layer to the next. So the layout is read from a prefill run on fake tensors
+(``produced_layout``), with the cache transformers makes for the config, as ``generate`` does.
+
+Every attention layer keeps all positions, sliding-window ones too (their mask hides the old ones): the
+graph's past grows by the new tokens at each step, as onnxruntime-genai's cache does. Convolution and
+recurrent states keep their size; a cache of no past positions holds states of zeros, which is what a
+fresh cache's prefill pads with.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fastonnx.capture.transformers_caches import LayerContext, layer_tensors, rebuild_layer
+from fastonnx.errors import InputError
+from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
+
+PAST_AXIS = {"key": 1, "value": 1, "indexer_key": 0}
+"""The axis of each growing field (in a shape without the batch axis) that holds the past positions."""
+
+
+@dataclass(frozen=True)
+class CacheLayer:
+    """One layer of a decoder's cache: how to rebuild it and the shape of each tensor it holds, without
+    the batch axis, the past axis (``PAST_AXIS``) as -1."""
+
+    context: LayerContext
+    shapes: dict[str, tuple[int, ...]]
+
+    @property
+    def heads_and_size(self) -> tuple[int, int] | None:
+        """(heads, head size) of the layer's keys, None for a layer without keys."""
+        key = self.shapes.get("key")
+        return (key[0], key[2]) if key is not None and len(key) == 3 else None
+
+
+def kv_shape(config: Any) -> tuple[int, int]:
+    """(key-value heads, head size) of a decoder config."""
+    heads = int(config.num_attention_heads)
+    # only where the config class has the field: an unknown keyword is kept on any config, unused
+    grouped = "num_key_value_heads" in inspect.signature(type(config).__init__).parameters or (
+        "num_key_value_heads" in getattr(config, "attribute_map", {})
+    )
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads) if grouped else heads
+    head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
+    return kv_heads, int(head_dim)
+
+
+def config_layout(config: Any) -> list[CacheLayer]:
+    """Every layer keys and values of the sizes a standard decoder config states."""
+    from transformers.cache_utils import DynamicLayer
+
+    heads, size = kv_shape(config)
+    shapes: dict[str, tuple[int, ...]] = {"key": (heads, -1, size), "value": (heads, -1, size)}
+    return [CacheLayer(LayerContext(DynamicLayer), shapes)] * int(config.num_hidden_layers)
+
+
+def _full_attention_kind(kind: type) -> type:
+    """The layer class keeping every position for a sliding-window one (see the module's docstring)."""
+    from transformers import cache_utils
+
+    full = {
+        "DynamicSlidingWindowLayer": "DynamicLayer",
+        "LinearAttentionAndSlidingWindowAttentionLayer": "LinearAttentionAndFullAttentionLayer",
+    }
+    name = full.get(kind.__name__)
+    return getattr(cache_utils, name) if name and hasattr(cache_utils, name) else kind
+
+
+def config_cache(config: Any) -> Any:
+    """The cache transformers makes for ``config`` (``DynamicCache(config=...)``, as ``generate`` does),
+    sliding-window layers as full ones; a plain ``DynamicCache()`` where the config gives no layer types."""
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=config)
+    except Exception:  # a config the cache cannot read: layers made as the model fills them
+        return DynamicCache()
+    cache.layers = [_full_attention_kind(type(layer))() for layer in cache.layers]
+    return cache
+
+
+KNOWN_LAYERS = (
+    "DynamicLayer",
+    "DynamicSlidingWindowLayer",
+    "DynamicIndexedLayer",
+    "LinearAttentionLayer",
+    "LinearAttentionAndFullAttentionLayer",
+    "LinearAttentionAndSlidingWindowAttentionLayer",
+    "DummyLayer",
+)
+
+
+def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
+    """Refuses an architecture whose cache transformers makes of layers this module does not know (an
+    InputError naming the layer's class): static, offloaded or quantized layers are no package's cache."""
+    for i, layer in enumerate(config_cache(config).layers):
+        if type(layer).__name__ not in KNOWN_LAYERS:
+            raise InputError(
+                f"{type(model).__name__}: cache type {type(layer).__name__} (layer {i} of transformers' "
+                f"cache for its config) is not supported: text-generation exports {', '.join(KNOWN_LAYERS)}"
+            )
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The forward's name for the cache: ``past_key_values``, or ``cache_params`` (Mamba's)."""
+    parameters = inspect.signature(model.forward).parameters
+    return (
+        "cache_params"
+        if "cache_params" in parameters and "past_key_values" not in parameters
+        else ("past_key_values")
+    )
+
+
+def returned_cache(out: Any) -> Any:
+    return getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)
+
+
+def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -> list[CacheLayer] | None:
+    """The layout of the cache ``model`` fills from a prefill of 3 tokens run on fake tensors (no values,
+    no memory); [] where the model returns no cache, None where that prefill fails (the capture then
+    reports the model's own error). The prefill runs as the capture runs the model, with torch's
+    compiling flags set: transformers' mask code takes the traceable path then instead of reading values."""
+    from fastonnx.capture import TRACE_LOCK
+
+    batch, sequence = 2, 3
+    # the forward may replace buffers (a rotary table grown for a longer input): put them back after
+    buffers = [(m, dict(module_buffers(m))) for m in model.modules()]
+    try:
+        with TRACE_LOCK, torch.no_grad(), compiling_state():
+            with fake_mode_with_shape_env():
+                ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
+                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                if with_positions:
+                    kwargs["position_ids"] = torch.arange(sequence, device="meta").repeat(batch, 1)
+                kwargs[cache_argument(model)] = config_cache(config)
+                out = model(**kwargs, use_cache=True)
+            cache = returned_cache(out)
+            if cache is None:
+                return []  # no cache returned: nothing a decode step could read
+            layout = []
+            for layer in getattr(cache, "layers", None) or []:
+                tensors = layer_tensors(layer)
+                shapes = {}
+                for field, t in tensors.items():
+                    shape = [int(d) for d in t.shape[1:]]
+                    if field in PAST_AXIS:
+                        shape[PAST_AXIS[field]] = -1
+                    shapes[field] = tuple(shape)
+                kernel = layer.conv_kernel_size[0] if "conv_state" in tensors else None
+                kind = _full_attention_kind(type(layer))
+                layout.append(CacheLayer(LayerContext(kind, None, kernel), shapes))
+            return layout or None
+    except Exception:  # the model fails on fake tensors: the config's shapes, and the capture's own error
+        return None
+    finally:
+        for module, saved in buffers:
+            module_buffers(module).clear()
+            module_buffers(module).update(saved)
+
+
+def filled_cache(
+    layout: list[CacheLayer], batch: int, past: int, device: str | torch.device, g: torch.Generator
+) -> Any:
+    """A DynamicCache of ``layout`` with ``past`` random positions in each attention layer and random
+    states, or states of zeros where ``past`` is 0 (nothing seen yet)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = []
+    for layer in layout:
+        tensors = {}
+        for field, shape in layer.shapes.items():
+            full = [batch, *(past if d == -1 else d for d in shape)]
+            value = torch.randn(full, generator=g) if field in PAST_AXIS or past else torch.zeros(full)
+            tensors[field] = value.to(device)
+        cache.layers.append(rebuild_layer(layer.context, tensors))
+    return cache
+
+
+def fresh_cache(layout: list[CacheLayer]) -> Any:
+    """An empty cache of ``layout``'s layer classes, as transformers starts a generation with."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = [layer.context.kind() for layer in layout]
+    return cache
+
+
+def flat_tensors(cache: Any) -> list[torch.Tensor]:
+    """A cache's tensors in the graph's order: layer by layer, each layer's fields in order."""
+    return [t for layer in cache.layers for t in layer_tensors(layer).values()]
+
+
+def cache_names(layout: list[CacheLayer], prefix: str) -> list[str]:
+    return [f"{prefix}.{i}.{field}" for i, layer in enumerate(layout) for field in layer.shapes]
+
+
+def cache_dims(layout: list[CacheLayer], batch: Any, past: Any) -> list[dict[str, Any]]:
+    """The dynamic shapes of a cache of ``layout``: the batch, and the past of the growing fields."""
+    return [
+        {
+            field: {0: batch, PAST_AXIS[field] + 1: past} if field in PAST_AXIS else {0: batch}
+            for field in layer.shapes
+        }
+        for layer in layout
+    ]
