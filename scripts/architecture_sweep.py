@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import multiprocessing as mp
 import os
 import pathlib
@@ -665,8 +666,30 @@ def _group(detail: str) -> str:
     return text[:110]
 
 
+def previous_run(path: str = COVERAGE) -> list[str]:
+    """The summary the section holds now (its "Generated from" line and table), rendered again as the run
+    before when the section is written anew; [] where there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    start, end = text.find(f"<!-- section:{SECTION} -->"), text.find(f"<!-- /section:{SECTION} -->")
+    lines = text[start:end].splitlines() if 0 <= start < end else []
+    made = next((ln for ln in lines if ln.startswith("Generated from commit")), None)
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("| task | mapping |")), None)
+    if made is None or first is None:
+        return []
+    table = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines[first:]))
+    return [f"The run before this one, {made[0].lower()}{made[1:]}", "", *table, ""]
+
+
 def render(
-    results: dict[str, list[dict[str, Any]]], planned: dict[str, int], swept: list[str], argv: str
+    results: dict[str, list[dict[str, Any]]],
+    planned: dict[str, int],
+    swept: list[str],
+    argv: str,
+    previous: list[str] | None = None,
 ) -> str:
     import torch
     import transformers
@@ -701,6 +724,7 @@ def render(
             f"buildable | {c['verify-failed']} | {c['export error']} | {c['not buildable']} |"
         )
     lines.append("")
+    lines += previous or []
     partial = [t for t in swept if 0 < len(results.get(t, [])) < planned.get(t, 0)]
     if partial or not_run:
         lines.append(
@@ -793,6 +817,7 @@ def main() -> None:
     for task in TASKS:
         planned.setdefault(task, len(architectures(task)))
     argv = " ".join(sys.argv[1:])
+    before = previous_run() if write else []  # read once: the section is rewritten after every job
     results: dict[str, list[dict[str, Any]]] = {}
     workdir = tempfile.mkdtemp(prefix="archsweep-")
     workers: list[Worker | None] = [None] * max(1, a.workers)
@@ -827,7 +852,7 @@ def main() -> None:
                         flush=True,
                     )
                     if write:
-                        write_section(render(results, planned, tasks, argv))
+                        write_section(render(results, planned, tasks, argv, before))
     finally:
         for w in workers:
             if w is not None:
@@ -847,7 +872,7 @@ def main() -> None:
             continue
         print(f"{task}: {c['pass']} pass of {len(rs)} swept ({planned[task]} in the mapping); {dict(c)}")
     if write:
-        write_section(render(results, planned, tasks, argv))
+        write_section(render(results, planned, tasks, argv, before))
         print(f"wrote the {SECTION} section of {COVERAGE}")
 
 
