@@ -116,3 +116,15 @@ def test_an_encoder_config_is_refused_naming_is_decoder(tmp_path: pathlib.Path) 
     with pytest.raises(InputError, match=r"BertLMHeadModel returns no cache .* is_decoder=False"):
         fastonnx.export_pretrained(folder, tmp_path / "package", task="text-generation", progress=False)
     assert not (tmp_path / "package").exists()
+
+
+def test_a_composite_models_text_path_is_packaged(tmp_path: pathlib.Path) -> None:
+    """Gemma 3's vision-language class is in transformers' causal-LM mapping: its sizes are in its text
+    config, and text-generation packages its text path (genai's type from the text config)."""
+    import json
+
+    written = _export(tmp_path, "gemma3", "Gemma3ForConditionalGeneration")
+    assert written.verified is True, written.verify_note
+    config = json.loads((tmp_path / "package" / "genai_config.json").read_text())
+    assert config["model"]["type"] == "gemma3_text"
+    assert config["model"]["vocab_size"] == 128

@@ -18,7 +18,7 @@ import pathlib
 from typing import Any
 
 from fastonnx.pretrained.decoder_cache import kv_shape
-from fastonnx.pretrained.task_inputs import GraphSpec
+from fastonnx.pretrained.task_inputs import GraphSpec, text_config
 
 # transformers model_type -> onnxruntime-genai's model type, where genai names the architecture
 GENAI_TYPES = {
@@ -48,6 +48,11 @@ def _token(value: Any) -> Any:
     return value
 
 
+def _first_set(top: Any, text: Any, name: str) -> Any:
+    value = getattr(top, name, None)
+    return value if value is not None else getattr(text, name, None)
+
+
 def unmet_contract(spec: GraphSpec) -> str | None:
     """Why onnxruntime-genai cannot run the graph of ``spec``, or None: its recurrent-state cache takes one
     shape for every layer's states (and both states in each layer, unless the LFM2 cache, conv states
@@ -71,6 +76,7 @@ def unmet_contract(spec: GraphSpec) -> str | None:
 def build_genai_config(
     config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
 ) -> dict[str, Any]:
+    top, config = config, text_config(config)  # a composite model's text path: its sizes and type
     layout = spec.cache_layout or []
     # the first attention layer's keys as the model caches them (genai takes one size for every layer)
     kv = next((layer.heads_and_size for layer in layout if layer.heads_and_size), None)
@@ -102,9 +108,9 @@ def build_genai_config(
         "inputs": inputs,
         "outputs": outputs,
     }
-    eos = generation.get("eos_token_id", getattr(config, "eos_token_id", None))
-    bos = generation.get("bos_token_id", getattr(config, "bos_token_id", None))
-    pad = generation.get("pad_token_id", getattr(config, "pad_token_id", None))
+    eos = generation.get("eos_token_id", _first_set(top, config, "eos_token_id"))
+    bos = generation.get("bos_token_id", _first_set(top, config, "bos_token_id"))
+    pad = generation.get("pad_token_id", _first_set(top, config, "pad_token_id"))
     if pad is None:
         pad = eos[0] if isinstance(eos, list) and eos else eos
     genai_type = GENAI_TYPES.get(str(config.model_type), GENERIC)

@@ -32,6 +32,7 @@ from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
     image_inputs,
     speech_frames,
+    text_config,
     text_inputs,
 )
 from fastonnx.progress_bars import Progress
@@ -89,8 +90,9 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     mamba = cache_argument(model) == "cache_params"
     infos: list[VerificationInfo] = []
     batch, prompt = 2, 5
-    layout = spec.cache_layout or config_layout(config)
-    first = decoder_inputs(layout, int(config.vocab_size), batch, prompt, 0, "cpu", with_positions, seed=1)
+    layout = spec.cache_layout or config_layout(text_config(config))
+    vocab = int(text_config(config).vocab_size)
+    first = decoder_inputs(layout, vocab, batch, prompt, 0, "cpu", with_positions, seed=1)
     ids, mask = first[0], first[1]
     positions = first[2] if with_positions else None
     onnx_cache = flat_tensors(first[-1])

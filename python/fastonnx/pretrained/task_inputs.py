@@ -185,6 +185,13 @@ def decoder_inputs(
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
 
 
+def text_config(config: Any) -> Any:
+    """The config holding a decoder's sizes: its text config where it is composite (a vision-language
+    model's causal LM: Gemma 3, Fuyu...), which text-generation exports the text path of."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if callable(get) else config
+
+
 def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     check_cache_layers(model, config)
     with_positions = takes(model, "position_ids")
@@ -202,8 +209,8 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
             else "a text-generation package needs one (past_key_values in, present out)"
         )
         raise InputError(f"{type(model).__name__} returns no cache from a forward with use_cache=True: {why}")
-    layout = layout or config_layout(config)
-    args = decoder_inputs(layout, int(config.vocab_size), 2, 3, 4, "meta", with_positions)
+    layout = layout or config_layout(text_config(config))
+    args = decoder_inputs(layout, int(text_config(config).vocab_size), 2, 3, 4, "meta", with_positions)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
