@@ -492,12 +492,26 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
         )
     torch.manual_seed(0)
     model = cls(config).eval()
+    _untie_zero_matrices(model)
     _eager_check(task, model)
     model.save_pretrained(folder)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
     if task != "image-classification" and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
     return params
+
+
+def _untie_zero_matrices(model: Any) -> None:
+    """Redraws the matrices a model initializes to zeros (routers: AFMoE's, ...): a zero router scores every
+    expert alike, and torch and onnxruntime break the tie of their top-k differently, which says nothing of
+    the export."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and p.is_floating_point() and not p.any():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
 
 
 def _eager_check(task: str, model: Any) -> None:
