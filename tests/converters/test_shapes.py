@@ -106,6 +106,20 @@ def test_dynamic_split_slice_cat_pad() -> None:
     check_export(M(), (torch.randn(5, 8),), dynamic_shapes={"x": {0: seq}}, run_args=[(torch.randn(9, 8),)])
 
 
+def test_unfold_along_a_dynamic_dim() -> None:
+    """Sliding windows over a symbolic length (Inkling's short convolutions): the window count is
+    computed in the graph, right at lengths that leave a remainder or none (from two windows: torch's
+    own broadcasting guards one window)."""
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.unfold(1, 3, 2) * 2
+
+    seq = torch.export.Dim("seq", min=5, max=64)
+    run = [(torch.randn(2, n, 4),) for n in (5, 6, 10, 31)]
+    check_export(M(), (torch.randn(2, 9, 4),), dynamic_shapes={"x": {1: seq}}, run_args=run)
+
+
 def test_unbind_stack_and_squeeze() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         parts = x.unbind(1)

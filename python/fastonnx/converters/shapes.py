@@ -736,17 +736,21 @@ def convert_unfold(ctx: ConversionContext, x: Value, dimension: int, size: int, 
         return ctx.op("Reshape", x, ctx.i64([1]))
     axis = normalize_axis(dimension, x.rank)
     n = x.shape[axis]
-    if not isinstance(n, int):
-        raise ctx.error("unfold needs a static size along the unfolded dim")
-    windows = (n - size) // step + 1
-    idx = [[w * step + j for j in range(size)] for w in range(windows)]
+    if isinstance(n, int):
+        windows = (n - size) // step + 1
+        idx = [[w * step + j for j in range(size)] for w in range(windows)]
+        index: Any = ctx.const(torch.tensor(idx, dtype=torch.int64).reshape(windows, size), torch.int64)
+    else:  # a symbolic length: the windows' starts from a Range over (n - size) // step + 1
+        length = ctx.op("Shape", x, start=axis, end=axis + 1)
+        count = ctx.op(
+            "Add", ctx.op("Div", ctx.op("Sub", length, ctx.i64([size])), ctx.i64([step])), ctx.i64([1])
+        )
+        count = ctx.op("Reshape", count, ctx.i64([]))
+        starts = ctx.op("Mul", ctx.op("Range", ctx.i64(0), count, ctx.i64(1)), ctx.i64(step))
+        within = ctx.const(torch.arange(size, dtype=torch.int64).reshape(1, size), torch.int64)
+        index = ctx.op("Add", ctx.op("Unsqueeze", starts, ctx.i64([1])), within)
     # Gather with a [windows, size] index puts both dims where the axis was; move size last
-    gathered = ctx.op(
-        "Gather",
-        x,
-        ctx.const(torch.tensor(idx, dtype=torch.int64).reshape(windows, size), torch.int64),
-        axis=axis,
-    )
+    gathered = ctx.op("Gather", x, index, axis=axis)
     perm = [i for i in range(x.rank + 1) if i != axis + 1] + [axis + 1]
     return transpose(ctx, gathered, perm)
 
