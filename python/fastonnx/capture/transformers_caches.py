@@ -44,17 +44,24 @@ from fastonnx.torch_internals import pytree
 _done = False
 
 LAYER_FIELDS = ("key", "value", "indexer_key", "conv_state", "recurrent_state")
-"""Every tensor a cache layer can hold, in the order they are flattened."""
+"""Every tensor a cache layer can hold, in the order they are flattened; a layer of several states
+(Inkling's convolutions of queries, keys and values) names its state ``i`` > 0 ``conv_state_i`` /
+``recurrent_state_i``, after the first."""
+
+
+def state_field(kind: str, index: int) -> str:
+    """The field of a layer's state ``index`` of ``kind`` ("conv_state" or "recurrent_state")."""
+    return kind if index == 0 else f"{kind}_{index}"
 
 
 @dataclass(frozen=True)
 class LayerContext:
     """What rebuilds a layer besides its tensors: its transformers class, its sliding window and, for a
-    linear-attention layer, its convolution's kernel size."""
+    linear-attention layer, its number of states and each one's convolution kernel size."""
 
     kind: type
     sliding_window: int | None = None
-    conv_kernel_size: int | None = None
+    conv_kernel_sizes: tuple[int | None, ...] = ()
 
 
 def _cache_classes() -> tuple[type | None, type | None]:
@@ -76,16 +83,13 @@ def layer_tensors(layer: Any, where: str = "the cache") -> dict[str, torch.Tenso
     attention, linear = _cache_classes()
     out: dict[str, torch.Tensor] = {}
     is_linear = linear is not None and isinstance(layer, linear)
+    states: dict[str, torch.Tensor] = {}
     if is_linear:
-        if layer.number_of_states != 1:
-            raise ValueError(
-                f"{type(layer).__name__} in {where} holds {layer.number_of_states} states per layer: only "
-                "one conv and one recurrent state per layer are exported"
-            )
-        if layer.is_conv_states_initialized[0]:
-            out["conv_state"] = layer.conv_states[0]
-        if layer.is_recurrent_states_initialized[0]:
-            out["recurrent_state"] = layer.recurrent_states[0]
+        for i in range(layer.number_of_states):
+            if layer.is_conv_states_initialized[i]:
+                states[state_field("conv_state", i)] = layer.conv_states[i]
+            if layer.is_recurrent_states_initialized[i]:
+                states[state_field("recurrent_state", i)] = layer.recurrent_states[i]
     # an attention layer (also the attention half of a hybrid one), or any other object with keys
     if isinstance(layer, attention) if attention is not None else hasattr(layer, "keys"):
         if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
@@ -97,12 +101,12 @@ def layer_tensors(layer: Any, where: str = "the cache") -> dict[str, torch.Tenso
         indexer = getattr(layer, "indexer_keys", None)
         if getattr(layer, "is_indexer_initialized", False) and indexer is not None:
             out["indexer_key"] = indexer
-    if is_linear and not out:
+    if is_linear and not (out or states):
         raise ValueError(
             f"{where} has an empty layer ({type(layer).__name__}): run the model once with the cache (a "
             "prefill) before exporting with it"
         )
-    return {f: out[f] for f in LAYER_FIELDS if f in out}
+    return {**{f: out[f] for f in LAYER_FIELDS if f in out}, **states}
 
 
 class _ReadNoted(dict):  # type: ignore[type-arg]
@@ -149,19 +153,26 @@ def _rebuilt_class(kind: type) -> type:
     return type(kind.__name__, (_StatesAsValues, kind), {"_fastonnx_base": kind})
 
 
-def _context(layer: Any, tensors: dict[str, torch.Tensor]) -> LayerContext:
-    kernel = None
-    if "conv_state" in tensors:
-        kernel = layer.conv_kernel_size[0] or int(tensors["conv_state"].shape[-1])
+def layer_context(layer: Any, tensors: dict[str, torch.Tensor]) -> LayerContext:
+    """What rebuilds ``layer`` (holding ``tensors``) besides its tensors."""
+    kernels: list[int | None] = []
+    for i in range(getattr(layer, "number_of_states", 0)):
+        conv = tensors.get(state_field("conv_state", i))
+        kernels.append(layer.conv_kernel_size[i] or (int(conv.shape[-1]) if conv is not None else None))
     kind = getattr(type(layer), "_fastonnx_base", type(layer))
-    return LayerContext(kind, getattr(layer, "sliding_window", None), kernel)
+    return LayerContext(kind, getattr(layer, "sliding_window", None), tuple(kernels))
 
 
 def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
     """A layer of ``context``'s kind holding ``tensors`` (``layer_tensors``' fields), set directly:
     ``update`` would add a concatenation with an empty tensor to the graph."""
     kind = _rebuilt_class(context.kind)
-    layer = kind(sliding_window=context.sliding_window) if context.sliding_window is not None else kind()
+    kwargs: dict[str, Any] = {}
+    if context.sliding_window is not None:
+        kwargs["sliding_window"] = context.sliding_window
+    if context.conv_kernel_sizes:
+        kwargs["number_of_states"] = len(context.conv_kernel_sizes)
+    layer = kind(**kwargs)
     if kind is not context.kind:
         layer.recurrent_states = _ReadNoted(layer.recurrent_states)
     if "key" in tensors:
@@ -173,19 +184,20 @@ def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
         layer.indexer_keys = tensors["indexer_key"]
         layer.indexer_dtype, layer.indexer_device = layer.indexer_keys.dtype, layer.indexer_keys.device
         layer.is_indexer_initialized = True
-    for field, store, flag in (
-        ("conv_state", "conv_states", "is_conv_states_initialized"),
-        ("recurrent_state", "recurrent_states", "is_recurrent_states_initialized"),
-    ):
-        if field in tensors:
-            state = tensors[field]
-            getattr(layer, store)[0] = state
-            getattr(layer, flag)[0] = True
-            layer.has_previous_state[0] = True
-            if layer.device is None:
-                layer.dtype, layer.device = state.dtype, state.device
-    if context.conv_kernel_size is not None:
-        layer.conv_kernel_size[0] = context.conv_kernel_size
+    for i, kernel in enumerate(context.conv_kernel_sizes):
+        for field, store, flag in (
+            ("conv_state", "conv_states", "is_conv_states_initialized"),
+            ("recurrent_state", "recurrent_states", "is_recurrent_states_initialized"),
+        ):
+            state = tensors.get(state_field(field, i))
+            if state is not None:
+                getattr(layer, store)[i] = state
+                getattr(layer, flag)[i] = True
+                layer.has_previous_state[i] = True
+                if layer.device is None:
+                    layer.dtype, layer.device = state.dtype, state.device
+        if kernel is not None:
+            layer.conv_kernel_size[i] = kernel
     return layer
 
 
@@ -194,7 +206,7 @@ def _flatten(cache: Any) -> tuple[list[dict[str, Any]], list[LayerContext]]:
     for i, layer in enumerate(cache.layers):
         tensors = layer_tensors(layer, f"{type(cache).__name__} (layer {i})")
         layers.append(tensors)
-        context.append(_context(layer, tensors))
+        context.append(layer_context(layer, tensors))
     return layers, context
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fastonnx.capture.transformers_caches import LayerContext, layer_tensors, rebuild_layer
+from fastonnx.capture.transformers_caches import layer_context as cache_layer_context
 from fastonnx.errors import InputError
 from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
 
@@ -88,8 +89,18 @@ def config_cache(config: Any) -> Any:
         cache = DynamicCache(config=config)
     except Exception:  # a config the cache cannot read: layers made as the model fills them
         return DynamicCache()
-    cache.layers = [_full_attention_kind(type(layer))() for layer in cache.layers]
+    cache.layers = [
+        _full_attention_kind(type(layer))(**_state_count(layer))
+        if _full_attention_kind(type(layer)) is not type(layer)
+        else layer
+        for layer in cache.layers
+    ]
     return cache
+
+
+def _state_count(layer: Any) -> dict[str, int]:
+    count = getattr(layer, "number_of_states", None)
+    return {"number_of_states": count} if count is not None else {}
 
 
 KNOWN_LAYERS = (
@@ -159,9 +170,9 @@ def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -
                     if field in PAST_AXIS:
                         shape[PAST_AXIS[field]] = -1
                     shapes[field] = tuple(shape)
-                kernel = layer.conv_kernel_size[0] if "conv_state" in tensors else None
-                kind = _full_attention_kind(type(layer))
-                layout.append(CacheLayer(LayerContext(kind, None, kernel), shapes))
+                context = cache_layer_context(layer, tensors)
+                kind = _full_attention_kind(context.kind)
+                layout.append(CacheLayer(LayerContext(kind, None, context.conv_kernel_sizes), shapes))
             return layout or None
     except Exception:  # the model fails on fake tensors: the config's shapes, and the capture's own error
         return None
@@ -195,7 +206,10 @@ def fresh_cache(layout: list[CacheLayer]) -> Any:
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    cache.layers = [layer.context.kind() for layer in layout]
+    cache.layers = [
+        layer.context.kind(**({"number_of_states": n} if (n := len(layer.context.conv_kernel_sizes)) else {}))
+        for layer in layout
+    ]
     return cache
 
 

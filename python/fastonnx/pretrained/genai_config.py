@@ -62,6 +62,8 @@ def unmet_contract(spec: GraphSpec) -> str | None:
     states = {
         tuple(layer.shapes.get(f) for f in STATES) for layer in layout if set(STATES) & set(layer.shapes)
     }
+    if any(f.startswith(("conv_state_", "recurrent_state_")) for layer in layout for f in layer.shapes):
+        return "its layers hold several states each, genai's recurrent state one"
     if any("indexer_key" in layer.shapes for layer in layout):
         return "its layers cache the indexer keys of sparse attention, which genai has no cache for"
     if len(kv) > 1:
