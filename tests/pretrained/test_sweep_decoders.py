@@ -128,3 +128,11 @@ def test_a_composite_models_text_path_is_packaged(tmp_path: pathlib.Path) -> Non
     config = json.loads((tmp_path / "package" / "genai_config.json").read_text())
     assert config["model"]["type"] == "gemma3_text"
     assert config["model"]["vocab_size"] == 128
+
+
+def test_a_number_made_a_tensor_in_the_forward_keeps_its_value(tmp_path: pathlib.Path) -> None:
+    """GPT-Neo's attention makes ``torch.tensor(mask_value, device=attn_weights.device)``: on the meta
+    device the package's constant had no bytes ("is on the meta device and not in the shards"); the
+    capture makes it on the CPU (capture/meta_constants.py)."""
+    written = _export(tmp_path, "gpt_neo", "GPTNeoForCausalLM")
+    assert written.verified is True, written.verify_note

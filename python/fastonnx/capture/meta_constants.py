@@ -1,0 +1,46 @@
+"""Constants a forward makes from Python numbers, on the CPU while a meta-device model is captured.
+
+``fastonnx export`` builds the model on the meta device (no weights in memory) and captures it with
+example inputs there. A forward that makes a tensor of a Python number on its inputs' device
+(GPT-Neo's ``torch.tensor(mask_value, device=attn_weights.device)``, Gemma 3n's sparsity target) then
+makes it on the meta device: torch.export lifts it as a constant without a value, and the file would
+have no bytes for it. While capturing, such a tensor of a number is made on the CPU instead: a 0-d CPU
+tensor mixes with tensors of any device, and the constant keeps its value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_FACTORIES = (torch.tensor, torch.scalar_tensor, torch.as_tensor)
+
+
+def _on_meta(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "meta"
+
+
+class _NumbersOnCpu(TorchFunctionMode):
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if (
+            func in _FACTORIES
+            and args
+            and isinstance(args[0], (bool, int, float))
+            and _on_meta(kwargs.get("device"))
+        ):
+            kwargs = {**kwargs, "device": "cpu"}
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def numbers_on_cpu() -> Iterator[None]:
+    """While active, a 0-d tensor made of a Python number for the meta device is made on the CPU."""
+    with _NumbersOnCpu():
+        yield
