@@ -731,6 +731,8 @@ def render(
         rs = results.get(task, [])
         if task not in swept or not rs:
             not_run.append(task)
+            if previous:
+                continue  # its row is the run before's, below
         c = Counter(r["status"] for r in rs)
         buildable = len(rs) - c["not buildable"]
         lines.append(
@@ -748,7 +750,12 @@ def render(
                 if partial
                 else ""
             )
-            + (f"Not swept: {', '.join(not_run)}. " if not_run else "")
+            + (
+                f"Not swept: {', '.join(not_run)}"
+                + (" (their rows: the run before, above). " if previous else ". ")
+                if not_run
+                else ""
+            )
             + "The full run: `python scripts/architecture_sweep.py` (about 20-60 s an architecture on 2 cores)."
         )
         lines.append("")
