@@ -898,6 +898,7 @@ FAMILY_OF: dict[str, str] = {
     "fastonnx.lstm.default": "recurrent",
     "fastonnx.rnn_relu.default": "recurrent",
     "fastonnx.rnn_tanh.default": "recurrent",
+    "fastonnx.routed_experts.default": "third_party",
     "higher_order.cond": "control_flow",
     "higher_order.invoke_subgraph": "control_flow",
     "higher_order.scan": "control_flow",

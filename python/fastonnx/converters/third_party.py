@@ -118,6 +118,57 @@ def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value,
     return joined if carried == x.dtype else ctx.op("Cast", joined, to=dtypes.to_onnx_dtype(x.dtype))
 
 
+def convert_routed_experts(
+    ctx: ConversionContext,
+    hidden: Value,
+    top_k_index: Value,
+    top_k_weights: Value,
+    gate_up: Value,
+    down: Value,
+) -> str:
+    """fastonnx's routed SwiGLU experts (capture/fused_experts.py, captured at optimize="onnxruntime") as
+    onnxruntime's ``com.microsoft.MoE``. Its CPU kernel takes the gate and up rows of fc1 interleaved
+    (``swiglu_fusion=1``; transformers stores them gate rows then up rows) and routes by itself: a softmax
+    over its router input, then the top k. Given the log of each chosen weight and -1e30 elsewhere, that
+    softmax gives each chosen weight over their sum (the others underflow to 0; the log is clamped above
+    -1e30 so a zero weight is still chosen over the rest), and the output times that sum is the model's."""
+    experts, fused, width = (int(d) for d in gate_up.shape)
+    k = top_k_index.shape[-1]
+    if not isinstance(k, int) or hidden.dtype != torch.float32:
+        raise ctx.error("onnxruntime's MoE takes float32 experts with a static top-k")
+    inter = fused // 2
+    tokens = ctx.op("Shape", hidden, start=0, end=1)
+    floor = ctx.op(
+        "ConstantOfShape",
+        ctx.op("Concat", tokens, ctx.i64([experts]), axis=0),
+        value=ctx.tensor_attr(-1e30, torch.float32),
+    )
+    weights = ctx.cast(top_k_weights, torch.float32)
+    chosen = ctx.op("Log", ctx.op("Max", weights, ctx.const(1e-30, torch.float32)))
+    logits = ctx.op("ScatterElements", floor, ctx.cast(top_k_index, torch.int64), chosen, axis=1)
+    # [E, 2I, H] gate rows then up rows -> [E, I, 2, H] -> interleaved [E, 2I, H]
+    split = ctx.op("Reshape", gate_up, ctx.i64([experts, 2, inter, width]))
+    fc1 = ctx.op("Reshape", ctx.op("Transpose", split, perm=[0, 2, 1, 3]), ctx.i64([experts, fused, width]))
+    mixed = ctx.op(
+        "MoE",
+        hidden,
+        logits,
+        fc1,
+        None,
+        down,
+        domain="com.microsoft",
+        k=k,
+        activation_type="swiglu",
+        swiglu_fusion=1,
+        activation_alpha=1.0,
+        activation_beta=0.0,
+        normalize_routing_weights=1,
+    )
+    ctx.g.set_type(mixed, dtypes.FLOAT, _static(hidden.shape))
+    return ctx.op("Mul", mixed, ctx.op("ReduceSum", weights, ctx.i64([1]), keepdims=1))
+
+
 CONVERTERS: dict[str, Converter] = {
     "transformers.grouped_mm_fallback.default": convert_grouped_mm_fallback,
+    "fastonnx.routed_experts.default": convert_routed_experts,
 }
