@@ -31,6 +31,7 @@ from fastonnx.pretrained.decoder_cache import (
     config_layout,
     filled_cache,
     produced_layout,
+    returned_cache,
 )
 
 BATCH, SEQUENCE, PAST, TOTAL = (
@@ -82,42 +83,38 @@ class CausalLMStep(torch.nn.Module):
 class CausalLMStepNoPositions(torch.nn.Module):
     """One generation step of an architecture without position ids (the mask gives the positions)."""
 
+    cache_argument = "past_key_values"  # the forward's name for the cache
+
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
+
+    def model_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return attention_mask
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
     ) -> tuple[torch.Tensor, Any]:
         out = self.model(
             input_ids=input_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            attention_mask=self.model_mask(input_ids, attention_mask),
             use_cache=True,
+            **{self.cache_argument: past_key_values},
         )
-        return out.logits, out.past_key_values
+        return out.logits, returned_cache(out)
 
 
-class StateSpaceStep(torch.nn.Module):
+class StateSpaceStep(CausalLMStepNoPositions):
     """One generation step of a state-space model whose forward takes ``cache_params`` (Mamba, Mamba2,
     FalconMamba): no positions, and a mask over the new tokens only; the graph takes the mask over past
     and new tokens as every other decoder's does, and passes the model its last ``sequence_length``
     columns (all ones in a decode step, where transformers passes none)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
+    cache_argument = "cache_params"
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
-    ) -> tuple[torch.Tensor, Any]:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=recurrent_mask_by_length(None, input_ids, attention_mask),
-            cache_params=past_key_values,
-            use_cache=True,
-        )
-        return out.logits, out.cache_params
+    def model_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = recurrent_mask_by_length(None, input_ids, attention_mask)
+        return mask if mask is not None else attention_mask  # None only for a mask that is not 2-D
 
 
 class Named(torch.nn.Module):
