@@ -1,10 +1,12 @@
 """Mixture of experts in onnxruntime: a Qwen3-MoE-shaped model's decode step and prefill, and its MoE
-block alone, against the dense-FLOPs floor of the routed experts; one build, or two alternated.
+block alone, against the dense-FLOPs floor of the routed experts; this commit at each ``--levels``
+optimize level (``default``: the routed ``SequenceMap`` form; ``onnxruntime+moe``: onnxruntime's ``MoE`` op,
+capture/fused_experts.py), and a ``--before`` build, alternated.
 
 Model: Qwen3-MoE with the layer shape of Qwen3-30B-A3B (hidden 2048, 32 query / 4 key-value heads of 128,
 128 experts of moe_intermediate 768, top-8), ``--layers`` layers (default 2), vocabulary 1024, float32,
 random weights, batch 1; its experts run through transformers' grouped matmul (experts_implementation
-"grouped_mm", transformers' default), the form fastonnx converts (converters/third_party.py). Each build
+"grouped_mm", transformers' default), the forms fastonnx converts (converters/third_party.py). Each build
 runs in a fresh process that exports, with external data into a temporary folder removed afterwards:
 
 - the decode-step model (DynamicCache; dynamic batch, sequence and past), timed at one token after a
@@ -33,6 +35,7 @@ three files in onnxruntime: about 5 GB a layer at its peak.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -82,8 +85,9 @@ def routed_flops(tokens: int) -> int:
     return 2 * tokens * TOP_K * 3 * HIDDEN * MOE_INTERMEDIATE
 
 
-def export_all(layers: int, folder: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """The three files, and eager results to check them against (computed before the model is freed)."""
+def export_all(layers: int, folder: str, level: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The three files, and eager results to check them against (computed before the model is freed).
+    ``level``: to_onnx's optimize, or "onnxruntime+moe" (the experts as onnxruntime's MoE op)."""
     import numpy as np
     import torch
     from torch.export import Dim
@@ -119,19 +123,35 @@ def export_all(layers: int, folder: str) -> tuple[dict[str, str], dict[str, Any]
     )
     spec = decode_step_shapes(layers)
     files = {k: os.path.join(folder, f"{k}.onnx") for k in KINDS}
+    optimize = level.removesuffix("+moe")
+
+    def experts_as_moe() -> Any:  # a --before build may not have the module
+        if not level.endswith("+moe"):
+            return contextlib.nullcontext()
+        from fastonnx.capture.fused_experts import fused_experts
+
+        return fused_experts(True)
+
     t0 = time.perf_counter()
-    with torch.no_grad():
-        ep = torch.export.export(step, args, dynamic_shapes=spec, strict=False)
-        fastonnx.to_onnx(ep, args, filename=files["model"], external_data=True)
+    with torch.no_grad(), experts_as_moe():
+        fastonnx.to_onnx(
+            step, args, filename=files["model"], external_data=True, dynamic_shapes=spec, optimize=optimize
+        )
     export_s = time.perf_counter() - t0
-    del ep
     tokens = {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=1, max=8192)}
     x = torch.randn(2, 7, HIDDEN)
     torch.manual_seed(1)
     dense = Qwen3MoeMLP(cfg, intermediate_size=TOP_K * MOE_INTERMEDIATE).eval()
-    with torch.no_grad():
+    with torch.no_grad(), experts_as_moe():
         for kind, module in (("block", model.model.layers[0].mlp), ("floor", dense)):
-            fastonnx.to_onnx(module, (x,), filename=files[kind], dynamic_shapes=(tokens,), external_data=True)
+            fastonnx.to_onnx(
+                module,
+                (x,),
+                filename=files[kind],
+                dynamic_shapes=(tokens,),
+                external_data=True,
+                optimize=optimize,
+            )
     # the checks: the block at 5 tokens, a decode step's logits after a past of 16
     rng = np.random.default_rng(5)
     x5 = rng.standard_normal((1, 5, HIDDEN)).astype(np.float32)
@@ -162,7 +182,7 @@ def model_feeds(names: list[str], layers: int, past: int, tokens: int) -> dict[s
     return dict(zip(names, values, strict=True))
 
 
-def child(layers: int, iters: int, prefill_iters: int) -> dict[str, Any]:
+def child(layers: int, iters: int, prefill_iters: int, optimize: str) -> dict[str, Any]:
     """One build's process: export, check, time. Returns the samples (seconds) per threads, case, kind."""
     import numpy as np
     import onnxruntime
@@ -171,7 +191,7 @@ def child(layers: int, iters: int, prefill_iters: int) -> dict[str, Any]:
 
     folder = tempfile.mkdtemp(prefix="fastonnx-moe-", dir=tempfile.gettempdir())
     try:
-        files, info = export_all(layers, folder)
+        files, info = export_all(layers, folder, optimize)
         check = info["check"]
         samples: dict[str, dict[str, dict[str, list[float]]]] = {}
         for threads in THREADS:
@@ -222,9 +242,17 @@ def child(layers: int, iters: int, prefill_iters: int) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)  # the files are GBs: nothing stays on the disk
 
 
-def run_build(python_dir: str, a: argparse.Namespace) -> dict[str, Any]:
+def run_build(python_dir: str, optimize: str, a: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": python_dir}
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--layers", str(a.layers)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--layers",
+        str(a.layers),
+        "--optimize",
+        optimize,
+    ]
     cmd += ["--iters", str(a.iters), "--prefill-iters", str(a.prefill_iters)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     line = next((x for x in out.stdout.splitlines() if x.startswith("SAMPLES ")), None)
@@ -303,22 +331,31 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="processes per build, builds alternated")
     p.add_argument("--before", help="the python/ folder of a build to compare against")
     p.add_argument("--before-label", default="before")
+    p.add_argument(
+        "--levels",
+        default="default,onnxruntime+moe",
+        help="this commit's optimize levels, a build each (onnxruntime+moe: at optimize='onnxruntime', the experts "
+        "as onnxruntime's MoE op, capture/fused_experts.py)",
+    )
+    p.add_argument("--optimize", default="default", help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-ledger", action="store_true")
     a = p.parse_args()
     if a.child:
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-        print("SAMPLES " + json.dumps(child(a.layers, a.iters, a.prefill_iters)), flush=True)
+        print("SAMPLES " + json.dumps(child(a.layers, a.iters, a.prefill_iters, a.optimize)), flush=True)
         return
-    builds = {a.before_label: a.before} if a.before else {}
-    builds["this commit"] = os.path.join(os.path.dirname(HERE), "python")
+    # label -> (python/ folder, optimize level)
+    builds = {a.before_label: (a.before, "default")} if a.before else {}
+    for level in a.levels.split(","):
+        builds[f"this commit, {level}"] = (os.path.join(os.path.dirname(HERE), "python"), level)
     labels = list(builds)
     merged: dict[str, Any] = {
         k: {str(t): {c: {kind: [] for kind in KINDS} for c in CASES} for t in THREADS} for k in labels
     }
     for r in range(a.rounds):
         for label in labels if r % 2 == 0 else labels[::-1]:
-            got = run_build(builds[label], a)
+            got = run_build(*builds[label], a)
             for t, cases in got["samples"].items():
                 for c, kinds in cases.items():
                     for kind, values in kinds.items():

@@ -1,8 +1,8 @@
 """Mixture-of-experts layers of transformers (issue 41, part 2): Qwen3-MoE, Mixtral and GPT-OSS run
 their experts through transformers' grouped matmul (integrations/moe.py), which fastonnx converts to a
-routed form: a SequenceMap over the experts that own rows (converters/third_party.py); to_onnx at
-optimize="onnxruntime" captures the SwiGLU experts without biases as onnxruntime's MoE op instead
-(capture/fused_experts.py). Each MoE block is
+routed form: a SequenceMap over the experts that own rows (converters/third_party.py); inside
+fused_experts(True) to_onnx captures the SwiGLU experts without biases as onnxruntime's MoE op instead
+(capture/fused_experts.py: measured slower at decode, so not the default). Each MoE block is
 exported once with dynamic batch and sequence and compared with eager at 1, 5 and 64 tokens; the
 onnxruntime profile shows one expert product per expert a token was routed to, not one per expert."""
 
@@ -114,13 +114,16 @@ def test_moe_block_matches_eager_at_every_token_count(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
-def test_onnxruntime_level_uses_onnxruntimes_moe_op(name: str) -> None:
-    """At optimize="onnxruntime", to_onnx captures SwiGLU experts without biases (Qwen3-MoE, Mixtral) as
-    one com.microsoft.MoE node a block (capture/fused_experts.py), right at every token count; GPT-OSS's
-    clamped, biased experts keep the routed form."""
+def test_fused_experts_are_onnxruntimes_moe_op(name: str) -> None:
+    """Inside fused_experts(True) (capture/fused_experts.py), to_onnx captures SwiGLU experts without
+    biases (Qwen3-MoE, Mixtral) as one com.microsoft.MoE node a block, right at every token count;
+    GPT-OSS's clamped, biased experts keep the routed form."""
+    from fastonnx.capture.fused_experts import fused_experts
+
     block = BLOCKS[name]()
     dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
-    result = fastonnx.to_onnx(block, (_hidden(*EXAMPLE),), dynamic_shapes=(dims,), optimize="onnxruntime")
+    with fused_experts(True):
+        result = fastonnx.to_onnx(block, (_hidden(*EXAMPLE),), dynamic_shapes=(dims,), optimize="onnxruntime")
     ops = collections.Counter(n.op_type for n in _nodes(result.model_proto.graph))
     fused = name != "gpt_oss"
     assert (ops["MoE"], ops["SequenceMap"]) == ((1, 0) if fused else (0, 2)), ops

@@ -1,15 +1,24 @@
-"""transformers' routed experts as one op while capturing for onnxruntime's ``MoE`` kernel.
+"""transformers' routed experts as one op for onnxruntime's ``MoE`` kernel, on request.
 
 transformers 5 computes a mixture-of-experts block's routed experts in one module per layer, decorated
 with ``use_experts_implementation``: ``forward(hidden_states, top_k_index, top_k_weights)`` after the
 model's own router, dispatched by name (``ExpertsInterface``) to ``grouped_mm``, ``batched_mm`` or the
-module's loop. At ``optimize="onnxruntime"`` (``fused_experts(True)``, around the capture), the dispatch
-returns ``fused_experts_forward`` instead for the experts onnxruntime's CPU ``com.microsoft.MoE``
-computes: float32 SwiGLU experts (SiLU of the gate times up, transformers' default gate), weights
+module's loop. Inside ``fused_experts(True)``, the dispatch returns ``fused_experts_forward`` instead
+for the experts onnxruntime's CPU ``com.microsoft.MoE`` computes: float32 SwiGLU experts (SiLU of the gate times up, transformers' default gate), weights
 ``gate_up_proj`` [E, 2I, H] (gate rows then up rows) and ``down_proj`` [E, H, I], no bias, no post-expert
 norm. They become the custom op ``fastonnx::routed_experts``, written as one ``MoE`` node
 (converters/third_party.py). Every other experts module keeps transformers' forward (the routed
 ``SequenceMap`` form of ``grouped_mm``).
+
+Not the default at any optimize level: measured on a Qwen3-30B-A3B-shaped block (benches/moe_experts.py,
+docs/benchmarks.md), onnxruntime 1.31's CPU ``MoE`` takes ~190 ms a decode step where the routed form takes
+~14 ms (the dense floor 9 ms), also with fc1 interleaved ahead (onnxruntime does not fold a weight over
+1 GB, so in the graph the interleave runs at every step); it pays only at a long prefill on one thread.
+To use it anyway (for an execution provider whose MoE is fast), capture inside the context manager; the
+file then loads in onnxruntime only::
+
+    with fastonnx.capture.fused_experts.fused_experts(True):
+        fastonnx.to_onnx(model, args, optimize="onnxruntime", ...)
 
 Routing stays the model's: the op takes the experts and weights the router chose, whatever its rule
 (softmax, sigmoid with a bias, group-limited...). ``MoE`` routes by itself (softmax over its router input,

@@ -21,7 +21,6 @@ import torch
 
 from fastonnx._core import GraphBuilder
 from fastonnx.capture import CaptureInfo, capture_program, dynamic_dims, prepare, register_pytree_types
-from fastonnx.capture.fused_experts import fused_experts
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
 from fastonnx.pipeline.options import ExportOptions
@@ -123,21 +122,19 @@ def run_capture(
     asked: dynamic_dims.Asked = {}
     if isinstance(model, torch.nn.Module):
         shapes, requested, asked = dynamic_dims.normalize(model, args, kwargs, shapes)
-    # transformers' routed experts as onnxruntime's MoE where the file is for onnxruntime
-    with fused_experts(options.level == "onnxruntime"):
-        ep, info = capture_program(
-            model,
-            args,
-            kwargs,
-            shapes,
-            requested=requested,
-            asked=asked,
-            strict_dynamic=options.strict_dynamic,
-            keep_narrowed=options.keep_narrowed,
-            how=options.capture,
-            needs_export=needs_export(options.decompositions, registry.custom_composites()),
-            convertible=registry.converts,
-        )
+    ep, info = capture_program(
+        model,
+        args,
+        kwargs,
+        shapes,
+        requested=requested,
+        asked=asked,
+        strict_dynamic=options.strict_dynamic,
+        keep_narrowed=options.keep_narrowed,
+        how=options.capture,
+        needs_export=needs_export(options.decompositions, registry.custom_composites()),
+        convertible=registry.converts,
+    )
     ep, info = prepare(ep, options.decompositions, info)
     seconds = time.perf_counter() - t0
     log.info("capture: %.3fs, %d FX nodes", seconds, len(ep.graph.nodes))
