@@ -194,7 +194,11 @@ def to_onnx(
               embeddings below opset 23 (or with a dynamic batch) ``com.microsoft.RotaryEmbedding``, and
               attention below opset 23 whose heads are split from 3-D projections (BERT, ViT)
               ``MultiHeadAttention``. Not emitted, because they ran slower on onnxruntime 1.31's CPU
-              kernels: ``SkipLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` and ``Swish``.
+              kernels: ``SkipLayerNormalization`` / ``SkipSimplifiedLayerNormalization``, ``Swish`` and
+              ``MoE`` (transformers' routed experts stay the routed ``SequenceMap`` form: on a
+              Qwen3-30B-A3B-shaped block the CPU ``MoE`` took ~190 ms a decode step against ~14 ms, see
+              the mixture-of-experts section of docs/benchmarks.md; capture inside
+              ``fastonnx.capture.fused_experts.fused_experts(True)`` to get it anyway).
               Such a file loads in onnxruntime only; ``onnx.checker`` does not know these operators.
         input_names: Names for the tensor inputs, in order, instead of the FX placeholders' names.
         output_names: Names for the tensor outputs, in order. Without them, outputs that are one tensor

@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fastonnx.capture import dynamic_dims
+from fastonnx.capture import (
+    dynamic_dims,
+    fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
+)
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.meta_constants import numbers_on_cpu
