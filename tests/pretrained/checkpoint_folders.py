@@ -91,8 +91,9 @@ def save_checkpoint(
     kwargs: dict[str, Any] = {"max_shard_size": shard_size} if shard_size else {}
     model.to(dtype).save_pretrained(folder, **kwargs)
     model.float()
-    if hasattr(cfg, "vocab_size"):  # a text model: with its tokenizer
-        save_tokenizer(folder, int(cfg.vocab_size))
+    text = cfg.get_text_config()  # a vision-language config keeps its vocabulary in its text config
+    if hasattr(text, "vocab_size"):  # a text model: with its tokenizer
+        save_tokenizer(folder, int(text.vocab_size))
     return model
 
 

@@ -179,3 +179,28 @@ def test_state_shapes_are_fixed_but_the_batch(tmp_path: pathlib.Path) -> None:
         if tensor.name.endswith(("conv_state", "recurrent_state")):
             dims = [d.dim_param or d.dim_value for d in tensor.type.tensor_type.shape.dim]
             assert dims[0] == "batch_size" and all(isinstance(d, int) and d > 0 for d in dims[1:]), dims
+
+
+def test_a_vision_language_checkpoint_of_a_hybrid_family_generates(tmp_path: pathlib.Path) -> None:
+    """Qwen3.5-MoE ships as Qwen3_5MoeForConditionalGeneration (vision tower and text model in one
+    config): text-generation packages its text path with that class (tasks.py), the linear-attention
+    states and the experts included, and genai generates transformers' tokens."""
+    text = {
+        **{k: v for k, v in BASE.items() if k not in TOKENS},
+        **LINEAR_ATTENTION,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        **TOKENS,
+    }
+    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+    saved = save_checkpoint(
+        tmp_path / "checkpoint",
+        "qwen3_5_moe",
+        "Qwen3_5MoeForConditionalGeneration",
+        {"text_config": text, "vision_config": vision},
+    )
+    written = _check_greedy(tmp_path, saved, "qwen3_5_moe")
+    assert written.architecture == "Qwen3_5MoeForConditionalGeneration"
+    assert "past_key_values.0.recurrent_state" in written.input_names

@@ -106,8 +106,7 @@ def _check_greedy(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **o
     assert written.verified is True, written.verify_note
     config = json.loads((package / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
-    layers = model.config.num_hidden_layers
-    assert decoder["num_hidden_layers"] == layers
+    assert decoder["num_hidden_layers"] == model.config.get_text_config().num_hidden_layers
     assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= set(written.files)
 
     tokens, logits = _genai_greedy(package)

@@ -75,8 +75,20 @@ def _has(task: Task, model_type: str, arch: str | None) -> str | None:
     mapping = _mapping(task)
     if arch is not None and any(arch in _class_names(v) for v in mapping.values()):
         return arch
+    if task.name == "text-generation" and arch is not None and _generates_text(arch, model_type):
+        # a vision-language checkpoint (Qwen3.5-MoE's, Gemma 3's...): its own class, whose text path the
+        # package is; the causal-LM class of the model type takes the text config, not this one
+        return arch
     names = _class_names(mapping.get(model_type, []))
     return names[0] if names else None
+
+
+def _generates_text(arch: str, model_type: str) -> bool:
+    """Whether ``arch`` is the image-text-to-text class of ``model_type`` in transformers' mapping."""
+    from transformers.models.auto import modeling_auto
+
+    vision = getattr(modeling_auto, "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", {})
+    return arch in _class_names(vision.get(model_type, []))
 
 
 def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
@@ -90,8 +102,8 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
         for t in TASKS.values():
             if arch is not None and any(arch in _class_names(v) for v in _mapping(t).values()):
                 return t, arch
-        for t in TASKS.values():  # no architectures entry: the first task the model type has
-            cls = _has(t, model_type, None)
+        for t in TASKS.values():  # the architecture in no task's mapping: the first task the type has
+            cls = _has(t, model_type, arch)
             if cls is not None:
                 return t, cls
         raise InputError(
