@@ -155,3 +155,22 @@ def test_cast_weights_with_a_real_model_writes_its_own_float32_weights(
     assert w["written_tensors"] == _checkpoint(bf16_checkpoint)[0]
     assert _initializer_types(path).keys() == {onnx.TensorProto.FLOAT}
     _matches_fp32_eager(path, bf16_checkpoint)
+
+
+def test_a_cast_onnxruntime_would_not_fold_is_written_converted(
+    bf16_checkpoint: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tensor whose float32 cast is larger than onnxruntime folds (1 GiB; here the limit lowered to
+    the embedding's size) is written converted while streaming even without cast_weights: behind a Cast,
+    onnxruntime would cast it at every run. The smaller ones stay referenced behind their Cast."""
+    from fastonnx.stored_weights import checkpoints
+
+    embedding = 256 * 64 * 4  # tied_llama_config's vocabulary x hidden, float32 bytes
+    monkeypatch.setattr(checkpoints, "ORT_FOLD_LIMIT", embedding - 1)
+    path = str(tmp_path / "model.onnx")
+    r = fastonnx.to_onnx(
+        _meta_model(), _inputs("meta"), filename=path, weights=bf16_checkpoint, external_data=True
+    )
+    w = r.stats["file"]["weights"]
+    assert w["converted_tensors"] == 1 and w["referenced_tensors"] > 0, w
+    _matches_fp32_eager(path, bf16_checkpoint)

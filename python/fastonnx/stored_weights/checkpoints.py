@@ -23,7 +23,10 @@ the meta device. The shards are matched (``plan``) before the optimizer runs, an
   to ``<model>.onnx.data`` as without ``weights=``.
 - A checkpoint float dtype differing from the graph's (bf16 checkpoint, fp32 graph): the tensor is
   referenced as stored and a ``Cast`` to the graph's dtype writes the initializer's name (onnxruntime
-  folds it at load). ``cast_weights=True`` writes it cast into ``<model>.onnx.data`` instead: a meta-device
+  folds it at load), unless its cast is larger than onnxruntime folds (``ORT_FOLD_LIMIT``, 1 GiB: a
+  Qwen3.5-MoE layer's stacked experts, a large vocabulary's embedding), which onnxruntime would cast at
+  every run (a decode step of benches/moe_vs_builder.py took 836 ms so): such a tensor is written cast,
+  as with ``cast_weights``. ``cast_weights=True`` writes every such tensor cast into ``<model>.onnx.data``: a meta-device
   weight is read from the shard and converted piece by piece as the writer streams
   (``TensorData::Converted``); a real module's weight is its own, already cast bytes, written as usual.
 - Keys that transformers' loading renames are found through the model's own mapping: the
@@ -117,6 +120,11 @@ class Referenced:
     read_as_stored: int = 0
 
 
+ORT_FOLD_LIMIT = 1 << 30
+"""Bytes: onnxruntime 1.31's constant folding skips a result larger than this ("estimated output size
+... exceeds the limit (1073741824 bytes)")."""
+
+
 @dataclass
 class ReferencePlan:
     """Which initializer is which checkpoint tensor, found before the passes run (so that they keep
@@ -127,8 +135,11 @@ class ReferencePlan:
     # initializer name -> (the tensor in the shards, the model's dtype)
     entries: dict[str, tuple[ShardTensor, torch.dtype]] = field(default_factory=dict)
     # checkpoint tensors (shard, offset) a real module writes from its own, already cast weights
-    # (cast_weights=True)
+    # (cast_weights=True, or past onnxruntime's folding limit)
     written_cast: set[tuple[str, int]] = field(default_factory=set)
+    # meta-device weights written converted from the shard whatever cast_weights says: their cast is
+    # larger than onnxruntime folds (ORT_FOLD_LIMIT)
+    convert_names: set[str] = field(default_factory=set)
 
     def as_stored(self) -> list[str]:
         """The initializers whose bytes will come from the shards as stored: the passes must keep them so
@@ -288,10 +299,15 @@ def plan_references(
                 f"weights: {key!r} is {entry.dtype} with shape {list(entry.shape)} in "
                 f"{os.path.basename(entry.shard)}, the model's is {dtype} with shape {list(shape)}"
             )
-        if entry.dtype != dtype and cast_weights and name not in deferred:
+        # onnxruntime would not fold the Cast of a tensor this large: it would cast it at every run
+        too_large = math.prod(shape) * torch.empty((), dtype=dtype).element_size() > ORT_FOLD_LIMIT
+        convert = entry.dtype != dtype and (cast_weights or too_large)
+        if convert and name not in deferred:
             # the model holds the cast bytes already (it was loaded from the checkpoint): written as usual
             done.written_cast.add((entry.shard, entry.offset))
             continue
+        if convert:
+            done.convert_names.add(name)
         done.entries[name] = (entry, dtype)
     return done
 
@@ -306,7 +322,7 @@ def reference(builder: Any, plan: ReferencePlan, read_as_stored: int) -> Referen
         if not builder.has_initializer(name):
             # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
             done.written.add((entry.shard, entry.offset))
-        elif entry.dtype != dtype and plan.cast_weights:
+        elif entry.dtype != dtype and (plan.cast_weights or name in plan.convert_names):
             if builder.convert_initializer(name, entry.shard, entry.offset, stored):
                 done.converted += 1
                 done.filled_names.add(name)
