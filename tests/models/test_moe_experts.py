@@ -114,6 +114,30 @@ def test_moe_block_matches_eager_at_every_token_count(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_stored_expert_weights_are_not_transposed_whole(name: str) -> None:
+    """to_onnx captures transformers' grouped linear of weights stored (experts, out, in) as one op
+    (capture/grouped_linear.py): each routed expert's weight is read through Gemm(transB=1) in the map,
+    and no Transpose of a whole stacked weight is left for onnxruntime (which folds none over 1 GiB).
+    GPT-OSS stores its experts (experts, in, out): the products read them as they are."""
+    block = BLOCKS[name]()
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    result = fastonnx.to_onnx(block, (_hidden(*EXAMPLE),), dynamic_shapes=(dims,), optimize=False)
+    graph = result.model_proto.graph
+    stacked = {i.name for i in graph.initializer if len(i.dims) == 3}
+    assert not [n for n in graph.node if n.op_type == "Transpose" and n.input[0] in stacked]
+    in_maps = [n for n in _nodes(graph) if n not in graph.node]  # the SequenceMap bodies' nodes
+    gemms = [n for n in in_maps if n.op_type == "Gemm"]
+    assert len(gemms) == (0 if name == "gpt_oss" else 2), [n.op_type for n in in_maps]
+    for shape in (EXAMPLE, *RUNS):
+        x = _hidden(*shape)
+        with torch.no_grad():
+            want = block(x)
+        got = result(x)
+        want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=f"{name} at {shape}")
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_fused_experts_are_onnxruntimes_moe_op(name: str) -> None:
     """Inside fused_experts(True) (capture/fused_experts.py), to_onnx captures SwiGLU experts without
     biases (Qwen3-MoE, Mixtral) as one com.microsoft.MoE node a block, right at every token count;
@@ -152,7 +176,8 @@ def test_expert_products_follow_the_routed_experts(tmp_path: Path, name: str) ->
     dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
     path = tmp_path / "moe.onnx"
     result = fastonnx.to_onnx(block, (_hidden(*EXAMPLE),), dynamic_shapes=({**dims},), filename=path)
-    top_products = sum(n.op_type == "MatMul" for n in result.model_proto.graph.node)
+    products = ("MatMul", "Gemm")  # a routed expert's product: MatMul, or Gemm of a stored weight
+    top_products = sum(n.op_type in products for n in result.model_proto.graph.node)
     for shape in [(1, 1), (1, 3)]:
         x = _hidden(*shape)
         options = onnxruntime.SessionOptions()
@@ -169,7 +194,7 @@ def test_expert_products_follow_the_routed_experts(tmp_path: Path, name: str) ->
         runs = sum(
             e.get("cat") == "Node"
             and e["name"].endswith("_kernel_time")
-            and e["args"].get("op_name") == "MatMul"
+            and e["args"].get("op_name") in products
             for e in events
         )
         routed = _routed_experts(block, x)

@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.meta_constants import numbers_on_cpu
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
@@ -197,6 +198,7 @@ def _export(
         traceable_detection_ops(),
         length_following_kernels(),
         numbers_on_cpu(),
+        stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),
     ):

@@ -894,6 +894,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.zeros_like.default": "creation",
     "builtins.round": "symbolic",
     "export.access_subclass_inner_tensor.default": "quantization",
+    "fastonnx.grouped_linear_stored.default": "third_party",
     "fastonnx.gru.default": "recurrent",
     "fastonnx.lstm.default": "recurrent",
     "fastonnx.rnn_relu.default": "recurrent",

@@ -24,7 +24,16 @@ def _static(shape: Sequence[Any]) -> list[int | None]:
     return [d if isinstance(d, int) else None for d in shape]
 
 
-def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value, offs: Value) -> str:
+def convert_grouped_linear_stored(ctx: ConversionContext, x: Value, weight: Value, offs: Value) -> str:
+    """fastonnx's grouped linear over experts' weights as transformers stores them, (E, N, K)
+    (capture/grouped_linear.py): ``convert_grouped_mm_fallback``'s routed form, each step's one expert
+    weight read through ``Gemm(transB=1)`` instead of the whole (E, N, K) tensor transposed first."""
+    return convert_grouped_mm_fallback(ctx, x, weight, offs, stored=True)
+
+
+def convert_grouped_mm_fallback(
+    ctx: ConversionContext, x: Value, weight: Value, offs: Value, stored: bool = False
+) -> str:
     """transformers' mixture-of-experts matmul: rows of ``x`` (S, K) are sorted by expert, expert ``e``
     owning rows offs[e-1]:offs[e]; each block is multiplied by weight[e] (K, N); rows past offs[-1]
     stay 0.
@@ -51,13 +60,13 @@ def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value,
     """
     if x.rank != 2 or weight.rank != 3 or offs.rank != 1:
         raise ctx.error(
-            f"grouped_mm_fallback expects input (S, K), weight (E, K, N), offs (E,); got ranks "
+            f"grouped_mm_fallback expects input (S, K), weight (E, K, N) or (E, N, K) stored, offs (E,); got ranks "
             f"{x.rank}, {weight.rank}, {offs.rank}"
         )
     # blocks of another float type travel through the sequence as float32 (exact both ways)
     carried = x.dtype if x.dtype in _SEQUENCE_FLOATS else torch.float32
     dt = dtypes.to_onnx_dtype(carried)
-    (width,) = _static(weight.shape[2:])
+    (width,) = _static(weight.shape[1:2] if stored else weight.shape[2:])
     axis0 = ctx.i64([0])
     ends = ctx.operand(offs, torch.int64)
     bounds = ctx.op("Concat", axis0, ends, axis=0)  # E + 1 row bounds, bounds[e] the first of e
@@ -93,7 +102,8 @@ def convert_grouped_mm_fallback(ctx: ConversionContext, x: Value, weight: Value,
         start = ctx.op("Gather", bounds_in, e1, axis=0)
         end = ctx.op("Gather", bounds_in, ctx.op("Add", e1, ctx.i64(1)), axis=0)
         rows = ctx.op("Slice", rows_in, start, end, first)
-        block = ctx.op("MatMul", rows, ctx.op("Gather", w_in, e, axis=0))  # one expert's weight
+        one = ctx.op("Gather", w_in, e, axis=0)  # one expert's weight
+        block = ctx.op("Gemm", rows, one, transB=1) if stored else ctx.op("MatMul", rows, one)
         if carried != x.dtype:
             block = ctx.op("Cast", block, to=dt)
         out = body.add_output(block, g.unique_name("block"))
@@ -171,4 +181,5 @@ def convert_routed_experts(
 CONVERTERS: dict[str, Converter] = {
     "transformers.grouped_mm_fallback.default": convert_grouped_mm_fallback,
     "fastonnx.routed_experts.default": convert_routed_experts,
+    "fastonnx.grouped_linear_stored.default": convert_grouped_linear_stored,
 }
