@@ -118,7 +118,9 @@ def convert_grouped_mm_fallback(
     rest = ctx.op("Sub", ctx.op("Shape", x, start=0, end=1), last)
     zeros = ctx.op(
         "ConstantOfShape",
-        ctx.op("Concat", rest, ctx.op("Shape", weight, start=2, end=3), axis=0),
+        ctx.op(
+            "Concat", rest, ctx.op("Shape", weight, start=1 if stored else 2, end=2 if stored else 3), axis=0
+        ),
         value=ctx.tensor_attr(0, carried),
     )
     every = ctx.op("SequenceInsert", blocks, zeros)
