@@ -113,6 +113,16 @@ def test_moe_block_matches_eager_at_every_token_count(name: str) -> None:
         ]
 
 
+def _right_at_every_token_count(block: torch.nn.Module, result: Any, name: str) -> None:
+    for shape in (EXAMPLE, *RUNS):
+        x = _hidden(*shape)
+        with torch.no_grad():
+            want = block(x)
+        got = result(x)
+        want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=f"{name} at {shape}")
+
+
 @pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_stored_expert_weights_are_not_transposed_whole(name: str) -> None:
     """to_onnx captures transformers' grouped linear of weights stored (experts, out, in) as one op
@@ -128,13 +138,7 @@ def test_stored_expert_weights_are_not_transposed_whole(name: str) -> None:
     in_maps = [n for n in _nodes(graph) if n not in graph.node]  # the SequenceMap bodies' nodes
     gemms = [n for n in in_maps if n.op_type == "Gemm"]
     assert len(gemms) == (0 if name == "gpt_oss" else 2), [n.op_type for n in in_maps]
-    for shape in (EXAMPLE, *RUNS):
-        x = _hidden(*shape)
-        with torch.no_grad():
-            want = block(x)
-        got = result(x)
-        want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
-        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=f"{name} at {shape}")
+    _right_at_every_token_count(block, result, name)
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
@@ -151,13 +155,7 @@ def test_fused_experts_are_onnxruntimes_moe_op(name: str) -> None:
     ops = collections.Counter(n.op_type for n in _nodes(result.model_proto.graph))
     fused = name != "gpt_oss"
     assert (ops["MoE"], ops["SequenceMap"]) == ((1, 0) if fused else (0, 2)), ops
-    for shape in (EXAMPLE, *RUNS):
-        x = _hidden(*shape)
-        with torch.no_grad():
-            want = block(x)
-        got = result(x)
-        want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
-        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=f"{name} at {shape}")
+    _right_at_every_token_count(block, result, name)
 
 
 def _routed_experts(block: torch.nn.Module, x: torch.Tensor) -> int:
