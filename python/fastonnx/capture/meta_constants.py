@@ -5,7 +5,8 @@ example inputs there. A forward that makes a tensor of a Python number on its in
 (GPT-Neo's ``torch.tensor(mask_value, device=attn_weights.device)``, Gemma 3n's sparsity target) then
 makes it on the meta device: torch.export lifts it as a constant without a value, and the file would
 have no bytes for it. While capturing, such a tensor of a number is made on the CPU instead: a 0-d CPU
-tensor mixes with tensors of any device, and the constant keeps its value.
+tensor mixes with tensors of any device (``masked_fill``, which does not take it for a meta tensor, gets its
+number), and the constant keeps its value.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 _FACTORIES = (torch.tensor, torch.scalar_tensor, torch.as_tensor)
+_FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
 
 
 def _on_meta(device: Any) -> bool:
     return device is not None and torch.device(device).type == "meta"
+
+
+def _cpu_number(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu"
 
 
 class _NumbersOnCpu(TorchFunctionMode):
@@ -36,6 +42,10 @@ class _NumbersOnCpu(TorchFunctionMode):
             and _on_meta(kwargs.get("device"))
         ):
             kwargs = {**kwargs, "device": "cpu"}
+        elif func in _FILLS and len(args) == 3 and _cpu_number(args[2]) and _on_meta(args[0].device):
+            # masked_fill takes no CPU tensor for a meta one (CpmAnt fills with such a scalar_tensor):
+            # its number instead
+            args = (args[0], args[1], args[2].item())
         return func(*args, **kwargs)
 
 

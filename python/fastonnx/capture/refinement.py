@@ -33,7 +33,6 @@ from fastonnx.capture import (
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
-from fastonnx.capture.meta_constants import numbers_on_cpu
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.traceable_detection import traceable_detection_ops
 from fastonnx.errors import CaptureError
@@ -191,13 +190,11 @@ def _export(
 
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
     # detection post-processing in a traceable form; chunked kernels in a form whose loop follows the
-    # length, numbers made into tensors on the CPU instead of the meta device (see rnn_custom_ops.py,
-    # traceable_detection.py, chunked_kernels.py, meta_constants.py)
+    # length (see rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py)
     with (
         rnn_as_custom_ops(),
         traceable_detection_ops(),
         length_following_kernels(),
-        numbers_on_cpu(),
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),

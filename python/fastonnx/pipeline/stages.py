@@ -21,6 +21,7 @@ import torch
 
 from fastonnx._core import GraphBuilder
 from fastonnx.capture import CaptureInfo, capture_program, dynamic_dims, prepare, register_pytree_types
+from fastonnx.capture.meta_constants import numbers_on_cpu
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
 from fastonnx.pipeline.options import ExportOptions
@@ -122,19 +123,21 @@ def run_capture(
     asked: dynamic_dims.Asked = {}
     if isinstance(model, torch.nn.Module):
         shapes, requested, asked = dynamic_dims.normalize(model, args, kwargs, shapes)
-    ep, info = capture_program(
-        model,
-        args,
-        kwargs,
-        shapes,
-        requested=requested,
-        asked=asked,
-        strict_dynamic=options.strict_dynamic,
-        keep_narrowed=options.keep_narrowed,
-        how=options.capture,
-        needs_export=needs_export(options.decompositions, registry.custom_composites()),
-        convertible=registry.converts,
-    )
+    # every strategy: numbers a forward makes into tensors on the CPU, not the meta device
+    with numbers_on_cpu():
+        ep, info = capture_program(
+            model,
+            args,
+            kwargs,
+            shapes,
+            requested=requested,
+            asked=asked,
+            strict_dynamic=options.strict_dynamic,
+            keep_narrowed=options.keep_narrowed,
+            how=options.capture,
+            needs_export=needs_export(options.decompositions, registry.custom_composites()),
+            convertible=registry.converts,
+        )
     ep, info = prepare(ep, options.decompositions, info)
     seconds = time.perf_counter() - t0
     log.info("capture: %.3fs, %d FX nodes", seconds, len(ep.graph.nodes))

@@ -1,0 +1,41 @@
+"""Number tensors a forward makes on its inputs' device, captured from a meta-device model
+(capture/meta_constants.py): made on the CPU so the constant keeps its value; masked_fill, which takes no
+CPU tensor for a meta one, gets its number. Checked against eager through a safetensors checkpoint."""
+
+from __future__ import annotations
+
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+
+import fastonnx
+
+
+class Masked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        low = torch.tensor(-3.0, device=y.device)  # GPT-Neo's way: a number on the input's device
+        y = torch.where(y > 0, y, low)
+        fill = torch.scalar_tensor(7.0, device=y.device, dtype=y.dtype)  # CpmAnt's way
+        return torch.masked_fill(y, y < -1.0, fill)
+
+
+def test_a_meta_models_number_tensors_keep_their_values(tmp_path: pathlib.Path) -> None:
+    torch.manual_seed(0)
+    real = Masked().eval()
+    save_file({k: v.contiguous() for k, v in real.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    with torch.device("meta"):
+        meta = Masked().eval()
+    x = torch.randn(2, 5, 8)
+    result = fastonnx.to_onnx(
+        meta, (x.to("meta"),), filename=tmp_path / "m.onnx", weights=str(tmp_path), external_data=True
+    )
+    with torch.no_grad():
+        want = real(x)
+    assert (want == 7.0).any() and (want > 0).any()  # both constants decide some values
+    torch.testing.assert_close(result(x), want)
