@@ -93,8 +93,8 @@ def test_the_stage_returns_its_plan_and_leaves_the_records_alone(tmp_path: pathl
 def test_a_plan_without_some_entries_is_a_new_plan() -> None:
     entry = checkpoints.ShardTensor("s.safetensors", torch.float32, (2,), 8, 8)
     plan = checkpoints.ReferencePlan(
-        "folder", False, {"a": (entry, torch.float32), "b": (entry, torch.float32)}
+        "folder", {"a": (entry, torch.float32), "b": (entry, torch.float32)}, convert_names={"b"}
     )
     less = plan.without({"a"})
     assert set(less.entries) == {"b"} and set(plan.entries) == {"a", "b"}
-    assert (less.folder, less.cast_weights) == (plan.folder, plan.cast_weights)
+    assert (less.folder, less.convert_names) == (plan.folder, plan.convert_names)

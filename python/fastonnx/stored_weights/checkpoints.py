@@ -131,14 +131,13 @@ class ReferencePlan:
     those weights as stored) and checked before anything is written."""
 
     folder: str
-    cast_weights: bool
     # initializer name -> (the tensor in the shards, the model's dtype)
     entries: dict[str, tuple[ShardTensor, torch.dtype]] = field(default_factory=dict)
     # checkpoint tensors (shard, offset) a real module writes from its own, already cast weights
     # (cast_weights=True, or past onnxruntime's folding limit)
     written_cast: set[tuple[str, int]] = field(default_factory=set)
-    # meta-device weights written converted from the shard whatever cast_weights says: their cast is
-    # larger than onnxruntime folds (ORT_FOLD_LIMIT)
+    # meta-device weights written converted from the shard as the writer streams (cast_weights=True, or
+    # a cast larger than onnxruntime folds: ORT_FOLD_LIMIT)
     convert_names: set[str] = field(default_factory=set)
 
     def as_stored(self) -> list[str]:
@@ -280,7 +279,7 @@ def plan_references(
         index.setdefault(model_key, index[key])
     tied = aliases(model)
     prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
-    done = ReferencePlan(folder=os.path.dirname(files[0]), cast_weights=cast_weights)
+    done = ReferencePlan(folder=os.path.dirname(files[0]))
     for name, (key, dtype, shape) in weights_read.items():
         names = [key, *tied.get(key, [])]
         names += [k.removeprefix(prefix) for k in names if prefix and k.startswith(prefix)]
@@ -314,15 +313,16 @@ def plan_references(
 
 def reference(builder: Any, plan: ReferencePlan, read_as_stored: int) -> Referenced:
     """Points the builder's initializers of ``plan`` at the shards, after the passes: as stored, behind a
-    Cast when the checkpoint's dtype differs, or (``cast_weights``, meta-device weights) written
-    converted from the shard as the writer streams."""
+    Cast when the checkpoint's dtype differs, or (``plan.convert_names``: meta-device weights under
+    ``cast_weights`` or past onnxruntime's folding limit) written converted from the shard as the writer
+    streams."""
     done = Referenced(folder=plan.folder, read_as_stored=read_as_stored, written=set(plan.written_cast))
     for name, (entry, dtype) in plan.entries.items():
         stored = to_onnx_dtype(entry.dtype) if isinstance(entry.dtype, torch.dtype) else 0
         if not builder.has_initializer(name):
             # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
             done.written.add((entry.shard, entry.offset))
-        elif entry.dtype != dtype and (plan.cast_weights or name in plan.convert_names):
+        elif name in plan.convert_names:
             if builder.convert_initializer(name, entry.shard, entry.offset, stored):
                 done.converted += 1
                 done.filled_names.add(name)
