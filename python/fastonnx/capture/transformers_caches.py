@@ -163,16 +163,21 @@ def layer_context(layer: Any, tensors: dict[str, torch.Tensor]) -> LayerContext:
     return LayerContext(kind, getattr(layer, "sliding_window", None), tuple(kernels))
 
 
-def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
-    """A layer of ``context``'s kind holding ``tensors`` (``layer_tensors``' fields), set directly:
-    ``update`` would add a concatenation with an empty tensor to the graph."""
-    kind = _rebuilt_class(context.kind)
+def layer_arguments(context: LayerContext) -> dict[str, Any]:
+    """The keyword arguments a layer class of ``context`` is made with: its window, its states' count."""
     kwargs: dict[str, Any] = {}
     if context.sliding_window is not None:
         kwargs["sliding_window"] = context.sliding_window
     if context.conv_kernel_sizes:
         kwargs["number_of_states"] = len(context.conv_kernel_sizes)
-    layer = kind(**kwargs)
+    return kwargs
+
+
+def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
+    """A layer of ``context``'s kind holding ``tensors`` (``layer_tensors``' fields), set directly:
+    ``update`` would add a concatenation with an empty tensor to the graph."""
+    kind = _rebuilt_class(context.kind)
+    layer = kind(**layer_arguments(context))
     if kind is not context.kind:
         layer.recurrent_states = _ReadNoted(layer.recurrent_states)
     if "key" in tensors:

@@ -17,14 +17,20 @@ fresh cache's prefill pads with.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fastonnx.capture.transformers_caches import LayerContext, layer_tensors, rebuild_layer
-from fastonnx.capture.transformers_caches import layer_context as cache_layer_context
+from fastonnx.capture.transformers_caches import (
+    LayerContext,
+    layer_arguments,
+    layer_context,
+    layer_tensors,
+    rebuild_layer,
+)
 from fastonnx.errors import InputError
 from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
 
@@ -89,18 +95,16 @@ def config_cache(config: Any) -> Any:
         cache = DynamicCache(config=config)
     except Exception:  # a config the cache cannot read: layers made as the model fills them
         return DynamicCache()
-    cache.layers = [
-        _full_attention_kind(type(layer))(**_state_count(layer))
-        if _full_attention_kind(type(layer)) is not type(layer)
-        else layer
-        for layer in cache.layers
-    ]
+    cache.layers = [_as_full_attention(layer) for layer in cache.layers]
     return cache
 
 
-def _state_count(layer: Any) -> dict[str, int]:
-    count = getattr(layer, "number_of_states", None)
-    return {"number_of_states": count} if count is not None else {}
+def _as_full_attention(layer: Any) -> Any:
+    """``layer``, or a fresh full-attention one of as many states for a sliding-window one."""
+    full = _full_attention_kind(type(layer))
+    if full is type(layer):
+        return layer
+    return full(**layer_arguments(dataclasses.replace(layer_context(layer, {}), sliding_window=None)))
 
 
 KNOWN_LAYERS = (
@@ -128,15 +132,14 @@ def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
 def cache_argument(model: torch.nn.Module) -> str:
     """The forward's name for the cache: ``past_key_values``, or ``cache_params`` (Mamba's)."""
     parameters = inspect.signature(model.forward).parameters
-    return (
-        "cache_params"
-        if "cache_params" in parameters and "past_key_values" not in parameters
-        else ("past_key_values")
-    )
+    mamba = "cache_params" in parameters and "past_key_values" not in parameters
+    return "cache_params" if mamba else "past_key_values"
 
 
 def returned_cache(out: Any) -> Any:
-    return getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)
+    """The cache a forward returned: ``past_key_values``, or Mamba's ``cache_params`` (None: none)."""
+    cache = getattr(out, "past_key_values", None)  # not ``or``: an empty cache is falsy
+    return cache if cache is not None else getattr(out, "cache_params", None)
 
 
 def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -> list[CacheLayer] | None:
@@ -170,9 +173,11 @@ def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -
                     if field in PAST_AXIS:
                         shape[PAST_AXIS[field]] = -1
                     shapes[field] = tuple(shape)
-                context = cache_layer_context(layer, tensors)
-                kind = _full_attention_kind(context.kind)
-                layout.append(CacheLayer(LayerContext(kind, None, context.conv_kernel_sizes), shapes))
+                context = layer_context(layer, tensors)
+                full = dataclasses.replace(
+                    context, kind=_full_attention_kind(context.kind), sliding_window=None
+                )
+                layout.append(CacheLayer(full, shapes))
             return layout or None
     except Exception:  # the model fails on fake tensors: the config's shapes, and the capture's own error
         return None
@@ -206,10 +211,7 @@ def fresh_cache(layout: list[CacheLayer]) -> Any:
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    cache.layers = [
-        layer.context.kind(**({"number_of_states": n} if (n := len(layer.context.conv_kernel_sizes)) else {}))
-        for layer in layout
-    ]
+    cache.layers = [layer.context.kind(**layer_arguments(layer.context)) for layer in layout]
     return cache
 
 
