@@ -204,10 +204,10 @@ def recurrent_mask_by_length(
 ) -> torch.Tensor | None:
     """transformers' ``create_recurrent_attention_mask`` (the padding mask of the mamba and linear-attention
     layers: the mask's last L columns), always: transformers skips it where it is all ones (a single new
-    token, an unpadded batch), and multiplying by ones changes nothing. Gathered instead of a negative
-    slice and ``.contiguous()``: those leave guards on the batch and the lengths (that the slice is not
-    of size 1, for its strides), gathered: a state-space model's graph knows no relation between the mask's
-    length (past and new tokens) and L that would prove ``narrow``'s bounds."""
+    token, an unpadded batch), and multiplying by ones changes nothing. Gathered: a negative slice and
+    ``.contiguous()`` leave guards on the batch and the lengths (that the slice is not of size 1, for its
+    strides), and ``narrow`` needs bounds a state-space model's graph cannot prove (it relates the mask's
+    length, past and new tokens, to L nowhere)."""
     if attention_mask is None or attention_mask.dim() != 2:
         return None
     total, length = attention_mask.shape[1], inputs_embeds.shape[1]

@@ -66,7 +66,8 @@ def convert_grouped_mm_fallback(
     # blocks of another float type travel through the sequence as float32 (exact both ways)
     carried = x.dtype if x.dtype in _SEQUENCE_FLOATS else torch.float32
     dt = dtypes.to_onnx_dtype(carried)
-    (width,) = _static(weight.shape[1:2] if stored else weight.shape[2:])
+    out_axis = 1 if stored else 2  # of the weight: (E, N, K) stored, (E, K, N) otherwise
+    (width,) = _static(weight.shape[out_axis : out_axis + 1])
     axis0 = ctx.i64([0])
     ends = ctx.operand(offs, torch.int64)
     bounds = ctx.op("Concat", axis0, ends, axis=0)  # E + 1 row bounds, bounds[e] the first of e
@@ -118,9 +119,7 @@ def convert_grouped_mm_fallback(
     rest = ctx.op("Sub", ctx.op("Shape", x, start=0, end=1), last)
     zeros = ctx.op(
         "ConstantOfShape",
-        ctx.op(
-            "Concat", rest, ctx.op("Shape", weight, start=1 if stored else 2, end=2 if stored else 3), axis=0
-        ),
+        ctx.op("Concat", rest, ctx.op("Shape", weight, start=out_axis, end=out_axis + 1), axis=0),
         value=ctx.tensor_attr(0, carried),
     )
     every = ctx.op("SequenceInsert", blocks, zeros)
@@ -138,7 +137,7 @@ def convert_routed_experts(
     gate_up: Value,
     down: Value,
 ) -> str:
-    """fastonnx's routed SwiGLU experts (capture/fused_experts.py, captured at optimize="onnxruntime") as
+    """fastonnx's routed SwiGLU experts (capture/fused_experts.py, captured inside fused_experts(True)) as
     onnxruntime's ``com.microsoft.MoE``. Its CPU kernel takes the gate and up rows of fc1 interleaved
     (``swiglu_fusion=1``; transformers stores them gate rows then up rows) and routes by itself: a softmax
     over its router input, then the top k. Given the log of each chosen weight and -1e30 elsewhere, that
