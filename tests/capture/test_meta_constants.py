@@ -1,6 +1,6 @@
 """Number tensors a forward makes on its inputs' device, captured from a meta-device model
 (capture/meta_constants.py): made on the CPU so the constant keeps its value; masked_fill, which takes no
-CPU tensor for a meta one, gets its number. Checked against eager through a safetensors checkpoint."""
+CPU tensor for a meta one, gets its number; list indices become CPU tensors. Checked against eager through a safetensors checkpoint."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ class Masked(torch.nn.Module):
         low = torch.tensor(-3.0, device=y.device)  # GPT-Neo's way: a number on the input's device
         y = torch.where(y > 0, y, low)
         fill = torch.scalar_tensor(7.0, device=y.device, dtype=y.dtype)  # CpmAnt's way
-        return torch.masked_fill(y, y < -1.0, fill)
+        y = torch.masked_fill(y, y < -1.0, fill)
+        picked = y[:, [[0], [2]], 1:4].sum((1, 2)).unsqueeze(1)  # Falcon's list indices
+        return torch.cat([y, y[..., [6, 1, -1]] + picked], dim=-1)
 
 
 def test_a_meta_models_number_tensors_keep_their_values(tmp_path: pathlib.Path) -> None:

@@ -6,7 +6,9 @@ example inputs there. A forward that makes a tensor of a Python number on its in
 makes it on the meta device: torch.export lifts it as a constant without a value, and the file would
 have no bytes for it. While capturing, such a tensor of a number is made on the CPU instead: a 0-d CPU
 tensor mixes with tensors of any device (``masked_fill``, which does not take it for a meta tensor, gets its
-number), and the constant keeps its value.
+number), and the constant keeps its value. An index given as a list of numbers (Falcon's
+``fused_qkv[..., [-2], :]``) is made a tensor on the meta device the same way; it becomes a CPU tensor,
+which indexes a meta tensor as it would a CUDA one.
 """
 
 from __future__ import annotations
@@ -20,10 +22,28 @@ from torch.overrides import TorchFunctionMode
 
 _FACTORIES = (torch.tensor, torch.scalar_tensor, torch.as_tensor)
 _FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
+_INDEXING = (torch.Tensor.__getitem__, torch.Tensor.__setitem__)
 
 
 def _on_meta(device: Any) -> bool:
     return device is not None and torch.device(device).type == "meta"
+
+
+def _number_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, (bool, int, float)) or _number_list(v) for v in value)
+    )
+
+
+def _cpu_lists(index: Any) -> Any:
+    """The index with each list of numbers (one element or the whole) a CPU tensor."""
+    if _number_list(index):
+        return torch.tensor(index, device="cpu")
+    if isinstance(index, tuple):
+        return tuple(torch.tensor(i, device="cpu") if _number_list(i) else i for i in index)
+    return index
 
 
 def _cpu_number(value: Any) -> bool:
@@ -46,6 +66,13 @@ class _NumbersOnCpu(TorchFunctionMode):
             # masked_fill takes no CPU tensor for a meta one (CpmAnt fills with such a scalar_tensor):
             # its number instead
             args = (args[0], args[1], args[2].item())
+        elif (
+            func in _INDEXING
+            and len(args) >= 2
+            and isinstance(args[0], torch.Tensor)
+            and _on_meta(args[0].device)
+        ):
+            args = (args[0], _cpu_lists(args[1]), *args[2:])
         return func(*args, **kwargs)
 
 
