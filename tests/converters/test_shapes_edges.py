@@ -1,6 +1,6 @@
 """tensor_split at a runtime tensor of indices (data-dependent piece sizes): Slices between the
 indices, Python slice semantics (negative indices wrap, out-of-range ones clamp, unsorted ones give
-empty pieces)."""
+empty pieces); split at sizes read with ``.tolist()`` (unbacked symbols, JetMoE's experts)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,29 @@ def test_tensor_split_constant_indices_tensor() -> None:
             return torch.tensor_split(x, torch.tensor([1, 4]), dim=1)
 
     check_export(Const(), (torch.randn(3, 10),), atol=0, rtol=0)
+
+
+class ExpertSplit(torch.nn.Module):
+    """JetMoE's experts: rows grouped by expert, split at counts read with ``tolist()``; each piece goes
+    through its own matrix. The counts are unbacked symbols that only the ``item`` nodes carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+        order = expert.argsort(stable=True)
+        counts = torch.nn.functional.one_hot(expert, 3).sum(0).tolist()
+        pieces = x[order].split(counts, dim=0)
+        out = torch.cat([p @ self.weight[i].T for i, p in enumerate(pieces)], dim=0)
+        return out.new_zeros(out.shape).index_copy(0, order, out)
+
+
+def test_split_at_sizes_read_from_a_tensor() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 4, generator=g)
+    runs = [
+        (torch.randn(7, 4, generator=g), torch.tensor([2, 2, 2, 2, 2, 2, 2])),  # two experts get none
+        (torch.randn(7, 4, generator=g), torch.tensor([1, 0, 1, 0, 1, 0, 1])),
+    ]
+    check_export(ExpertSplit(), (x, torch.tensor([0, 2, 1, 0, 2, 1, 1])), run_args=runs)

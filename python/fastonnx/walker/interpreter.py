@@ -375,6 +375,7 @@ class Interpreter:
             return
         value = self._apply(node, entry, self.map_arg(node.args), self.map_arg(node.kwargs), where)
         self.env[node] = value
+        self._note_symbol(node, value)
         first = node.args[0] if node.args else None
         if not isinstance(first, torch.fx.Node):
             return
@@ -383,6 +384,17 @@ class Interpreter:
         elif aliasing.is_view(node):
             base = self.aliases[first].base if first in self.aliases else first
             self.aliases[node] = Alias(base, first, self.versions.get(base, 0))
+
+    def _note_symbol(self, node: torch.fx.Node, value: Any) -> None:
+        """A node whose result is a size torch.export made a symbol of (an unbacked ``u0`` from
+        ``.item()`` / ``.tolist()``: JetMoE's expert sizes) is that symbol's runtime value from here on;
+        no input or shape carries it, and splits and views sized by it read it here."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.SymInt) or not isinstance(value, (Value, str)):
+            return
+        key = str(self.ctx.dim(val))
+        if key not in self.ctx.sym_values and key not in self.ctx.sym_sources:
+            self.ctx.sym_values[key] = self.ctx.sym_value(value)
 
     def _apply(self, node: torch.fx.Node, entry: Entry, args: Any, kwargs: Any, where: str) -> Any:
         """Convert ``node`` with its mapped arguments; the result bound to torch's dtype and shape."""
