@@ -1,5 +1,6 @@
 """Control-flow edges: while_loop carrying Python ints and SymInts, scan bodies reading symbolic sizes,
-cond nested in scan, invoke_subgraph (torch.compiler.nested_compile_region), and the torch.sym_* /
+cond nested in scan, a scan whose carries start from one tensor (refused: torch.export records a wrong
+body), invoke_subgraph (torch.compiler.nested_compile_region), and the torch.sym_* /
 Python operators torch.export records on symbolic sizes."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import fastonnx
-from fastonnx.errors import OpsetError
+from fastonnx.errors import ConversionError, OpsetError
 from support.export_check import ENDS, check_export
 
 Dim = torch.export.Dim
@@ -118,6 +119,31 @@ class ScanOfCond(torch.nn.Module):
             return nxt, nxt - carry
 
         return scan(combine, init, xs)
+
+
+class SharedStart(torch.nn.Module):
+    """Two carries evolving differently from one tensor of zeros."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def combine(carry: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) -> Any:
+            a, b = carry
+            return (a + x, b * 0.5 + x), a - b
+
+        zeros = torch.zeros_like(xs[0])
+        start = (zeros, zeros) if self.shared else (zeros, zeros.clone())
+        (a, b), ys = scan(combine, start, xs)
+        return a, b, ys
+
+
+def test_scan_carries_from_one_tensor() -> None:
+    xs = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ConversionError, match="carries 0 and 1 from the same tensor"):
+        fastonnx.to_onnx(SharedStart(shared=True), (xs,))
+    check_export(SharedStart(shared=False), (xs,))  # the fix the error names
 
 
 def test_cond_nested_in_scan() -> None:

@@ -153,6 +153,7 @@ def _carried_val(c: Any) -> Any:
 def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
     combine_gm, init, xs, additional = cast(tuple[Node, Sequence[Node], Sequence[Node], Args], node.args)
     gm = interp.env[combine_gm]
+    _refuse_merged_carries(init, gm, node)
     init_v = [interp.map_arg(v) for v in init]
     xs_v = [interp.map_arg(v) for v in xs]
     extra = [interp.map_arg(a) for a in additional]
@@ -173,6 +174,22 @@ def convert_scan(interp: Walker, node: torch.fx.Node) -> Any:
 
     body_g = _subgraph(interp, "scan_body", body, out_specs, in_specs)
     return interp.ctx.op("Scan", *init_v, *xs_v, outputs=len(outs), body=body_g, num_scan_inputs=len(xs_v))
+
+
+def _refuse_merged_carries(init: Sequence[Any], gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """torch.export (2.14) records a scan whose initial carries hold one tensor twice with a body that
+    reads the last of those placeholders for all of them: the first goes unread, and the program itself
+    computes another function (its own ``module()`` differs from eager). Refused, with the fix."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"][: len(init)]
+    for i, v in enumerate(init):
+        later = [j for j in range(i + 1, len(init)) if init[j] is v]
+        if later and i < len(placeholders) and not placeholders[i].users:
+            raise ConversionError(
+                f"scan node {node.name!r} starts carries {i} and {later[0]} from the same tensor "
+                f"({getattr(v, 'name', v)}), and torch.export recorded a body that reads carry {later[0]} "
+                f"in place of carry {i}: the captured program is wrong before fastonnx converts it. Pass "
+                "each carry its own tensor (a .clone() of the shared one)"
+            )
 
 
 def _only(result: Any) -> Any:
