@@ -1,7 +1,7 @@
 """Chunked kernels swapped while torch.export captures (capture/chunked_kernels.py, issue 41 part 4):
-transformers' chunked gated delta rule, Mamba2's state-space duality scan, Mamba's selective scan and the
-recurrent layers' padding mask in forms whose padding and loop follow the length, so a linear-attention or state-space model's file is right at every length and
-keeps no guard on it."""
+transformers' chunked gated delta rule, Mamba2's state-space duality scan, Mamba's selective scan, RWKV's
+linear attention, RecurrentGemma's RG-LRU and the recurrent layers' padding mask in forms whose padding and loop follow the length,
+so a linear-attention or state-space model's file is right at every length and keeps no guard on it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from fastonnx.capture.chunked_kernels import (
     length_following_kernels,
     note_recurrent_state,
     recurrent_mask_by_length,
+    rglru_scan_by_steps,
+    rwkv_attention_by_steps,
     selective_scan_by_steps,
     ssd_scan_by_chunks,
 )
@@ -27,6 +29,8 @@ from transformers import masking_utils  # noqa: E402
 from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
+from transformers.models.recurrent_gemma import modeling_recurrent_gemma  # noqa: E402
+from transformers.models.rwkv import modeling_rwkv  # noqa: E402
 
 LENGTHS = (1, 63, 64, 65, 300)  # below, at and above one chunk of 64, and several chunks
 
@@ -52,15 +56,23 @@ def test_the_form_computes_transformers_kernel(length: int) -> None:
     torch.testing.assert_close(got_state, want_state)
 
 
+def _owned(module: object, key: str) -> tuple[object, str] | None:
+    """Where ``KERNELS``' key lives in ``module``: the module, or the class of a ``Class.method`` key."""
+    owner, _, name = key.rpartition(".")
+    holder = getattr(module, owner, None) if owner else module
+    return (holder, name) if holder is not None and hasattr(holder, name) else None
+
+
 def test_the_swap_is_undone() -> None:
-    modules = (modeling_qwen3_next, modeling_mamba2, modeling_mamba)
-    originals = {(m, k): getattr(m, k) for m in modules for k in KERNELS if hasattr(m, k)}
-    assert {k for _, k in originals} == set(KERNELS)
+    modules = (modeling_qwen3_next, modeling_mamba2, modeling_mamba, modeling_rwkv, modeling_recurrent_gemma)
+    places = {key: found for m in modules for key in KERNELS if (found := _owned(m, key)) is not None}
+    assert set(places) == set(KERNELS)
+    originals = {place: getattr(*place) for place in places.values()}
     with length_following_kernels():
         loaded = [m for n, m in sys.modules.items() if n.startswith("transformers.models.")]
-        for kernel, form in KERNELS.items():
-            assert all(getattr(m, kernel) is form for m in loaded if hasattr(m, kernel))
-    assert all(getattr(m, k) is original for (m, k), original in originals.items())
+        for key, form in KERNELS.items():
+            assert all(getattr(*p) is form for m in loaded if (p := _owned(m, key)) is not None)
+    assert all(getattr(*place) is original for place, original in originals.items())
 
 
 @pytest.mark.parametrize("length", (1, 3, 4, 8, 9, 16, 17, 40))
@@ -159,6 +171,67 @@ def _right_at(model: torch.nn.Module, lengths: tuple[int, ...]) -> None:
         with torch.no_grad():
             want = model(x)
         torch.testing.assert_close(result(x), want, msg=f"{length} tokens")
+
+
+@pytest.mark.parametrize("length", (1, 5, 17))
+@pytest.mark.parametrize("with_state", (False, True))
+def test_the_rwkv_form_computes_rwkvs_kernel(length: int, with_state: bool) -> None:
+    g = torch.Generator().manual_seed(length)
+    b, d = 2, 6
+    decay, first = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    key, value = (torch.randn(b, length, d, generator=g) for _ in range(2))
+    state = [
+        torch.randn(b, d, generator=g).abs(),
+        torch.rand(b, d, generator=g) + 0.5,
+        torch.randn(b, d, generator=g),
+    ]
+    start = state if with_state else None
+    want, want_state = modeling_rwkv.rwkv_linear_attention_cpu(decay, first, key, value, start, True)
+    got, got_state = rwkv_attention_by_steps(decay, first, key, value, start, True)
+    torch.testing.assert_close(got, want)
+    for g_s, w_s in zip(got_state or [], want_state or [], strict=True):
+        torch.testing.assert_close(g_s, w_s)
+
+
+@pytest.mark.parametrize("length", (1, 5, 17))
+@pytest.mark.parametrize("with_state", (False, True))
+def test_the_rglru_form_computes_recurrent_gemmas_scan(length: int, with_state: bool) -> None:
+    g = torch.Generator().manual_seed(length)
+    b, w = 2, 6
+    x, gate = torch.randn(b, length, w, generator=g), torch.rand(b, length, w, generator=g)
+    reset = torch.rand(b, length, 1, generator=g) < 0.2  # document starts: the state forgotten there
+    state = torch.randn(b, w, generator=g) if with_state else None
+    layer = modeling_recurrent_gemma.RecurrentGemmaRglru.__new__(modeling_recurrent_gemma.RecurrentGemmaRglru)
+    want, want_state = modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan(layer, x, gate, reset, state)
+    got, got_state = rglru_scan_by_steps(layer, x, gate, reset, state)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_state, want_state)
+
+
+def test_rwkv_is_right_at_every_length() -> None:
+    """Its program was specialised to the example's length before (a Python loop over the positions)."""
+    cfg = transformers.RwkvConfig(
+        vocab_size=128, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    _right_at(_logits(transformers.AutoModelForCausalLM.from_config(cfg).eval()), (1, 4, 9, 33))
+
+
+def test_recurrent_gemma_is_right_at_every_length() -> None:
+    """Its program was specialised to the example's length before (a Python loop over the positions)."""
+    cfg = transformers.RecurrentGemmaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        lru_width=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        attention_window_size=8,
+        block_types=["recurrent", "recurrent", "attention"],
+    )
+    torch.manual_seed(0)
+    _right_at(_logits(transformers.AutoModelForCausalLM.from_config(cfg).eval()), (1, 4, 9, 33))
 
 
 def test_mamba2_is_right_at_every_length() -> None:

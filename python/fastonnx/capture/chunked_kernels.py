@@ -28,6 +28,13 @@ Mamba's selective scan (``mamba_selective_scan``: Mamba, FalconMamba, Jamba, Zam
 in Python, from a state of zeros (its mixer takes a recurrent step for a single token instead);
 ``selective_scan_by_steps`` is a ``scan`` over the positions from the state the mixer read from the cache.
 
+RWKV's CPU kernel (``rwkv_linear_attention_cpu``) loops over the positions in Python too;
+``rwkv_attention_by_steps`` is a ``scan`` over them, carrying its three states (numerator, denominator and
+the running maximum that keeps the exponentials finite).
+
+RecurrentGemma's RG-LRU (``RecurrentGemmaRglru._rnn_scan``) loops over the positions too, or takes
+one step where the example has one token; ``rglru_scan_by_steps`` is a ``scan`` for every length.
+
 The padding mask of those layers (``create_recurrent_attention_mask``, the mask's last L columns) is
 swapped too, for a form without the guards its slicing leaves (``recurrent_mask_by_length``).
 
@@ -59,16 +66,21 @@ def length_following_kernels() -> Iterator[None]:
         if not name.startswith("transformers.models."):
             continue
         for kernel, form in KERNELS.items():
-            if callable(getattr(module, kernel, None)):
-                swapped.append((module, kernel, getattr(module, kernel)))
-                setattr(module, kernel, form)
+            owner: Any = module
+            if "." in kernel:  # a method, ``Class.method``, of a class the module defines or imports
+                owner_name, kernel = kernel.split(".")
+                owner = getattr(module, owner_name, None)
+            original = getattr(owner, kernel, None) if owner is not None else None
+            if callable(original) and original is not form:  # a class seen in two modules: swapped once
+                swapped.append((owner, kernel, vars(owner)[kernel] if isinstance(owner, type) else original))
+                setattr(owner, kernel, form)
     _SCAN_START.set(None)
     try:
         yield
     finally:
         _SCAN_START.set(None)
-        for module, kernel, original in swapped:
-            setattr(module, kernel, original)
+        for owner, kernel, original in reversed(swapped):
+            setattr(owner, kernel, original)
 
 
 def gated_delta_rule_by_chunks(
@@ -186,6 +198,74 @@ def _selective_step(
     decay, inputs, readout = step
     state = decay * state + inputs
     return state, (state @ readout.to(state.dtype)[..., None])[..., 0]
+
+
+def rwkv_attention_by_steps(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    state: list[torch.Tensor] | None = None,
+    return_state: bool = False,
+) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """transformers' ``rwkv_linear_attention_cpu`` (``key`` / ``value`` ``[b, L, d]``, ``time_decay`` /
+    ``time_first`` ``[d]``; the states ``[b, d]`` each) as a ``scan`` over the positions, whatever L."""
+    b, _, d = key.shape
+    if state is None:
+        zeros = torch.zeros(b, d, dtype=torch.float32, device=key.device)
+        num, den, top = zeros, torch.zeros_like(zeros), zeros - 1e38
+    else:
+        num, den, top = state
+    length = key.shape[1]
+    decay = (-torch.exp(time_decay.float())).expand(length, d)
+    first = time_first.float().expand(length, d)
+    steps = (key.float().transpose(0, 1), value.float().transpose(0, 1), decay, first)
+    (num, den, top), out = scan(_rwkv_step, (num, den, top), steps)
+    output = out.transpose(0, 1).to(key.dtype)
+    return output, ([num, den, top] if return_state or state is not None else None)
+
+
+def _rwkv_step(
+    carry: tuple[torch.Tensor, torch.Tensor, torch.Tensor], step: tuple[torch.Tensor, ...]
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    num, den, top = carry
+    k, v, decay, first = step
+    # the output at this position, then the state past it: both rescaled by their own maximum
+    out_top = torch.maximum(top, k + first)
+    e1, e2 = torch.exp(top - out_top), torch.exp(k + first - out_top)
+    out = (e1 * num + e2 * v) / (e1 * den + e2)
+    state_top = torch.maximum(top + decay, k)
+    e1, e2 = torch.exp(top + decay - state_top), torch.exp(k - state_top)
+    return (e1 * num + e2 * v, e1 * den + e2, state_top), out
+
+
+def rglru_scan_by_steps(
+    self: Any,
+    hidden_states: torch.Tensor,
+    recurrent_gate: torch.Tensor,
+    reset: torch.Tensor,
+    recurrent_states: torch.Tensor | None,
+    acc_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``RecurrentGemmaRglru._rnn_scan`` (``hidden_states`` / ``recurrent_gate`` ``[b, L, w]``, ``reset``
+    ``[b, L, 1]``; the state ``[b, w]``): ``h_t = a_t * h_(t-1) + x_t`` as a ``scan`` whatever L, from
+    zeros where no state is given. One step of it is the single-token branch transformers takes."""
+    gate = (recurrent_gate * ~reset).to(acc_dtype).transpose(0, 1)
+    state = (
+        recurrent_states.to(acc_dtype)
+        if recurrent_states is not None
+        else torch.zeros(hidden_states[:, 0].shape, dtype=acc_dtype, device=hidden_states.device)
+    )
+    state, out = scan(_linear_recurrence_step, state, (gate, hidden_states.to(acc_dtype).transpose(0, 1)))
+    return out.transpose(0, 1).to(hidden_states.dtype), state
+
+
+def _linear_recurrence_step(
+    state: torch.Tensor, step: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    gate, x = step
+    state = gate * state + x
+    return state, state.clone()  # a scan's output may not alias its carry
 
 
 def first_positions(x: torch.Tensor, length: Any, dim: int) -> torch.Tensor:
@@ -355,5 +435,7 @@ KERNELS = {
     "mamba2_chunk_scan": ssd_scan_by_chunks,
     "create_recurrent_attention_mask": recurrent_mask_by_length,
     "mamba_selective_scan": selective_scan_by_steps,
+    "rwkv_linear_attention_cpu": rwkv_attention_by_steps,
+    "RecurrentGemmaRglru._rnn_scan": rglru_scan_by_steps,
 }
 """transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""
