@@ -109,3 +109,29 @@ def test_integer_predicates_dynamic() -> None:
         dynamic_shapes=({0: batch},),
         run_args=[(torch.tensor([[-1, 0, 3], [4, -5, 6], [7, 8, -9]]),)],
     )
+
+
+class LongNames(torch.nn.Module):
+    """torch's long comparison names under ``torch.no_grad()``: the body torch.export captures in
+    ``wrap_with_set_grad_enabled`` keeps them as called (DBRX's ``torch.greater``)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            return (
+                torch.greater(a, b),
+                torch.greater(a, 0.5),
+                torch.greater_equal(a, b),
+                torch.greater_equal(a, 0.5),
+                torch.less(a, b),
+                torch.less(a, 0.5),
+                torch.less_equal(a, b),
+                torch.less_equal(a, 0.5),
+                torch.not_equal(a, b),
+                torch.not_equal(a, 0.5),
+            )
+
+
+def test_long_comparison_names() -> None:
+    a = torch.tensor([0.0, 0.5, 1.0, 0.25, 0.5])
+    b = torch.tensor([0.5, 0.5, 0.0, 1.0, 0.25])
+    check_export(LongNames(), (a, b), opsets=ENDS)

@@ -148,6 +148,18 @@ CONVERTERS: dict[str, Converter] = {
     "aten.gt.Scalar": _compare("Greater", False),
     "aten.ge.Tensor": _compare("GreaterOrEqual", False),
     "aten.ge.Scalar": _compare("GreaterOrEqual", False),
+    # torch's long names: a decomposition turns them into the short ones, but a body that
+    # wrap_with_set_grad_enabled captures (code under torch.no_grad()) keeps them as called
+    "aten.not_equal.Tensor": _compare("Equal", True),
+    "aten.not_equal.Scalar": _compare("Equal", True),
+    "aten.less.Tensor": _compare("Less", False),
+    "aten.less.Scalar": _compare("Less", False),
+    "aten.less_equal.Tensor": _compare("LessOrEqual", False),
+    "aten.less_equal.Scalar": _compare("LessOrEqual", False),
+    "aten.greater.Tensor": _compare("Greater", False),
+    "aten.greater.Scalar": _compare("Greater", False),
+    "aten.greater_equal.Tensor": _compare("GreaterOrEqual", False),
+    "aten.greater_equal.Scalar": _compare("GreaterOrEqual", False),
     "aten.isnan.default": convert_isnan,
     "aten.isinf.default": _isinf(True, True),
     "aten.isposinf.default": _isinf(True, False),
