@@ -8,8 +8,10 @@ every present tensor at fastonnx's float32 tolerances):
 - the past's shapes as the model caches them, not as its config states them: multi-query attention
   (GPT-BigCode: one head) and multi-head latent attention (DeepSeek-V3: the compressed latent and the
   rotary part, of different sizes) failed at the concatenation ("Sizes of tensors must match");
-- a model returning no cache is an InputError naming the reason instead of a mismatch of output names
-  (caches of more than keys and values: test_hybrid_caches.py).
+- an encoder config returning no cache is an InputError naming is_decoder; a decoder keeping no cache
+  transformers' ``Cache`` holds (GPT-1 none, RWKV and RecurrentGemma state of their own) is packaged
+  without one: the whole sequence in, its logits out (caches of more than keys and values:
+  test_hybrid_caches.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from safetensors.torch import load_file
 import fastonnx
 from fastonnx.errors import InputError
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta
+from support.matrix import sampled
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -136,3 +139,38 @@ def test_a_number_made_a_tensor_in_the_forward_keeps_its_value(tmp_path: pathlib
     capture makes it on the CPU (capture/meta_constants.py)."""
     written = _export(tmp_path, "gpt_neo", "GPTNeoForCausalLM")
     assert written.verified is True, written.verify_note
+
+
+NO_CACHE = {
+    "openai-gpt": ("OpenAIGPTLMHeadModel", True),  # no cache at all
+    "rwkv": ("RwkvForCausalLM", False),  # its own state; a Python loop over the positions (swapped)
+    "recurrent_gemma": ("RecurrentGemmaForCausalLM", True),  # state in module buffers; position ids
+}
+
+
+@pytest.mark.parametrize("model_type", sampled(sorted(NO_CACHE), lambda name: name == "rwkv"))
+def test_a_decoder_keeping_no_cache_is_packaged_without_one(tmp_path: pathlib.Path, model_type: str) -> None:
+    import onnxruntime as ort
+
+    class_name, with_positions = NO_CACHE[model_type]
+    written = _export(tmp_path, model_type, class_name)
+    assert written.verified is True, written.verify_note
+    names = ["input_ids", "attention_mask", *(["position_ids"] if with_positions else [])]
+    assert written.input_names == names and written.output_names == ["logits"]
+    assert "genai_config.json" not in written.files
+    assert "keeps no cache" in written.report_path.read_text()
+    # a batch and a length the verification did not use, one row left-padded as generation pads it
+    import transformers
+
+    model = getattr(transformers, class_name).from_pretrained(tmp_path / "checkpoint").eval()
+    ids = torch.randint(3, 100, (3, 11), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    session = ort.InferenceSession(str(written.model_path), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {n: feeds[n].numpy() for n in names})
+    extra = {"position_ids": positions} if with_positions else {}
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, use_cache=False, **extra).logits
+    torch.testing.assert_close(torch.from_numpy(got), want)

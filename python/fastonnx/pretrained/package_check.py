@@ -4,7 +4,8 @@ Runs only where the model fits in memory twice over: transformers' float32 model
 session each hold the weights, so verification runs when 2 x (the weights as float32) is at most half of
 the memory available now (``MemAvailable``, else the free pages). Otherwise it is skipped, and the report says
 so. text-generation checks a prefill (past length 0) and a decode step on the grown cache: logits and
-every ``present`` tensor; encoders check their one output, on a batch of 2 with right padding.
+every ``present`` tensor (a model that keeps no cache: the logits of a prompt and of the prompt grown by
+one token); encoders check their one output, on a batch of 2 with right padding.
 The comparisons (fastonnx's float32 tolerances, atol 1e-4, rtol 1e-3) are appended to the package's
 ``fastonnx_report.md``.
 """
@@ -31,6 +32,7 @@ from fastonnx.pretrained.task_inputs import (
     GraphSpec,
     decoder_inputs,
     image_inputs,
+    no_cache_flags,
     speech_frames,
     text_config,
     text_inputs,
@@ -118,6 +120,25 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
         ids = out.logits[:, -1:].argmax(-1)
         mask = torch.ones(batch, past + 1, dtype=torch.int64)
         positions = torch.full((batch, 1), past, dtype=torch.int64) if with_positions else None
+    return infos
+
+
+def _check_no_cache(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+    """A model that keeps no cache: the logits of a prompt of 5 tokens, then of the prompt grown by its
+    greedy token, each step over the whole sequence as a generation loop runs it."""
+    with_positions = "position_ids" in spec.input_names
+    ids, mask, positions, _ = decoder_inputs([], int(text_config(config).vocab_size), 2, 5, 0, "cpu", True, 1)
+    infos: list[VerificationInfo] = []
+    for step in ("prompt", "grown by one"):
+        extra = {"position_ids": positions} if with_positions else {}
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask, **no_cache_flags(model), **extra).logits
+        feeds = [ids, mask, *([positions] if with_positions else [])]
+        (got,) = _run(session, spec.input_names, feeds)
+        infos.append(compare(f"{step}: logits", expected, got))
+        ids = torch.cat([ids, expected[:, -1:].argmax(-1)], dim=1)
+        mask = torch.ones_like(ids)
+        positions = torch.arange(ids.shape[1]).repeat(ids.shape[0], 1)
     return infos
 
 
@@ -209,7 +230,9 @@ def verify_package(
                 name: ort.InferenceSession(str(package / name), providers=["CPUExecutionProvider"])
                 for name in specs
             }
-            if task == "text-generation":
+            if task == "text-generation" and specs["model.onnx"].stateless:
+                infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+            elif task == "text-generation":
                 infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
             elif task in ("text2text-generation", "automatic-speech-recognition"):
                 infos = _check_text2text(sessions, model, model.config, specs)

@@ -7,7 +7,10 @@ linear attention and state-space models: decoder_cache.py); outputs ``logits`` a
 ``.value`` (``.conv_state``...).
 The dims are named ``batch_size``, ``sequence_length``, ``past_sequence_length`` and
 ``total_sequence_length`` (the attention mask covers past and new tokens). One graph serves the prefill
-(past length 0) and every decode step.
+(past length 0) and every decode step. A decoder that keeps no transformers cache (GPT-1, Reformer,
+XLNet, RWKV, RecurrentGemma: no cache at all, or state of its own kind) gets the same graph without one:
+``input_ids``, ``attention_mask`` (and ``position_ids``) over the whole sequence to ``logits``; each step
+then runs the whole sequence again, as optimum's text-generation without past does.
 Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the forward takes them) or
 ``pixel_values``; the output named as transformers names it: ``last_hidden_state`` or ``logits``.
 """
@@ -50,6 +53,7 @@ class GraphSpec:
     input_names: list[str]
     output_names: list[str]
     cache_layout: list[CacheLayer] | None = None  # text-generation: what the model's cache holds
+    stateless: bool = False  # text-generation of a model that keeps no cache: the whole sequence a step
 
 
 def takes(model: torch.nn.Module, name: str) -> bool:
@@ -102,6 +106,31 @@ class CausalLMStepNoPositions(torch.nn.Module):
             **{self.cache_argument: past_key_values},
         )
         return out.logits, returned_cache(out)
+
+
+def no_cache_flags(model: torch.nn.Module) -> dict[str, bool]:
+    """The keywords that turn a forward's own state off: ``use_cache``, and XLNet's ``use_mems``."""
+    return {"use_cache": False, **({"use_mems": False} if takes(model, "use_mems") else {})}
+
+
+class CausalLMNoCache(torch.nn.Module):
+    """The logits of a whole sequence, for a decoder that keeps no cache transformers' ``Cache`` holds:
+    called with ``use_cache=False`` so that no state of its own kind (RecurrentGemma's buffers, RWKV's
+    state, XLNet's mems) is made or written."""
+
+    def __init__(self, model: torch.nn.Module, with_positions: bool) -> None:
+        super().__init__()
+        self.model, self.with_positions = model, with_positions
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        extra = {"position_ids": position_ids} if self.with_positions else {}
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, **no_cache_flags(self.model), **extra
+        )
+        logits: torch.Tensor = out.logits
+        return logits
 
 
 class StateSpaceStep(CausalLMStepNoPositions):
@@ -198,18 +227,18 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     else:
         step = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
     layout = produced_layout(model, config, with_positions)
-    if layout == []:
-        why = (
-            "its config has is_decoder=False: it attends both ways, as an encoder, and keeps no cache; "
-            'a checkpoint meant for generation has "is_decoder": true in its config.json'
-            if getattr(config, "is_decoder", None) is False
-            else "a text-generation package needs one (past_key_values in, present out)"
-        )
-        raise InputError(f"{type(model).__name__} returns no cache from a forward with use_cache=True: {why}")
-    layout = layout or config_layout(text_config(config))
-    args = decoder_inputs(layout, int(text_config(config).vocab_size), 2, 3, 4, "meta", with_positions)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    if layout == []:
+        if getattr(config, "is_decoder", None) is False:
+            raise InputError(
+                f"{type(model).__name__} returns no cache from a forward with use_cache=True: its config has "
+                "is_decoder=False: it attends both ways, as an encoder, and keeps no cache; a checkpoint meant "
+                'for generation has "is_decoder": true in its config.json'
+            )
+        return no_cache_generation(model, config, with_positions, b, s)
+    layout = layout or config_layout(text_config(config))
+    args = decoder_inputs(layout, int(text_config(config).vocab_size), 2, 3, 4, "meta", with_positions)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
     dims: dict[str, Any] = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
     names = ["input_ids", "attention_mask"]
@@ -220,6 +249,19 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     names += cache_names(layout, "past_key_values")
     outputs = ["logits", *cache_names(layout, "present")]
     return GraphSpec(step, args, dims, names, outputs, layout)
+
+
+def no_cache_generation(
+    model: torch.nn.Module, config: Any, with_positions: bool, b: Any, s: Any
+) -> GraphSpec:
+    """The graph of a decoder that returns no cache: the whole sequence in, its logits out."""
+    ids, mask, positions, _ = decoder_inputs([], int(text_config(config).vocab_size), 2, 3, 0, "meta", True)
+    names = ["input_ids", "attention_mask", *(["position_ids"] if with_positions else [])]
+    args = (ids, mask, positions) if with_positions else (ids, mask)
+    dims = {name: {0: b, 1: s} for name in names}
+    return GraphSpec(
+        CausalLMNoCache(model, with_positions), args, dims, names, ["logits"], [], stateless=True
+    )
 
 
 def text_inputs(
