@@ -174,3 +174,20 @@ def test_a_decoder_keeping_no_cache_is_packaged_without_one(tmp_path: pathlib.Pa
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask, use_cache=False, **extra).logits
     torch.testing.assert_close(torch.from_numpy(got), want)
+
+
+def test_a_decoder_reading_a_row_a_codebook_is_packaged(tmp_path: pathlib.Path) -> None:
+    """MusicGen's decoder takes ``input_ids`` of ``(batch * num_codebooks, length)`` and reshapes them to
+    ``(batch, num_codebooks, length)``: a free batch of rows failed that reshape ("shape '[-1, 4, s70]'
+    is invalid"); the rows are ``4*batch_size``, the mask and the cache ``batch_size``."""
+    import onnx
+
+    written = _export(tmp_path, "musicgen", "MusicgenForCausalLM")
+    assert written.verified is True, written.verify_note
+    graph = onnx.load(str(written.model_path), load_external_data=False).graph
+    dims = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in graph.input}
+    assert dims["input_ids"] == ["4*batch_size", "sequence_length"]
+    assert dims["attention_mask"] == ["batch_size", "total_sequence_length"]
+    assert dims["past_key_values.0.key"][0] == "batch_size"
+    assert "genai_config.json" not in written.files
+    assert "4 rows a sequence" in written.report_path.read_text()

@@ -57,6 +57,8 @@ def unmet_contract(spec: GraphSpec) -> str | None:
     """Why onnxruntime-genai cannot run the graph of ``spec``, or None: its recurrent-state cache takes one
     shape for every layer's states (and both states in each layer, unless the LFM2 cache, conv states
     alone), its key-value cache one (heads, head size) for every layer."""
+    if spec.codebooks > 1:
+        return f"its input_ids hold {spec.codebooks} rows a sequence (one a codebook), genai's one"
     if spec.stateless:
         return "the model keeps no cache, and genai's decoder types all read and grow one"
     layout = spec.cache_layout or []

@@ -94,7 +94,7 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     batch, prompt = 2, 5
     layout = spec.cache_layout or config_layout(text_config(config))
     vocab = int(text_config(config).vocab_size)
-    first = decoder_inputs(layout, vocab, batch, prompt, 0, "cpu", with_positions, seed=1)
+    first = decoder_inputs(layout, vocab, batch, prompt, 0, "cpu", with_positions, 1, spec.codebooks)
     ids, mask = first[0], first[1]
     positions = first[2] if with_positions else None
     onnx_cache = flat_tensors(first[-1])

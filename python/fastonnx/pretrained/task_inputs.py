@@ -54,6 +54,7 @@ class GraphSpec:
     output_names: list[str]
     cache_layout: list[CacheLayer] | None = None  # text-generation: what the model's cache holds
     stateless: bool = False  # text-generation of a model that keeps no cache: the whole sequence a step
+    codebooks: int = 1  # rows of input_ids a sequence (MusicGen's decoder: one a codebook)
 
 
 def takes(model: torch.nn.Module, name: str) -> bool:
@@ -201,9 +202,12 @@ def decoder_inputs(
     device: str | torch.device,
     with_positions: bool,
     seed: int = 0,
+    codebooks: int = 1,
 ) -> tuple[Any, ...]:
+    """Token ids (``codebooks`` rows a sequence), the mask over past and new tokens, positions, and a
+    cache of ``layout`` with ``past`` positions."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g)
+    ids = torch.randint(min(3, vocab - 1), vocab, (batch * codebooks, sequence), generator=g)
     mask = torch.ones(batch, past + sequence, dtype=torch.int64)
     positions = torch.arange(past, past + sequence).repeat(batch, 1)
     cache = filled_cache(layout, batch, past, device, g)
@@ -238,9 +242,12 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
             )
         return no_cache_generation(model, config, with_positions, b, s)
     layout = layout or config_layout(text_config(config))
-    args = decoder_inputs(layout, int(text_config(config).vocab_size), 2, 3, 4, "meta", with_positions)
+    books = codebooks(config)
+    vocab = int(text_config(config).vocab_size)
+    args = decoder_inputs(layout, vocab, 2, 3, 4, "meta", with_positions, codebooks=books)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
-    dims: dict[str, Any] = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
+    rows = books * b if books > 1 else b
+    dims: dict[str, Any] = {"input_ids": {0: rows, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
     names = ["input_ids", "attention_mask"]
     if with_positions:
         dims["position_ids"] = {0: b, 1: s}
@@ -248,7 +255,14 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     dims["past_key_values"] = cache_dims(layout, b, p)
     names += cache_names(layout, "past_key_values")
     outputs = ["logits", *cache_names(layout, "present")]
-    return GraphSpec(step, args, dims, names, outputs, layout)
+    return GraphSpec(step, args, dims, names, outputs, layout, codebooks=books)
+
+
+def codebooks(config: Any) -> int:
+    """How many rows of ``input_ids`` a sequence takes: MusicGen's decoder reads one a codebook
+    (``(batch * num_codebooks, length)``, its logits likewise), every other decoder one."""
+    books = getattr(text_config(config), "num_codebooks", None)
+    return books if isinstance(books, int) and books > 1 else 1
 
 
 def no_cache_generation(
