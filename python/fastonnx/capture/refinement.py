@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
@@ -190,11 +191,13 @@ def _export(
 
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
     # detection post-processing in a traceable form; chunked kernels in a form whose loop follows the
-    # length (see rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py)
+    # length; experts loops over every expert, not the ones hit (see rnn_custom_ops.py,
+    # traceable_detection.py, chunked_kernels.py, expert_loops.py)
     with (
         rnn_as_custom_ops(),
         traceable_detection_ops(),
         length_following_kernels(),
+        every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),
