@@ -14,6 +14,7 @@ from torch.export import Dim
 import fastonnx
 from fastonnx.capture.chunked_kernels import (
     KERNELS,
+    dynamic_mask_by_length,
     gated_delta_rule_by_chunks,
     length_following_kernels,
     note_recurrent_state,
@@ -26,6 +27,7 @@ from fastonnx.capture.chunked_kernels import (
 
 transformers = pytest.importorskip("transformers")  # a test dependency, pinned in constraints.txt
 from transformers import masking_utils  # noqa: E402
+from transformers.models.doge import modeling_doge  # noqa: E402
 from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
@@ -64,7 +66,14 @@ def _owned(module: object, key: str) -> tuple[object, str] | None:
 
 
 def test_the_swap_is_undone() -> None:
-    modules = (modeling_qwen3_next, modeling_mamba2, modeling_mamba, modeling_rwkv, modeling_recurrent_gemma)
+    modules = (
+        modeling_qwen3_next,
+        modeling_mamba2,
+        modeling_mamba,
+        modeling_rwkv,
+        modeling_recurrent_gemma,
+        modeling_doge,
+    )
     places = {key: found for m in modules for key in KERNELS if (found := _owned(m, key)) is not None}
     assert set(places) == set(KERNELS)
     originals = {place: getattr(*place) for place in places.values()}
@@ -136,6 +145,25 @@ def test_the_selective_scan_form_starts_from_the_state_read() -> None:
     torch.testing.assert_close(got_state, want_state)
 
 
+def test_the_selective_scan_form_takes_a_head_a_scan() -> None:
+    """Zamba's mixer reads the state of every head, [b, heads, d, n], then scans head after head: each
+    scan starts from its head's part, as if that part alone had been read."""
+    x, dt, a, bm, cm, d, z, bias = _selective_inputs(5)
+    heads = torch.randn(2, 3, 6, 4, generator=torch.Generator().manual_seed(9))
+    kwargs = dict(D=d, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
+    note_recurrent_state(heads)
+    together = [selective_scan_by_steps(x + h, dt, a, bm, cm, **kwargs) for h in range(3)]
+    for h, (out, state) in enumerate(together):
+        note_recurrent_state(heads[:, h])
+        want_out, want_state = selective_scan_by_steps(x + h, dt, a, bm, cm, **kwargs)
+        torch.testing.assert_close(out, want_out)
+        torch.testing.assert_close(state, want_state)
+    # the third scan used the last head: a fourth starts from zeros, as transformers' reference does
+    out, _ = selective_scan_by_steps(x, dt, a, bm, cm, **kwargs)
+    want, _ = modeling_mamba.mamba_selective_scan(x, dt, a, bm, cm, **kwargs)
+    torch.testing.assert_close(out, want)
+
+
 def test_the_recurrent_mask_form_is_the_masks_last_columns() -> None:
     """transformers' form where it returns a mask (several new tokens, padding), the same columns where it
     returns none (multiplying by those ones changes nothing)."""
@@ -146,6 +174,21 @@ def test_the_recurrent_mask_form_is_the_masks_last_columns() -> None:
         want = masking_utils.create_recurrent_attention_mask(None, embeds, mask)
         got = recurrent_mask_by_length(None, embeds, mask)
         torch.testing.assert_close(got, want if want is not None else mask[:, -length:])
+
+
+@pytest.mark.parametrize("keys", (3, 8, 13))
+@pytest.mark.parametrize("mask_dtype", (torch.bool, torch.float32))
+def test_the_dynamic_mask_form_computes_doges(keys: int, mask_dtype: torch.dtype) -> None:
+    """Below, at and above a window of 8 keys, with a boolean and an additive mask."""
+    g = torch.Generator().manual_seed(keys)
+    queries = 4
+    hidden = torch.randn(2, queries, 16, generator=g)
+    dt = torch.rand(2, 3, keys, generator=g)
+    allowed = torch.rand(2, 1, queries, keys, generator=g) > 0.3
+    mask = allowed if mask_dtype == torch.bool else torch.zeros(allowed.shape).masked_fill(~allowed, -1e9)
+    args = (hidden, dt, 8, mask)
+    want = modeling_doge.DogeAttention.prepare_dynamic_mask(None, *args)  # type: ignore[arg-type]
+    torch.testing.assert_close(dynamic_mask_by_length(None, *args), want)
 
 
 def _logits(model: torch.nn.Module) -> torch.nn.Module:
@@ -232,6 +275,22 @@ def test_recurrent_gemma_is_right_at_every_length() -> None:
     )
     torch.manual_seed(0)
     _right_at(_logits(transformers.AutoModelForCausalLM.from_config(cfg).eval()), (1, 4, 9, 33))
+
+
+def test_doge_is_right_at_every_length() -> None:
+    """Its program was right at 2 to 2047 keys only before (a window of 8 here, 2048 in real configs):
+    transformers keeps each query's largest keys only where there are more than the window."""
+    cfg = transformers.DogeConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        keep_window_size=8,
+    )
+    torch.manual_seed(0)
+    _right_at(_logits(transformers.AutoModelForCausalLM.from_config(cfg).eval()), (1, 4, 8, 9, 33))
 
 
 def test_mamba2_is_right_at_every_length() -> None:

@@ -191,3 +191,12 @@ def test_a_decoder_reading_a_row_a_codebook_is_packaged(tmp_path: pathlib.Path) 
     assert dims["past_key_values.0.key"][0] == "batch_size"
     assert "genai_config.json" not in written.files
     assert "4 rows a sequence" in written.report_path.read_text()
+
+
+def test_a_mixer_scanning_head_by_head_starts_each_from_its_state(tmp_path: pathlib.Path) -> None:
+    """Zamba's Mamba mixer reads the recurrent state of every head and scans them one by one: the capture
+    refused it ("a selective scan over part of the recurrent state read"); each scan now starts from its
+    head's part, and the decode step the verification runs reads the prefill's states."""
+    written = _export(tmp_path, "zamba", "ZambaForCausalLM")
+    assert written.verified is True, written.verify_note
+    assert any(n.endswith(".recurrent_state") for n in written.input_names)

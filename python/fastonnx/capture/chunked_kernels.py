@@ -26,7 +26,8 @@ leave guards too; ``ssd_scan_by_chunks`` pads the same guard-free way.
 
 Mamba's selective scan (``mamba_selective_scan``: Mamba, FalconMamba, Jamba, Zamba) loops over the positions
 in Python, from a state of zeros (its mixer takes a recurrent step for a single token instead);
-``selective_scan_by_steps`` is a ``scan`` over the positions from the state the mixer read from the cache.
+``selective_scan_by_steps`` is a ``scan`` over the positions from the state the mixer read from the cache
+(Zamba's mixer scans head by head: each scan from its head's part of the state, in the mixer's order).
 
 RWKV's CPU kernel (``rwkv_linear_attention_cpu``) loops over the positions in Python too;
 ``rwkv_attention_by_steps`` is a ``scan`` over them, carrying its three states (numerator, denominator and
@@ -37,6 +38,11 @@ one step where the example has one token; ``rglru_scan_by_steps`` is a ``scan`` 
 
 The padding mask of those layers (``create_recurrent_attention_mask``, the mask's last L columns) is
 swapped too, for a form without the guards its slicing leaves (``recurrent_mask_by_length``).
+
+Doge's dynamic mask (``DogeAttention.prepare_dynamic_mask``) keeps each query's ``keep_window_size``
+largest keys only where the keys outnumber it, a branch on the length that leaves the guard
+``past + L <= 2048``; ``dynamic_mask_by_length`` keeps the ``min(keys, keep_window_size)`` largest at
+every length, which keeps every key (masks nothing) where transformers skips the step.
 
 Only the functions of transformers' modules already imported are swapped (``KERNELS``), for the
 duration of the capture, under the capture's lock.
@@ -132,12 +138,15 @@ def gated_delta_rule_by_chunks(
 _SCAN_START: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
     "fastonnx_selective_scan_start", default=None
 )
+# the head the next scan takes of a state read whole, [b, heads, d, n] (Zamba scans head by head)
+_SCAN_HEAD: contextvars.ContextVar[int] = contextvars.ContextVar("fastonnx_selective_scan_head", default=0)
 
 
 def note_recurrent_state(state: torch.Tensor) -> None:
     """Called when a rebuilt cache layer's recurrent state is read (transformers_caches.py): Mamba's
     mixer reads it, then calls ``mamba_selective_scan``, which takes no initial state."""
     _SCAN_START.set(state)
+    _SCAN_HEAD.set(0)
 
 
 def selective_scan_by_steps(
@@ -162,8 +171,16 @@ def selective_scan_by_steps(
     start = _SCAN_START.get()
     _SCAN_START.set(None)
     expected = (*hidden_states.shape[:2], A.shape[-1])
+    if start is not None and start.dim() == 4 and B.dim() == 3 and start.shape[2:] == expected[1:]:
+        # Zamba's mixer reads the state of every head, [b, heads, d, n], then scans head 0, 1... in
+        # order: this scan starts from its head's part, and the next one from the next head's
+        head = _SCAN_HEAD.get()
+        if head + 1 < start.shape[1]:
+            _SCAN_START.set(start)
+            _SCAN_HEAD.set(head + 1)
+        start = start[:, head]
     if start is not None and (start.dim() != 3 or B.dim() != 3):
-        # Zamba's mixer scans each head of a state it read whole: which head is which is not known here
+        # a part of the state read that is not one head of it: which part is not known here
         raise NotImplementedError(
             f"a selective scan over part of the recurrent state read (state {list(start.shape)}, the scan's "
             f"{list(expected)}) cannot be exported with the state as a graph input"
@@ -179,7 +196,7 @@ def selective_scan_by_steps(
     ).permute(2, 0, 1, 3)
     readout = C.permute(2, 0, 1)  # [L, b, n]
     state = (
-        start.float()
+        start.float().contiguous()  # a head of the state read is a strided view; the carry is dense
         if start is not None
         else torch.zeros(*hidden_states.shape[:2], A.shape[-1], device=hidden_states.device)
     )
@@ -273,6 +290,30 @@ def first_positions(x: torch.Tensor, length: Any, dim: int) -> torch.Tensor:
     torch to prove ``length`` at most the padded length (``64 * (L // 64) + 128 >= L``), which its range
     reasoning cannot, and would leave that as a guard on L."""
     return x.index_select(dim, torch.arange(length, device=x.device))
+
+
+def dynamic_mask_by_length(
+    self: Any,
+    hidden_states: torch.Tensor,
+    dt_states: torch.Tensor,
+    keep_window_size: int = 2048,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Doge's ``prepare_dynamic_mask`` (``dt_states`` ``[b, h, keys]``, the mask ``[b, 1, L, keys]``; the
+    result ``[b, h, L, keys]``): the keys' scores, the masked ones at the dtype's minimum, then all but
+    each query's ``min(keys, keep_window_size)`` largest masked too, at every length."""
+    lowest = torch.finfo(hidden_states.dtype).min
+    dtype = hidden_states.dtype
+    scores = dt_states[:, :, None, :].expand(-1, -1, hidden_states.shape[1], -1)
+    if isinstance(attention_mask, torch.Tensor):  # not a flex-attention BlockMask
+        if attention_mask.dtype == torch.bool:
+            zero = torch.full((), 0.0, device=attention_mask.device, dtype=dtype)
+            attention_mask = torch.where(attention_mask, zero, lowest)
+        scores = scores.masked_fill(attention_mask[:, :, :, : scores.shape[-1]] != 0, lowest)
+    # keeping the largest min(keys, window) is keeping all of them up to the window: no branch, no guard
+    kept = torch.topk(scores, torch.sym_min(scores.shape[-1], keep_window_size), dim=-1, sorted=False).indices
+    active = torch.zeros_like(scores, dtype=dtype).scatter(-1, kept, 1.0)
+    return scores.masked_fill(active == 0.0, lowest)
 
 
 def recurrent_mask_by_length(
@@ -437,5 +478,6 @@ KERNELS = {
     "mamba_selective_scan": selective_scan_by_steps,
     "rwkv_linear_attention_cpu": rwkv_attention_by_steps,
     "RecurrentGemmaRglru._rnn_scan": rglru_scan_by_steps,
+    "DogeAttention.prepare_dynamic_mask": dynamic_mask_by_length,
 }
 """transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""
