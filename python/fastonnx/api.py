@@ -198,7 +198,8 @@ def to_onnx(
               ``MoE`` (transformers' routed experts stay the routed ``SequenceMap`` form: on a
               Qwen3-30B-A3B-shaped block the CPU ``MoE`` took ~190 ms a decode step against ~14 ms, see
               the mixture-of-experts section of docs/benchmarks.md; capture inside
-              ``fastonnx.capture.fused_experts.fused_experts(True)`` to get it anyway).
+              ``fastonnx.capture.fused_experts.fused_experts(True)`` to get it anyway). With ``quantize``
+              those experts become ``QMoE`` instead, which measured faster than the float routed form.
               Such a file loads in onnxruntime only; ``onnx.checker`` does not know these operators.
         input_names: Names for the tensor inputs, in order, instead of the FX placeholders' names.
         output_names: Names for the tensor outputs, in order. Without them, outputs that are one tensor
@@ -339,7 +340,11 @@ def to_onnx(
             becomes 21, an explicit lower one raises ``OpsetError``; onnxruntime fuses it into
             ``MatMulNBits`` and its session option ``session.qdq_matmulnbits_accuracy_level`` decides the
             kernel's accuracy); "onnxruntime" level, ``com.microsoft.MatMulNBits`` (float32 / float16
-            graphs). With ``weights`` the quantized weights are read from the checkpoint (never
+            graphs); there transformers' SwiGLU experts without biases (Qwen3-MoE, Mixtral...) are
+            captured as one op and read by ``com.microsoft.QMoE`` from int4 / int8 codes (both their
+            sizes multiples of ``block_size``, else they stay float, with the reason), while at the
+            standard level they stay float (no standard operator reads stacked experts quantized). With
+            ``weights`` the quantized weights are read from the checkpoint (never
             referenced): only quantized bytes are written. A meta-device weight needs ``weights``
             (``InputError`` otherwise). Embeddings (Gathers) stay float. ``stats["quantize"]`` lists the
             weights quantized (shape, bytes) and those left float with the reason. Bad settings (bits 3,

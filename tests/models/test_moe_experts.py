@@ -2,7 +2,9 @@
 their experts through transformers' grouped matmul (integrations/moe.py), which fastonnx converts to a
 routed form: a SequenceMap over the experts that own rows (converters/third_party.py); inside
 fused_experts(True) to_onnx captures the SwiGLU experts without biases as onnxruntime's MoE op instead
-(capture/fused_experts.py: measured slower at decode, so not the default). Each MoE block is
+(capture/fused_experts.py: measured slower at decode, so not the default); quantized at the onnxruntime
+level they are captured so and read by QMoE (int4 / int8 experts, rust/core/src/passes/
+expert_quantization.rs), which measured faster than the float routed form. Each MoE block is
 exported once with dynamic batch and sequence and compared with eager at 1, 5 and 64 tokens; the
 onnxruntime profile shows one expert product per expert a token was routed to, not one per expert."""
 
@@ -113,14 +115,19 @@ def test_moe_block_matches_eager_at_every_token_count(name: str) -> None:
         ]
 
 
-def _right_at_every_token_count(block: torch.nn.Module, result: Any, name: str) -> None:
+def _right_at_every_token_count(
+    block: torch.nn.Module, result: Any, name: str, of_largest: float | None = None
+) -> None:
+    """The file against eager at each token count; ``of_largest``: an absolute tolerance of that part of
+    the largest value instead of float32's."""
     for shape in (EXAMPLE, *RUNS):
         x = _hidden(*shape)
         with torch.no_grad():
             want = block(x)
         got = result(x)
         want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
-        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=f"{name} at {shape}")
+        atol, rtol = (ATOL, RTOL) if of_largest is None else (of_largest * float(want.abs().max()), 0.0)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol, msg=f"{name} at {shape}")
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
@@ -156,6 +163,54 @@ def test_fused_experts_are_onnxruntimes_moe_op(name: str) -> None:
     fused = name != "gpt_oss"
     assert (ops["MoE"], ops["SequenceMap"]) == ((1, 0) if fused else (0, 2)), ops
     _right_at_every_token_count(block, result, name)
+
+
+def _dequantized(model: onnx.ModelProto, weight: str, bits: int) -> torch.Tensor:
+    """The float values of the QMoE codes and scales the file holds for ``weight`` ([E, rows, K]):
+    per block along K, (code - 2**(bits - 1)) * scale, int4 codes two a byte, the low nibble first."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    found = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    (codes,) = [v for k, v in found.items() if k.endswith(f"{weight}_q{bits}")]
+    (scales,) = [v for k, v in found.items() if k.endswith(f"{weight}_scales")]
+    if bits == 4:
+        codes = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(*codes.shape[:2], -1)
+    values = torch.from_numpy(codes.astype(np.float32) - 2 ** (bits - 1))
+    block = values.shape[-1] // scales.shape[-1]
+    return (values.unflatten(-1, (-1, block)) * torch.from_numpy(scales)[..., None]).flatten(-2)
+
+
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe"])
+def test_quantized_experts_are_onnxruntimes_qmoe(name: str, bits: int) -> None:
+    """quantize= at the onnxruntime level captures the SwiGLU experts as one op and writes it as QMoE
+    reading the experts' codes (fc1's interleaved in the graph, as the float MoE's): the file computes the
+    block whose experts hold the values its codes and scales decode to, at every token count (accuracy
+    level 0: float activations for int4, so the only difference from eager is the weights'). onnxruntime's
+    CPU QMoE quantizes the activations of int8 experts to int8 whatever the level: measured 0.5% of the
+    largest output off, so int8 is held to 1.5% of it (a wrong layout or zero point is off by the output's
+    own size)."""
+    from fastonnx.stored_weights.weight_quantization import WeightQuantization
+
+    block = BLOCKS[name]()
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    settings = WeightQuantization(bits=bits, block_size=16, accuracy_level=0, exclude=["gate"])
+    result = fastonnx.to_onnx(
+        block, (_hidden(*EXAMPLE),), dynamic_shapes=(dims,), optimize="onnxruntime", quantize=settings
+    )
+    ops = collections.Counter(n.op_type for n in _nodes(result.model_proto.graph))
+    assert (ops["QMoE"], ops["MoE"], ops["SequenceMap"]) == (1, 0, 0), ops
+    quantized = result.stats["quantize"]["quantized"]
+    assert {"experts.gate_up_proj", "experts.down_proj"} <= set(quantized), quantized
+    experts = block.experts
+    with torch.no_grad():
+        for weight in ("gate_up_proj", "down_proj"):
+            decoded = _dequantized(result.model_proto, weight, bits)
+            assert decoded.shape == getattr(experts, weight).shape
+            assert (decoded - getattr(experts, weight)).abs().max() > 0  # the codes round the weights
+            getattr(experts, weight).copy_(decoded)
+    _right_at_every_token_count(block, result, name, None if bits == 4 else 0.015)
 
 
 def _routed_experts(block: torch.nn.Module, x: torch.Tensor) -> int:

@@ -10,7 +10,7 @@ norm. They become the custom op ``fastonnx::routed_experts``, written as one ``M
 (converters/third_party.py). Every other experts module keeps transformers' forward (the routed
 ``SequenceMap`` form of ``grouped_mm``).
 
-Not the default at any optimize level: measured on a Qwen3-30B-A3B-shaped block (benches/moe_experts.py,
+The float ``MoE`` is not the default at any optimize level: measured on a Qwen3-30B-A3B-shaped block (benches/moe_experts.py,
 docs/benchmarks.md), onnxruntime 1.31's CPU ``MoE`` takes ~190 ms a decode step where the routed form takes
 ~14 ms (the dense floor 9 ms), also with fc1 interleaved ahead (onnxruntime does not fold a weight over
 1 GB, so in the graph the interleave runs at every step); it pays only at a long prefill on one thread.
@@ -19,6 +19,11 @@ file then loads in onnxruntime only::
 
     with fastonnx.capture.fused_experts.fused_experts(True):
         fastonnx.to_onnx(model, args, optimize="onnxruntime", ...)
+
+Quantized (``quantize=`` at the "onnxruntime" level) the capture uses it by itself (pipeline/stages.py):
+the writer then reads the experts as ``QMoE`` int4 / int8 codes (rust/core/src/passes/
+expert_quantization.rs), which onnxruntime's CPU runs faster than the float routed form (1.5 ms against
+11.6 ms a decode-step block on one thread; docs/benchmarks.md).
 
 Routing stays the model's: the op takes the experts and weights the router chose, whatever its rule
 (softmax, sigmoid with a bias, group-limited...). ``MoE`` routes by itself (softmax over its router input,

@@ -21,6 +21,7 @@ import torch
 
 from fastonnx._core import GraphBuilder
 from fastonnx.capture import CaptureInfo, capture_program, dynamic_dims, prepare, register_pytree_types
+from fastonnx.capture.fused_experts import fused_experts
 from fastonnx.capture.meta_constants import numbers_on_cpu
 from fastonnx.context import ConversionContext
 from fastonnx.errors import InputError
@@ -123,8 +124,9 @@ def run_capture(
     asked: dynamic_dims.Asked = {}
     if isinstance(model, torch.nn.Module):
         shapes, requested, asked = dynamic_dims.normalize(model, args, kwargs, shapes)
-    # every strategy: numbers a forward makes into tensors on the CPU, not the meta device
-    with numbers_on_cpu():
+    # every strategy: numbers a forward makes into tensors on the CPU, not the meta device; quantized at
+    # the onnxruntime level, transformers' SwiGLU experts as one op (QMoE, stored_weights/)
+    with numbers_on_cpu(), fused_experts(options.quantize is not None and options.level == "onnxruntime"):
         ep, info = capture_program(
             model,
             args,

@@ -117,6 +117,23 @@ def _module_of(key: str) -> str:
     return key.rsplit(".", 1)[0] if "." in key else ""
 
 
+def _expert_weights(builder: Any, settings: WeightQuantization, level: str) -> dict[str, str | None]:
+    """The expert weights of the graph's MoE nodes (fastonnx's routed experts at the "onnxruntime" level),
+    each with why it stays float, or None (a QMoE reads a node's two weights quantized)."""
+    pairs: dict[str, str | None] = {}
+    for fc1, fc2, _experts, hidden, inter in builder.quantizable_experts():
+        why = None
+        if level != "onnxruntime":
+            why = "experts of a MoE node, read quantized by QMoE at the onnxruntime level only"
+        elif hidden % settings.block_size or inter % settings.block_size:
+            why = (
+                f"experts (QMoE) need hidden and intermediate sizes ({hidden}, {inter}) that are multiples "
+                f"of block_size {settings.block_size}"
+            )
+        pairs[fc1] = pairs[fc2] = why
+    return pairs
+
+
 def quantize_weights(
     builder: Any,
     settings: WeightQuantization,
@@ -147,14 +164,19 @@ def quantize_weights(
     left: dict[str, str] = {}
     shapes: dict[str, list[int]] = {}
     from_checkpoint: set[str] = set()
+    experts = _expert_weights(builder, settings, level)
+    labels: dict[str, str] = {}
     for name, n, k, _products in builder.quantizable_weights():
         key = weights_read.get(name, (name, None, None))[0]
         keys = [key, *tied.get(key, [])]
         owners = [_module_of(k) for k in keys]
-        label = owners[0] or key
+        label = key if name in experts else owners[0] or key  # an experts module holds two weights
+        labels[name] = label
         shapes[label] = [n, k]
         reason = None
-        if patterns is not None:
+        if experts.get(name) is not None:
+            reason = experts[name]
+        elif patterns is not None:  # an experts module's two weights share its name: both or neither
             hit = next((p for p in patterns if any(_matches(p, o) for o in owners)), None)
             if hit is not None:
                 reason = f"excluded by pattern {hit!r}"
@@ -189,9 +211,8 @@ def quantize_weights(
         chosen, settings.bits, settings.block_size, settings.symmetric, form, settings.accuracy_level
     )
     quantized: dict[str, Any] = {}
-    names = {name: weights_read.get(name, (name, None, None))[0] for name, _ in chosen}
     for name, nbytes, products in done:
-        label = _module_of(names[name]) or names[name]
+        label = labels[name]
         quantized[label] = {
             "shape": shapes.get(label),
             "bytes": nbytes,
@@ -200,7 +221,7 @@ def quantize_weights(
         }
     missing = {name for name, _ in chosen} - {name for name, _, _ in done}
     for name in sorted(missing):
-        left[_module_of(names[name]) or names[name]] = "its bytes are not in host memory (device weight)"
+        left[labels[name]] = "its bytes are not in host memory (device weight)"
     stats = {
         "bits": settings.bits,
         "block_size": settings.block_size,

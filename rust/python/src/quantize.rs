@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use fastonnx_core::passes::{quantizable_weights, quantize_weights, QuantizeSettings, ShardSource};
+use fastonnx_core::passes::{
+    quantizable_experts, quantizable_weights, quantize_weights, QuantizeSettings, ShardSource,
+};
 use fastonnx_core::tensor::quantize::{BlockQuant, Form};
 use pyo3::prelude::*;
 
@@ -19,6 +21,12 @@ impl GraphBuilder {
     /// (initializer, N, K, products reading it), in graph order.
     fn quantizable_weights(&self) -> Vec<(String, i64, i64, usize)> {
         quantizable_weights(&self.model)
+    }
+
+    /// The expert weights of `com.microsoft.MoE` nodes (QMoE at the "onnxruntime" level): (fc1, fc2,
+    /// experts, hidden size, intermediate size), in graph order. `quantizable_weights` lists them too.
+    fn quantizable_experts(&self) -> Vec<(String, String, usize, usize, usize)> {
+        quantizable_experts(&self.model)
     }
 
     /// Quantizes the weights `chosen` per block: each is (initializer, None or (shard path, offset,

@@ -8,6 +8,7 @@ mod cleanup;
 mod constant_folding;
 mod conv_batchnorm;
 mod cse;
+mod expert_quantization;
 mod gelu;
 mod layer_norm;
 mod matching;
@@ -36,7 +37,7 @@ pub use constant_folding::fold_constants;
 pub use cse::eliminate_common_subexpressions;
 pub use noops::mark_noops;
 pub use weight_quantization::{
-    quantizable_weights, quantize_weights, QuantizeSettings, ShardSource,
+    quantizable_experts, quantizable_weights, quantize_weights, QuantizeSettings, ShardSource,
 };
 
 /// The three settings of `optimize=`.

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::expert_quantization::{experts, quantized_experts};
 use super::matching::int_attr;
 use super::noops::ints_attr;
 use super::{MS_DOMAIN, MS_DOMAIN_VERSION};
@@ -135,7 +136,22 @@ pub fn quantizable_weights(model: &Model) -> Vec<(String, i64, i64, usize)> {
         };
         out.push((p.w, n, k, 1));
     }
+    // the experts of MoE nodes (QMoE at the "onnxruntime" level): rows of every expert, along K
+    for e in experts(g) {
+        let rows = |r: usize| (e.count * r) as i64;
+        out.push((e.fc1, rows(2 * e.inter), e.hidden as i64, 1));
+        out.push((e.fc2, rows(e.hidden), e.inter as i64, 1));
+    }
     out
+}
+
+/// The expert weights of MoE nodes a quantization could cover: (fc1, fc2, experts, hidden size,
+/// intermediate size), in graph order.
+pub fn quantizable_experts(model: &Model) -> Vec<(String, String, usize, usize, usize)> {
+    experts(&model.graph)
+        .into_iter()
+        .map(|e| (e.fc1, e.fc2, e.count, e.hidden, e.inter))
+        .collect()
 }
 
 /// Every name the nodes (and their subgraphs) read, and the graph's outputs.
@@ -210,9 +226,27 @@ pub fn quantize_weights(
         .into_iter()
         .filter(|p| matches!(sources.get(&p.w), Some(Some(_))))
         .collect();
+    let has_bytes = |w: &str| matches!(sources.get(w), Some(Some(_)));
+    let moes: Vec<_> = if settings.form == Form::MatMulNBits {
+        experts(g)
+            .into_iter()
+            .filter(|e| has_bytes(&e.fc1) || has_bytes(&e.fc2))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for e in &moes {
+        if !(has_bytes(&e.fc1) && has_bytes(&e.fc2)) {
+            return Err(graph_err(format!(
+                "experts {:?} and {:?}: a QMoE reads both quantized or neither",
+                e.fc1, e.fc2
+            )));
+        }
+    }
     // a weight whose bytes are elsewhere (on a device) is left as it is: not in the result
     for (name, _) in sources.iter().filter(|(_, s)| s.is_some()) {
-        if !found.iter().any(|p| &p.w == name) {
+        let expert = moes.iter().any(|e| &e.fc1 == name || &e.fc2 == name);
+        if !expert && !found.iter().any(|p| &p.w == name) {
             return Err(graph_err(format!(
                 "weight {name:?} is not read by a product that can be quantized"
             )));
@@ -396,6 +430,21 @@ pub fn quantize_weights(
         }
         replaced.insert(p.at, nodes);
     }
+    for e in &moes {
+        let node = g.nodes[e.at].clone();
+        let source = |w: &str| {
+            sources
+                .get(w)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| graph_err("weight vanished"))
+        };
+        let (fc1, fc2) = (source(&e.fc1)?, source(&e.fc2)?);
+        let (nodes, (a, b)) = quantized_experts(g, e, &node, fc1, fc2, q, settings.accuracy_level)?;
+        per_weight.push((e.fc1.clone(), a, 1));
+        per_weight.push((e.fc2.clone(), b, 1));
+        replaced.insert(e.at, nodes);
+    }
     let old = std::mem::take(&mut g.nodes);
     for (i, n) in old.into_iter().enumerate() {
         match replaced.remove(&i) {
@@ -403,10 +452,19 @@ pub fn quantize_weights(
             None => g.nodes.push(n),
         }
     }
-    // the Transposes and weights only the products read
+    // the Transposes (and the experts' float interleave) and weights only the products read
     let read = reads(g);
     g.nodes
         .retain(|n| !(n.op_type == "Transpose" && n.outputs.iter().all(|o| !read.contains(o))));
+    let chains: HashSet<&String> = moes.iter().flat_map(|e| &e.chain).collect();
+    for _ in 0..3 {
+        let read = reads(g);
+        g.nodes.retain(|n| {
+            !n.outputs
+                .iter()
+                .all(|o| chains.contains(o) && !read.contains(o))
+        });
+    }
     let read = reads(g);
     let dropped: HashSet<String> = sources
         .iter()
@@ -417,7 +475,7 @@ pub fn quantize_weights(
     if settings.form == Form::MatMulNBits
         && g.nodes
             .iter()
-            .any(|n| n.domain == MS_DOMAIN && n.op_type == "MatMulNBits")
+            .any(|n| n.domain == MS_DOMAIN && matches!(n.op_type.as_str(), "MatMulNBits" | "QMoE"))
     {
         model
             .opsets
