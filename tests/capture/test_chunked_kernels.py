@@ -18,6 +18,7 @@ from fastonnx.capture.chunked_kernels import (
     gated_delta_rule_by_chunks,
     length_following_kernels,
     note_recurrent_state,
+    qsa_indexer_by_masks,
     recurrent_mask_by_length,
     rglru_scan_by_steps,
     rwkv_attention_by_steps,
@@ -31,6 +32,7 @@ from transformers.models.doge import modeling_doge  # noqa: E402
 from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
+from transformers.models.qwen4_exp import modeling_qwen4_exp  # noqa: E402
 from transformers.models.recurrent_gemma import modeling_recurrent_gemma  # noqa: E402
 from transformers.models.rwkv import modeling_rwkv  # noqa: E402
 
@@ -73,6 +75,7 @@ def test_the_swap_is_undone() -> None:
         modeling_rwkv,
         modeling_recurrent_gemma,
         modeling_doge,
+        modeling_qwen4_exp,
     )
     places = {key: found for m in modules for key in KERNELS if (found := _owned(m, key)) is not None}
     assert set(places) == set(KERNELS)
@@ -348,3 +351,54 @@ def test_qwen3_next_is_right_at_every_length(qwen3_next: torch.nn.Module) -> Non
     """2 tiny layers (a linear-attention one, a full-attention one; the 4-layer capture time of
     docs/capture.md was measured on the same config with 4 layers)."""
     _right_at(qwen3_next, LENGTHS)
+
+
+def _indexer(budget: int, ratio: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A Qwen4-Exp sparse-attention indexer (4 heads of 16) and its rotary embedding, weights drawn wide."""
+    cfg = transformers.AutoConfig.for_model(
+        "qwen4_exp_text",
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        indexer_n_heads=4,
+        indexer_kv_heads=1,
+        indexer_head_dim=16,
+        indexer_budget=budget,
+        indexer_compress_ratio=ratio,
+    )
+    torch.manual_seed(budget * 10 + ratio)
+    indexer = modeling_qwen4_exp.Qwen4ExpTextQSAIndexer(cfg, 0).eval()
+    for p in indexer.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    return indexer, modeling_qwen4_exp.Qwen4ExpTextRotaryEmbedding(cfg)
+
+
+@pytest.mark.parametrize(("budget", "ratio"), [(8, 4), (16, 4), (12, 2)])
+def test_the_indexer_form_selects_qwen4_exps_tokens(budget: int, ratio: int) -> None:
+    """Every row and query at once against transformers' loop over them: causal masks, one row
+    left-padded, 1 to 37 tokens (0 to 9 complete blocks, fewer and more than the blocks kept). The
+    indexer scores blocks by a sum of ReLUs, so blocks tie at 0 and the top-k may keep either: with the
+    ReLU the identity (no ties), the selections are equal; with it, where no tie decides them."""
+    from unittest import mock
+
+    indexer, rotary = _indexer(budget, ratio)
+    for batch, length in ((2, 37), (1, 1), (3, 9), (2, 16)):
+        g = torch.Generator().manual_seed(length)
+        hidden = torch.randn(batch, length, 64, generator=g)
+        positions = torch.arange(length)[None].expand(3, batch, length)
+        embeddings = rotary(hidden, positions)
+        mask = torch.ones(length, length).tril().bool()[None, None].repeat(batch, 1, 1, 1)
+        if batch > 1:
+            mask[1, :, :, :3] = False  # left padding
+        with torch.no_grad(), mock.patch("torch.relu", lambda x: x):
+            want = indexer(hidden, embeddings, mask, None)
+            got = qsa_indexer_by_masks(indexer, hidden, embeddings, mask, None)
+        assert torch.equal(got, want), (batch, length)
+        assert got.any() and (length < budget + ratio or not got.all())  # keys dropped once past the budget
+        if (budget, ratio) != (12, 2):  # no tie at the top-k's boundary with these weights
+            with torch.no_grad():
+                torch.testing.assert_close(
+                    qsa_indexer_by_masks(indexer, hidden, embeddings, mask, None),
+                    indexer(hidden, embeddings, mask, None),
+                )

@@ -200,3 +200,18 @@ def test_a_mixer_scanning_head_by_head_starts_each_from_its_state(tmp_path: path
     written = _export(tmp_path, "zamba", "ZambaForCausalLM")
     assert written.verified is True, written.verify_note
     assert any(n.endswith(".recurrent_state") for n in written.input_names)
+
+
+def test_indexed_positions_are_a_cache_field(tmp_path: pathlib.Path) -> None:
+    """Qwen4-Exp's indexed layer keeps the positions of the keys it indexed ([3, batch, past]: its
+    multimodal rotary's history) beside the indexer keys, and its indexer loops over every row and
+    query in Python: the positions are an input and an output of their own, batch first, and the loop
+    is one selection for all (capture/chunked_kernels.py)."""
+    import onnx
+
+    written = _export(tmp_path, "qwen4_exp", "Qwen4ExpForCausalLM")
+    assert written.verified is True, written.verify_note
+    graph = onnx.load(str(written.model_path), load_external_data=False).graph
+    dims = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in graph.input}
+    assert dims["past_key_values.1.indexer_position"] == ["batch_size", 3, "past_sequence_length"]
+    assert "present.1.indexer_position" in written.output_names

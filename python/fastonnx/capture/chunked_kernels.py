@@ -36,6 +36,9 @@ the running maximum that keeps the exponentials finite).
 RecurrentGemma's RG-LRU (``RecurrentGemmaRglru._rnn_scan``) loops over the positions too, or takes
 one step where the example has one token; ``rglru_scan_by_steps`` is a ``scan`` for every length.
 
+Qwen4-Exp's sparse-attention indexer (``Qwen4ExpTextQSAIndexer.forward``) loops over every batch row and
+every query in Python; ``qsa_indexer_by_masks`` computes its selection for all of them at once.
+
 The padding mask of those layers (``create_recurrent_attention_mask``, the mask's last L columns) is
 swapped too, for a form without the guards its slicing leaves (``recurrent_mask_by_length``).
 
@@ -285,6 +288,62 @@ def _linear_recurrence_step(
     return state, state.clone()  # a scan's output may not alias its carry
 
 
+def qsa_indexer_by_masks(
+    self: Any,
+    hidden_states: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor,
+    past_key_values: Any,
+) -> torch.Tensor:
+    """``Qwen4ExpTextQSAIndexer.forward`` for every row and query at once: each query's visible keys in
+    blocks of ``compress_ratio`` (the complete ones pooled, normed and rotated at their first position),
+    the ``min(block_topk, blocks)`` blocks its indexer heads score highest, and the incomplete tail;
+    returns the mask of the tokens selected, ``[b, 1, queries, keys]``. Block sums are scattered (the
+    keys' block ids from the running count of visible keys), so memory follows queries x keys x the
+    index head size, and no size is read from the values."""
+    rope = sys.modules[type(self).__module__].apply_rotary_pos_emb
+    batch, length, _ = hidden_states.shape
+    size, ratio, top = self.index_head_dim, self.compress_ratio, self.block_topk
+    full_cos, full_sin = position_embeddings
+    qk = self.index_qk_proj(hidden_states)
+    q, token_k = torch.split(qk, [self.index_n_heads * size, self.index_kv_heads * size], dim=-1)
+    q = self.q_layernorm(q.reshape(batch, length, -1, size))
+    q = rope(q, cos=full_cos[:, -length:, :], sin=full_sin[:, -length:, :], unsqueeze_dim=2)
+    raw_keys = token_k.reshape(batch, length, -1, size).squeeze(2)
+    if past_key_values is not None:
+        raw_keys = past_key_values.update_indexer(raw_keys, self.layer_idx)
+    visible = (attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0)[:, 0]
+    keys = visible.shape[-1]
+    # the block ids a row can reach and one more, never valid, so that torch sees at least 2 (a matmul
+    # over 1 block would guard); the slot after them is the dump of the invisible keys
+    blocks = keys // ratio + 2
+    rank = visible.long().cumsum(-1) - 1
+    block = torch.where(visible, rank // ratio, blocks)
+    complete = visible.sum(-1, keepdim=True) // ratio  # [b, q, 1]
+    spread = (batch, length, keys, size)
+    summed = raw_keys.new_zeros((batch, length, blocks + 1, size), dtype=torch.float32).scatter_add(
+        2, block[..., None].expand(spread), raw_keys.float()[:, None].expand(spread)
+    )
+    pooled = self.k_layernorm((summed[:, :, :blocks] / ratio).to(raw_keys.dtype))
+    starts = torch.where(visible & (rank % ratio == 0), block, blocks)
+    where = torch.arange(keys, device=visible.device).expand(batch, length, keys)
+    first = torch.zeros_like(where[:, :, :1]).expand(batch, length, blocks + 1).scatter(2, starts, where)
+    first = first[:, :, :blocks, None].expand(batch, length, blocks, full_cos.shape[-1])
+    # each query's block starts gathered from the table of every key (no reshape: its -1 would guard)
+    cos, sin = (t[:, None].expand(batch, length, *t.shape[1:]).gather(2, first) for t in (full_cos, full_sin))
+    block_keys = rope(pooled[..., None, :], cos=cos, sin=sin, unsqueeze_dim=-2)[..., 0, :]
+    scores = torch.relu(q.float() @ block_keys.float().transpose(-1, -2)).sum(2) / math.sqrt(size)
+    valid = torch.arange(blocks, device=visible.device) < complete
+    scores = torch.cat(
+        [scores.masked_fill(~valid, float("-inf")), scores.new_full((batch, length, top), float("-inf"))], -1
+    )
+    best = scores.topk(top, dim=-1)
+    chosen = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, best.indices, best.values > float("-inf"))
+    in_chosen = chosen[:, :, : blocks + 1].gather(2, block)  # the dump slot is never chosen
+    selected: torch.Tensor = (visible & in_chosen) | (visible & (rank >= complete * ratio))
+    return selected.unsqueeze(1)
+
+
 def first_positions(x: torch.Tensor, length: Any, dim: int) -> torch.Tensor:
     """The first ``length`` positions of ``x`` along ``dim``, gathered: a split or a slice would need
     torch to prove ``length`` at most the padded length (``64 * (L // 64) + 128 >= L``), which its range
@@ -479,5 +538,6 @@ KERNELS = {
     "rwkv_linear_attention_cpu": rwkv_attention_by_steps,
     "RecurrentGemmaRglru._rnn_scan": rglru_scan_by_steps,
     "DogeAttention.prepare_dynamic_mask": dynamic_mask_by_length,
+    "Qwen4ExpTextQSAIndexer.forward": qsa_indexer_by_masks,
 }
 """transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""

@@ -14,7 +14,9 @@ of the tensors the layer holds (``LAYER_FIELDS``):
   state): the names onnxruntime-genai looks for (``past_key_values.%d.conv_state``);
 - a layer holding both (transformers' ``hybrid`` type): the four;
 - an indexed layer (the indexer keys of DeepSeek-V3.2's sparse attention): ``key``, ``value`` and
-  ``indexer_key``;
+  ``indexer_key``, and ``indexer_position`` where it keeps the positions of the keys it indexed
+  (Qwen4-Exp's multimodal positions, ``[3, batch, past]`` in transformers, flattened batch first:
+  ``[batch, 3, past]``, int64);
 - a layer holding nothing (a KV-sharing or attention-free layer): ``{}``, no input.
 
 Uninitialized layers make a cache unexportable. A rebuilt linear-attention layer has a previous state (its
@@ -43,7 +45,7 @@ from fastonnx.torch_internals import pytree
 
 _done = False
 
-LAYER_FIELDS = ("key", "value", "indexer_key", "conv_state", "recurrent_state")
+LAYER_FIELDS = ("key", "value", "indexer_key", "indexer_position", "conv_state", "recurrent_state")
 """Every tensor a cache layer can hold, in the order they are flattened; a layer of several states
 (Inkling's convolutions of queries, keys and values) names its state ``i`` > 0 ``conv_state_i`` /
 ``recurrent_state_i``, after the first."""
@@ -101,6 +103,13 @@ def layer_tensors(layer: Any, where: str = "the cache") -> dict[str, torch.Tenso
         indexer = getattr(layer, "indexer_keys", None)
         if getattr(layer, "is_indexer_initialized", False) and indexer is not None:
             out["indexer_key"] = indexer
+        positions = getattr(layer, "indexer_position_ids", None)
+        if positions is not None:  # [dims, batch, past]: batch first, as every field has it
+            view, stored = getattr(layer, "_fastonnx_indexer_position", (None, None))
+            # the tensor it was rebuilt from where it still holds it: torch.export finds an input's
+            # dynamic dims by the tensor's identity, so flattening twice must give the same object
+            kept = stored if view is positions and isinstance(stored, torch.Tensor) else None
+            out["indexer_position"] = kept if kept is not None else positions.transpose(0, 1)
     if is_linear and not (out or states):
         raise ValueError(
             f"{where} has an empty layer ({type(layer).__name__}): run the model once with the cache (a "
@@ -189,6 +198,12 @@ def rebuild_layer(context: LayerContext, tensors: dict[str, Any]) -> Any:
         layer.indexer_keys = tensors["indexer_key"]
         layer.indexer_dtype, layer.indexer_device = layer.indexer_keys.dtype, layer.indexer_keys.device
         layer.is_indexer_initialized = True
+    if "indexer_position" in tensors:
+        stored = tensors["indexer_position"]
+        # pytree also unflattens what is not a tensor of positions (dims specs, placeholders): as it is
+        batch_first = isinstance(stored, torch.Tensor) and stored.dim() == 3
+        layer.indexer_position_ids = stored.transpose(0, 1) if batch_first else stored
+        layer._fastonnx_indexer_position = (layer.indexer_position_ids, stored)
     for i, kernel in enumerate(context.conv_kernel_sizes):
         for field, store, flag in (
             ("conv_state", "conv_states", "is_conv_states_initialized"),

@@ -35,7 +35,7 @@ from fastonnx.capture.transformers_caches import (
 from fastonnx.errors import InputError
 from fastonnx.torch_internals import compiling_state, fake_mode_with_shape_env, module_buffers
 
-PAST_AXIS = {"key": 1, "value": 1, "indexer_key": 0}
+PAST_AXIS = {"key": 1, "value": 1, "indexer_key": 0, "indexer_position": 1}
 """The axis of each growing field (in a shape without the batch axis) that holds the past positions."""
 
 
@@ -202,7 +202,10 @@ def filled_cache(
         tensors = {}
         for field, shape in layer.shapes.items():
             full = [batch, *(past if d == -1 else d for d in shape)]
-            value = torch.randn(full, generator=g) if field in PAST_AXIS or past else torch.zeros(full)
+            if field == "indexer_position":  # the positions of the past keys: 0, 1... in each dim
+                value = torch.arange(past).expand(full).contiguous()
+            else:
+                value = torch.randn(full, generator=g) if field in PAST_AXIS or past else torch.zeros(full)
             tensors[field] = value.to(device)
         cache.layers.append(rebuild_layer(layer.context, tensors))
     return cache
