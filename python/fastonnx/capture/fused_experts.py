@@ -35,6 +35,7 @@ multiplies its output by that sum.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,11 +94,12 @@ def fused_experts_forward(
 def fused_experts(enabled: bool) -> Iterator[None]:
     """While active (and ``enabled``), transformers' experts dispatch gives ``fused_experts_forward`` for
     the modules onnxruntime's ``MoE`` computes (``fusable``), transformers' own forward for the others."""
+    if not enabled or "transformers" not in sys.modules:  # no transformers model: nothing to route
+        yield  # (and no import of transformers, which loads torch._dynamo and sympy)
+        return
     try:
         from transformers.integrations.moe import ExpertsInterface
     except ImportError:  # a transformers without the experts interface: nothing to route
-        enabled = False
-    if not enabled:
         yield
         return
     original = ExpertsInterface.get_interface
