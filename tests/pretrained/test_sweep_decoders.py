@@ -191,6 +191,15 @@ def test_a_decoder_reading_a_row_a_codebook_is_packaged(tmp_path: pathlib.Path) 
     assert dims["past_key_values.0.key"][0] == "batch_size"
     assert "genai_config.json" not in written.files
     assert "4 rows a sequence" in written.report_path.read_text()
+    # Moshi's text model has num_codebooks (8) too, and one embedding table: a row a sequence
+    import transformers
+
+    from fastonnx.pretrained.task_inputs import codebooks
+
+    config = _sweep().tiny_config("moshi")
+    with torch.device("meta"):
+        moshi = transformers.MoshiForCausalLM(config)
+    assert config.num_codebooks > 1 and codebooks(moshi, config) == 1
 
 
 @pytest.mark.parametrize("model_type", sampled(["zamba"], lambda _: False))

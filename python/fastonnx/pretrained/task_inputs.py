@@ -242,7 +242,7 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
             )
         return no_cache_generation(model, config, with_positions, b, s)
     layout = layout or config_layout(text_config(config))
-    books = codebooks(config)
+    books = codebooks(model, config)
     vocab = int(text_config(config).vocab_size)
     args = decoder_inputs(layout, vocab, 2, 3, 4, "meta", with_positions, codebooks=books)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
@@ -258,11 +258,21 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     return GraphSpec(step, args, dims, names, outputs, layout, codebooks=books)
 
 
-def codebooks(config: Any) -> int:
+def codebooks(model: torch.nn.Module, config: Any) -> int:
     """How many rows of ``input_ids`` a sequence takes: MusicGen's decoder reads one a codebook
-    (``(batch * num_codebooks, length)``, its logits likewise), every other decoder one."""
+    (``(batch * num_codebooks, length)``, its logits likewise): its input embedding is one table a
+    codebook. Every other decoder one, ``num_codebooks`` or not (Moshi's text model has 8 and reads one)."""
     books = getattr(text_config(config), "num_codebooks", None)
-    return books if isinstance(books, int) and books > 1 else 1
+    get = getattr(model, "get_input_embeddings", None)
+    tables = get() if callable(get) else None
+    if (
+        isinstance(books, int)
+        and books > 1
+        and isinstance(tables, torch.nn.ModuleList)
+        and len(tables) == books
+    ):
+        return books
+    return 1
 
 
 def no_cache_generation(
