@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-verify", action="store_true", help="skip running the package against transformers"
     )
     export.add_argument("--overwrite", action="store_true", help="replace OUTDIR when it is not empty")
+    export.add_argument(
+        "--copy",
+        action="store_true",
+        help="copy every weight the package reads into it, linking no checkpoint shard (by default a "
+        "shard it reads most of is hard-linked, the tensors it reads of the others copied)",
+    )
     bars = export.add_mutually_exclusive_group()
     bars.add_argument(
         "--progress", dest="progress", action="store_true", default=None, help="always show bars"
@@ -93,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verify=not args.no_verify,
             overwrite=args.overwrite,
             progress=args.progress,
+            copy=args.copy,
             **options,
         )
     except InputError as e:

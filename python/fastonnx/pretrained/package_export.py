@@ -27,6 +27,7 @@ from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.genai_config import write_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
+from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs
 from fastonnx.pretrained.tasks import choose
 
@@ -230,6 +231,7 @@ def export_pretrained(
     verify: bool = True,
     overwrite: bool = False,
     progress: bool | None = None,
+    copy: bool = False,
     **options: Any,
 ) -> PretrainedExport:
     """Export the checkpoint at ``model`` (a folder with config.json and safetensors weights, or a Hub id
@@ -239,6 +241,9 @@ def export_pretrained(
     to_onnx has it...), checked as to_onnx checks them before anything is read: a bad value or a
     keyword to_onnx does not have is an ``InputError``. ``verify`` runs the package in onnxruntime against transformers when the weights
     fit in memory; a mismatch raises ``RuntimeCheckError`` after writing the package and its report.
+    The package hard-links the checkpoint's shards it reads most of, and copies the tensors it reads
+    from the others into a file of its own; ``copy`` copies every tensor it reads and links nothing (a
+    folder sharing no file with the checkpoint). ``stats["shipped"]`` and the report give the bytes.
     Returns what was written. See docs/guides/pretrained.md.
     """
     from fastonnx.api import to_onnx
@@ -291,6 +296,9 @@ def export_pretrained(
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
         _drop_unused(tmp, list(specs))
+        shipped = ship(tmp, list(specs), copy)
+        with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+            f.write("\n" + shipped.report())
         if missing:
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(
@@ -336,7 +344,7 @@ def export_pretrained(
         main.output_names,
         verified,
         note,
-        {**stats, "missing_parameters": sorted(missing)},
+        {**stats, "missing_parameters": sorted(missing), "shipped": shipped.stats()},
         {name: (spec.input_names, spec.output_names) for name, spec in specs.items()},
         main_file,
     )
