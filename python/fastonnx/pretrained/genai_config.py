@@ -1,4 +1,5 @@
-"""``genai_config.json``: what onnxruntime-genai reads to run a text-generation package.
+"""``genai_config.json``: what onnxruntime-genai reads to run a text-generation package (and a Whisper
+package: ``build_whisper_genai_config``).
 
 The schema is onnxruntime-genai's: ``model`` (its ``type``, token ids, context length, vocabulary size and
 ``decoder``: the file, its input and output names, heads, head size, hidden size, layers) and ``search``
@@ -18,7 +19,13 @@ import pathlib
 from typing import Any
 
 from fastonnx.pretrained.decoder_cache import kv_shape
-from fastonnx.pretrained.task_inputs import GraphSpec, text_config
+from fastonnx.pretrained.task_inputs import (
+    GENAI_WHISPER_DECODER,
+    GENAI_WHISPER_ENCODER,
+    GraphSpec,
+    seq2seq_shape,
+    text_config,
+)
 
 # transformers model_type -> onnxruntime-genai's model type, where genai names the architecture
 GENAI_TYPES = {
@@ -167,4 +174,130 @@ def write_genai_config(
         return f"onnxruntime-genai cannot run this package: {unmet}"
     path = folder / "genai_config.json"
     path.write_text(json.dumps(build_genai_config(config, generation, spec, filename), indent=4) + "\n")
+    return path
+
+
+def _session(filename: str) -> dict[str, Any]:
+    return {"session_options": {"log_id": "onnxruntime-genai", "provider_options": []}, "filename": filename}
+
+
+def build_whisper_genai_config(config: Any, generation: dict[str, Any]) -> dict[str, Any]:
+    """genai's ``whisper`` type over ``GENAI_WHISPER_ENCODER`` / ``GENAI_WHISPER_DECODER``: the names are
+    those of genai's model builder (task_inputs.genai_whisper). Greedy search by default (``top_k`` 1), as
+    the builder writes it; ``max_length`` counts the prompt, and is the decoder's position table."""
+    layers, heads, head_size, width = seq2seq_shape(config)
+    encoder_heads = int(config.encoder_attention_heads)
+    context = int(config.max_target_positions)
+    decoder: dict[str, Any] = {
+        **_session(GENAI_WHISPER_DECODER),
+        "head_size": head_size,
+        "hidden_size": width,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": layers,
+        "inputs": {
+            "input_ids": "input_ids",
+            "past_key_names": "past_key_self_%d",
+            "past_value_names": "past_value_self_%d",
+            "cross_past_key_names": "past_key_cross_%d",
+            "cross_past_value_names": "past_value_cross_%d",
+        },
+        "outputs": {
+            "logits": "logits",
+            "present_key_names": "present_key_self_%d",
+            "present_value_names": "present_value_self_%d",
+        },
+    }
+    encoder: dict[str, Any] = {
+        **_session(GENAI_WHISPER_ENCODER),
+        "head_size": width // encoder_heads,
+        "hidden_size": width,
+        "num_attention_heads": encoder_heads,
+        "num_key_value_heads": encoder_heads,
+        "num_hidden_layers": int(config.encoder_layers),
+        "inputs": {"audio_features": "audio_features"},
+        "outputs": {
+            "encoder_hidden_states": "hidden_states",
+            "cross_present_key_names": "present_key_cross_%d",
+            "cross_present_value_names": "present_value_cross_%d",
+        },
+    }
+    model: dict[str, Any] = {
+        "type": "whisper",
+        "context_length": context,
+        "vocab_size": int(config.vocab_size),
+        "decoder": decoder,
+        "encoder": encoder,
+    }
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        value = generation.get(key, getattr(config, key, None))
+        if value is not None:
+            model[key] = _token(value)
+    search = {
+        "diversity_penalty": 0.0,
+        "do_sample": False,
+        "early_stopping": True,
+        "length_penalty": 1.0,
+        "max_length": context,
+        "min_length": 0,
+        "no_repeat_ngram_size": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": False,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": 1,
+        "top_p": 1.0,
+    }
+    return {"model": model, "search": search}
+
+
+def audio_processor_config(config: Any) -> dict[str, Any]:
+    """genai's speech feature extractor (onnxruntime-extensions) for ``create_multimodal_processor``:
+    decode the audio, a 400-point STFT at a hop of 160 samples, log-mel over 30 s chunks at the model's
+    mel bins: Whisper's features (transformers' WhisperFeatureExtractor: n_fft 400, hop 160, 30 s)."""
+    return {
+        "feature_extraction": {
+            "sequence": [
+                {"operation": {"name": "audio_decoder", "type": "AudioDecoder"}},
+                {
+                    "operation": {
+                        "name": "STFT",
+                        "type": "STFTNorm",
+                        "attrs": {"n_fft": 400, "frame_length": 400, "hop_length": 160},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "log_mel_spectrogram",
+                        "type": "LogMelSpectrum",
+                        "attrs": {
+                            "chunk_size": 30,
+                            "hop_length": 160,
+                            "n_fft": 400,
+                            "n_mel": int(config.num_mel_bins),
+                        },
+                    }
+                },
+            ]
+        }
+    }
+
+
+def write_whisper_genai_config(
+    folder: pathlib.Path, config: Any, generation: dict[str, Any], files: list[str]
+) -> pathlib.Path | str:
+    """Writes ``genai_config.json`` and ``audio_processor_config.json`` for the genai graphs among
+    ``files``, or returns why there are none (genai reads exactly 3000 frames of features)."""
+    if GENAI_WHISPER_ENCODER not in files:
+        frames = 2 * int(config.max_source_positions)
+        return (
+            f"onnxruntime-genai cannot run this package: its Whisper reads 3000 frames of features, "
+            f"this encoder {frames} (max_source_positions {config.max_source_positions})"
+        )
+    built = build_whisper_genai_config(config, generation)
+    path = folder / "genai_config.json"
+    path.write_text(json.dumps(built, indent=4) + "\n")
+    processor = json.dumps(audio_processor_config(config), indent=4) + "\n"
+    (folder / "audio_processor_config.json").write_text(processor)
     return path

@@ -3,7 +3,7 @@
 Steps: read the folder (folder.py), pick the task and class (tasks.py), build the model from its config
 with parameters on meta and buffers real (meta_init.py), export the task's graph (task_inputs.py) with
 the weights referenced in place from the folder's safetensors, copy the tokenizer and generation files,
-write ``genai_config.json`` for text generation (genai_config.py), then verify the package against
+write ``genai_config.json`` for text generation and Whisper (genai_config.py), then verify the package against
 transformers where the weights fit in memory (package_check.py). Everything is written into a temporary folder
 beside ``outdir`` and renamed at the end: a failed export leaves nothing.
 """
@@ -25,7 +25,7 @@ from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
-from fastonnx.pretrained.genai_config import write_genai_config
+from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs
@@ -309,14 +309,17 @@ def export_pretrained(
                 )
         for side in checkpoint.side_files():
             shutil.copy2(side, tmp / side.name)
+        genai: pathlib.Path | str | None = None
         if chosen.name == "text-generation":
             genai = write_genai_config(
                 tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE
             )
-            if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
-                log.warning("%s: no genai_config.json written", genai)
-                with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
-                    f.write(f"\nNo genai_config.json: {genai}.\n")
+        elif chosen.name == "automatic-speech-recognition":
+            genai = write_whisper_genai_config(tmp, config, checkpoint.generation_config(), list(specs))
+        if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
+            log.warning("%s: no genai_config.json written", genai)
+            with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                f.write(f"\nNo genai_config.json: {genai}.\n")
         verified: bool | None = None
         note = "skipped (verify=False)"
         if verify and options.get("quantize") is not None:

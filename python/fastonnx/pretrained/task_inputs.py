@@ -538,6 +538,131 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
     }
 
 
+# onnxruntime-genai's Whisper (src/models/whisper.h): the encoder reads exactly 3000 frames of features
+# (30 s at a hop of 10 ms), its cross-attention caches hold 1500 positions
+GENAI_WHISPER_FRAMES = 3000
+GENAI_WHISPER_ENCODER, GENAI_WHISPER_DECODER = "genai_encoder.onnx", "genai_decoder.onnx"
+
+
+def genai_whisper_names(layers: int, prefix: str, side: str) -> list[str]:
+    """genai's cache names, ``{prefix}_key_{side}_%d`` / ``{prefix}_value_{side}_%d``, layer by layer."""
+    return [f"{prefix}_{kv}_{side}_{i}" for i in range(layers) for kv in ("key", "value")]
+
+
+def cache_of(tensors: list[torch.Tensor]) -> Any:
+    """A DynamicCache whose layers hold ``tensors`` (keys and values in turn), as they are: the cache is
+    built from the graph's inputs, not grown from an empty one (which would add a constant)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache()
+    cache.layers = []
+    for keys, values in zip(tensors[::2], tensors[1::2], strict=True):
+        layer: Any = DynamicLayer()  # type: ignore[no-untyped-call]
+        layer.dtype, layer.device = keys.dtype, keys.device
+        layer.keys, layer.values = keys, values
+        layer.is_initialized = True
+        cache.layers.append(layer)
+    return cache
+
+
+class WhisperGenaiEncoder(torch.nn.Module):
+    """genai's Whisper encoder: ``audio_features`` to the encoder's states and, for every decoder layer,
+    the cross-attention keys and values (batch, heads, frames / 2, head size), which genai computes once
+    and feeds each decoder step. They are the decoder's own projections of the states, as its
+    cross-attention computes them on the first step."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, audio_features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        model: Any = self.model
+        states: torch.Tensor = model.get_encoder()(input_features=audio_features).last_hidden_state
+        cross: list[torch.Tensor] = []
+        for layer in model.get_decoder().layers:
+            attention = layer.encoder_attn
+            shape = (states.shape[0], -1, attention.num_heads, attention.head_dim)
+            for projection in (attention.k_proj, attention.v_proj):
+                cross.append(projection(states).view(shape).transpose(1, 2))
+        return (states, *cross)
+
+
+class WhisperGenaiDecoder(torch.nn.Module):
+    """genai's Whisper decoder step: ``input_ids`` (the prompt on the first step, past length 0, one
+    token after), the self-attention past and the encoder's cross-attention keys and values in; logits
+    and the grown self-attention cache out. There is no encoder-states input (genai feeds none when the
+    encoder returns the cross caches): the model is given a placeholder, which its cross-attention does
+    not read, because the cross cache it is handed is full (transformers' ``is_updated``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, past_self: list[torch.Tensor], past_cross: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, ...]:
+        from transformers import EncoderDecoderCache
+
+        model: Any = self.model
+        width = int(model.config.d_model)
+        placeholder = past_cross[0].new_zeros((input_ids.shape[0], 1, width))
+        out = model(
+            decoder_input_ids=input_ids,
+            encoder_outputs=(placeholder,),
+            past_key_values=EncoderDecoderCache(cache_of(past_self), cache_of(past_cross)),
+            use_cache=True,
+        )
+        cache = out.past_key_values.self_attention_cache
+        return (out.logits, *(t for layer in cache.layers for t in (layer.keys, layer.values)))
+
+
+def genai_whisper(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """The two graphs onnxruntime-genai's ``whisper`` type runs (names from its model builder), or none
+    where the encoder does not read genai's fixed 3000 frames."""
+    bins, frames = speech_frames(config)
+    if frames != GENAI_WHISPER_FRAMES:
+        return {}
+    layers, heads, size, _ = seq2seq_shape(config)
+    g = torch.Generator().manual_seed(0)
+    batch, source, target, past = 2, frames // 2, 3, 4
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    # past 0 on the first step: genai feeds empty self-attention caches with the prompt
+    p = torch.export.Dim(PAST, min=0, max=1 << 20)
+    features = torch.randn(batch, bins, frames, generator=g).to("meta")
+    encoder_spec = GraphSpec(
+        WhisperGenaiEncoder(model),
+        (features,),
+        {"audio_features": {0: b}},
+        ["audio_features"],
+        [
+            "hidden_states",
+            *genai_whisper_names(layers, "present", "cross"),
+        ],
+    )
+    vocab = int(config.vocab_size)
+    ids = torch.randint(min(3, vocab - 1), vocab, (batch, target), generator=g).to("meta")
+    own = [torch.randn(batch, heads, past, size, generator=g).to("meta") for _ in range(2 * layers)]
+    cross = [torch.randn(batch, heads, source, size, generator=g).to("meta") for _ in range(2 * layers)]
+    decoder_spec = GraphSpec(
+        WhisperGenaiDecoder(model),
+        (ids, own, cross),
+        {
+            "input_ids": {0: b, 1: s},
+            "past_self": [{0: b, 2: p} for _ in own],
+            "past_cross": [{0: b} for _ in cross],
+        },
+        [
+            "input_ids",
+            *genai_whisper_names(layers, "past", "self"),
+            *genai_whisper_names(layers, "past", "cross"),
+        ],
+        ["logits", *genai_whisper_names(layers, "present", "self")],
+    )
+    return {GENAI_WHISPER_ENCODER: encoder_spec, GENAI_WHISPER_DECODER: decoder_spec}
+
+
 def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The files of ``task``'s package, each with its graph's spec."""
     if task == "text-generation":
@@ -545,5 +670,6 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     if task == "text2text-generation":
         return text2text(model, config)
     if task == "automatic-speech-recognition":
-        return text2text(model, config, speech=True)
+        # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
+        return {**text2text(model, config, speech=True), **genai_whisper(model, config)}
     return {"model.onnx": encoder(model, config, task)}
