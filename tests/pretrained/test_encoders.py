@@ -1,4 +1,4 @@
-"""Encoder tasks (issue 32): ``export_pretrained`` of a checkpoint folder per task, the package run in
+"""Encoder tasks (issue 32; question answering, issue 42): ``export_pretrained`` of a checkpoint folder per task, the package run in
 onnxruntime against transformers eager on inputs of other sizes than the export's (a batch of 3, right
 padding), outputs named as transformers names them. One checkpoint is sharded (an index and two files),
 one stored in bfloat16 (read behind a Cast to the float32 graph)."""
@@ -71,6 +71,14 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any], str]] = {
         {},
         "token-classification",
     ),
+    "bert-question-answering": (
+        "auto",
+        "bert",
+        "BertForQuestionAnswering",
+        {**TEXT, "num_labels": 2},
+        {},
+        "question-answering",
+    ),
     "vit-image-classification": (
         "auto",
         "vit",
@@ -108,8 +116,12 @@ def test_encoder_package_matches_transformers(tmp_path: pathlib.Path, case: str)
     written = fastonnx.export_pretrained(folder, package, task, progress=False)
     assert written.task == expected_task
     assert written.verified is True, written.verify_note
-    field = "last_hidden_state" if expected_task == "feature-extraction" else "logits"
-    assert written.output_names == [field]
+    fields = {
+        "feature-extraction": ["last_hidden_state"],
+        "question-answering": ["start_logits", "end_logits"],
+    }
+    names = fields.get(expected_task, ["logits"])
+    assert written.output_names == names
     assert not (package / "genai_config.json").exists()
     assert "Package verification" in written.report_path.read_text()
 
@@ -118,9 +130,11 @@ def test_encoder_package_matches_transformers(tmp_path: pathlib.Path, case: str)
     inputs = _inputs(expected_task, written.input_names, eager.config)
     assert list(inputs) == written.input_names
     with torch.no_grad():
-        want = getattr(eager(**inputs), field)
+        out = eager(**inputs)
     session = ort.InferenceSession(str(written.model_path), providers=["CPUExecutionProvider"])
-    assert [o.name for o in session.get_outputs()] == [field]
-    (got,) = session.run(None, {k: v.numpy() for k, v in inputs.items()})
-    assert float(want.abs().max()) > 1e-2  # a comparison that can fail
-    torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-4)
+    assert [o.name for o in session.get_outputs()] == names
+    results = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+    for name, got in zip(names, results, strict=True):
+        want = getattr(out, name)
+        assert float(want.abs().max()) > 1e-2  # a comparison that can fail
+        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-4, msg=name)

@@ -147,50 +147,62 @@ class StateSpaceStep(CausalLMStepNoPositions):
         return mask if mask is not None else attention_mask  # None only for a mask that is not 2-D
 
 
+Outputs = torch.Tensor | tuple[torch.Tensor, ...]
+
+
 class Named(torch.nn.Module):
-    """An encoder called with keyword inputs, returning one field of its output."""
+    """An encoder called with keyword inputs, returning fields of its output: one tensor, or a tuple of
+    several (question answering's start and end logits)."""
 
-    def __init__(self, model: torch.nn.Module, field: str) -> None:
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
-        self.model, self.field = model, field
+        self.model, self.fields = model, fields
 
-    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = getattr(self.model(**inputs), self.field)
-        return out
+    def forward(self, **inputs: torch.Tensor) -> Outputs:
+        out = self.model(**inputs)
+        found: tuple[torch.Tensor, ...] = tuple(getattr(out, f) for f in self.fields)
+        return found if len(found) > 1 else found[0]
 
 
 class TextEncoder(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, field: str) -> None:
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
-        self.inner = Named(model, field)
+        self.inner = Named(model, fields)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_ids=input_ids, attention_mask=attention_mask)
         return out
 
 
 class TextEncoderWithTypes(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, field: str) -> None:
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
-        self.inner = Named(model, field)
+        self.inner = Named(model, fields)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> torch.Tensor:
-        out: torch.Tensor = self.inner(
+    ) -> Outputs:
+        out: Outputs = self.inner(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         )
         return out
 
 
 class ImageEncoder(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, field: str) -> None:
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
-        self.inner = Named(model, field)
+        self.inner = Named(model, fields)
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.inner(pixel_values=pixel_values)
+    def forward(self, pixel_values: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values=pixel_values)
         return out
+
+
+ENCODER_OUTPUTS = {
+    "feature-extraction": ("last_hidden_state",),
+    "question-answering": ("start_logits", "end_logits"),
+}
+"""The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
 
 def decoder_inputs(
@@ -313,19 +325,19 @@ def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[st
 
 
 def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
-    field = "last_hidden_state" if task == "feature-extraction" else "logits"
+    fields = ENCODER_OUTPUTS.get(task, ("logits",))
     b = torch.export.Dim(BATCH, min=1, max=1024)
     if takes(model, "pixel_values") and not takes(model, "input_ids"):
         inputs = image_inputs(config, 2, "meta")
-        module: torch.nn.Module = ImageEncoder(model, field)
+        module: torch.nn.Module = ImageEncoder(model, fields)
         shapes: dict[str, Any] = {"pixel_values": {0: b}}
     else:
         types = takes(model, "token_type_ids")
         inputs = text_inputs(config, 2, 8, "meta", types)
-        module = TextEncoderWithTypes(model, field) if types else TextEncoder(model, field)
+        module = TextEncoderWithTypes(model, fields) if types else TextEncoder(model, fields)
         s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
         shapes = {name: {0: b, 1: s} for name in inputs}
-    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), [field])
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
 
 
 class Seq2SeqEncoder(torch.nn.Module):

@@ -53,6 +53,11 @@ TASKS: dict[str, Task] = {
         Task(
             "image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image classifier: logits"
         ),
+        Task(
+            "question-answering",
+            "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+            "extractive question answering: start_logits and end_logits per token",
+        ),
         Task("feature-extraction", "MODEL_MAPPING_NAMES", "the bare encoder: last_hidden_state"),
     )
 }
