@@ -353,20 +353,26 @@ class Seq2SeqEncoder(torch.nn.Module):
         return out
 
 
-def empty_layers(count: int, empty: torch.Tensor) -> Any:
-    """A DynamicCache of ``count`` initialized layers holding ``empty`` (no positions yet)."""
+def cache_of(tensors: list[torch.Tensor]) -> Any:
+    """A DynamicCache whose layers hold ``tensors`` (keys and values in turn), as they are: the cache is
+    built from the graph's inputs, not grown from an empty one (which would add a constant)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     cache = DynamicCache()
     cache.layers = []
-    for _ in range(count):
+    for keys, values in zip(tensors[::2], tensors[1::2], strict=True):
         layer: Any = DynamicLayer()  # type: ignore[no-untyped-call]
-        layer.dtype, layer.device = empty.dtype, empty.device
-        layer.keys, layer.values = empty, empty
+        layer.dtype, layer.device = keys.dtype, keys.device
+        layer.keys, layer.values = keys, values
         layer.is_initialized = True
         cache.layers.append(layer)
     return cache
+
+
+def empty_layers(count: int, empty: torch.Tensor) -> Any:
+    """A DynamicCache of ``count`` initialized layers holding ``empty`` (no positions yet)."""
+    return cache_of([empty] * (2 * count))
 
 
 class Seq2SeqDecoderFirst(torch.nn.Module):
@@ -559,23 +565,6 @@ GENAI_WHISPER_ENCODER, GENAI_WHISPER_DECODER = "genai_encoder.onnx", "genai_deco
 def genai_whisper_names(layers: int, prefix: str, side: str) -> list[str]:
     """genai's cache names, ``{prefix}_key_{side}_%d`` / ``{prefix}_value_{side}_%d``, layer by layer."""
     return [f"{prefix}_{kv}_{side}_{i}" for i in range(layers) for kv in ("key", "value")]
-
-
-def cache_of(tensors: list[torch.Tensor]) -> Any:
-    """A DynamicCache whose layers hold ``tensors`` (keys and values in turn), as they are: the cache is
-    built from the graph's inputs, not grown from an empty one (which would add a constant)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache()
-    cache.layers = []
-    for keys, values in zip(tensors[::2], tensors[1::2], strict=True):
-        layer: Any = DynamicLayer()  # type: ignore[no-untyped-call]
-        layer.dtype, layer.device = keys.dtype, keys.device
-        layer.keys, layer.values = keys, values
-        layer.is_initialized = True
-        cache.layers.append(layer)
-    return cache
 
 
 class WhisperGenaiEncoder(torch.nn.Module):
