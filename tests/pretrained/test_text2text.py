@@ -42,6 +42,28 @@ SOURCE = [[5, 17, 42, 99, 23, 63, 88, 2]]
 NEW_TOKENS = 20
 
 
+def speech_greedy(
+    model: Any, features: torch.Tensor, prompt: list[int], new_tokens: int, eos: int | None = None
+) -> tuple[list[int], list[torch.Tensor]]:
+    """transformers' greedy loop over a speech seq2seq model's forward from ``prompt``: ``new_tokens``
+    tokens, or fewer where one is ``eos``; each step's last logits."""
+    tokens: list[int] = []
+    logits: list[torch.Tensor] = []
+    cache, decoder_ids = None, torch.tensor([prompt])
+    with torch.no_grad():
+        states = model.get_encoder()(input_features=features)
+        for _ in range(new_tokens):
+            out = model(
+                encoder_outputs=states, decoder_input_ids=decoder_ids, past_key_values=cache, use_cache=True
+            )
+            cache, decoder_ids = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            tokens.append(int(decoder_ids))
+            logits.append(out.logits[0, -1])
+            if tokens[-1] == eos:
+                break
+    return tokens, logits
+
+
 def _onnxruntime_greedy(
     package: pathlib.Path,
     start: int,
@@ -147,17 +169,7 @@ def test_whisper_onnxruntime_greedy_loop_matches_transformers(tmp_path: pathlib.
         folder, dtype=torch.float32
     ).eval()
     features = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(3))
-    expected_tokens, expected_logits, cache = [], [], None
-    decoder_ids = torch.tensor([[1]])
-    with torch.no_grad():
-        states = model.get_encoder()(input_features=features)
-        for _ in range(NEW_TOKENS):
-            out = model(
-                encoder_outputs=states, decoder_input_ids=decoder_ids, past_key_values=cache, use_cache=True
-            )
-            cache, decoder_ids = out.past_key_values, out.logits[:, -1:].argmax(-1)
-            expected_tokens.append(int(decoder_ids))
-            expected_logits.append(out.logits[0, -1])
+    expected_tokens, expected_logits = speech_greedy(model, features, [1], NEW_TOKENS)
     assert len(set(expected_tokens)) >= 5, expected_tokens
 
     written = fastonnx.export_pretrained(folder, package, progress=False)

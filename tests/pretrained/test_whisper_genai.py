@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from checkpoint_folders import TOKENS, VOCAB, save_checkpoint
+from test_text2text import speech_greedy
 
 import fastonnx
 
@@ -87,27 +88,6 @@ def _sweep_features() -> torch.Tensor:
     features = extractor(audio, sampling_rate=rate, return_tensors="pt").input_features
     assert tuple(features.shape) == (1, 80, 3000)
     return features
-
-
-def _transformers_greedy(
-    model: Any, features: torch.Tensor, new_tokens: int
-) -> tuple[list[int], list[torch.Tensor]]:
-    """transformers' greedy loop over the model's forward from ``PROMPT``, to eos or ``new_tokens``."""
-    tokens, logits, cache = [], [], None
-    decoder_ids = torch.tensor([PROMPT])
-    eos = int(model.config.eos_token_id)
-    with torch.no_grad():
-        states = model.get_encoder()(input_features=features)
-        for _ in range(new_tokens):
-            out = model(
-                encoder_outputs=states, decoder_input_ids=decoder_ids, past_key_values=cache, use_cache=True
-            )
-            cache, decoder_ids = out.past_key_values, out.logits[:, -1:].argmax(-1)
-            tokens.append(int(decoder_ids))
-            logits.append(out.logits[0, -1])
-            if tokens[-1] == eos:
-                break
-    return tokens, logits
 
 
 def _genai_greedy(package: pathlib.Path, features: torch.Tensor, tmp: pathlib.Path) -> dict[str, Any]:
@@ -183,7 +163,9 @@ def test_genai_greedy_matches_transformers(
         folder, dtype=torch.float32
     ).eval()
     features = _sweep_features()
-    expected_tokens, expected_logits = _transformers_greedy(model, features, MAX_LENGTH - len(PROMPT))
+    expected_tokens, expected_logits = speech_greedy(
+        model, features, PROMPT, MAX_LENGTH - len(PROMPT), int(model.config.eos_token_id)
+    )
     assert len(set(expected_tokens)) >= 5, expected_tokens
 
     got = _genai_greedy(package, features, tmp_path)
