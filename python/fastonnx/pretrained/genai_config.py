@@ -19,10 +19,10 @@ import pathlib
 from typing import Any
 
 from fastonnx.pretrained.decoder_cache import kv_shape
+from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.task_inputs import (
     GENAI_WHISPER_DECODER,
     GENAI_WHISPER_ENCODER,
-    GraphSpec,
     seq2seq_shape,
     text_config,
 )

@@ -27,16 +27,10 @@ from fastonnx.pretrained.decoder_cache import (
     fresh_cache,
     returned_cache,
 )
+from fastonnx.pretrained.encoder_tasks import encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
-from fastonnx.pretrained.task_inputs import (
-    GraphSpec,
-    decoder_inputs,
-    image_inputs,
-    no_cache_flags,
-    speech_frames,
-    text_config,
-    text_inputs,
-)
+from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.task_inputs import decoder_inputs, no_cache_flags, speech_frames, text_config
 from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -193,11 +187,10 @@ def _check_text2text(
     return infos
 
 
-def _check_encoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
-    if spec.input_names == ["pixel_values"]:
-        inputs = image_inputs(config, 2, "cpu")
-    else:
-        inputs = text_inputs(config, 2, 7, "cpu", "token_type_ids" in spec.input_names)
+def _check_encoder(
+    session: Any, model: Any, config: Any, task: str, spec: GraphSpec
+) -> list[VerificationInfo]:
+    inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
         out = model(**inputs)
@@ -234,10 +227,10 @@ def verify_package(
                 infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
             elif task == "text-generation":
                 infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
-            elif task in ("text2text-generation", "automatic-speech-recognition"):
+            elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs)
             else:
-                infos = _check_encoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+                infos = _check_encoder(sessions["model.onnx"], model, model.config, task, specs["model.onnx"])
         except Exception as e:
             if not type(e).__module__.startswith("onnxruntime"):
                 raise

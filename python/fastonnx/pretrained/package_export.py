@@ -25,6 +25,7 @@ from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
+from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
@@ -199,7 +200,9 @@ def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> A
     declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
     None when it refused anything else. A package keeps the bound (its files' metadata, the report)."""
     narrowed = getattr(error, "narrowed", None)
-    declared = [int(v) for k in POSITION_LIMITS if isinstance(v := getattr(config, k, None), int)]
+    # a composite config (CLIP's, SigLIP's) declares them in its text config
+    configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
+    declared = [int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)]
     if not narrowed or not declared:
         return None
     tops: dict[str, int] = {}
@@ -221,6 +224,32 @@ def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> A
 
     log.info("the model's position embeddings bound %s", ", ".join(f"{k} to {v}" for k, v in tops.items()))
     return map_dims(dynamic_shapes, bound)
+
+
+def within_frames(error: CaptureError, dynamic_shapes: Any) -> Any:
+    """``dynamic_shapes`` with an audio length's minimum raised where ``error`` refused only the sizes below
+    some length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9), or
+    None when it refused anything else. The file refuses shorter inputs at run time."""
+    narrowed = getattr(error, "narrowed", None)
+    if not narrowed:
+        return None
+    lows: dict[str, int] = {}
+    for n in narrowed:
+        if (
+            n.name not in (AUDIO, FEATURES)
+            or not n.admitted
+            or max(n.refused) >= min(n.admitted)
+            or max(n.tried) not in n.admitted
+            or lows.setdefault(n.name, min(n.admitted)) != min(n.admitted)
+        ):
+            return None
+
+    def raised(d: Any) -> Any:
+        name = getattr(d, "__name__", None)
+        return torch.export.Dim(name, min=lows[name], max=getattr(d, "max", 1 << 20)) if name in lows else d
+
+    log.info("the model's convolutions need %s", ", ".join(f"{k} of at least {v}" for k, v in lows.items()))
+    return map_dims(dynamic_shapes, raised)
 
 
 def export_pretrained(
@@ -287,6 +316,7 @@ def export_pretrained(
                 result = to_onnx(spec.module, spec.args, dynamic_shapes=spec.dynamic_shapes, **export_args)
             except CaptureError as e:
                 bounded = within_positions(e, config, spec.dynamic_shapes)
+                bounded = bounded if bounded is not None else within_frames(e, spec.dynamic_shapes)
                 if bounded is None:
                     raise
                 result = to_onnx(spec.module, spec.args, dynamic_shapes=bounded, **export_args)
@@ -314,7 +344,7 @@ def export_pretrained(
             genai = write_genai_config(
                 tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE
             )
-        elif chosen.name == "automatic-speech-recognition":
+        elif chosen.name == "automatic-speech-recognition" and "encoder_model.onnx" in specs:
             genai = write_whisper_genai_config(tmp, config, checkpoint.generation_config(), list(specs))
         if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
             log.warning("%s: no genai_config.json written", genai)

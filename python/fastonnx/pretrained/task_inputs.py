@@ -17,8 +17,6 @@ Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the fo
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,29 +34,8 @@ from fastonnx.pretrained.decoder_cache import (
     produced_layout,
     returned_cache,
 )
-
-BATCH, SEQUENCE, PAST, TOTAL = (
-    "batch_size",
-    "sequence_length",
-    "past_sequence_length",
-    "total_sequence_length",
-)
-
-
-@dataclass
-class GraphSpec:
-    module: torch.nn.Module
-    args: tuple[Any, ...]
-    dynamic_shapes: dict[str, Any]
-    input_names: list[str]
-    output_names: list[str]
-    cache_layout: list[CacheLayer] | None = None  # text-generation: what the model's cache holds
-    stateless: bool = False  # text-generation of a model that keeps no cache: the whole sequence a step
-    codebooks: int = 1  # rows of input_ids a sequence (MusicGen's decoder: one a codebook)
-
-
-def takes(model: torch.nn.Module, name: str) -> bool:
-    return name in inspect.signature(model.forward).parameters
+from fastonnx.pretrained.encoder_tasks import encoder, whisper_frames
+from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
 
 
 class CausalLMStep(torch.nn.Module):
@@ -145,64 +122,6 @@ class StateSpaceStep(CausalLMStepNoPositions):
     def model_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         mask = recurrent_mask_by_length(None, input_ids, attention_mask)
         return mask if mask is not None else attention_mask  # None only for a mask that is not 2-D
-
-
-Outputs = torch.Tensor | tuple[torch.Tensor, ...]
-
-
-class Named(torch.nn.Module):
-    """An encoder called with keyword inputs, returning fields of its output: one tensor, or a tuple of
-    several (question answering's start and end logits)."""
-
-    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
-        super().__init__()
-        self.model, self.fields = model, fields
-
-    def forward(self, **inputs: torch.Tensor) -> Outputs:
-        out = self.model(**inputs)
-        found: tuple[torch.Tensor, ...] = tuple(getattr(out, f) for f in self.fields)
-        return found if len(found) > 1 else found[0]
-
-
-class TextEncoder(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
-        super().__init__()
-        self.inner = Named(model, fields)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Outputs:
-        out: Outputs = self.inner(input_ids=input_ids, attention_mask=attention_mask)
-        return out
-
-
-class TextEncoderWithTypes(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
-        super().__init__()
-        self.inner = Named(model, fields)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> Outputs:
-        out: Outputs = self.inner(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        )
-        return out
-
-
-class ImageEncoder(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
-        super().__init__()
-        self.inner = Named(model, fields)
-
-    def forward(self, pixel_values: torch.Tensor) -> Outputs:
-        out: Outputs = self.inner(pixel_values=pixel_values)
-        return out
-
-
-ENCODER_OUTPUTS = {
-    "feature-extraction": ("last_hidden_state",),
-    "question-answering": ("start_logits", "end_logits"),
-}
-"""The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
 
 def decoder_inputs(
@@ -298,46 +217,6 @@ def no_cache_generation(
     return GraphSpec(
         CausalLMNoCache(model, with_positions), args, dims, names, ["logits"], [], stateless=True
     )
-
-
-def text_inputs(
-    config: Any, batch: int, sequence: int, device: str | torch.device, types: bool
-) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    vocab = int(config.vocab_size)
-    inputs = {
-        "input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=g),
-        "attention_mask": torch.ones(batch, sequence, dtype=torch.int64),
-    }
-    if batch > 1:
-        inputs["attention_mask"][1, sequence // 2 :] = 0  # right padding: the mask is exercised
-    if types:
-        inputs["token_type_ids"] = torch.zeros(batch, sequence, dtype=torch.int64)
-    return {k: v.to(device) for k, v in inputs.items()}
-
-
-def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
-    size = getattr(config, "image_size", 224)
-    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
-    channels = int(getattr(config, "num_channels", 3))
-    pixels = torch.randn(batch, channels, h, w, generator=torch.Generator().manual_seed(0))
-    return {"pixel_values": pixels.to(device)}
-
-
-def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
-    fields = ENCODER_OUTPUTS.get(task, ("logits",))
-    b = torch.export.Dim(BATCH, min=1, max=1024)
-    if takes(model, "pixel_values") and not takes(model, "input_ids"):
-        inputs = image_inputs(config, 2, "meta")
-        module: torch.nn.Module = ImageEncoder(model, fields)
-        shapes: dict[str, Any] = {"pixel_values": {0: b}}
-    else:
-        types = takes(model, "token_type_ids")
-        inputs = text_inputs(config, 2, 8, "meta", types)
-        module = TextEncoderWithTypes(model, fields) if types else TextEncoder(model, fields)
-        s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
-        shapes = {name: {0: b, 1: s} for name in inputs}
-    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
 
 
 class Seq2SeqEncoder(torch.nn.Module):
@@ -485,9 +364,11 @@ class SpeechEncoder(torch.nn.Module):
 
 
 def speech_frames(config: Any) -> tuple[int, int]:
-    """(mel bins, frames) of a Whisper-style encoder's input: its convolutions halve the frames to
-    ``max_source_positions``, which the model requires exactly."""
-    return int(config.num_mel_bins), 2 * int(config.max_source_positions)
+    """(mel bins, frames) of a Whisper-style encoder's input (encoder_tasks.whisper_frames)."""
+    frames = whisper_frames(config)
+    if frames is None:
+        raise InputError(f"{type(config).__name__} has no max_source_positions: not a Whisper-style encoder")
+    return frames
 
 
 def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict[str, GraphSpec]:
@@ -670,7 +551,8 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         return {"model.onnx": text_generation(model, config)}
     if task == "text2text-generation":
         return text2text(model, config)
-    if task == "automatic-speech-recognition":
+    if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
         return {**text2text(model, config, speech=True), **genai_whisper(model, config)}
+    # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": encoder(model, config, task)}

@@ -16,7 +16,7 @@ from fastonnx.errors import InputError
 @dataclass(frozen=True)
 class Task:
     name: str
-    mapping: str  # the name of the transformers.models.auto.modeling_auto mapping of the task
+    mappings: tuple[str, ...]  # the transformers.models.auto.modeling_auto mappings of the task
     summary: str
 
 
@@ -26,48 +26,115 @@ TASKS: dict[str, Task] = {
     for t in (
         Task(
             "text-generation",
-            "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+            ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
             "decoder LM: one model for prefill and decode with a KV cache, genai_config.json for onnxruntime-genai",
         ),
         Task(
             "text2text-generation",
-            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+            ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
             "encoder-decoder LM (T5, BART, Marian): encoder, decoder and decoder-with-past files",
         ),
         Task(
             "automatic-speech-recognition",
-            "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
-            "speech-to-text (Whisper): encoder (input_features), decoder and decoder-with-past files",
+            ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "MODEL_FOR_CTC_MAPPING_NAMES"),
+            "speech-to-text: Whisper's encoder, decoder and decoder-with-past files; CTC (wav2vec2): logits",
         ),
-        Task("fill-mask", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LM: logits per token"),
+        Task("fill-mask", ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",), "masked LM: logits per token"),
         Task(
             "text-classification",
-            "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+            ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
             "sequence classifier: logits",
         ),
         Task(
             "token-classification",
-            "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+            ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
             "token classifier: logits per token",
         ),
         Task(
-            "image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image classifier: logits"
-        ),
-        Task(
             "question-answering",
-            "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+            ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
             "extractive question answering: start_logits and end_logits per token",
         ),
-        Task("feature-extraction", "MODEL_MAPPING_NAMES", "the bare encoder: last_hidden_state"),
+        Task(
+            "multiple-choice",
+            ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",),
+            "multiple choice: input_ids of batch x num_choices x sequence, logits per choice",
+        ),
+        Task(
+            "image-classification",
+            ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+            "image classifier: logits",
+        ),
+        Task(
+            "object-detection",
+            ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",),
+            "detector (DETR, RT-DETR, YOLOS): logits and pred_boxes per query",
+        ),
+        Task(
+            "image-segmentation",
+            (
+                "MODEL_FOR_IMAGE_SEGMENTATION_MAPPING_NAMES",
+                "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
+                "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",
+            ),
+            "panoptic / instance segmentation: class and mask logits per query (DETR: boxes too)",
+        ),
+        Task(
+            "semantic-segmentation",
+            ("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",),
+            "semantic segmentation: logits per class and pixel",
+        ),
+        Task(
+            "depth-estimation",
+            ("MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",),
+            "depth estimation: predicted_depth",
+        ),
+        Task(
+            "masked-im",
+            ("MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES",),
+            "masked image modeling: the reconstructed pixels",
+        ),
+        Task(
+            "image-to-image",
+            ("MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES",),
+            "image to image (super-resolution): the reconstructed image",
+        ),
+        Task(
+            "zero-shot-image-classification",
+            ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+            "two towers (CLIP, SigLIP): logits_per_image, logits_per_text, text_embeds and image_embeds",
+        ),
+        Task(
+            "audio-classification",
+            ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
+            "audio classifier (a waveform or features): logits",
+        ),
+        Task(
+            "audio-frame-classification",
+            ("MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES",),
+            "audio frame classifier: logits per frame",
+        ),
+        Task(
+            "audio-xvector",
+            ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES",),
+            "speaker embeddings (x-vectors): logits and embeddings",
+        ),
+        Task("feature-extraction", ("MODEL_MAPPING_NAMES",), "the bare encoder: last_hidden_state"),
     )
 }
 
 
-def _mapping(task: Task) -> dict[str, Any]:
+def task_mapping(task: Task) -> dict[str, Any]:
+    """The task's mappings merged: model type -> class names (a type in several keeps them all)."""
     from transformers.models.auto import modeling_auto
 
-    mapping: dict[str, Any] = getattr(modeling_auto, task.mapping)
-    return mapping
+    merged: dict[str, list[str]] = {}
+    for name in task.mappings:
+        for model_type, entry in getattr(modeling_auto, name, {}).items():
+            merged.setdefault(model_type, []).extend(
+                c for c in _class_names(entry) if c not in merged.get(model_type, [])
+            )
+    return merged
 
 
 def _class_names(entry: Any) -> list[str]:
@@ -77,7 +144,7 @@ def _class_names(entry: Any) -> list[str]:
 def _has(task: Task, model_type: str, arch: str | None) -> str | None:
     """The class serving ``task`` for this checkpoint: its own architecture when the task's mapping
     lists it, else the mapping's class for the model type; None when the type has no such class."""
-    mapping = _mapping(task)
+    mapping = task_mapping(task)
     if arch is not None and any(arch in _class_names(v) for v in mapping.values()):
         return arch
     if task.name == "text-generation" and arch is not None and _generates_text(arch, model_type):
@@ -105,7 +172,7 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if task == "auto":
         for t in TASKS.values():
-            if arch is not None and any(arch in _class_names(v) for v in _mapping(t).values()):
+            if arch is not None and any(arch in _class_names(v) for v in task_mapping(t).values()):
                 return t, arch
         for t in TASKS.values():  # the architecture in no task's mapping: the first task the type has
             cls = _has(t, model_type, arch)

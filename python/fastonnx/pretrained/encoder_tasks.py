@@ -1,0 +1,302 @@
+"""The graphs of the tasks that run a model once on their inputs (classifiers, detectors, encoders): what
+they take, made from the model's forward and config, and the output fields they return.
+
+Inputs, by what the forward takes:
+- text: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the forward takes them), dims
+  ``batch_size`` x ``sequence_length``; multiple-choice adds ``num_choices`` between them;
+- images: ``pixel_values`` at the config's ``image_size`` (224 where it has none), ``batch_size`` dynamic;
+- image and text (zero-shot image classification: CLIP, SigLIP): ``input_ids``, ``attention_mask`` of
+  ``text_batch_size`` prompts and ``pixel_values`` of ``batch_size`` images;
+- audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
+  Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
+  ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
+  (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic.
+
+Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
+model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
+Mask2Former's ``class_queries_logits``, ``masks_queries_logits``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from typing import Any
+
+import torch
+
+from fastonnx.errors import InputError
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+
+TEXT_BATCH, CHOICES, AUDIO, FEATURES = (
+    "text_batch_size",
+    "num_choices",
+    "audio_sequence_length",
+    "feature_length",
+)
+
+ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "feature-extraction": ("last_hidden_state",),
+    "question-answering": ("start_logits", "end_logits"),
+    "audio-xvector": ("logits", "embeddings"),
+    "object-detection": ("logits", "pred_boxes"),
+    "image-segmentation": (
+        "logits",
+        "pred_boxes",
+        "pred_masks",
+        "class_queries_logits",
+        "masks_queries_logits",
+    ),
+    "depth-estimation": ("predicted_depth",),
+    "zero-shot-image-classification": ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
+    "masked-im": ("reconstruction",),
+    "image-to-image": ("reconstruction",),
+}
+"""The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
+
+WAVEFORM_SAMPLES = 16000  # one second at the 16 kHz the speech encoders are trained on
+FEATURE_FRAMES = 100  # a second of 10 ms frames
+
+_MAX = {BATCH: 1024, TEXT_BATCH: 1024, CHOICES: 1024}
+
+Outputs = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+def _output_class(model: torch.nn.Module) -> type | None:
+    """The ModelOutput dataclass the forward's return annotation names (``tuple | XOutput``)."""
+    annotation = inspect.signature(model.forward).return_annotation
+    candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    for c in candidates:
+        if isinstance(c, type) and dataclasses.is_dataclass(c):
+            return c
+    return None
+
+
+def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
+    """The task's output fields the model's output class declares (all of them where it declares none of
+    them, or its forward names no class: a missing one is then an error at capture)."""
+    wanted = ENCODER_OUTPUTS.get(task, ("logits",))
+    cls = _output_class(model)
+    if cls is None:
+        return wanted
+    declared = {f.name for f in dataclasses.fields(cls)}
+    return tuple(f for f in wanted if f in declared) or wanted
+
+
+class Named(torch.nn.Module):
+    """An encoder called with keyword inputs, returning fields of its output: one tensor, or a tuple of
+    several (question answering's start and end logits)."""
+
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.fields = model, fields
+
+    def forward(self, **inputs: torch.Tensor) -> Outputs:
+        out = self.model(**inputs)
+        found: list[torch.Tensor] = []
+        for f in self.fields:
+            value = getattr(out, f, None)
+            if not isinstance(value, torch.Tensor):
+                raise InputError(
+                    f"{type(self.model).__name__} returned no {f!r} tensor ({type(value).__name__}): its "
+                    "output has no such field for these inputs"
+                )
+            found.append(value)
+        return tuple(found) if len(found) > 1 else found[0]
+
+
+# one module a set of inputs: torch.export binds dynamic shapes to the forward's parameter names
+class _Encoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
+        super().__init__()
+        self.inner = Named(model, fields)
+
+
+class TextEncoder(_Encoder):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+        return out
+
+
+class TextEncoderWithTypes(_Encoder):
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
+        return out
+
+
+class ImageEncoder(_Encoder):
+    def forward(self, pixel_values: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values=pixel_values)
+        return out
+
+
+class ImageTextEncoder(_Encoder):
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values
+        )
+        return out
+
+
+class WaveformEncoder(_Encoder):
+    def forward(self, input_values: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_values=input_values)
+        return out
+
+
+class FeaturesEncoder(_Encoder):
+    def forward(self, input_features: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_features=input_features)
+        return out
+
+
+ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
+    ("input_ids", "attention_mask"): TextEncoder,
+    ("input_ids", "attention_mask", "token_type_ids"): TextEncoderWithTypes,
+    ("pixel_values",): ImageEncoder,
+    ("input_ids", "attention_mask", "pixel_values"): ImageTextEncoder,
+    ("input_values",): WaveformEncoder,
+    ("input_features",): FeaturesEncoder,
+}
+
+
+def _sub(config: Any, name: str) -> Any:
+    """A composite config's ``name`` sub-config (CLIP's vision_config...), else the config itself."""
+    sub = getattr(config, name, None)
+    return sub if sub is not None else config
+
+
+def text_inputs(
+    config: Any, batch: int, sequence: int, device: str | torch.device, types: bool, choices: int = 0
+) -> dict[str, torch.Tensor]:
+    """Token ids of ``batch`` rows (``batch`` x ``choices`` rows for multiple choice), the second one right-
+    padded so that the mask is exercised."""
+    g = torch.Generator().manual_seed(0)
+    vocab = int(_sub(config, "text_config").vocab_size)
+    rows = (batch, choices) if choices else (batch,)
+    inputs = {
+        "input_ids": torch.randint(min(3, vocab - 1), vocab, (*rows, sequence), generator=g),
+        "attention_mask": torch.ones(*rows, sequence, dtype=torch.int64),
+    }
+    if batch > 1:
+        inputs["attention_mask"][1, ..., sequence // 2 :] = 0
+    if types:
+        inputs["token_type_ids"] = torch.zeros(*rows, sequence, dtype=torch.int64)
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    vision = _sub(config, "vision_config")
+    size = getattr(vision, "image_size", None) or 224
+    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    channels = int(getattr(vision, "num_channels", 3))
+    pixels = torch.randn(batch, channels, h, w, generator=torch.Generator().manual_seed(0))
+    return {"pixel_values": pixels.to(device)}
+
+
+def whisper_frames(config: Any) -> tuple[int, int] | None:
+    """(mel bins, frames) of a Whisper-style encoder's input: its convolutions halve the frames to
+    ``max_source_positions``, which the model requires exactly; None for other encoders."""
+    if isinstance(getattr(config, "max_source_positions", None), int) and hasattr(config, "num_mel_bins"):
+        return int(config.num_mel_bins), 2 * int(config.max_source_positions)
+    return None
+
+
+def frame_size(config: Any) -> int | None:
+    """The features a frame of ``input_features`` holds: Wav2Vec2-BERT's projection input, the mel bins
+    (the config's or its encoder's / audio tower's: Parakeet, Canary), Speech2Text's features per channel
+    times its channels."""
+    for c in (config, getattr(config, "encoder_config", None), getattr(config, "audio_config", None)):
+        for key in ("feature_projection_input_dim", "num_mel_bins"):
+            if isinstance(value := getattr(c, key, None), int):
+                return value
+        per_channel = getattr(c, "input_feat_per_channel", None)
+        if isinstance(per_channel, int):
+            return per_channel * int(getattr(c, "input_channels", 1))
+    return None
+
+
+def audio_inputs(
+    model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """A speech model's input and its dynamic dims: a waveform, or the frames of features it reads."""
+    g = torch.Generator().manual_seed(0)
+    if takes(model, "input_values"):
+        if isinstance(getattr(config, "max_length", None), int) and hasattr(config, "num_mel_bins"):
+            # Audio Spectrogram Transformer: a fixed number of frames of mel bins (its patches are fixed)
+            shape = (batch, int(config.max_length), int(config.num_mel_bins))
+            return {"input_values": torch.randn(*shape, generator=g).to(device)}, {"input_values": {0: BATCH}}
+        wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
+        return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
+    whisper = whisper_frames(config)
+    if whisper is not None:
+        features = torch.randn(batch, *whisper, generator=g)
+        return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
+    size = frame_size(config)
+    if size is None:
+        raise InputError(
+            f"{type(model).__name__} reads input_features, but its config (nor its encoder_config or "
+            "audio_config) names no feature_projection_input_dim, num_mel_bins or input_feat_per_channel: "
+            "the size of a frame is unknown"
+        )
+    features = torch.randn(batch, FEATURE_FRAMES, size, generator=g)
+    return {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
+
+
+def encoder_inputs(
+    model: torch.nn.Module, config: Any, task: str, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """The inputs of ``task``'s graph for ``model`` (``batch`` rows; a text batch one larger beside images)
+    and the names of their dynamic dims."""
+    if takes(model, "pixel_values"):
+        images = image_inputs(config, batch, device)
+        if not takes(model, "input_ids"):
+            return images, {"pixel_values": {0: BATCH}}
+        text = text_inputs(config, batch + 1, 7, device, False)
+        dims = {"input_ids": {0: TEXT_BATCH, 1: SEQUENCE}, "attention_mask": {0: TEXT_BATCH, 1: SEQUENCE}}
+        return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
+    if takes(model, "input_values") or takes(model, "input_features"):
+        return audio_inputs(model, config, batch, device)
+    choices = 3 if task == "multiple-choice" else 0
+    text = text_inputs(config, batch, 7, device, takes(model, "token_type_ids"), choices)
+    names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
+    return text, {name: names for name in text}
+
+
+def min_samples(model: torch.nn.Module) -> int:
+    """The fewest waveform samples a speech encoder's convolutions turn into 2 frames: at 1 frame its
+    program is another one (a size-1 dim broadcasts), at 0 the model itself fails."""
+    lengths = getattr(model, "_get_feat_extract_output_lengths", None)
+    if not callable(lengths):
+        return 1
+    low, high = 1, 1 << 20
+    if int(lengths(high)) < 2:
+        return 1
+    while low < high:  # the frame count grows with the samples
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if int(lengths(middle)) < 2 else (low, middle)
+    return low
+
+
+def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
+    inputs, names = encoder_inputs(model, config, task, 2, "meta")
+    module_cls = ENCODERS.get(tuple(inputs))
+    if module_cls is None:
+        raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
+    fields = output_fields(model, task)
+    least = {AUDIO: min_samples(model)}
+    dims = {
+        d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20))
+        for axes in names.values()
+        for d in axes.values()
+    }
+    shapes = {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}
+    return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
