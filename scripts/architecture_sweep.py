@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
-import itertools
+import json
 import multiprocessing as mp
 import os
 import pathlib
@@ -38,14 +39,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COVERAGE = os.path.join(ROOT, "docs", "coverage.md")
 SECTION = "transformers-architectures"
 
-# task -> the transformers.models.auto.modeling_auto mapping listing its architectures
-TASKS = {
-    "text-generation": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-    "fill-mask": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-    "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
-    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-}
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from fastonnx.pretrained import tasks as _tasks  # noqa: E402  (after the path: a checkout's own package)
+
+# task -> the transformers.models.auto.modeling_auto mappings listing its architectures: every task
+# `fastonnx export` knows
+TASKS = {name: t.mappings for name, t in _tasks.TASKS.items()}
+STORE = os.path.join(ROOT, "docs", "data", "architecture_sweep.json")  # every task's last run, kept
 VOCAB = 128
 MAX_PARAMS = 20_000_000  # a tiny config still above this: the shrinking missed a size of the architecture
 
@@ -115,7 +115,9 @@ _VISION_LISTS = {
     "num_heads": 2,
     "embed_dim": None,
     "embed_dims": None,
+    "neck_hidden_sizes": None,  # DPT's reassembly widths
 }
+TINY_TIMM = "test_resnet"  # timm's own test ResNet (0.4M parameters): detectors' timm backbones
 # sizes a checkpoint always sets that some configs leave None by default, the model then failing on them
 # (HunYuan's head_dim, Nemotron's key-value heads, Dots1's experts, Qwen4-Exp's sparse-attention indexer)
 _NONE_FILLED = {
@@ -222,6 +224,8 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
             out[key] = _NONE_FILLED[key]
         elif key.endswith("_dim_factor") and isinstance(value, float) and value < 1:
             out[key] = 1.0  # xLSTM's cache rounds hidden x factor up to 64s, its layers do not: whole
+        elif key == "backbone" and isinstance(value, str) and defaults.get("model_type") == "timm_backbone":
+            out[key] = TINY_TIMM
         elif key == "rotary_dim" and _is_int(value):
             out[key] = 8  # partial rotary within the 16-wide heads (GPT-J, CodeGen)
         elif key == "embedding_size" and _is_int(value) and value == hidden:
@@ -307,8 +311,34 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
         out["num_heads"] = defaults["expand"] * out["hidden_size"] // out["head_dim"]
     if defaults.get("default_language", 0) is None and defaults.get("languages"):
         out["default_language"] = list(defaults["languages"])[0]  # X-MOD's adapters need one
+    out.update(_backbone_outputs(defaults, layers))
     if isinstance(defaults.get("per_layer_config"), dict):  # last: it scales as the global sizes scale
         out["per_layer_config"] = _per_layer_config(defaults, {**defaults, **out}, kept)
+    return out
+
+
+def _backbone_outputs(defaults: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """A layered backbone's outputs (DINOv2 under Depth Anything: out_features stage9..12; BEiT's and DPT's
+    out_indices) picked among its first layers, as many layers kept as it outputs: the heads fed by them
+    (DPT's neck) take one input each."""
+    if layers is None:
+        return {}
+    indices = {
+        k: v
+        for k in ("out_indices", "backbone_out_indices")
+        if isinstance(v := defaults.get(k), list) and v and all(_is_int(i) for i in v)
+    }
+    features = defaults.get("out_features")
+    stages = [int(f.removeprefix("stage")) for f in features or [] if re.fullmatch(r"stage\d+", str(f))]
+    count = max([len(v) for v in indices.values()] + [len(stages)], default=0)
+    if not count or max([*stages, *(i for v in indices.values() for i in v)]) <= 2:
+        return {}  # its outputs are among the two layers kept already
+    kept = max(count, 2)
+    out: dict[str, Any] = {"num_hidden_layers": kept} if _is_int(defaults.get("num_hidden_layers")) else {}
+    picked = list(range(1, kept + 1))
+    out.update({k: picked[-len(v) :] for k, v in indices.items()})
+    if stages:
+        out["out_features"] = [f"stage{i}" for i in picked[-len(stages) :]]
     return out
 
 
@@ -497,7 +527,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _eager_check(task, model)
     model.save_pretrained(folder)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
-    if task != "image-classification" and isinstance(vocab, int):
+    if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
     return params
 
@@ -519,16 +549,18 @@ def _eager_check(task: str, model: Any) -> None:
     """One eager forward on a small input: a tiny config the model itself cannot run is not buildable."""
     import torch
 
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+    from fastonnx.pretrained.graph_spec import takes
+
     g = torch.Generator().manual_seed(0)
     config = model.config
     try:
         with torch.no_grad():
-            if task == "image-classification":
-                vision = getattr(config, "vision_config", config)
-                size = getattr(vision, "image_size", 32)
-                size = size if isinstance(size, int) else size[0]
-                channels = int(getattr(vision, "num_channels", 3))
-                model(pixel_values=torch.randn(1, channels, size, size, generator=g))
+            if not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice":
+                inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
+                if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
+                    inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)
+                model(**inputs)
             else:
                 text = config.get_text_config()
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
@@ -536,7 +568,8 @@ def _eager_check(task: str, model: Any) -> None:
                 vocab = getattr(text, "vocab_size", None)  # none for CANINE's characters: code points
                 ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (rows, 8), generator=g)
                 ids[:, -1] = 2  # ends with eos: BART-family classifiers pool there
-                model(input_ids=ids, attention_mask=torch.ones_like(ids))
+                extra = {"decoder_input_ids": ids[:, :2]} if takes(model, "decoder_input_ids") else {}
+                model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
 
@@ -665,10 +698,7 @@ class Worker:
 
 def architectures(task: str) -> list[tuple[str, str]]:
     """(model type, class name) of the task's mapping, in its order (the first class of a tuple)."""
-    from transformers.models.auto import modeling_auto
-
-    mapping = getattr(modeling_auto, TASKS[task])
-    return [(t, c if isinstance(c, str) else c[0]) for t, c in mapping.items()]
+    return [(t, cs[0]) for t, cs in _tasks.task_mapping(_tasks.TASKS[task]).items() if cs]
 
 
 def _group(detail: str) -> str:
@@ -681,87 +711,111 @@ def _group(detail: str) -> str:
     return text[:110]
 
 
-def previous_run(path: str = COVERAGE) -> list[str]:
-    """The summary the section holds now (its "Generated from" line and table), rendered again as the run
-    before when the section is written anew; [] where there is none."""
+def load_store(path: str = STORE) -> dict[str, Any]:
+    """Every task's last run: {task: {"commit", "transformers", "torch", "command", "planned", "results"}}."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return []
-    start, end = text.find(f"<!-- section:{SECTION} -->"), text.find(f"<!-- /section:{SECTION} -->")
-    lines = text[start:end].splitlines() if 0 <= start < end else []
-    made = next((ln for ln in lines if ln.startswith("Generated from commit")), None)
-    first = next((i for i, ln in enumerate(lines) if ln.startswith("| task | mapping |")), None)
-    if made is None or first is None:
-        return []
-    table = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines[first:]))
-    return [f"The run before this one, {made[0].lower()}{made[1:]}", "", *table, ""]
+            store: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return store
 
 
-def render(
-    results: dict[str, list[dict[str, Any]]],
-    planned: dict[str, int],
-    swept: list[str],
-    argv: str,
-    previous: list[str] | None = None,
-) -> str:
+def save_store(store: dict[str, Any], path: str = STORE) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(dict(sorted(store.items(), key=lambda kv: list(TASKS).index(kv[0]))), f, indent=1)
+        f.write("\n")
+
+
+def run_entry(results: list[dict[str, Any]], planned: int, argv: str) -> dict[str, Any]:
+    """A task's run as the store keeps it, stamped with what ran it."""
     import torch
     import transformers
 
+    return {
+        "commit": _commit(),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "command": f"python scripts/architecture_sweep.py {argv}".strip(),
+        "planned": planned,
+        "results": results,
+    }
+
+
+def _counts(entry: dict[str, Any]) -> tuple[int, int, Counter[str]]:
+    rs = entry["results"]
+    c = Counter(r["status"] for r in rs)
+    return len(rs), len(rs) - c["not buildable"], c
+
+
+def _row(task: str, entry: dict[str, Any]) -> str:
+    swept, buildable, c = _counts(entry)
+    mappings = ", ".join(m.removesuffix("_MAPPING_NAMES") for m in TASKS[task])
+    share = f" ({100 * c['pass'] / buildable:.0f}%)" if buildable else ""
+    return (
+        f"| {task} | {mappings} | {entry['planned']} | {swept} | **{c['pass']} of {buildable}**{share} | "
+        f"{c['verify-failed']} | {c['export error']} | {c['not buildable']} | `{entry['commit']}` |"
+    )
+
+
+def render(store: dict[str, Any], before: dict[str, Any] | None = None) -> str:
+    """The section from the store: a row a task (each from its own last run, its commit named), the run
+    before of the tasks this run swept again, the failures and the passing model types."""
     lines = [
         "## transformers architectures",
         "",
-        "Generated by `python scripts/architecture_sweep.py`; do not edit by hand. Every architecture of "
-        "transformers' causal-LM, masked-LM, sequence-classification, question-answering and image-classification "
-        "auto-mappings, "
-        "built from its config at tiny sizes (2 layers, hidden 64, 4 heads, vocabulary 128, 32-pixel images) "
-        "with random weights, saved with `save_pretrained` (and a tiny tokenizer) and exported by "
-        "`fastonnx export FOLDER OUT --task T` with verification on (the package run in onnxruntime against "
+        "Generated by `python scripts/architecture_sweep.py` from its store, docs/data/architecture_sweep.json "
+        "(each task's last run); do not edit by hand. Every architecture of each task's transformers "
+        "auto-mappings, built from its config at tiny sizes (2 layers, hidden 64, 4 heads, vocabulary 128, "
+        "32-pixel images) with random weights, saved with `save_pretrained` (and a tiny tokenizer) and exported "
+        "by `fastonnx export FOLDER OUT --task T` with verification on (the package run in onnxruntime against "
         "transformers eager, atol 1e-4, rtol 1e-3). Statuses: **pass**, **verify-failed** (the largest "
         "difference), **export error** (the exception's first line: torch.export's message where the "
-        "capture failed), **not buildable** (the tiny config or model cannot be made: not fastonnx's).",
+        "capture failed), **not buildable** (the tiny config or model cannot be made, or transformers' own "
+        "eager forward fails on it: not fastonnx's).",
         "",
-        f"Generated from commit `{_commit()}` with transformers {transformers.__version__}, torch "
-        f"{torch.__version__}; command `python scripts/architecture_sweep.py {argv}`.",
-        "",
-        "| task | mapping | architectures | swept | pass | verify-failed | export error | not buildable |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | mappings | architectures | swept | pass of buildable | verify-failed | export error | "
+        "not buildable | commit |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    not_run = []
-    for task in TASKS:
-        rs = results.get(task, [])
-        if task not in swept or not rs:
-            not_run.append(task)
-            if previous:
-                continue  # its row is the run before's, below
-        c = Counter(r["status"] for r in rs)
-        buildable = len(rs) - c["not buildable"]
-        lines.append(
-            f"| {task} | {TASKS[task]} | {planned.get(task, '-')} | {len(rs)} | **{c['pass']} of {buildable}** "
-            f"buildable | {c['verify-failed']} | {c['export error']} | {c['not buildable']} |"
-        )
+    lines += [_row(t, store[t]) for t in TASKS if t in store]
+    not_run = [t for t in TASKS if t not in store]
+    totals = [_counts(store[t]) for t in store]
+    lines += [
+        "",
+        f"All tasks: **{sum(c['pass'] for _, _, c in totals)} of {sum(b for _, b, _ in totals)}** buildable "
+        "(task, architecture) pairs pass.",
+        "",
+    ]
+    runs = Counter((e["commit"], e["transformers"], e["torch"], e["command"]) for e in store.values())
+    for (commit, tf, th, command), _ in runs.most_common():
+        tasks = [
+            t
+            for t, e in store.items()
+            if (e["commit"], e["transformers"], e["torch"], e["command"]) == (commit, tf, th, command)
+        ]
+        lines.append(f"- {', '.join(tasks)}: commit `{commit}`, transformers {tf}, torch {th}; `{command}`.")
     lines.append("")
-    lines += previous or []
-    partial = [t for t in swept if 0 < len(results.get(t, [])) < planned.get(t, 0)]
+    if before:
+        lines += ["The run before, of the tasks swept again:", ""]
+        lines += [
+            "| task | mappings | architectures | swept | pass of buildable | verify-failed | export error | "
+            "not buildable | commit |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [_row(t, before[t]) for t in TASKS if t in before]
+        lines.append("")
+    partial = [t for t, e in store.items() if len(e["results"]) < e["planned"]]
     if partial or not_run:
         lines.append(
-            "**Partial run.** "
-            + (
-                f"Swept in part (stopped at the time box; the rest not run): {', '.join(partial)}. "
-                if partial
-                else ""
-            )
-            + (
-                f"Not swept: {', '.join(not_run)}"
-                + (" (their rows: the run before, above). " if previous else ". ")
-                if not_run
-                else ""
-            )
-            + "The full run: `python scripts/architecture_sweep.py` (about 20-60 s an architecture on 2 cores)."
+            "**Partial.** "
+            + (f"Swept in part (stopped before the end): {', '.join(partial)}. " if partial else "")
+            + (f"Never swept: {', '.join(not_run)}. " if not_run else "")
+            + "A task's full run: `python scripts/architecture_sweep.py --tasks T --workers 2`."
         )
         lines.append("")
-    failures = [(t, r) for t in TASKS for r in results.get(t, []) if r["status"] != "pass"]
+    failures = [(t, r) for t in TASKS if t in store for r in store[t]["results"] if r["status"] != "pass"]
     if failures:
         groups = Counter(f"{r['status']}: {_group(r['detail'])}" for _, r in failures)
         lines += ["Most common reasons (numbers and names folded):", "", "| count | reason |", "|---|---|"]
@@ -772,12 +826,23 @@ def render(
             for t, r in failures
         ]
         lines.append("")
-    passed = {t: [r["model_type"] for r in results.get(t, []) if r["status"] == "pass"] for t in TASKS}
-    for t, names in passed.items():
+    verified = {
+        t: [r["model_type"] for r in store[t]["results"] if r["status"] == "pass"]
+        for t in TASKS
+        if t in store
+    }
+    lines += _optimum().render(verified, list(verified))
+    for t, names in verified.items():
         if names:
-            lines.append(f"Passing ({t}): {', '.join(names)}.")
-            lines.append("")
+            lines += [f"Passing ({t}): {', '.join(names)}.", ""]
     return "\n".join(lines)
+
+
+def _optimum() -> Any:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import optimum_comparison
+
+    return optimum_comparison
 
 
 def _commit() -> str:
@@ -840,8 +905,17 @@ def main() -> None:
     for task in TASKS:
         planned.setdefault(task, len(architectures(task)))
     argv = " ".join(sys.argv[1:])
-    before = previous_run() if write else []  # read once: the section is rewritten after every job
+    store = load_store()
+    before = {t: store[t] for t in tasks if t in store}  # the tasks' runs this one replaces
     results: dict[str, list[dict[str, Any]]] = {}
+
+    def record() -> None:
+        for task in tasks:
+            if results.get(task):
+                store[task] = run_entry(results[task], planned[task], argv)
+        save_store(store)
+        write_section(render(store, before))
+
     workdir = tempfile.mkdtemp(prefix="archsweep-")
     workers: list[Worker | None] = [None] * max(1, a.workers)
     pending = list(jobs)
@@ -875,7 +949,7 @@ def main() -> None:
                         flush=True,
                     )
                     if write:
-                        write_section(render(results, planned, tasks, argv, before))
+                        record()
     finally:
         for w in workers:
             if w is not None:
@@ -895,8 +969,8 @@ def main() -> None:
             continue
         print(f"{task}: {c['pass']} pass of {len(rs)} swept ({planned[task]} in the mapping); {dict(c)}")
     if write:
-        write_section(render(results, planned, tasks, argv, before))
-        print(f"wrote the {SECTION} section of {COVERAGE}")
+        record()
+        print(f"wrote the {SECTION} section of {COVERAGE} and {STORE}")
 
 
 if __name__ == "__main__":
