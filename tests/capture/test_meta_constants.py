@@ -1,6 +1,7 @@
 """Number tensors a forward makes on its inputs' device, captured from a meta-device model
 (capture/meta_constants.py): made on the CPU so the constant keeps its value; masked_fill, which takes no
-CPU tensor for a meta one, gets its number; list indices become CPU tensors. Checked against eager through a safetensors checkpoint."""
+CPU tensor for a meta one, gets its number; list indices become CPU tensors; a table of numbers is
+made on the CPU and copied to the meta device in the graph. Checked against eager through a safetensors checkpoint."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ class Masked(torch.nn.Module):
         fill = torch.scalar_tensor(7.0, device=y.device, dtype=y.dtype)  # CpmAnt's way
         y = torch.masked_fill(y, y < -1.0, fill)
         picked = y[:, [[0], [2]], 1:4].sum((1, 2)).unsqueeze(1)  # Falcon's list indices
-        return torch.cat([y, y[..., [6, 1, -1]] + picked], dim=-1)
+        # Mask2Former's table of sizes, made from a list of tuples on the input's device
+        table = torch.as_tensor([(4, 2), (3, 5)], dtype=torch.long, device=y.device)
+        scaled = y[..., :2] / table.prod(1)
+        return torch.cat([y, y[..., [6, 1, -1]] + picked, scaled], dim=-1)
 
 
 def test_a_meta_models_number_tensors_keep_their_values(tmp_path: pathlib.Path) -> None:

@@ -8,7 +8,9 @@ have no bytes for it. While capturing, such a tensor of a number is made on the 
 tensor mixes with tensors of any device (``masked_fill``, which does not take it for a meta tensor, gets its
 number), and the constant keeps its value. An index given as a list of numbers (Falcon's
 ``fused_qkv[..., [-2], :]``) is made a tensor on the meta device the same way; it becomes a CPU tensor,
-which indexes a meta tensor as it would a CUDA one.
+which indexes a meta tensor as it would a CUDA one. A table of numbers (Mask2Former's
+``torch.as_tensor(spatial_shapes_list, device=...)``) is made on the CPU and copied to the meta device in
+the graph: the constant keeps its values, and the copy converts to nothing.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ def _on_meta(device: Any) -> bool:
     return device is not None and torch.device(device).type == "meta"
 
 
-def _number_list(value: Any) -> bool:
+def _number_list(value: Any, kinds: tuple[type, ...] = (list,)) -> bool:
     return (
-        isinstance(value, list)
+        isinstance(value, kinds)
         and bool(value)
-        and all(isinstance(v, (bool, int, float)) or _number_list(v) for v in value)
+        and all(isinstance(v, (bool, int, float)) or _number_list(v, kinds) for v in value)
     )
 
 
@@ -62,6 +64,15 @@ class _NumbersOnCpu(TorchFunctionMode):
             and _on_meta(kwargs.get("device"))
         ):
             kwargs = {**kwargs, "device": "cpu"}
+        elif (
+            func in _FACTORIES
+            and args
+            and _number_list(args[0], (list, tuple))
+            and _on_meta(kwargs.get("device"))
+        ):
+            # a table of Python numbers (Mask2Former's feature-map sizes): made on the CPU, where it keeps
+            # its values as the lifted constant, then moved to the meta device by a copy in the graph
+            return func(*args, **{**kwargs, "device": "cpu"}).to("meta")
         elif func in _FILLS and len(args) == 3 and _cpu_number(args[2]) and _on_meta(args[0].device):
             # masked_fill takes no CPU tensor for a meta one (CpmAnt fills with such a scalar_tensor):
             # its number instead
