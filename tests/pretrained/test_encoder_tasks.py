@@ -1,0 +1,130 @@
+"""optimum's other tasks (issue 42, part 3): one architecture a task, built by the architecture sweep's
+tiny-config maker (transformers' own defaults shrunk, random weights), exported by ``export_pretrained``
+with its verification, then run again in onnxruntime against transformers eager on inputs of other sizes
+than the verification's: a batch of 3, four choices, a longer waveform, another number of prompts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import fastonnx
+from fastonnx.pretrained.encoder_tasks import encoder_inputs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _sweep() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# task, model type, class, the graph's outputs
+CASES = [
+    ("multiple-choice", "bert", "BertForMultipleChoice", ["logits"]),
+    ("object-detection", "detr", "DetrForObjectDetection", ["logits", "pred_boxes"]),
+    (
+        "image-segmentation",
+        "mask2former",
+        "Mask2FormerForUniversalSegmentation",
+        ["class_queries_logits", "masks_queries_logits"],
+    ),
+    ("semantic-segmentation", "segformer", "SegformerForSemanticSegmentation", ["logits"]),
+    ("depth-estimation", "glpn", "GLPNForDepthEstimation", ["predicted_depth"]),
+    ("masked-im", "vit", "ViTForMaskedImageModeling", ["reconstruction"]),
+    ("image-to-image", "swin2sr", "Swin2SRForImageSuperResolution", ["reconstruction"]),
+    (
+        "zero-shot-image-classification",
+        "clip",
+        "CLIPModel",
+        ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds"],
+    ),
+    ("audio-classification", "audio-spectrogram-transformer", "ASTForAudioClassification", ["logits"]),
+    ("audio-frame-classification", "wav2vec2", "Wav2Vec2ForAudioFrameClassification", ["logits"]),
+    ("audio-xvector", "wavlm", "WavLMForXVector", ["logits", "embeddings"]),
+    ("automatic-speech-recognition", "hubert", "HubertForCTC", ["logits"]),
+    ("automatic-speech-recognition", "parakeet_ctc", "ParakeetForCTC", ["logits"]),
+]
+
+
+def _other_sizes(model: Any, task: str) -> dict[str, torch.Tensor]:
+    """The task's inputs at sizes the verification did not use."""
+    inputs, _ = encoder_inputs(model, model.config, task, 3, "cpu")
+    g = torch.Generator().manual_seed(11)
+    if task == "multiple-choice":  # four choices of 9 tokens, the last choice of the second row padded
+        ids = torch.randint(3, int(model.config.vocab_size), (3, 4, 9), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, 3, 5:] = 0
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    if "input_ids" in inputs:  # two prompts of 5 tokens against the 3 images
+        inputs["input_ids"] = inputs["input_ids"][:2, :5]
+        inputs["attention_mask"] = inputs["attention_mask"][:2, :5]
+    if "input_values" in inputs and inputs["input_values"].dim() == 2:
+        inputs["input_values"] = torch.randn(3, 23_456, generator=g)  # not the 16000 verified
+    if "input_features" in inputs:
+        inputs["input_features"] = torch.randn(3, 57, inputs["input_features"].shape[-1], generator=g)
+    return inputs
+
+
+@pytest.mark.parametrize(("task", "model_type", "class_name", "outputs"), CASES, ids=[c[1] for c in CASES])
+def test_task_package_matches_transformers(
+    tmp_path: pathlib.Path, task: str, model_type: str, class_name: str, outputs: list[str]
+) -> None:
+    import transformers
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    _sweep().build_checkpoint(task, model_type, class_name, folder)
+    written = fastonnx.export_pretrained(folder, package, "auto", progress=False)
+    assert (written.task, written.architecture) == (task, class_name)  # task="auto" finds it
+    assert written.verified is True, written.verify_note
+    assert written.output_names == outputs
+
+    eager = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    inputs = _other_sizes(eager, task)
+    assert list(inputs) == written.input_names
+    with torch.no_grad():
+        out = eager(**inputs)
+    session = ort.InferenceSession(str(written.model_path), providers=["CPUExecutionProvider"])
+    results = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+    for name, got in zip(outputs, results, strict=True):
+        want = getattr(out, name)
+        assert float(want.abs().max()) > 1e-3, name  # a comparison that can fail
+        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_a_waveform_starts_at_two_frames(tmp_path: pathlib.Path) -> None:
+    """The waveform's length is proven from the samples that make 2 frames (at 1 frame the captured program
+    is not transformers'): the file's proven sizes say so, and the shortest admitted length runs right."""
+    import onnx
+    import transformers
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    _sweep().build_checkpoint("automatic-speech-recognition", "hubert", "HubertForCTC", folder)
+    written = fastonnx.export_pretrained(folder, package, progress=False, verify=False)
+    eager = transformers.HubertForCTC.from_pretrained(folder).eval()
+    least = next(n for n in range(1, 1 << 16) if int(eager._get_feat_extract_output_lengths(n)) >= 2)
+    meta = {
+        p.key: p.value for p in onnx.load(str(written.model_path), load_external_data=False).metadata_props
+    }
+    proven = json.loads(meta["pkg.fastonnx.proven_sizes"])["dims"]
+    assert proven["input_values[1]"] == [least, 1 << 20]
+    wave = torch.randn(2, least, generator=torch.Generator().manual_seed(3))
+    session = ort.InferenceSession(str(written.model_path), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"input_values": wave.numpy()})
+    with torch.no_grad():
+        want = eager(input_values=wave).logits
+    assert want.shape[1] == 2
+    torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-4, rtol=1e-3)
