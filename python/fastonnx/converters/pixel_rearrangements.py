@@ -9,7 +9,7 @@ import torch
 
 from fastonnx.context import ConversionContext, Converter, Value
 from fastonnx.converters.lib.ops import unsqueeze
-from fastonnx.converters.lib.shape_graphs import shape_slice
+from fastonnx.converters.lib.shape_graphs import INT64_MAX, shape_slice
 from fastonnx.converters.lib.spatial import IntOrList, batched, expand_ints, static_ints, unbatch
 
 
@@ -67,14 +67,21 @@ def convert_im2col(
     padding: IntOrList,
     stride: IntOrList,
 ) -> str:
-    """One strided Slice per kernel offset of the zero-padded input, stacked: (N, C*kh*kw, L)."""
+    """One strided Slice per kernel offset of the zero-padded input, stacked: (N, C*kh*kw, L).
+
+    Offset i of a kernel of k taps spans [i*d, D - (k-1-i)*d) of the padded length D: out positions
+    with step s whatever D is, so a dynamic height or width (ConvBERT's k x 1 kernel over the sequence)
+    ends its Slice relative to the end instead of at a constant."""
     k = expand_ints(kernel_size, 2, 1)
     d = expand_ints(dilation, 2, 1)
     p = expand_ints(padding, 2, 0)
     s = expand_ints(stride, 2, 1)
-    h, w = static_ints(ctx, x.shape[-2:], "im2col's input height and width")
-    out_h = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    out_w = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    dims = x.shape[-2:]
+    # output length per spatial axis where the input's is static (None: known only at run time)
+    outs = [
+        (dim + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a] + 1 if isinstance(dim, int) else None
+        for a, dim in enumerate(dims)
+    ]
     xin, added = batched(ctx, x, 2)
     if any(p):
         pads = ctx.i64([0, 0, p[0], p[1], 0, 0, p[0], p[1]])
@@ -85,15 +92,30 @@ def convert_im2col(
     for i in range(k[0]):
         for j in range(k[1]):
             start = [i * d[0], j * d[1]]
-            end = [start[0] + (out_h - 1) * s[0] + 1, start[1] + (out_w - 1) * s[1] + 1]
+            end = []
+            for a, (off, out) in enumerate(zip(start, outs)):
+                if out is not None:
+                    end.append(off + (out - 1) * s[a] + 1)
+                else:  # relative to the padded end; 0 from the end is "to the end"
+                    back = (k[a] - 1) * d[a] - off
+                    end.append(-back if back else INT64_MAX)
             piece = ctx.op("Slice", xin, ctx.i64(start), ctx.i64(end), axes, steps)
             pieces.append(unsqueeze(ctx, piece, [2]))
     stacked = ctx.op("Concat", *pieces, axis=2) if len(pieces) > 1 else pieces[0]
     n, c = (1 if added else x.shape[0]), x.shape[-3]
-    if isinstance(c, int) and isinstance(n, int):
+    out_h, out_w = outs
+    if isinstance(c, int) and isinstance(n, int) and out_h is not None and out_w is not None:
         y = ctx.op("Reshape", stacked, ctx.i64([n, c * k[0] * k[1], out_h * out_w]))
     else:
-        y = ctx.op("Reshape", stacked, ctx.i64([0, -1, out_h * out_w]))
+        # (N, C, kh*kw, out_h, out_w) -> (N, C*kh*kw, out_h*out_w) from the runtime shape: no -1,
+        # which Reshape cannot infer next to an empty dim
+        rows = ctx.op("Mul", ctx.op("Shape", stacked, start=1, end=2), ctx.i64([k[0] * k[1]]))
+        length = ctx.op("Mul", ctx.op("Shape", stacked, start=3, end=4), ctx.op("Shape", stacked, start=4))
+        y = ctx.op(
+            "Reshape",
+            stacked,
+            ctx.op("Concat", ctx.op("Shape", stacked, start=0, end=1), rows, length, axis=0),
+        )
     return unbatch(ctx, y, added)
 
 
