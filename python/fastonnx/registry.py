@@ -174,7 +174,10 @@ def functional_key(key: str) -> str | None:
     ns, packet, overload = parts
     if not packet.endswith("_") or (packet.startswith("__") and packet.endswith("__")):
         return None
-    return f"{ns}.{packet[:-1]}.{overload}"
+    twin = f"{ns}.{packet[:-1]}.{overload}"
+    if ns == "aten" and overload == "Tensor" and not _has_schema(twin):
+        return f"{ns}.{packet[:-1]}.default"  # floor_divide_.Tensor's twin: floor_divide(Tensor, Tensor)
+    return twin
 
 
 def _python_target_exists(key: str) -> bool:

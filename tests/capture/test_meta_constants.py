@@ -45,3 +45,28 @@ def test_a_meta_models_number_tensors_keep_their_values(tmp_path: pathlib.Path) 
         want = real(x)
     assert (want == 7.0).any() and (want > 0).any()  # both constants decide some values
     torch.testing.assert_close(result(x), want)
+
+
+class HalvedPositions(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.arange(8, dtype=torch.float32, device=x.device)
+        t //= 2  # DAB-DETR's sine positions: aten.floor_divide_.Tensor, whose twin is floor_divide.default
+        return self.proj(x) / (t + 1)
+
+
+def test_an_in_place_floor_division_of_a_made_tensor_converts(tmp_path: pathlib.Path) -> None:
+    torch.manual_seed(0)
+    real = HalvedPositions().eval()
+    save_file({k: v.contiguous() for k, v in real.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    with torch.device("meta"):
+        meta = HalvedPositions().eval()
+    x = torch.randn(2, 8)
+    result = fastonnx.to_onnx(
+        meta, (x.to("meta"),), filename=tmp_path / "m.onnx", weights=str(tmp_path), external_data=True
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(result(x), real(x))

@@ -9,8 +9,9 @@ tensor mixes with tensors of any device (``masked_fill``, which does not take it
 number), and the constant keeps its value. An index given as a list of numbers (Falcon's
 ``fused_qkv[..., [-2], :]``) is made a tensor on the meta device the same way; it becomes a CPU tensor,
 which indexes a meta tensor as it would a CUDA one. A table of numbers (Mask2Former's
-``torch.as_tensor(spatial_shapes_list, device=...)``) is made on the CPU and copied to the meta device in
-the graph: the constant keeps its values, and the copy converts to nothing.
+``torch.as_tensor(spatial_shapes_list, device=...)``) is made on the CPU, where the forward's ``.tolist()``
+reads its values; an op that meets it with meta tensors gets it copied to the meta device in the graph:
+the constant keeps its values, and the copy converts to nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 _FACTORIES = (torch.tensor, torch.scalar_tensor, torch.as_tensor)
 _FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
@@ -35,7 +37,7 @@ def _number_list(value: Any, kinds: tuple[type, ...] = (list,)) -> bool:
     return (
         isinstance(value, kinds)
         and bool(value)
-        and all(isinstance(v, (bool, int, float)) or _number_list(v, kinds) for v in value)
+        and all(isinstance(v, (bool, int, float)) or _number_list(v, kinds) for v in value)  # type: ignore[attr-defined]
     )
 
 
@@ -50,6 +52,21 @@ def _cpu_lists(index: Any) -> Any:
 
 def _cpu_number(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu"
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() > 0
+
+
+def _mixes_tables(args: Any, kwargs: Any) -> bool:
+    """Whether an op takes a CPU table (a tensor of more than one number, which only the numbers made
+    here are while a meta-device model is captured: its buffers are on the meta device) with meta tensors."""
+    leaves = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    return any(_is_table(x) for x in leaves) and any(x.device.type == "meta" for x in leaves)
+
+
+def _table_to_meta(value: Any) -> Any:
+    return value.to("meta") if _is_table(value) else value
 
 
 class _NumbersOnCpu(TorchFunctionMode):
@@ -70,10 +87,14 @@ class _NumbersOnCpu(TorchFunctionMode):
             and _number_list(args[0], (list, tuple))
             and _on_meta(kwargs.get("device"))
         ):
-            # a table of Python numbers (Mask2Former's feature-map sizes): made on the CPU, where it keeps
-            # its values as the lifted constant, then moved to the meta device by a copy in the graph
-            return func(*args, **{**kwargs, "device": "cpu"}).to("meta")
-        elif func in _FILLS and len(args) == 3 and _cpu_number(args[2]) and _on_meta(args[0].device):
+            # a table of Python numbers (Mask2Former's feature-map sizes, Mistral 3's image sizes): made
+            # on the CPU, where it keeps its values (``.tolist()`` reads them: static sizes); it meets the
+            # meta tensors through a copy to their device (below), its values the lifted constant's
+            kwargs = {**kwargs, "device": "cpu"}
+        elif func not in _INDEXING and _mixes_tables(args, kwargs):
+            args, kwargs = pytree.tree_map(_table_to_meta, (args, kwargs))
+            return func(*args, **kwargs)
+        if func in _FILLS and len(args) == 3 and _cpu_number(args[2]) and _on_meta(args[0].device):
             # masked_fill takes no CPU tensor for a meta one (CpmAnt fills with such a scalar_tensor):
             # its number instead
             args = (args[0], args[1], args[2].item())
