@@ -23,6 +23,7 @@ from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
+    filled_cache,
     flat_tensors,
     fresh_cache,
     returned_cache,
@@ -187,6 +188,59 @@ def _check_text2text(
     return infos
 
 
+def _check_vision_language(
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+) -> list[VerificationInfo]:
+    """One image and a prompt holding its tokens: the image features, then a greedy generation of 6
+    tokens over the three files (the vision encoder once, embed and decode a step) against transformers'
+    ``generate`` on the same prompt and image: every step's logits, and the tokens."""
+    from transformers import GenerationConfig
+
+    from fastonnx.pretrained import vision_language as vl
+
+    decoder_spec = specs[vl.DECODER_FILE]
+    images = vl.vision_inputs(model, config, 1, "cpu")
+    (features,) = _run(sessions[vl.VISION_FILE], ["pixel_values"], [images["pixel_values"]])
+    with torch.no_grad():
+        expected_features = vl.image_features(model, **images)
+    infos = [compare("vision_encoder: image_features", expected_features, features)]
+    token = vl.image_token_id(config)
+    hidden, vocab = vl.text_sizes(config)
+    g = torch.Generator().manual_seed(1)
+    text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=g)
+    text[text == token] = (token + 1) % vocab  # the image's tokens only where the image goes
+    ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
+    steps = 6
+    settings = GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False, max_new_tokens=steps, eos_token_id=None, pad_token_id=0
+    )
+    with torch.no_grad():
+        generated = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            **images,
+            generation_config=settings,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    layout = decoder_spec.cache_layout or config_layout(text_config(config))
+    cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
+    step_ids, rows, past, tokens = ids, features, 0, []
+    for step in range(steps):
+        (embeds,) = _run(sessions[vl.EMBED_FILE], ["input_ids", "image_features"], [step_ids, rows])
+        length = step_ids.shape[1]
+        mask = torch.ones(1, past + length, dtype=torch.int64)
+        positions = torch.arange(past, past + length).unsqueeze(0)
+        got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, [embeds, mask, positions, *cache])
+        infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
+        cache, past = got[1:], past + length
+        tokens.append(int(got[0][0, -1].argmax()))
+        step_ids, rows = torch.tensor([[tokens[-1]]]), torch.zeros(0, hidden)
+    want = generated.sequences[0, ids.shape[1] :].tolist()
+    infos.append(compare("generated tokens", torch.tensor(want), torch.tensor(tokens)))
+    return infos
+
+
 def _check_encoder(
     session: Any, model: Any, config: Any, task: str, spec: GraphSpec
 ) -> list[VerificationInfo]:
@@ -227,6 +281,8 @@ def verify_package(
                 infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
             elif task == "text-generation":
                 infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+            elif task == "image-text-to-text":
+                infos = _check_vision_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs)
             else:

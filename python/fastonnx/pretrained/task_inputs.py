@@ -551,6 +551,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         return {"model.onnx": text_generation(model, config)}
     if task == "text2text-generation":
         return text2text(model, config)
+    if task == "image-text-to-text":
+        from fastonnx.pretrained.vision_language import image_text_to_text
+
+        return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
         return {**text2text(model, config, speech=True), **genai_whisper(model, config)}

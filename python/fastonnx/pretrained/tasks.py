@@ -30,6 +30,12 @@ TASKS: dict[str, Task] = {
             "decoder LM: one model for prefill and decode with a KV cache, genai_config.json for onnxruntime-genai",
         ),
         Task(
+            "image-text-to-text",
+            ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",),
+            "vision-language model: vision_encoder, embed_tokens (image features merged) and "
+            "decoder_model_merged files",
+        ),
+        Task(
             "text2text-generation",
             ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
             "encoder-decoder LM (T5, BART, Marian): encoder, decoder and decoder-with-past files",

@@ -1,0 +1,221 @@
+"""image-text-to-text: a vision-language model's package in three files, the layout optimum and
+transformers.js use, each graph captured from transformers' own model:
+
+- ``vision_encoder.onnx``: ``pixel_values`` of one image (1 x channels x the config's image size; its
+  size given as ``image_sizes`` where ``get_image_features`` takes them) to ``image_features``, the image's
+  features as rows, ``num_image_tokens`` x hidden. One image a call: transformers' ``get_image_features``
+  makes a Python list of the images (LLaVA's ``list(image_features)``), which fixes their number in a
+  capture; a prompt with several images runs it once for each and concatenates the rows in order;
+- ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
+  with the image features put at the image token's positions, in order, as transformers' merge does
+  (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
+- ``decoder_model_merged.onnx``: ``inputs_embeds``, ``attention_mask``, ``position_ids`` and the cache,
+  to ``logits`` and the grown cache, as text-generation's one graph for the prefill and every step.
+
+A generation loop: the vision encoder once per prompt, then embed and decode for the prefill (the prompt
+holding as many image tokens as the images have feature rows: the processor expands each image's
+placeholder), then embed and decode one token a step (package_check.py runs it against ``generate``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from fastonnx.errors import InputError
+from fastonnx.pretrained.decoder_cache import (
+    cache_dims,
+    cache_names,
+    check_cache_layers,
+    config_layout,
+    filled_cache,
+    produced_layout,
+    returned_cache,
+)
+from fastonnx.pretrained.encoder_tasks import image_inputs
+from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
+
+VISION_FILE, EMBED_FILE, DECODER_FILE = (
+    "vision_encoder.onnx",
+    "embed_tokens.onnx",
+    "decoder_model_merged.onnx",
+)
+IMAGE_TOKENS = "num_image_tokens"
+
+
+def image_token_id(config: Any) -> int:
+    """The id of the token each image's features replace (``image_token_id``, older ``image_token_index``)."""
+    for key in ("image_token_id", "image_token_index"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise InputError(
+        f"{type(config).__name__} names no image_token_id: where images go in a prompt is unknown"
+    )
+
+
+def vision_arguments(model: torch.nn.Module) -> list[str]:
+    """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
+    get: Any = model.get_image_features
+    params = inspect.signature(get).parameters
+    unsupported = [
+        name
+        for name, p in params.items()
+        if name not in ("pixel_values", "image_sizes")
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    ]
+    if unsupported:
+        raise InputError(
+            f"{type(model).__name__}.get_image_features needs {', '.join(unsupported)}: its images are not "
+            "pixel_values of one size (grids, tiles); not exported yet"
+        )
+    return ["pixel_values", *(["image_sizes"] if "image_sizes" in params else [])]
+
+
+def _rows(features: Any) -> torch.Tensor:
+    """Every image's features as rows: transformers returns a tensor per image (a list) or one batch."""
+    if isinstance(features, (list, tuple)):
+        return torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
+    if isinstance(features, torch.Tensor):
+        return features.reshape(-1, features.shape[-1])
+    raise InputError(f"get_image_features returned {type(features).__name__}, not image features")
+
+
+def image_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
+    out = model.get_image_features(**inputs)  # type: ignore[operator]
+    pooled = getattr(out, "pooler_output", None)
+    return _rows(pooled if pooled is not None else out)
+
+
+class VisionEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return image_features(self.model, pixel_values=pixel_values)
+
+
+class VisionEncoderWithSizes(VisionEncoder):
+    """A model whose images may be of any size (Pixtral under Mistral 3, LLaVA-NeXT) takes their sizes:
+    here the one size of ``pixel_values``, a constant of the graph (as an input its values would decide
+    the patching, data the capture cannot follow)."""
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        sizes = torch.tensor([list(pixel_values.shape[-2:])], device=pixel_values.device)
+        return image_features(self.model, pixel_values=pixel_values, image_sizes=sizes)
+
+
+class MergedEmbeddings(torch.nn.Module):
+    """The token embeddings with the image features' rows put, in order, at the image token's positions:
+    transformers' ``masked_scatter``, as a gather of the k-th row at the k-th image token (a zero row
+    appended for the other tokens, so that 0 rows of features gather nothing)."""
+
+    def __init__(self, model: torch.nn.Module, token: int) -> None:
+        super().__init__()
+        self.model, self.token = model, token  # the model's own paths: the checkpoint's names
+
+    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
+        embeds: torch.Tensor = self.model.get_input_embeddings()(input_ids)  # type: ignore[operator]
+        flat = embeds.reshape(-1, embeds.shape[-1])
+        is_image = (input_ids == self.token).reshape(-1)
+        rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
+        order = torch.cumsum(is_image.to(torch.int64), dim=0) - 1
+        picked = rows[torch.where(is_image, order, image_features.shape[0])]
+        return torch.where(is_image.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+
+
+class EmbedsStep(torch.nn.Module):
+    """One generation step from embeddings: logits and the grown cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, returned_cache(out)
+
+
+def text_sizes(config: Any) -> tuple[int, int]:
+    text = config.get_text_config(decoder=True)
+    return int(text.hidden_size), int(text.vocab_size)
+
+
+def vision_inputs(
+    model: torch.nn.Module, config: Any, images: int, device: str | torch.device
+) -> dict[str, torch.Tensor]:
+    """What transformers' forward takes for ``images`` images of the processor's size (the vision encoder
+    graph reads ``pixel_values`` alone)."""
+    pixels = image_inputs(config, images, device)["pixel_values"]
+    inputs = {"pixel_values": pixels}
+    if "image_sizes" in vision_arguments(model):
+        inputs["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * images, device=device)
+    return inputs
+
+
+def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """The three graphs of a vision-language model's package."""
+    if not hasattr(model, "get_image_features"):
+        raise InputError(f"{type(model).__name__} has no get_image_features: not a vision-language model")
+    token = image_token_id(config)
+    if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
+        raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
+    sizes = "image_sizes" in vision_arguments(model)
+    pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
+    encoder = VisionEncoderWithSizes(model) if sizes else VisionEncoder(model)
+    vision_spec = GraphSpec(encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"])
+
+    hidden, vocab = text_sizes(config)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    rows = torch.export.Dim(IMAGE_TOKENS, min=0, max=1 << 20)
+    ids = torch.randint(0, vocab, (2, 5), device="meta")
+    embed_spec = GraphSpec(
+        MergedEmbeddings(model, token),
+        (ids, torch.zeros(3, hidden, device="meta")),
+        {"input_ids": {0: b, 1: s}, "image_features": {0: rows}},
+        ["input_ids", "image_features"],
+        ["inputs_embeds"],
+    )
+
+    check_cache_layers(model, config)
+    layout = produced_layout(model, config, True)
+    if layout == []:
+        raise InputError(f"{type(model).__name__} returns no cache: a vision-language decoder without one")
+    layout = layout or config_layout(config.get_text_config(decoder=True))
+    cache = filled_cache(layout, 2, 4, "meta", torch.Generator().manual_seed(0))  # 4 past positions
+    mask = torch.ones(2, 4 + 3, dtype=torch.int64, device="meta")
+    positions = torch.arange(4, 4 + 3, device="meta").repeat(2, 1)
+    embeds = torch.zeros(2, 3, hidden, device="meta")
+    p = torch.export.Dim(PAST, min=0, max=1 << 20)
+    dims: dict[str, Any] = {
+        "inputs_embeds": {0: b, 1: s},
+        "attention_mask": {0: b, 1: TOTAL},
+        "position_ids": {0: b, 1: s},
+        "past_key_values": cache_dims(layout, b, p),
+    }
+    decoder_spec = GraphSpec(
+        EmbedsStep(model),
+        (embeds, mask, positions, cache),
+        dims,
+        ["inputs_embeds", "attention_mask", "position_ids", *cache_names(layout, "past_key_values")],
+        ["logits", *cache_names(layout, "present")],
+        layout,
+    )
+    return {VISION_FILE: vision_spec, EMBED_FILE: embed_spec, DECODER_FILE: decoder_spec}
