@@ -500,8 +500,11 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     cls = getattr(transformers, class_name, None)
     if cls is None:
         raise LookupError(f"transformers has no class {class_name}")
-    composite = tiny_config(model_type)
-    extra: dict[str, Any] = {}
+    # special tokens inside the tiny vocabulary: a vision-language model's image tokens, which prompts
+    # hold; a seq2seq decoder's start token (Whisper's 50257), which its first step reads. Not for
+    # text-generation, whose prompts are random ids: its swept results stand as they are
+    extra: dict[str, Any] = _tokens_in_vocabulary(_defaults(model_type)) if task != "text-generation" else {}
+    composite = tiny_config(model_type, extra)
     for _ in range(4):  # the size first, on the meta device: sizes the shrinking missed, found and shrunk
         config = _model_config(cls, composite)
         if task == "text-generation" and getattr(config, "is_decoder", None) is False:
@@ -545,6 +548,9 @@ def _untie_zero_matrices(model: Any) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
 
 
+_DERIVED_DECODER_IDS = frozenset({"text-classification", "question-answering", "fill-mask"})
+
+
 def _eager_check(task: str, model: Any) -> None:
     """One eager forward on a small input: a tiny config the model itself cannot run is not buildable."""
     import torch
@@ -556,7 +562,9 @@ def _eager_check(task: str, model: Any) -> None:
     config = model.config
     try:
         with torch.no_grad():
-            if not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice":
+            if task == "image-text-to-text":  # a prompt holding the image's tokens
+                _vision_language_check(model)
+            elif not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice":
                 inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
                 if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
                     inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)
@@ -568,10 +576,36 @@ def _eager_check(task: str, model: Any) -> None:
                 vocab = getattr(text, "vocab_size", None)  # none for CANINE's characters: code points
                 ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (rows, 8), generator=g)
                 ids[:, -1] = 2  # ends with eos: BART-family classifiers pool there
-                extra = {"decoder_input_ids": ids[:, :2]} if takes(model, "decoder_input_ids") else {}
+                # the encoder tasks' graphs feed no decoder ids: a seq2seq classifier / QA / masked LM
+                # shifts input_ids into its decoder (BART's classifier pools the decoder at input_ids' eos)
+                feeds = takes(model, "decoder_input_ids") and task not in _DERIVED_DECODER_IDS
+                extra = {"decoder_input_ids": ids[:, :2]} if feeds else {}
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+def _tokens_in_vocabulary(defaults: dict[str, Any]) -> dict[str, Any]:
+    """The special token ids past the tiny vocabulary (LLaVA's image token 32000), each given one of its
+    last ids (pad, bos and eos are 0, 1, 2)."""
+    keys = [
+        k
+        for k, v in defaults.items()
+        if k.endswith(("_token_id", "_token_index")) and _is_int(v) and v >= VOCAB
+    ]
+    return {k: VOCAB - 1 - i for i, k in enumerate(keys)}
+
+
+def _vision_language_check(model: Any) -> None:
+    import torch
+
+    from fastonnx.pretrained import vision_language as vl
+
+    images = vl.vision_inputs(model, model.config, 1, "cpu")
+    rows = vl.image_features(model, **images).shape[0]
+    token = vl.image_token_id(model.config)
+    ids = torch.cat([torch.full((1, 2), 3), torch.full((1, rows), token), torch.full((1, 2), 4)], dim=1)
+    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images)
 
 
 def _first_line(text: str) -> str:

@@ -28,13 +28,17 @@ from fastonnx.capture.chunked_kernels import (
 
 transformers = pytest.importorskip("transformers")  # a test dependency, pinned in constraints.txt
 from transformers import masking_utils  # noqa: E402
+from transformers.models.canine import modeling_canine  # noqa: E402
 from transformers.models.doge import modeling_doge  # noqa: E402
 from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
+from transformers.models.minimax import modeling_minimax  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 from transformers.models.qwen4_exp import modeling_qwen4_exp  # noqa: E402
 from transformers.models.recurrent_gemma import modeling_recurrent_gemma  # noqa: E402
 from transformers.models.rwkv import modeling_rwkv  # noqa: E402
+from transformers.models.t5gemma import modeling_t5gemma  # noqa: E402
+from transformers.models.t5gemma2 import modeling_t5gemma2  # noqa: E402
 
 LENGTHS = (1, 63, 64, 65, 300)  # below, at and above one chunk of 64, and several chunks
 
@@ -76,6 +80,10 @@ def test_the_swap_is_undone() -> None:
         modeling_recurrent_gemma,
         modeling_doge,
         modeling_qwen4_exp,
+        modeling_minimax,
+        modeling_t5gemma,
+        modeling_t5gemma2,
+        modeling_canine,
     )
     places = {key: found for m in modules for key in KERNELS if (found := _owned(m, key)) is not None}
     assert set(places) == set(KERNELS)

@@ -39,6 +39,17 @@ one step where the example has one token; ``rglru_scan_by_steps`` is a ``scan`` 
 Qwen4-Exp's sparse-attention indexer (``Qwen4ExpTextQSAIndexer.forward``) loops over every batch row and
 every query in Python; ``qsa_indexer_by_masks`` computes its selection for all of them at once.
 
+CANINE's local attention (``CanineAttention.forward`` with ``local``: its first character encoder) loops
+in Python over the blocks of ``local_transformer_stride`` characters, so the example's block count is
+unrolled and the length specialised; ``canine_attention_by_mask`` attends over all the characters at
+once with a mask that keeps each block to itself (blocks as tensor dims would need reshapes of a padded
+length, whose divisibility torch cannot prove). Its molecules' mask
+(``CanineModel._downsample_attention_mask``) is a ``MaxPool1d``, whose CPU kernel reads the length as an
+int (torch specialises it); ``canine_mask_by_molecules`` takes the same maxima over a reshape. Its
+upsampling (``CanineModel._repeat_molecules``) concatenates ``rate * (L // rate - 1)`` and
+``L % rate + rate`` positions, a length torch cannot prove is L; ``canine_molecules_by_position``
+gathers each character's molecule instead, L positions by construction.
+
 The padding mask of those layers (``create_recurrent_attention_mask``, the mask's last L columns) is
 swapped too, for a form without the guards its slicing leaves (``recurrent_mask_by_length``).
 
@@ -46,6 +57,16 @@ Doge's dynamic mask (``DogeAttention.prepare_dynamic_mask``) keeps each query's 
 largest keys only where the keys outnumber it, a branch on the length that leaves the guard
 ``past + L <= 2048``; ``dynamic_mask_by_length`` keeps the ``min(keys, keep_window_size)`` largest at
 every length, which keeps every key (masks nothing) where transformers skips the step.
+
+MiniMax's lightning attention (``MiniMaxLightningAttention.forward``) loops over blocks of the sequence in
+Python, or over the positions from a cached state; ``lightning_attention_by_blocks`` pads and scans over
+the blocks as the gated delta rule's form does, from the cached state where there is one.
+
+T5Gemma's (and T5Gemma 2's) classifiers shift the ids right for the decoder by a write into a slice,
+which leaves a guard on the length; ``shift_right_by_concat`` joins the start token and the ids instead.
+
+transformers' sdpa mask is built without ``vmap`` (``_masks_by_broadcast``): torch.export keeps vmap as
+functorch calls no converter takes.
 
 Only the functions of transformers' modules already imported are swapped (``KERNELS``), for the
 duration of the capture, under the capture's lock.
@@ -85,11 +106,37 @@ def length_following_kernels() -> Iterator[None]:
                 setattr(owner, kernel, form)
     _SCAN_START.set(None)
     try:
-        yield
+        with _masks_by_broadcast():
+            yield
     finally:
         _SCAN_START.set(None)
         for owner, kernel, original in reversed(swapped):
             setattr(owner, kernel, original)
+
+
+@contextlib.contextmanager
+def _masks_by_broadcast() -> Iterator[None]:
+    """transformers' sdpa mask (the eager one calls it) made by broadcasting its index ranges, never by
+    ``vmap``: it takes vmap for a mask combined with another (Gemma 3's image tokens, T5Gemma 2's sliding
+    window), which torch.export keeps as functorch calls (``lazy_load_decompositions``...) no converter
+    takes. The mask functions index with the ranges they are given, so broadcast ranges give the same."""
+    masks = sys.modules.get("transformers.masking_utils")
+    original = getattr(masks, "sdpa_mask", None)
+    registry = getattr(masks, "ALL_MASK_ATTENTION_FUNCTIONS", None)
+    if masks is None or not callable(original) or registry is None or registry["sdpa"] is not original:
+        yield  # not loaded, or a mask of the user's own
+        return
+
+    def broadcast(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**kwargs, "use_vmap": False})
+
+    masks.sdpa_mask = broadcast  # type: ignore[attr-defined]
+    registry["sdpa"] = broadcast  # a local override of the registry, deleted after
+    try:
+        yield
+    finally:
+        masks.sdpa_mask = original  # type: ignore[attr-defined]
+        del registry["sdpa"]
 
 
 def gated_delta_rule_by_chunks(
@@ -344,6 +391,74 @@ def qsa_indexer_by_masks(
     return selected.unsqueeze(1)
 
 
+def lightning_attention_by_blocks(
+    self: Any,
+    hidden_states: torch.Tensor,
+    position_embeddings: Any,
+    attention_mask: torch.Tensor | None,
+    past_key_values: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MiniMaxLightningAttention.forward``: the decayed linear attention ``S_t = e^-s S_(t-1) + k_t' v_t``,
+    ``o_t = q_t S_t`` (one slope ``s`` a head), by blocks of ``block_size`` as transformers' prefill, but
+    padded as ``gated_delta_rule_by_chunks`` (``L // C + 2`` blocks, never one) and a ``scan`` over the
+    blocks: transformers loops over the blocks in Python (a guard on the block count) and, from a cached
+    state, over the positions. Padded positions have zero keys and values and no decay (a log-decay of 0
+    instead of -s), so the state leaving the last block is the state after the last token."""
+    module = sys.modules[type(self).__module__]
+    batch, length, _ = hidden_states.shape
+    heads, size, c = self.num_attention_heads, self.head_dim, self.block_size
+    qkv = module.apply_mask_to_padding_states(self.act_fn(self.qkv_proj(hidden_states)), attention_mask)
+    qkv = qkv.reshape(batch, length, heads, 3 * size)
+    query, key, value = (x.transpose(1, 2) for x in torch.split(qkv, size, dim=3))
+    state = past_key_values.get_linear_cache(self.layer_idx) if past_key_values is not None else None
+    if state is None:
+        state = torch.zeros(batch, heads, size, size, device=value.device, dtype=value.dtype)
+    n = length // c + 2
+    pad = n * c - length
+    query, key, value = (
+        F.pad(x, (0, 0, 0, pad)).reshape(batch, heads, n, c, size) for x in (query, key, value)
+    )
+    valid = torch.arange(n * c, device=query.device) < length
+    log_decay = torch.where(valid, -self.slope_rate.reshape(heads, 1).to(query.dtype), 0.0)
+    cum = log_decay.reshape(heads, n, c).cumsum(dim=-1)  # [h, n, c]
+    upper = torch.ones(c, c, dtype=torch.bool, device=query.device).triu(1)
+    pairwise = (cum.unsqueeze(-1) - cum.unsqueeze(-2)).masked_fill(upper, float("-inf")).exp()
+    intra = ((query @ key.transpose(-1, -2)) * pairwise) @ value
+    query = query * cum.exp().unsqueeze(-1)
+    key = key * (cum[..., -1:] - cum).exp().unsqueeze(-1)
+    decay = cum[..., -1].exp()[..., None, None].movedim(1, 0)  # [n, h, 1, 1]
+    blocks = tuple(x.movedim(2, 0) for x in (query, key, value, intra))
+    state, out = scan(_lightning_step, state, (*blocks, decay))
+    out = first_positions(out.movedim(0, 2).flatten(2, 3), length, dim=2)
+    out = self.norm(out.transpose(1, 2).reshape(batch, length, heads * size))
+    out = self.out_proj(F.sigmoid(self.output_gate(hidden_states)) * out)
+    if past_key_values is not None:
+        past_key_values.set_linear_cache(self.layer_idx, state)
+    return out, state
+
+
+def _lightning_step(
+    state: torch.Tensor, block: tuple[torch.Tensor, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One block: the state carried out, and the block's output from the state carried in and its own
+    decayed attention."""
+    query, key, value, intra, decay = block
+    return state * decay + key.transpose(-1, -2) @ value, query @ state + intra
+
+
+def shift_right_by_concat(self: Any, input_ids: torch.Tensor) -> torch.Tensor:
+    """``T5GemmaPreTrainedModel._shift_right`` and T5Gemma 2's ``prepare_decoder_input_ids_from_labels`` (the
+    decoder's ids of a classifier: the start token, then the ids but the last), joined instead of written into a slice: the write leaves torch's overlap check on
+    the slice, a guard ``L - 1 >= 2``, so the file would refuse 2 tokens."""
+    start, pad = self.config.decoder.bos_token_id, self.config.decoder.pad_token_id
+    if start is None or pad is None:
+        raise ValueError("self.model.config.decoder's bos_token_id and pad_token_id have to be defined")
+    first = torch.full_like(input_ids[..., :1], start)
+    shifted = torch.cat([first, input_ids[..., :-1]], dim=-1)
+    return shifted.masked_fill(shifted == -100, pad)
+
+
 def first_positions(x: torch.Tensor, length: Any, dim: int) -> torch.Tensor:
     """The first ``length`` positions of ``x`` along ``dim``, gathered: a split or a slice would need
     torch to prove ``length`` at most the padded length (``64 * (L // 64) + 128 >= L``), which its range
@@ -392,6 +507,63 @@ def recurrent_mask_by_length(
         return None
     total, length = attention_mask.shape[1], inputs_embeds.shape[1]
     return attention_mask.index_select(1, torch.arange(total - length, total, device=attention_mask.device))
+
+
+def canine_attention_by_mask(
+    self: Any,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    output_attentions: bool | None = False,
+) -> tuple[torch.Tensor, ...]:
+    """``CanineAttention.forward`` (``hidden_states`` ``[b, L, d]``, its local layer's 0/1 mask ``[b, L, L]``)
+    with the local attention over blocks of ``w`` characters as one attention over all L characters
+    whose mask keeps each block to itself: the same weights as transformers' loop over the blocks, at
+    every length (L x L scores for its one shallow layer, where the loop computes L x w). The global
+    form is transformers' own."""
+    if not self.local:
+        outputs = self.self(hidden_states, hidden_states, attention_mask, output_attentions)
+        return (self.output(outputs[0], hidden_states), *outputs[1:])
+    width = self.attend_from_chunk_width
+    if (
+        self.first_position_attends_to_all
+        or self.always_attend_to_first_position
+        or output_attentions
+        or attention_mask is None
+        or attention_mask.dim() != 3
+        or {self.attend_from_chunk_stride, self.attend_to_chunk_width, self.attend_to_chunk_stride} != {width}
+    ):
+        # not what CanineModel builds (non-overlapping blocks, no first position, a 3-D mask)
+        raise NotImplementedError("CANINE's local attention is exported for CanineModel's blocks only")
+    length = hidden_states.shape[1]
+    # position i attends to j where both are in one block (and the mask lets it), as the loop does: the
+    # other blocks' keys at -inf weigh exactly 0; a key the mask hides in the block weighs as there
+    positions = torch.arange(length, device=hidden_states.device)
+    same_block = (positions // width)[:, None] == (positions // width)[None, :]
+    dtype = hidden_states.dtype
+    additive = (1.0 - attention_mask.to(dtype)) * torch.finfo(dtype).min  # as CanineSelfAttention
+    additive = torch.where(same_block, additive, float("-inf"))[:, None]
+    outputs = self.self(hidden_states, hidden_states, additive, False)
+    return (self.output(outputs[0], hidden_states),)
+
+
+def canine_mask_by_molecules(
+    self: Any, char_attention_mask: torch.Tensor, downsampling_rate: int
+) -> torch.Tensor:
+    """``CanineModel._downsample_attention_mask``: the maximum of each whole group of ``downsampling_rate``
+    characters' mask (``[b, L]`` to ``[b, L // rate]``, float), the trailing partial group dropped as
+    ``MaxPool1d`` drops it."""
+    batch, length = char_attention_mask.shape
+    molecules = length // downsampling_rate
+    whole = first_positions(char_attention_mask.float(), molecules * downsampling_rate, dim=1)
+    return whole.reshape(batch, molecules, downsampling_rate).amax(-1)
+
+
+def canine_molecules_by_position(self: Any, molecules: torch.Tensor, char_seq_length: Any) -> torch.Tensor:
+    """``CanineModel._repeat_molecules`` (``molecules`` ``[b, M, d]``, the first the [CLS] one): character
+    ``p`` takes molecule ``p // rate + 1``, the characters past the last whole group the last molecule."""
+    rate = self.config.downsampling_rate
+    positions = torch.arange(char_seq_length, device=molecules.device)
+    return molecules.index_select(1, (positions // rate + 1).clamp(max=molecules.shape[1] - 1))
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -539,5 +711,11 @@ KERNELS = {
     "RecurrentGemmaRglru._rnn_scan": rglru_scan_by_steps,
     "DogeAttention.prepare_dynamic_mask": dynamic_mask_by_length,
     "Qwen4ExpTextQSAIndexer.forward": qsa_indexer_by_masks,
+    "MiniMaxLightningAttention.forward": lightning_attention_by_blocks,
+    "T5GemmaPreTrainedModel._shift_right": shift_right_by_concat,
+    "T5Gemma2PreTrainedModel.prepare_decoder_input_ids_from_labels": shift_right_by_concat,
+    "CanineAttention.forward": canine_attention_by_mask,
+    "CanineModel._downsample_attention_mask": canine_mask_by_molecules,
+    "CanineModel._repeat_molecules": canine_molecules_by_position,
 }
 """transformers' chunked kernels, by their name in its modeling modules, and the form swapped in."""

@@ -61,6 +61,12 @@ FEATURE_FRAMES = 100  # a second of 10 ms frames
 
 _MAX = {BATCH: 1024, TEXT_BATCH: 1024, CHOICES: 1024}
 
+TEXT_TASKS = frozenset(
+    {"text-classification", "token-classification", "question-answering", "multiple-choice"}
+)
+"""Tasks of text alone: a vision-language model's classifier (Gemma 3's, Qwen3.5's) reads no image there
+(its pipeline passes none; images would need their tokens in the text)."""
+
 Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 
 
@@ -94,7 +100,21 @@ class Named(torch.nn.Module):
         self.model, self.fields = model, fields
 
     def forward(self, **inputs: torch.Tensor) -> Outputs:
-        out = self.model(**inputs)
+        # a decoder run as a classifier builds the cache its configs ask for (use_cache), which the graph
+        # never returns: its sliding-window and conv-state layers slice it by the length, guards on it. Not
+        # use_cache=False: a head may take no such argument, or pass its own beside its **kwargs
+        configs: dict[int, Any] = {}
+        for m in self.model.modules():
+            c = getattr(m, "config", None)
+            if getattr(c, "use_cache", None) is True:
+                configs[id(c)] = c
+        for c in configs.values():
+            c.use_cache = False
+        try:
+            out = self.model(**inputs)
+        finally:
+            for c in configs.values():
+                c.use_cache = True
         found: list[torch.Tensor] = []
         for f in self.fields:
             value = getattr(out, f, None)
@@ -174,13 +194,33 @@ def _sub(config: Any, name: str) -> Any:
     return sub if sub is not None else config
 
 
+UNICODE_CODEPOINTS = 0x110000
+"""The input ids of a model reading characters (CANINE): every Unicode code point, as its tokenizer emits."""
+
+
+def vocab_bound(config: Any) -> int:
+    """One past the largest input id: the vocabulary's size; for CANINE, which has no vocabulary but
+    hashes code points into ``num_hash_buckets`` embeddings, the Unicode code points."""
+    text = _sub(config, "text_config")
+    if getattr(text, "vocab_size", None) is None and isinstance(getattr(text, "num_hash_buckets", None), int):
+        return UNICODE_CODEPOINTS
+    return int(text.vocab_size)
+
+
+def text_length(config: Any) -> int:
+    """The example's tokens: 7; for CANINE, which pools ``downsampling_rate`` characters into a molecule,
+    enough for two molecules and a partial group (torch would specialise a count of 1 molecule)."""
+    rate = getattr(config, "downsampling_rate", None)
+    return 3 * rate + 3 if isinstance(rate, int) else 7
+
+
 def text_inputs(
     config: Any, batch: int, sequence: int, device: str | torch.device, types: bool, choices: int = 0
 ) -> dict[str, torch.Tensor]:
     """Token ids of ``batch`` rows (``batch`` x ``choices`` rows for multiple choice), the second one right-
     padded so that the mask is exercised."""
     g = torch.Generator().manual_seed(0)
-    vocab = int(_sub(config, "text_config").vocab_size)
+    vocab = vocab_bound(config)
     rows = (batch, choices) if choices else (batch,)
     inputs = {
         "input_ids": torch.randint(min(3, vocab - 1), vocab, (*rows, sequence), generator=g),
@@ -188,9 +228,20 @@ def text_inputs(
     }
     if batch > 1:
         inputs["attention_mask"][1, ..., sequence // 2 :] = 0
+    _end_with_eos(config, inputs["input_ids"], inputs["attention_mask"])
     if types:
         inputs["token_type_ids"] = torch.zeros(*rows, sequence, dtype=torch.int64)
     return {k: v.to(device) for k, v in inputs.items()}
+
+
+def _end_with_eos(config: Any, ids: torch.Tensor, mask: torch.Tensor) -> None:
+    """A seq2seq model's rows end with one eos each, as its tokenizer writes them (BART's and T5's
+    classifiers pool the decoder's state there, and refuse rows without one or with unequal counts)."""
+    eos = getattr(_sub(config, "text_config"), "eos_token_id", None)
+    if not getattr(config, "is_encoder_decoder", False) or not isinstance(eos, int) or eos < 0:
+        return
+    ids.masked_fill_(ids == eos, 4 if eos == 3 else 3)  # no other eos in the row (ids start at 3)
+    ids.scatter_(-1, mask.sum(-1, keepdim=True) - 1, eos)  # at the last attended position
 
 
 def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
@@ -256,7 +307,7 @@ def encoder_inputs(
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     """The inputs of ``task``'s graph for ``model`` (``batch`` rows; a text batch one larger beside images)
     and the names of their dynamic dims."""
-    if takes(model, "pixel_values"):
+    if takes(model, "pixel_values") and task not in TEXT_TASKS:
         images = image_inputs(config, batch, device)
         if not takes(model, "input_ids"):
             return images, {"pixel_values": {0: BATCH}}
@@ -266,7 +317,7 @@ def encoder_inputs(
     if takes(model, "input_values") or takes(model, "input_features"):
         return audio_inputs(model, config, batch, device)
     choices = 3 if task == "multiple-choice" else 0
-    text = text_inputs(config, batch, 7, device, takes(model, "token_type_ids"), choices)
+    text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
     return text, {name: names for name in text}
 

@@ -191,11 +191,24 @@ POSITION_LIMITS = (
     "n_ctx",
     "max_target_positions",
     "max_source_positions",
+    "max_seq_len",  # MPT's: its ALiBi table has that many columns
 )
 """Config keys that declare how many positions a model's position embeddings hold."""
 
 
-def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
+def learned_position_tables(module: torch.nn.Module) -> set[int]:
+    """The sizes of ``module``'s learned position tables (an ``nn.Embedding`` named for positions,
+    indexed by the position itself: BigBird-Pegasus' ``embed_positions``)."""
+    return {
+        m.num_embeddings
+        for name, m in module.named_modules()
+        if isinstance(m, torch.nn.Embedding) and "position" in name.rsplit(".", 1)[-1]
+    }
+
+
+def within_positions(
+    error: CaptureError, config: Any, dynamic_shapes: Any, module: torch.nn.Module | None = None
+) -> Any:
     """``dynamic_shapes`` with the lengths bounded where ``error`` refused them for a bound the model
     declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
     None when it refused anything else. A package keeps the bound (its files' metadata, the report)."""
@@ -206,8 +219,13 @@ def within_positions(error: CaptureError, config: Any, dynamic_shapes: Any) -> A
     if not narrowed or not declared:
         return None
     tops: dict[str, int] = {}
+    tables = learned_position_tables(module) & set(declared) if module is not None else set()
     for n in narrowed:
         top = max(n.admitted, default=0)
+        if top > max(declared) and tables:
+            # refused only beyond a learned table of positions (BigBird-Pegasus' branch at 704 tokens):
+            # the model itself cannot run past the table, so it bounds the length exactly
+            top = max(tables)
         if (
             not n.admitted
             or top > max(declared)
@@ -315,7 +333,7 @@ def export_pretrained(
             try:
                 result = to_onnx(spec.module, spec.args, dynamic_shapes=spec.dynamic_shapes, **export_args)
             except CaptureError as e:
-                bounded = within_positions(e, config, spec.dynamic_shapes)
+                bounded = within_positions(e, config, spec.dynamic_shapes, spec.module)
                 bounded = bounded if bounded is not None else within_frames(e, spec.dynamic_shapes)
                 if bounded is None:
                     raise
