@@ -564,7 +564,9 @@ def _eager_check(task: str, model: Any) -> None:
         with torch.no_grad():
             if task == "image-text-to-text":  # a prompt holding the image's tokens
                 _vision_language_check(model)
-            elif not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice":
+            elif task not in ("text-generation", "text2text-generation") and (
+                not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
+            ):  # a vision-language model's text path (text-generation) reads no image
                 inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
                 if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
                     inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)

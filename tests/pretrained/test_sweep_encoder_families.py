@@ -22,6 +22,7 @@ import torch
 import fastonnx
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.pretrained.encoder_tasks import UNICODE_CODEPOINTS, text_inputs, text_length
+from support.matrix import sampled
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,11 @@ def _sweep() -> ModuleType:
 
 
 @pytest.mark.parametrize(
-    "task", ["fill-mask", "text-classification", "question-answering", "token-classification"]
+    "task",
+    sampled(
+        ["fill-mask", "text-classification", "question-answering", "token-classification"],
+        lambda task: task == "token-classification",  # one head in CI: the convolution is the same
+    ),
 )
 def test_convbert_exports_verified(tmp_path: pathlib.Path, task: str) -> None:
     sweep = _sweep()

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
+
+from fastonnx.torch_internals import pytree
 
 _FACTORIES = (torch.tensor, torch.scalar_tensor, torch.as_tensor)
 _FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)

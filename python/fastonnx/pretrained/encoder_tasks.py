@@ -91,6 +91,10 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     return tuple(f for f in wanted if f in declared) or wanted
 
 
+STATE_FLAGS = ("use_cache", "use_mems_eval")
+"""Config flags that make a forward keep state for later calls (a cache, XLNet's mems)."""
+
+
 class Named(torch.nn.Module):
     """An encoder called with keyword inputs, returning fields of its output: one tensor, or a tuple of
     several (question answering's start and end logits)."""
@@ -100,21 +104,24 @@ class Named(torch.nn.Module):
         self.model, self.fields = model, fields
 
     def forward(self, **inputs: torch.Tensor) -> Outputs:
-        # a decoder run as a classifier builds the cache its configs ask for (use_cache), which the graph
-        # never returns: its sliding-window and conv-state layers slice it by the length, guards on it. Not
-        # use_cache=False: a head may take no such argument, or pass its own beside its **kwargs
-        configs: dict[int, Any] = {}
+        # a decoder run as a classifier builds the cache its configs ask for (use_cache; XLNet's mems,
+        # use_mems_eval), which the graph never returns: its sliding-window and conv-state layers slice it
+        # by the length, guards on it (XLNet's mems: length < 512). Not use_cache=False: a head may take
+        # no such argument, or pass its own beside its **kwargs
+        on: dict[tuple[int, str], Any] = {}
         for m in self.model.modules():
             c = getattr(m, "config", None)
-            if getattr(c, "use_cache", None) is True:
-                configs[id(c)] = c
-        for c in configs.values():
-            c.use_cache = False
+            for flag in STATE_FLAGS:
+                if getattr(c, flag, None) is True:
+                    on[(id(c), flag)] = c
+        switched = [(c, flag) for (_, flag), c in on.items()]
+        for c, flag in switched:
+            setattr(c, flag, False)
         try:
             out = self.model(**inputs)
         finally:
-            for c in configs.values():
-                c.use_cache = True
+            for c, flag in switched:
+                setattr(c, flag, True)
         found: list[torch.Tensor] = []
         for f in self.fields:
             value = getattr(out, f, None)

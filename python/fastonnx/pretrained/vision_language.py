@@ -56,21 +56,37 @@ def image_token_id(config: Any) -> int:
     )
 
 
+_PLAIN = ("self", "pixel_values", "image_sizes", "vision_feature_layer", "vision_feature_select_strategy")
+"""What ``get_image_features`` of a model taking plain images has: the pixels, their sizes, and which
+of the vision tower's layers to read (the config's by default)."""
+
+
+def _needed(get: Any) -> list[str]:
+    """The arguments of ``get_image_features`` beyond plain images' (Qwen-VL's ``image_grid_thw``,
+    Idefics3's ``pixel_attention_mask``): the images come as grids or tiles."""
+    return [
+        name
+        for name, p in inspect.signature(get).parameters.items()
+        if name not in _PLAIN
+        and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    ]
+
+
+def plain_images(cls: type) -> bool:
+    """Whether a vision-language class takes its images as ``pixel_values`` alone (and their sizes)."""
+    get = getattr(cls, "get_image_features", None)
+    return get is not None and not _needed(get)
+
+
 def vision_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
     get: Any = model.get_image_features
     params = inspect.signature(get).parameters
-    unsupported = [
-        name
-        for name, p in params.items()
-        if name not in ("pixel_values", "image_sizes")
-        and p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
-    ]
+    unsupported = _needed(get)
     if unsupported:
         raise InputError(
-            f"{type(model).__name__}.get_image_features needs {', '.join(unsupported)}: its images are not "
-            "pixel_values of one size (grids, tiles); not exported yet"
+            f"{type(model).__name__}.get_image_features takes {', '.join(unsupported)}: its images are not "
+            "pixel_values of one size (grids, tiles), which the three-file layout does not export yet"
         )
     return ["pixel_values", *(["image_sizes"] if "image_sizes" in params else [])]
 
