@@ -599,13 +599,20 @@ def _tokens_in_vocabulary(defaults: dict[str, Any]) -> dict[str, Any]:
 
 
 def _vision_language_check(model: Any) -> None:
+    """The forward on one image and a prompt holding its tokens; skipped where fastonnx cannot make the
+    image's inputs or tell its token (grids, tiles, no image_token_id): the export then says so, as an
+    export error, not a model that cannot be built."""
     import torch
 
+    from fastonnx.errors import InputError
     from fastonnx.pretrained import vision_language as vl
 
-    images = vl.vision_inputs(model, model.config, 1, "cpu")
+    try:
+        images = vl.vision_inputs(model, model.config, 1, "cpu")
+        token = vl.image_token_id(model.config)
+    except InputError:
+        return
     rows = vl.image_features(model, **images).shape[0]
-    token = vl.image_token_id(model.config)
     ids = torch.cat([torch.full((1, 2), 3), torch.full((1, rows), token), torch.full((1, 2), 4)], dim=1)
     model(input_ids=ids, attention_mask=torch.ones_like(ids), **images)
 

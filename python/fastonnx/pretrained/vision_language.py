@@ -56,7 +56,14 @@ def image_token_id(config: Any) -> int:
     )
 
 
-_PLAIN = ("self", "pixel_values", "image_sizes", "vision_feature_layer", "vision_feature_select_strategy")
+_PLAIN = (
+    "self",
+    "pixel_values",
+    "image_sizes",
+    "vision_feature_layer",
+    "vision_feature_select_strategy",
+    "interpolate_pos_encoding",
+)
 """What ``get_image_features`` of a model taking plain images has: the pixels, their sizes, and which
 of the vision tower's layers to read (the config's by default)."""
 
