@@ -62,7 +62,7 @@ FEATURE_FRAMES = 100  # a second of 10 ms frames
 _MAX = {BATCH: 1024, TEXT_BATCH: 1024, CHOICES: 1024}
 
 TEXT_TASKS = frozenset(
-    {"text-classification", "token-classification", "question-answering", "multiple-choice"}
+    {"fill-mask", "text-classification", "token-classification", "question-answering", "multiple-choice"}
 )
 """Tasks of text alone: a vision-language model's classifier (Gemma 3's, Qwen3.5's) reads no image there
 (its pipeline passes none; images would need their tokens in the text)."""
@@ -332,8 +332,12 @@ def encoder_inputs(
 def min_samples(model: torch.nn.Module) -> int:
     """The fewest waveform samples a speech encoder's convolutions turn into 2 frames: at 1 frame its
     program is another one (a size-1 dim broadcasts), at 0 the model itself fails."""
-    lengths = getattr(model, "_get_feat_extract_output_lengths", None)
-    if not callable(lengths):
+    # the model's own, or its speech encoder's (SpeechT5's prenet)
+    lengths = next(
+        (f for m in model.modules() if callable(f := getattr(m, "_get_feat_extract_output_lengths", None))),
+        None,
+    )
+    if lengths is None:
         return 1
     low, high = 1, 1 << 20
     if int(lengths(high)) < 2:

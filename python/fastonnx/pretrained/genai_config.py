@@ -290,6 +290,10 @@ def write_whisper_genai_config(
     """Writes ``genai_config.json`` and ``audio_processor_config.json`` for the genai graphs among
     ``files``, or returns why there are none (genai reads exactly 3000 frames of features)."""
     if GENAI_WHISPER_ENCODER not in files:
+        if config.model_type != "whisper":
+            return (
+                f"onnxruntime-genai runs no {config.model_type} speech model (its speech type is Whisper's)"
+            )
         frames = 2 * int(config.max_source_positions)
         return (
             f"onnxruntime-genai cannot run this package: its Whisper reads 3000 frames of features, "

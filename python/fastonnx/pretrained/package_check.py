@@ -28,10 +28,10 @@ from fastonnx.pretrained.decoder_cache import (
     fresh_cache,
     returned_cache,
 )
-from fastonnx.pretrained.encoder_tasks import encoder_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.task_inputs import decoder_inputs, no_cache_flags, speech_frames, text_config
+from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, text_config
 from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -150,12 +150,11 @@ def _check_text2text(
     from transformers import DynamicCache, EncoderDecoderCache
 
     infos: list[VerificationInfo] = []
-    if specs["encoder_model.onnx"].input_names == ["input_features"]:
-        bins, frames = speech_frames(config)
-        features = torch.randn(2, bins, frames, generator=torch.Generator().manual_seed(0))
-        (states_got,) = _run(sessions["encoder_model.onnx"], ["input_features"], [features])
+    if specs["encoder_model.onnx"].input_names in (["input_features"], ["input_values"]):
+        audio, _ = audio_inputs(model, config, 2, "cpu")  # Whisper's 3000 frames, or a second of audio
+        (states_got,) = _run(sessions["encoder_model.onnx"], list(audio), list(audio.values()))
         with torch.no_grad():
-            states = model.get_encoder()(input_features=features).last_hidden_state
+            states = model.get_encoder()(**audio).last_hidden_state
         mask = torch.ones(states.shape[:2], dtype=torch.int64)
     else:
         inputs = text_inputs(config, 2, 7, "cpu", False)
@@ -175,7 +174,7 @@ def _check_text2text(
         with torch.no_grad():
             out = model(
                 decoder_input_ids=dec,
-                encoder_outputs=(states,),
+                encoder_outputs=encoder_output(states),
                 attention_mask=mask,
                 past_key_values=cache,
                 use_cache=True,

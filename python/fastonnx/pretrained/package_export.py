@@ -192,6 +192,7 @@ POSITION_LIMITS = (
     "max_target_positions",
     "max_source_positions",
     "max_seq_len",  # MPT's: its ALiBi table has that many columns
+    "max_text_positions",  # SpeechT5's decoder
 )
 """Config keys that declare how many positions a model's position embeddings hold."""
 
@@ -244,30 +245,48 @@ def within_positions(
     return map_dims(dynamic_shapes, bound)
 
 
-def within_frames(error: CaptureError, dynamic_shapes: Any) -> Any:
-    """``dynamic_shapes`` with an audio length's minimum raised where ``error`` refused only the sizes below
-    some length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9), or
-    None when it refused anything else. The file refuses shorter inputs at run time."""
+def within_frames(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
+    """``dynamic_shapes`` with an audio length bounded where ``error`` refused only the sizes below some
+    length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9) and, for a
+    model declaring ``max_source_positions`` (its position table), the sizes above the ones proven right
+    (Speech2Text: 5 to 16385 frames); None when it refused anything else. The file refuses other lengths
+    at run time."""
     narrowed = getattr(error, "narrowed", None)
     if not narrowed:
         return None
-    lows: dict[str, int] = {}
+    table = isinstance(getattr(config, "max_source_positions", None), int)
+    bounds: dict[str, tuple[int, int | None]] = {}
     for n in narrowed:
+        if n.name not in (AUDIO, FEATURES) or not n.admitted:
+            return None
+        low, high = min(n.admitted), max(n.admitted)
+        above = [r for r in n.refused if r > high]
+        run = [t for t in n.tried if low <= t <= high]
         if (
-            n.name not in (AUDIO, FEATURES)
-            or not n.admitted
-            or max(n.refused) >= min(n.admitted)
-            or max(n.tried) not in n.admitted
-            or lows.setdefault(n.name, min(n.admitted)) != min(n.admitted)
+            any(r < low for r in n.refused) is False
+            and not above
+            or any(low < r < high for r in n.refused)
+            or not set(run) <= set(n.admitted)
+            or above
+            and not table
         ):
+            return None  # a hole among the sizes proven, or a top the model declares no table for
+        bound = (low, high if above else None)
+        if bounds.setdefault(n.name, bound) != bound:
             return None
 
-    def raised(d: Any) -> Any:
+    def bounded(d: Any) -> Any:
         name = getattr(d, "__name__", None)
-        return torch.export.Dim(name, min=lows[name], max=getattr(d, "max", 1 << 20)) if name in lows else d
+        if name not in bounds:
+            return d
+        low, high = bounds[name]
+        return torch.export.Dim(name, min=low, max=high if high is not None else getattr(d, "max", 1 << 20))
 
-    log.info("the model's convolutions need %s", ", ".join(f"{k} of at least {v}" for k, v in lows.items()))
-    return map_dims(dynamic_shapes, raised)
+    log.info(
+        "the model's audio lengths: %s",
+        ", ".join(f"{k} in {v[0]}..{v[1] or 'any'}" for k, v in bounds.items()),
+    )
+    return map_dims(dynamic_shapes, bounded)
 
 
 def export_pretrained(
@@ -334,7 +353,7 @@ def export_pretrained(
                 result = to_onnx(spec.module, spec.args, dynamic_shapes=spec.dynamic_shapes, **export_args)
             except CaptureError as e:
                 bounded = within_positions(e, config, spec.dynamic_shapes, spec.module)
-                bounded = bounded if bounded is not None else within_frames(e, spec.dynamic_shapes)
+                bounded = bounded if bounded is not None else within_frames(e, config, spec.dynamic_shapes)
                 if bounded is None:
                     raise
                 result = to_onnx(spec.module, spec.args, dynamic_shapes=bounded, **export_args)

@@ -17,6 +17,7 @@ Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the fo
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from fastonnx.pretrained.decoder_cache import (
     produced_layout,
     returned_cache,
 )
-from fastonnx.pretrained.encoder_tasks import encoder, whisper_frames
+from fastonnx.pretrained.encoder_tasks import AUDIO, audio_inputs, encoder, min_samples, whisper_frames
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
 
 
@@ -276,7 +277,7 @@ class Seq2SeqDecoderFirst(torch.nn.Module):
         empty = encoder_hidden_states.new_zeros((decoder_input_ids.shape[0], heads, 0, size))
         out = self.model(
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=(encoder_hidden_states,),
+            encoder_outputs=encoder_output(encoder_hidden_states),
             attention_mask=encoder_attention_mask,
             past_key_values=EncoderDecoderCache(empty_layers(layers, empty), empty_layers(layers, empty)),
             use_cache=True,
@@ -301,7 +302,7 @@ class Seq2SeqDecoderWithPast(torch.nn.Module):
     ) -> tuple[torch.Tensor, Any]:
         out = self.model(
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=(encoder_hidden_states,),
+            encoder_outputs=encoder_output(encoder_hidden_states),
             attention_mask=encoder_attention_mask,
             past_key_values=past_key_values,
             use_cache=True,
@@ -350,8 +351,30 @@ ENCODER_SEQUENCE, DECODER_SEQUENCE, PAST_DECODER = (
 )
 
 
+def encoder_output(states: torch.Tensor) -> Any:
+    """The encoder's states as transformers' output: indexable as the tuple most models read, with the
+    ``last_hidden_state`` others read (Moonshine, Switch Transformers, ProphetNet), and None for the
+    fields of a model's own encoder output class (Moonshine's ``attention_mask``, Switch Transformers'
+    ``router_logits``): the decoder's graph gets the states alone."""
+    return _encoder_states_class()(last_hidden_state=states)
+
+
+@functools.cache
+def _encoder_states_class() -> Any:
+    """Made once: transformers registers every ModelOutput subclass with torch's pytree."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class EncoderStates(BaseModelOutput):
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return None
+
+    return EncoderStates
+
+
 class SpeechEncoder(torch.nn.Module):
-    """The encoder of a speech seq2seq model (Whisper): log-mel features to the encoder's states."""
+    """The encoder of a speech seq2seq model (Whisper, Speech2Text): features to the encoder's states."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
@@ -361,6 +384,31 @@ class SpeechEncoder(torch.nn.Module):
         encoder: Any = self.model.get_encoder()  # type: ignore[operator]
         out: torch.Tensor = encoder(input_features=input_features).last_hidden_state
         return out
+
+
+class WaveformSpeechEncoder(SpeechEncoder):
+    """The encoder of a speech seq2seq model reading the waveform itself (Moonshine)."""
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
+        out: torch.Tensor = encoder(input_values=input_values).last_hidden_state
+        return out
+
+
+def speech_encoder(model: torch.nn.Module, config: Any, batch: int) -> GraphSpec:
+    """The encoder file of a speech seq2seq model: Whisper's fixed frames of mel bins, or the features /
+    waveform of another encoder (Speech2Text, Moonshine...) of a dynamic length (encoder_tasks)."""
+    inputs, names = audio_inputs(model, config, batch, "meta")
+    (name,) = inputs
+    dims = {
+        d: torch.export.Dim(
+            d, min=min_samples(model) if d == AUDIO else 1, max=1024 if d == BATCH else 1 << 20
+        )
+        for d in names[name].values()
+    }
+    module = WaveformSpeechEncoder(model) if name == "input_values" else SpeechEncoder(model)
+    shapes = {name: {axis: dims[d] for axis, d in names[name].items()}}
+    return GraphSpec(module, (inputs[name],), shapes, [name], ["last_hidden_state"])
 
 
 def speech_frames(config: Any) -> tuple[int, int]:
@@ -380,7 +428,7 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
     batch, source, target, past = 2, 6, 3, 4
     b = torch.export.Dim(BATCH, min=1, max=1024)
     e: Any = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
-    if speech:
+    if speech and whisper_frames(config) is not None:  # Whisper's encoder: a fixed length
         source, e = int(config.max_source_positions), None
     d = torch.export.Dim(DECODER_SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST_DECODER, min=1, max=1 << 20)
@@ -396,15 +444,7 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
         ["last_hidden_state"],
     )
     if speech:
-        bins, frames = speech_frames(config)
-        features = torch.randn(batch, bins, frames, generator=g).to("meta")
-        encoder_spec = GraphSpec(
-            SpeechEncoder(model),
-            (features,),
-            {"input_features": {0: b}},
-            ["input_features"],
-            ["last_hidden_state"],
-        )
+        encoder_spec = speech_encoder(model, config, batch)
     step_inputs = ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask"]
     along = {0: b, 1: e} if e is not None else {0: b}
     step_shapes: dict[str, Any] = {
@@ -491,7 +531,7 @@ class WhisperGenaiDecoder(torch.nn.Module):
         placeholder = past_cross[0].new_zeros((input_ids.shape[0], 1, width))
         out = model(
             decoder_input_ids=input_ids,
-            encoder_outputs=(placeholder,),
+            encoder_outputs=encoder_output(placeholder),
             past_key_values=EncoderDecoderCache(cache_of(past_self), cache_of(past_cross)),
             use_cache=True,
         )
@@ -502,9 +542,10 @@ class WhisperGenaiDecoder(torch.nn.Module):
 def genai_whisper(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The two graphs onnxruntime-genai's ``whisper`` type runs (names from its model builder), or none
     where the encoder does not read genai's fixed 3000 frames."""
-    bins, frames = speech_frames(config)
-    if frames != GENAI_WHISPER_FRAMES:
-        return {}
+    whisper = whisper_frames(config)
+    if whisper is None or whisper[1] != GENAI_WHISPER_FRAMES or config.model_type != "whisper":
+        return {}  # genai's whisper type: Whisper's encoder of 3000 frames alone
+    bins, frames = whisper
     layers, heads, size, _ = seq2seq_shape(config)
     g = torch.Generator().manual_seed(0)
     batch, source, target, past = 2, frames // 2, 3, 4
