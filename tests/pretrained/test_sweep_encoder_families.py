@@ -115,3 +115,15 @@ def test_canine_forms_match_eager_at_every_length() -> None:
             expected = Encoder()(*inputs(n))
             got = captured(*inputs(n))
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_tapas_takes_a_token_type_per_table_feature(tmp_path: pathlib.Path) -> None:
+    """TAPAS' token_type_ids hold one id a table feature (batch x sequence x 7): the graph takes them so."""
+    sweep = _sweep()
+    folder = tmp_path / "checkpoint"
+    sweep.build_checkpoint("text-classification", "tapas", "TapasForSequenceClassification", folder)
+    written = fastonnx.export_pretrained(
+        folder, tmp_path / "package", task="text-classification", progress=False
+    )
+    assert written.verified is True, written.verify_note
+    assert written.input_names == ["input_ids", "attention_mask", "token_type_ids"]

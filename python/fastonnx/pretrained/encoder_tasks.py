@@ -237,7 +237,10 @@ def text_inputs(
         inputs["attention_mask"][1, ..., sequence // 2 :] = 0
     _end_with_eos(config, inputs["input_ids"], inputs["attention_mask"])
     if types:
-        inputs["token_type_ids"] = torch.zeros(*rows, sequence, dtype=torch.int64)
+        # TAPAS' token types are one id a table feature (segment, column, row, ranks...): a last axis
+        kinds = getattr(_sub(config, "text_config"), "type_vocab_sizes", None)
+        extra = (len(kinds),) if isinstance(kinds, list) else ()
+        inputs["token_type_ids"] = torch.zeros(*rows, sequence, *extra, dtype=torch.int64)
     return {k: v.to(device) for k, v in inputs.items()}
 
 
