@@ -362,13 +362,14 @@ def test_max_unpool_unbatched_and_module() -> None:
     check_export(Fn(fn), (torch.randn(2, 3, 6, 6),), opsets=ENDS)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_antialiased_bilinear(align_corners: bool) -> None:
+def test_antialiased_resize(mode: str, align_corners: bool) -> None:
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (
-            F.interpolate(x, size=(4, 9), mode="bilinear", antialias=True, align_corners=align_corners),
-            F.interpolate(x, scale_factor=0.4, mode="bilinear", antialias=True, align_corners=align_corners),
-            F.interpolate(x, scale_factor=(1.5, 0.3), mode="bilinear", antialias=True),
+            F.interpolate(x, size=(4, 9), mode=mode, antialias=True, align_corners=align_corners),
+            F.interpolate(x, scale_factor=0.4, mode=mode, antialias=True, align_corners=align_corners),
+            F.interpolate(x, scale_factor=(1.5, 0.3), mode=mode, antialias=True),
         )
 
     check_export(Fn(fn), (torch.randn(2, 3, 11, 13),), opsets=ENDS)

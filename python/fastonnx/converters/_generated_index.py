@@ -63,6 +63,8 @@ FAMILY_OF: dict[str, str] = {
     "aten._unsafe_masked_index.default": "indexing",
     "aten._unsafe_masked_index_put_accumulate.default": "indexing",
     "aten._unsafe_view.default": "shapes",
+    "aten._upsample_bicubic2d_aa.default": "resampling",
+    "aten._upsample_bicubic2d_aa.vec": "resampling",
     "aten._upsample_bilinear2d_aa.default": "resampling",
     "aten._upsample_bilinear2d_aa.vec": "resampling",
     "aten._upsample_nearest_exact1d.default": "resampling",

@@ -273,49 +273,63 @@ def _grid_sample_3d_gather(
     return ctx.cast(ctx.op("Reshape", out, shape), dtype)
 
 
-# ---- antialiased bilinear resize ---------------------------------------------------------------------
-def _aa_weights(size_in: int, size_out: int, align_corners: bool, scale: float | None) -> torch.Tensor:
-    """The (out, in) matrix of torch's antialiased bilinear filter along one axis: torch's own kernel
-    applied to the basis vectors (the filter is linear and separable, so this is exact)."""
+# ---- antialiased bilinear and bicubic resize ------------------------------------------------------------
+def _aa_weights(
+    kernel: Any, size_in: int, size_out: int, align_corners: bool, scale: float | None
+) -> torch.Tensor:
+    """The (out, in) matrix of torch's antialiased filter (``kernel``: bilinear or bicubic) along one
+    axis: torch's own kernel applied to the basis vectors (the filter is linear and separable, so this is
+    exact)."""
     # the other axis is 2 wide and kept (torch's kernel mishandles a width of 1)
     basis = torch.eye(size_in, dtype=torch.float64).reshape(size_in, 1, size_in, 1).expand(-1, -1, -1, 2)
-    y: torch.Tensor = aten._upsample_bilinear2d_aa.default(
-        basis.contiguous(), [size_out, 2], align_corners, scale, None
-    )
+    y: torch.Tensor = kernel(basis.contiguous(), [size_out, 2], align_corners, scale, None)
     return y[:, 0, :, 0].T.contiguous()
 
 
 def _upsample_aa(
-    ctx: ConversionContext, x: Value, align_corners: bool, scales: Sequence[float | None]
+    ctx: ConversionContext, kernel: Any, x: Value, align_corners: bool, scales: Sequence[float | None]
 ) -> str:
     """out = Wh @ x @ Ww^T over the last two dims, with the weights computed at conversion time."""
     (oh, ow), (h, w) = ctx.out_shape[-2:], x.shape[-2:]
     if not all(isinstance(d, int) for d in (oh, ow, h, w)):
-        raise ctx.error("_upsample_bilinear2d_aa needs static spatial sizes")
+        raise ctx.error("an antialiased resize needs static spatial sizes")
     dtype = x.dtype
     compute = torch.float64 if dtype == torch.float64 else torch.float32
-    wh = ctx.const(_aa_weights(h, oh, align_corners, scales[0]), compute)
-    wwt = ctx.const(_aa_weights(w, ow, align_corners, scales[1]).T, compute)
+    wh = ctx.const(_aa_weights(kernel, h, oh, align_corners, scales[0]), compute)
+    wwt = ctx.const(_aa_weights(kernel, w, ow, align_corners, scales[1]).T, compute)
     rows = ctx.op("MatMul", wh, ctx.cast(x, compute))
     return ctx.cast(ctx.op("MatMul", rows, wwt), dtype)
 
 
-def convert_upsample_bilinear2d_aa_vec(
-    ctx: ConversionContext, x: Value, output_size: Any, align_corners: bool, scale_factors: Any
-) -> str:
-    scales = list(scale_factors) if scale_factors is not None else [None, None]
-    return _upsample_aa(ctx, x, align_corners, scales)
+def _aa_converters(kernel: Any) -> tuple[Converter, Converter]:
+    """The .vec and .default converters of an antialiased resize computed by ``kernel``."""
+
+    def vec(
+        ctx: ConversionContext, x: Value, output_size: Any, align_corners: bool, scale_factors: Any
+    ) -> str:
+        scales = list(scale_factors) if scale_factors is not None else [None, None]
+        return _upsample_aa(ctx, kernel, x, align_corners, scales)
+
+    def default(
+        ctx: ConversionContext,
+        x: Value,
+        output_size: Sequence[Any],
+        align_corners: bool,
+        scales_h: float | None = None,
+        scales_w: float | None = None,
+    ) -> str:
+        return _upsample_aa(ctx, kernel, x, align_corners, [scales_h, scales_w])
+
+    return vec, default
 
 
-def convert_upsample_bilinear2d_aa(
-    ctx: ConversionContext,
-    x: Value,
-    output_size: Sequence[Any],
-    align_corners: bool,
-    scales_h: float | None = None,
-    scales_w: float | None = None,
-) -> str:
-    return _upsample_aa(ctx, x, align_corners, [scales_h, scales_w])
+convert_upsample_bilinear2d_aa_vec, convert_upsample_bilinear2d_aa = _aa_converters(
+    aten._upsample_bilinear2d_aa.default
+)
+# RF-DETR resizes its backbone's position embeddings so
+convert_upsample_bicubic2d_aa_vec, convert_upsample_bicubic2d_aa = _aa_converters(
+    aten._upsample_bicubic2d_aa.default
+)
 
 
 upsample_nearest1d_vec, upsample_nearest1d = _upsample_converter(1, "nearest", False)
@@ -336,6 +350,8 @@ CONVERTERS: dict[str, Converter] = {
     "aten.grid_sampler_3d.default": convert_grid_sampler,
     "aten._upsample_bilinear2d_aa.vec": convert_upsample_bilinear2d_aa_vec,
     "aten._upsample_bilinear2d_aa.default": convert_upsample_bilinear2d_aa,
+    "aten._upsample_bicubic2d_aa.vec": convert_upsample_bicubic2d_aa_vec,
+    "aten._upsample_bicubic2d_aa.default": convert_upsample_bicubic2d_aa,
     "aten.upsample_nearest1d.vec": upsample_nearest1d_vec,
     "aten.upsample_nearest1d.default": upsample_nearest1d,
     "aten.upsample_nearest2d.vec": upsample_nearest2d_vec,
