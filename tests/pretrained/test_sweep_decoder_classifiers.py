@@ -54,12 +54,11 @@ FIXED = [
 ]
 # one of each cause in CI: the cache built, images given and a vmap mask, a declared bound, the block
 # loop, the shift
+# the cache switched off and the position limit through a whole export in CI; the swapped forms (lightning
+# attention, the shift, the mask) by their own tests below; every case under FASTONNX_FULL_MATRIX=1
 IN_CI = {
     ("text-classification", "gemma2"),
-    ("text-classification", "gemma3"),
     ("text-classification", "mpt"),
-    ("question-answering", "minimax"),
-    ("token-classification", "t5gemma"),
 }
 
 CASES = sampled(FIXED, lambda case: case in IN_CI)

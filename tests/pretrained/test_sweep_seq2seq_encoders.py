@@ -64,10 +64,10 @@ FIXED = [
     ("fill-mask", "mvp", "MvpForConditionalGeneration"),
 ]
 # in CI one of each cause: BART's shift and pooling, mBART's wrapping shift, T5's, BigBird-Pegasus' bound
+# one export through the swapped shift and the position table in CI (the three shift forms have their
+# own tests below); every case under FASTONNX_FULL_MATRIX=1
 IN_CI = {
     ("text-classification", "bart"),
-    ("question-answering", "mbart"),
-    ("text-classification", "t5"),
     ("text-classification", "bigbird_pegasus"),
 }
 
@@ -108,16 +108,17 @@ def test_the_shifts_are_transformers(length: int) -> None:
 
 
 def test_the_shift_is_captured_for_every_length() -> None:
-    from transformers.models import bart
+    # loaded before the swap, as a model built before its export has it (the swap patches loaded modules)
+    from transformers.models.bart import modeling_bart
 
     class Shift(torch.nn.Module):
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return bart.modeling_bart.shift_tokens_right(ids, 1, 2) * 1
+            return modeling_bart.shift_tokens_right(ids, 1, 2) * 1
 
     length = torch.export.Dim("length", min=2, max=64)
     with guard_free_seq2seq_shifts():
         program = torch.export.export(Shift(), (_ids(2, 5, 0),), dynamic_shapes=({1: length},), strict=False)
-    assert bart.modeling_bart.shift_tokens_right is not shift_right_from_start  # restored
+    assert modeling_bart.shift_tokens_right is not shift_right_from_start  # restored
     for size in (2, 3, 9):
         ids = _ids(2, size, size)
-        torch.testing.assert_close(program.module()(ids), bart.modeling_bart.shift_tokens_right(ids, 1, 2))
+        torch.testing.assert_close(program.module()(ids), modeling_bart.shift_tokens_right(ids, 1, 2))

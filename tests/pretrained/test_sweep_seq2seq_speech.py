@@ -44,7 +44,7 @@ FIXED = [
 
 @pytest.mark.parametrize(
     ("task", "model_type", "encoder_input"),
-    sampled(FIXED, lambda c: c[1] in ("speech_to_text", "moonshine")),
+    sampled(FIXED, lambda c: c[1] == "speech_to_text"),  # the rest under FASTONNX_FULL_MATRIX=1
     ids=lambda v: str(v),
 )
 def test_seq2seq_package_verifies(
