@@ -4,7 +4,9 @@ generation_config.json and a tokenizer (a WordLevel vocabulary of the model's si
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -100,3 +102,13 @@ def save_checkpoint(
 def save_decoder(folder: pathlib.Path, name: str, seed: int = 0) -> torch.nn.Module:
     model_type, class_name, extra = DECODERS[name]
     return save_checkpoint(folder, model_type, class_name, {**DECODER, **extra}, seed=seed)
+
+
+def architecture_sweep() -> ModuleType:
+    """scripts/architecture_sweep.py as a module: its tiny-config maker builds the tests' checkpoints."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "architecture_sweep.py"
+    spec = importlib.util.spec_from_file_location("architecture_sweep", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,22 +5,12 @@ The full sweep writes the "transformers architectures" section of docs/coverage.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-from types import ModuleType
 
 import pytest
+from checkpoint_folders import architecture_sweep
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _sweep() -> ModuleType:
-    path = ROOT / "scripts" / "architecture_sweep.py"
-    spec = importlib.util.spec_from_file_location("architecture_sweep", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 SAMPLE = [

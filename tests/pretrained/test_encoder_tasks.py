@@ -5,32 +5,21 @@ than the verification's: a batch of 3, four choices, a longer waveform, another 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from checkpoint_folders import architecture_sweep
 
 import fastonnx
 from fastonnx.pretrained.encoder_tasks import encoder_inputs
 from support.matrix import sampled
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 # task, model type, class, the graph's outputs

@@ -16,19 +16,17 @@ transformers eager (right padding):
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import torch
+from checkpoint_folders import architecture_sweep
 from torch.export import Dim
 
 import fastonnx
 from fastonnx.capture.chunked_kernels import lightning_attention_by_blocks, shift_right_by_concat
 from support.matrix import sampled
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 FIXED = [
     ("text-classification", "gemma2"),
@@ -64,14 +62,7 @@ IN_CI = {
 CASES = sampled(FIXED, lambda case: case in IN_CI)
 
 
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 @pytest.mark.parametrize(("task", "model_type"), CASES, ids=[f"{t}-{m}" for t, m in CASES])

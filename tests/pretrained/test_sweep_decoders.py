@@ -16,13 +16,11 @@ every present tensor at fastonnx's float32 tolerances):
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-from types import ModuleType
 
 import pytest
 import torch
-from checkpoint_folders import DECODER, save_checkpoint
+from checkpoint_folders import DECODER, architecture_sweep, save_checkpoint
 from safetensors.torch import load_file
 
 import fastonnx
@@ -30,17 +28,7 @@ from fastonnx.errors import InputError
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta
 from support.matrix import sampled
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 def _export(tmp_path: pathlib.Path, model_type: str, class_name: str) -> fastonnx.PretrainedExport:

@@ -12,29 +12,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-from types import ModuleType
 
 import pytest
 import torch
+from checkpoint_folders import architecture_sweep
 
 import fastonnx
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.pretrained.encoder_tasks import UNICODE_CODEPOINTS, text_inputs, text_length
 from support.matrix import sampled
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 @pytest.mark.parametrize(

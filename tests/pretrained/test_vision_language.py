@@ -6,29 +6,18 @@ against transformers' forward on the same prompt and images."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-from types import ModuleType
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from checkpoint_folders import architecture_sweep
 
 import fastonnx
 from fastonnx.pretrained import vision_language as vl
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "architecture_sweep", ROOT / "scripts" / "architecture_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_sweep = architecture_sweep
 
 
 CASES = [
