@@ -66,6 +66,13 @@ def kv_shape(config: Any) -> tuple[int, int]:
     return kv_heads, int(head_dim)
 
 
+def text_config(config: Any) -> Any:
+    """The config holding a decoder's sizes: its text config where it is composite (a vision-language
+    model's causal LM: Gemma 3, Fuyu...), which text-generation exports the text path of."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if callable(get) else config
+
+
 def config_layout(config: Any) -> list[CacheLayer]:
     """Every layer keys and values of the sizes a standard decoder config states."""
     from transformers.cache_utils import DynamicLayer

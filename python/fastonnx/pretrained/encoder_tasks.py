@@ -108,19 +108,19 @@ class Named(torch.nn.Module):
         # use_mems_eval), which the graph never returns: its sliding-window and conv-state layers slice it
         # by the length, guards on it (XLNet's mems: length < 512). Not use_cache=False: a head may take
         # no such argument, or pass its own beside its **kwargs
-        on: dict[tuple[int, str], Any] = {}
-        for m in self.model.modules():
-            c = getattr(m, "config", None)
-            for flag in STATE_FLAGS:
-                if getattr(c, flag, None) is True:
-                    on[(id(c), flag)] = c
-        switched = [(c, flag) for (_, flag), c in on.items()]
-        for c, flag in switched:
+        switched = {
+            (id(c), flag): c
+            for m in self.model.modules()
+            if (c := getattr(m, "config", None)) is not None
+            for flag in STATE_FLAGS
+            if getattr(c, flag, None) is True
+        }  # by identity: the submodules share configs
+        for (_, flag), c in switched.items():
             setattr(c, flag, False)
         try:
             out = self.model(**inputs)
         finally:
-            for c, flag in switched:
+            for (_, flag), c in switched.items():
                 setattr(c, flag, True)
         found: list[torch.Tensor] = []
         for f in self.fields:
@@ -357,11 +357,14 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = output_fields(model, task)
-    least = {AUDIO: min_samples(model)}
-    dims = {
-        d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20))
-        for axes in names.values()
-        for d in axes.values()
-    }
-    shapes = {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}
+    shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+
+
+def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> dict[str, dict[int, Any]]:
+    """The dims ``encoder_inputs`` / ``audio_inputs`` name, one ``Dim`` a name: batches up to 1024, a
+    waveform from the samples that make 2 frames (``min_samples``), the other lengths from 1."""
+    used = {d for axes in names.values() for d in axes.values()}
+    least = {AUDIO: min_samples(model)} if AUDIO in used else {}
+    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20)) for d in used}
+    return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}

@@ -18,14 +18,9 @@ import json
 import pathlib
 from typing import Any
 
-from fastonnx.pretrained.decoder_cache import kv_shape
+from fastonnx.pretrained.decoder_cache import kv_shape, text_config
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.task_inputs import (
-    GENAI_WHISPER_DECODER,
-    GENAI_WHISPER_ENCODER,
-    seq2seq_shape,
-    text_config,
-)
+from fastonnx.pretrained.task_inputs import GENAI_WHISPER_DECODER, GENAI_WHISPER_ENCODER, seq2seq_shape
 
 # transformers model_type -> onnxruntime-genai's model type, where genai names the architecture
 GENAI_TYPES = {

@@ -27,11 +27,12 @@ from fastonnx.pretrained.decoder_cache import (
     flat_tensors,
     fresh_cache,
     returned_cache,
+    text_config,
 )
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, text_config
+from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags
 from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}

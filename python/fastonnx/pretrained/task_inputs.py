@@ -34,8 +34,9 @@ from fastonnx.pretrained.decoder_cache import (
     filled_cache,
     produced_layout,
     returned_cache,
+    text_config,
 )
-from fastonnx.pretrained.encoder_tasks import AUDIO, audio_inputs, encoder, min_samples, whisper_frames
+from fastonnx.pretrained.encoder_tasks import audio_inputs, dynamic_shapes, encoder, whisper_frames
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
 
 
@@ -145,13 +146,6 @@ def decoder_inputs(
     cache = filled_cache(layout, batch, past, device, g)
     tensors = (ids.to(device), mask.to(device), positions.to(device))
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
-
-
-def text_config(config: Any) -> Any:
-    """The config holding a decoder's sizes: its text config where it is composite (a vision-language
-    model's causal LM: Gemma 3, Fuyu...), which text-generation exports the text path of."""
-    get = getattr(config, "get_text_config", None)
-    return get(decoder=True) if callable(get) else config
 
 
 def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
@@ -400,15 +394,8 @@ def speech_encoder(model: torch.nn.Module, config: Any, batch: int) -> GraphSpec
     waveform of another encoder (Speech2Text, Moonshine...) of a dynamic length (encoder_tasks)."""
     inputs, names = audio_inputs(model, config, batch, "meta")
     (name,) = inputs
-    dims = {
-        d: torch.export.Dim(
-            d, min=min_samples(model) if d == AUDIO else 1, max=1024 if d == BATCH else 1 << 20
-        )
-        for d in names[name].values()
-    }
     module = WaveformSpeechEncoder(model) if name == "input_values" else SpeechEncoder(model)
-    shapes = {name: {axis: dims[d] for axis, d in names[name].items()}}
-    return GraphSpec(module, (inputs[name],), shapes, [name], ["last_hidden_state"])
+    return GraphSpec(module, (inputs[name],), dynamic_shapes(model, names), [name], ["last_hidden_state"])
 
 
 def speech_frames(config: Any) -> tuple[int, int]:

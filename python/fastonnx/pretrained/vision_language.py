@@ -33,6 +33,7 @@ from fastonnx.pretrained.decoder_cache import (
     filled_cache,
     produced_layout,
     returned_cache,
+    text_config,
 )
 from fastonnx.pretrained.encoder_tasks import image_inputs
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
@@ -176,7 +177,7 @@ class EmbedsStep(torch.nn.Module):
 
 
 def text_sizes(config: Any) -> tuple[int, int]:
-    text = config.get_text_config(decoder=True)
+    text = text_config(config)
     return int(text.hidden_size), int(text.vocab_size)
 
 
@@ -221,7 +222,7 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     layout = produced_layout(model, config, True)
     if layout == []:
         raise InputError(f"{type(model).__name__} returns no cache: a vision-language decoder without one")
-    layout = layout or config_layout(config.get_text_config(decoder=True))
+    layout = layout or config_layout(text_config(config))
     cache = filled_cache(layout, 2, 4, "meta", torch.Generator().manual_seed(0))  # 4 past positions
     mask = torch.ones(2, 4 + 3, dtype=torch.int64, device="meta")
     positions = torch.arange(4, 4 + 3, device="meta").repeat(2, 1)
