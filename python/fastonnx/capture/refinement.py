@@ -36,6 +36,7 @@ from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
+from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.capture.traceable_detection import traceable_detection_ops
 from fastonnx.errors import CaptureError
 from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
@@ -193,13 +194,15 @@ def _export(
     # nn.LSTM / GRU / RNN as custom ops whose batch and sequence dims stay symbolic; torchvision's
     # detection post-processing in a traceable form; chunked kernels in a form whose loop follows the
     # length; experts loops over every expert, not the ones hit; seq2seq models' shift of input_ids
-    # without a guard (see rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py,
-    # expert_loops.py, seq2seq_shifts.py)
+    # without a guard; SEW's pooling and the conformer's relative positions without one (see
+    # rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py, expert_loops.py, seq2seq_shifts.py,
+    # speech_encoders.py)
     with (
         rnn_as_custom_ops(),
         traceable_detection_ops(),
         length_following_kernels(),
         guard_free_seq2seq_shifts(),
+        guard_free_speech_encoders(),
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

@@ -334,20 +334,41 @@ def encoder_inputs(
 
 def min_samples(model: torch.nn.Module) -> int:
     """The fewest waveform samples a speech encoder's convolutions turn into 2 frames: at 1 frame its
-    program is another one (a size-1 dim broadcasts), at 0 the model itself fails."""
+    program is another one (a size-1 dim broadcasts), at 0 the model itself fails. SEW's encoders pool
+    the frames by the config's ``squeeze_factor`` before attending: 2 pooled frames then."""
+    least = 2 * int(getattr(getattr(model, "config", None), "squeeze_factor", 1))
     # the model's own, or its speech encoder's (SpeechT5's prenet)
-    lengths = next(
-        (f for m in model.modules() if callable(f := getattr(m, "_get_feat_extract_output_lengths", None))),
-        None,
-    )
-    if lengths is None:
+    lengths = _length_function(model, "_get_feat_extract_output_lengths")
+    return 1 if lengths is None else _fewest(lengths, least)
+
+
+def min_features(model: torch.nn.Module) -> int:
+    """The fewest feature frames: 1, unless the model's subsampling (``_get_subsampling_output_length``)
+    makes no frame of 1 (LASR's unpadded convolutions fail below their kernel): then, as for a waveform,
+    the fewest that make 2 frames."""
+    method = _length_function(model, "_get_subsampling_output_length")
+    if method is None:
         return 1
+
+    def lengths(frames: int) -> int:  # Parakeet's reads a tensor
+        return int(method(torch.tensor(frames)))
+
+    return 1 if lengths(1) >= 1 else _fewest(lengths, 2)
+
+
+def _length_function(model: torch.nn.Module, name: str) -> Any:
+    """The method ``name`` of the model or of a module in it (its output lengths of input lengths)."""
+    return next((f for m in model.modules() if callable(f := getattr(m, name, None))), None)
+
+
+def _fewest(lengths: Any, least: int) -> int:
+    """The fewest inputs ``lengths`` turns into ``least`` outputs (1 if none up to 2**20 do)."""
     low, high = 1, 1 << 20
-    if int(lengths(high)) < 2:
+    if int(lengths(high)) < least:
         return 1
-    while low < high:  # the frame count grows with the samples
+    while low < high:  # the output length grows with the input's
         middle = (low + high) // 2
-        low, high = (middle + 1, high) if int(lengths(middle)) < 2 else (low, middle)
+        low, high = (middle + 1, high) if int(lengths(middle)) < least else (low, middle)
     return low
 
 
@@ -363,8 +384,11 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
 
 def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> dict[str, dict[int, Any]]:
     """The dims ``encoder_inputs`` / ``audio_inputs`` name, one ``Dim`` a name: batches up to 1024, a
-    waveform from the samples that make 2 frames (``min_samples``), the other lengths from 1."""
+    waveform from the samples that make 2 frames (``min_samples``), features from ``min_features``, the
+    other lengths from 1."""
     used = {d for axes in names.values() for d in axes.values()}
     least = {AUDIO: min_samples(model)} if AUDIO in used else {}
+    if FEATURES in used:
+        least[FEATURES] = min_features(model)
     dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20)) for d in used}
     return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}

@@ -1,0 +1,165 @@
+"""Speech encoders' length-dependent code, swapped while torch.export captures for forms that compute the
+same function at every waveform length without a guard on it.
+
+SEW's and SEW-D's encoders pool the ``T`` frames by ``squeeze_factor`` (``s``) into ``T // s``, add a
+strided positional convolution, run their layers and upsample back to ``s * (T // s)`` frames, zero-padded
+to ``T``. transformers aligns the two halves with ``min(positions, pooled)`` and a slice, and pads under
+``if upsampled < T``: the first compares two sizes sympy writes differently but that are the same number
+(``(T - 2) // 2 + 1`` and ``T // 2``), the second depends on ``T % s``, so torch.export keeps a guard
+either way. The forms here read the positions at the pooled frames' indices (the convolution, padded by
+half its kernel, always gives at least that many) and pad by a read clamped to the upsampled frames, zeros
+past them.
+
+wav2vec2-conformer's relative position scores (Transformer-XL's) are skewed by padding a column, viewing
+the ``(T, 2T)`` scores as ``(2T, T)``, dropping a row and viewing back: each view leaves a divisibility
+guard (``(2T - 1) % T != 0``...) true at every ``T >= 2`` that sympy cannot prove, and torch.export
+narrows the waveform to multiples of 320 samples. The form here gathers the same entries: query ``i``
+and key ``j`` read column ``T - 1 - i + j`` (relative position ``i - j``).
+
+Only the modules of ``SWAPS`` already imported are swapped, for the duration of the capture; in training
+(LayerDrop) SEW's encoders run transformers' own forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def squeeze_frames(
+    encoder: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SEW's frames pooled by ``squeeze_factor`` plus the positional convolution at each, and the mask
+    pooled alike (padded frames zeroed first, as transformers does)."""
+    factor = int(encoder.config.squeeze_factor)
+    if attention_mask is not None:
+        hidden_states = hidden_states.masked_fill(~attention_mask.bool().unsqueeze(-1), 0.0)
+        pooled_mask = torch.nn.functional.max_pool1d(
+            attention_mask.float().unsqueeze(1), kernel_size=factor, stride=factor
+        )
+        attention_mask = pooled_mask.squeeze(1).long()
+    frames = hidden_states.transpose(1, 2)
+    pooled = encoder.pool(frames)
+    positions = encoder.pos_conv_embed(frames)
+    # the first pooled.shape[-1] positions, read by index: no comparison of the two lengths
+    first = torch.arange(pooled.shape[-1], device=positions.device)
+    squeezed = pooled + positions.index_select(-1, first)
+    return squeezed.transpose(1, 2), attention_mask
+
+
+def unsqueeze_frames(upsampled: torch.Tensor, frames: int | torch.SymInt) -> torch.Tensor:
+    """``upsampled`` (batch, ``s * (T // s)``, width) zero-padded to ``frames`` (``T``) along dim 1."""
+    count = upsampled.shape[1]
+    index = torch.arange(frames, device=upsampled.device)
+    read = upsampled.index_select(1, index.clamp(max=count - 1))
+    return read.masked_fill((index >= count).unsqueeze(-1), 0.0)
+
+
+def sew_encoder_forward(
+    self: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+) -> Any:
+    """``SEWEncoder.forward``."""
+    if self.training:
+        return _original(self)(self, hidden_states, attention_mask, **kwargs)
+    module = sys.modules[type(self).__module__]
+    frames = hidden_states.shape[1]
+    hidden_states, attention_mask = squeeze_frames(self, hidden_states, attention_mask)
+    mask = module.create_bidirectional_mask(
+        config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+    )
+    hidden_states = self.dropout(self.layer_norm(hidden_states))
+    for layer in self.layers:
+        hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
+    upsampled = unsqueeze_frames(self.upsample(hidden_states), frames)
+    return module.BaseModelOutput(last_hidden_state=upsampled)
+
+
+def sew_d_encoder_forward(
+    self: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+) -> Any:
+    """``SEWDEncoder.forward``."""
+    if self.training:
+        return _original(self)(self, hidden_states, attention_mask, **kwargs)
+    module = sys.modules[type(self).__module__]
+    frames = hidden_states.shape[1]
+    hidden_states, attention_mask = squeeze_frames(self, hidden_states, attention_mask)
+    if attention_mask is None:  # every pooled frame, sized from the pooled frames themselves
+        attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.long)
+    encoded = self.encoder(hidden_states, attention_mask, **kwargs)
+    upsampled = unsqueeze_frames(self.upsample(encoded.last_hidden_state), frames)
+    return module.BaseModelOutput(last_hidden_state=upsampled)
+
+
+def skewed_relative_scores(scores: torch.Tensor, keys: int | torch.SymInt) -> torch.Tensor:
+    """Transformer-XL's shift of ``scores`` (..., ``T`` queries, ``2T - 1`` relative positions, from
+    ``T - 1`` down to ``1 - T``) to (..., ``T``, ``keys``): entry ``i, j`` is column ``T - 1 - i + j``."""
+    queries = scores.shape[-2]
+    rows = torch.arange(queries, device=scores.device).unsqueeze(-1)
+    cols = torch.arange(keys, device=scores.device)
+    index = (cols - rows) + (queries - 1)
+    return scores.gather(-1, index.expand(*scores.shape[:-2], queries, keys))
+
+
+def conformer_relative_position_encoding(
+    module: Any, query: torch.Tensor, key: torch.Tensor, relative_position_embeddings: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """wav2vec2-conformer's ``_apply_relative_position_encoding``: the query biased by ``pos_bias_u`` and
+    the scaled relative position scores (matrices b + d)."""
+    if relative_position_embeddings is None:
+        raise ValueError(
+            "`relative_position_embeddings` has to be defined when `self.position_embeddings_type == 'relative'`"
+        )
+    positions = module.linear_pos(relative_position_embeddings)
+    # (1, 2T - 1, heads * size) -> (1, heads, size, 2T - 1); the heads named, not inferred (a -1 leaves
+    # a divisibility guard)
+    positions = positions.unflatten(-1, (module.num_heads, module.head_size)).permute(0, 2, 3, 1)
+    scores = torch.matmul(query + module.pos_bias_v[None, :, None, :], positions)
+    scores = skewed_relative_scores(scores, key.shape[2]) * module.scaling
+    return query + module.pos_bias_u[None, :, None, :], scores
+
+
+SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "sew": {"SEWEncoder.forward": sew_encoder_forward},
+    "sew_d": {"SEWDEncoder.forward": sew_d_encoder_forward},
+    "wav2vec2_conformer": {"_apply_relative_position_encoding": conformer_relative_position_encoding},
+}
+"""transformers' model types (``transformers.models.<type>.modeling_<type>``), each with its functions or
+``Class.method``s and the forms swapped in."""
+
+_ORIGINALS: dict[tuple[Any, str], Callable[..., Any]] = {}
+"""The methods swapped out while a swap is active, for SEW's training path."""
+
+
+def _original(encoder: Any) -> Callable[..., Any]:
+    """transformers' ``forward`` of ``encoder``'s class, swapped out."""
+    return next(_ORIGINALS[c, "forward"] for c in type(encoder).__mro__ if (c, "forward") in _ORIGINALS)
+
+
+@contextlib.contextmanager
+def guard_free_speech_encoders() -> Iterator[None]:
+    """While active, the loaded modules of ``SWAPS`` have the forms of this module."""
+    swapped: list[tuple[Any, str, Any]] = []
+    for model_type, forms in SWAPS.items():
+        module = sys.modules.get(f"transformers.models.{model_type}.modeling_{model_type}")
+        if module is None:
+            continue
+        for name, form in forms.items():
+            owner: Any = module
+            if "." in name:  # a method, ``Class.method``, of a class the module defines
+                owner_name, name = name.split(".")
+                owner = vars(module).get(owner_name)
+            if owner is None or not callable(vars(owner).get(name)):
+                continue
+            swapped.append((owner, name, vars(owner)[name]))
+            _ORIGINALS[owner, name] = vars(owner)[name]
+            setattr(owner, name, form)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(swapped):
+            setattr(owner, name, original)
+            _ORIGINALS.pop((owner, name), None)
