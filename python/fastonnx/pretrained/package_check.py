@@ -32,7 +32,7 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags
+from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, seq2seq_sides
 from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -158,7 +158,8 @@ def _check_text2text(
             states = model.get_encoder()(**audio).last_hidden_state
         mask = torch.ones(states.shape[:2], dtype=torch.int64)
     else:
-        inputs = text_inputs(config, 2, 7, "cpu", False)
+        sides = seq2seq_sides(config)  # a composite config's encoder holds the vocabulary the ids index
+        inputs = text_inputs(config if sides is None else sides[0], 2, 7, "cpu", False)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
         with torch.no_grad():

@@ -29,7 +29,7 @@ from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
-from fastonnx.pretrained.task_inputs import graph_specs
+from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
 from fastonnx.pretrained.tasks import choose
 
 log = logging.getLogger("fastonnx")
@@ -214,8 +214,10 @@ def within_positions(
     declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
     None when it refused anything else. A package keeps the bound (its files' metadata, the report)."""
     narrowed = getattr(error, "narrowed", None)
-    # a composite config (CLIP's, SigLIP's) declares them in its text config
+    # a composite config (CLIP's, SigLIP's) declares them in its text config; EncoderDecoderModel's and
+    # T5Gemma's in its encoder and decoder configs
     configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
+    configs += seq2seq_sides(config) or ()
     declared = [int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)]
     if not narrowed or not declared:
         return None

@@ -32,6 +32,7 @@ from fastonnx.pretrained.decoder_cache import (
     check_cache_layers,
     config_layout,
     filled_cache,
+    kv_shape,
     produced_layout,
     returned_cache,
     text_config,
@@ -304,8 +305,31 @@ class Seq2SeqDecoderWithPast(torch.nn.Module):
         return out.logits, out.past_key_values
 
 
+def seq2seq_sides(config: Any) -> tuple[Any, Any] | None:
+    """(encoder's text config, decoder's config) of a composite seq2seq config (EncoderDecoderModel's,
+    T5Gemma's: sizes in its ``encoder`` and ``decoder``); None for a flat one (BART's, T5's)."""
+    from transformers import PreTrainedConfig
+
+    encoder, decoder = getattr(config, "encoder", None), getattr(config, "decoder", None)
+    if not isinstance(encoder, PreTrainedConfig) or not isinstance(decoder, PreTrainedConfig):
+        return None
+    return text_config(encoder), decoder
+
+
+def seq2seq_vocab(config: Any) -> int:
+    """The ids both sides of a seq2seq model take: below either vocabulary's size."""
+    sides = seq2seq_sides(config)
+    return int(config.vocab_size) if sides is None else min(int(c.vocab_size) for c in sides)
+
+
 def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
-    """(decoder layers, decoder heads, head size, model width) of a seq2seq config (T5's or BART's names)."""
+    """(decoder layers, decoder heads, head size, model width) of a seq2seq config (T5's or BART's names);
+    of a composite one, the decoder's cache sizes and the encoder's width (the states it passes)."""
+    sides = seq2seq_sides(config)
+    if sides is not None:
+        encoder, decoder = sides
+        heads, head_size = kv_shape(decoder)
+        return int(decoder.num_hidden_layers), heads, head_size, int(encoder.hidden_size)
     layers = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or 0)
     layers = layers or int(config.num_hidden_layers)
     heads = int(getattr(config, "decoder_attention_heads", None) or config.num_attention_heads)
@@ -406,12 +430,17 @@ def speech_frames(config: Any) -> tuple[int, int]:
     return frames
 
 
+ONE_TOKEN_STEPS = frozenset({"prophetnet", "xlm-prophetnet"})
+"""Model types whose decoder takes one token a step once it has a past: ProphetNet's asserts
+``hidden_states.size(1) == 1`` there (its n-gram streams are laid out for a single step)."""
+
+
 def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict[str, GraphSpec]:
     """Three files: the encoder, the decoder's first step and the decoder with its past. ``speech``:
     the encoder reads ``input_features`` (batch, mel bins, frames), the encoder length is fixed."""
     layers, _, _, width = seq2seq_shape(config)
     g = torch.Generator().manual_seed(0)
-    vocab = int(config.vocab_size)
+    vocab = seq2seq_vocab(config)
     batch, source, target, past = 2, 6, 3, 4
     b = torch.export.Dim(BATCH, min=1, max=1024)
     e: Any = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
@@ -450,10 +479,13 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
     cross = (
         {"key": {0: b, 2: e}, "value": {0: b, 2: e}} if e is not None else {"key": {0: b}, "value": {0: b}}
     )
+    step_ids, past_shapes = dec_ids, step_shapes
+    if getattr(config, "model_type", None) in ONE_TOKEN_STEPS:
+        step_ids, past_shapes = dec_ids[:, :1], {**step_shapes, "decoder_input_ids": {0: b}}
     with_past = GraphSpec(
         Seq2SeqDecoderWithPast(model),
-        (dec_ids, states, mask, seq2seq_cache(config, batch, past, source, "meta", g)),
-        {**step_shapes, "past_key_values": [{"decoder": own, "encoder": cross} for _ in range(layers)]},
+        (step_ids, states, mask, seq2seq_cache(config, batch, past, source, "meta", g)),
+        {**past_shapes, "past_key_values": [{"decoder": own, "encoder": cross} for _ in range(layers)]},
         [*step_inputs, *seq2seq_cache_names(layers, "past_key_values")],
         ["logits", *seq2seq_cache_names(layers, "present")],
     )
