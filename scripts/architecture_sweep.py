@@ -140,6 +140,12 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # the first and fails where there is no other (one of each kind of layer at two layers)
     "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
     "t5": {"decoder_start_token_id": 0},  # google-t5/t5-small: T5ForSequenceClassification shifts with it
+    # Qwen/Qwen2-VL-2B, Qwen/Qwen2.5-VL-3B: mrope_section [16, 24, 24] splits the 64 rotary frequencies of
+    # head_dim 128 over the temporal, row and column planes; the tiny head_dim 16 has 8, split alike
+    **dict.fromkeys(
+        ("qwen2_vl", "qwen2_5_vl"),
+        {"text_config": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}},
+    ),
 }
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model", "dim", "model_dim")
 _NOT_WIDTHS = re.compile("position|window|chunk|batch|image|patch")  # sizes that make no weight wider
@@ -609,12 +615,13 @@ def _vision_language_check(model: Any) -> None:
 
     try:
         images = vl.vision_inputs(model, model.config, 1, "cpu")
-        token = vl.image_token_id(model.config)
+        vl.image_token_id(model.config)
     except InputError:
         return
     rows = vl.image_features(model, **images).shape[0]
-    ids = torch.cat([torch.full((1, 2), 3), torch.full((1, rows), token), torch.full((1, 2), 4)], dim=1)
-    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images)
+    ids = vl.image_prompt(model.config, torch.full((1, 2), 3), rows, torch.full((1, 2), 4))
+    _, _, placed = vl.prompt_positions(model, ids, images)  # Qwen-VL's image positions need the token types
+    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed)
 
 
 def _first_line(text: str) -> str:

@@ -61,6 +61,38 @@ def save_tokenizer(folder: pathlib.Path, vocab: int = VOCAB) -> None:
     fast.save_pretrained(folder)
 
 
+def save_byte_tokenizer(
+    folder: pathlib.Path, specials: list[str], tokenizer_class: str, **roles: str
+) -> dict[str, int]:
+    """A byte-level BPE without merges, the form onnxruntime-extensions loads (it reads BPE and Unigram
+    tokenizers only): every byte a token, its id the byte's value, then ``specials`` from 256 on.
+    ``roles`` names the eos, pad... tokens among them; ``tokenizer_class`` is what the tokenizer config
+    says (onnxruntime-extensions picks its handling by it). Returns the special tokens' ids."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # GPT-2's byte-to-character table: printable bytes stand for themselves, the others shift past 255
+    printable = {*range(33, 127), *range(161, 173), *range(174, 256)}
+    shifted = iter(range(256, 512))
+    table = {b: chr(b) if b in printable else chr(next(shifted)) for b in range(256)}
+    inner = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    inner.decoder = decoders.ByteLevel()
+    named = set(roles.values())
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        additional_special_tokens=[t for t in specials if t not in named],
+        **{f"{role}_token": token for role, token in roles.items()},
+    )
+    fast.add_special_tokens({"additional_special_tokens": specials})
+    fast.save_pretrained(folder)
+    path = folder / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tokenizer_class": tokenizer_class}))
+    return {t: int(fast.convert_tokens_to_ids(t)) for t in specials}
+
+
 def save_checkpoint(
     folder: pathlib.Path,
     model_type: str,

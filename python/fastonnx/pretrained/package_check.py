@@ -201,7 +201,8 @@ def _check_vision_language(
 
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
-    (features,) = _run(sessions[vl.VISION_FILE], ["pixel_values"], [images["pixel_values"]])
+    vision_names = vl.vision_arguments(model) if "image_grid_thw" in images else ["pixel_values"]
+    (features,) = _run(sessions[vl.VISION_FILE], vision_names, [images[n] for n in vision_names])
     with torch.no_grad():
         expected_features = vl.image_features(model, **images)
     infos = [compare("vision_encoder: image_features", expected_features, features)]
@@ -209,8 +210,11 @@ def _check_vision_language(
     hidden, vocab = vl.text_sizes(config)
     g = torch.Generator().manual_seed(1)
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=g)
-    text[text == token] = (token + 1) % vocab  # the image's tokens only where the image goes
-    ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
+    special = {token, *(getattr(config, f"vision_{k}_token_id", None) for k in ("start", "end"))}
+    for t in special - {None}:
+        text[text == t] = 3  # the image's tokens only where the image goes
+    ids = vl.image_prompt(config, text[:, :2], features.shape[0], text[:, 2:])
+    positions, offset, placed = vl.prompt_positions(model, ids, images)
     steps = 6
     settings = GenerationConfig(  # type: ignore[no-untyped-call]
         do_sample=False, max_new_tokens=steps, eos_token_id=None, pad_token_id=0
@@ -220,6 +224,7 @@ def _check_vision_language(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             **images,
+            **placed,
             generation_config=settings,
             output_logits=True,
             return_dict_in_generate=True,
@@ -227,11 +232,13 @@ def _check_vision_language(
     layout = decoder_spec.cache_layout or config_layout(text_config(config))
     cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
     step_ids, rows, past, tokens = ids, features, 0, []
-    for step in range(steps):
+    # generate stops early where it draws the config's eos: the steps it made
+    for step in range(len(generated.logits)):
         (embeds,) = _run(sessions[vl.EMBED_FILE], ["input_ids", "image_features"], [step_ids, rows])
         length = step_ids.shape[1]
         mask = torch.ones(1, past + length, dtype=torch.int64)
-        positions = torch.arange(past, past + length).unsqueeze(0)
+        if step:
+            positions = vl.step_positions(model, past, length, offset)
         got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, [embeds, mask, positions, *cache])
         infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
         cache, past = got[1:], past + length

@@ -3,7 +3,8 @@
 Steps: read the folder (folder.py), pick the task and class (tasks.py), build the model from its config
 with parameters on meta and buffers real (meta_init.py), export the task's graph (task_inputs.py) with
 the weights referenced in place from the folder's safetensors, copy the tokenizer and generation files,
-write ``genai_config.json`` for text generation and Whisper (genai_config.py), then verify the package against
+write ``genai_config.json`` for text generation, Whisper (genai_config.py) and the vision-language types
+genai runs (genai_vision.py), then verify the package against
 transformers where the weights fit in memory (package_check.py). Everything is written into a temporary folder
 beside ``outdir`` and renamed at the end: a failed export leaves nothing.
 """
@@ -27,6 +28,7 @@ from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
+from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
@@ -382,6 +384,10 @@ def export_pretrained(
         if chosen.name == "text-generation":
             genai = write_genai_config(
                 tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE
+            )
+        elif chosen.name == "image-text-to-text":
+            genai = write_vision_genai_config(
+                tmp, checkpoint.path, config, checkpoint.generation_config(), specs
             )
         elif chosen.name == "automatic-speech-recognition" and "encoder_model.onnx" in specs:
             genai = write_whisper_genai_config(tmp, config, checkpoint.generation_config(), list(specs))

@@ -169,21 +169,24 @@ def _generates_text(arch: str, model_type: str) -> bool:
     return arch in _class_names(vision.get(model_type, []))
 
 
-def _plain_images(arch: str) -> bool:
-    """Whether the vision-language class takes its images as plain ``pixel_values`` (LLaVA, InternVL),
-    which the three-file layout exports; Qwen-VL's grids and Idefics3's tiles it does not yet."""
+def _three_files(arch: str) -> bool:
+    """Whether the vision-language class takes its images as the three-file layout exports them: plain
+    ``pixel_values`` (LLaVA, InternVL) or Qwen-VL's patch grids; Idefics3's tiles it does not yet."""
     import transformers
 
+    from fastonnx.pretrained.grid_vision import GRID_TYPES
     from fastonnx.pretrained.vision_language import plain_images
 
     cls = getattr(transformers, arch, None)
-    return cls is not None and plain_images(cls)
+    if cls is None:
+        return False
+    return plain_images(cls) or getattr(cls.config_class, "model_type", None) in GRID_TYPES
 
 
 def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
     """The task (``auto`` resolved) and the transformers class name to build for ``config``. ``auto``
-    takes a vision-language checkpoint to image-text-to-text where its images are plain pixel values,
-    else to text-generation (its text path, onnxruntime-genai's package)."""
+    takes a vision-language checkpoint to image-text-to-text where its images are plain pixel values
+    or Qwen-VL's grids, else to text-generation (its text path, onnxruntime-genai's package)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise InputError("config.json has no model_type: not a transformers config")
@@ -191,8 +194,8 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if task == "auto":
         for t in TASKS.values():
-            if t.name == "image-text-to-text" and arch is not None and not _plain_images(arch):
-                continue  # images as grids or tiles: the text path's package (text-generation) below
+            if t.name == "image-text-to-text" and arch is not None and not _three_files(arch):
+                continue  # images as tiles: the text path's package (text-generation) below
             if arch is not None and any(arch in _class_names(v) for v in task_mapping(t).values()):
                 return t, arch
         for t in TASKS.values():  # the architecture in no task's mapping: the first task the type has

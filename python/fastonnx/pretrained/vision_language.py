@@ -5,12 +5,17 @@ transformers.js use, each graph captured from transformers' own model:
   size given as ``image_sizes`` where ``get_image_features`` takes them) to ``image_features``, the image's
   features as rows, ``num_image_tokens`` x hidden. One image a call: transformers' ``get_image_features``
   makes a Python list of the images (LLaVA's ``list(image_features)``), which fixes their number in a
-  capture; a prompt with several images runs it once for each and concatenates the rows in order;
+  capture; a prompt with several images runs it once for each and concatenates the rows in order.
+  Qwen2-VL and Qwen2.5-VL take an image of any size as patches and its grid (``pixel_values`` patches x
+  1176, ``image_grid_thw`` 1 x 3): their tower is grid_vision.py's, and the number of feature rows follows
+  the grid;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
 - ``decoder_model_merged.onnx``: ``inputs_embeds``, ``attention_mask``, ``position_ids`` and the cache,
-  to ``logits`` and the grown cache, as text-generation's one graph for the prefill and every step.
+  to ``logits`` and the grown cache, as text-generation's one graph for the prefill and every step. A
+  model with multimodal rotary positions (Qwen-VL's mrope) takes them as 3 x batch x sequence: the
+  temporal, row and column planes transformers' ``get_rope_index`` makes (``prompt_positions``).
 
 A generation loop: the vision encoder once per prompt, then embed and decode for the prefill (the prompt
 holding as many image tokens as the images have feature rows: the processor expands each image's
@@ -37,6 +42,7 @@ from fastonnx.pretrained.decoder_cache import (
 )
 from fastonnx.pretrained.encoder_tasks import image_inputs
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
+from fastonnx.pretrained.grid_vision import GridVisionEncoder, is_grid_tower, vision_tower
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = (
     "vision_encoder.onnx",
@@ -88,6 +94,8 @@ def plain_images(cls: type) -> bool:
 
 def vision_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
+    if is_grid_tower(model):
+        return ["pixel_values", "image_grid_thw"]
     get: Any = model.get_image_features
     params = inspect.signature(get).parameters
     unsupported = _needed(get)
@@ -181,11 +189,67 @@ def text_sizes(config: Any) -> tuple[int, int]:
     return int(text.hidden_size), int(text.vocab_size)
 
 
+def mrope(model: torch.nn.Module) -> bool:
+    """Whether the decoder's rotary positions are Qwen-VL's three planes (``get_rope_index``)."""
+    return hasattr(getattr(model, "model", model), "get_rope_index")
+
+
+def image_prompt(config: Any, before: torch.Tensor, rows: int, after: torch.Tensor) -> torch.Tensor:
+    """Token ids ``before``, an image of ``rows`` feature rows and ``after``: the image tokens between
+    the model's vision start and end tokens where it has them (Qwen-VL's, where ``get_rope_index`` and
+    genai find the image)."""
+    start, end = (getattr(config, f"vision_{k}_token_id", None) for k in ("start", "end"))
+    block = [torch.full((1, rows), image_token_id(config))]
+    if isinstance(start, int) and isinstance(end, int):
+        block = [torch.tensor([[start]]), *block, torch.tensor([[end]])]
+    return torch.cat([before, *block, after], dim=1)
+
+
+def prompt_positions(
+    model: torch.nn.Module, ids: torch.Tensor, images: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The position ids of a prompt ``ids`` (one row) holding ``images``, the offset of the positions of
+    the steps after it from their cache length, and what ``generate`` takes besides to place them alike:
+    transformers' own ``get_rope_index`` for mrope (text tokens count on, an image's tokens take their row
+    and column), else 0, 1, 2..."""
+    if not mrope(model):
+        return torch.arange(ids.shape[1]).unsqueeze(0), torch.tensor(0), {}
+    types = {"mm_token_type_ids": (ids == image_token_id(model.config)).to(torch.int32)}
+    inner: Any = getattr(model, "model", model)
+    positions, delta = inner.get_rope_index(ids, image_grid_thw=images.get("image_grid_thw"), **types)
+    return positions, delta.reshape(()), types
+
+
+def step_positions(model: torch.nn.Module, past: int, length: int, offset: torch.Tensor) -> torch.Tensor:
+    """The position ids of ``length`` tokens after ``past`` cached ones."""
+    positions = (torch.arange(past, past + length) + offset).unsqueeze(0)
+    return positions.repeat(3, 1, 1) if mrope(model) else positions
+
+
+def image_grid(model: torch.nn.Module) -> tuple[int, int, int]:
+    """A grid (frames, rows, columns in patches) for the check of a grid tower: one frame, wider than
+    tall, one attention window more than fits in its rows (so that the windows split it)."""
+    visual: Any = vision_tower(model)
+    merge = int(visual.config.spatial_merge_size)
+    window = getattr(visual.config, "window_size", None)
+    across = int(window) // merge // int(visual.config.patch_size) if window else 2
+    return 1, merge * (across + 1), merge * 3
+
+
 def vision_inputs(
     model: torch.nn.Module, config: Any, images: int, device: str | torch.device
 ) -> dict[str, torch.Tensor]:
     """What transformers' forward takes for ``images`` images of the processor's size (the vision encoder
-    graph reads ``pixel_values`` alone)."""
+    graph reads ``pixel_values`` alone), or of ``image_grid``'s grid for a grid tower."""
+    if is_grid_tower(model):
+        visual: Any = vision_tower(model)
+        t, h, w = image_grid(model)
+        c = visual.config
+        width = int(c.in_channels) * int(c.temporal_patch_size) * int(c.patch_size) ** 2
+        return {
+            "pixel_values": torch.randn(images * t * h * w, width, device=device),
+            "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
+        }
     pixels = image_inputs(config, images, device)["pixel_values"]
     inputs = {"pixel_values": pixels}
     if "image_sizes" in vision_arguments(model):
@@ -200,10 +264,25 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     token = image_token_id(config)
     if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
-    sizes = "image_sizes" in vision_arguments(model)
-    pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
-    encoder = VisionEncoderWithSizes(model) if sizes else VisionEncoder(model)
-    vision_spec = GraphSpec(encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"])
+    if is_grid_tower(model):
+        grid = vision_inputs(model, config, 1, "meta")
+        tower: Any = vision_tower(model)
+        unit = int(tower.config.spatial_merge_size) ** 2
+        tokens = torch.export.Dim(IMAGE_TOKENS, min=1, max=1 << 20)
+        vision_spec = GraphSpec(
+            GridVisionEncoder(model),
+            (grid["pixel_values"], grid["image_grid_thw"]),
+            {"pixel_values": {0: unit * tokens}, "image_grid_thw": {}},
+            ["pixel_values", "image_grid_thw"],
+            ["image_features"],
+        )
+    else:
+        sizes = "image_sizes" in vision_arguments(model)
+        pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
+        encoder = VisionEncoderWithSizes(model) if sizes else VisionEncoder(model)
+        vision_spec = GraphSpec(
+            encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
+        )
 
     hidden, vocab = text_sizes(config)
     b = torch.export.Dim(BATCH, min=1, max=1024)
@@ -226,12 +305,15 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     cache = filled_cache(layout, 2, 4, "meta", torch.Generator().manual_seed(0))  # 4 past positions
     mask = torch.ones(2, 4 + 3, dtype=torch.int64, device="meta")
     positions = torch.arange(4, 4 + 3, device="meta").repeat(2, 1)
+    planes = mrope(model)
+    if planes:  # temporal, row and column positions
+        positions = positions.repeat(3, 1, 1)
     embeds = torch.zeros(2, 3, hidden, device="meta")
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
     dims: dict[str, Any] = {
         "inputs_embeds": {0: b, 1: s},
         "attention_mask": {0: b, 1: TOTAL},
-        "position_ids": {0: b, 1: s},
+        "position_ids": {1: b, 2: s} if planes else {0: b, 1: s},
         "past_key_values": cache_dims(layout, b, p),
     }
     decoder_spec = GraphSpec(
