@@ -146,6 +146,32 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
         ("qwen2_vl", "qwen2_5_vl"),
         {"text_config": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}},
     ),
+    # ibm-granite/granite-speech-3.3-2b: the projector's Q-Former reads the encoder's states, as wide as its
+    # hidden_dim (1024 both); the Q-Former's default (1408) is not the encoder's
+    **dict.fromkeys(
+        ("granite_speech", "granite_speech_plus"),
+        {"projector_config": {"encoder_hidden_size": _SIZES["hidden_dim"]}},
+    ),
+    "voxtral": {"audio_token_id": 24},  # mistralai/Voxtral-Mini-3B-2507: the audio's placeholder token
+    # nvidia/Nemotron-3-Diarization leaves num_key_value_heads unset (as many as the 8 heads): its v_proj
+    # has num_attention_heads heads, which the tiny 2 key-value heads do not repeat to
+    "nemotron3_diarization": {"audio_config": {"num_key_value_heads": _SIZES["num_attention_heads"]}},
+    # llava-hf/vip-llava-7b-hf reads hidden states (-2, -5, -8, -11, 6) of its 24-layer CLIP tower; the tiny
+    # tower's 2 layers have 3: five of those, the projector as wide
+    "vipllava": {"vision_feature_layers": [-2, -1, -3, 0, 1]},
+    # meta-llama/Llama-4-Scout-17B-16E: the pixel shuffle (ratio 0.5) makes 4 x the vision hidden (1408) the
+    # adapter's input (intermediate_size 5632), whose projector and output are the text's width (4096)
+    "llama4": {
+        "vision_config": {
+            "intermediate_size": 4 * _SIZES["hidden_size"],
+            **dict.fromkeys(
+                ("projector_input_dim", "projector_output_dim", "vision_output_dim"), _SIZES["hidden_size"]
+            ),
+        }
+    },
+    # Salesforce/blip2-opt-2.7b, Salesforce/instructblip-vicuna-7b: the query tokens' placeholder (50265,
+    # 32001), which the processor repeats num_query_tokens times; the config's default (None) names none
+    **dict.fromkeys(("blip-2", "instructblip"), {"image_token_index": VOCAB - 1}),
 }
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model", "dim", "model_dim")
 _NOT_WIDTHS = re.compile("position|window|chunk|batch|image|patch")  # sizes that make no weight wider
@@ -533,6 +559,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     torch.manual_seed(0)
     model = cls(config).eval()
     _untie_zero_matrices(model)
+    _unit_batch_norm_scales(model)
     _eager_check(task, model)
     model.save_pretrained(folder)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
@@ -552,6 +579,21 @@ def _untie_zero_matrices(model: Any) -> None:
         for p in model.parameters():
             if p.dim() >= 2 and p.is_floating_point() and not p.any():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def _unit_batch_norm_scales(model: Any) -> None:
+    """Sets to one the BatchNorm scales a model draws around zero (RT-DETR's, PP-DocLayout's: N(0, 0.01)),
+    as torch's default and trained checkpoints have them near one: each such layer shrinks the features a
+    hundredfold, and RT-DETR's encoder then scores every anchor alike to float rounding, so torch and
+    onnxruntime pick different top-k queries, which says nothing of the export."""
+    import torch
+
+    with torch.no_grad():
+        for m in model.modules():
+            scale = getattr(m, "weight", None)
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and scale is not None:
+                if scale.abs().max() < 0.1:
+                    scale.fill_(1.0)
 
 
 _DERIVED_DECODER_IDS = frozenset({"text-classification", "question-answering", "fill-mask"})
@@ -613,15 +655,57 @@ def _vision_language_check(model: Any) -> None:
     from fastonnx.errors import InputError
     from fastonnx.pretrained import vision_language as vl
 
+    if not hasattr(model, "get_image_features"):
+        _plain_image_forward(model)
+        return
     try:
         images = vl.vision_inputs(model, model.config, 1, "cpu")
         vl.image_token_id(model.config)
+        rows = vl.image_features(model, **images).shape[0]  # Llama 4's are the tower's, not projected
     except InputError:
         return
-    rows = vl.image_features(model, **images).shape[0]
     ids = vl.image_prompt(model.config, torch.full((1, 2), 3), rows, torch.full((1, 2), 4))
     _, _, placed = vl.prompt_positions(model, ids, images)  # Qwen-VL's image positions need the token types
     model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed)
+
+
+def _plain_image_forward(model: Any) -> None:
+    """A model with no ``get_image_features`` (BLIP, GIT, Idefics, Kosmos-2, Mllama, a vision encoder-decoder):
+    its own forward on one image of its vision encoder's size and a short text, where it takes
+    ``pixel_values``. The export then refuses it with its reason (an export error, not "not buildable").
+    A forward asking for inputs a plain image and text do not make (Mllama's aspect ratios, a prompt's
+    image tokens, PI0's state: a TypeError or the model's ValueError on its inputs) is not run: that says
+    nothing of whether transformers runs the tiny model."""
+    import torch
+
+    from fastonnx.pretrained.encoder_tasks import image_inputs
+    from fastonnx.pretrained.graph_spec import takes
+
+    if not takes(model, "pixel_values"):
+        return  # its images come as other inputs (Fuyu's patches, Pix2Struct's flattened patches)
+    config = model.config
+    encoder = getattr(config, "encoder", None)  # a vision encoder-decoder's image size is its encoder's
+    vision = encoder if hasattr(encoder, "image_size") else config
+    vocab = getattr(config.get_text_config(), "vocab_size", None)
+    g = torch.Generator().manual_seed(0)
+    latent = getattr(config, "latent_query_num", 0)  # Kosmos-2: the image's features, as many tokens
+    image = int(latent) if _is_int(latent) else 0
+    ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (1, 4 + image), generator=g)
+    where = torch.zeros_like(ids)
+    where[:, 2 : 2 + image] = 1  # the tokens Kosmos-2 puts the image's features at
+    inputs = {"pixel_values": image_inputs(vision, 1, "cpu")["pixel_values"]}
+    for name, value in (
+        ("input_ids", ids),
+        ("attention_mask", torch.ones_like(ids)),
+        ("decoder_input_ids", ids[:, :2]),
+        ("image_embeds_position_mask", where),
+    ):
+        if takes(model, name):
+            inputs[name] = value
+    try:
+        model(**inputs)
+    except (TypeError, ValueError):
+        return
 
 
 def _first_line(text: str) -> str:
