@@ -13,6 +13,11 @@ at its box's integer size and Keypoint R-CNN upsamples each ROI's heatmaps to th
 Python loops over the detections with sizes read from tensors. Their replacements below work on every
 detection at once from torch's own interpolation taps and weights, with data-dependent sizes only as
 tensor values (and, for the keypoints, one unbacked size: the largest ROI).
+
+transformers' RT-DETR family (RT-DETR, RT-DETRv2, D-FINE, DEIMv2, PP-DocLayout) reads its batch as
+``batch_size = len(source_flatten)``: Python's ``len`` must return an int, so torch.export specialises the
+batch there. While the block is active those modules' ``len`` is :func:`tensor_len`, which gives a
+tensor's ``shape[0]`` as it is (a SymInt when the batch is dynamic) and is the builtin for anything else.
 """
 
 from __future__ import annotations
@@ -203,6 +208,21 @@ def traceable_heatmaps_to_keypoints(
     return xy_preds.to(torch.float32), end_scores
 
 
+def tensor_len(obj: Any) -> Any:
+    """``len(obj)``, but a tensor's first size as it is: a SymInt stays symbolic."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return obj.shape[0]
+    return len(obj)
+
+
+# the modules whose forward reads the batch as len(source_flatten): their own name ``len`` shadows the builtin
+_BATCH_BY_LEN = tuple(
+    f"transformers.models.{name}.modeling_{name}"
+    for name in ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3")
+)
+
 # (module, attribute, replacement): what traceable_detection_ops swaps in
 _REPLACEMENTS = (
     ("torchvision.ops.boxes", "batched_nms", traceable_batched_nms),
@@ -216,7 +236,8 @@ _REPLACEMENTS = (
 
 @contextmanager
 def traceable_detection_ops() -> Iterator[None]:
-    """Within this block torchvision's detection helpers are their traceable forms above.
+    """Within this block torchvision's detection helpers are their traceable forms above, and the RT-DETR
+    family's ``len`` is :func:`tensor_len`.
 
     A no-op for the modules not imported (then no model can call them).
     """
@@ -226,8 +247,15 @@ def traceable_detection_ops() -> Iterator[None]:
         if module is not None:
             saved.append((module, attr, getattr(module, attr)))
             setattr(module, attr, replacement)
+    shadowed = [
+        m for name in _BATCH_BY_LEN if (m := sys.modules.get(name)) is not None and "len" not in vars(m)
+    ]
+    for module in shadowed:
+        module.len = tensor_len  # type: ignore[attr-defined]
     try:
         yield
     finally:
+        for module in shadowed:
+            del module.len
         for module, attr, original in reversed(saved):
             setattr(module, attr, original)

@@ -14,13 +14,17 @@ Inputs, by what the forward takes:
 
 Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
-Mask2Former's ``class_queries_logits``, ``masks_queries_logits``).
+Mask2Former's ``class_queries_logits``, ``masks_queries_logits``), else those of ``FALLBACK_OUTPUTS``
+it declares (PP-OCR's text detectors: ``last_hidden_state``). The output class is the one the forward's
+return annotation names, else the one its source returns (RF-DETR's segmentation forward is annotated
+``dict``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import types
 import typing
 from typing import Any
@@ -56,6 +60,13 @@ ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 """The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
+FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
+    # processor's post_process_object_detection reads
+    "object-detection": ("last_hidden_state",),
+}
+"""Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
+
 WAVEFORM_SAMPLES = 16000  # one second at the 16 kHz the speech encoders are trained on
 FEATURE_FRAMES = 100  # a second of 10 ms frames
 
@@ -71,24 +82,42 @@ Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 
 
 def _output_class(model: torch.nn.Module) -> type | None:
-    """The ModelOutput dataclass the forward's return annotation names (``tuple | XOutput``)."""
+    """The ModelOutput dataclass the forward's return annotation names (``tuple | XOutput``), else the
+    one dataclass its source returns by name (``return XOutput(...)``)."""
     annotation = inspect.signature(model.forward).return_annotation
     candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
     for c in candidates:
         if isinstance(c, type) and dataclasses.is_dataclass(c):
             return c
-    return None
+    return _returned_class(model)
+
+
+def _returned_class(model: torch.nn.Module) -> type | None:
+    forward = inspect.unwrap(type(model).forward)
+    try:
+        source = inspect.getsource(forward)
+    except (OSError, TypeError):
+        return None
+    names = set(re.findall(r"^\s*return\s+([A-Za-z_]\w*)\(", source, re.MULTILINE))
+    found = [
+        c for n in names if isinstance(c := forward.__globals__.get(n), type) and dataclasses.is_dataclass(c)
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
-    """The task's output fields the model's output class declares (all of them where it declares none of
-    them, or its forward names no class: a missing one is then an error at capture)."""
+    """The task's output fields the model's output class declares, else its ``FALLBACK_OUTPUTS`` it
+    declares (all of ``ENCODER_OUTPUTS`` where it declares none of either, or no class is found: a missing
+    one is then an error at capture)."""
     wanted = ENCODER_OUTPUTS.get(task, ("logits",))
     cls = _output_class(model)
     if cls is None:
         return wanted
     declared = {f.name for f in dataclasses.fields(cls)}
-    return tuple(f for f in wanted if f in declared) or wanted
+    for fields in (wanted, FALLBACK_OUTPUTS.get(task, ())):
+        if kept := tuple(f for f in fields if f in declared):
+            return kept
+    return wanted
 
 
 STATE_FLAGS = ("use_cache", "use_mems_eval")
