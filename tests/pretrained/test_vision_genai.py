@@ -1,9 +1,9 @@
-"""Qwen2.5-VL through onnxruntime-genai (issue 42, part 1): ``export_pretrained`` of a tiny Qwen2.5-VL folder
-(a byte-level tokenizer with Qwen's special tokens, transformers' image processor config) writes the three
-graphs, ``genai_config.json`` (type ``qwen2_5_vl``) and ``processor_config.json``; genai's own processor
-and greedy search over them, on a PNG and a prompt, give the tokens of transformers' ``generate`` on the
-inputs genai's processor made, every step's logits within 1e-4; and genai's pixels are transformers'
-image processor's.
+"""Qwen2.5-VL and Gemma 3 through onnxruntime-genai (issue 42, part 1): ``export_pretrained`` of a tiny folder
+(a byte-level tokenizer with the model's special tokens, transformers' image processor config) writes the
+three graphs, ``genai_config.json`` (type ``qwen2_5_vl`` / ``gemma3``) and ``processor_config.json``;
+genai's own processor and greedy search over them, on a PNG and a prompt, give the tokens of transformers'
+``generate`` on the inputs genai's processor made, every step's logits within 1e-4; and genai's pixels are
+transformers' image processor's.
 
 genai runs in a subprocess: a crash in its native code fails the test instead of ending the run."""
 
@@ -22,8 +22,8 @@ from checkpoint_folders import save_byte_tokenizer
 
 import fastonnx
 
-SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>", "<|vision_start|>", "<|vision_end|>"]
-SPECIALS += ["<|image_pad|>", "<|video_pad|>"]
+QWEN_SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>", "<|vision_start|>", "<|vision_end|>"]
+QWEN_SPECIALS += ["<|image_pad|>", "<|video_pad|>"]
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 MAX_LENGTH = 16  # new tokens beyond the prompt
 
@@ -59,13 +59,13 @@ print(json.dumps({"sequence": [int(t) for t in generator.get_sequence(0)], "logi
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, pathlib.Path, dict[str, int]]:
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, pathlib.Path, dict[str, int]]:
     import transformers
 
     tmp = tmp_path_factory.mktemp("qwen_vl_genai")
     folder, package = tmp / "checkpoint", tmp / "package"
     folder.mkdir()
-    ids = save_byte_tokenizer(folder, SPECIALS, "Qwen2Tokenizer", eos="<|im_end|>", pad="<|endoftext|>")
+    ids = save_byte_tokenizer(folder, QWEN_SPECIALS, "Qwen2Tokenizer", eos="<|im_end|>", pad="<|endoftext|>")
     tokens = {"eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]}
     config = transformers.Qwen2_5_VLConfig(
         text_config={
@@ -143,8 +143,8 @@ def _genai(
     return result
 
 
-def test_genai_config_is_qwen_vl(exported: tuple[pathlib.Path, pathlib.Path, dict[str, int]]) -> None:
-    _, package, ids = exported
+def test_genai_config_is_qwen_vl(qwen: tuple[pathlib.Path, pathlib.Path, dict[str, int]]) -> None:
+    _, package, ids = qwen
     model = json.loads((package / "genai_config.json").read_text())["model"]
     assert model["type"] == "qwen2_5_vl"
     assert (model["image_token_id"], model["vision_start_token_id"]) == (
@@ -173,15 +173,15 @@ CASES = {
 
 
 @pytest.mark.parametrize("sizes", list(CASES.values()), ids=list(CASES))
-def test_genai_generates_as_transformers(
-    exported: tuple[pathlib.Path, pathlib.Path, dict[str, int]],
+def test_qwen_generates_as_transformers(
+    qwen: tuple[pathlib.Path, pathlib.Path, dict[str, int]],
     tmp_path: pathlib.Path,
     sizes: list[tuple[int, int]],
 ) -> None:
     import transformers
     from PIL import Image
 
-    folder, package, ids = exported
+    folder, package, ids = qwen
     images = [_png(tmp_path / f"image{i}.png", h, w, seed=i) for i, (h, w) in enumerate(sizes)]
     prompt = (
         f"<|im_start|>user\n{IMAGE * len(images)}What is in the picture?<|im_end|>\n<|im_start|>assistant\n"
@@ -220,13 +220,136 @@ def test_genai_generates_as_transformers(
             output_logits=True,
             return_dict_in_generate=True,
         )
+    _same_generation(result, generated, prompt_ids.shape[1])
+
+
+def _same_generation(result: dict[str, Any], generated: Any, prompt: int) -> None:
+    """genai's greedy tokens are transformers', at least 5 distinct; each step's logits within 1e-4."""
     sequence = result["sequence"]
     assert sequence == generated.sequences[0].tolist()
-    new = sequence[prompt_ids.shape[1] :]
+    new = sequence[prompt:]
     assert len(set(new)) >= 5, new
-    steps = len(new)
-    assert steps == len(generated.logits)
-    for step in range(steps):
+    assert len(new) == len(generated.logits)
+    for step in range(len(new)):
         want_logits = generated.logits[step][0]
         assert float(want_logits.abs().max()) > 1.0
         torch.testing.assert_close(torch.tensor(result["logits"][step]), want_logits, atol=1e-4, rtol=1e-4)
+
+
+GEMMA_SPECIALS = ["<bos>", "<eos>", "<pad>", "<start_of_image>", "<image_soft_token>", "<end_of_image>"]
+GEMMA_SPECIALS += ["<start_of_turn>", "<end_of_turn>"]
+GEMMA_SIDE = 32  # 16 x 16 patches of 2 pixels: genai's 256 tokens per image, pooled by 1
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, pathlib.Path, dict[str, int]]:
+    import transformers
+
+    tmp = tmp_path_factory.mktemp("gemma3_genai")
+    folder, package = tmp / "checkpoint", tmp / "package"
+    folder.mkdir()
+    ids = save_byte_tokenizer(
+        folder, GEMMA_SPECIALS, "Qwen2Tokenizer", bos="<bos>", eos="<eos>", pad="<pad>"
+    )  # a byte-level BPE: genai needs the special tokens, not Gemma's own vocabulary
+    tokens = {f"{k}_token_id": ids[f"<{k}>"] for k in ("bos", "eos", "pad")}
+    config = transformers.Gemma3Config(
+        text_config={
+            "vocab_size": 272,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 1024,
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+            # untied: tied to the embeddings, the random model repeats its last token
+            "tie_word_embeddings": False,
+            **tokens,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": GEMMA_SIDE,
+            "patch_size": 2,
+        },
+        mm_tokens_per_image=256,
+        image_token_index=ids["<image_soft_token>"],
+        boi_token_index=ids["<start_of_image>"],
+        eoi_token_index=ids["<end_of_image>"],
+        tie_word_embeddings=False,
+        **tokens,
+    )
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # matrices at std 0.2, as Qwen's
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2)
+    model.save_pretrained(folder)
+    transformers.Gemma3ImageProcessor(size={"height": GEMMA_SIDE, "width": GEMMA_SIDE}).save_pretrained(
+        folder
+    )
+    written = fastonnx.export_pretrained(folder, package, progress=False)
+    assert (written.task, written.architecture) == ("image-text-to-text", "Gemma3ForConditionalGeneration")
+    assert written.verified is True, written.verify_note
+    return folder, package, ids
+
+
+def test_genai_config_is_gemma3(gemma: tuple[pathlib.Path, pathlib.Path, dict[str, int]]) -> None:
+    _, package, _ = gemma
+    model = json.loads((package / "genai_config.json").read_text())["model"]
+    assert model["type"] == "gemma3"
+    # the decoder takes the ids: its image blocks attend both ways
+    assert model["decoder"]["inputs"]["input_ids"] == "input_ids"
+    steps = json.loads((package / "processor_config.json").read_text())["processor"]["transforms"]
+    assert [s["operation"]["type"] for s in steps] == [
+        "DecodeImage",
+        "Resize",
+        "Rescale",
+        "Normalize",
+        "Permute3D",
+    ]
+
+
+@pytest.mark.parametrize("images", [1, 0], ids=["one image", "text only"])
+def test_gemma3_generates_as_transformers(
+    gemma: tuple[pathlib.Path, pathlib.Path, dict[str, int]], tmp_path: pathlib.Path, images: int
+) -> None:
+    import transformers
+    from PIL import Image
+
+    folder, package, ids = gemma
+    paths = [_png(tmp_path / "image.png", GEMMA_SIDE, GEMMA_SIDE, seed=3)][:images]
+    image = "<start_of_image>" * images
+    prompt = f"<bos><start_of_turn>user\n{image}What is it?<end_of_turn>\n<start_of_turn>model\n"
+    result = _genai(package, paths, prompt, tmp_path)
+    inputs = result["inputs"]
+    prompt_ids = inputs["input_ids"].to(torch.int64)
+    assert int((prompt_ids == ids["<image_soft_token>"]).sum()) == 256 * images
+
+    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    feeds: dict[str, torch.Tensor] = {}
+    if images:
+        processor = transformers.AutoImageProcessor.from_pretrained(folder)
+        want = processor(images=[Image.open(p) for p in paths], return_tensors="pt")["pixel_values"]
+        torch.testing.assert_close(inputs["pixel_values"], want, atol=1e-5, rtol=1e-5)
+        # the image's tokens attend to each other both ways: transformers reads them from the token types
+        feeds = {
+            "pixel_values": inputs["pixel_values"],
+            "token_type_ids": inputs["token_type_ids"].to(torch.int64),
+        }
+    with torch.no_grad():
+        generated = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            **feeds,
+            do_sample=False,
+            max_new_tokens=MAX_LENGTH,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    _same_generation(result, generated, prompt_ids.shape[1])

@@ -13,6 +13,9 @@ docs/genai_vision_contract.md; its rules that shape the files:
   that a text-only prompt and every decode step (0 rows) fit the same graph;
 - Qwen's grid reaches the vision graph under its literal name ``image_grid_thw``, int64; the image, video
   and vision-start token ids sit at the model level (genai's mrope positions read them);
+- genai's Gemma 3 processor puts 256 tokens per image (a constant of its code) and passes the token
+  types to no graph: the decoder takes ``input_ids`` (genai feeds them where the graph declares them)
+  and makes the image blocks of the bidirectional mask from them;
 - a Qwen vision graph taking one image a call (``image_grid_thw`` 1 x 3) makes genai loop over images;
 - ``decoder.pipeline``, ``vision.pipeline`` and ``decoder.sliding_window`` are never written (another
   runtime path each).
@@ -28,7 +31,7 @@ from fastonnx.pretrained.genai_config import build_genai_config, unmet_contract
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.vision_language import DECODER_FILE, EMBED_FILE, VISION_FILE, image_token_id
 
-VISION_TYPES = ("qwen2_5_vl",)
+VISION_TYPES = ("qwen2_5_vl", "gemma3")
 """transformers model types whose packages genai runs under the same type name."""
 
 PROCESSOR_FILE = "processor_config.json"
@@ -45,7 +48,8 @@ def build_vision_genai_config(
     built = build_genai_config(config, generation, decoder_spec, DECODER_FILE)
     model = built["model"]
     inputs = model["decoder"]["inputs"]
-    del inputs["input_ids"]  # genai feeds input_ids to a decoder only where its graph declares them
+    if "input_ids" not in decoder_spec.input_names:
+        del inputs["input_ids"]  # genai feeds input_ids to a decoder only where its graph declares them
     model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **inputs}
     model["type"] = str(config.model_type)
     model["image_token_id"] = image_token_id(config)
@@ -122,6 +126,38 @@ def _qwen_processor(settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _gemma_processor(settings: dict[str, Any]) -> dict[str, Any]:
+    """onnxruntime-extensions' Gemma 3 pipeline: RGB decode (no ``ConvertRGB``: it swaps the channels),
+    a resize to the processor's square without keeping the aspect ratio (bilinear, transformers'
+    resample), rescale, normalize, channels first."""
+    size = settings["size"]
+    resize = {"interpolation": "LINEAR", "width": int(size["width"]), "height": int(size["height"])}
+    transforms = [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        ("resize", "Resize", {**resize, "keep_aspect_ratio": 0}),
+        ("rescale", "Rescale", {"rescale_factor": float(settings["rescale_factor"])}),
+        (
+            "normalize",
+            "Normalize",
+            {
+                "mean": [float(x) for x in settings["image_mean"]],
+                "std": [float(x) for x in settings["image_std"]],
+            },
+        ),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+    ]
+    return {
+        "processor": {
+            "name": "gemma_3_image_processing",
+            "transforms": [{"operation": {"name": n, "type": t, "attrs": a}} for n, t, a in transforms],
+        }
+    }
+
+
+GENAI_GEMMA_IMAGE_TOKENS = 256
+"""The tokens genai's Gemma 3 processor puts for an image, whatever the config says."""
+
+
 def image_processor_settings(folder: pathlib.Path, config: Any) -> dict[str, Any]:
     """The checkpoint's image processor settings: transformers' defaults for the model's processor class,
     overridden by its ``preprocessor_config.json``."""
@@ -129,7 +165,8 @@ def image_processor_settings(folder: pathlib.Path, config: Any) -> dict[str, Any
 
     path = folder / "preprocessor_config.json"
     saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    name = saved.get("image_processor_type") or {"qwen2_5_vl": "Qwen2VLImageProcessor"}[config.model_type]
+    default = {"qwen2_5_vl": "Qwen2VLImageProcessor", "gemma3": "Gemma3ImageProcessor"}[config.model_type]
+    name = saved.get("image_processor_type") or default
     defaults: dict[str, Any] = getattr(transformers, name)().to_dict()
     return {**defaults, **saved}
 
@@ -149,10 +186,14 @@ def write_vision_genai_config(
             f"{', '.join(VISION_TYPES)}); the package is the three-file layout"
         )
     unmet = unmet_contract(specs[DECODER_FILE])
+    tokens = getattr(config, "mm_tokens_per_image", GENAI_GEMMA_IMAGE_TOKENS)
+    if unmet is None and config.model_type == "gemma3" and tokens != GENAI_GEMMA_IMAGE_TOKENS:
+        unmet = f"its Gemma 3 processor puts {GENAI_GEMMA_IMAGE_TOKENS} tokens per image, this model {tokens}"
     if unmet is not None:
         return f"onnxruntime-genai cannot run this package: {unmet}"
     settings = image_processor_settings(checkpoint, config)
-    (folder / PROCESSOR_FILE).write_text(json.dumps(_qwen_processor(settings), indent=4) + "\n")
+    pipeline = _qwen_processor(settings) if config.model_type == "qwen2_5_vl" else _gemma_processor(settings)
+    (folder / PROCESSOR_FILE).write_text(json.dumps(pipeline, indent=4) + "\n")
     path = folder / "genai_config.json"
     built = build_vision_genai_config(config, generation, specs)
     path.write_text(json.dumps(built, indent=4) + "\n")

@@ -239,7 +239,68 @@ def _check_vision_language(
         mask = torch.ones(1, past + length, dtype=torch.int64)
         if step:
             positions = vl.step_positions(model, past, length, offset)
-        got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, [embeds, mask, positions, *cache])
+        feeds = [
+            embeds,
+            mask,
+            positions,
+            *cache,
+            *([step_ids] if "input_ids" in decoder_spec.input_names else []),
+        ]
+        got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, feeds)
+        infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
+        cache, past = got[1:], past + length
+        tokens.append(int(got[0][0, -1].argmax()))
+        step_ids, rows = torch.tensor([[tokens[-1]]]), torch.zeros(0, hidden)
+    want = generated.sequences[0, ids.shape[1] :].tolist()
+    infos.append(compare("generated tokens", torch.tensor(want), torch.tensor(tokens)))
+    return infos
+
+
+def _check_audio_language(
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+) -> list[VerificationInfo]:
+    """One audio (its last quarter padding, where the encoder takes the mask) and a prompt holding its
+    tokens: the audio features, then a greedy generation of 6 tokens over the three files against
+    transformers' ``generate`` on the same prompt and audio: every step's logits, and the tokens."""
+    from transformers import GenerationConfig
+
+    from fastonnx.pretrained import audio_language as al
+    from fastonnx.pretrained import vision_language as vl
+
+    audio_spec, decoder_spec = specs[al.AUDIO_FILE], specs[al.DECODER_FILE]
+    audio = al.audio_inputs(model, config, "cpu", kept=0.75)
+    (features,) = _run(
+        sessions[al.AUDIO_FILE], audio_spec.input_names, [audio[n] for n in audio_spec.input_names]
+    )
+    with torch.no_grad():
+        expected_features = al.audio_features(model, **audio)
+    infos = [compare("audio_encoder: audio_features", expected_features, features)]
+    token = al.audio_token_id(config)
+    hidden, vocab = vl.text_sizes(config)
+    text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    text[text == token] = 3  # the audio's tokens only where the audio goes
+    ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
+    settings = GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0
+    )
+    with torch.no_grad():
+        generated = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            **audio,
+            generation_config=settings,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    layout = decoder_spec.cache_layout or config_layout(text_config(config))
+    cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
+    step_ids, rows, past, tokens = ids, features, 0, []
+    for step in range(len(generated.logits)):  # generate stops early where it draws the config's eos
+        (embeds,) = _run(sessions[al.EMBED_FILE], ["input_ids", "audio_features"], [step_ids, rows])
+        length = step_ids.shape[1]
+        mask = torch.ones(1, past + length, dtype=torch.int64)
+        positions = torch.arange(past, past + length).unsqueeze(0)
+        got = _run(sessions[al.DECODER_FILE], decoder_spec.input_names, [embeds, mask, positions, *cache])
         infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
         cache, past = got[1:], past + length
         tokens.append(int(got[0][0, -1].argmax()))
@@ -291,6 +352,8 @@ def verify_package(
                 infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
             elif task == "image-text-to-text":
                 infos = _check_vision_language(sessions, model, model.config, specs)
+            elif "audio_encoder.onnx" in specs:
+                infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs)
             else:

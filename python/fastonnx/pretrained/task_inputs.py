@@ -609,6 +609,11 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     """The files of ``task``'s package, each with its graph's spec."""
     if task == "text-generation":
         return {"model.onnx": text_generation(model, config)}
+    if task in ("text2text-generation", "automatic-speech-recognition"):
+        from fastonnx.pretrained.audio_language import audio_text_to_text, is_audio_language
+
+        if is_audio_language(model):  # a decoder-only audio-LLM these mappings list: three files
+            return audio_text_to_text(model, config)
     if task == "text2text-generation":
         return text2text(model, config)
     if task == "image-text-to-text":

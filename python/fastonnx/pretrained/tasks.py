@@ -186,13 +186,21 @@ def _three_files(arch: str) -> bool:
 def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
     """The task (``auto`` resolved) and the transformers class name to build for ``config``. ``auto``
     takes a vision-language checkpoint to image-text-to-text where its images are plain pixel values
-    or Qwen-VL's grids, else to text-generation (its text path, onnxruntime-genai's package)."""
+    or Qwen-VL's grids (even where the causal-LM mapping lists the class too, as Gemma 3's: the whole
+    model), else to text-generation (its text path, onnxruntime-genai's package)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise InputError("config.json has no model_type: not a transformers config")
     archs = config.get("architectures") or []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if task == "auto":
+        vision = TASKS["image-text-to-text"]
+        if (
+            arch is not None
+            and _three_files(arch)
+            and any(arch in _class_names(v) for v in task_mapping(vision).values())
+        ):
+            return vision, arch  # the whole model, before the causal-LM mapping's text path (Gemma 3's)
         for t in TASKS.values():
             if t.name == "image-text-to-text" and arch is not None and not _three_files(arch):
                 continue  # images as tiles: the text path's package (text-generation) below

@@ -116,7 +116,7 @@ def _rows(features: Any) -> torch.Tensor:
     raise InputError(f"get_image_features returned {type(features).__name__}, not image features")
 
 
-def image_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
+def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = model.get_image_features(**inputs)  # type: ignore[operator]
     pooled = getattr(out, "pooler_output", None)
     return _rows(pooled if pooled is not None else out)
@@ -134,10 +134,12 @@ class VisionEncoder(torch.nn.Module):
 class VisionEncoderWithSizes(VisionEncoder):
     """A model whose images may be of any size (Pixtral under Mistral 3, LLaVA-NeXT) takes their sizes:
     here the one size of ``pixel_values``, a constant of the graph (as an input its values would decide
-    the patching, data the capture cannot follow)."""
+    the patching, data the capture cannot follow). Given as Python ints, not a tensor: Pixtral slices
+    its patches by ``size[0] // patch_size``, which on a tensor is an ``item()`` the capture cannot see
+    through (an unbacked size), on an int a constant."""
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        sizes = torch.tensor([list(pixel_values.shape[-2:])], device=pixel_values.device)
+        sizes = [(int(pixel_values.shape[-2]), int(pixel_values.shape[-1]))]
         return image_features(self.model, pixel_values=pixel_values, image_sizes=sizes)
 
 
@@ -156,8 +158,11 @@ class MergedEmbeddings(torch.nn.Module):
         is_image = (input_ids == self.token).reshape(-1)
         rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
         order = torch.cumsum(is_image.to(torch.int64), dim=0) - 1
-        picked = rows[torch.where(is_image, order, image_features.shape[0])]
-        return torch.where(is_image.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+        # an image token past the features' rows keeps its own embedding: a generation step with no image
+        # that drew the image token, which transformers embeds as any token (no pixel_values, no merge)
+        placed = is_image & (order < image_features.shape[0])
+        picked = rows[torch.where(placed, order, image_features.shape[0])]
+        return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
 
 
 class EmbedsStep(torch.nn.Module):
@@ -175,6 +180,75 @@ class EmbedsStep(torch.nn.Module):
         past_key_values: Any,
     ) -> tuple[torch.Tensor, Any]:
         out = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, returned_cache(out)
+
+
+IMAGE_BLOCK_TYPES = ("gemma3",)
+"""Model types whose image tokens attend to each other both ways in the prefill, each image's block of
+them at once (transformers builds that mask from ``token_type_ids``, 1 at the image tokens)."""
+
+
+class EmbedsStepWithImageBlocks(EmbedsStep):
+    """``EmbedsStep`` taking ``input_ids`` too, whose image tokens are the token types transformers' mask
+    reads: onnxruntime-genai feeds a decoder the ids where its graph declares them, never token types."""
+
+    def __init__(self, model: torch.nn.Module, token: int) -> None:
+        super().__init__(model)
+        self.token = token
+
+    def forward(  # type: ignore[override]
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        input_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            token_type_ids=(input_ids == self.token).to(torch.int64),
+            use_cache=True,
+        )
+        return out.logits, returned_cache(out)
+
+
+def language_model_steps(model: torch.nn.Module) -> bool:
+    """Whether the generation steps are the model's language model alone: BLIP-2's forward always reads
+    ``pixel_values`` and takes no positions; its ``generate`` merges the query tokens' features once, then
+    runs its causal language model (``language_model``) on the embeddings."""
+    lm: Any = getattr(model, "language_model", None)
+    return (
+        not takes(model, "position_ids")
+        and isinstance(lm, torch.nn.Module)
+        and takes(lm, "inputs_embeds")
+        and takes(lm, "position_ids")
+        and callable(head := getattr(lm, "get_output_embeddings", None))
+        and head() is not None  # a causal LM: its logits, not a base model's states
+    )
+
+
+class LanguageModelStep(EmbedsStep):
+    """``EmbedsStep`` of the model's language model (``language_model_steps``); it keeps the whole model
+    so that the weights keep the checkpoint's names."""
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        lm: Any = self.model.language_model
+        out = lm(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -209,11 +283,14 @@ def prompt_positions(
     model: torch.nn.Module, ids: torch.Tensor, images: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The position ids of a prompt ``ids`` (one row) holding ``images``, the offset of the positions of
-    the steps after it from their cache length, and what ``generate`` takes besides to place them alike:
-    transformers' own ``get_rope_index`` for mrope (text tokens count on, an image's tokens take their row
-    and column), else 0, 1, 2..."""
+    the steps after it from their cache length, and what ``generate`` takes besides to place them (and
+    their attention) alike: transformers' own ``get_rope_index`` for mrope (text tokens count on, an
+    image's tokens take their row and column), else 0, 1, 2... (and the token types of image blocks)."""
     if not mrope(model):
-        return torch.arange(ids.shape[1]).unsqueeze(0), torch.tensor(0), {}
+        placed = {}
+        if getattr(model.config, "model_type", None) in IMAGE_BLOCK_TYPES:
+            placed["token_type_ids"] = (ids == image_token_id(model.config)).to(torch.int64)
+        return torch.arange(ids.shape[1]).unsqueeze(0), torch.tensor(0), placed
     types = {"mm_token_type_ids": (ids == image_token_id(model.config)).to(torch.int32)}
     inner: Any = getattr(model, "model", model)
     positions, delta = inner.get_rope_index(ids, image_grid_thw=images.get("image_grid_thw"), **types)
@@ -262,7 +339,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     if not hasattr(model, "get_image_features"):
         raise InputError(f"{type(model).__name__} has no get_image_features: not a vision-language model")
     token = image_token_id(config)
-    if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
+    steps: Any = model.language_model if language_model_steps(model) else model
+    if not takes(steps, "inputs_embeds") or not takes(steps, "position_ids"):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
     if is_grid_tower(model):
         grid = vision_inputs(model, config, 1, "meta")
@@ -296,11 +374,25 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         ["input_ids", "image_features"],
         ["inputs_embeds"],
     )
+    return {
+        VISION_FILE: vision_spec,
+        EMBED_FILE: embed_spec,
+        DECODER_FILE: embeds_decoder(model, config, token),
+    }
 
+
+def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec:
+    """``decoder_model_merged.onnx``: one step from ``inputs_embeds`` (the merged embeddings of
+    ``embed_tokens.onnx``) and the cache to the logits and the grown cache; ``token`` is the id of the
+    tokens the features replace (image blocks read it). Shared with audio_language.py."""
+    hidden, vocab = text_sizes(config)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    ids = torch.randint(0, vocab, (2, 3), device="meta")
     check_cache_layers(model, config)
     layout = produced_layout(model, config, True)
     if layout == []:
-        raise InputError(f"{type(model).__name__} returns no cache: a vision-language decoder without one")
+        raise InputError(f"{type(model).__name__} returns no cache: a multimodal decoder without one")
     layout = layout or config_layout(text_config(config))
     cache = filled_cache(layout, 2, 4, "meta", torch.Generator().manual_seed(0))  # 4 past positions
     mask = torch.ones(2, 4 + 3, dtype=torch.int64, device="meta")
@@ -316,12 +408,11 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         "position_ids": {1: b, 2: s} if planes else {0: b, 1: s},
         "past_key_values": cache_dims(layout, b, p),
     }
-    decoder_spec = GraphSpec(
-        EmbedsStep(model),
-        (embeds, mask, positions, cache),
-        dims,
-        ["inputs_embeds", "attention_mask", "position_ids", *cache_names(layout, "past_key_values")],
-        ["logits", *cache_names(layout, "present")],
-        layout,
-    )
-    return {VISION_FILE: vision_spec, EMBED_FILE: embed_spec, DECODER_FILE: decoder_spec}
+    names = ["inputs_embeds", "attention_mask", "position_ids", *cache_names(layout, "past_key_values")]
+    step: EmbedsStep = LanguageModelStep(model) if language_model_steps(model) else EmbedsStep(model)
+    args: tuple[Any, ...] = (embeds, mask, positions, cache)
+    if config.model_type in IMAGE_BLOCK_TYPES:
+        step, args = EmbedsStepWithImageBlocks(model, token), (*args, ids)
+        dims["input_ids"] = {0: b, 1: s}
+        names.append("input_ids")
+    return GraphSpec(step, args, dims, names, ["logits", *cache_names(layout, "present")], layout)

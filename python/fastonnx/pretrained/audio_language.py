@@ -1,0 +1,250 @@
+"""Audio-language models (Voxtral, Granite Speech, AudioFlamingo3, GLM-ASR...): decoder-only LMs that read
+audio features in place of a token, in three files, image-text-to-text's layout (vision_language.py)
+with an audio tower:
+
+- ``audio_encoder.onnx``: ``input_features`` of one audio (batch 1; mel bins x frames, or frames x
+  features, as the tower reads them), and ``input_features_mask`` (1 at the frames that hold audio)
+  where the model's ``get_audio_features`` takes one, to ``audio_features``: the audio's features as
+  rows, ``num_audio_tokens`` x hidden, transformers' own ``get_audio_features``. A Whisper-style tower
+  (a position table of ``max_source_positions``) reads exactly its ``2 * max_source_positions`` frames,
+  which the model checks; other towers any number (``feature_length``). With a mask, the rows are those
+  of the frames it keeps (their number follows the mask's sum);
+- ``embed_tokens.onnx``: ``input_ids`` and ``audio_features`` to ``inputs_embeds``, the rows put at the
+  audio token's positions in order (vision_language.MergedEmbeddings); a step without audio passes 0 rows;
+- ``decoder_model_merged.onnx``: image-text-to-text's decoder (vision_language.embeds_decoder).
+
+transformers lists these classes in the seq2seq and speech-seq2seq mappings; they take no
+``decoder_input_ids``, so text2text-generation and automatic-speech-recognition export them so.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from fastonnx.errors import InputError
+from fastonnx.pretrained.encoder_tasks import FEATURES, frame_size, whisper_frames
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+from fastonnx.pretrained.vision_language import (
+    DECODER_FILE,
+    EMBED_FILE,
+    MergedEmbeddings,
+    embeds_decoder,
+    mrope,
+    text_sizes,
+)
+
+AUDIO_FILE = "audio_encoder.onnx"
+AUDIO_TOKENS = "num_audio_tokens"
+MASK = "input_features_mask"
+EXAMPLE_FRAMES = 100  # a second of 10 ms frames (times the frames the tower reads together)
+
+__all__ = ["AUDIO_FILE", "DECODER_FILE", "EMBED_FILE"]
+
+
+def _get_audio_features(model: torch.nn.Module) -> Any:
+    """The method computing the audio's features: the outer class's ``get_audio_features``, which most
+    families forward as ``(*args, **kwargs)`` to their inner model's (whose signature tells the inputs)."""
+    inner = getattr(model, "model", None)
+    own = getattr(model, "get_audio_features", None)
+    if own is None:
+        return None
+    named = [
+        p
+        for p in inspect.signature(own).parameters.values()
+        if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    ]
+    if not named and inner is not None and hasattr(inner, "get_audio_features"):
+        return inner.get_audio_features
+    return own
+
+
+def is_audio_language(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a decoder-only audio-LLM: audio features merged into its token embeddings
+    (``get_audio_features``), no ``decoder_input_ids`` (not an encoder-decoder)."""
+    inner = getattr(model, "model", model)
+    tower = _get_audio_features(model) is not None or hasattr(inner, "audio_tower")
+    return tower and not takes(model, "decoder_input_ids")
+
+
+def audio_token_id(config: Any) -> int:
+    """The id of the token the audio's feature rows replace (``audio_token_id``, or ``audio_token_index``)."""
+    for key in ("audio_token_id", "audio_token_index"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise InputError(
+        f"{type(config).__name__} names no audio_token_id: where the audio goes in a prompt is unknown"
+    )
+
+
+def audio_arguments(model: torch.nn.Module) -> list[str]:
+    """What ``get_audio_features`` takes: ``input_features`` and, for the families masking padded frames,
+    ``input_features_mask``; others (MusicFlamingo's ``input_ids``) the layout does not export."""
+    get = _get_audio_features(model)
+    if get is None:
+        raise InputError(
+            f"{type(model).__name__} has no get_audio_features: its forward runs the audio tower inline "
+            "(Qwen2-Audio's), which the three-file layout does not export yet"
+        )
+    names = [
+        n
+        for n, p in inspect.signature(get).parameters.items()
+        if n != "self" and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    ]
+    unsupported = [n for n in names if n not in ("input_features", MASK)]
+    if unsupported or "input_features" not in names:
+        raise InputError(
+            f"{type(model).__name__}.get_audio_features takes {', '.join(names)}: the audio encoder graph "
+            "reads input_features (and input_features_mask) alone"
+        )
+    return names
+
+
+def _audio_config(config: Any) -> Any:
+    for key in ("audio_config", "encoder_config"):
+        sub = getattr(config, key, None)
+        if sub is not None:
+            return sub
+    return config
+
+
+def _tower(model: torch.nn.Module) -> torch.nn.Module:
+    inner: Any = getattr(model, "model", model)
+    for name in ("audio_tower", "encoder"):
+        tower = getattr(inner, name, None)
+        if isinstance(tower, torch.nn.Module):
+            return tower
+    raise InputError(f"{type(model).__name__} has no audio_tower: its features' layout is unknown")
+
+
+def feature_layout(model: torch.nn.Module, config: Any) -> tuple[tuple[int, int], int, bool]:
+    """(the shape of one audio's ``input_features`` past the batch, the axis of its frames, whether their
+    number is fixed): a Whisper-style tower's mel bins x ``2 * max_source_positions``, which the model
+    requires exactly; else a second of frames, channels first where the tower starts with a convolution
+    over the features, last where with a linear layer."""
+    audio = _audio_config(config)
+    whisper = whisper_frames(audio)
+    if whisper is not None:
+        return whisper, 2, True
+    frames = EXAMPLE_FRAMES * frame_multiple(model, config)
+    size = frame_size(config)
+    if size is None and isinstance(getattr(audio, "input_dim", None), int):
+        size = int(audio.input_dim)  # Granite Speech's encoder: a linear layer over each frame
+    if size is None:
+        raise InputError(
+            f"{type(model).__name__}'s audio config names no mel bins: the frame size is unknown"
+        )
+    layers = list(_tower(model).modules())
+    # a convolution over the bins (Whisper's Conv1d; Qwen3-ASR's Conv2d over bins x frames) reads them
+    # channels first; a linear layer over a frame's features (Granite Speech's), frames first
+    if any(
+        (isinstance(m, torch.nn.Conv1d) and m.in_channels == size)
+        or (isinstance(m, torch.nn.Conv2d) and m.in_channels == 1)
+        for m in layers
+    ):
+        return (size, frames), 2, False
+    if any(isinstance(m, torch.nn.Linear) and m.in_features == size for m in layers):
+        return (frames, size), 1, False
+    raise InputError(f"{type(model).__name__}'s audio tower has no layer reading frames of {size} features")
+
+
+def frame_multiple(model: torch.nn.Module, config: Any) -> int:
+    """The number of frames a tower that takes any number of them reads in whole multiples of, as the
+    model itself requires: Qwen3-ASR's chunks of ``2 * n_window`` frames (its encoder raises on others);
+    GLM-ASR's convolutions halve the frames and ``get_audio_features`` merges the states of
+    ``intermediate_size / hidden_size`` of them into a row (a reshape that fails on a remainder)."""
+    audio = _audio_config(config)
+    window = getattr(audio, "n_window", None)
+    if isinstance(window, int):
+        return 2 * window
+    if getattr(config, "model_type", None) == "glmasr":
+        return 2 * int(audio.intermediate_size) // int(audio.hidden_size)
+    return 1
+
+
+def audio_inputs(
+    model: torch.nn.Module, config: Any, device: str | torch.device, kept: float = 1.0
+) -> dict[str, torch.Tensor]:
+    """One audio's ``input_features`` and, where ``get_audio_features`` takes it, its mask: 1 at the first
+    ``kept`` part of the frames (the processor pads the rest)."""
+    shape, axis, _ = feature_layout(model, config)
+    g = torch.Generator().manual_seed(0)
+    inputs = {"input_features": torch.randn(1, *shape, generator=g).to(device)}
+    if MASK in audio_arguments(model):
+        frames = shape[axis - 1]
+        mask = torch.zeros(1, frames, dtype=torch.int64)
+        mask[:, : max(1, int(frames * kept))] = 1
+        inputs[MASK] = mask.to(device)
+    return inputs
+
+
+def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
+    """The audio's feature rows as the model merges them: ``get_audio_features``' pooled output."""
+    out = _get_audio_features(model)(**inputs)
+    pooled = getattr(out, "pooler_output", None)
+    rows: torch.Tensor = pooled if pooled is not None else out
+    return rows.reshape(-1, rows.shape[-1])
+
+
+class AudioEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        return audio_features(self.model, input_features=input_features)
+
+
+class MaskedAudioEncoder(AudioEncoder):
+    def forward(self, input_features: torch.Tensor, input_features_mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return audio_features(
+            self.model, input_features=input_features, input_features_mask=input_features_mask
+        )
+
+
+def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """The three graphs of an audio-language model's package."""
+    token = audio_token_id(config)
+    names = audio_arguments(model)
+    if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
+        raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
+    if mrope(model):
+        raise InputError(f"{type(model).__name__}'s positions are multimodal rotary ones (get_rope_index)")
+    _, axis, fixed = feature_layout(model, config)
+    example = audio_inputs(model, config, "meta")
+    dims: dict[str, Any] = {"input_features": {}}
+    if not fixed:
+        multiple = frame_multiple(model, config)
+        frames: Any = torch.export.Dim(
+            FEATURES if multiple == 1 else f"{FEATURES}_blocks", min=1, max=(1 << 20) // multiple
+        )
+        if multiple > 1:  # whole blocks of frames: a dim derived from their number
+            frames = multiple * frames
+        dims["input_features"] = {axis: frames}
+        if MASK in names:
+            dims[MASK] = {1: frames}
+    elif MASK in names:
+        dims[MASK] = {}
+    encoder = MaskedAudioEncoder(model) if MASK in names else AudioEncoder(model)
+    audio_spec = GraphSpec(encoder, tuple(example[n] for n in names), dims, names, ["audio_features"])
+
+    hidden, vocab = text_sizes(config)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    rows = torch.export.Dim(AUDIO_TOKENS, min=0, max=1 << 20)
+    ids = torch.randint(0, vocab, (2, 5), device="meta")
+    embed_spec = GraphSpec(
+        MergedEmbeddings(model, token),
+        (ids, torch.zeros(3, hidden, device="meta")),
+        {"input_ids": {0: b, 1: s}, "image_features": {0: rows}},
+        ["input_ids", "audio_features"],
+        ["inputs_embeds"],
+    )
+    return {
+        AUDIO_FILE: audio_spec,
+        EMBED_FILE: embed_spec,
+        DECODER_FILE: embeds_decoder(model, config, token),
+    }
