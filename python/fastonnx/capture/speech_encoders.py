@@ -16,6 +16,10 @@ guard (``(2T - 1) % T != 0``...) true at every ``T >= 2`` that sympy cannot prov
 narrows the waveform to multiples of 320 samples. The form here gathers the same entries: query ``i``
 and key ``j`` read column ``T - 1 - i + j`` (relative position ``i - j``).
 
+Granite Speech's conformer attends within blocks of ``context_size`` frames and pads and masks the last
+block under ``if frames % context_size > 0``: a guard on the frames. The form here always pads to whole
+blocks (none when they divide) and masks the padded keys.
+
 Only the modules of ``SWAPS`` already imported are swapped, for the duration of the capture; in training
 (LayerDrop) SEW's encoders run transformers' own forward.
 """
@@ -122,10 +126,54 @@ def conformer_relative_position_encoding(
     return query + module.pos_bias_u[None, :, None, :], scores
 
 
+def granite_conformer_attention_forward(
+    self: Any, hidden_states: torch.Tensor, attention_dists: torch.Tensor
+) -> torch.Tensor:
+    """``GraniteSpeechConformerAttention.forward``: the frames always padded to whole blocks of
+    ``context_size`` (by zero frames when they divide) and the padded keys masked, where transformers pads
+    and masks under ``if frames % context_size > 0``."""
+    hidden_states = self.pre_norm(hidden_states)
+    batch, frames, _ = hidden_states.shape
+    size = int(self.context_size)
+    blocks = (frames + size - 1) // size
+    hidden_states = torch.nn.functional.pad(hidden_states, (0, 0, 0, blocks * size - frames))
+
+    def per_block(states: torch.Tensor) -> torch.Tensor:
+        return states.reshape(batch * blocks, size, self.num_heads, self.dim_head).transpose(1, 2)
+
+    query = per_block(self.to_q(hidden_states))
+    key, value = (per_block(t) for t in self.to_kv(hidden_states).chunk(2, dim=-1))
+    # Shaw's relative positions (transformers' einsum, whose reshapes guard on the number of blocks
+    # being 1): each query against the embeddings of every distance from c - 1 down to 1 - c, then query
+    # i and key j read distance i - j (attention_dists depends on i - j alone)
+    distances = torch.cat([attention_dists[:, 0].flip(0), attention_dists[0, 1:]])
+    every = torch.matmul(query, self.rel_pos_emb(distances).transpose(0, 1))
+    offsets = torch.arange(size, device=query.device)
+    column = offsets.unsqueeze(0) - offsets.unsqueeze(1) + (size - 1)
+    bias = every.gather(-1, column.expand(*every.shape[:-1], size)) * self.scale
+    # the padded keys of the last block get the same fill as transformers'; padded queries are dropped
+    padded = (torch.arange(blocks * size, device=bias.device) >= frames).reshape(blocks, 1, 1, size)
+    bias = bias.masked_fill(padded.repeat(batch, 1, 1, 1), -torch.finfo(bias.dtype).max)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=bias, scale=self.scale
+        )
+    out = out.transpose(1, 2).reshape(batch, blocks * size, -1)
+    # the first ``frames`` rows read by index: a slice's length would be min(frames, blocks * size), which
+    # sympy cannot simplify to frames
+    kept = out.index_select(1, torch.arange(frames, device=out.device))
+    result: torch.Tensor = self.dropout(self.to_out(kept))
+    return result
+
+
 SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "sew": {"SEWEncoder.forward": sew_encoder_forward},
     "sew_d": {"SEWDEncoder.forward": sew_d_encoder_forward},
     "wav2vec2_conformer": {"_apply_relative_position_encoding": conformer_relative_position_encoding},
+    "granite_speech": {"GraniteSpeechConformerAttention.forward": granite_conformer_attention_forward},
+    "granite_speech_plus": {
+        "GraniteSpeechPlusConformerAttention.forward": granite_conformer_attention_forward
+    },
 }
 """transformers' model types (``transformers.models.<type>.modeling_<type>``), each with its functions or
 ``Class.method``s and the forms swapped in."""

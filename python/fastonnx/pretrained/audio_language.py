@@ -20,6 +20,7 @@ transformers lists these classes in the seq2seq and speech-seq2seq mappings; the
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -46,11 +47,12 @@ __all__ = ["AUDIO_FILE", "DECODER_FILE", "EMBED_FILE"]
 
 def _get_audio_features(model: torch.nn.Module) -> Any:
     """The method computing the audio's features: the outer class's ``get_audio_features``, which most
-    families forward as ``(*args, **kwargs)`` to their inner model's (whose signature tells the inputs)."""
+    families forward as ``(*args, **kwargs)`` to their inner model's (whose signature tells the inputs);
+    Qwen2-Audio's, which has none, its forward's inline audio path."""
     inner = getattr(model, "model", None)
     own = getattr(model, "get_audio_features", None)
     if own is None:
-        return None
+        return _inline_audio_features(model)
     named = [
         p
         for p in inspect.signature(own).parameters.values()
@@ -59,6 +61,44 @@ def _get_audio_features(model: torch.nn.Module) -> Any:
     if not named and inner is not None and hasattr(inner, "get_audio_features"):
         return inner.get_audio_features
     return own
+
+
+def _inline_audio_features(model: torch.nn.Module) -> Any:
+    """Qwen2-Audio's forward runs its audio tower inline, on ``input_features`` and the frames' mask it
+    calls ``feature_attention_mask``: the same modules called the same way, as a ``get_audio_features``
+    returning the rows of the frames kept (None for a model that has no such path)."""
+    inner: Any = getattr(model, "model", model)
+    tower: Any = getattr(inner, "audio_tower", None)
+    projector: Any = getattr(inner, "multi_modal_projector", None)
+    lengths: Any = getattr(tower, "_get_feat_extract_output_lengths", None)
+    if projector is None or lengths is None or not takes(inner, "feature_attention_mask"):
+        return None
+    create_mask = sys.modules[type(inner).__module__].create_bidirectional_mask
+
+    def get_audio_features(input_features: torch.Tensor, input_features_mask: torch.Tensor) -> torch.Tensor:
+        feature_lengths, output_lengths = lengths(input_features_mask.sum(-1))
+        batch, _, frames = input_features.shape
+        states = (frames - 2) // 2 + 1  # the tower's strided convolution
+        kept = torch.arange(states, device=input_features.device)[None, :] < feature_lengths[:, None]
+        dtype = inner.get_input_embeddings().weight.dtype
+        mask = create_mask(
+            config=tower.config,
+            inputs_embeds=torch.zeros(batch, states, 1, dtype=dtype, device=input_features.device),
+            attention_mask=kept.long(),
+        )
+        features: torch.Tensor = projector(tower(input_features, attention_mask=mask).last_hidden_state)
+        rows = torch.arange(features.shape[1], device=features.device)[None, :] < output_lengths[:, None]
+        return features[rows]
+
+    return get_audio_features
+
+
+def model_audio_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``inputs`` (audio_inputs') as the model's forward names them: Qwen2-Audio's mask is its
+    ``feature_attention_mask``."""
+    if MASK in inputs and not takes(model, MASK) and takes(model, "feature_attention_mask"):
+        inputs = {("feature_attention_mask" if k == MASK else k): v for k, v in inputs.items()}
+    return inputs
 
 
 def is_audio_language(model: torch.nn.Module) -> bool:
@@ -86,8 +126,8 @@ def audio_arguments(model: torch.nn.Module) -> list[str]:
     get = _get_audio_features(model)
     if get is None:
         raise InputError(
-            f"{type(model).__name__} has no get_audio_features: its forward runs the audio tower inline "
-            "(Qwen2-Audio's), which the three-file layout does not export yet"
+            f"{type(model).__name__} has no get_audio_features, nor Qwen2-Audio's inline audio tower: "
+            "how its forward computes the audio's features is unknown"
         )
     names = [
         n
@@ -130,6 +170,11 @@ def feature_layout(model: torch.nn.Module, config: Any) -> tuple[tuple[int, int]
     if whisper is not None:
         return whisper, 2, True
     frames = EXAMPLE_FRAMES * frame_multiple(model, config)
+    context = getattr(audio, "context_size", None)
+    if isinstance(context, int):
+        # Granite Speech's conformer attends within blocks of context_size frames: an example of one
+        # block would have torch.export specialise the number of blocks to 1
+        frames = max(frames, 2 * context + 1)
     size = frame_size(config)
     if size is None and isinstance(getattr(audio, "input_dim", None), int):
         size = int(audio.input_dim)  # Granite Speech's encoder: a linear layer over each frame

@@ -287,7 +287,7 @@ def _check_audio_language(
         generated = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            **audio,
+            **al.model_audio_inputs(model, audio),
             generation_config=settings,
             output_logits=True,
             return_dict_in_generate=True,
