@@ -140,6 +140,8 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # the first and fails where there is no other (one of each kind of layer at two layers)
     "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
     "t5": {"decoder_start_token_id": 0},  # google-t5/t5-small: T5ForSequenceClassification shifts with it
+    # usyd-community/vitpose-base-simple: one MLP a layer (ViTPose++'s experts read a dataset_index input)
+    "vitpose": {"backbone_config": {"num_experts": 1}},
     # Qwen/Qwen2-VL-2B, Qwen/Qwen2.5-VL-3B: mrope_section [16, 24, 24] splits the 64 rotary frequencies of
     # head_dim 128 over the temporal, row and column planes; the tiny head_dim 16 has 8, split alike
     **dict.fromkeys(

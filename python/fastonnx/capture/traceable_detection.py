@@ -208,6 +208,27 @@ def traceable_heatmaps_to_keypoints(
     return xy_preds.to(torch.float32), end_scores
 
 
+def traceable_phrase_masks(
+    input_ids: torch.Tensor, special_tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grounding DINO's ``generate_masks_with_special_tokens_and_transfer_map``: a token attends to the
+    tokens of its phrase (those sharing the next delimiter), its position counts from the previous one.
+    transformers makes the "no next delimiter" fill as ``torch.tensor(seq_len)``, which torch.export
+    cannot trace for a symbolic length; here it is ``where``'s scalar operand."""
+    batch, length = input_ids.shape
+    delimiter = torch.isin(input_ids, special_tokens)
+    index = torch.arange(length, device=input_ids.device).unsqueeze(0).expand(batch, -1)
+    previous = torch.cummax(torch.where(delimiter, index, -1), dim=1)[0]
+    previous = torch.cat([previous.new_full((batch, 1), -1), previous[:, :-1]], dim=1)
+    following = torch.flip(torch.cummin(torch.flip(torch.where(delimiter, index, length), [1]), 1)[0], [1])
+    # phrases closed at the first or last token, or never, are not phrases
+    phrase = (following != 0) & (following != length - 1) & (following != length)
+    mask = (following.unsqueeze(2) == following.unsqueeze(1)) & phrase.unsqueeze(1)
+    mask = torch.eye(length, device=input_ids.device, dtype=torch.bool).unsqueeze(0) | mask
+    positions = torch.where(phrase, index - previous - 1, 0).clamp(min=0).to(torch.long)
+    return mask, positions
+
+
 def tensor_len(obj: Any) -> Any:
     """``len(obj)``, but a tensor's first size as it is: a SymInt stays symbolic."""
     if isinstance(obj, torch.Tensor):
@@ -231,6 +252,14 @@ _REPLACEMENTS = (
     ("torchvision.models.detection.roi_heads", "paste_masks_in_image", traceable_paste_masks_in_image),
     ("torchvision.models.detection.transform", "paste_masks_in_image", traceable_paste_masks_in_image),
     ("torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", traceable_heatmaps_to_keypoints),
+    *(
+        (
+            f"transformers.models.{name}.modeling_{name}",
+            "generate_masks_with_special_tokens_and_transfer_map",
+            traceable_phrase_masks,
+        )
+        for name in ("grounding_dino", "mm_grounding_dino")
+    ),
 )
 
 

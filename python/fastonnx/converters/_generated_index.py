@@ -752,6 +752,7 @@ FAMILY_OF: dict[str, str] = {
     "aten.special_legendre_polynomial_p.n_scalar": "orthogonal_polynomials",
     "aten.special_legendre_polynomial_p.x_scalar": "orthogonal_polynomials",
     "aten.special_log_ndtr.default": "error_functions",
+    "aten.special_logit.default": "elementwise",
     "aten.special_modified_bessel_i0.default": "bessel_functions",
     "aten.special_modified_bessel_i1.default": "bessel_functions",
     "aten.special_modified_bessel_k0.default": "bessel_functions",

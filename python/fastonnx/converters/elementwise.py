@@ -872,6 +872,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.deg2rad.default": _scale(0.017453292519943295),
     "aten.rad2deg.default": _scale(57.29577951308232),
     "aten.logit.default": convert_logit,
+    "aten.special_logit.default": convert_logit,  # torch.special.logit: the same (x, eps)
     "aten.nan_to_num.default": convert_nan_to_num,
     "aten.atan2.default": _binary_composite(atan2),
     "aten.hypot.default": _binary_composite(hypot),

@@ -7,6 +7,9 @@ Inputs, by what the forward takes:
 - images: ``pixel_values`` at the config's ``image_size`` (224 where it has none), ``batch_size`` dynamic;
 - image and text (zero-shot image classification: CLIP, SigLIP): ``input_ids``, ``attention_mask`` of
   ``text_batch_size`` prompts and ``pixel_values`` of ``batch_size`` images;
+- zero-shot object detection: OWL-ViT's queries flattened as its processor makes them (``text_batch_size``
+  rows = images x queries) beside ``batch_size`` images; Grounding DINO's one prompt an image;
+- time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels``;
 - audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
@@ -57,6 +60,9 @@ ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
     "zero-shot-image-classification": ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
     "masked-im": ("reconstruction",),
     "image-to-image": ("reconstruction",),
+    "zero-shot-object-detection": ("logits", "pred_boxes"),
+    "keypoint-detection": ("heatmaps",),
+    "time-series-forecasting": ("prediction_outputs",),
 }
 """The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
@@ -66,6 +72,15 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     "object-detection": ("last_hidden_state",),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
+
+VARIABLE_COUNTS: dict[str, tuple[str, ...]] = {
+    # SuperPoint: the points of its score map above a threshold, a count per image only the data decides
+    # (nonzero), padded to the batch's largest in a Python loop over the images
+    "keypoint-detection": ("keypoints", "mask"),
+}
+"""Fields (all declared) of an output holding a data-dependent number of detections, which its
+post-processing reads as they are: no graph of dynamic sizes returns them, and none of the dense maps
+before them serves that post-processing. Such a model is refused."""
 
 WAVEFORM_SAMPLES = 16000  # one second at the 16 kHz the speech encoders are trained on
 FEATURE_FRAMES = 100  # a second of 10 ms frames
@@ -202,6 +217,12 @@ class ImageTextEncoder(_Encoder):
         return out
 
 
+class SeriesEncoder(_Encoder):
+    def forward(self, past_values: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(past_values=past_values)
+        return out
+
+
 class WaveformEncoder(_Encoder):
     def forward(self, input_values: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(input_values=input_values)
@@ -220,6 +241,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("pixel_values",): ImageEncoder,
     ("input_ids", "attention_mask", "pixel_values"): ImageTextEncoder,
     ("input_values",): WaveformEncoder,
+    ("past_values",): SeriesEncoder,
     ("input_features",): FeaturesEncoder,
 }
 
@@ -292,6 +314,33 @@ def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[st
     return {"pixel_values": pixels.to(device)}
 
 
+FLATTENED_QUERIES = frozenset({"owlvit", "owlv2"})
+"""Detectors whose processor flattens an image's text queries into rows of ``input_ids``: batch x queries
+rows, the model splitting them by the images' batch."""
+
+QUERIES = "num_queries"
+
+
+def detection_inputs(
+    config: Any, batch: int, images: dict[str, torch.Tensor], device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """A zero-shot detector's text queries and images: OWL-ViT's 2 queries an image as rows of
+    ``input_ids``; Grounding DINO's one prompt an image (its classes separated by dots)."""
+    flattened = getattr(config, "model_type", None) in FLATTENED_QUERIES
+    text = text_inputs(config, batch * 2 if flattened else batch, 7, device, False)
+    rows = TEXT_BATCH if flattened else BATCH
+    dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
+    return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
+
+
+def series_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """A forecaster's ``past_values``: ``batch`` series of the config's ``context_length`` steps of
+    ``num_input_channels`` channels (its patching takes exactly that many steps)."""
+    shape = (batch, int(config.context_length), int(getattr(config, "num_input_channels", 1)))
+    values = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    return {"past_values": values.to(device)}
+
+
 def whisper_frames(config: Any) -> tuple[int, int] | None:
     """(mel bins, frames) of a Whisper-style encoder's input: its convolutions halve the frames to
     ``max_source_positions``, which the model requires exactly; None for other encoders."""
@@ -346,8 +395,14 @@ def encoder_inputs(
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     """The inputs of ``task``'s graph for ``model`` (``batch`` rows; a text batch one larger beside images)
     and the names of their dynamic dims."""
+    if takes(model, "past_values"):
+        return series_inputs(config, batch, device), {"past_values": {0: BATCH}}
     if takes(model, "pixel_values") and task not in TEXT_TASKS:
-        images = image_inputs(config, batch, device)
+        # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)
+        pose = task == "keypoint-detection" and not hasattr(config, "image_size")
+        images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
+        if task == "zero-shot-object-detection":
+            return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
             return images, {"pixel_values": {0: BATCH}}
         text = text_inputs(config, batch + 1, 7, device, False)
@@ -407,8 +462,24 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = output_fields(model, task)
+    _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+
+
+def _refuse_variable_counts(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:
+    cls = _output_class(model)
+    counted = VARIABLE_COUNTS.get(task, ())
+    if cls is None or not counted:
+        return
+    declared = {f.name for f in dataclasses.fields(cls)}
+    if set(counted) <= declared and not declared & set(fields):
+        raise InputError(
+            f"{type(model).__name__} returns {', '.join(counted)}: a number of {task} results per image that "
+            "only the data decides (a threshold on its score map, padded to the batch's largest in a Python "
+            "loop), which its post-processing reads as they are; no ONNX graph of dynamic sizes returns them "
+            "as transformers does, and its post-processing cannot start from the dense maps before them"
+        )
 
 
 def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> dict[str, dict[int, Any]]:

@@ -195,6 +195,7 @@ POSITION_LIMITS = (
     "max_source_positions",
     "max_seq_len",  # MPT's: its ALiBi table has that many columns
     "max_text_positions",  # SpeechT5's decoder
+    "max_text_len",  # Grounding DINO's: it truncates longer prompts (another program)
 )
 """Config keys that declare how many positions a model's position embeddings hold."""
 

@@ -18,6 +18,8 @@ class Task:
     name: str
     mappings: tuple[str, ...]  # the transformers.models.auto.modeling_auto mappings of the task
     summary: str
+    # (model type, class) pairs of classes no mapping lists (PatchTST's forecaster), named directly
+    classes: tuple[tuple[str, str], ...] = ()
 
 
 # in the order task="auto" tries them: feature-extraction (the bare model) last
@@ -72,6 +74,11 @@ TASKS: dict[str, Task] = {
             "image classifier: logits",
         ),
         Task(
+            "zero-shot-object-detection",
+            ("MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES",),
+            "open-vocabulary detector (OWL-ViT, OWLv2): text queries and images, logits and pred_boxes",
+        ),
+        Task(
             "object-detection",
             ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",),
             "detector (DETR, RT-DETR, YOLOS): logits and pred_boxes per query",
@@ -104,6 +111,20 @@ TASKS: dict[str, Task] = {
             "image-to-image",
             ("MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES",),
             "image to image (super-resolution): the reconstructed image",
+        ),
+        Task(
+            "keypoint-detection",
+            ("MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES", "MODEL_FOR_POSE_ESTIMATION_MAPPING_NAMES"),
+            "pose estimation (ViTPose): heatmaps per keypoint (SuperPoint's keypoint counts are data-"
+            "dependent: refused)",
+        ),
+        Task(
+            "time-series-forecasting",
+            ("MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",),
+            "forecaster (PatchTST, PatchTSMixer): past_values of batch x context x channels, "
+            "prediction_outputs",
+            # their forecasters are in no transformers mapping (optimum's task names them)
+            (("patchtst", "PatchTSTForPrediction"), ("patchtsmixer", "PatchTSMixerForPrediction")),
         ),
         Task(
             "zero-shot-image-classification",
@@ -140,6 +161,9 @@ def task_mapping(task: Task) -> dict[str, Any]:
             merged.setdefault(model_type, []).extend(
                 c for c in _class_names(entry) if c not in merged.get(model_type, [])
             )
+    for model_type, cls in task.classes:
+        if cls not in merged.get(model_type, []):
+            merged.setdefault(model_type, []).append(cls)
     return merged
 
 
