@@ -142,12 +142,63 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     "t5": {"decoder_start_token_id": 0},  # google-t5/t5-small: T5ForSequenceClassification shifts with it
     # usyd-community/vitpose-base-simple: one MLP a layer (ViTPose++'s experts read a dataset_index input)
     "vitpose": {"backbone_config": {"num_experts": 1}},
-    # Qwen/Qwen2-VL-2B, Qwen/Qwen2.5-VL-3B: mrope_section [16, 24, 24] splits the 64 rotary frequencies of
-    # head_dim 128 over the temporal, row and column planes; the tiny head_dim 16 has 8, split alike
+    # Qwen/Qwen2-VL-2B, Qwen/Qwen2.5-VL-3B (PaddlePaddle/PaddleOCR-VL too): mrope_section [16, 24, 24] splits
+    # the 64 rotary frequencies of head_dim 128 over the temporal, row and column planes; the tiny head_dim
+    # 16 has 8, split alike
     **dict.fromkeys(
-        ("qwen2_vl", "qwen2_5_vl"),
+        ("qwen2_vl", "qwen2_5_vl", "paddleocr_vl"),
         {"text_config": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}},
     ),
+    # Qwen/Qwen3-VL-2B-Instruct, Qwen/Qwen3.5-2B (and the towers built on theirs): the merger's output is the text's width (out_hidden_size 2048,
+    # text hidden_size 2048), the tower's 24 blocks of 16 heads of 64; Qwen3-VL's deepstack mergers read 3
+    # of them ([5, 11, 17]) into the text's first 3 layers: 2 of the 2 tiny blocks, into the 2 layers
+    **dict.fromkeys(
+        ("qwen3_vl", "qwen3_vl_moe", "cohere_compass", "cosmos3_omni"),
+        {
+            "vision_config": {
+                "depth": 2,
+                "num_heads": 4,
+                "out_hidden_size": 64,
+                "deepstack_visual_indexes": [0, 1],
+            }
+        },
+    ),
+    **dict.fromkeys(
+        ("qwen3_5", "qwen3_5_moe", "qwen4_exp"),
+        {"vision_config": {"depth": 2, "num_heads": 4, "out_hidden_size": 64}},
+    ),
+    # zai-org/GLM-4.1V-9B-Thinking: the tower's 24 blocks of 12 heads (of 128), its downsampling to the text's
+    # width (out_hidden_size 4096 = hidden_size); the tiny width 64 takes 4 heads, 2 blocks. Its mrope_section
+    # [8, 12, 12] splits the 32 rotary frequencies of head_dim 128 at partial_rotary_factor 0.5: the tiny
+    # head_dim 16 has 8 (GLM-4.5V's factor 0.5 leaves it 4), split alike
+    **{
+        t: {
+            "vision_config": {"depth": 2, "num_heads": 4, "out_hidden_size": 64},
+            "text_config": {
+                "rope_parameters": {"mrope_section": [1, 1, 2] if t == "glm4v_moe" else [2, 3, 3]}
+            },
+        }
+        for t in ("glm4v", "glm4v_moe", "glm46v", "glm_ocr")
+    },
+    # Qwen/Qwen3-Omni-30B-A3B-Instruct's thinker_config sets the vision start token (151652), which the config
+    # class has no default for and get_rope_index reads: one of the tiny vocabulary's unused last ids
+    # Qwen/Qwen2.5-Omni-7B's thinker_config: its vision start token (151652) as above; its tower Qwen2.5-VL's
+    # (32 blocks of 16 heads, full attention in 4: [7, 15, 23, 31]), its mrope_section [16, 24, 24]
+    "qwen2_5_omni_thinker": {
+        "vision_start_token_id": VOCAB - 7,
+        "vision_config": {"depth": 2, "num_heads": 4, "fullatt_block_indexes": [1]},
+        "text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+    },
+    # Its vision tower is Qwen3-VL's (out_hidden_size 2048 = the thinker's hidden_size, deepstack [8, 16, 24])
+    "qwen3_omni_moe_thinker": {
+        "vision_start_token_id": VOCAB - 6,
+        "vision_config": {
+            "depth": 2,
+            "num_heads": 4,
+            "out_hidden_size": 64,
+            "deepstack_visual_indexes": [0, 1],
+        },
+    },
     # ibm-granite/granite-speech-3.3-2b: the projector's Q-Former reads the encoder's states, as wide as its
     # hidden_dim (1024 both); the Q-Former's default (1408) is not the encoder's
     **dict.fromkeys(

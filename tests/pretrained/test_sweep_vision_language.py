@@ -10,6 +10,11 @@ files against transformers' ``generate``):
   as any token (a step has no image): the merged embeddings gave it a zero row;
 - BLIP-2's query tokens go where ``image_token_index`` is (transformers' ``masked_scatter``), and its steps
   are its language model's (its own forward always reads the image);
+- PaliGemma's prompt is a prefix attending both ways (``token_type_ids`` 0), which transformers applies
+  only on a first step it tells from the cache in Python: the decoder takes the token types and always
+  puts the prefix blocks in its mask;
+- a vision encoder-decoder (TrOCR, Donut: ``VisionEncoderDecoderModel``) is text2text's three files over an
+  image encoder;
 - the sweep's own classification: a model without ``get_image_features`` (GIT, Kosmos-2...) runs its plain
   forward and builds (the export then refuses it, an export error), and tiny configs the model cannot run
   only for the tiny sizes (VipLLaVA's feature layers, Llama 4's adapter widths) are made as the
@@ -30,8 +35,9 @@ from fastonnx.pretrained.vision_language import MergedEmbeddings
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["mistral3", "lighton_ocr", "mistral_large4", "video_llava", "vipllava", "blip-2"]
-IN_CI = {"mistral3", "blip-2"}  # the image's size as ints, the language model's steps
+FIXED = ["mistral3", "lighton_ocr", "mistral_large4", "video_llava", "vipllava", "blip-2", "paligemma"]
+# the image's size as ints, the language model's steps, the prefix's token types
+IN_CI = {"mistral3", "blip-2", "paligemma"}
 CASES = sampled(FIXED, lambda name: name in IN_CI)
 
 _sweep = architecture_sweep
@@ -49,6 +55,15 @@ def test_the_vision_language_model_exports_verified(tmp_path: pathlib.Path, mode
     folder = _build(tmp_path, model_type)
     written = fastonnx.export_pretrained(folder, tmp_path / "package", task=TASK, progress=False)
     assert written.verified is True, written.verify_note
+
+
+def test_a_vision_encoder_decoder_exports_encoder_and_decoder_files(tmp_path: pathlib.Path) -> None:
+    folder = _build(tmp_path, "vision-encoder-decoder")
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", progress=False)  # task auto
+    assert (written.task, written.architecture) == (TASK, "VisionEncoderDecoderModel")
+    assert written.verified is True, written.verify_note
+    assert written.graphs["encoder_model.onnx"] == (["pixel_values"], ["last_hidden_state"])
+    assert {"decoder_model.onnx", "decoder_with_past_model.onnx"} <= set(written.files)
 
 
 class _Embeds(torch.nn.Module):

@@ -32,7 +32,13 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, seq2seq_sides
+from fastonnx.pretrained.task_inputs import (
+    decoder_inputs,
+    encoder_images,
+    encoder_output,
+    no_cache_flags,
+    seq2seq_sides,
+)
 from fastonnx.progress_bars import Progress
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
@@ -157,6 +163,12 @@ def _check_text2text(
         with torch.no_grad():
             states = model.get_encoder()(**audio).last_hidden_state
         mask = torch.ones(states.shape[:2], dtype=torch.int64)
+    elif specs["encoder_model.onnx"].input_names == ["pixel_values"]:
+        pixels = encoder_images(config, 2, "cpu")["pixel_values"]
+        (states_got,) = _run(sessions["encoder_model.onnx"], ["pixel_values"], [pixels])
+        with torch.no_grad():
+            states = model.get_encoder()(pixel_values=pixels).last_hidden_state
+        mask = torch.ones(states.shape[:2], dtype=torch.int64)
     else:
         sides = seq2seq_sides(config)  # a composite config's encoder holds the vocabulary the ids index
         inputs = text_inputs(config if sides is None else sides[0], 2, 7, "cpu", False)
@@ -165,8 +177,13 @@ def _check_text2text(
         with torch.no_grad():
             states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     infos.append(compare("encoder: last_hidden_state", states, states_got))
-    start = getattr(config, "decoder_start_token_id", None)
-    start = int(start if start is not None else (config.pad_token_id or 0))
+    sides = seq2seq_sides(config)  # a composite's token ids may be its decoder's alone
+    found = [
+        getattr(c, k, None)
+        for k in ("decoder_start_token_id", "pad_token_id")
+        for c in (config, *(sides or ()))
+    ]
+    start = next((int(t) for t in found if isinstance(t, int)), 0)
     dec = torch.full((2, 1), start, dtype=torch.int64)
     cache: Any = EncoderDecoderCache(DynamicCache(), DynamicCache())
     for filename in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
@@ -202,15 +219,23 @@ def _check_vision_language(
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = vl.vision_arguments(model) if "image_grid_thw" in images else ["pixel_values"]
-    (features,) = _run(sessions[vl.VISION_FILE], vision_names, [images[n] for n in vision_names])
+    features, *deepstack = _run(sessions[vl.VISION_FILE], vision_names, [images[n] for n in vision_names])
     with torch.no_grad():
         expected_features = vl.image_features(model, **images)
     infos = [compare("vision_encoder: image_features", expected_features, features)]
+    if deepstack:  # Qwen3-VL's deepstack rows, a layer's each
+        with torch.no_grad():
+            out = model.get_image_features(**images, return_dict=True)
+        expected = torch.stack([vl._rows(f) for f in out.deepstack_features])
+        infos.append(compare("vision_encoder: deepstack_features", expected, deepstack[0]))
     token = vl.image_token_id(config)
     hidden, vocab = vl.text_sizes(config)
     g = torch.Generator().manual_seed(1)
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=g)
     special = {token, *(getattr(config, f"vision_{k}_token_id", None) for k in ("start", "end"))}
+    # other modalities' tokens too (Qwen-Omni's get_rope_index reads an audio token's audio)
+    kinds = ("video", "audio", "audio_start", "audio_end")
+    special |= {getattr(config, f"{k}_token_{e}", None) for k in kinds for e in ("id", "index")}
     for t in special - {None}:
         text[text == t] = 3  # the image's tokens only where the image goes
     ids = vl.image_prompt(config, text[:, :2], features.shape[0], text[:, 2:])
@@ -239,13 +264,10 @@ def _check_vision_language(
         mask = torch.ones(1, past + length, dtype=torch.int64)
         if step:
             positions = vl.step_positions(model, past, length, offset)
-        feeds = [
-            embeds,
-            mask,
-            positions,
-            *cache,
-            *([step_ids] if "input_ids" in decoder_spec.input_names else []),
-        ]
+        extra = {"input_ids": step_ids, "token_type_ids": torch.full_like(step_ids, int(step > 0))}
+        if deepstack:  # the deepstack rows in the prefill only, as generate adds them
+            extra["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
+        feeds = [embeds, mask, positions, *cache, *(extra[n] for n in decoder_spec.input_names if n in extra)]
         got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, feeds)
         infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
         cache, past = got[1:], past + length
@@ -350,7 +372,7 @@ def verify_package(
                 infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
             elif task == "text-generation":
                 infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
-            elif task == "image-text-to-text":
+            elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs)
             elif "audio_encoder.onnx" in specs:
                 infos = _check_audio_language(sessions, model, model.config, specs)

@@ -18,6 +18,7 @@ Encoders: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the fo
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
@@ -37,7 +38,13 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
-from fastonnx.pretrained.encoder_tasks import audio_inputs, dynamic_shapes, encoder, whisper_frames
+from fastonnx.pretrained.encoder_tasks import (
+    audio_inputs,
+    dynamic_shapes,
+    encoder,
+    image_inputs,
+    whisper_frames,
+)
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
 
 
@@ -319,7 +326,10 @@ def seq2seq_sides(config: Any) -> tuple[Any, Any] | None:
 def seq2seq_vocab(config: Any) -> int:
     """The ids both sides of a seq2seq model take: below either vocabulary's size."""
     sides = seq2seq_sides(config)
-    return int(config.vocab_size) if sides is None else min(int(c.vocab_size) for c in sides)
+    if sides is None:
+        return int(config.vocab_size)
+    # a vision or speech encoder has no vocabulary: the decoder's alone then
+    return min(int(v) for c in sides if isinstance(v := getattr(c, "vocab_size", None), int))
 
 
 def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
@@ -422,6 +432,47 @@ def speech_encoder(model: torch.nn.Module, config: Any, batch: int) -> GraphSpec
     return GraphSpec(module, (inputs[name],), dynamic_shapes(model, names), [name], ["last_hidden_state"])
 
 
+class ImageEncoder(torch.nn.Module):
+    """The encoder of a vision encoder-decoder (TrOCR, Donut): pixel values to the encoder's states."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
+        out: torch.Tensor = encoder(pixel_values=pixel_values).last_hidden_state
+        return out
+
+
+def encoder_images(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """``batch`` images of the vision encoder's size (a composite config's is its encoder's)."""
+    sides = seq2seq_sides(config)
+    return image_inputs(config if sides is None else sides[0], batch, device)
+
+
+def encodes_images(model: Any) -> bool:
+    """Whether a class of the image-text-to-text mapping is a vision encoder-decoder (TrOCR, Donut): its
+    images go through an encoder that the decoder cross-attends, not merged as features into the prompt
+    (BLIP-2's forward takes decoder ids too, for its T5 language models, but merges image features)."""
+    params = inspect.signature(model.forward).parameters
+    return not hasattr(model, "get_image_features") and {"decoder_input_ids", "pixel_values"} <= set(params)
+
+
+def image_encoder(model: torch.nn.Module, batch: int) -> tuple[GraphSpec, int]:
+    """The encoder file of a vision encoder-decoder and its states' length: fixed, as the image size is
+    (the processor resizes every image to it)."""
+    pixels = encoder_images(model.config, batch, "meta")["pixel_values"]
+    encoder: Any = model.get_encoder()  # type: ignore[operator]
+    with torch.no_grad():
+        length = int(encoder(pixel_values=pixels).last_hidden_state.shape[1])
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    spec = GraphSpec(
+        ImageEncoder(model), (pixels,), {"pixel_values": {0: b}}, ["pixel_values"], ["last_hidden_state"]
+    )
+    return spec, length
+
+
 def speech_frames(config: Any) -> tuple[int, int]:
     """(mel bins, frames) of a Whisper-style encoder's input (encoder_tasks.whisper_frames)."""
     frames = whisper_frames(config)
@@ -435,9 +486,13 @@ ONE_TOKEN_STEPS = frozenset({"prophetnet", "xlm-prophetnet"})
 ``hidden_states.size(1) == 1`` there (its n-gram streams are laid out for a single step)."""
 
 
-def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict[str, GraphSpec]:
+def text2text(
+    model: torch.nn.Module, config: Any, speech: bool = False, images: bool = False
+) -> dict[str, GraphSpec]:
     """Three files: the encoder, the decoder's first step and the decoder with its past. ``speech``:
-    the encoder reads ``input_features`` (batch, mel bins, frames), the encoder length is fixed."""
+    the encoder reads ``input_features`` (batch, mel bins, frames), the encoder length is fixed.
+    ``images``: the encoder reads ``pixel_values`` of the processor's one size (a vision encoder-decoder:
+    TrOCR, Donut), so its states' length is fixed too."""
     layers, _, _, width = seq2seq_shape(config)
     g = torch.Generator().manual_seed(0)
     vocab = seq2seq_vocab(config)
@@ -446,6 +501,9 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
     e: Any = torch.export.Dim(ENCODER_SEQUENCE, min=2, max=1 << 20)
     if speech and whisper_frames(config) is not None:  # Whisper's encoder: a fixed length
         source, e = int(config.max_source_positions), None
+    if images:
+        image_spec, source = image_encoder(model, batch)
+        e = None
     d = torch.export.Dim(DECODER_SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST_DECODER, min=1, max=1 << 20)
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, source), generator=g).to("meta")
@@ -461,6 +519,8 @@ def text2text(model: torch.nn.Module, config: Any, speech: bool = False) -> dict
     )
     if speech:
         encoder_spec = speech_encoder(model, config, batch)
+    if images:
+        encoder_spec = image_spec
     step_inputs = ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask"]
     along = {0: b, 1: e} if e is not None else {0: b}
     step_shapes: dict[str, Any] = {
@@ -616,6 +676,9 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
             return audio_text_to_text(model, config)
     if task == "text2text-generation":
         return text2text(model, config)
+    if task == "image-text-to-text" and encodes_images(model):
+        # a vision encoder-decoder (optimum's image-to-text): text2text's three files over an image encoder
+        return text2text(model, config, images=True)
     if task == "image-text-to-text":
         from fastonnx.pretrained.vision_language import image_text_to_text
 

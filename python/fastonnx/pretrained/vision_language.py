@@ -8,7 +8,8 @@ transformers.js use, each graph captured from transformers' own model:
   capture; a prompt with several images runs it once for each and concatenates the rows in order.
   Qwen2-VL and Qwen2.5-VL take an image of any size as patches and its grid (``pixel_values`` patches x
   1176, ``image_grid_thw`` 1 x 3): their tower is grid_vision.py's, and the number of feature rows follows
-  the grid;
+  the grid (Qwen3-VL, Qwen3.5, GLM-4V, PaddleOCR-VL... too: ``GRID_TYPES``; Qwen3-VL's deepstack rows are
+  a second output, ``deepstack_features``);
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -16,6 +17,8 @@ transformers.js use, each graph captured from transformers' own model:
   to ``logits`` and the grown cache, as text-generation's one graph for the prefill and every step. A
   model with multimodal rotary positions (Qwen-VL's mrope) takes them as 3 x batch x sequence: the
   temporal, row and column planes transformers' ``get_rope_index`` makes (``prompt_positions``).
+  Qwen3-VL's decoder takes ``input_ids`` and ``deepstack_features`` too (``DeepstackStep``): the prefill's
+  image rows, 0 rows on the steps.
 
 A generation loop: the vision encoder once per prompt, then embed and decode for the prefill (the prompt
 holding as many image tokens as the images have feature rows: the processor expands each image's
@@ -25,6 +28,7 @@ placeholder), then embed and decode one token a step (package_check.py runs it a
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -42,7 +46,13 @@ from fastonnx.pretrained.decoder_cache import (
 )
 from fastonnx.pretrained.encoder_tasks import image_inputs
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
-from fastonnx.pretrained.grid_vision import GridVisionEncoder, is_grid_tower, vision_tower
+from fastonnx.pretrained.grid_vision import (
+    deepstack_layers,
+    grid_encoder,
+    is_grid_tower,
+    patch_shape,
+    vision_tower,
+)
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = (
     "vision_encoder.onnx",
@@ -189,6 +199,57 @@ class EmbedsStep(torch.nn.Module):
         return out.logits, returned_cache(out)
 
 
+def _rows_at_tokens(ids: torch.Tensor, token: int, features: torch.Tensor, width: int) -> torch.Tensor:
+    """``features``' rows at the ``token`` positions of ``ids``, in order, zeros elsewhere (and at a token
+    past the rows): ``features`` k x rows x width to k x ids' shape x width."""
+    is_token = (ids == token).reshape(-1)
+    rows = torch.cat([features, features.new_zeros(features.shape[0], 1, width)], dim=1)
+    order = torch.cumsum(is_token.to(torch.int64), dim=0) - 1
+    placed = is_token & (order < features.shape[1])
+    picked = rows[:, torch.where(placed, order, features.shape[1])]
+    return picked.reshape(features.shape[0], *ids.shape, width)
+
+
+class DeepstackStep(EmbedsStep):
+    """``EmbedsStep`` of Qwen3-VL, whose decoder adds the tower's deepstack rows at the image tokens after
+    each of its first layers (``deepstack_features``: layers x rows x hidden, 0 rows on the steps; where
+    the image tokens are: ``input_ids``). transformers adds them with a boolean-mask assignment, whose size
+    is data; here each layer's rows, scattered to the prompt's shape with zeros elsewhere, are added to all
+    the hidden states: the same sums, and no change where there is no image."""
+
+    def __init__(self, model: torch.nn.Module, token: int) -> None:
+        super().__init__(model)
+        self.token = token
+
+    def forward(  # type: ignore[override]
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        input_ids: torch.Tensor,
+        deepstack_features: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        model: Any = self.model
+        lm = model.model.language_model
+        width = inputs_embeds.shape[-1]
+        layers = _rows_at_tokens(input_ids, self.token, deepstack_features.to(inputs_embeds.dtype), width)
+        lm._deepstack_process = lambda hidden, _mask, rows: hidden + rows  # the instance's, while it runs
+        try:
+            out = lm(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                visual_pos_masks=input_ids == self.token,
+                deepstack_visual_embeds=list(layers.unbind(0)),
+                use_cache=True,
+            )
+        finally:
+            del lm._deepstack_process
+        return model.lm_head(out.last_hidden_state), returned_cache(out)
+
+
 IMAGE_BLOCK_TYPES = ("gemma3",)
 """Model types whose image tokens attend to each other both ways in the prefill, each image's block of
 them at once (transformers builds that mask from ``token_type_ids``, 1 at the image tokens)."""
@@ -219,6 +280,58 @@ class EmbedsStepWithImageBlocks(EmbedsStep):
             use_cache=True,
         )
         return out.logits, returned_cache(out)
+
+
+PREFIX_TYPES = ("paligemma",)
+"""Model types whose prompt (its image and text) is a prefix attending both ways, the generated tokens
+after it causal: transformers reads that from ``token_type_ids`` (0 in the prefix, 1 after), which the
+decoder then takes as an input: the prefix is the caller's to say. Their positions count from 1 (PaliGemma's
+``prepare_inputs_for_generation`` adds one)."""
+
+
+class EmbedsStepWithTokenTypes(EmbedsStep):
+    """``EmbedsStep`` taking ``token_type_ids`` (``PREFIX_TYPES``): 0 for the prompt, 1 for each token
+    generated after it. transformers applies the prefix only on a first step, which it tells from the
+    cache in Python (a capture would fix the answer): here the prefix blocks are always in the mask (a step
+    after the prompt has type 1, no block, so the mask is causal as transformers' is then), and the rest
+    is its forward: the language model over the embeddings, the head and the soft cap where set."""
+
+    def forward(  # type: ignore[override]
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        token_type_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        model: Any = self.model
+        text = model.config.get_text_config()
+        masks = sys.modules[type(model.model).__module__]
+        blocks = torch.where(token_type_ids == 0, 0, -1)
+        settings = {
+            "config": text,
+            "inputs_embeds": inputs_embeds,
+            "attention_mask": attention_mask,
+            "past_key_values": past_key_values,
+            "position_ids": position_ids,
+            "block_sequence_ids": blocks,
+        }
+        mask: Any = masks.create_causal_mask(**settings)
+        if getattr(text, "sliding_window", None) is not None:
+            sliding = masks.create_sliding_window_causal_mask(**settings)
+            mask = {"full_attention": mask, "sliding_attention": sliding}
+        out = model.model.language_model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        logits = model.lm_head(out.last_hidden_state)
+        cap = getattr(text, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits, returned_cache(out)
 
 
 def language_model_steps(model: torch.nn.Module) -> bool:
@@ -288,13 +401,21 @@ def prompt_positions(
     image's tokens take their row and column), else 0, 1, 2... (and the token types of image blocks)."""
     if not mrope(model):
         placed = {}
-        if getattr(model.config, "model_type", None) in IMAGE_BLOCK_TYPES:
+        kind = getattr(model.config, "model_type", None)
+        if kind in IMAGE_BLOCK_TYPES:
             placed["token_type_ids"] = (ids == image_token_id(model.config)).to(torch.int64)
-        return torch.arange(ids.shape[1]).unsqueeze(0), torch.tensor(0), placed
-    types = {"mm_token_type_ids": (ids == image_token_id(model.config)).to(torch.int32)}
+        start = 0
+        if kind in PREFIX_TYPES:  # the whole prompt is the prefix; positions from 1
+            placed["token_type_ids"], start = torch.zeros_like(ids), 1
+        return torch.arange(start, start + ids.shape[1]).unsqueeze(0), torch.tensor(start), placed
     inner: Any = getattr(model, "model", model)
-    positions, delta = inner.get_rope_index(ids, image_grid_thw=images.get("image_grid_thw"), **types)
-    return positions, delta.reshape(()), types
+    types = {"mm_token_type_ids": (ids == image_token_id(model.config)).to(torch.int32)}
+    if "mm_token_type_ids" not in inspect.signature(inner.get_rope_index).parameters:
+        types = {}  # Qwen-Omni's thinkers find the image tokens by their id
+    grid, mask = images.get("image_grid_thw"), torch.ones_like(ids)  # Qwen-Omni's reads the mask
+    positions, delta = inner.get_rope_index(ids, image_grid_thw=grid, attention_mask=mask, **types)
+    # as int64, the graph's: Qwen-Omni's thinkers compute them in float
+    return positions.to(torch.int64), delta.reshape(()).to(torch.int64), types
 
 
 def step_positions(model: torch.nn.Module, past: int, length: int, offset: torch.Tensor) -> torch.Tensor:
@@ -319,12 +440,9 @@ def vision_inputs(
     """What transformers' forward takes for ``images`` images of the processor's size (the vision encoder
     graph reads ``pixel_values`` alone), or of ``image_grid``'s grid for a grid tower."""
     if is_grid_tower(model):
-        visual: Any = vision_tower(model)
         t, h, w = image_grid(model)
-        c = visual.config
-        width = int(c.in_channels) * int(c.temporal_patch_size) * int(c.patch_size) ** 2
         return {
-            "pixel_values": torch.randn(images * t * h * w, width, device=device),
+            "pixel_values": torch.randn(images * t * h * w, *patch_shape(model), device=device),
             "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
         }
     pixels = image_inputs(config, images, device)["pixel_values"]
@@ -348,11 +466,11 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         unit = int(tower.config.spatial_merge_size) ** 2
         tokens = torch.export.Dim(IMAGE_TOKENS, min=1, max=1 << 20)
         vision_spec = GraphSpec(
-            GridVisionEncoder(model),
+            grid_encoder(model),
             (grid["pixel_values"], grid["image_grid_thw"]),
             {"pixel_values": {0: unit * tokens}, "image_grid_thw": {}},
             ["pixel_values", "image_grid_thw"],
-            ["image_features"],
+            ["image_features", *(["deepstack_features"] if deepstack_layers(model) else [])],
         )
     else:
         sizes = "image_sizes" in vision_arguments(model)
@@ -415,4 +533,14 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
         step, args = EmbedsStepWithImageBlocks(model, token), (*args, ids)
         dims["input_ids"] = {0: b, 1: s}
         names.append("input_ids")
+    elif layers := deepstack_layers(model):
+        rows = torch.export.Dim(IMAGE_TOKENS, min=0, max=1 << 20)
+        deepstack = torch.zeros(layers, 3, hidden, device="meta")
+        step, args = DeepstackStep(model, token), (*args, ids, deepstack)
+        dims.update(input_ids={0: b, 1: s}, deepstack_features={1: rows})
+        names += ["input_ids", "deepstack_features"]
+    elif config.model_type in PREFIX_TYPES:
+        step, args = EmbedsStepWithTokenTypes(model), (*args, torch.zeros_like(ids))
+        dims["token_type_ids"] = {0: b, 1: s}
+        names.append("token_type_ids")
     return GraphSpec(step, args, dims, names, ["logits", *cache_names(layout, "present")], layout)
