@@ -32,6 +32,7 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.half_package import HALF_TOLERANCE, as_float32, feeds_as_session_types
 from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, seq2seq_sides
 from fastonnx.progress_bars import Progress
 
@@ -77,11 +78,15 @@ def _numpy(t: torch.Tensor) -> np.ndarray[Any, Any]:
 
 
 def _run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    feeds = {n: _numpy(t) for n, t in zip(names, tensors, strict=True)}
-    return [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
+    """The session's outputs for ``tensors``; float ones cast to the session's input types, a half
+    package's half outputs returned as float32."""
+    feeds = feeds_as_session_types(session, {n: _numpy(t) for n, t in zip(names, tensors, strict=True)})
+    return as_float32(session.run(None, feeds))
 
 
-def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+def _check_decoder(
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: tuple[float | None, float | None]
+) -> list[VerificationInfo]:
     """A prefill of 5 tokens from an empty cache, then a decode step on the grown one: transformers runs
     its own prefill (a fresh cache), the graph its one form (no past, states of zeros)."""
     with_positions = "position_ids" in spec.input_names
@@ -110,7 +115,7 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
         cache = returned_cache(out)
         expected = [out.logits, *flat_tensors(cache)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
-            infos.append(compare(f"{step}: {name}", e, a))
+            infos.append(compare(f"{step}: {name}", e, a, *tolerance))
         onnx_cache = got[1:]
         past = mask.shape[1]
         ids = out.logits[:, -1:].argmax(-1)
@@ -119,7 +124,9 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     return infos
 
 
-def _check_no_cache(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+def _check_no_cache(
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: tuple[float | None, float | None]
+) -> list[VerificationInfo]:
     """A model that keeps no cache: the logits of a prompt of 5 tokens, then of the prompt grown by its
     greedy token, each step over the whole sequence as a generation loop runs it."""
     with_positions = "position_ids" in spec.input_names
@@ -131,7 +138,7 @@ def _check_no_cache(session: Any, model: Any, config: Any, spec: GraphSpec) -> l
             expected = model(input_ids=ids, attention_mask=mask, **no_cache_flags(model), **extra).logits
         feeds = [ids, mask, *([positions] if with_positions else [])]
         (got,) = _run(session, spec.input_names, feeds)
-        infos.append(compare(f"{step}: logits", expected, got))
+        infos.append(compare(f"{step}: logits", expected, got, *tolerance))
         ids = torch.cat([ids, expected[:, -1:].argmax(-1)], dim=1)
         mask = torch.ones_like(ids)
         positions = torch.arange(ids.shape[1]).repeat(ids.shape[0], 1)
@@ -266,9 +273,13 @@ def verify_package(
     class_name: str,
     specs: dict[str, GraphSpec],
     progress: bool | None,
+    *,
+    half: bool = False,
 ) -> tuple[bool | None, str]:
     """Runs the package against transformers; returns (passed or None when skipped, a note) and
-    appends the comparison to the package's report."""
+    appends the comparison to the package's report. ``half``: a float16 package (half_package.py),
+    compared at HALF_TOLERANCE."""
+    tolerance: tuple[float | None, float | None] = HALF_TOLERANCE if half else (None, None)
     ok, note = fits(checkpoint)
     report = package / "fastonnx_report.md"
     if not ok:
@@ -286,9 +297,13 @@ def verify_package(
                 for name in specs
             }
             if task == "text-generation" and specs["model.onnx"].stateless:
-                infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+                infos = _check_no_cache(
+                    sessions["model.onnx"], model, model.config, specs["model.onnx"], tolerance
+                )
             elif task == "text-generation":
-                infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+                infos = _check_decoder(
+                    sessions["model.onnx"], model, model.config, specs["model.onnx"], tolerance
+                )
             elif task == "image-text-to-text":
                 infos = _check_vision_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:

@@ -29,6 +29,7 @@ from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converte
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
+from fastonnx.pretrained import half_package
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
@@ -323,6 +324,9 @@ def export_pretrained(
             raise InputError(f"export_pretrained sets {reserved} itself")
     if options.get("quantize") is None:
         options.pop("quantize", None)
+    # the half-precision conversion is the package's (after the float32 export and its calibration)
+    dtype, keep_io_types = options.pop("dtype", None), options.pop("keep_io_types", False)
+    half_package.check_options(task, dtype, keep_io_types, options.get("quantize"))
     # to_onnx's checks of the options, with its messages, before the folder is read or anything
     # captured (verbose is no option of the export, only of its logging)
     ExportOptions.from_keywords(progress=progress, **{k: v for k, v in options.items() if k != "verbose"})
@@ -366,6 +370,11 @@ def export_pretrained(
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
+        if dtype is not None:
+            if chosen.name != "text-generation":
+                raise InputError(f"dtype={dtype!r} is supported for text-generation packages only so far")
+            for filename, spec in specs.items():
+                half_package.convert_package_file(tmp, filename, spec, config, dtype, keep_io_types)
         _drop_unused(tmp, list(specs))
         shipped = ship(tmp, list(specs), copy)
         with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
@@ -402,10 +411,17 @@ def export_pretrained(
             note = f"skipped: weights quantized ({options['quantize']}), transformers' are float"
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(f"\nVerification {note}.\n")
+        elif verify and dtype == "bf16":
+            # onnxruntime's CPU has no bfloat16 MatMul, Add, Mul or Softmax: the package does not load there
+            note = "skipped: onnxruntime's CPU does not run bfloat16 graphs (onnx.reference does)"
+            with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                f.write(f"\nVerification {note}.\n")
         elif verify:
             from fastonnx.pretrained.package_check import verify_package
 
-            verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, specs, progress)
+            verified, note = verify_package(
+                tmp, checkpoint, chosen.name, class_name, specs, progress, half=dtype is not None
+            )
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

@@ -1,0 +1,136 @@
+"""``export_pretrained(dtype="fp16" | "bf16")``: a text-generation package computing in half precision.
+
+The graph is exported in float32 as always (weights referenced in place), then run once in onnxruntime
+on a calibration prompt (a prefill of 5 tokens, batch 2, and one decode step: the verification's inputs)
+with every intermediate value an output, which records each value's largest magnitude; the graph is
+then converted by ``fastonnx.half_precision.convert`` (what overflows or loses its meaning in half
+precision stays float32) and written over the float32 one. The report says what stayed float32, why,
+and the share of MatMul work in the half type.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from fastonnx import half_precision
+from fastonnx.errors import InputError
+from fastonnx.pretrained.decoder_cache import config_layout, flat_tensors, text_config
+from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.task_inputs import decoder_inputs
+
+log = logging.getLogger("fastonnx")
+
+CALIBRATION = (2, 5)  # batch, prompt length
+
+
+HALF_TOLERANCE = (1e-2, 1e-2)
+"""atol, rtol of a half package's verification against transformers' float32."""
+
+
+def check_options(task: str, dtype: Any, keep_io_types: Any, quantize: Any) -> None:
+    """The options' checks before anything is read."""
+    if not isinstance(keep_io_types, bool):
+        raise InputError(f"keep_io_types must be True or False, got {keep_io_types!r}")
+    if dtype is None:
+        if keep_io_types:
+            raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
+        return
+    half_precision.half_type(dtype)
+    if quantize is not None:
+        raise InputError(f"dtype={dtype!r} with quantize= (q4f16) is not supported yet")
+    if task not in ("auto", "text-generation"):
+        raise InputError(f"dtype={dtype!r} is supported for text-generation packages only so far, not {task}")
+
+
+def calibration_feeds(model_path: pathlib.Path, spec: GraphSpec, config: Any) -> Iterator[dict[str, Any]]:
+    """The calibration prompt's feeds: a prefill, then a decode step on the cache the float32 graph
+    returned (run once in onnxruntime for it)."""
+    import onnxruntime as ort
+
+    batch, prompt = CALIBRATION
+    with_positions = "position_ids" in spec.input_names
+    layout = spec.cache_layout or config_layout(text_config(config))
+    vocab = int(text_config(config).vocab_size)
+    first = decoder_inputs(layout, vocab, batch, prompt, 0, "cpu", with_positions, 1, spec.codebooks)
+    tensors = [first[0], first[1], *([first[2]] if with_positions else []), *flat_tensors(first[-1])]
+    feed = {n: t.numpy() for n, t in zip(spec.input_names, tensors, strict=True)}
+    yield feed
+    if spec.stateless:
+        return
+    session = ort.InferenceSession(os.fspath(model_path), providers=["CPUExecutionProvider"])
+    got = session.run(None, feed)
+    ids = np.asarray(got[0])[:, -1:].argmax(-1).astype(np.int64)
+    step = {spec.input_names[0]: ids, spec.input_names[1]: np.ones((batch, prompt + 1), np.int64)}
+    if with_positions:
+        step["position_ids"] = np.full((batch, 1), prompt, np.int64)
+    caches = spec.input_names[3 if with_positions else 2 :]
+    step.update({n: np.asarray(v) for n, v in zip(caches, got[1:], strict=True)})
+    yield step
+
+
+def convert_package_file(
+    folder: pathlib.Path,
+    filename: str,
+    spec: GraphSpec,
+    config: Any,
+    dtype: str,
+    keep_io_types: bool,
+) -> half_precision.Converted:
+    """The float32 ``folder/filename`` recorded on the calibration prompt, converted to ``dtype`` and
+    written over itself (its external data unchanged); the report's section appended."""
+    path = folder / filename
+    ranges = None
+    if dtype == "fp16":
+        ranges = half_precision.record_ranges(path, list(calibration_feeds(path, spec, config)))
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    converted = half_precision.convert(model, dtype, ranges=ranges, keep_io_types=keep_io_types, base_dir=folder)
+    onnx.save(converted.model, os.fspath(path))
+    batch, prompt = CALIBRATION
+    flops = half_precision.matmul_flops(
+        converted.model, {"batch_size": batch, "sequence_length": prompt, "total_sequence_length": prompt}
+    )
+    share = half_precision.half_share(flops, dtype)
+    converted_share = share
+    log.info(
+        "%s: %s, %.1f%% of the MatMul work in it, %d nodes kept float32",
+        filename,
+        dtype,
+        100 * converted_share,
+        len(converted.kept),
+    )
+    notes = [
+        f"Calibration: a prefill of {prompt} tokens (batch {batch}) and one decode step, run in float32 by "
+        "onnxruntime with every intermediate value an output."
+        if ranges is not None
+        else "bfloat16 has float32's range: no calibration."
+    ]
+    with open(folder / "fastonnx_report.md", "a", encoding="utf-8") as f:
+        f.write("\n" + half_precision.report_section(converted, share, notes))
+    return converted
+
+
+def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any]:
+    """``feeds`` with float arrays cast to the type the session's input takes (a half package's cache)."""
+    kinds = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
+    typed = {}
+    for i in session.get_inputs():
+        value = feeds[i.name]
+        if i.type in kinds and isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            value = value.astype(kinds[i.type])
+        typed[i.name] = value
+    return typed
+
+
+def as_float32(outputs: list[Any]) -> list[torch.Tensor]:
+    return [
+        torch.from_numpy(np.asarray(o).astype(np.float32) if np.asarray(o).dtype.kind == "f" else np.asarray(o))
+        for o in outputs
+    ]
