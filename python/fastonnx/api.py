@@ -72,6 +72,8 @@ def to_onnx(
     cast_weights: bool = False,
     capture: str = "auto",
     quantize: str | WeightQuantization | None = None,
+    dtype: str | None = None,
+    keep_io_types: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -444,6 +446,8 @@ def to_onnx(
             "cast_weights": cast_weights,
             "capture": capture,
             "quantize": quantize,
+            "dtype": dtype,
+            "keep_io_types": keep_io_types,
         },
         report=report,
         verify=verify,

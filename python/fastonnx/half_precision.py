@@ -371,8 +371,10 @@ def convert(
             reason = f"op of domain {n.domain}"
         elif any(o in island for o in n.output):
             reason = "rotary angles / masks (from integers)"
-        elif threshold is not None and any(too_large(x) for _, x in float_ins) or any(
-            too_large(o) for o in float_outs
+        elif (
+            threshold is not None
+            and any(too_large(x) for _, x in float_ins)
+            or any(too_large(o) for o in float_outs)
         ):
             reason = f"range above {threshold:g}"
         elif n.op_type in _MOVES:
@@ -449,7 +451,9 @@ def _retype(g: onnx.GraphProto, current: Mapping[str, int], renamed: Mapping[str
         if n.op_type in ("Cast", "Constant") and n.output[0] not in known and n.output[0] not in io:
             source = n.input[0] if n.input else ""
             shape = shapes.get(source)
-            info = helper.make_tensor_value_info(n.output[0], current.get(n.output[0], TensorProto.FLOAT), None)
+            info = helper.make_tensor_value_info(
+                n.output[0], current.get(n.output[0], TensorProto.FLOAT), None
+            )
             if shape is not None:
                 info.type.tensor_type.shape.CopyFrom(shape)
             g.value_info.append(info)
@@ -537,6 +541,18 @@ def _max_abs(value: Any) -> float:
     return float(np.max(finite))
 
 
+def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any]:
+    """``feeds`` with float arrays cast to the type the session's input takes (a half package's cache)."""
+    kinds: dict[str, Any] = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
+    typed = {}
+    for i in session.get_inputs():
+        value = feeds[i.name]
+        if i.type in kinds and isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            value = value.astype(kinds[i.type])
+        typed[i.name] = value
+    return typed
+
+
 def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, int]:
     """Multiply-adds of the MatMul and Gemm nodes by the element type they run in: M·K·N each (times the
     batch dims of a MatMul), symbolic dims taken from ``dims`` (1 where it lacks one)."""
@@ -549,7 +565,8 @@ def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, i
             types[v.name] = t.elem_type
             if t.HasField("shape"):
                 shapes[v.name] = [
-                    d.dim_value if d.HasField("dim_value") else int(dims.get(d.dim_param, 1)) for d in t.shape.dim
+                    d.dim_value if d.HasField("dim_value") else int(dims.get(d.dim_param, 1))
+                    for d in t.shape.dim
                 ]
     for t in g.initializer:
         shapes[t.name], types[t.name] = list(t.dims), t.data_type
@@ -570,7 +587,11 @@ def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, i
             k = a[-1]
             cols = b[-1] if len(b) > 1 else 1
             rows = a[-2] if len(a) > 1 else 1
-            batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))) if len(a) > 2 or len(b) > 2 else 1
+            batch = (
+                int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))))
+                if len(a) > 2 or len(b) > 2
+                else 1
+            )
             count = batch * rows * k * cols
         kind = types.get(n.input[0], TensorProto.FLOAT)
         flops[kind] = flops.get(kind, 0) + int(count)
@@ -594,7 +615,9 @@ def report_section(converted: Converted, share: float | None, notes: Sequence[st
         )
     if share is not None:
         lines.append(f"MatMul / Gemm multiply-adds in {kind}: {100 * share:.1f}%.")
-    lines.append(f"Casts inserted: {converted.casts}. Nodes computing in float32 ({len(converted.kept)}), by reason:")
+    lines.append(
+        f"Casts inserted: {converted.casts}. Nodes computing in float32 ({len(converted.kept)}), by reason:"
+    )
     lines.append("")
     lines.append("| reason | nodes | e.g. |")
     lines.append("|---|---|---|")

@@ -91,7 +91,9 @@ def convert_package_file(
     if dtype == "fp16":
         ranges = half_precision.record_ranges(path, list(calibration_feeds(path, spec, config)))
     model = onnx.load(os.fspath(path), load_external_data=False)
-    converted = half_precision.convert(model, dtype, ranges=ranges, keep_io_types=keep_io_types, base_dir=folder)
+    converted = half_precision.convert(
+        model, dtype, ranges=ranges, keep_io_types=keep_io_types, base_dir=folder
+    )
     onnx.save(converted.model, os.fspath(path))
     batch, prompt = CALIBRATION
     flops = half_precision.matmul_flops(
@@ -117,20 +119,10 @@ def convert_package_file(
     return converted
 
 
-def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any]:
-    """``feeds`` with float arrays cast to the type the session's input takes (a half package's cache)."""
-    kinds = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
-    typed = {}
-    for i in session.get_inputs():
-        value = feeds[i.name]
-        if i.type in kinds and isinstance(value, np.ndarray) and value.dtype.kind == "f":
-            value = value.astype(kinds[i.type])
-        typed[i.name] = value
-    return typed
-
-
 def as_float32(outputs: list[Any]) -> list[torch.Tensor]:
     return [
-        torch.from_numpy(np.asarray(o).astype(np.float32) if np.asarray(o).dtype.kind == "f" else np.asarray(o))
+        torch.from_numpy(
+            np.asarray(o).astype(np.float32) if np.asarray(o).dtype.kind == "f" else np.asarray(o)
+        )
         for o in outputs
     ]

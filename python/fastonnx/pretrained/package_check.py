@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
+from fastonnx.half_precision import feeds_as_session_types
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -32,7 +33,7 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.half_package import HALF_TOLERANCE, as_float32, feeds_as_session_types
+from fastonnx.pretrained.half_package import HALF_TOLERANCE, as_float32
 from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, seq2seq_sides
 from fastonnx.progress_bars import Progress
 

@@ -25,11 +25,11 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
+from fastonnx.pretrained import half_package
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
-from fastonnx.pretrained import half_package
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
