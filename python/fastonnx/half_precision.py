@@ -232,6 +232,16 @@ def _angle_island(model: onnx.ModelProto, types: Mapping[str, int]) -> set[str]:
     return {o for i in marked for o in g.node[i].output}
 
 
+def _weight_only(g: onnx.GraphProto) -> set[str]:
+    """Values computed from initializers and constants only (onnxruntime folds them at load)."""
+    found = {t.name for t in g.initializer}
+    for n in g.node:
+        ins = [x for x in n.input if x]
+        if n.op_type == "Constant" or (ins and all(x in found for x in ins) and not _has_subgraph(n)):
+            found.update(o for o in n.output if o)
+    return found
+
+
 def convert(
     model: onnx.ModelProto,
     dtype: str,
@@ -271,6 +281,17 @@ def convert(
 
     island = _angle_island(model, types)
     fp32 = TensorProto.FLOAT
+    weight_only = _weight_only(g)
+    # Casts of weights read by weight-only arithmetic: kept float32 with it (folded at load)
+    folded_readers = {
+        x
+        for n in g.node
+        if n.op_type not in _MOVES
+        and n.op_type != "Cast"
+        and n.input
+        and all(i in weight_only for i in n.input if i)
+        for x in n.input
+    }
     # the type each value has in the converted graph
     current: dict[str, int] = dict(types)
     flexible: set[str] = {t.name for t in g.initializer if t.data_type == fp32}
@@ -345,23 +366,33 @@ def convert(
                 kept[label] = f"range above {threshold:g}"
                 nodes.append(n)
                 continue
-            if source in flexible and types.get(source) == fp32:
-                # a float32 -> float32 Cast of a weight
-                pass
-            target = half
+            if n.output[0] in folded_readers:
+                nodes.append(n)  # read by weight-only arithmetic, which stays float32 and is folded
+                continue
+            # a float -> float32 Cast (a checkpoint's bfloat16 weight): to the half type instead
             moved = onnx.NodeProto()
             moved.CopyFrom(n)
-            del moved.input[:]
-            src_type = current.get(source, types.get(source, fp32))
-            moved.input.append(source)
-            for a in moved.attribute:
-                if a.name == "to":
-                    a.i = target
-            if src_type == target:
+            if current.get(source, types.get(source)) == half:
                 moved.op_type = "Identity"
                 del moved.attribute[:]
+            else:
+                for a in moved.attribute:
+                    if a.name == "to":
+                        a.i = half
             nodes.append(moved)
-            current[n.output[0]] = target
+            current[n.output[0]] = half
+            continue
+        if n.op_type not in _MOVES and all(x in weight_only for _, x in float_ins) and float_ins:
+            # arithmetic on weights only (Gemma's 1 + weight): float32, folded by onnxruntime at load
+            # (its CPU has no float16 Add / Mul to fold with)
+            for o in float_outs:
+                current[o] = fp32
+            moved = onnx.NodeProto()
+            moved.CopyFrom(n)
+            for i, x in float_ins:
+                if current.get(x, types.get(x)) != fp32 and (n.op_type, i) not in _FIXED_INPUTS:
+                    moved.input[i] = cast_to(x, fp32)
+            nodes.append(moved)
             continue
         if n.op_type in KEEP_FLOAT32:
             reason = KEEP_FLOAT32[n.op_type]
@@ -371,11 +402,7 @@ def convert(
             reason = f"op of domain {n.domain}"
         elif any(o in island for o in n.output):
             reason = "rotary angles / masks (from integers)"
-        elif (
-            threshold is not None
-            and any(too_large(x) for _, x in float_ins)
-            or any(too_large(o) for o in float_outs)
-        ):
+        elif any(too_large(x) for _, x in float_ins) or any(too_large(o) for o in float_outs):
             reason = f"range above {threshold:g}"
         elif n.op_type in _MOVES:
             data = [x for i, x in float_ins if (n.op_type, i) not in _FIXED_INPUTS]
