@@ -363,8 +363,10 @@ def to_onnx(
             stay float32, with Casts at their edges. Weights keep their bytes: a float32 or a
             checkpoint's bfloat16 tensor is read through a Cast, which onnxruntime folds at load.
             ``stats["half_precision"]``: the nodes kept float32 by reason, the share of MatMul / Gemm
-            multiply-adds in the half type, the Casts added. Needs ``filename``; not with ``quantize``
-            (``InputError``); ``verify`` is skipped (float32 tolerances). ``result(...)`` casts float
+            multiply-adds in the half type, the Casts added. Needs ``filename``. With ``quantize``
+            (transformers.js's q4f16): the dequantized products (``DequantizeLinear``, ``MatMulNBits``)
+            read float16 activations and scales (the scales through a Cast folded at load).
+            ``verify`` is skipped (float32 tolerances). ``result(...)`` casts float
             inputs to the graph's types. onnxruntime's CPU runs no bfloat16 MatMul / Add / Softmax:
             run bfloat16 files elsewhere (``onnx.reference``, GPUs).
         keep_io_types: With ``dtype``: the float32 inputs and outputs stay float32 (Casts behind and

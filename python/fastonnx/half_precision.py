@@ -115,6 +115,10 @@ _MOVES = {
     "SpaceToDepth",
 }
 
+# weight-only ops that run in the half type rather than float32 and folded: moves, and the dequantized
+# weights of quantize= (onnxruntime fuses DequantizeLinear + MatMul into MatMulNBits, half scales and all)
+_KEEPS_TYPE = _MOVES | {"DequantizeLinear"}
+
 # ops through which the rotary angles are computed from positions (with constants only)
 _ANGLE_OPS = _MOVES | {"Mul", "MatMul", "Div", "Add", "Sub", "Cast", "Cos", "Sin", "Neg"}
 
@@ -382,7 +386,7 @@ def convert(
             nodes.append(moved)
             current[n.output[0]] = half
             continue
-        if n.op_type not in _MOVES and all(x in weight_only for _, x in float_ins) and float_ins:
+        if n.op_type not in _KEEPS_TYPE and all(x in weight_only for _, x in float_ins) and float_ins:
             # arithmetic on weights only (Gemma's 1 + weight): float32, folded by onnxruntime at load
             # (its CPU has no float16 Add / Mul to fold with)
             for o in float_outs:
@@ -520,8 +524,15 @@ def record_ranges(
     skipped = set(skip)
     inits = {t.name for t in g.initializer}
     present = {v.name for v in g.output}
-    # the Casts of weights: their magnitudes come from the weights (initializer_max_abs), not a copy
+    # the Casts of weights: their magnitudes come from the weights (initializer_max_abs), not a copy;
+    # quantized weights' (DequantizeLinear) from their scales
     weight_casts = {n.output[0] for n in g.node if n.op_type == "Cast" and n.input and n.input[0] in inits}
+    dequantized = {
+        n.output[0]: n
+        for n in g.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and n.input[1] in inits
+    }
+    weight_casts |= set(dequantized)
     wanted = [
         o
         for n in g.node
@@ -551,11 +562,17 @@ def record_ranges(
                 tops[name] = max(tops.get(name, 0.0), _max_abs(value))
     finally:
         os.unlink(tmp)
+    by_name = {t.name: t for t in g.initializer}
     for n in g.node:
         if n.op_type == "Cast" and n.input and n.input[0] in inits:
-            tensor = next(t for t in g.initializer if t.name == n.input[0])
+            tensor = by_name[n.input[0]]
             if tensor.data_type in _FLOATS:
                 tops[n.output[0]] = initializer_max_abs(tensor, folder)
+    for out, n in dequantized.items():
+        codes, scale = by_name[n.input[0]], by_name[n.input[1]]
+        bits = 4 if codes.data_type in (TensorProto.INT4, TensorProto.UINT4) else 8
+        # |code - zero point| < 2^bits
+        tops[out] = initializer_max_abs(scale, folder) * (1 << bits)
     return tops
 
 
@@ -581,8 +598,9 @@ def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any
 
 
 def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, int]:
-    """Multiply-adds of the MatMul and Gemm nodes by the element type they run in: M·K·N each (times the
-    batch dims of a MatMul), symbolic dims taken from ``dims`` (1 where it lacks one)."""
+    """Multiply-adds of the MatMul, Gemm and MatMulNBits nodes by the element type they run in (their
+    first input's): M·K·N each (times the batch dims of a MatMul), symbolic dims taken from ``dims`` (1
+    where it lacks one)."""
     g = model.graph
     shapes: dict[str, list[int]] = {}
     types: dict[str, int] = {}
@@ -599,6 +617,14 @@ def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, i
         shapes[t.name], types[t.name] = list(t.dims), t.data_type
     flops: dict[int, int] = {}
     for n in g.node:
+        if n.op_type == "MatMulNBits":
+            a = shapes.get(n.input[0])
+            attrs = {x.name: x.i for x in n.attribute}
+            if a:
+                rows = int(np.prod(a[:-1])) if len(a) > 1 else 1
+                kind = types.get(n.input[0], TensorProto.FLOAT)
+                flops[kind] = flops.get(kind, 0) + rows * attrs.get("K", a[-1]) * attrs.get("N", 1)
+            continue
         if n.op_type not in ("MatMul", "Gemm"):
             continue
         a, b = shapes.get(n.input[0]), shapes.get(n.input[1])

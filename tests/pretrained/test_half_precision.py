@@ -102,17 +102,6 @@ def test_half_packages_match_transformers(tmp_path: pathlib.Path, name: str) -> 
         assert "## Half precision" in report and "| softmax |" in report and "| reduction |" in report
 
 
-def test_keep_io_types_keeps_float32_inputs_and_outputs(tmp_path: pathlib.Path) -> None:
-    model_type, class_name, extra = DECODERS["llama"]
-    src = tmp_path / "ckpt"
-    save_checkpoint(src, model_type, class_name, {**DECODER, **extra})
-    written = fastonnx.export_pretrained(src, tmp_path / "out", dtype="fp16", keep_io_types=True)
-    assert written.verified is True, written.verify_note
-    types = _input_types(written.model_path)
-    assert types["logits"] == TensorProto.FLOAT and types["past_key_values.1.value"] == TensorProto.FLOAT
-    assert _half_share(written.model_path, "fp16") >= 0.9
-
-
 def _gemma2_overflowing(folder: pathlib.Path) -> None:
     config = {**DECODER, "head_dim": 16, "initializer_range": 0.3, "attn_implementation": "eager"}
     model: Any = save_checkpoint(folder, "gemma2", "Gemma2ForCausalLM", config)
@@ -197,7 +186,8 @@ def test_to_onnx_dtype(tmp_path: pathlib.Path) -> None:
         fastonnx.to_onnx(model, (x,), filename=path, keep_io_types=True)
 
 
-def test_cli_dtype(tmp_path: pathlib.Path) -> None:
+def test_cli_dtype_keep_io_types(tmp_path: pathlib.Path) -> None:
+    # exit status 0: the package verified in onnxruntime against transformers (1 on a mismatch)
     from fastonnx.pretrained.cli import main
 
     model_type, class_name, extra = DECODERS["llama"]
@@ -209,3 +199,36 @@ def test_cli_dtype(tmp_path: pathlib.Path) -> None:
         types["logits"] == TensorProto.FLOAT and _half_share(tmp_path / "out" / "model.onnx", "fp16") >= 0.9
     )
     assert main(["export", str(src), str(tmp_path / "bad"), "--keep-io-types"]) == 2
+
+
+def _ort_logits(path: pathlib.Path) -> np.ndarray[Any, Any]:
+    import onnxruntime as ort
+
+    feeds = _prefill_feeds(onnx.load(str(path), load_external_data=False))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], feeds)
+    return np.asarray(logits).astype(np.float32)
+
+
+def test_int4_with_fp16(tmp_path: pathlib.Path) -> None:
+    # transformers.js's q4f16: weights int4, everything else float16 (MatMulNBits / the dequantized
+    # products read float16 activations and scales); against the float32 int4 package of the same codes
+    model_type, class_name, extra = DECODERS["llama"]
+    src = tmp_path / "ckpt"
+    save_checkpoint(src, model_type, class_name, {**DECODER, **extra}, dtype=torch.bfloat16)
+    q4 = fastonnx.export_pretrained(src, tmp_path / "q4", quantize="int4")
+    expected = torch.from_numpy(_ort_logits(q4.model_path))
+    for level in ("default", "onnxruntime"):
+        out = tmp_path / f"q4f16-{level}"
+        written = fastonnx.export_pretrained(src, out, quantize="int4", dtype="fp16", optimize=level)
+        model = onnx.load(str(written.model_path), load_external_data=False)
+        types = _input_types(written.model_path)
+        assert types["logits"] == TensorProto.FLOAT16
+        products = [n for n in model.graph.node if n.op_type in ("MatMulNBits", "DequantizeLinear")]
+        assert len(products) == 14  # 7 products a layer
+        flops = half_precision.matmul_flops(model, {"batch_size": 2, "sequence_length": 5})
+        assert half_precision.half_share(flops, "fp16") >= 0.9
+        got = torch.from_numpy(_ort_logits(written.model_path))
+        # the same int4 codes: float16 activations and scales move logits ~2.5 by ~0.04 at most
+        relative = float((got - expected).abs().max() / expected.abs().max())
+        assert relative < 3e-2, relative

@@ -82,8 +82,6 @@ class ExportOptions:
         if rest.get("dtype") is not None:
             if filename is None:
                 raise InputError(f"dtype={rest['dtype']!r} converts the written file: give filename too")
-            if quantize is not None:
-                raise InputError(f"dtype={rest['dtype']!r} with quantize= (q4f16) is not supported yet")
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
         if not isinstance(value_info, bool):

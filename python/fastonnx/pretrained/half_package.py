@@ -44,8 +44,6 @@ def check_options(task: str, dtype: Any, keep_io_types: Any, quantize: Any) -> N
             raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
         return
     half_precision.half_type(dtype)
-    if quantize is not None:
-        raise InputError(f"dtype={dtype!r} with quantize= (q4f16) is not supported yet")
     if task not in ("auto", "text-generation"):
         raise InputError(f"dtype={dtype!r} is supported for text-generation packages only so far, not {task}")
 
