@@ -677,5 +677,10 @@ def report_section(converted: Converted, share: float | None, notes: Sequence[st
     for reason, count in converted.reasons().items():
         example = next(k for k, v in converted.kept.items() if v == reason)
         lines.append(f"| {reason} | {count} | `{example}` |")
+    ranged = [k for k, v in converted.kept.items() if v.startswith("range above")]
+    if ranged:
+        shown = ", ".join(f"`{k}`" for k in ranged[:50])
+        more = f" and {len(ranged) - 50} more" if len(ranged) > 50 else ""
+        lines.extend(["", f"Kept float32 for their recorded range: {shown}{more}."])
     lines.extend(["", *notes])
     return "\n".join(lines) + "\n"
