@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,12 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.half_package import HALF_TOLERANCE, as_float32
+from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
 from fastonnx.pretrained.task_inputs import decoder_inputs, encoder_output, no_cache_flags, seq2seq_sides
 from fastonnx.progress_bars import Progress
+
+Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
+"""(atol, rtol) for a comparison with the expected tensor."""
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 
@@ -86,7 +90,7 @@ def _run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[to
 
 
 def _check_decoder(
-    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: tuple[float | None, float | None]
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
     """A prefill of 5 tokens from an empty cache, then a decode step on the grown one: transformers runs
     its own prefill (a fresh cache), the graph its one form (no past, states of zeros)."""
@@ -116,7 +120,7 @@ def _check_decoder(
         cache = returned_cache(out)
         expected = [out.logits, *flat_tensors(cache)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
-            infos.append(compare(f"{step}: {name}", e, a, *tolerance))
+            infos.append(compare(f"{step}: {name}", e, a, *tolerance(e)))
         onnx_cache = got[1:]
         past = mask.shape[1]
         ids = out.logits[:, -1:].argmax(-1)
@@ -126,7 +130,7 @@ def _check_decoder(
 
 
 def _check_no_cache(
-    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: tuple[float | None, float | None]
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
     """A model that keeps no cache: the logits of a prompt of 5 tokens, then of the prompt grown by its
     greedy token, each step over the whole sequence as a generation loop runs it."""
@@ -139,7 +143,7 @@ def _check_no_cache(
             expected = model(input_ids=ids, attention_mask=mask, **no_cache_flags(model), **extra).logits
         feeds = [ids, mask, *([positions] if with_positions else [])]
         (got,) = _run(session, spec.input_names, feeds)
-        infos.append(compare(f"{step}: logits", expected, got, *tolerance))
+        infos.append(compare(f"{step}: logits", expected, got, *tolerance(expected)))
         ids = torch.cat([ids, expected[:, -1:].argmax(-1)], dim=1)
         mask = torch.ones_like(ids)
         positions = torch.arange(ids.shape[1]).repeat(ids.shape[0], 1)
@@ -279,8 +283,8 @@ def verify_package(
 ) -> tuple[bool | None, str]:
     """Runs the package against transformers; returns (passed or None when skipped, a note) and
     appends the comparison to the package's report. ``half``: a float16 package (half_package.py),
-    compared at HALF_TOLERANCE."""
-    tolerance: tuple[float | None, float | None] = HALF_TOLERANCE if half else (None, None)
+    compared at half_package.half_tolerance."""
+    tolerance: Tolerance = half_tolerance if half else float32_tolerance
     ok, note = fits(checkpoint)
     report = package / "fastonnx_report.md"
     if not ok:
