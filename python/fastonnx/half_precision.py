@@ -15,6 +15,11 @@ and what overflows or loses its meaning there stays float32, with Casts at the e
   ``|value|`` per value name, from a calibration run of the float32 graph (``record_ranges``). bfloat16
   has float32's range: its conversion ignores ``ranges``.
 
+Control flow (If, Loop, Scan, SequenceMap: Mixtral's routed experts) runs in the half type as a whole,
+its bodies converted, unless a body holds an op that stays float32: then the node stays float32, and
+the outer values its bodies read are cast to the type it runs in. Sequences cannot be cast: their
+readers take their type. Weight-only arithmetic (Gemma's ``1 + weight``) stays float32 and is folded.
+
 Weights: a float32 initializer read by a half node is read through a Cast (a checkpoint's bfloat16
 tensor, already behind a Cast to float32, has that Cast retargeted), which onnxruntime folds at load;
 small inline tensors and ``Constant`` nodes are converted in the file. Nothing is copied to float32.
@@ -153,6 +158,15 @@ def half_type(dtype: str) -> int:
     return HALF_TYPES[dtype]
 
 
+def _sequence_types(g: onnx.GraphProto) -> dict[str, int]:
+    """Values that are sequences of tensors: their element type."""
+    found: dict[str, int] = {}
+    for v in [*g.input, *g.output, *g.value_info]:
+        if v.type.HasField("sequence_type") and v.type.sequence_type.elem_type.HasField("tensor_type"):
+            found[v.name] = v.type.sequence_type.elem_type.tensor_type.elem_type
+    return found
+
+
 def _types(model: onnx.ModelProto) -> dict[str, int]:
     g = model.graph
     found: dict[str, int] = {}
@@ -236,6 +250,86 @@ def _angle_island(model: onnx.ModelProto, types: Mapping[str, int]) -> set[str]:
     return {o for i in marked for o in g.node[i].output}
 
 
+def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    found: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            found.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            found.extend(a.graphs)
+    return found
+
+
+def _body_blocker(body: onnx.GraphProto) -> str | None:
+    """Why a control-flow body cannot compute in the half type as a whole (it holds an op that stays
+    float32), or None."""
+    for n in body.node:
+        if n.op_type in KEEP_FLOAT32:
+            return f"control flow holding {n.op_type}"
+        if n.op_type == "Mul" and len(n.input) == 2 and n.input[0] == n.input[1]:
+            return "control flow holding a square"
+        if n.domain not in ("", "ai.onnx", "com.microsoft"):
+            return f"control flow holding an op of domain {n.domain}"
+        for inner in _bodies(n):
+            why = _body_blocker(inner)
+            if why is not None:
+                return why
+    return None
+
+
+def _outer_reads(body: onnx.GraphProto) -> set[str]:
+    """Names a body (and the bodies inside it) reads from the scopes around it."""
+    defined = {v.name for v in body.input} | {t.name for t in body.initializer}
+    defined |= {o for n in body.node for o in n.output}
+    read = {x for n in body.node for x in n.input if x}
+    for n in body.node:
+        for inner in _bodies(n):
+            read |= _outer_reads(inner)
+    return read - defined
+
+
+def _rename_reads(body: onnx.GraphProto, renamed: Mapping[str, str]) -> None:
+    for n in body.node:
+        for i, x in enumerate(n.input):
+            if x in renamed:
+                n.input[i] = renamed[x]
+        for inner in _bodies(n):
+            _rename_reads(inner, renamed)
+    for v in body.output:
+        if v.name in renamed:  # a body returning an outer value as it is
+            raise InputError(f"a control-flow body returns the outer value {v.name} unchanged")
+
+
+def _to_half(body: onnx.GraphProto, half: int) -> None:
+    """Every float32 tensor of ``body`` (its inputs, outputs, values, constants, Casts) in ``half``."""
+    np_half = helper.tensor_dtype_to_np_dtype(half)
+
+    def retype(v: onnx.ValueInfoProto) -> None:
+        t = v.type
+        if t.HasField("tensor_type") and t.tensor_type.elem_type == TensorProto.FLOAT:
+            t.tensor_type.elem_type = half
+        elif t.HasField("sequence_type") and t.sequence_type.elem_type.HasField("tensor_type"):
+            inner = t.sequence_type.elem_type.tensor_type
+            if inner.elem_type == TensorProto.FLOAT:
+                inner.elem_type = half
+
+    for v in [*body.input, *body.output, *body.value_info]:
+        retype(v)
+    for i, t in enumerate(body.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            body.initializer[i].CopyFrom(
+                numpy_helper.from_array(numpy_helper.to_array(t).astype(np_half), t.name)
+            )
+    for n in body.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = half
+            elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np_half), a.t.name))
+        for inner in _bodies(n):
+            _to_half(inner, half)
+
+
 def _weight_only(g: onnx.GraphProto) -> set[str]:
     """Values computed from initializers and constants only (onnxruntime folds them at load)."""
     found = {t.name for t in g.initializer}
@@ -261,12 +355,9 @@ def convert(
     the model's external data, to read the weights' magnitudes."""
     half = half_type(dtype)
     g = model.graph
-    if any(_has_subgraph(n) for n in g.node):
-        raise InputError(
-            f"dtype={dtype!r}: the graph holds control flow (If / Loop / Scan), whose bodies are not "
-            "converted yet; export it in float32"
-        )
     types = _types(model)
+    sequences = _sequence_types(g)
+    types.update(sequences)  # a sequence's type is its tensors' (it cannot be cast: nodes follow it)
     threshold = FLOAT16_SAFE if half == TensorProto.FLOAT16 else None
     limits: dict[str, float] = dict(ranges or {})
     init_by_name = {t.name: t for t in g.initializer}
@@ -343,7 +434,8 @@ def convert(
 
     for n in g.node:
         ins = list(n.input)
-        float_ins = [(i, x) for i, x in enumerate(ins) if x and types.get(x) in _FLOATS]
+        # the float32 values read (now float32 or half); other types (a float64 routing) as they are
+        float_ins = [(i, x) for i, x in enumerate(ins) if x and types.get(x) == fp32]
         float_outs = [o for o in n.output if o and types.get(o) == fp32]
         if n.op_type == "Constant":
             nodes.append(n)  # converted where read (cast_to)
@@ -357,6 +449,39 @@ def convert(
             continue
         label = n.name or (n.output[0] if n.output else n.op_type)
         reason: str | None = None
+        bodies = _bodies(n)
+        if bodies:
+            blockers = [why for b in bodies if (why := _body_blocker(b)) is not None]
+            if blockers:
+                reason = blockers[0]
+            elif any(too_large(x) for _, x in float_ins) or any(too_large(o) for o in float_outs):
+                reason = f"range above {threshold:g}"
+            target = fp32 if reason is not None else half
+            fixed = {current.get(x, fp32) for _, x in float_ins if x in sequences}
+            if fixed and fixed != {target}:
+                target, reason = fixed.pop(), reason or "reads a float32 sequence"
+            moved = onnx.NodeProto()
+            moved.CopyFrom(n)
+            for i, x in float_ins:
+                if x not in sequences and current.get(x, types.get(x)) != target:
+                    moved.input[i] = cast_to(x, target)
+            outer = sorted(set().union(*(_outer_reads(b) for b in _bodies(moved))))
+            renamed = {
+                x: cast_to(x, target)
+                for x in outer
+                if types.get(x) in _FLOATS and x not in sequences and current.get(x, types.get(x)) != target
+            }
+            for b in _bodies(moved):
+                if target == half:
+                    _to_half(b, half)
+                _rename_reads(b, renamed)
+            for o in n.output:
+                if o and types.get(o) == fp32:
+                    current[o] = target
+            if reason is not None:
+                kept[label] = reason
+            nodes.append(moved)
+            continue
         if n.op_type == "Cast":
             source = ins[0]
             to = next(a.i for a in n.attribute if a.name == "to")
@@ -413,12 +538,16 @@ def convert(
             if any(current.get(x) == fp32 and x not in flexible for x in data):
                 reason = "reads float32 data"
         target = fp32 if reason is not None else half
+        fixed = {current.get(x, fp32) for _, x in float_ins if x in sequences}
+        if fixed and fixed != {target}:
+            target = fixed.pop()  # a sequence cannot be cast: its readers take its type
+            reason = reason or ("reads a float32 sequence" if target == fp32 else None)
         if reason is not None and float_outs:
             kept[label] = reason
         moved = onnx.NodeProto()
         moved.CopyFrom(n)
         for i, x in float_ins:
-            if (n.op_type, i) in _FIXED_INPUTS:
+            if (n.op_type, i) in _FIXED_INPUTS or x in sequences:
                 continue
             if current.get(x, types.get(x)) != target:
                 moved.input[i] = cast_to(x, target)
@@ -467,6 +596,11 @@ def _retype(g: onnx.GraphProto, current: Mapping[str, int], renamed: Mapping[str
     for v in [*g.input, *g.output]:
         if v.type.HasField("tensor_type") and v.name in current:
             v.type.tensor_type.elem_type = current[v.name]
+    for v in [*g.input, *g.output, *g.value_info]:
+        if v.type.HasField("sequence_type") and v.name in current:
+            inner = v.type.sequence_type.elem_type
+            if inner.HasField("tensor_type"):
+                inner.tensor_type.elem_type = current[v.name]
     known = set()
     for v in g.value_info:
         if v.type.HasField("tensor_type"):
@@ -600,10 +734,22 @@ def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any
 def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, int]:
     """Multiply-adds of the MatMul, Gemm and MatMulNBits nodes by the element type they run in (their
     first input's): M·K·N each (times the batch dims of a MatMul), symbolic dims taken from ``dims`` (1
-    where it lacks one)."""
-    g = model.graph
-    shapes: dict[str, list[int]] = {}
-    types: dict[str, int] = {}
+    where it lacks one). The products of control-flow bodies (Mixtral's experts) count once each, at
+    the sizes their values record (a routed expert's rows are symbolic: 1 unless ``dims`` names them)."""
+    flops: dict[int, int] = {}
+    _graph_flops(model.graph, dims, {}, {}, flops)
+    return flops
+
+
+def _graph_flops(
+    g: onnx.GraphProto,
+    dims: Mapping[str, int],
+    outer_shapes: Mapping[str, list[int]],
+    outer_types: Mapping[str, int],
+    flops: dict[int, int],
+) -> None:
+    shapes: dict[str, list[int]] = dict(outer_shapes)
+    types: dict[str, int] = dict(outer_types)
     for v in [*g.input, *g.output, *g.value_info]:
         if v.type.HasField("tensor_type"):
             t = v.type.tensor_type
@@ -615,8 +761,9 @@ def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, i
                 ]
     for t in g.initializer:
         shapes[t.name], types[t.name] = list(t.dims), t.data_type
-    flops: dict[int, int] = {}
     for n in g.node:
+        for body in _bodies(n):
+            _graph_flops(body, dims, shapes, types, flops)
         if n.op_type == "MatMulNBits":
             a = shapes.get(n.input[0])
             attrs = {x.name: x.i for x in n.attribute}
@@ -648,7 +795,6 @@ def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, i
             count = batch * rows * k * cols
         kind = types.get(n.input[0], TensorProto.FLOAT)
         flops[kind] = flops.get(kind, 0) + int(count)
-    return flops
 
 
 def half_share(flops: Mapping[int, int], dtype: str) -> float:

@@ -96,9 +96,22 @@ def _genai_matches_transformers(package: pathlib.Path, checkpoint: pathlib.Path,
     assert list(generator.get_sequence(0)) == want[0].tolist()
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def _body_types(path: pathlib.Path) -> set[int]:
+    """The element types of the values control-flow bodies return (Mixtral's experts: SequenceMap)."""
+    m = onnx.load(str(path), load_external_data=False)
+    return {
+        v.type.tensor_type.elem_type
+        for n in m.graph.node
+        for a in n.attribute
+        if a.type == onnx.AttributeProto.GRAPH
+        for v in a.g.output
+    }
+
+
+@pytest.mark.parametrize("name", ["llama", "mixtral"])
 def test_half_packages_match_transformers(tmp_path: pathlib.Path, name: str) -> None:
-    # a bf16 checkpoint: fp16 verified in onnxruntime by the export itself, fp16 and bf16 in onnx.reference
+    # a bf16 checkpoint: fp16 verified in onnxruntime by the export itself, fp16 and bf16 in onnx.reference;
+    # Mixtral's routed experts run in a SequenceMap whose body is converted too
     model_type, class_name, extra = DECODERS[name]
     src = tmp_path / "ckpt"
     save_checkpoint(src, model_type, class_name, {**DECODER, **extra}, dtype=torch.bfloat16)
@@ -115,6 +128,7 @@ def test_half_packages_match_transformers(tmp_path: pathlib.Path, name: str) -> 
         types = _input_types(written.model_path)
         assert types["logits"] == kind and types["past_key_values.0.key"] == kind
         assert _half_share(written.model_path, dtype) >= 0.9
+        assert _body_types(written.model_path) == ({kind} if name == "mixtral" else set())
         got = torch.from_numpy(_reference_logits(written.model_path))
         # half products over a hidden size of 64: errors of a few 1e-3 (fp16) and 1e-2 (bf16) of logits ~1
         tol = 1e-2 if dtype == "fp16" else 6e-2
