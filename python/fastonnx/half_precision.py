@@ -732,7 +732,7 @@ def feeds_as_session_types(session: Any, feeds: dict[str, Any]) -> dict[str, Any
 
 
 def matmul_flops(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[int, int]:
-    """Multiply-adds of the MatMul, Gemm and MatMulNBits nodes by the element type they run in (their
+    """Multiply-adds of the MatMul, Gemm, FusedMatMul and MatMulNBits nodes by the element type they run in (their
     first input's): M·K·N each (times the batch dims of a MatMul), symbolic dims taken from ``dims`` (1
     where it lacks one). The products of control-flow bodies (Mixtral's experts) count once each, at
     the sizes their values record (a routed expert's rows are symbolic: 1 unless ``dims`` names them)."""
@@ -772,18 +772,24 @@ def _graph_flops(
                 kind = types.get(n.input[0], TensorProto.FLOAT)
                 flops[kind] = flops.get(kind, 0) + rows * attrs.get("K", a[-1]) * attrs.get("N", 1)
             continue
-        if n.op_type not in ("MatMul", "Gemm"):
+        if n.op_type not in ("MatMul", "Gemm", "FusedMatMul"):
             continue
         a, b = shapes.get(n.input[0]), shapes.get(n.input[1])
         if a is None or b is None or not a or not b:
             continue
+        if n.op_type == "FusedMatMul":  # com.microsoft's MatMul of transposed operands, scaled
+            flags = {x.name: x.i for x in n.attribute}
+            if flags.get("transA") and len(a) > 1:
+                a = [*a[:-2], a[-1], a[-2]]
+            if flags.get("transB") and len(b) > 1:
+                b = [*b[:-2], b[-1], b[-2]]
         if n.op_type == "Gemm":
             trans_a = next((x.i for x in n.attribute if x.name == "transA"), 0)
             trans_b = next((x.i for x in n.attribute if x.name == "transB"), 0)
             m, k = (a[1], a[0]) if trans_a else (a[0], a[1])
             cols = b[0] if trans_b else b[1]
             count = m * k * cols
-        else:
+        else:  # MatMul, FusedMatMul
             k = a[-1]
             cols = b[-1] if len(b) > 1 else 1
             rows = a[-2] if len(a) > 1 else 1

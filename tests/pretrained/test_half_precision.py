@@ -228,7 +228,23 @@ def test_cli_dtype_keep_io_types(tmp_path: pathlib.Path) -> None:
     model_type, class_name, extra = DECODERS["llama"]
     src = tmp_path / "ckpt"
     save_checkpoint(src, model_type, class_name, {**DECODER, **extra}, dtype=torch.bfloat16)
-    assert main(["export", str(src), str(tmp_path / "out"), "--dtype", "fp16", "--keep-io-types"]) == 0
+    # at the onnxruntime level: FusedMatMul and RotaryEmbedding (com.microsoft) in float16 too
+    args = [
+        "export",
+        str(src),
+        str(tmp_path / "out"),
+        "--dtype",
+        "fp16",
+        "--keep-io-types",
+        "--optimize",
+        "onnxruntime",
+    ]
+    assert main(args) == 0
+    ops = {
+        n.op_type
+        for n in onnx.load(str(tmp_path / "out" / "model.onnx"), load_external_data=False).graph.node
+    }
+    assert {"FusedMatMul", "RotaryEmbedding"} <= ops
     types = _input_types(tmp_path / "out" / "model.onnx")
     assert (
         types["logits"] == TensorProto.FLOAT and _half_share(tmp_path / "out" / "model.onnx", "fp16") >= 0.9
