@@ -176,8 +176,10 @@ def test_bad_options_are_input_errors(tmp_path: pathlib.Path) -> None:
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", dtype="fp8")
     with pytest.raises(fastonnx.InputError, match="give dtype too"):
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", keep_io_types=True)
-    with pytest.raises(fastonnx.InputError, match="text-generation packages only"):
-        fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", task="fill-mask", dtype="fp16")
+    with pytest.raises(fastonnx.InputError, match="one-graph packages"):
+        fastonnx.export_pretrained(
+            tmp_path / "none", tmp_path / "out", task="text2text-generation", dtype="fp16"
+        )
 
 
 class _Scaled(torch.nn.Module):
@@ -283,3 +285,17 @@ def test_int4_with_fp16(tmp_path: pathlib.Path) -> None:
         # the same int4 codes: float16 activations and scales move logits ~2.5 by ~0.04 at most
         relative = float((got - expected).abs().max() / expected.abs().max())
         assert relative < 3e-2, relative
+
+
+def test_encoder_package_fp16(tmp_path: pathlib.Path) -> None:
+    # a one-graph task besides text-generation: calibrated on the verification's inputs, verified in
+    # onnxruntime against transformers' float32; the LayerNorms stay float32, every product is float16
+    from checkpoint_folders import architecture_sweep
+
+    folder = tmp_path / "bert"
+    architecture_sweep().build_checkpoint("fill-mask", "bert", "BertForMaskedLM", folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "out", "fill-mask", dtype="fp16")
+    assert written.verified is True, written.verify_note
+    assert _input_types(written.model_path)["logits"] == TensorProto.FLOAT16
+    assert _half_share(written.model_path, "fp16") == 1.0
+    assert "| normalization |" in (tmp_path / "out" / "fastonnx_report.md").read_text()

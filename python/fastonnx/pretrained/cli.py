@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=("fp32", "fp16", "bf16"),
         default="fp32",
-        help="the type the graph computes in (text-generation): fp16 / bf16 keep reductions, norms, "
+        help="the type the graph computes in (one-graph tasks): fp16 / bf16 keep reductions, norms, "
         "softmax, soft-capping and values past float16's range in float32",
     )
     export.add_argument(

@@ -1,8 +1,10 @@
-"""``export_pretrained(dtype="fp16" | "bf16")``: a text-generation package computing in half precision.
+"""``export_pretrained(dtype="fp16" | "bf16")``: a one-graph package (text-generation, encoders) computing
+in half precision.
 
 The graph is exported in float32 as always (weights referenced in place), then run once in onnxruntime
-on a calibration prompt (a prefill of 5 tokens, batch 2, and one decode step: the verification's inputs)
-with every intermediate value an output, which records each value's largest magnitude; the graph is
+on calibration inputs (the verification's: for text-generation a prefill of 5 tokens, batch 2, and one
+decode step; an encoder's batch of 2) with every intermediate value an output, which records each
+value's largest magnitude; the graph is
 then converted by ``fastonnx.half_precision.convert`` (what overflows or loses its meaning in half
 precision stays float32) and written over the float32 one. The report says what stayed float32, why,
 and the share of MatMul work in the half type.
@@ -58,8 +60,33 @@ def check_options(task: str, dtype: Any, keep_io_types: Any, quantize: Any) -> N
             raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
         return
     half_precision.half_type(dtype)
-    if task not in ("auto", "text-generation"):
-        raise InputError(f"dtype={dtype!r} is supported for text-generation packages only so far, not {task}")
+    if task in MULTI_FILE_TASKS:
+        raise InputError(
+            f"dtype={dtype!r} is supported for one-graph packages (text-generation, encoders) only so far, "
+            f"not {task}"
+        )
+
+
+MULTI_FILE_TASKS = ("text2text-generation", "image-text-to-text")
+"""Tasks whose packages hold several graphs feeding each other: not converted yet, refused before the
+folder is read (Whisper's speech recognition package too, by check_specs once its graphs are known)."""
+
+
+def check_specs(dtype: str, task: str, specs: dict[str, GraphSpec]) -> None:
+    """A package of several graphs (text2text, vision-language, Whisper) is refused once its task is known."""
+    if len(specs) != 1:
+        raise InputError(
+            f"dtype={dtype!r} is supported for one-graph packages (text-generation, encoders) only so far, "
+            f"not {task} ({', '.join(specs)})"
+        )
+
+
+def encoder_feeds(model: Any, config: Any, task: str) -> Iterator[dict[str, Any]]:
+    """An encoder's calibration inputs: the verification's (a batch of 2, text right-padded)."""
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+
+    inputs, _ = encoder_inputs(model, config, task, CALIBRATION[0], "cpu")
+    yield {name: t.numpy() for name, t in inputs.items()}
 
 
 def calibration_feeds(model_path: pathlib.Path, spec: GraphSpec, config: Any) -> Iterator[dict[str, Any]]:
@@ -95,13 +122,21 @@ def convert_package_file(
     config: Any,
     dtype: str,
     keep_io_types: bool,
+    task: str = "text-generation",
+    model: Any = None,
 ) -> half_precision.Converted:
-    """The float32 ``folder/filename`` recorded on the calibration prompt, converted to ``dtype`` and
-    written over itself (its external data unchanged); the report's section appended."""
+    """The float32 ``folder/filename`` recorded on the calibration inputs (text-generation: a prompt;
+    other tasks: ``model``'s verification inputs), converted to ``dtype`` and written over itself (its
+    external data unchanged); the report's section appended."""
     path = folder / filename
     ranges = None
     if dtype == "fp16":
-        ranges = half_precision.record_ranges(path, list(calibration_feeds(path, spec, config)))
+        feeds = (
+            calibration_feeds(path, spec, config)
+            if task == "text-generation"
+            else encoder_feeds(model if model is not None else spec.module, config, task)
+        )
+        ranges = half_precision.record_ranges(path, list(feeds))
     model = onnx.load(os.fspath(path), load_external_data=False)
     converted = half_precision.convert(
         model, dtype, ranges=ranges, keep_io_types=keep_io_types, base_dir=folder
@@ -120,9 +155,13 @@ def convert_package_file(
         100 * converted_share,
         len(converted.kept),
     )
+    what = (
+        f"a prefill of {prompt} tokens (batch {batch}) and one decode step"
+        if task == "text-generation"
+        else f"the verification's inputs (batch {batch})"
+    )
     notes = [
-        f"Calibration: a prefill of {prompt} tokens (batch {batch}) and one decode step, run in float32 by "
-        "onnxruntime with every intermediate value an output."
+        f"Calibration: {what}, run in float32 by onnxruntime with every intermediate value an output."
         if ranges is not None
         else "bfloat16 has float32's range: no calibration."
     ]

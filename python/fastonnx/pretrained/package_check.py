@@ -262,13 +262,16 @@ def _check_vision_language(
 
 
 def _check_encoder(
-    session: Any, model: Any, config: Any, task: str, spec: GraphSpec
+    session: Any, model: Any, config: Any, task: str, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
     inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
         out = model(**inputs)
-    return [compare(name, getattr(out, name), a) for name, a in zip(spec.output_names, got, strict=True)]
+    return [
+        compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
+        for name, a in zip(spec.output_names, got, strict=True)
+    ]
 
 
 def verify_package(
@@ -314,7 +317,9 @@ def verify_package(
             elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs)
             else:
-                infos = _check_encoder(sessions["model.onnx"], model, model.config, task, specs["model.onnx"])
+                infos = _check_encoder(
+                    sessions["model.onnx"], model, model.config, task, specs["model.onnx"], tolerance
+                )
         except Exception as e:
             if not type(e).__module__.startswith("onnxruntime"):
                 raise
