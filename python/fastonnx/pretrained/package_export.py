@@ -25,7 +25,6 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
-from fastonnx.pretrained import half_package
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
@@ -318,6 +317,7 @@ def export_pretrained(
     Returns what was written. See docs/guides/pretrained.md.
     """
     from fastonnx.api import to_onnx
+    from fastonnx.pretrained import half_package  # onnx: imported when an export runs, not with fastonnx
 
     for reserved in ("filename", "weights", "dynamic_shapes", "input_names", "output_names", "report"):
         if reserved in options:
