@@ -363,7 +363,8 @@ def to_onnx(
             stay float32, with Casts at their edges. Weights keep their bytes: a float32 or a
             checkpoint's bfloat16 tensor is read through a Cast, which onnxruntime folds at load.
             ``stats["half_precision"]``: the nodes kept float32 by reason, the share of MatMul / Gemm
-            multiply-adds in the half type, the Casts added. Needs ``filename``. With ``quantize``
+            multiply-adds in the half type, the Casts added. Needs ``filename``; not with
+            ``cast_weights`` (its float32 copies are what the Casts avoid). With ``quantize``
             (transformers.js's q4f16): the dequantized products (``DequantizeLinear``, ``MatMulNBits``)
             read float16 activations and scales (the scales through a Cast folded at load).
             ``verify`` is skipped (float32 tolerances). ``result(...)`` casts float

@@ -511,7 +511,7 @@ def convert(
             nodes.append(moved)
             current[n.output[0]] = half
             continue
-        if n.op_type not in _KEEPS_TYPE and all(x in weight_only for _, x in float_ins) and float_ins:
+        if n.op_type not in _KEEPS_TYPE and n.output[0] in weight_only:
             # arithmetic on weights only (Gemma's 1 + weight): float32, folded by onnxruntime at load
             # (its CPU has no float16 Add / Mul to fold with)
             for o in float_outs:

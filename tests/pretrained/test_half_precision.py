@@ -176,6 +176,8 @@ def test_bad_options_are_input_errors(tmp_path: pathlib.Path) -> None:
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", dtype="fp8")
     with pytest.raises(fastonnx.InputError, match="give dtype too"):
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", keep_io_types=True)
+    with pytest.raises(fastonnx.InputError, match="with cast_weights"):
+        fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", dtype="bf16", cast_weights=True)
     with pytest.raises(fastonnx.InputError, match="one-graph packages"):
         fastonnx.export_pretrained(
             tmp_path / "none", tmp_path / "out", task="text2text-generation", dtype="fp16"
@@ -221,6 +223,8 @@ def test_to_onnx_dtype(tmp_path: pathlib.Path) -> None:
         fastonnx.to_onnx(model, (x,), filename=path, dtype="float16")
     with pytest.raises(fastonnx.InputError, match="give dtype too"):
         fastonnx.to_onnx(model, (x,), filename=path, keep_io_types=True)
+    with pytest.raises(fastonnx.InputError, match="with cast_weights"):
+        fastonnx.to_onnx(model, (x,), filename=path, dtype="fp16", cast_weights=True)
 
 
 def test_cli_dtype_keep_io_types(tmp_path: pathlib.Path) -> None:

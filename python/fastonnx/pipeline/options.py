@@ -82,6 +82,12 @@ class ExportOptions:
         if rest.get("dtype") is not None:
             if filename is None:
                 raise InputError(f"dtype={rest['dtype']!r} converts the written file: give filename too")
+            if rest.get("cast_weights"):
+                raise InputError(
+                    f"dtype={rest['dtype']!r} with cast_weights: the weights would be written float32 and read "
+                    "through Casts; leave cast_weights off (the stored tensors are then read through a Cast "
+                    "to the half type, folded at load)"
+                )
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
         if not isinstance(value_info, bool):

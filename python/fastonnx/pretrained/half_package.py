@@ -51,8 +51,8 @@ def float32_tolerance(expected: torch.Tensor) -> tuple[float | None, float | Non
     return None, None
 
 
-def check_options(task: str, dtype: Any, keep_io_types: Any, quantize: Any) -> None:
-    """The options' checks before anything is read."""
+def check_options(task: str, dtype: Any, keep_io_types: Any, options: dict[str, Any]) -> None:
+    """The options' checks before anything is read (``options``: the others, to_onnx's)."""
     if not isinstance(keep_io_types, bool):
         raise InputError(f"keep_io_types must be True or False, got {keep_io_types!r}")
     if dtype is None:
@@ -60,6 +60,12 @@ def check_options(task: str, dtype: Any, keep_io_types: Any, quantize: Any) -> N
             raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
         return
     half_precision.half_type(dtype)
+    if options.get("cast_weights"):
+        raise InputError(
+            f"dtype={dtype!r} with cast_weights: the weights would be written float32 and read through "
+            "Casts; leave cast_weights off (the stored tensors are then read through a Cast to the half "
+            "type, folded at load)"
+        )
     if task in MULTI_FILE_TASKS:
         raise InputError(
             f"dtype={dtype!r} is supported for one-graph packages (text-generation, encoders) only so far, "

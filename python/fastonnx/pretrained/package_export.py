@@ -326,7 +326,7 @@ def export_pretrained(
         options.pop("quantize", None)
     # the half-precision conversion is the package's (after the float32 export and its calibration)
     dtype, keep_io_types = options.pop("dtype", None), options.pop("keep_io_types", False)
-    half_package.check_options(task, dtype, keep_io_types, options.get("quantize"))
+    half_package.check_options(task, dtype, keep_io_types, options)
     # to_onnx's checks of the options, with its messages, before the folder is read or anything
     # captured (verbose is no option of the export, only of its logging)
     ExportOptions.from_keywords(progress=progress, **{k: v for k, v in options.items() if k != "verbose"})
