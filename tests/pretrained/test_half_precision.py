@@ -178,9 +178,9 @@ def test_bad_options_are_input_errors(tmp_path: pathlib.Path) -> None:
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", keep_io_types=True)
     with pytest.raises(fastonnx.InputError, match="with cast_weights"):
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", dtype="bf16", cast_weights=True)
-    with pytest.raises(fastonnx.InputError, match="one-graph packages"):
+    with pytest.raises(fastonnx.InputError, match="one-graph packages and text2text"):
         fastonnx.export_pretrained(
-            tmp_path / "none", tmp_path / "out", task="text2text-generation", dtype="fp16"
+            tmp_path / "none", tmp_path / "out", task="image-text-to-text", dtype="fp16"
         )
 
 
@@ -303,3 +303,17 @@ def test_encoder_package_fp16(tmp_path: pathlib.Path) -> None:
     assert _input_types(written.model_path)["logits"] == TensorProto.FLOAT16
     assert _half_share(written.model_path, "fp16") == 1.0
     assert "| normalization |" in (tmp_path / "out" / "fastonnx_report.md").read_text()
+
+
+def test_text2text_package_fp16(tmp_path: pathlib.Path) -> None:
+    # text2text's three files, each calibrated on the inputs the float32 files give one another (the
+    # encoder's states, the first step's cache), verified in onnxruntime against transformers
+    from test_text2text import MODELS
+
+    model_type, class_name, config, seed = MODELS["t5"]
+    save_checkpoint(tmp_path / "t5", model_type, class_name, config, seed=seed, redraw_std=1.0)
+    written = fastonnx.export_pretrained(tmp_path / "t5", tmp_path / "out", dtype="fp16")
+    assert written.verified is True, written.verify_note
+    for name in written.graphs:
+        assert _half_share(tmp_path / "out" / name, "fp16") == 1.0
+    assert _input_types(tmp_path / "out" / "decoder_with_past_model.onnx")["logits"] == TensorProto.FLOAT16

@@ -158,7 +158,7 @@ def _flat_seq2seq_cache(cache: Any) -> list[torch.Tensor]:
 
 
 def _check_text2text(
-    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec], tolerance: Tolerance
 ) -> list[VerificationInfo]:
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -176,7 +176,7 @@ def _check_text2text(
         (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
         with torch.no_grad():
             states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    infos.append(compare("encoder: last_hidden_state", states, states_got))
+    infos.append(compare("encoder: last_hidden_state", states, states_got, *tolerance(states)))
     start = getattr(config, "decoder_start_token_id", None)
     start = int(start if start is not None else (config.pad_token_id or 0))
     dec = torch.full((2, 1), start, dtype=torch.int64)
@@ -195,7 +195,7 @@ def _check_text2text(
             )
         expected = [out.logits, *_flat_seq2seq_cache(out.past_key_values)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
-            infos.append(compare(f"{filename.removesuffix('.onnx')}: {name}", e, a))
+            infos.append(compare(f"{filename.removesuffix('.onnx')}: {name}", e, a, *tolerance(e)))
         cache = out.past_key_values
         dec = out.logits[:, -1:].argmax(-1)
     return infos
@@ -315,7 +315,7 @@ def verify_package(
             elif task == "image-text-to-text":
                 infos = _check_vision_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
-                infos = _check_text2text(sessions, model, model.config, specs)
+                infos = _check_text2text(sessions, model, model.config, specs, tolerance)
             else:
                 infos = _check_encoder(
                     sessions["model.onnx"], model, model.config, task, specs["model.onnx"], tolerance

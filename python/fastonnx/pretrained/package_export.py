@@ -371,11 +371,7 @@ def export_pretrained(
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
         if dtype is not None:
-            half_package.check_specs(dtype, chosen.name, specs)
-            for filename, spec in specs.items():
-                half_package.convert_package_file(
-                    tmp, filename, spec, config, dtype, keep_io_types, chosen.name, built
-                )
+            half_package.convert_package(tmp, specs, config, dtype, keep_io_types, chosen.name, built)
         _drop_unused(tmp, list(specs))
         shipped = ship(tmp, list(specs), copy)
         with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
