@@ -516,6 +516,8 @@ def convert(
             # (its CPU has no float16 Add / Mul to fold with)
             for o in float_outs:
                 current[o] = fp32
+            if float_outs:
+                kept[label] = "weights only (folded at load)"
             moved = onnx.NodeProto()
             moved.CopyFrom(n)
             for i, x in float_ins:
