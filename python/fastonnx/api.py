@@ -72,6 +72,8 @@ def to_onnx(
     cast_weights: bool = False,
     capture: str = "auto",
     quantize: str | WeightQuantization | None = None,
+    dtype: str | None = None,
+    keep_io_types: bool = False,
 ) -> ExportResult:
     """Export ``model`` (an nn.Module or a torch.export.ExportedProgram) to ONNX.
 
@@ -351,6 +353,26 @@ def to_onnx(
             block 7, a pattern matching no module) raise ``InputError`` naming them, and so does
             ``export_modules_as_functions`` (function bodies read their weights as inputs). The guide:
             docs/guides/quantization.md.
+        dtype: The type the graph computes in. None (default): float32 as captured. ``"fp16"`` /
+            ``"bf16"``: the written float32 file is run once in onnxruntime on ``args`` with every
+            intermediate value an output (float16 only; not with meta-device inputs), then rewritten
+            (``fastonnx.half_precision``): products and elementwise ops in the half type; reductions,
+            the squares and roots of norms, normalization ops, softmax, ``Exp`` / ``Log``, ``Tanh``
+            (soft-capping), the rotary angles (values computed from integers cast to float) and every
+            node reading or making a value recorded above 4094 (float16's 65504 over a margin of 16)
+            stay float32, with Casts at their edges. Weights keep their bytes: a float32 or a
+            checkpoint's bfloat16 tensor is read through a Cast, which onnxruntime folds at load.
+            ``stats["half_precision"]``: the nodes kept float32 by reason, the share of MatMul / Gemm
+            multiply-adds in the half type, the Casts added. Needs ``filename``; not with
+            ``cast_weights`` (its float32 copies are what the Casts avoid). With ``quantize``
+            (transformers.js's q4f16): the dequantized products (``DequantizeLinear``, ``MatMulNBits``)
+            read float16 activations and scales (the scales through a Cast folded at load).
+            ``verify`` is skipped (float32 tolerances). ``result(...)`` casts float
+            inputs to the graph's types. onnxruntime's CPU runs no bfloat16 MatMul / Add / Softmax:
+            run bfloat16 files elsewhere (``onnx.reference``, GPUs).
+        keep_io_types: With ``dtype``: the float32 inputs and outputs stay float32 (Casts behind and
+            before them). False (default): they take the half type, unless an output's recorded range
+            exceeds float16's. True without ``dtype`` is an ``InputError``.
         capture: How an nn.Module becomes a graph. ``"auto"`` (default) runs the module once, eagerly
             under ``torch.no_grad()``, on the real ``args`` and records its aten ops in the form
             torch.export gives (``fastonnx.capture.trace``: the same graph as torch.export's for static
@@ -444,6 +466,8 @@ def to_onnx(
             "cast_weights": cast_weights,
             "capture": capture,
             "quantize": quantize,
+            "dtype": dtype,
+            "keep_io_types": keep_io_types,
         },
         report=report,
         verify=verify,

@@ -59,6 +59,9 @@ class ExportResult:
         self._model = model
         self._trace = trace
         self.proven = proven
+        # to_onnx(dtype=): the file at ``path`` was converted after the write; it, not the builder's
+        # float32 graph, is the model
+        self.converted_file = False
 
     @property
     def input_names(self) -> list[str]:
@@ -74,7 +77,10 @@ class ExportResult:
         if self._proto is None:
             import onnx
 
-            self._proto = onnx.load_from_string(self._builder.to_bytes())
+            if self.converted_file and self.path is not None:
+                self._proto = onnx.load(self.path)
+            else:
+                self._proto = onnx.load_from_string(self._builder.to_bytes())
         return self._proto
 
     def to_bytes(self) -> bytes:
@@ -186,9 +192,12 @@ class ExportResult:
             if float8_io:
                 outputs = run_bound(sess, names, tensors)
             else:
-                outputs = [
-                    from_numpy(a) for a in sess.run(names, {k: to_numpy(v) for k, v in tensors.items()})
-                ]
+                feeds = {k: to_numpy(v) for k, v in tensors.items()}
+                if self.converted_file:  # a half graph's inputs: the float ones cast to its types
+                    from fastonnx.half_precision import feeds_as_session_types
+
+                    feeds = feeds_as_session_types(sess, feeds)
+                outputs = [from_numpy(a) for a in sess.run(names, feeds)]
         except Exception as e:
             raise RuntimeCheckError(f"onnxruntime failed to run the exported model: {e}") from e
         it = iter(outputs)

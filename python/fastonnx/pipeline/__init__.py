@@ -71,8 +71,13 @@ def run(
         proven=proven or None,
     )
     stats.update(stages.run_write(result, placed.referenced, options).stats())
+    if options.dtype is not None:
+        record.stage = "half precision"
+        stats.update(stages.run_half_precision(result, args, kwargs, options))
     stages.log_summary(stats)
-    if verify:
+    if verify and options.dtype is not None:
+        stages.log.warning("verify: skipped with dtype=%r (its tolerances are float32's)", options.dtype)
+    elif verify:
         record.stage = "verify"
         stats.update(stages.run_verify(result, args, kwargs))
     return result

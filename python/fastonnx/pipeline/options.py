@@ -49,6 +49,8 @@ class ExportOptions:
     functions: local_functions.Selection = False
     capture: str = "auto"
     quantize: weight_quantization.WeightQuantization | None = None
+    dtype: str | None = None  # "fp16" / "bf16": the written graph converted (half_precision.py)
+    keep_io_types: bool = False
     # output name -> {axis: dim name}: the outputs' dims named so before the write (fastonnx.export's
     # dynamic_axes for outputs; not a keyword of to_onnx)
     output_dims: Mapping[str, Mapping[int, str]] | None = None
@@ -75,6 +77,17 @@ class ExportOptions:
         graph_module_to_onnx), so a bad value fails the same way everywhere. A keyword to_onnx does not
         have is an InputError too."""
         _check_rest(rest)
+        if rest.get("keep_io_types") and rest.get("dtype") is None:
+            raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
+        if rest.get("dtype") is not None:
+            if filename is None:
+                raise InputError(f"dtype={rest['dtype']!r} converts the written file: give filename too")
+            if rest.get("cast_weights"):
+                raise InputError(
+                    f"dtype={rest['dtype']!r} with cast_weights: the weights would be written float32 and read "
+                    "through Casts; leave cast_weights off (the stored tensors are then read through a Cast "
+                    "to the half type, folded at load)"
+                )
         if not isinstance(metadata, bool):
             raise InputError(f"metadata must be True or False, got {metadata!r}")
         if not isinstance(value_info, bool):
@@ -139,6 +152,8 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "cast_weights": (lambda v: isinstance(v, bool), "True or False"),
     "progress": (lambda v: v is None or isinstance(v, bool), "None (automatic), True or False"),
     "capture": (lambda v: v in ("auto", "export", "trace"), "one of 'auto', 'export', 'trace'"),
+    "dtype": (lambda v: v is None or v in ("fp16", "bf16"), "'fp16' or 'bf16' (or None for float32)"),
+    "keep_io_types": (lambda v: isinstance(v, bool), "True or False"),
     "output_dims": (
         lambda v: v is None or isinstance(v, Mapping),
         "None or a dict of output -> {axis: name}",

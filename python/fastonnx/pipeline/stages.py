@@ -383,6 +383,55 @@ def run_write(
     return Written(info, time.perf_counter() - t0)
 
 
+def run_half_precision(
+    result: ExportResult, args: tuple[Any, ...], kwargs: dict[str, Any], options: ExportOptions
+) -> dict[str, Any]:
+    """to_onnx(dtype=): the written float32 file run on the example inputs with its intermediate values
+    as outputs (their magnitudes; not with meta-device inputs), converted to the half type
+    (half_precision.py) and written over itself. ``stats["half_precision"]``: the nodes kept float32 by
+    reason and the share of MatMul work in the half type."""
+    import onnx
+
+    from fastonnx import half_precision
+
+    assert options.dtype is not None and result.path is not None
+    t0 = time.perf_counter()
+    feeds = result._feeds(args, kwargs)
+    ranges = None
+    if options.dtype == "fp16":
+        if any(t.device.type == "meta" for t in feeds.values()):
+            log.warning("dtype='fp16': meta-device inputs cannot be run, no value's range is recorded")
+        else:
+            arrays = {k: v.detach().cpu().numpy() for k, v in feeds.items()}
+            ranges = half_precision.record_ranges(result.path, [arrays])
+    model = onnx.load(result.path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(result.path))
+    converted = half_precision.convert(
+        model, options.dtype, ranges=ranges, keep_io_types=options.keep_io_types, base_dir=folder
+    )
+    onnx.save(converted.model, result.path)
+    result.reset_caches()
+    result.converted_file = True
+    sizes = {
+        d.dim_param: int(feeds[v.name].shape[i])
+        for v in converted.model.graph.input
+        if v.name in feeds
+        for i, d in enumerate(v.type.tensor_type.shape.dim)
+        if d.dim_param and i < feeds[v.name].dim()
+    }
+    share = half_precision.half_share(half_precision.matmul_flops(converted.model, sizes), options.dtype)
+    return {
+        "half_precision": {
+            "dtype": options.dtype,
+            "kept_float32": converted.reasons(),
+            "matmul_share": share,
+            "casts": converted.casts,
+            "calibrated": ranges is not None,
+        },
+        "half_precision_s": time.perf_counter() - t0,
+    }
+
+
 def run_verify(result: ExportResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """to_onnx(verify=True): the per-output comparison (``stats["verify"]``); a disagreement is a
     warning, not an error."""

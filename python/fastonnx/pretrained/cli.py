@@ -57,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
         help="with --quantize: quantize the LM head too (as the onnxruntime-genai builder does)",
     )
     export.add_argument(
+        "--dtype",
+        choices=("fp32", "fp16", "bf16"),
+        default="fp32",
+        help="the type the graph computes in (one-graph tasks): fp16 / bf16 keep reductions, norms, "
+        "softmax, soft-capping and values past float16's range in float32",
+    )
+    export.add_argument(
+        "--keep-io-types",
+        action="store_true",
+        help="with --dtype fp16 / bf16: float32 inputs and outputs (logits, cache)",
+    )
+    export.add_argument(
         "--no-verify", action="store_true", help="skip running the package against transformers"
     )
     export.add_argument("--overwrite", action="store_true", help="replace OUTDIR when it is not empty")
@@ -84,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quantize_head and args.quantize is None:
         print("fastonnx export: error: --quantize-head needs --quantize", file=sys.stderr)
         return 2
+    if args.dtype != "fp32":
+        options["dtype"] = args.dtype
+    if args.keep_io_types:
+        options["keep_io_types"] = True
     if args.quantize is not None:
         from fastonnx.stored_weights.weight_quantization import resolve_scheme
 

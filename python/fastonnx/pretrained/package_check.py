@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
+from fastonnx.half_precision import feeds_as_session_types
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -32,14 +34,19 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
 from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
+    decoder_start,
     encoder_images,
     encoder_output,
     no_cache_flags,
     seq2seq_sides,
 )
 from fastonnx.progress_bars import Progress
+
+Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
+"""(atol, rtol) for a comparison with the expected tensor."""
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 
@@ -83,11 +90,15 @@ def _numpy(t: torch.Tensor) -> np.ndarray[Any, Any]:
 
 
 def _run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    feeds = {n: _numpy(t) for n, t in zip(names, tensors, strict=True)}
-    return [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
+    """The session's outputs for ``tensors``; float ones cast to the session's input types, a half
+    package's half outputs returned as float32."""
+    feeds = feeds_as_session_types(session, {n: _numpy(t) for n, t in zip(names, tensors, strict=True)})
+    return as_float32(session.run(None, feeds))
 
 
-def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+def _check_decoder(
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: Tolerance
+) -> list[VerificationInfo]:
     """A prefill of 5 tokens from an empty cache, then a decode step on the grown one: transformers runs
     its own prefill (a fresh cache), the graph its one form (no past, states of zeros)."""
     with_positions = "position_ids" in spec.input_names
@@ -116,7 +127,7 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
         cache = returned_cache(out)
         expected = [out.logits, *flat_tensors(cache)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
-            infos.append(compare(f"{step}: {name}", e, a))
+            infos.append(compare(f"{step}: {name}", e, a, *tolerance(e)))
         onnx_cache = got[1:]
         past = mask.shape[1]
         ids = out.logits[:, -1:].argmax(-1)
@@ -125,7 +136,9 @@ def _check_decoder(session: Any, model: Any, config: Any, spec: GraphSpec) -> li
     return infos
 
 
-def _check_no_cache(session: Any, model: Any, config: Any, spec: GraphSpec) -> list[VerificationInfo]:
+def _check_no_cache(
+    session: Any, model: Any, config: Any, spec: GraphSpec, tolerance: Tolerance
+) -> list[VerificationInfo]:
     """A model that keeps no cache: the logits of a prompt of 5 tokens, then of the prompt grown by its
     greedy token, each step over the whole sequence as a generation loop runs it."""
     with_positions = "position_ids" in spec.input_names
@@ -137,7 +150,7 @@ def _check_no_cache(session: Any, model: Any, config: Any, spec: GraphSpec) -> l
             expected = model(input_ids=ids, attention_mask=mask, **no_cache_flags(model), **extra).logits
         feeds = [ids, mask, *([positions] if with_positions else [])]
         (got,) = _run(session, spec.input_names, feeds)
-        infos.append(compare(f"{step}: logits", expected, got))
+        infos.append(compare(f"{step}: logits", expected, got, *tolerance(expected)))
         ids = torch.cat([ids, expected[:, -1:].argmax(-1)], dim=1)
         mask = torch.ones_like(ids)
         positions = torch.arange(ids.shape[1]).repeat(ids.shape[0], 1)
@@ -152,7 +165,7 @@ def _flat_seq2seq_cache(cache: Any) -> list[torch.Tensor]:
 
 
 def _check_text2text(
-    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec], tolerance: Tolerance
 ) -> list[VerificationInfo]:
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -176,15 +189,8 @@ def _check_text2text(
         (states_got,) = _run(sessions["encoder_model.onnx"], ["input_ids", "attention_mask"], [ids, mask])
         with torch.no_grad():
             states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    infos.append(compare("encoder: last_hidden_state", states, states_got))
-    sides = seq2seq_sides(config)  # a composite's token ids may be its decoder's alone
-    found = [
-        getattr(c, k, None)
-        for k in ("decoder_start_token_id", "pad_token_id")
-        for c in (config, *(sides or ()))
-    ]
-    start = next((int(t) for t in found if isinstance(t, int)), 0)
-    dec = torch.full((2, 1), start, dtype=torch.int64)
+    infos.append(compare("encoder: last_hidden_state", states, states_got, *tolerance(states)))
+    dec = torch.full((2, 1), decoder_start(config), dtype=torch.int64)
     cache: Any = EncoderDecoderCache(DynamicCache(), DynamicCache())
     for filename in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
         spec = specs[filename]
@@ -200,7 +206,7 @@ def _check_text2text(
             )
         expected = [out.logits, *_flat_seq2seq_cache(out.past_key_values)]
         for name, e, a in zip(spec.output_names, expected, got, strict=True):
-            infos.append(compare(f"{filename.removesuffix('.onnx')}: {name}", e, a))
+            infos.append(compare(f"{filename.removesuffix('.onnx')}: {name}", e, a, *tolerance(e)))
         cache = out.past_key_values
         dec = out.logits[:, -1:].argmax(-1)
     return infos
@@ -333,13 +339,16 @@ def _check_audio_language(
 
 
 def _check_encoder(
-    session: Any, model: Any, config: Any, task: str, spec: GraphSpec
+    session: Any, model: Any, config: Any, task: str, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
     inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
         out = model(**inputs)
-    return [compare(name, getattr(out, name), a) for name, a in zip(spec.output_names, got, strict=True)]
+    return [
+        compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
+        for name, a in zip(spec.output_names, got, strict=True)
+    ]
 
 
 def verify_package(
@@ -349,9 +358,13 @@ def verify_package(
     class_name: str,
     specs: dict[str, GraphSpec],
     progress: bool | None,
+    *,
+    half: bool = False,
 ) -> tuple[bool | None, str]:
     """Runs the package against transformers; returns (passed or None when skipped, a note) and
-    appends the comparison to the package's report."""
+    appends the comparison to the package's report. ``half``: a float16 package (half_package.py),
+    compared at half_package.half_tolerance."""
+    tolerance: Tolerance = half_tolerance if half else float32_tolerance
     ok, note = fits(checkpoint)
     report = package / "fastonnx_report.md"
     if not ok:
@@ -369,17 +382,23 @@ def verify_package(
                 for name in specs
             }
             if task == "text-generation" and specs["model.onnx"].stateless:
-                infos = _check_no_cache(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+                infos = _check_no_cache(
+                    sessions["model.onnx"], model, model.config, specs["model.onnx"], tolerance
+                )
             elif task == "text-generation":
-                infos = _check_decoder(sessions["model.onnx"], model, model.config, specs["model.onnx"])
+                infos = _check_decoder(
+                    sessions["model.onnx"], model, model.config, specs["model.onnx"], tolerance
+                )
             elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs)
             elif "audio_encoder.onnx" in specs:
                 infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
-                infos = _check_text2text(sessions, model, model.config, specs)
+                infos = _check_text2text(sessions, model, model.config, specs, tolerance)
             else:
-                infos = _check_encoder(sessions["model.onnx"], model, model.config, task, specs["model.onnx"])
+                infos = _check_encoder(
+                    sessions["model.onnx"], model, model.config, task, specs["model.onnx"], tolerance
+                )
         except Exception as e:
             if not type(e).__module__.startswith("onnxruntime"):
                 raise

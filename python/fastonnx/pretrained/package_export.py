@@ -318,12 +318,16 @@ def export_pretrained(
     Returns what was written. See docs/guides/pretrained.md.
     """
     from fastonnx.api import to_onnx
+    from fastonnx.pretrained import half_package  # onnx: imported when an export runs, not with fastonnx
 
     for reserved in ("filename", "weights", "dynamic_shapes", "input_names", "output_names", "report"):
         if reserved in options:
             raise InputError(f"export_pretrained sets {reserved} itself")
     if options.get("quantize") is None:
         options.pop("quantize", None)
+    # the half-precision conversion is the package's (after the float32 export and its calibration)
+    dtype, keep_io_types = options.pop("dtype", None), options.pop("keep_io_types", False)
+    half_package.check_options(task, dtype, keep_io_types, options)
     # to_onnx's checks of the options, with its messages, before the folder is read or anything
     # captured (verbose is no option of the export, only of its logging)
     ExportOptions.from_keywords(progress=progress, **{k: v for k, v in options.items() if k != "verbose"})
@@ -367,6 +371,8 @@ def export_pretrained(
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                     f.write(f"\n---\n\n(`{filename}`)\n\n" + report.read_text(encoding="utf-8"))
                 report.unlink()
+        if dtype is not None:
+            half_package.convert_package(tmp, specs, config, dtype, keep_io_types, chosen.name, built)
         _drop_unused(tmp, list(specs))
         shipped = ship(tmp, list(specs), copy)
         with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
@@ -403,10 +409,17 @@ def export_pretrained(
             note = f"skipped: weights quantized ({options['quantize']}), transformers' are float"
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(f"\nVerification {note}.\n")
+        elif verify and dtype == "bf16":
+            # onnxruntime's CPU has no bfloat16 MatMul, Add, Mul or Softmax: the package does not load there
+            note = "skipped: onnxruntime's CPU does not run bfloat16 graphs (onnx.reference does)"
+            with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                f.write(f"\nVerification {note}.\n")
         elif verify:
             from fastonnx.pretrained.package_check import verify_package
 
-            verified, note = verify_package(tmp, checkpoint, chosen.name, class_name, specs, progress)
+            verified, note = verify_package(
+                tmp, checkpoint, chosen.name, class_name, specs, progress, half=dtype is not None
+            )
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

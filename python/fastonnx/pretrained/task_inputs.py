@@ -332,6 +332,17 @@ def seq2seq_vocab(config: Any) -> int:
     return min(int(v) for c in sides if isinstance(v := getattr(c, "vocab_size", None), int))
 
 
+def decoder_start(config: Any) -> int:
+    """The decoder's first token: ``decoder_start_token_id``, else the pad token (a composite config's may
+    be its decoder's alone), else 0."""
+    found = [
+        getattr(c, k, None)
+        for k in ("decoder_start_token_id", "pad_token_id")
+        for c in (config, *(seq2seq_sides(config) or ()))
+    ]
+    return next((int(t) for t in found if isinstance(t, int)), 0)
+
+
 def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
     """(decoder layers, decoder heads, head size, model width) of a seq2seq config (T5's or BART's names);
     of a composite one, the decoder's cache sizes and the encoder's width (the states it passes)."""

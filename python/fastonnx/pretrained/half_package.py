@@ -1,0 +1,248 @@
+"""``export_pretrained(dtype="fp16" | "bf16")``: a one-graph package (text-generation, encoders) computing
+in half precision.
+
+The graph is exported in float32 as always (weights referenced in place), then run once in onnxruntime
+on calibration inputs (the verification's: for text-generation a prefill of 5 tokens, batch 2, and one
+decode step; an encoder's batch of 2) with every intermediate value an output, which records each
+value's largest magnitude; the graph is
+then converted by ``fastonnx.half_precision.convert`` (what overflows or loses its meaning in half
+precision stays float32) and written over the float32 one. The report says what stayed float32, why,
+and the share of MatMul work in the half type.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from fastonnx import half_precision
+from fastonnx.errors import InputError
+from fastonnx.pretrained.decoder_cache import config_layout, flat_tensors, text_config
+from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.task_inputs import decoder_inputs, decoder_start
+
+log = logging.getLogger("fastonnx")
+
+CALIBRATION = (2, 5)  # batch, prompt length
+
+
+HALF_RELATIVE = 2e-2
+"""A half package's verification against transformers' float32: each value within 2e-2 of its tensor's
+largest magnitude, rtol 2e-2. float16 rounds each stored value by up to 2^-11 of it and the errors add up
+over the layers: tiny decoders land within 2e-3, a BART whose weights are drawn at std 1 at 1.3e-2
+(transformers itself in float16: 2.1e-2); a wrong value (a missing bias or norm) is off by far more."""
+
+
+def half_tolerance(expected: torch.Tensor) -> tuple[float | None, float | None]:
+    """(atol, rtol) of a half package's comparison with ``expected``."""
+    top = float(expected.detach().abs().max()) if expected.numel() else 0.0
+    return HALF_RELATIVE * max(top, 1e-3), HALF_RELATIVE
+
+
+def float32_tolerance(expected: torch.Tensor) -> tuple[float | None, float | None]:
+    """fastonnx's own float32 tolerances (verdicts.tolerances)."""
+    del expected
+    return None, None
+
+
+def check_options(task: str, dtype: Any, keep_io_types: Any, options: dict[str, Any]) -> None:
+    """The options' checks before anything is read (``options``: the others, to_onnx's)."""
+    if not isinstance(keep_io_types, bool):
+        raise InputError(f"keep_io_types must be True or False, got {keep_io_types!r}")
+    if dtype is None:
+        if keep_io_types:
+            raise InputError("keep_io_types keeps float32 inputs and outputs of a half graph: give dtype too")
+        return
+    half_precision.half_type(dtype)
+    if options.get("cast_weights"):
+        raise InputError(
+            f"dtype={dtype!r} with cast_weights: the weights would be written float32 and read through "
+            "Casts; leave cast_weights off (the stored tensors are then read through a Cast to the half "
+            "type, folded at load)"
+        )
+    if task in MULTI_FILE_TASKS:
+        raise InputError(
+            f"dtype={dtype!r} is supported for one-graph packages and text2text's three files only so far, "
+            f"not {task}"
+        )
+
+
+MULTI_FILE_TASKS = ("image-text-to-text",)
+"""Tasks whose packages hold several graphs feeding each other that are not converted yet, refused
+before the folder is read (Whisper's genai files too, by check_specs once its graphs are known)."""
+
+SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
+
+
+def check_specs(dtype: str, task: str, specs: dict[str, GraphSpec]) -> None:
+    """A package of several graphs other than text2text's three (vision-language, Whisper's genai files)
+    is refused once its task is known."""
+    if len(specs) != 1 and tuple(specs) != SEQ2SEQ_FILES:
+        raise InputError(
+            f"dtype={dtype!r} is supported for one-graph packages and text2text's three files only so far, "
+            f"not {task} ({', '.join(specs)})"
+        )
+
+
+def seq2seq_feeds(
+    folder: pathlib.Path, specs: dict[str, GraphSpec], config: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """Calibration inputs of text2text's three float32 files, as verification runs them: the encoder on
+    a batch of 2 (right-padded text, or audio features), the first decoder step on its states, one step
+    with past on the cache the first returned (both run in onnxruntime for it)."""
+    import onnxruntime as ort
+
+    from fastonnx.pretrained.encoder_tasks import text_inputs
+    from fastonnx.pretrained.task_inputs import seq2seq_sides
+
+    def session(name: str) -> Any:
+        return ort.InferenceSession(os.fspath(folder / name), providers=["CPUExecutionProvider"])
+
+    encoder_names = specs[SEQ2SEQ_FILES[0]].input_names
+    if encoder_names == ["input_ids", "attention_mask"]:
+        sides = seq2seq_sides(config)
+        text = text_inputs(config if sides is None else sides[0], CALIBRATION[0], 7, "cpu", False)
+        encoder = {k: v.numpy() for k, v in text.items()}
+        mask = encoder["attention_mask"]
+    else:
+        raise InputError(f"dtype= for a seq2seq encoder reading {encoder_names} is not supported yet")
+    (states,) = session(SEQ2SEQ_FILES[0]).run(None, encoder)
+    dec = np.full((CALIBRATION[0], 1), decoder_start(config), np.int64)
+    first_spec = specs[SEQ2SEQ_FILES[1]]
+    first = dict(zip(first_spec.input_names, [dec, states, mask], strict=False))
+    names = first_spec.output_names
+    got = dict(zip(names, session(SEQ2SEQ_FILES[1]).run(None, first), strict=True))
+    step_spec = specs[SEQ2SEQ_FILES[2]]
+    ids = np.asarray(got[names[0]])[:, -1:].argmax(-1).astype(np.int64)
+    step = dict(zip(step_spec.input_names[:3], [ids, states, mask], strict=True))
+    for name in step_spec.input_names[3:]:
+        step[name] = got[name.replace("past_key_values", "present")]
+    return {SEQ2SEQ_FILES[0]: [encoder], SEQ2SEQ_FILES[1]: [first], SEQ2SEQ_FILES[2]: [step]}
+
+
+def encoder_feeds(model: Any, config: Any, task: str) -> Iterator[dict[str, Any]]:
+    """An encoder's calibration inputs: the verification's (a batch of 2, text right-padded)."""
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+
+    inputs, _ = encoder_inputs(model, config, task, CALIBRATION[0], "cpu")
+    yield {name: t.numpy() for name, t in inputs.items()}
+
+
+def calibration_feeds(model_path: pathlib.Path, spec: GraphSpec, config: Any) -> Iterator[dict[str, Any]]:
+    """The calibration prompt's feeds: a prefill, then a decode step on the cache the float32 graph
+    returned (run once in onnxruntime for it)."""
+    import onnxruntime as ort
+
+    batch, prompt = CALIBRATION
+    with_positions = "position_ids" in spec.input_names
+    layout = spec.cache_layout or config_layout(text_config(config))
+    vocab = int(text_config(config).vocab_size)
+    first = decoder_inputs(layout, vocab, batch, prompt, 0, "cpu", with_positions, 1, spec.codebooks)
+    tensors = [first[0], first[1], *([first[2]] if with_positions else []), *flat_tensors(first[-1])]
+    feed = {n: t.numpy() for n, t in zip(spec.input_names, tensors, strict=True)}
+    yield feed
+    if spec.stateless:
+        return
+    session = ort.InferenceSession(os.fspath(model_path), providers=["CPUExecutionProvider"])
+    got = session.run(None, feed)
+    ids = np.asarray(got[0])[:, -1:].argmax(-1).astype(np.int64)
+    step = {spec.input_names[0]: ids, spec.input_names[1]: np.ones((batch, prompt + 1), np.int64)}
+    if with_positions:
+        step["position_ids"] = np.full((batch, 1), prompt, np.int64)
+    caches = spec.input_names[3 if with_positions else 2 :]
+    step.update({n: np.asarray(v) for n, v in zip(caches, got[1:], strict=True)})
+    yield step
+
+
+def convert_package(
+    folder: pathlib.Path,
+    specs: dict[str, GraphSpec],
+    config: Any,
+    dtype: str,
+    keep_io_types: bool,
+    task: str,
+    model: Any,
+) -> None:
+    """Every graph of the package converted: one-graph packages on their own inputs, text2text's three
+    files on inputs computed by the float32 files before any is converted."""
+    check_specs(dtype, task, specs)
+    every: dict[str, list[dict[str, Any]]] = {}
+    if tuple(specs) == SEQ2SEQ_FILES and dtype == "fp16":
+        every = seq2seq_feeds(folder, specs, config)
+    for filename, spec in specs.items():
+        convert_package_file(
+            folder, filename, spec, config, dtype, keep_io_types, task, model, every.get(filename)
+        )
+
+
+def convert_package_file(
+    folder: pathlib.Path,
+    filename: str,
+    spec: GraphSpec,
+    config: Any,
+    dtype: str,
+    keep_io_types: bool,
+    task: str = "text-generation",
+    model: Any = None,
+    feeds: list[dict[str, Any]] | None = None,
+) -> half_precision.Converted:
+    """The float32 ``folder/filename`` recorded on the calibration inputs (text-generation: a prompt;
+    other tasks: ``model``'s verification inputs), converted to ``dtype`` and written over itself (its
+    external data unchanged); the report's section appended."""
+    path = folder / filename
+    ranges = None
+    if dtype == "fp16":
+        if feeds is None:
+            feeds = list(
+                calibration_feeds(path, spec, config)
+                if task == "text-generation"
+                else encoder_feeds(model if model is not None else spec.module, config, task)
+            )
+        ranges = half_precision.record_ranges(path, feeds)
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    converted = half_precision.convert(
+        model, dtype, ranges=ranges, keep_io_types=keep_io_types, base_dir=folder
+    )
+    onnx.save(converted.model, os.fspath(path))
+    batch, prompt = CALIBRATION
+    flops = half_precision.matmul_flops(
+        converted.model, {"batch_size": batch, "sequence_length": prompt, "total_sequence_length": prompt}
+    )
+    share = half_precision.half_share(flops, dtype)
+    converted_share = share
+    log.info(
+        "%s: %s, %.1f%% of the MatMul work in it, %d nodes kept float32",
+        filename,
+        dtype,
+        100 * converted_share,
+        len(converted.kept),
+    )
+    what = (
+        f"a prefill of {prompt} tokens (batch {batch}) and one decode step"
+        if task == "text-generation"
+        else f"the verification's inputs (batch {batch}; text2text: 7 tokens, the first step and one with past)"
+    )
+    notes = [
+        f"Calibration: {what}, run in float32 by onnxruntime with every intermediate value an output."
+        if ranges is not None
+        else "bfloat16 has float32's range: no calibration."
+    ]
+    with open(folder / "fastonnx_report.md", "a", encoding="utf-8") as f:
+        f.write("\n" + half_precision.report_section(converted, share, notes))
+    return converted
+
+
+def as_float32(outputs: list[Any]) -> list[torch.Tensor]:
+    return [
+        torch.from_numpy(
+            np.asarray(o).astype(np.float32) if np.asarray(o).dtype.kind == "f" else np.asarray(o)
+        )
+        for o in outputs
+    ]
