@@ -18,6 +18,26 @@ from typing import Any
 import torch
 
 
+def axis_taps(
+    index: torch.Tensor, size: torch.Tensor, side: int, bicubic: bool, corners: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Taps into a ``side``-long table and their weights for positions ``index`` of an axis of ``size``:
+    ``F.interpolate``'s sampling (bilinear: 2 taps, bicubic: 4, Keys' kernel at a = -0.75)."""
+    index = index.to(torch.float32)
+    size = size.to(torch.float32)
+    src = index * (side - 1) / torch.clamp(size - 1, min=1) if corners else (index + 0.5) * side / size - 0.5
+    floor = torch.floor(src)
+    offsets = torch.arange(-1, 3, device=index.device) if bicubic else torch.arange(0, 2, device=index.device)
+    taps = (floor.long()[:, None] + offsets).clamp(0, side - 1)
+    distance = (src[:, None] - floor[:, None] - offsets).abs()
+    if not bicubic:
+        return taps, (1 - distance).clamp(min=0)
+    a = -0.75
+    near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+    far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+    return taps, torch.where(distance <= 1, near, far)
+
+
 def paddle_tower(model: torch.nn.Module) -> bool:
     """Whether the model's tower is PaddleOCR-VL's: SigLIP's under ``.model.visual.vision_model`` and a
     ``projector`` merging its patches."""
@@ -43,7 +63,6 @@ class PaddleGridEncoder(torch.nn.Module):
         self.model = model  # the model's own paths: the checkpoint's names
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        from fastonnx.pretrained.grid_vision import _axis_taps
 
         inner: Any = getattr(self.model, "model", self.model)
         tower, projector = inner.visual.vision_model, inner.projector
@@ -60,8 +79,8 @@ class PaddleGridEncoder(torch.nn.Module):
         side = int(embeddings.num_grid_per_side)
         bicubic = embeddings.interpolation_mode == "bicubic"
         corners = bool(embeddings.interpolation_align_corners)
-        h_taps, h_weights = _axis_taps(row, h, side, bicubic, corners)
-        w_taps, w_weights = _axis_taps(column, w, side, bicubic, corners)
+        h_taps, h_weights = axis_taps(row, h, side, bicubic, corners)
+        w_taps, w_weights = axis_taps(column, w, side, bicubic, corners)
         n = h_taps.shape[1]
         taps = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
         weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.pretrained.grid_towers import axis_taps
 
 GRID_TYPES = (
     *("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen4_exp"),
@@ -102,26 +103,6 @@ def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
     return (int(c.in_channels) * int(c.temporal_patch_size) * int(c.patch_size) ** 2,)
 
 
-def _axis_taps(
-    index: torch.Tensor, size: torch.Tensor, side: int, bicubic: bool, corners: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Taps into a ``side``-long table and their weights for positions ``index`` of an axis of ``size``:
-    ``F.interpolate``'s sampling (bilinear: 2 taps, bicubic: 4, Keys' kernel at a = -0.75)."""
-    index = index.to(torch.float32)
-    size = size.to(torch.float32)
-    src = index * (side - 1) / torch.clamp(size - 1, min=1) if corners else (index + 0.5) * side / size - 0.5
-    floor = torch.floor(src)
-    offsets = torch.arange(-1, 3, device=index.device) if bicubic else torch.arange(0, 2, device=index.device)
-    taps = (floor.long()[:, None] + offsets).clamp(0, side - 1)
-    distance = (src[:, None] - floor[:, None] - offsets).abs()
-    if not bicubic:
-        return taps, (1 - distance).clamp(min=0)
-    a = -0.75
-    near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
-    far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
-    return taps, torch.where(distance <= 1, near, far)
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     first, second = x.chunk(2, dim=-1)
     return torch.cat([-second, first], dim=-1)
@@ -174,8 +155,8 @@ class GridVisionEncoder(torch.nn.Module):
                 visual.interpolation_mode == "bicubic",
                 bool(visual.interpolation_align_corners),
             )
-            h_taps, h_weights = _axis_taps(patch_rows, grid[1], side, bicubic, corners)
-            w_taps, w_weights = _axis_taps(patch_columns, grid[2], side, bicubic, corners)
+            h_taps, h_weights = axis_taps(patch_rows, grid[1], side, bicubic, corners)
+            w_taps, w_weights = axis_taps(patch_columns, grid[2], side, bicubic, corners)
             n = h_taps.shape[1]
             taps = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
             weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
