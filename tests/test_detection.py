@@ -15,6 +15,7 @@ import torch
 
 import fastonnx
 from support.export_check import ENDS, Fn, check_export
+from support.matrix import sampled
 
 torchvision = pytest.importorskip("torchvision")
 ops = torchvision.ops
@@ -403,31 +404,36 @@ def _check_detector(
     return expected, {k: v[g] for k, v in got_all[0].items()}
 
 
-def test_fasterrcnn_mobilenet_v3_large_320_fpn() -> None:
-    """The RPN's NMS runs per FPN level, so a box found on two levels is proposed twice: the box head
+# RetinaNet (its own head, the same NMS and matching) under FASTONNX_FULL_MATRIX=1
+SINGLE_IMAGE = sampled(
+    [("fasterrcnn_mobilenet_v3_large_320_fpn", 300.0), ("retinanet_resnet50_fpn", 1.0)],
+    lambda case: case[0].startswith("fasterrcnn"),
+)
+
+
+@pytest.mark.parametrize(("name", "scale"), SINGLE_IMAGE)
+def test_single_image_detector(name: str, scale: float) -> None:
+    """Faster R-CNN (MobileNet v3, 320): The RPN's NMS runs per FPN level, so a box found on two levels is proposed twice: the box head
     then offers candidates a rounding apart. Measured on an AMD EPYC (Zen 3): label 31 had three
     candidates overlapping far beyond the NMS threshold, scores 0.49782722460, 0.49782722451 and
     0.49782709358 (1.3e-7 apart: 2 float32 ulps), boxes up to 0.285 px apart; float64 eager kept the
     first, onnxruntime the third, whose float64 box it matches to 1e-5 px (an NMS near-tie, not the
     box arithmetic). Two more of its boxes 1.8e-3 px from float64's are near-duplicate candidates too
-    (1.3e-5 px from theirs). Proposals: onnxruntime's and float64's the same set, 2.2e-5 px apart."""
-    _check_detector(_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 300.0))
+    (1.3e-5 px from theirs). Proposals: onnxruntime's and float64's the same set, 2.2e-5 px apart.
+
+    RetinaNet: Scores too close for their order to be the same everywhere, compared as sets: on an AMD EPYC
+    eager float32 gives two of them exactly the same score, float64's closest are 9.9e-7 apart (and
+    float32 eager swaps the 300th detection, at the cut-off: 0.5242386 against 0.5242399). Measured:
+    onnxruntime's 300 are float64's, boxes 4.6e-4 px and scores 1.2e-6 apart. Each FPN level keeps
+    its top 1000 candidates before NMS: those cuts are below 0.455, under the lowest detection (0.524),
+    so they cannot change the detections."""
+    _check_detector(_detector(name, scale))
 
 
 def test_fasterrcnn_batch_of_two_images() -> None:
     # each image's box count is data-dependent (Min(150, u2)...): the per-image split reads it from the
     # value that first had that size
     _check_detector(_detector("fasterrcnn_mobilenet_v3_large_320_fpn", 300.0), images=2)
-
-
-def test_retinanet_resnet50_fpn() -> None:
-    """Scores too close for their order to be the same everywhere, compared as sets: on an AMD EPYC
-    eager float32 gives two of them exactly the same score, float64's closest are 9.9e-7 apart (and
-    float32 eager swaps the 300th detection, at the cut-off: 0.5242386 against 0.5242399). Measured:
-    onnxruntime's 300 are float64's, boxes 4.6e-4 px and scores 1.2e-6 apart. Each FPN level keeps
-    its top 1000 candidates before NMS: those cuts are below 0.455, under the lowest detection (0.524),
-    so they cannot change the detections."""
-    _check_detector(_detector("retinanet_resnet50_fpn", 1.0))
 
 
 def test_paste_masks_traceable() -> None:

@@ -21,6 +21,7 @@ from onnx.reference import ReferenceEvaluator
 
 import fastonnx
 from fastonnx import half_precision
+from support.matrix import sampled
 
 PROMPT = [[1, 17, 42, 99, 5], [3, 8, 13, 21, 34]]
 
@@ -108,7 +109,8 @@ def _body_types(path: pathlib.Path) -> set[int]:
     }
 
 
-@pytest.mark.parametrize("name", ["llama", "mixtral"])
+# Mixtral's experts (control-flow bodies converted) under FASTONNX_FULL_MATRIX=1
+@pytest.mark.parametrize("name", sampled(["llama", "mixtral"], lambda name: name == "llama"))
 def test_half_packages_match_transformers(tmp_path: pathlib.Path, name: str) -> None:
     # a bf16 checkpoint: fp16 verified in onnxruntime by the export itself, fp16 and bf16 in onnx.reference;
     # Mixtral's routed experts run in a SequenceMap whose body is converted too
