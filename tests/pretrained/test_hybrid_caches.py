@@ -137,7 +137,8 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], list[tuple[str, ...]]]] = {
 
 # CI: the builder's three families, Mamba's selective scan (states only) and Qwen3-Next (MoE and linear
 # attention); Mamba2, Jamba and Falcon-H1 (a layer of four tensors) with FASTONNX_FULL_MATRIX=1
-CI = ("lfm2", "qwen3_5", "granitemoehybrid", "mamba", "qwen3_next")
+# Qwen3-Next (Qwen3.5's gated delta rule beside sparse experts) under FASTONNX_FULL_MATRIX=1
+CI = ("lfm2", "qwen3_5", "granitemoehybrid", "mamba")
 
 
 @pytest.mark.parametrize("name", sampled(sorted(FAMILIES), lambda name: name in CI))

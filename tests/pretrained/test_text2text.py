@@ -17,6 +17,7 @@ import torch
 from checkpoint_folders import TOKENS, VOCAB, save_checkpoint
 
 import fastonnx
+from support.matrix import sampled
 
 BART = {
     "vocab_size": VOCAB,
@@ -106,7 +107,8 @@ def _onnxruntime_greedy(
     return tokens, logits
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+# Marian (BART's layers, sinusoidal positions) under FASTONNX_FULL_MATRIX=1
+@pytest.mark.parametrize("name", sampled(sorted(MODELS), lambda name: name != "marian"))
 def test_onnxruntime_greedy_loop_matches_generate(tmp_path: pathlib.Path, name: str) -> None:
     import transformers
     from transformers import GenerationConfig
