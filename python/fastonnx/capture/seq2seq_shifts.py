@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.model_swaps import swapped_forms
+
 
 def _shifted(ids: torch.Tensor, first: int | torch.Tensor) -> torch.Tensor:
     """``ids`` moved one position right along the last dim, ``first`` at position 0 (a number, or a
@@ -316,23 +318,5 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
 @contextlib.contextmanager
 def guard_free_seq2seq_shifts() -> Iterator[None]:
     """While active, the loaded modules of ``SWAPS`` have the forms of this module."""
-    swapped: list[tuple[Any, str, Any]] = []
-    for model_type, forms in SWAPS.items():
-        module = sys.modules.get(f"transformers.models.{model_type}.modeling_{model_type}")
-        if module is None:
-            continue
-        for name, form in forms.items():
-            owner: Any = module
-            if "." in name:  # a method, ``Class.method``, of a class the module defines
-                owner_name, name = name.split(".")
-                owner = vars(module).get(owner_name)
-            if owner is None or not callable(vars(owner).get(name)):
-                continue
-            original = vars(owner)[name]
-            swapped.append((owner, name, original))
-            setattr(owner, name, _around(form, original) if form in WRAPPING else form)
-    try:
+    with swapped_forms(SWAPS, lambda form, original: _around(form, original) if form in WRAPPING else form):
         yield
-    finally:
-        for owner, name, original in reversed(swapped):
-            setattr(owner, name, original)

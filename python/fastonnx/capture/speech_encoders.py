@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.model_swaps import swapped_forms
+
 
 def squeeze_frames(
     encoder: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
@@ -190,24 +192,11 @@ def _original(encoder: Any) -> Callable[..., Any]:
 @contextlib.contextmanager
 def guard_free_speech_encoders() -> Iterator[None]:
     """While active, the loaded modules of ``SWAPS`` have the forms of this module."""
-    swapped: list[tuple[Any, str, Any]] = []
-    for model_type, forms in SWAPS.items():
-        module = sys.modules.get(f"transformers.models.{model_type}.modeling_{model_type}")
-        if module is None:
-            continue
-        for name, form in forms.items():
-            owner: Any = module
-            if "." in name:  # a method, ``Class.method``, of a class the module defines
-                owner_name, name = name.split(".")
-                owner = vars(module).get(owner_name)
-            if owner is None or not callable(vars(owner).get(name)):
-                continue
-            swapped.append((owner, name, vars(owner)[name]))
-            _ORIGINALS[owner, name] = vars(owner)[name]
-            setattr(owner, name, form)
-    try:
-        yield
-    finally:
-        for owner, name, original in reversed(swapped):
-            setattr(owner, name, original)
-            _ORIGINALS.pop((owner, name), None)
+    with swapped_forms(SWAPS) as swapped:
+        for owner, name, original in swapped:
+            _ORIGINALS[owner, name] = original
+        try:
+            yield
+        finally:
+            for owner, name, _ in swapped:
+                _ORIGINALS.pop((owner, name), None)

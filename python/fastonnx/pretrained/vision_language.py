@@ -189,12 +189,25 @@ class EmbedsStep(torch.nn.Module):
         position_ids: torch.Tensor,
         past_key_values: Any,
     ) -> tuple[torch.Tensor, Any]:
-        out = self.model(
+        return self.step(self.model, inputs_embeds, attention_mask, position_ids, past_key_values)
+
+    @staticmethod
+    def step(
+        module: Any,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        **extra: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        """``module`` (the model, or its language model) run one step with the cache: logits and cache."""
+        out = module(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=past_key_values,
             use_cache=True,
+            **extra,
         )
         return out.logits, returned_cache(out)
 
@@ -271,15 +284,10 @@ class EmbedsStepWithImageBlocks(EmbedsStep):
         past_key_values: Any,
         input_ids: torch.Tensor,
     ) -> tuple[torch.Tensor, Any]:
-        out = self.model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            token_type_ids=(input_ids == self.token).to(torch.int64),
-            use_cache=True,
+        types = (input_ids == self.token).to(torch.int64)
+        return self.step(
+            self.model, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids=types
         )
-        return out.logits, returned_cache(out)
 
 
 PREFIX_TYPES = ("paligemma",)
@@ -361,14 +369,7 @@ class LanguageModelStep(EmbedsStep):
         past_key_values: Any,
     ) -> tuple[torch.Tensor, Any]:
         lm: Any = self.model.language_model
-        out = lm(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=True,
-        )
-        return out.logits, returned_cache(out)
+        return self.step(lm, inputs_embeds, attention_mask, position_ids, past_key_values)
 
 
 def text_sizes(config: Any) -> tuple[int, int]:
