@@ -44,7 +44,9 @@ EXPORTS = [
 @pytest.mark.parametrize(
     ("task", "model_type"),
     # in CI: a swapped form (the sinusoidal table) and a composite config
-    sampled(EXPORTS, lambda case: case[1] == "m2m_100"),  # composite configs: the vision encoder-decoder in CI
+    sampled(
+        EXPORTS, lambda case: case[1] == "m2m_100"
+    ),  # composite configs: the vision encoder-decoder in CI
 )
 def test_exports_verified(tmp_path: pathlib.Path, task: str, model_type: str) -> None:
     sweep = _sweep()
