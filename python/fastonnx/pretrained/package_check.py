@@ -212,13 +212,79 @@ def _check_text2text(
     return infos
 
 
+def _generate(model: Any, ids: torch.Tensor, inputs: dict[str, torch.Tensor]) -> Any:
+    """transformers' greedy ``generate`` of 6 tokens from the prompt ``ids`` (and the media ``inputs``),
+    with its logits: no eos, so that it stops early only where the config's own eos is drawn."""
+    from transformers import GenerationConfig
+
+    settings = GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0
+    )
+    with torch.no_grad():
+        return model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            **inputs,
+            generation_config=settings,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+
+
+Positions = Callable[[int, int, int], torch.Tensor]
+"""The position ids of step ``step`` of ``length`` tokens after ``past`` cached ones."""
+Extra = Callable[[int, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+"""The decoder's inputs beyond the embeddings, mask, positions and cache at a step (its ids, its
+features' rows), by name; those the graph declares are fed."""
+
+
+def _greedy_over_files(
+    sessions: dict[str, Any],
+    embed: tuple[str, str],
+    decoder_spec: GraphSpec,
+    config: Any,
+    ids: torch.Tensor,
+    features: torch.Tensor,
+    generated: Any,
+) -> Callable[[Positions, Extra], list[VerificationInfo]]:
+    """The greedy loop of a multimodal package against ``generated``: the embedding file (``embed``: its
+    name and its features input) on the prompt and ``features``, then on each token with 0 rows; the
+    decoder on each step's embeddings and the grown cache: every step's logits, and the tokens."""
+
+    from fastonnx.pretrained.vision_language import DECODER_FILE
+
+    def run(positions: Positions, extra: Extra) -> list[VerificationInfo]:
+        filename, feature_name = embed
+        hidden = features.shape[-1]
+        layout = decoder_spec.cache_layout or config_layout(text_config(config))
+        cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
+        step_ids, rows, past, tokens, infos = ids, features, 0, [], []
+        # generate stops early where it draws the config's eos: the steps it made
+        for step in range(len(generated.logits)):
+            (embeds,) = _run(sessions[filename], ["input_ids", feature_name], [step_ids, rows])
+            length = step_ids.shape[1]
+            mask = torch.ones(1, past + length, dtype=torch.int64)
+            more = extra(step, step_ids, rows)
+            named = [more[n] for n in decoder_spec.input_names if n in more]
+            feeds = [embeds, mask, positions(step, past, length), *cache, *named]
+            got = _run(sessions[DECODER_FILE], decoder_spec.input_names, feeds)  # vision's, audio's alike
+            infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
+            cache, past = got[1:], past + length
+            tokens.append(int(got[0][0, -1].argmax()))
+            step_ids, rows = torch.tensor([[tokens[-1]]]), torch.zeros(0, hidden)
+        want = generated.sequences[0, ids.shape[1] :].tolist()
+        infos.append(compare("generated tokens", torch.tensor(want), torch.tensor(tokens)))
+        return infos
+
+    return run
+
+
 def _check_vision_language(
     sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
 ) -> list[VerificationInfo]:
     """One image and a prompt holding its tokens: the image features, then a greedy generation of 6
     tokens over the three files (the vision encoder once, embed and decode a step) against transformers'
     ``generate`` on the same prompt and image: every step's logits, and the tokens."""
-    from transformers import GenerationConfig
 
     from fastonnx.pretrained import vision_language as vl
 
@@ -235,7 +301,7 @@ def _check_vision_language(
         expected = torch.stack([vl._rows(f) for f in out.deepstack_features])
         infos.append(compare("vision_encoder: deepstack_features", expected, deepstack[0]))
     token = vl.image_token_id(config)
-    hidden, vocab = vl.text_sizes(config)
+    _, vocab = vl.text_sizes(config)
     g = torch.Generator().manual_seed(1)
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=g)
     special = {token, *(getattr(config, f"vision_{k}_token_id", None) for k in ("start", "end"))}
@@ -246,42 +312,21 @@ def _check_vision_language(
         text[text == t] = 3  # the image's tokens only where the image goes
     ids = vl.image_prompt(config, text[:, :2], features.shape[0], text[:, 2:])
     positions, offset, placed = vl.prompt_positions(model, ids, images)
-    steps = 6
-    settings = GenerationConfig(  # type: ignore[no-untyped-call]
-        do_sample=False, max_new_tokens=steps, eos_token_id=None, pad_token_id=0
-    )
-    with torch.no_grad():
-        generated = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            **images,
-            **placed,
-            generation_config=settings,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-    layout = decoder_spec.cache_layout or config_layout(text_config(config))
-    cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
-    step_ids, rows, past, tokens = ids, features, 0, []
-    # generate stops early where it draws the config's eos: the steps it made
-    for step in range(len(generated.logits)):
-        (embeds,) = _run(sessions[vl.EMBED_FILE], ["input_ids", "image_features"], [step_ids, rows])
-        length = step_ids.shape[1]
-        mask = torch.ones(1, past + length, dtype=torch.int64)
-        if step:
-            positions = vl.step_positions(model, past, length, offset)
-        extra = {"input_ids": step_ids, "token_type_ids": torch.full_like(step_ids, int(step > 0))}
+    generated = _generate(model, ids, {**images, **placed})
+
+    def step_positions(step: int, past: int, length: int) -> torch.Tensor:
+        return positions if step == 0 else vl.step_positions(model, past, length, offset)
+
+    def extra(step: int, step_ids: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        more = {"input_ids": step_ids, "token_type_ids": torch.full_like(step_ids, int(step > 0))}
         if deepstack:  # the deepstack rows in the prefill only, as generate adds them
-            extra["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
-        feeds = [embeds, mask, positions, *cache, *(extra[n] for n in decoder_spec.input_names if n in extra)]
-        got = _run(sessions[vl.DECODER_FILE], decoder_spec.input_names, feeds)
-        infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
-        cache, past = got[1:], past + length
-        tokens.append(int(got[0][0, -1].argmax()))
-        step_ids, rows = torch.tensor([[tokens[-1]]]), torch.zeros(0, hidden)
-    want = generated.sequences[0, ids.shape[1] :].tolist()
-    infos.append(compare("generated tokens", torch.tensor(want), torch.tensor(tokens)))
-    return infos
+            more["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
+        return more
+
+    steps = _greedy_over_files(
+        sessions, (vl.EMBED_FILE, "image_features"), decoder_spec, config, ids, features, generated
+    )
+    return infos + steps(step_positions, extra)
 
 
 def _check_audio_language(
@@ -290,7 +335,6 @@ def _check_audio_language(
     """One audio (its last quarter padding, where the encoder takes the mask) and a prompt holding its
     tokens: the audio features, then a greedy generation of 6 tokens over the three files against
     transformers' ``generate`` on the same prompt and audio: every step's logits, and the tokens."""
-    from transformers import GenerationConfig
 
     from fastonnx.pretrained import audio_language as al
     from fastonnx.pretrained import vision_language as vl
@@ -304,38 +348,19 @@ def _check_audio_language(
         expected_features = al.audio_features(model, **audio)
     infos = [compare("audio_encoder: audio_features", expected_features, features)]
     token = al.audio_token_id(config)
-    hidden, vocab = vl.text_sizes(config)
+    _, vocab = vl.text_sizes(config)
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
     text[text == token] = 3  # the audio's tokens only where the audio goes
     ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
-    settings = GenerationConfig(  # type: ignore[no-untyped-call]
-        do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0
+    generated = _generate(model, ids, al.model_audio_inputs(model, audio))
+
+    def positions(step: int, past: int, length: int) -> torch.Tensor:
+        return torch.arange(past, past + length).unsqueeze(0)
+
+    steps = _greedy_over_files(
+        sessions, (al.EMBED_FILE, "audio_features"), decoder_spec, config, ids, features, generated
     )
-    with torch.no_grad():
-        generated = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            **al.model_audio_inputs(model, audio),
-            generation_config=settings,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-    layout = decoder_spec.cache_layout or config_layout(text_config(config))
-    cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
-    step_ids, rows, past, tokens = ids, features, 0, []
-    for step in range(len(generated.logits)):  # generate stops early where it draws the config's eos
-        (embeds,) = _run(sessions[al.EMBED_FILE], ["input_ids", "audio_features"], [step_ids, rows])
-        length = step_ids.shape[1]
-        mask = torch.ones(1, past + length, dtype=torch.int64)
-        positions = torch.arange(past, past + length).unsqueeze(0)
-        got = _run(sessions[al.DECODER_FILE], decoder_spec.input_names, [embeds, mask, positions, *cache])
-        infos.append(compare(f"step {step}: logits", generated.logits[step], got[0][:, -1]))
-        cache, past = got[1:], past + length
-        tokens.append(int(got[0][0, -1].argmax()))
-        step_ids, rows = torch.tensor([[tokens[-1]]]), torch.zeros(0, hidden)
-    want = generated.sequences[0, ids.shape[1] :].tolist()
-    infos.append(compare("generated tokens", torch.tensor(want), torch.tensor(tokens)))
-    return infos
+    return infos + steps(positions, lambda *_: {})
 
 
 def _check_encoder(
