@@ -175,7 +175,10 @@ def to_onnx(
                 one product per key/value head, masks applied on the scores as before; the ``Expand``
                 copying the KV cache on every decode step goes (``grouped_attention_unrepeated``). The
                 "onnxruntime" level keeps this form (``com.microsoft.GroupQueryAttention`` ran slower on
-                onnxruntime 1.31's CPU kernel);
+                onnxruntime 1.31's CPU kernel), except in the text-generation packages of
+                ``export_pretrained``, whose caches onnxruntime-genai shares with the present outputs:
+                there ``GroupQueryAttention`` writes each step into them in place
+                (docs/guides/pretrained.md);
               - rotate-half rotary embeddings with constant cos / sin tables (static sequence length) to
                 ``RotaryEmbedding`` (opset 23 and up);
               - rotate-half rotary embeddings whose cos / sin are computed at run time from the positions

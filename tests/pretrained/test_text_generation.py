@@ -117,6 +117,53 @@ def _check_greedy(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **o
     return written
 
 
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, name: str) -> None:
+    """At ``optimize="onnxruntime"`` a plain causal decoder's attention is one GroupQueryAttention a layer
+    reading each cache input alone, and genai_config.json shares the past and present buffers: genai then
+    hands every layer one buffer of max_length positions and the kernel writes each step into it. The
+    package still verifies in onnxruntime (caches of the exact length, as the default level's) and genai's
+    greedy generation over the shared buffers is transformers' (tokens, logits within 1e-4)."""
+    import onnx
+
+    written = _check_package(
+        tmp_path, save_decoder(tmp_path / "checkpoint", name), name, optimize="onnxruntime"
+    )
+    config = json.loads((tmp_path / "package" / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    proto = onnx.load(str(written.model_path), load_external_data=False)
+    fused = [n for n in proto.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(fused) == DECODER["num_hidden_layers"]
+    past = {i.name for i in proto.graph.input if i.name.startswith("past_key_values.")}
+    assert {name for n in fused for name in n.input} >= past
+    assert not any(
+        name in past for n in proto.graph.node if n.op_type != "GroupQueryAttention" for name in n.input
+    )
+    assert (
+        "GroupQueryAttention writing into its cache in place"
+        in (tmp_path / "package" / "fastonnx_report.md").read_text()
+    )
+
+
+def test_shared_caches_only_for_plain_causal_attention() -> None:
+    """The fusion drops the graph's own mask (the kernel applies the causal rule and right-padded lengths):
+    it is asked for only where that is the model's whole attention."""
+    from transformers import AutoConfig
+
+    from fastonnx.pretrained.shared_cache import plain_causal
+
+    def config(model_type: str, **fields: Any) -> Any:
+        return AutoConfig.for_model(model_type, **DECODER, **fields)
+
+    assert plain_causal(config("llama")) is None
+    assert plain_causal(config("qwen2", use_sliding_window=False, sliding_window=16)) is None
+    assert "sliding window of 16" in str(plain_causal(config("mistral", sliding_window=16)))
+    assert "not one of the model types" in str(plain_causal(config("gemma2")))
+    assert "soft-capped" in str(plain_causal(config("llama", attn_logit_softcapping=30.0)))
+    layers = ["sliding_attention", "full_attention"]
+    assert "not full attention alone" in str(plain_causal(config("qwen3", layer_types=layers)))
+
+
 def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:
     """``quantize="int4"`` (to_onnx's weight-only option) gives a package onnxruntime-genai runs; its
     first logits follow the float model's (quantization error only), and verification is skipped with

@@ -54,6 +54,10 @@ class ExportOptions:
     # output name -> {axis: dim name}: the outputs' dims named so before the write (fastonnx.export's
     # dynamic_axes for outputs; not a keyword of to_onnx)
     output_dims: Mapping[str, Mapping[int, str]] | None = None
+    # the attention-mask input of a decoder whose caches onnxruntime-genai shares with the present
+    # outputs: the onnxruntime level fuses attention over them into GroupQueryAttention (set by the
+    # text-generation package, pretrained/shared_cache.py; not a keyword of to_onnx)
+    shared_cache_mask: str | None = None
 
     @classmethod
     def from_keywords(
@@ -158,6 +162,7 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v is None or isinstance(v, Mapping),
         "None or a dict of output -> {axis: name}",
     ),
+    "shared_cache_mask": (lambda v: v is None or isinstance(v, str), "None or an input name"),
 }
 
 

@@ -296,6 +296,8 @@ def run_optimize(converted: Converted, options: ExportOptions, bars: Progress | 
     builder, interp = converted.builder, converted.interp
     bars = bars or Progress(False)
     metadata_s = 0.0
+    if options.shared_cache_mask is not None and options.level == "onnxruntime":
+        builder.set_shared_cache_mask(options.shared_cache_mask)
     with bars.stage("optimize", unit="pass") as stage:
         progress = stage.update if stage.enabled else None
         scopes = interp.scopes

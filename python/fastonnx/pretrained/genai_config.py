@@ -8,8 +8,9 @@ generic ``decoder`` otherwise; the graph is the same either way, the type select
 model's inputs. Layers with convolution and recurrent states (linear attention, state-space models) are found by genai's
 decoder from their input names (``past_key_values.%d.conv_state`` / ``.recurrent_state``); layers with
 convolution states alone (LFM2) need genai's ``lfm2`` type and its ``layer_types``. ``unmet_contract``
-tells a graph genai cannot run. ``past_present_share_buffer`` is false: the graph concatenates the past and the new keys
-and returns the grown cache, it does not write into a preallocated buffer.
+tells a graph genai cannot run. ``past_present_share_buffer`` is false where the graph concatenates the past and the new
+keys and returns the grown cache; it is true where every cache is written in place by a GroupQueryAttention
+(the onnxruntime level of plain causal decoders: ``shared_cache.py``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def unmet_contract(spec: GraphSpec) -> str | None:
 
 
 def build_genai_config(
-    config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
+    config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str, share_buffer: bool = False
 ) -> dict[str, Any]:
     top, config = config, text_config(config)  # a composite model's text path: its sizes and type
     layout = spec.cache_layout or []
@@ -149,7 +150,7 @@ def build_genai_config(
         "no_repeat_ngram_size": 0,
         "num_beams": 1,
         "num_return_sequences": 1,
-        "past_present_share_buffer": False,
+        "past_present_share_buffer": share_buffer,
         "repetition_penalty": float(generation.get("repetition_penalty", 1.0)),
         "temperature": float(generation.get("temperature", 1.0)),
         "top_k": int(generation.get("top_k", 50)),
@@ -160,7 +161,12 @@ def build_genai_config(
 
 
 def write_genai_config(
-    folder: pathlib.Path, config: Any, generation: dict[str, Any], spec: GraphSpec, filename: str
+    folder: pathlib.Path,
+    config: Any,
+    generation: dict[str, Any],
+    spec: GraphSpec,
+    filename: str,
+    share_buffer: bool = False,
 ) -> pathlib.Path | str:
     """Writes ``genai_config.json`` into ``folder`` and returns its path, or returns why genai cannot run
     the graph (``unmet_contract``) and writes nothing."""
@@ -168,7 +174,8 @@ def write_genai_config(
     if unmet is not None:
         return f"onnxruntime-genai cannot run this package: {unmet}"
     path = folder / "genai_config.json"
-    path.write_text(json.dumps(build_genai_config(config, generation, spec, filename), indent=4) + "\n")
+    built = build_genai_config(config, generation, spec, filename, share_buffer)
+    path.write_text(json.dumps(built, indent=4) + "\n")
     return path
 
 

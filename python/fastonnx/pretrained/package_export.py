@@ -25,10 +25,12 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
+from fastonnx.pretrained import shared_cache
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
+from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
@@ -294,6 +296,25 @@ def within_frames(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
     return map_dims(dynamic_shapes, bounded)
 
 
+def _export(spec: GraphSpec, dynamic_shapes: Any, export_args: dict[str, Any]) -> Any:
+    """``to_onnx`` of one graph of the package; ``export_args`` are its keywords, with the package's own
+    ``shared_cache_mask`` (not a keyword of to_onnx) where the text-generation decoder asks for it."""
+    from fastonnx.api import run_export
+
+    keywords = {k: v for k, v in export_args.items() if k not in ("report", "verbose")}
+    keywords["dynamic_shapes"] = dynamic_shapes
+    if keywords.get("shared_cache_mask") is None:
+        keywords.pop("shared_cache_mask", None)
+    return run_export(
+        spec.module,
+        spec.args,
+        None,
+        keywords,
+        report=export_args["report"],
+        verbose=export_args.get("verbose", False),
+    )
+
+
 def export_pretrained(
     model: str | os.PathLike[str],
     outdir: str | os.PathLike[str],
@@ -317,7 +338,6 @@ def export_pretrained(
     folder sharing no file with the checkpoint). ``stats["shipped"]`` and the report give the bytes.
     Returns what was written. See docs/guides/pretrained.md.
     """
-    from fastonnx.api import to_onnx
     from fastonnx.pretrained import half_package  # onnx: imported when an export runs, not with fastonnx
 
     for reserved in ("filename", "weights", "dynamic_shapes", "input_names", "output_names", "report"):
@@ -346,6 +366,7 @@ def export_pretrained(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     stats: dict[str, Any] = {}
+    shared_mask: str | None = None
     try:
         for filename, spec in specs.items():
             report = tmp / (f"{filename.removesuffix('.onnx')}.report.md" if stats else REPORT_FILE)
@@ -358,14 +379,17 @@ def export_pretrained(
                 progress=progress,
                 **options,
             )
+            if chosen.name == "text-generation" and filename == MODEL_FILE:
+                shared_mask = shared_cache.wanted(config, spec, options, dtype)
+                export_args["shared_cache_mask"] = shared_mask
             try:
-                result = to_onnx(spec.module, spec.args, dynamic_shapes=spec.dynamic_shapes, **export_args)
+                result = _export(spec, spec.dynamic_shapes, export_args)
             except CaptureError as e:
                 bounded = within_positions(e, config, spec.dynamic_shapes, spec.module)
                 bounded = bounded if bounded is not None else within_frames(e, config, spec.dynamic_shapes)
                 if bounded is None:
                     raise
-                result = to_onnx(spec.module, spec.args, dynamic_shapes=bounded, **export_args)
+                result = _export(spec, bounded, export_args)
             stats[filename] = result.stats
             if report.name != REPORT_FILE:  # one report for the package: the files' in turn
                 with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
@@ -389,8 +413,14 @@ def export_pretrained(
             shutil.copy2(side, tmp / side.name)
         genai: pathlib.Path | str | None = None
         if chosen.name == "text-generation":
+            share = False
+            if shared_mask is not None:
+                unshared = shared_cache.unshared_reason(tmp / MODEL_FILE, specs[MODEL_FILE])
+                share = unshared is None
+                with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+                    f.write("\n" + shared_cache.report(unshared) + "\n")
             genai = write_genai_config(
-                tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE
+                tmp, config, checkpoint.generation_config(), specs[MODEL_FILE], MODEL_FILE, share
             )
         elif chosen.name == "image-text-to-text":
             genai = write_vision_genai_config(

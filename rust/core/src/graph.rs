@@ -126,6 +126,12 @@ pub struct Graph {
     pub metadata: BTreeMap<String, String>,
     /// `metadata_props` of inputs, outputs (`ValueInfoProto`) and initializers (`TensorProto`).
     pub value_metadata: HashMap<String, Vec<(String, String)>>,
+    /// The attention-mask input of a decoder whose KV caches the runtime may hand in as buffers of
+    /// the maximum length, shared with the present outputs (onnxruntime-genai's
+    /// `past_present_share_buffer`): lengths then come from this mask, never from a cache's shape.
+    /// Set by the package layer; the onnxruntime level then fuses attention over the caches into
+    /// `com.microsoft.GroupQueryAttention` (`passes::attention::shared_cache`).
+    pub shared_cache_mask: Option<String>,
     /// The scope new nodes are made in (set per FX node by the walker).
     current_scope: Option<(u32, Arc<Scope>)>,
     init_index: HashMap<String, usize>,

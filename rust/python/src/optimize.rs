@@ -57,6 +57,14 @@ impl GraphBuilder {
         Ok(read_weights_as_stored(&mut self.model, &names, level))
     }
 
+    /// Before `optimize("onnxruntime")`: names the attention-mask input of a decoder whose KV caches
+    /// the runtime may share with the present outputs (onnxruntime-genai's
+    /// `past_present_share_buffer`); attention over those caches is then fused into
+    /// `com.microsoft.GroupQueryAttention`, lengths taken from the mask.
+    fn set_shared_cache_mask(&mut self, name: &str) {
+        self.model.graph.shared_cache_mask = Some(name.to_owned());
+    }
+
     /// `progress(stages_done, stages)` is called between stages (at most every 0.1 s); pending
     /// signals are handled there too, so a Ctrl-C stops the optimization between two passes.
     ///

@@ -74,6 +74,12 @@ pub(crate) const STAGES: &[Stage] = &[
         ANY,
     ),
     stage(
+        "group_query_attention_fused",
+        attention::shared_cache::fuse_shared_cache,
+        ORT_ONLY,
+        ANY,
+    ),
+    stage(
         "attention_fused",
         attention::standard::fuse_attention,
         BOTH,

@@ -10,7 +10,10 @@
 //!   them unrepeated, the group's query heads stacked along the rows (no Expand of the KV cache).
 //!   At the onnxruntime level too: `com.microsoft.GroupQueryAttention` (cache append and attention in
 //!   one kernel; commit 1c6951b) ran 0-15% slower than this form on onnxruntime 1.31's CPU kernel
-//!   (one thread, past 512-4000), and the prefill 4% slower, so it is not emitted.
+//!   (one thread, past 512-4000), and the prefill 4% slower, so it is not emitted here.
+//! - [`shared_cache`]: at the onnxruntime level, in a decoder whose caches the runtime shares with
+//!   its present outputs (`Graph::shared_cache_mask`), `GroupQueryAttention` after all: there it
+//!   spares the copy of the whole cache each step's Concat makes (any opset; it runs first).
 //!
 //! A Llama's rotated 4-D queries stay decomposed below opset 23: the contrib operator takes a 3-D query,
 //! and transposing back would cost what the fusion saves. The passes run before the peephole rewrites,
@@ -20,4 +23,5 @@ mod chain;
 pub(crate) mod grouped;
 pub(crate) mod multi_head;
 pub(crate) mod open_masks;
+pub(crate) mod shared_cache;
 pub(crate) mod standard;

@@ -1,0 +1,167 @@
+"""One decode step of a package's decoder, op type by op type, in onnxruntime's profiler.
+
+`python benches/decode_profile.py PACKAGE [PACKAGE ...] --past 2048 --runs 20`
+
+Each package's `model.onnx` runs a single-token step after a cache of `--past` positions (random values:
+the kernels' work does not depend on them), one intra-op and one inter-op thread, `--runs` times after two
+warm-ups. A package whose genai_config.json shares the past and present buffers
+(`past_present_share_buffer`) is run as onnxruntime-genai runs it: each cache one buffer of the config's
+`max_length` positions bound as both the past input and the present output (IOBinding), the attention
+mask `--past` + 1 long. The profiler's node events are summed by op type
+(and domain), divided by the runs: the table gives ms a step and the share of the step's node time.
+The packages are profiled in turns, so that a load change on the shared machine meets them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
+
+
+def _dim(value: Any, sizes: dict[str, int]) -> int:
+    if isinstance(value, int):
+        return value
+    name = str(value)
+    if name in sizes:
+        return sizes[name]
+    raise SystemExit(f"input dim {name!r}: unknown to this bench (add it to the sizes it knows)")
+
+
+def shared_length(path: str) -> int | None:
+    """The cache buffers' length where genai shares past and present buffers, else None."""
+    config_path = Path(path).with_name("genai_config.json")
+    if not config_path.exists():
+        return None
+    search = json.loads(config_path.read_text()).get("search", {})
+    return int(search["max_length"]) if search.get("past_present_share_buffer") else None
+
+
+def step_feeds(
+    session: ort.InferenceSession, path: str, past: int, buffer: int | None
+) -> dict[str, np.ndarray]:
+    """A one-token step at `past` for the input names genai and fastonnx packages use (caches of
+    `buffer` positions where they are shared buffers)."""
+    sizes = {
+        "batch_size": 1,
+        "batch": 1,
+        "sequence_length": 1,
+        "past_sequence_length": past if buffer is None else buffer,
+        "total_sequence_length": past + 1,
+        "past_sequence_length + 1": past + 1,
+    }
+    rng = np.random.default_rng(0)
+    feeds: dict[str, np.ndarray] = {}
+    for arg in session.get_inputs():
+        if arg.type not in _TYPES:
+            raise SystemExit(f"input {arg.name}: type {arg.type} is not one this bench feeds")
+        dtype = _TYPES[arg.type]
+        if arg.name.startswith("past_key_values"):
+            # the head size of a genai cache is a named dim; read it from the output of the same name
+            known = (
+                sizes
+                if all(isinstance(d, int) or d in sizes for d in arg.shape)
+                else {**sizes, "kv_cache_dim": _head_size(path)}
+            )
+            shape = [_dim(d, known) for d in arg.shape]
+            feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
+        elif arg.name == "input_ids":
+            feeds[arg.name] = np.array([[17]], dtype=dtype)
+        elif arg.name == "attention_mask":
+            feeds[arg.name] = np.ones((1, past + 1), dtype=dtype)
+        elif arg.name == "position_ids":
+            feeds[arg.name] = np.array([[past]], dtype=dtype)
+        else:
+            raise SystemExit(f"input {arg.name}: not a decoder input this bench knows")
+    return feeds
+
+
+def _head_size(path: str) -> int:
+    """genai's named head-size dim (`kv_cache_dim`): its config's decoder head size."""
+    config = json.loads(Path(path).with_name("genai_config.json").read_text())
+    return int(config["model"]["decoder"]["head_size"])
+
+
+def profile_once(path: str, past: int, runs: int) -> tuple[dict[str, float], float]:
+    """ms a step by op type, and the median wall ms of a step."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    with tempfile.TemporaryDirectory() as tmp:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tmp, "profile")
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        buffer = shared_length(path)
+        feeds = step_feeds(session, path, past, buffer)
+        binding = session.io_binding()
+        values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in feeds.items()}
+        for name, value in values.items():
+            binding.bind_ortvalue_input(name, value)
+        for out in session.get_outputs():
+            shared = out.name.replace("present.", "past_key_values.", 1)
+            if buffer is not None and out.name.startswith("present.") and shared in values:
+                binding.bind_ortvalue_output(out.name, values[shared])  # written in place, as genai does
+            else:
+                binding.bind_output(out.name)
+        for _ in range(2):
+            session.run_with_iobinding(binding)
+        walls = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            session.run_with_iobinding(binding)
+            walls.append((time.perf_counter() - t) * 1000)
+        trace = session.end_profiling()
+        events = json.loads(Path(trace).read_text())
+    per_op: dict[str, float] = collections.defaultdict(float)
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            per_op[event["args"]["op_name"]] += event["dur"] / 1000
+    # the warm-ups are profiled too
+    return {op: total / (runs + 2) for op, total in per_op.items()}, statistics.median(walls)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("packages", nargs="+", help="package folders (or .onnx files)")
+    p.add_argument("--past", type=int, default=2048, help="cached positions before the step")
+    p.add_argument("--runs", type=int, default=20, help="profiled steps per turn")
+    p.add_argument("--turns", type=int, default=3, help="turns over the packages (medians)")
+    p.add_argument("--top", type=int, default=12, help="op types listed per package")
+    args = p.parse_args()
+    paths = [str(Path(x) / "model.onnx") if Path(x).is_dir() else x for x in args.packages]
+    profiles: dict[str, list[dict[str, float]]] = {x: [] for x in paths}
+    walls: dict[str, list[float]] = {x: [] for x in paths}
+    for _ in range(args.turns):
+        for path in paths:
+            by_type, wall = profile_once(path, args.past, args.runs)
+            profiles[path].append(by_type)
+            walls[path].append(wall)
+    for path in paths:
+        ops = {op for run in profiles[path] for op in run}
+        median = {op: statistics.median(run.get(op, 0.0) for run in profiles[path]) for op in ops}
+        total = sum(median.values())
+        print(f"\n{path}: step {statistics.median(walls[path]):.2f} ms wall, {total:.2f} ms in nodes")
+        print("| op type | ms a step | share |")
+        print("|---|---|---|")
+        for op, ms in sorted(median.items(), key=lambda kv: -kv[1])[: args.top]:
+            print(f"| {op} | {ms:.3f} | {ms / total:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
