@@ -126,8 +126,16 @@ def _rows(features: Any) -> torch.Tensor:
     raise InputError(f"get_image_features returned {type(features).__name__}, not image features")
 
 
+STATES_THEN_PROJECTOR = ("llama4",)
+"""Model types whose ``get_image_features`` returns the tower's states (``last_hidden_state``, no
+pooled rows) and whose forward then projects them with ``multi_modal_projector`` (Llama 4's)."""
+
+
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = model.get_image_features(**inputs)  # type: ignore[operator]
+    if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
+        inner: Any = getattr(model, "model", model)
+        return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
     pooled = getattr(out, "pooler_output", None)
     return _rows(pooled if pooled is not None else out)
 
