@@ -35,7 +35,12 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
-from fastonnx.stored_weights.checkpoints import SAFETENSORS_DTYPES, ShardTensor, index_shards
+from fastonnx.stored_weights.checkpoints import (
+    SAFETENSORS_DTYPES,
+    SUPERSEDES_KEY,
+    ShardTensor,
+    index_shards,
+)
 
 CONVERTED_FILE = "converted_weights.safetensors"
 
@@ -182,7 +187,9 @@ def _dtype_name(key: str, dtype: torch.dtype) -> str:
 
 
 def _write_header(f: Any, header: dict[str, dict[str, Any]]) -> None:
-    text = json.dumps(header, separators=(",", ":")).encode()
+    # the converted tensors replace the checkpoint's of the same name (a transpose keeps its source's)
+    marked = {"__metadata__": {SUPERSEDES_KEY: "true"}, **header}
+    text = json.dumps(marked, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
     f.write(struct.pack("<Q", len(text)))
     f.write(text)

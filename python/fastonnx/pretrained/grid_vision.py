@@ -41,12 +41,17 @@ GRID_TYPES = (
     *("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen4_exp"),
     *("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "cohere_compass", "cosmos3_omni"),
     *("glm4v", "glm4v_moe", "glm46v", "glm_ocr", "exaone4_5", "hyperclovax_vision_v2", "paddleocr_vl"),
+    "video_llama_3",  # grid_forms.py's
 )
 """The model types whose towers this module is verified on (``task="auto"`` takes them to
 image-text-to-text); another tower of the same parts is tried, and the package check judges it."""
 
 
 def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
+    from fastonnx.pretrained import grid_forms
+
+    if grid_forms.form(model):
+        return grid_forms.tower(model)
     inner = getattr(model, "model", model)
     visual = getattr(inner, "visual", None) or getattr(model, "visual", None)
     if visual is None and hasattr(getattr(inner, "vision_model", None), "merger"):
@@ -59,9 +64,10 @@ def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
 def is_grid_tower(model: torch.nn.Module) -> bool:
     """Whether the model's images are Qwen-VL patch grids this module (or grid_towers.py: PaddleOCR-VL)
     exports (Qwen2-VL to Qwen3.5, GLM-4V, EXAONE 4.5)."""
+    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import paddle_tower
 
-    if paddle_tower(model):
+    if paddle_tower(model) or grid_forms.form(model):
         return True
     try:
         visual = vision_tower(model)
@@ -87,20 +93,43 @@ def deepstack_layers(model: torch.nn.Module) -> int:
 
 def grid_encoder(model: torch.nn.Module) -> torch.nn.Module:
     """The grid form of a grid tower's ``get_image_features``."""
+    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import PaddleGridEncoder, paddle_tower
 
+    if grid_forms.form(model):
+        return grid_forms.encoder(model)
     return PaddleGridEncoder(model) if paddle_tower(model) else GridVisionEncoder(model)
 
 
 def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
     """The shape of one patch of ``pixel_values`` as the tower's processor gives it: flat (Qwen-VL's
     channels x temporal patch x patch²), or channels x patch x patch (PaddleOCR-VL's)."""
+    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import paddle_tower
 
+    if grid_forms.form(model):
+        return grid_forms.patch_shape(model)
     c: Any = vision_tower(model).config
     if paddle_tower(model):
         return int(c.num_channels), int(c.patch_size), int(c.patch_size)
     return (int(c.in_channels) * int(c.temporal_patch_size) * int(c.patch_size) ** 2,)
+
+
+def merge_size(model: torch.nn.Module) -> int:
+    """How many patches a side a merged token of a grid tower spans."""
+    from fastonnx.pretrained import grid_forms
+
+    if grid_forms.form(model):
+        return grid_forms.merge_size(model)
+    visual: Any = vision_tower(model)
+    return int(visual.config.spatial_merge_size)
+
+
+def grid_inputs(model: torch.nn.Module, images: int) -> dict[str, torch.Tensor]:
+    """What transformers takes with a grid tower's images besides the pixels and the grid."""
+    from fastonnx.pretrained import grid_forms
+
+    return grid_forms.generate_inputs(model, images) if grid_forms.form(model) else {}
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,9 @@ from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSp
 from fastonnx.pretrained.grid_vision import (
     deepstack_layers,
     grid_encoder,
+    grid_inputs,
     is_grid_tower,
+    merge_size,
     patch_shape,
     vision_tower,
 )
@@ -126,8 +128,16 @@ def _rows(features: Any) -> torch.Tensor:
     raise InputError(f"get_image_features returned {type(features).__name__}, not image features")
 
 
+STATES_THEN_PROJECTOR = ("llama4",)
+"""Model types whose ``get_image_features`` returns the tower's states (``last_hidden_state``, no
+pooled rows) and whose forward then projects them with ``multi_modal_projector`` (Llama 4's)."""
+
+
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = model.get_image_features(**inputs)  # type: ignore[operator]
+    if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
+        inner: Any = getattr(model, "model", model)
+        return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
     pooled = getattr(out, "pooler_output", None)
     return _rows(pooled if pooled is not None else out)
 
@@ -429,7 +439,7 @@ def image_grid(model: torch.nn.Module) -> tuple[int, int, int]:
     """A grid (frames, rows, columns in patches) for the check of a grid tower: one frame, wider than
     tall, one attention window more than fits in its rows (so that the windows split it)."""
     visual: Any = vision_tower(model)
-    merge = int(visual.config.spatial_merge_size)
+    merge = merge_size(model)
     window = getattr(visual.config, "window_size", None)
     across = int(window) // merge // int(visual.config.patch_size) if window else 2
     return 1, merge * (across + 1), merge * 3
@@ -445,6 +455,7 @@ def vision_inputs(
         return {
             "pixel_values": torch.randn(images * t * h * w, *patch_shape(model), device=device),
             "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
+            **{k: v.to(device) for k, v in grid_inputs(model, images).items()},
         }
     pixels = image_inputs(config, images, device)["pixel_values"]
     inputs = {"pixel_values": pixels}
@@ -463,8 +474,7 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
     if is_grid_tower(model):
         grid = vision_inputs(model, config, 1, "meta")
-        tower: Any = vision_tower(model)
-        unit = int(tower.config.spatial_merge_size) ** 2
+        unit = merge_size(model) ** 2
         tokens = torch.export.Dim(IMAGE_TOKENS, min=1, max=1 << 20)
         vision_spec = GraphSpec(
             grid_encoder(model),

@@ -87,6 +87,11 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
 
 Weights = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
+SUPERSEDES_KEY = "fastonnx_supersedes"
+"""A shard whose safetensors ``__metadata__`` sets this to ``"true"`` holds tensors that replace the
+other shards' of the same key (the tensors transformers converts as it loads them, some under their
+source's own name: Qwen3-VL-MoE's transposed experts); any other key in two shards is an error."""
+
 
 @dataclass(frozen=True)
 class ShardTensor:
@@ -186,6 +191,7 @@ def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
         ) from e
 
     found: dict[str, ShardTensor] = {}
+    superseders: set[str] = set()
     for path in files:
         try:
             with safe_open(path, "pt") as f:
@@ -195,11 +201,18 @@ def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
         with open(path, "rb") as raw:
             (n,) = struct.unpack("<Q", raw.read(8))
             header: dict[str, Any] = json.loads(raw.read(n))
+        if (header.get("__metadata__") or {}).get(SUPERSEDES_KEY) == "true":
+            superseders.add(path)
+        superseding = path in superseders
         for key in keys:
             entry = header[key]
             begin, end = entry["data_offsets"]
             if key in found:
-                raise InputError(f"weights: {key!r} is in both {found[key].shard} and {path}")
+                earlier = found[key].shard in superseders
+                if earlier == superseding:
+                    raise InputError(f"weights: {key!r} is in both {found[key].shard} and {path}")
+                if earlier:
+                    continue  # the earlier shard's tensor replaces this one
             found[key] = ShardTensor(
                 shard=path,
                 dtype=SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"]),
