@@ -9,7 +9,8 @@ transformers.js use, each graph captured from transformers' own model:
   Qwen2-VL and Qwen2.5-VL take an image of any size as patches and its grid (``pixel_values`` patches x
   1176, ``image_grid_thw`` 1 x 3): their tower is grid_vision.py's, and the number of feature rows follows
   the grid (Qwen3-VL, Qwen3.5, GLM-4V, PaddleOCR-VL... too: ``GRID_TYPES``; Qwen3-VL's deepstack rows are
-  a second output, ``deepstack_features``);
+  a second output, ``deepstack_features``); Idefics2, Idefics3 and SmolVLM take one image's tiles and
+  their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``): tile_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -53,6 +54,7 @@ from fastonnx.pretrained.grid_vision import (
     patch_shape,
     vision_tower,
 )
+from fastonnx.pretrained.tile_towers import tile_feeds, tile_inputs, tile_spec, tile_tower
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = (
     "vision_encoder.onnx",
@@ -106,6 +108,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
     if is_grid_tower(model):
         return ["pixel_values", "image_grid_thw"]
+    if tile_tower(model):
+        return ["pixel_values", "pixel_attention_mask"]
     get: Any = model.get_image_features
     params = inspect.signature(get).parameters
     unsupported = _needed(get)
@@ -446,11 +450,20 @@ def vision_inputs(
             "pixel_values": torch.randn(images * t * h * w, *patch_shape(model), device=device),
             "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
         }
+    if tile_tower(model):  # one image of 2 tiles
+        return tile_inputs(config, 2, device)
     pixels = image_inputs(config, images, device)["pixel_values"]
     inputs = {"pixel_values": pixels}
     if "image_sizes" in vision_arguments(model):
         inputs["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * images, device=device)
     return inputs
+
+
+def vision_feeds(
+    model: torch.nn.Module, images: dict[str, torch.Tensor], names: list[str]
+) -> list[torch.Tensor]:
+    """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
+    return tile_feeds(images) if tile_tower(model) else [images[n] for n in names]
 
 
 def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
@@ -473,6 +486,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
             ["pixel_values", "image_grid_thw"],
             ["image_features", *(["deepstack_features"] if deepstack_layers(model) else [])],
         )
+    elif tile_tower(model):
+        vision_spec = tile_spec(model, config)
     else:
         sizes = "image_sizes" in vision_arguments(model)
         pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size

@@ -1,0 +1,135 @@
+"""The vision encoders of the tiled-image models (Idefics2, Idefics3, SmolVLM) as one graph over one
+image's tiles, the layout transformers.js ships.
+
+Their processors cut an image into tiles (Idefics3 and SmolVLM: a grid of tiles of the vision config's
+``image_size``, plus a global view of that size; Idefics2 splitting an image into 4 crops and the
+image), padded to the largest in the batch; ``pixel_attention_mask`` marks each tile's real pixels. The
+graph takes:
+
+- ``pixel_values``: ``num_tiles`` x channels x height x width, the tiles of one image (``num_tiles``
+  dynamic: an image of another size has more tiles). Idefics3's and SmolVLM's tiles are ``image_size``
+  square (their connector's pixel shuffle reads the side from the square patch count); Idefics2's are of
+  any size, height and width dynamic (its perceiver resamples any number of patches to its latents);
+- ``pixel_attention_mask``: ``num_tiles`` x height x width, 1 at real pixels (int64, the processor's);
+
+and gives ``image_features``: every tile's features as rows, ``num_tiles`` x tokens per tile x hidden
+flattened to rows, the order of the tiles (that of the image tokens the processor writes).
+
+What ``get_image_features`` does from data, and what the graph does instead:
+
+- it drops padding tiles (all pixels 0) by a boolean index ``real_images_inds``, whose size is data, and
+  splits the rows by ``num_real_images_per_batch.tolist()``. Padding tiles come only from padding a batch of
+  images to the same tile count; the graph encodes one image a call, whose tiles are all real, so it takes
+  real tiles only and encodes every tile it is given (a caller batching images drops its padding tiles
+  before, as it knows them). A real tile whose pixels are all exactly 0 would be dropped by transformers
+  and kept here: normalized pixels of a real image are not all 0;
+- the patch mask (a patch is real where any of its pixels is, Idefics2: where all are) from
+  ``pixel_attention_mask.unfold`` and a sum, and the patch positions (the patch counts of each tile's first
+  row and column, bucketed into the position table): tensor arithmetic of the mask's values, traced as is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastonnx.pretrained.graph_spec import GraphSpec
+
+TILES = "num_tiles"
+
+
+def _inner(model: torch.nn.Module) -> Any:
+    return getattr(model, "model", model)
+
+
+def tile_tower(model: torch.nn.Module) -> bool:
+    """Whether the model's images are Idefics-style tiles this module exports: a variable-resolution SigLIP
+    ``vision_model`` (its embeddings bucket positions by the patch mask) and a ``connector``."""
+    inner = _inner(model)
+    embeddings = getattr(getattr(inner, "vision_model", None), "embeddings", None)
+    connector = getattr(inner, "connector", None)
+    return (
+        hasattr(embeddings, "num_patches_per_side")
+        and hasattr(embeddings, "position_embedding")
+        and isinstance(connector, torch.nn.Module)
+        and hasattr(connector, "modality_projection")
+    )
+
+
+def _resampled(model: torch.nn.Module) -> bool:
+    """Idefics2's connector: a perceiver over the patches, which reads the patch mask."""
+    return hasattr(_inner(model).connector, "perceiver_resampler")
+
+
+def patch_mask(pixel_attention_mask: torch.Tensor, patch: int, every_pixel: bool) -> torch.Tensor:
+    """Which patches of each tile are real, tiles x rows x columns in patches: transformers' unfold of the
+    pixel mask into patches, a patch real where any pixel is (Idefics3), or every pixel (Idefics2)."""
+    cells = pixel_attention_mask.unfold(1, patch, patch).unfold(2, patch, patch).sum(dim=(-1, -2))
+    return cells == patch * patch if every_pixel else cells > 0
+
+
+class TileVisionEncoder(torch.nn.Module):
+    """``get_image_features`` of one image's real tiles (the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+        self.resampled = _resampled(model)
+
+    def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor) -> torch.Tensor:
+        inner = _inner(self.model)
+        patch = int(inner.config.vision_config.patch_size)
+        mask = patch_mask(pixel_attention_mask, patch, self.resampled)
+        states = inner.vision_model(
+            pixel_values=pixel_values.to(inner.dtype), patch_attention_mask=mask, return_dict=True
+        ).last_hidden_state
+        if self.resampled:
+            features = inner.connector(states, attention_mask=mask.reshape(mask.shape[0], -1))
+        else:
+            features = inner.connector(states)
+        rows: torch.Tensor = features.reshape(-1, features.shape[-1])
+        return rows
+
+
+def tile_inputs(config: Any, tiles: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """What transformers' forward takes for one image of ``tiles`` tiles of the vision config's size
+    (1 x tiles x ...): the last tile padded (its real pixels a little more than the top three quarters
+    and the left half, 0 elsewhere, as a processor pads), so that the patch mask (partly real patches
+    too) and the positions it gives are exercised."""
+    vision = config.vision_config
+    size, channels = int(vision.image_size), int(getattr(vision, "num_channels", 3))
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randn(1, tiles, channels, size, size, generator=g)
+    mask = torch.ones(1, tiles, size, size, dtype=torch.int64)
+    if tiles > 1:
+        mask[0, -1, size * 3 // 4 + 1 :] = 0
+        mask[0, -1, :, size // 2 + 1 :] = 0
+        pixels[0, -1] *= mask[0, -1]
+    return {"pixel_values": pixels.to(device), "pixel_attention_mask": mask.to(device)}
+
+
+def tile_feeds(images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The vision encoder's inputs for ``tile_inputs``' image: its tiles without transformers' batch."""
+    return [images[n].flatten(0, 1) for n in ("pixel_values", "pixel_attention_mask")]
+
+
+def tile_spec(model: torch.nn.Module, config: Any) -> GraphSpec:
+    """``vision_encoder.onnx`` of a tiled-image model: one image's tiles to their features' rows."""
+    pixels, mask = tile_feeds(tile_inputs(config, 2, "meta"))
+    tiles = torch.export.Dim(TILES, min=1, max=1024)
+    pixel_dims: dict[int, Any] = {0: tiles}
+    mask_dims: dict[int, Any] = {0: tiles}
+    if _resampled(model):  # Idefics2's tiles are of any size
+        patch = int(config.vision_config.patch_size)
+        height = torch.export.Dim("height", min=patch, max=1 << 14)
+        width = torch.export.Dim("width", min=patch, max=1 << 14)
+        pixel_dims.update({2: height, 3: width})
+        mask_dims.update({1: height, 2: width})
+    return GraphSpec(
+        TileVisionEncoder(model),
+        (pixels, mask),
+        {"pixel_values": pixel_dims, "pixel_attention_mask": mask_dims},
+        ["pixel_values", "pixel_attention_mask"],
+        ["image_features"],
+    )

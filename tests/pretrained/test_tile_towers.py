@@ -1,0 +1,102 @@
+"""Tiled-image vision-language models in image-text-to-text's three-file layout (tile_towers.py), each
+built from the architecture sweep's own tiny config:
+
+- Idefics3, SmolVLM: tiles of the vision config's size, a patch real where any pixel is, a pixel
+  shuffle; Idefics2: tiles of any size, a patch real where every pixel is, a perceiver over the patches.
+
+The tile form is compared with transformers' ``get_image_features`` at two tile counts (the last tile
+padded); the packages are exported and verified (6 greedy tokens over the three files against
+``generate``), and the vision graph run at tile counts (and Idefics2's tile sizes) the capture did not see.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from checkpoint_folders import architecture_sweep
+
+import fastonnx
+from fastonnx.pretrained.tile_towers import TileVisionEncoder, tile_feeds, tile_inputs, tile_tower
+from support.matrix import sampled
+
+TASK = "image-text-to-text"
+TOWERS = ["idefics3", "smolvlm", "idefics2"]
+IN_CI = {"idefics3"}
+CASES = sampled(TOWERS, lambda name: name in IN_CI)
+
+_sweep = architecture_sweep
+
+
+def _model(model_type: str) -> Any:
+    import transformers
+
+    sweep = _sweep()
+    config = sweep.tiny_config(model_type, sweep._tokens_in_vocabulary(sweep._defaults(model_type)))
+    cls = getattr(transformers, dict(sweep.architectures(TASK))[model_type])
+    torch.manual_seed(0)
+    return cls(config).eval()
+
+
+def _expected(model: Any, images: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        out = model.get_image_features(**images, return_dict=True)
+    return torch.cat([f.reshape(-1, f.shape[-1]) for f in out.pooler_output])
+
+
+def _images(model: Any, tiles: int, size: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+    """``tile_inputs``' image of ``tiles`` tiles, cropped to ``size`` (Idefics2's tiles of any size)."""
+    images = tile_inputs(model.config, tiles, "cpu")
+    if size is None:
+        return images
+    h, w = size
+    pixels = torch.randn(1, tiles, 3, h, w, generator=torch.Generator().manual_seed(tiles))
+    mask = torch.ones(1, tiles, h, w, dtype=torch.int64)
+    mask[0, -1, h // 2 :] = 0
+    return {"pixel_values": pixels * mask[:, :, None], "pixel_attention_mask": mask}
+
+
+def _sizes(model_type: str) -> list[tuple[int, tuple[int, int] | None]]:
+    """Tile counts, and for Idefics2 tiles of other sizes (one not a multiple of the patch)."""
+    cases: list[tuple[int, tuple[int, int] | None]] = [(1, None), (3, None)]
+    if model_type == "idefics2":
+        cases += [(2, (40, 24)), (1, (28, 52))]
+    return cases
+
+
+@pytest.mark.parametrize("model_type", TOWERS)
+def test_the_tile_form_is_get_image_features(model_type: str) -> None:
+    model = _model(model_type)
+    assert tile_tower(model)
+    encoder = TileVisionEncoder(model)
+    for tiles, size in _sizes(model_type):
+        images = _images(model, tiles, size)
+        with torch.no_grad():
+            got = encoder(*tile_feeds(images))
+        torch.testing.assert_close(got, _expected(model, images), msg=f"{model_type}: {tiles} tiles {size}")
+
+
+@pytest.mark.parametrize("model_type", CASES)
+def test_the_tiles_export_and_verify(tmp_path: pathlib.Path, model_type: str) -> None:
+    import onnxruntime as ort
+    import transformers
+
+    folder = tmp_path / "checkpoint"
+    class_name = dict(_sweep().architectures(TASK))[model_type]
+    _sweep().build_checkpoint(TASK, model_type, class_name, folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", task=TASK, progress=False)
+    assert written.verified is True, written.verify_note
+    # the vision graph at tile counts (sizes) the capture did not see
+    model = getattr(transformers, class_name).from_pretrained(folder).eval()
+    session = ort.InferenceSession(
+        str(written.outdir / "vision_encoder.onnx"), providers=["CPUExecutionProvider"]
+    )
+    for tiles, size in _sizes(model_type):
+        images = _images(model, tiles, size)
+        pixels, mask = tile_feeds(images)
+        (got,) = session.run(None, {"pixel_values": pixels.numpy(), "pixel_attention_mask": mask.numpy()})
+        want = _expected(model, images)
+        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-3)
