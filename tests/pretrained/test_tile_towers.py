@@ -2,7 +2,9 @@
 built from the architecture sweep's own tiny config:
 
 - Idefics3, SmolVLM: tiles of the vision config's size, a patch real where any pixel is, a pixel
-  shuffle; Idefics2: tiles of any size, a patch real where every pixel is, a perceiver over the patches.
+  shuffle; Idefics2: tiles of any size, a patch real where every pixel is, a perceiver over the patches;
+- Granite Docling: real tiles alone, and its deepstack rows where its config taps encoder layers (the
+  sweep's two layers tap none: a config tapping both is tested too, ``granite_docling+deepstack``).
 
 The tile form is compared with transformers' ``get_image_features`` at two tile counts (the last tile
 padded); the packages are exported and verified (6 greedy tokens over the three files against
@@ -20,36 +22,47 @@ import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
-from fastonnx.pretrained.tile_towers import TileVisionEncoder, tile_feeds, tile_inputs, tile_tower
+from fastonnx.pretrained.tile_towers import granite_tiles, tile_feeds, tile_inputs, tile_spec, tile_tower
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-TOWERS = ["idefics3", "smolvlm", "idefics2"]
+DEEPSTACK = "granite_docling+deepstack"
+TOWERS = ["idefics3", "smolvlm", "idefics2", "granite_docling", DEEPSTACK]
 IN_CI = {"idefics3"}
 CASES = sampled(TOWERS, lambda name: name in IN_CI)
 
 _sweep = architecture_sweep
 
 
-def _model(model_type: str) -> Any:
+def _model(case: str) -> Any:
+    """The sweep's tiny model of ``case`` (``DEEPSTACK``: Granite Docling tapping both its layers)."""
     import transformers
 
     sweep = _sweep()
-    config = sweep.tiny_config(model_type, sweep._tokens_in_vocabulary(sweep._defaults(model_type)))
+    model_type = case.split("+")[0]
+    extra = sweep._tokens_in_vocabulary(sweep._defaults(model_type))
+    if case == DEEPSTACK:
+        extra["vision_config"] = {"deepstack_visual_indexes": [0, 1]}
     cls = getattr(transformers, dict(sweep.architectures(TASK))[model_type])
     torch.manual_seed(0)
-    return cls(config).eval()
+    return cls(sweep.tiny_config(model_type, extra)).eval()
 
 
-def _expected(model: Any, images: dict[str, torch.Tensor]) -> torch.Tensor:
+def _rows(features: Any) -> torch.Tensor:
+    return torch.cat([f.reshape(-1, f.shape[-1]) for f in features])
+
+
+def _expected(model: Any, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """transformers' features as rows (and deepstack rows, layers x rows x hidden, where there are)."""
     with torch.no_grad():
         out = model.get_image_features(**images, return_dict=True)
-    return torch.cat([f.reshape(-1, f.shape[-1]) for f in out.pooler_output])
+    deepstack = getattr(out, "deepstack_features", None)
+    return [_rows(out.pooler_output), *([torch.stack([_rows(f) for f in deepstack])] if deepstack else [])]
 
 
 def _images(model: Any, tiles: int, size: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
     """``tile_inputs``' image of ``tiles`` tiles, cropped to ``size`` (Idefics2's tiles of any size)."""
-    images = tile_inputs(model.config, tiles, "cpu")
+    images = tile_inputs(model, tiles, "cpu")
     if size is None:
         return images
     h, w = size
@@ -67,26 +80,34 @@ def _sizes(model_type: str) -> list[tuple[int, tuple[int, int] | None]]:
     return cases
 
 
-@pytest.mark.parametrize("model_type", TOWERS)
-def test_the_tile_form_is_get_image_features(model_type: str) -> None:
-    model = _model(model_type)
+@pytest.mark.parametrize("case", TOWERS)
+def test_the_tile_form_is_get_image_features(case: str) -> None:
+    model = _model(case)
     assert tile_tower(model)
-    encoder = TileVisionEncoder(model)
-    for tiles, size in _sizes(model_type):
+    spec = tile_spec(model)
+    assert len(spec.output_names) == (2 if case == DEEPSTACK else 1)
+    for tiles, size in _sizes(case):
         images = _images(model, tiles, size)
         with torch.no_grad():
-            got = encoder(*tile_feeds(images))
-        torch.testing.assert_close(got, _expected(model, images), msg=f"{model_type}: {tiles} tiles {size}")
+            got = spec.module(*tile_feeds(model, images))
+        got = list(got) if isinstance(got, tuple) else [got]
+        torch.testing.assert_close(got, _expected(model, images), msg=f"{case}: {tiles} tiles {size}")
 
 
-@pytest.mark.parametrize("model_type", CASES)
-def test_the_tiles_export_and_verify(tmp_path: pathlib.Path, model_type: str) -> None:
+@pytest.mark.parametrize("case", CASES)
+def test_the_tiles_export_and_verify(tmp_path: pathlib.Path, case: str) -> None:
     import onnxruntime as ort
     import transformers
 
     folder = tmp_path / "checkpoint"
+    model_type = case.split("+")[0]
     class_name = dict(_sweep().architectures(TASK))[model_type]
-    _sweep().build_checkpoint(TASK, model_type, class_name, folder)
+    if case == DEEPSTACK:  # the sweep's config, tapping both layers
+        built = _model(case)
+        built.save_pretrained(folder)
+        _sweep()._save_tokenizer(folder, int(built.config.text_config.vocab_size))
+    else:
+        _sweep().build_checkpoint(TASK, model_type, class_name, folder)
     written = fastonnx.export_pretrained(folder, tmp_path / "package", task=TASK, progress=False)
     assert written.verified is True, written.verify_note
     # the vision graph at tile counts (sizes) the capture did not see
@@ -94,9 +115,9 @@ def test_the_tiles_export_and_verify(tmp_path: pathlib.Path, model_type: str) ->
     session = ort.InferenceSession(
         str(written.outdir / "vision_encoder.onnx"), providers=["CPUExecutionProvider"]
     )
-    for tiles, size in _sizes(model_type):
+    names = ["pixel_values"] if granite_tiles(model) else ["pixel_values", "pixel_attention_mask"]
+    for tiles, size in _sizes(case):
         images = _images(model, tiles, size)
-        pixels, mask = tile_feeds(images)
-        (got,) = session.run(None, {"pixel_values": pixels.numpy(), "pixel_attention_mask": mask.numpy()})
-        want = _expected(model, images)
-        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-3)
+        got = session.run(None, {n: t.numpy() for n, t in zip(names, tile_feeds(model, images), strict=True)})
+        for g, want in zip(got, _expected(model, images), strict=True):
+            torch.testing.assert_close(torch.from_numpy(np.asarray(g)), want, atol=1e-4, rtol=1e-3)

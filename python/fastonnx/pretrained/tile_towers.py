@@ -1,5 +1,5 @@
-"""The vision encoders of the tiled-image models (Idefics2, Idefics3, SmolVLM) as one graph over one
-image's tiles, the layout transformers.js ships.
+"""The vision encoders of the tiled-image models (Idefics2, Idefics3, SmolVLM, Granite Docling) as one
+graph over one image's tiles, the layout transformers.js ships.
 
 Their processors cut an image into tiles (Idefics3 and SmolVLM: a grid of tiles of the vision config's
 ``image_size``, plus a global view of that size; Idefics2 splitting an image into 4 crops and the
@@ -26,6 +26,14 @@ What ``get_image_features`` does from data, and what the graph does instead:
 - the patch mask (a patch is real where any of its pixels is, Idefics2: where all are) from
   ``pixel_attention_mask.unfold`` and a sum, and the patch positions (the patch counts of each tile's first
   row and column, bucketed into the position table): tensor arithmetic of the mask's values, traced as is.
+
+Granite Docling's tiles are always the vision config's size, its ``pixel_attention_mask`` (batch x tiles)
+only marks the batch's padding tiles: its graph takes ``pixel_values`` alone, one image's real tiles, and
+gives its tower's rows and, where its config taps encoder layers, ``deepstack_features`` (layers x rows x
+hidden), which the decoder adds at the image tokens of its first layers as Qwen3-VL's does
+(vision_language.py's ``DeepstackStep``). Its graph is the coarse path, the processor's default: the
+fine path (``fine_route=True``, four times the tokens a tile) is a second connector the processor picks
+for a whole batch, not exported.
 """
 
 from __future__ import annotations
@@ -43,9 +51,29 @@ def _inner(model: torch.nn.Module) -> Any:
     return getattr(model, "model", model)
 
 
+def granite_tiles(model: torch.nn.Module) -> bool:
+    """Whether the model's tower is Granite Docling's: a ``vision_model`` holding its ``connector`` and
+    encoding real tiles of one size (``encode``)."""
+    vision = getattr(_inner(model), "vision_model", None)
+    return hasattr(vision, "encode") and isinstance(getattr(vision, "connector", None), torch.nn.Module)
+
+
+def tile_deepstack_layers(model: torch.nn.Module) -> int:
+    """How many deepstack features Granite Docling's tower gives (the encoder layers its config taps that
+    the tower has, each with a merger), 0 for none or another tower."""
+    if not granite_tiles(model):
+        return 0
+    vision: Any = _inner(model).vision_model
+    taps = [i for i in range(len(vision.encoder.layers)) if i in vision.config.deepstack_visual_indexes]
+    return min(len(taps), len(vision.connector.coarse.deepstack_mergers))
+
+
 def tile_tower(model: torch.nn.Module) -> bool:
-    """Whether the model's images are Idefics-style tiles this module exports: a variable-resolution SigLIP
-    ``vision_model`` (its embeddings bucket positions by the patch mask) and a ``connector``."""
+    """Whether the model's images are tiles this module exports: Granite Docling's, or Idefics-style (a
+    variable-resolution SigLIP ``vision_model``, its embeddings bucketing positions by the patch mask, and a
+    ``connector``)."""
+    if granite_tiles(model):
+        return True
     inner = _inner(model)
     embeddings = getattr(getattr(inner, "vision_model", None), "embeddings", None)
     connector = getattr(inner, "connector", None)
@@ -59,7 +87,7 @@ def tile_tower(model: torch.nn.Module) -> bool:
 
 def _resampled(model: torch.nn.Module) -> bool:
     """Idefics2's connector: a perceiver over the patches, which reads the patch mask."""
-    return hasattr(_inner(model).connector, "perceiver_resampler")
+    return hasattr(getattr(_inner(model), "connector", None), "perceiver_resampler")
 
 
 def patch_mask(pixel_attention_mask: torch.Tensor, patch: int, every_pixel: bool) -> torch.Tensor:
@@ -92,15 +120,38 @@ class TileVisionEncoder(torch.nn.Module):
         return rows
 
 
-def tile_inputs(config: Any, tiles: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+class GraniteTileEncoder(torch.nn.Module):
+    """Granite Docling's tower on one image's real tiles: its rows, and its deepstack rows where it has
+    them (the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+        self.deepstack = tile_deepstack_layers(model)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        inner = _inner(self.model)
+        out = inner.vision_model(pixel_values=pixel_values.to(inner.dtype), fine=False, return_dict=True)
+        rows: torch.Tensor = out.pooler_output
+        if self.deepstack:
+            return rows, torch.stack(list(out.deepstack_features))
+        return rows
+
+
+def tile_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) -> dict[str, torch.Tensor]:
     """What transformers' forward takes for one image of ``tiles`` tiles of the vision config's size
     (1 x tiles x ...): the last tile padded (its real pixels a little more than the top three quarters
     and the left half, 0 elsewhere, as a processor pads), so that the patch mask (partly real patches
     too) and the positions it gives are exercised."""
-    vision = config.vision_config
+    vision = _inner(model).config.vision_config
     size, channels = int(vision.image_size), int(getattr(vision, "num_channels", 3))
     g = torch.Generator().manual_seed(0)
     pixels = torch.randn(1, tiles, channels, size, size, generator=g)
+    if granite_tiles(model):  # its mask: which of the batch's tiles are real
+        return {
+            "pixel_values": pixels.to(device),
+            "pixel_attention_mask": torch.ones(1, tiles, dtype=torch.bool, device=device),
+        }
     mask = torch.ones(1, tiles, size, size, dtype=torch.int64)
     if tiles > 1:
         mask[0, -1, size * 3 // 4 + 1 :] = 0
@@ -109,15 +160,28 @@ def tile_inputs(config: Any, tiles: int, device: str | torch.device) -> dict[str
     return {"pixel_values": pixels.to(device), "pixel_attention_mask": mask.to(device)}
 
 
-def tile_feeds(images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """The vision encoder's inputs for ``tile_inputs``' image: its tiles without transformers' batch."""
-    return [images[n].flatten(0, 1) for n in ("pixel_values", "pixel_attention_mask")]
+def tile_feeds(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The vision encoder's inputs for ``tile_inputs``' image: its tiles without transformers' batch
+    (and their pixel mask, but for Granite Docling)."""
+    names = ["pixel_values"] if granite_tiles(model) else ["pixel_values", "pixel_attention_mask"]
+    return [images[n].flatten(0, 1) for n in names]
 
 
-def tile_spec(model: torch.nn.Module, config: Any) -> GraphSpec:
+def tile_spec(model: torch.nn.Module) -> GraphSpec:
     """``vision_encoder.onnx`` of a tiled-image model: one image's tiles to their features' rows."""
-    pixels, mask = tile_feeds(tile_inputs(config, 2, "meta"))
     tiles = torch.export.Dim(TILES, min=1, max=1024)
+    feeds = tile_feeds(model, tile_inputs(model, 2, "meta"))
+    if granite_tiles(model):
+        deepstack = ["deepstack_features"] if tile_deepstack_layers(model) else []
+        return GraphSpec(
+            GraniteTileEncoder(model),
+            (feeds[0],),
+            {"pixel_values": {0: tiles}},
+            ["pixel_values"],
+            ["image_features", *deepstack],
+        )
+    pixels, mask = feeds
+    config: Any = _inner(model).config
     pixel_dims: dict[int, Any] = {0: tiles}
     mask_dims: dict[int, Any] = {0: tiles}
     if _resampled(model):  # Idefics2's tiles are of any size
