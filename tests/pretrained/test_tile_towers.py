@@ -3,6 +3,8 @@ built from the architecture sweep's own tiny config:
 
 - Idefics3, SmolVLM: tiles of the vision config's size, a patch real where any pixel is, a pixel
   shuffle; Idefics2: tiles of any size, a patch real where every pixel is, a perceiver over the patches;
+- LFM2-VL: one NaFlex tile, its position table resampled (antialiased bilinear) to ``spatial_shapes``
+  values, shrunk and grown;
 - Granite Docling: real tiles alone, and its deepstack rows where its config taps encoder layers (the
   sweep's two layers tap none: a config tapping both is tested too, ``granite_docling+deepstack``).
 
@@ -22,12 +24,20 @@ import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
-from fastonnx.pretrained.tile_towers import granite_tiles, tile_feeds, tile_inputs, tile_spec, tile_tower
+from fastonnx.pretrained.tile_towers import (
+    antialiased_taps,
+    naflex_inputs,
+    naflex_tiles,
+    tile_feeds,
+    tile_inputs,
+    tile_spec,
+    tile_tower,
+)
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
 DEEPSTACK = "granite_docling+deepstack"
-TOWERS = ["idefics3", "smolvlm", "idefics2", "granite_docling", DEEPSTACK]
+TOWERS = ["idefics3", "smolvlm", "idefics2", "lfm2_vl", "granite_docling", DEEPSTACK]
 IN_CI = {"idefics3"}
 CASES = sampled(TOWERS, lambda name: name in IN_CI)
 
@@ -61,7 +71,11 @@ def _expected(model: Any, images: dict[str, torch.Tensor]) -> list[torch.Tensor]
 
 
 def _images(model: Any, tiles: int, size: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
-    """``tile_inputs``' image of ``tiles`` tiles, cropped to ``size`` (Idefics2's tiles of any size)."""
+    """``tile_inputs``' image of ``tiles`` tiles, cropped to ``size`` (Idefics2's tiles of any size; an
+    LFM2-VL tile of ``size`` patches)."""
+    if naflex_tiles(model):
+        assert size is not None
+        return naflex_inputs(model, *size, "cpu")
     images = tile_inputs(model, tiles, "cpu")
     if size is None:
         return images
@@ -74,6 +88,8 @@ def _images(model: Any, tiles: int, size: tuple[int, int] | None = None) -> dict
 
 def _sizes(model_type: str) -> list[tuple[int, tuple[int, int] | None]]:
     """Tile counts, and for Idefics2 tiles of other sizes (one not a multiple of the patch)."""
+    if model_type == "lfm2_vl":  # its table is 16 a side: shrunk, grown, both
+        return [(1, (4, 6)), (1, (20, 24)), (1, (2, 18))]
     cases: list[tuple[int, tuple[int, int] | None]] = [(1, None), (3, None)]
     if model_type == "idefics2":
         cases += [(2, (40, 24)), (1, (28, 52))]
@@ -115,9 +131,20 @@ def test_the_tiles_export_and_verify(tmp_path: pathlib.Path, case: str) -> None:
     session = ort.InferenceSession(
         str(written.outdir / "vision_encoder.onnx"), providers=["CPUExecutionProvider"]
     )
-    names = ["pixel_values"] if granite_tiles(model) else ["pixel_values", "pixel_attention_mask"]
+    names = [i.name for i in session.get_inputs()]
     for tiles, size in _sizes(case):
         images = _images(model, tiles, size)
         got = session.run(None, {n: t.numpy() for n, t in zip(names, tile_feeds(model, images), strict=True)})
         for g, want in zip(got, _expected(model, images), strict=True):
             torch.testing.assert_close(torch.from_numpy(np.asarray(g)), want, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("size", [3, 16, 40])
+def test_the_antialiased_taps_are_interpolate(size: int) -> None:
+    table = torch.randn(1, 5, 16, 16, generator=torch.Generator().manual_seed(size))
+    want = torch.nn.functional.interpolate(
+        table, size=(size, 7), mode="bilinear", align_corners=False, antialias=True
+    )
+    rows = antialiased_taps(torch.arange(size), torch.tensor(size), 16)
+    columns = antialiased_taps(torch.arange(7), torch.tensor(7), 16)
+    torch.testing.assert_close(torch.einsum("ha,wb,cab->chw", rows, columns, table[0]), want[0])

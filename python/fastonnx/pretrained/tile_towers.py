@@ -34,6 +34,19 @@ hidden), which the decoder adds at the image tokens of its first layers as Qwen3
 (vision_language.py's ``DeepstackStep``). Its graph is the coarse path, the processor's default: the
 fine path (``fine_route=True``, four times the tokens a tile) is a second connector the processor picks
 for a whole batch, not exported.
+
+LFM2-VL's tower is SigLIP2's NaFlex: each tile (a split image's tiles and thumbnail, or an unsplit image)
+comes as its patches, ``spatial_shapes`` its rows and columns in patches, padded to the batch's longest
+(``pixel_attention_mask``). transformers resizes the position table to each tile's shape by
+``spatial_shapes[i].tolist()`` (bilinear, antialiased) and cuts and reshapes each tile's rows by those
+values: sizes from data. Its graph takes one tile a call, unpadded (a split image runs it once per tile
+and concatenates the rows in order, as the processor writes the tiles' image tokens): ``pixel_values`` 1 x
+patches x channels · patch² (patches dynamic, a multiple of the downsample factor²) and ``spatial_shapes``
+1 x 2 (int64); from their values, as grid_vision.py does for Qwen-VL's grids: patch ``k`` lies at row
+``k // w``, column ``k % w``; its position is the table resampled by antialiased bilinear weights computed
+from the shape (``antialiased_taps``: every table row's weight, a table of a few rows a side); the
+projector's pixel unshuffle is a gather of each merged token's factor² patches. Its output is the tile's
+features, patches / factor² x hidden.
 """
 
 from __future__ import annotations
@@ -68,11 +81,21 @@ def tile_deepstack_layers(model: torch.nn.Module) -> int:
     return min(len(taps), len(vision.connector.coarse.deepstack_mergers))
 
 
+def naflex_tiles(model: torch.nn.Module) -> bool:
+    """Whether the model's tower is LFM2-VL's: SigLIP2's NaFlex ``vision_tower`` (a position table
+    resized to each tile's ``spatial_shapes``) under a pixel-unshuffling ``multi_modal_projector``."""
+    inner = _inner(model)
+    embeddings = getattr(getattr(inner, "vision_tower", None), "embeddings", None)
+    return hasattr(embeddings, "resize_positional_embeddings") and hasattr(
+        getattr(inner, "multi_modal_projector", None), "pixel_unshuffle"
+    )
+
+
 def tile_tower(model: torch.nn.Module) -> bool:
     """Whether the model's images are tiles this module exports: Granite Docling's, or Idefics-style (a
     variable-resolution SigLIP ``vision_model``, its embeddings bucketing positions by the patch mask, and a
     ``connector``)."""
-    if granite_tiles(model):
+    if granite_tiles(model) or naflex_tiles(model):
         return True
     inner = _inner(model)
     embeddings = getattr(getattr(inner, "vision_model", None), "embeddings", None)
@@ -138,12 +161,71 @@ class GraniteTileEncoder(torch.nn.Module):
         return rows
 
 
+def antialiased_taps(index: torch.Tensor, size: torch.Tensor, side: int) -> torch.Tensor:
+    """The weights of a ``side``-long table's rows at positions ``index`` of an axis of ``size``:
+    ``F.interpolate``'s bilinear sampling with ``antialias=True`` (corners not aligned): a triangle as wide
+    as the scale where it shrinks, cut to the kernel's window and normalized. index x side."""
+    scale = side / size.to(torch.float32)
+    center = scale * (index.to(torch.float32) + 0.5)
+    shrinks = scale >= 1
+    support = torch.where(shrinks, scale, torch.ones_like(scale))
+    inverse = torch.where(shrinks, 1 / scale, torch.ones_like(scale))
+    low = torch.clamp(torch.trunc(center - support + 0.5), min=0)
+    high = torch.clamp(torch.trunc(center + support + 0.5), max=side)
+    k = torch.arange(side, dtype=torch.float32, device=index.device)[None, :]
+    weights = torch.clamp(1 - ((k - center[:, None] + 0.5) * inverse).abs(), min=0)
+    weights = torch.where((k >= low[:, None]) & (k < high[:, None]), weights, 0)
+    return weights / weights.sum(-1, keepdim=True)
+
+
+class NaflexTileEncoder(torch.nn.Module):
+    """LFM2-VL's tower and projector on one unpadded tile, its shape from ``spatial_shapes``' values (the
+    module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+
+    def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor) -> torch.Tensor:
+        inner = _inner(self.model)
+        tower, projector = inner.vision_tower, inner.multi_modal_projector
+        embeddings = tower.embeddings
+        patches = pixel_values.shape[1]
+        h, w = spatial_shapes[0, 0], spatial_shapes[0, 1]
+        at = torch.arange(patches, device=pixel_values.device)
+        row, column = at // w, at % w
+
+        hidden = embeddings.patch_embedding(pixel_values.to(embeddings.patch_embedding.weight.dtype))
+        side = int(embeddings.position_embedding_size)
+        table = embeddings.position_embedding.weight.float().reshape(side * side, -1)
+        h_weights = antialiased_taps(row, h, side)
+        w_weights = antialiased_taps(column, w, side)
+        weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(patches, side * side)
+        hidden = hidden + (weights @ table).to(hidden.dtype)[None]
+        hidden = tower.encoder(inputs_embeds=hidden, attention_mask=None).last_hidden_state
+        hidden = tower.post_layernorm(hidden)[0]
+
+        # the projector's pixel unshuffle: each merged token's f x f patches, rows then columns
+        f = int(projector.factor)
+        tokens = torch.arange(patches // (f * f), device=pixel_values.device)
+        t_row, t_column = tokens // (w // f), tokens % (w // f)
+        within = torch.arange(f * f, device=pixel_values.device)
+        index = (t_row[:, None] * f + within // f) * w + t_column[:, None] * f + within % f
+        blocks = hidden[index.reshape(-1)].reshape(tokens.shape[0], -1)
+        if projector.use_layer_norm:
+            blocks = projector.layer_norm(blocks)
+        result: torch.Tensor = projector.linear_2(projector.act(projector.linear_1(blocks)))
+        return result
+
+
 def tile_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) -> dict[str, torch.Tensor]:
     """What transformers' forward takes for one image of ``tiles`` tiles of the vision config's size
     (1 x tiles x ...): the last tile padded (its real pixels a little more than the top three quarters
     and the left half, 0 elsewhere, as a processor pads), so that the patch mask (partly real patches
     too) and the positions it gives are exercised."""
     vision = _inner(model).config.vision_config
+    if naflex_tiles(model):  # one tile a call: of 4 x 6 patches
+        return naflex_inputs(model, 4, 6, device)
     size, channels = int(vision.image_size), int(getattr(vision, "num_channels", 3))
     g = torch.Generator().manual_seed(0)
     pixels = torch.randn(1, tiles, channels, size, size, generator=g)
@@ -160,9 +242,25 @@ def tile_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) 
     return {"pixel_values": pixels.to(device), "pixel_attention_mask": mask.to(device)}
 
 
+def naflex_inputs(
+    model: torch.nn.Module, h: int, w: int, device: str | torch.device
+) -> dict[str, torch.Tensor]:
+    """What transformers' forward takes for one LFM2-VL tile of ``h`` x ``w`` patches, unpadded."""
+    vision = _inner(model).config.vision_config
+    width = int(getattr(vision, "num_channels", 3)) * int(vision.patch_size) ** 2
+    pixels = torch.randn(1, h * w, width, generator=torch.Generator().manual_seed(h * w))
+    return {
+        "pixel_values": pixels.to(device),
+        "spatial_shapes": torch.tensor([[h, w]], device=device),
+        "pixel_attention_mask": torch.ones(1, h * w, dtype=torch.bool, device=device),
+    }
+
+
 def tile_feeds(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """The vision encoder's inputs for ``tile_inputs``' image: its tiles without transformers' batch
     (and their pixel mask, but for Granite Docling)."""
+    if naflex_tiles(model):  # one tile, its batch of 1 kept, as the processor's
+        return [images["pixel_values"], images["spatial_shapes"]]
     names = ["pixel_values"] if granite_tiles(model) else ["pixel_values", "pixel_attention_mask"]
     return [images[n].flatten(0, 1) for n in names]
 
@@ -179,6 +277,16 @@ def tile_spec(model: torch.nn.Module) -> GraphSpec:
             {"pixel_values": {0: tiles}},
             ["pixel_values"],
             ["image_features", *deepstack],
+        )
+    if naflex_tiles(model):
+        f = int(_inner(model).multi_modal_projector.factor)
+        tokens = torch.export.Dim("num_image_tokens", min=1, max=1 << 16)
+        return GraphSpec(
+            NaflexTileEncoder(model),
+            tuple(feeds),
+            {"pixel_values": {1: f * f * tokens}, "spatial_shapes": {}},
+            ["pixel_values", "spatial_shapes"],
+            ["image_features"],
         )
     pixels, mask = feeds
     config: Any = _inner(model).config

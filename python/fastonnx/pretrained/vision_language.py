@@ -11,7 +11,8 @@ transformers.js use, each graph captured from transformers' own model:
   the grid (Qwen3-VL, Qwen3.5, GLM-4V, PaddleOCR-VL... too: ``GRID_TYPES``; Qwen3-VL's deepstack rows are
   a second output, ``deepstack_features``); Idefics2, Idefics3 and SmolVLM take one image's tiles and
   their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
-  Docling its tiles alone (and gives deepstack rows where it taps layers): tile_towers.py;
+  Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
+  ``spatial_shapes``: tile_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -116,7 +117,7 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
     if is_grid_tower(model):
         return ["pixel_values", "image_grid_thw"]
     if tile_tower(model):
-        return ["pixel_values", "pixel_attention_mask"]
+        return list(tile_inputs(model, 1, "meta"))
     get: Any = model.get_image_features
     params = inspect.signature(get).parameters
     unsupported = _needed(get)
