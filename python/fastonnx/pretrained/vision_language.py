@@ -9,7 +9,10 @@ transformers.js use, each graph captured from transformers' own model:
   Qwen2-VL and Qwen2.5-VL take an image of any size as patches and its grid (``pixel_values`` patches x
   1176, ``image_grid_thw`` 1 x 3): their tower is grid_vision.py's, and the number of feature rows follows
   the grid (Qwen3-VL, Qwen3.5, GLM-4V, PaddleOCR-VL... too: ``GRID_TYPES``; Qwen3-VL's deepstack rows are
-  a second output, ``deepstack_features``);
+  a second output, ``deepstack_features``); Idefics2, Idefics3 and SmolVLM take one image's tiles and
+  their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
+  Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
+  ``spatial_shapes``: tile_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -54,6 +57,13 @@ from fastonnx.pretrained.grid_vision import (
     merge_size,
     patch_shape,
     vision_tower,
+)
+from fastonnx.pretrained.tile_towers import (
+    tile_deepstack_layers,
+    tile_feeds,
+    tile_inputs,
+    tile_spec,
+    tile_tower,
 )
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = (
@@ -108,6 +118,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
     if is_grid_tower(model):
         return ["pixel_values", "image_grid_thw"]
+    if tile_tower(model):
+        return list(tile_inputs(model, 1, "meta"))
     get: Any = model.get_image_features
     params = inspect.signature(get).parameters
     unsupported = _needed(get)
@@ -238,7 +250,8 @@ class DeepstackStep(EmbedsStep):
     each of its first layers (``deepstack_features``: layers x rows x hidden, 0 rows on the steps; where
     the image tokens are: ``input_ids``). transformers adds them with a boolean-mask assignment, whose size
     is data; here each layer's rows, scattered to the prompt's shape with zeros elsewhere, are added to all
-    the hidden states: the same sums, and no change where there is no image."""
+    the hidden states: the same sums, and no change where there is no image. Granite Docling's decoder
+    (``text_model``, its logits divided by ``logits_scaling``) adds them alike."""
 
     def __init__(self, model: torch.nn.Module, token: int) -> None:
         super().__init__(model)
@@ -254,7 +267,8 @@ class DeepstackStep(EmbedsStep):
         deepstack_features: torch.Tensor,
     ) -> tuple[torch.Tensor, Any]:
         model: Any = self.model
-        lm = model.model.language_model
+        lm = getattr(model.model, "language_model", None)
+        lm = model.model.text_model if lm is None else lm  # Granite Docling's
         width = inputs_embeds.shape[-1]
         layers = _rows_at_tokens(input_ids, self.token, deepstack_features.to(inputs_embeds.dtype), width)
         lm._deepstack_process = lambda hidden, _mask, rows: hidden + rows  # the instance's, while it runs
@@ -270,7 +284,9 @@ class DeepstackStep(EmbedsStep):
             )
         finally:
             del lm._deepstack_process
-        return model.lm_head(out.last_hidden_state), returned_cache(out)
+        logits = model.lm_head(out.last_hidden_state)
+        scaling = getattr(model.config.get_text_config(), "logits_scaling", None)  # Granite Docling divides
+        return logits if scaling is None else logits / scaling, returned_cache(out)
 
 
 IMAGE_BLOCK_TYPES = ("gemma3",)
@@ -457,11 +473,20 @@ def vision_inputs(
             "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
             **{k: v.to(device) for k, v in grid_inputs(model, images).items()},
         }
+    if tile_tower(model):  # one image of 2 tiles
+        return tile_inputs(model, 2, device)
     pixels = image_inputs(config, images, device)["pixel_values"]
     inputs = {"pixel_values": pixels}
     if "image_sizes" in vision_arguments(model):
         inputs["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * images, device=device)
     return inputs
+
+
+def vision_feeds(
+    model: torch.nn.Module, images: dict[str, torch.Tensor], names: list[str]
+) -> list[torch.Tensor]:
+    """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
+    return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
 def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
@@ -483,6 +508,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
             ["pixel_values", "image_grid_thw"],
             ["image_features", *(["deepstack_features"] if deepstack_layers(model) else [])],
         )
+    elif tile_tower(model):
+        vision_spec = tile_spec(model)
     else:
         sizes = "image_sizes" in vision_arguments(model)
         pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
@@ -544,7 +571,7 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
         step, args = EmbedsStepWithImageBlocks(model, token), (*args, ids)
         dims["input_ids"] = {0: b, 1: s}
         names.append("input_ids")
-    elif layers := deepstack_layers(model):
+    elif layers := deepstack_layers(model) or tile_deepstack_layers(model):
         rows = torch.export.Dim(IMAGE_TOKENS, min=0, max=1 << 20)
         deepstack = torch.zeros(layers, 3, hidden, device="meta")
         step, args = DeepstackStep(model, token), (*args, ids, deepstack)
