@@ -334,11 +334,13 @@ def to_onnx(
             uint4 / uint8 codes with a zero point per block), ``exclude`` (None, default: the LM head
             stays float — a Linear named ``lm_head``, tied to an embedding, or, outside numbered
             layers, whose out_features is an nn.Embedding's num_embeddings; a sequence of
-            module-name patterns, ``fnmatch`` on the full name or a plain name matching its last part,
-            replaces that rule; ``()`` quantizes the head
-            too) and ``accuracy_level`` (MatMulNBits' attribute at the "onnxruntime" level: 4, default,
-            int8 activations inside the kernel as onnxruntime's fusion of the standard form uses by
-            default; 0 exact; None leaves it out). Every
+            module-name patterns, ``fnmatch`` on the full name or on its last parts, replaces that rule;
+            ``()`` quantizes the head too), ``accuracy_level`` (MatMulNBits' attribute at the
+            "onnxruntime" level: 4, default, int8 activations inside the kernel as onnxruntime's fusion
+            of the standard form uses by default; 0 exact; None leaves it out), and for mixed
+            precision ``bits_for`` (patterns to 4 or 8 bits for the products they match, a matched LM
+            head quantized too: ``{"lm_head": 8}`` is an int4 model with an int8 head) and
+            ``accuracy_level_for`` (patterns to an accuracy level, "onnxruntime" level only). Every
             2-D float weight a MatMul / Gemm / Linear reads is quantized round-to-nearest per block (half
             to even) by the writer while it streams: standard level, ``DequantizeLinear(axis=0,
             block_size)`` of ``[in, out]`` codes then ``MatMul`` (needs opset >= 21: the default opset

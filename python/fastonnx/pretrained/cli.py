@@ -57,6 +57,21 @@ def _parser() -> argparse.ArgumentParser:
         help="with --quantize: quantize the LM head too (as the onnxruntime-genai builder does)",
     )
     export.add_argument(
+        "--int8",
+        metavar="PATTERNS",
+        default=None,
+        help="with --quantize int4: comma-separated module-name patterns whose products are int8 instead "
+        "(mixed precision; 'lm_head' quantizes the head in int8, 'model.layers.0.*' a layer)",
+    )
+    export.add_argument(
+        "--accuracy-level",
+        metavar="[PATTERN=]N",
+        action="append",
+        default=None,
+        help="with --quantize and --optimize onnxruntime: MatMulNBits' accuracy_level (0-4; default 4), "
+        "for every product or, as PATTERN=N (repeatable), for the modules PATTERN matches",
+    )
+    export.add_argument(
         "--dtype",
         choices=("fp32", "fp16", "bf16"),
         default="fp32",
@@ -86,6 +101,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _accuracy_levels(values: list[str]) -> dict[str, int] | None:
+    """``--accuracy-level`` values as {pattern: level}, "" for the overall level; None if one is bad."""
+    levels: dict[str, int] = {}
+    for value in values:
+        pattern, _, level = value.rpartition("=")
+        if not level.isdigit() or int(level) > 4:
+            return None
+        levels[pattern] = int(level)
+    return levels
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from fastonnx.pretrained.package_export import export_pretrained
@@ -100,13 +126,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["dtype"] = args.dtype
     if args.keep_io_types:
         options["keep_io_types"] = True
+    if (args.int8 or args.accuracy_level) and args.quantize is None:
+        print("fastonnx export: error: --int8 and --accuracy-level need --quantize", file=sys.stderr)
+        return 2
     if args.quantize is not None:
         from fastonnx.stored_weights.weight_quantization import resolve_scheme
 
         options["quantize"] = args.quantize  # the shorthand, as the report names it
         settings = resolve_scheme(args.quantize)
-        if args.quantize_head and settings is not None:  # not None: the parser takes int4 / int8 only
-            options["quantize"] = dataclasses.replace(settings, exclude=())
+        if settings is None:  # the parser takes int4 / int8 only
+            raise AssertionError(args.quantize)
+        if args.quantize_head:
+            settings = dataclasses.replace(settings, exclude=())
+        if args.int8:
+            patterns = [p.strip() for p in args.int8.split(",") if p.strip()]
+            settings = dataclasses.replace(settings, bits_for=dict.fromkeys(patterns, 8))
+        if args.accuracy_level:
+            levels = _accuracy_levels(args.accuracy_level)
+            if levels is None:
+                print(
+                    "fastonnx export: error: --accuracy-level takes N or PATTERN=N with N from 0 to 4, got "
+                    f"{args.accuracy_level}",
+                    file=sys.stderr,
+                )
+                return 2
+            overall = levels.pop("", settings.accuracy_level)
+            settings = dataclasses.replace(
+                settings, accuracy_level=overall, accuracy_level_for=levels or None
+            )
+        if settings != resolve_scheme(args.quantize):
+            options["quantize"] = settings
     try:
         written = export_pretrained(
             args.model,

@@ -296,6 +296,31 @@ def within_frames(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
     return map_dims(dynamic_shapes, bounded)
 
 
+def _report_quantization(
+    package: pathlib.Path,
+    checkpoint: folder_mod.CheckpointFolder,
+    task: str,
+    class_name: str,
+    specs: dict[str, GraphSpec],
+    stats: dict[str, Any],
+) -> None:
+    """A quantized text-generation package's bytes by precision and logits error on the verification
+    prompt, in its report and ``stats[MODEL_FILE]["quantize"]["logits_error"]``."""
+    from fastonnx.pretrained import quantization_error
+    from fastonnx.pretrained.package_check import fits
+
+    spec = specs.get(MODEL_FILE)
+    quantized = stats.get(MODEL_FILE, {}).get("quantize")
+    if task != "text-generation" or spec is None or spec.stateless or not quantized:
+        return
+    ok, note = fits(checkpoint)
+    error = quantization_error.measure(package, checkpoint, class_name, spec) if ok else None
+    if error is not None:
+        quantized["logits_error"] = error
+    with open(package / REPORT_FILE, "a", encoding="utf-8") as f:
+        f.write("\n" + "\n".join(quantization_error.report(error, note, quantized)) + "\n")
+
+
 def _export(spec: GraphSpec, dynamic_shapes: Any, export_args: dict[str, Any]) -> Any:
     """``to_onnx`` of one graph of the package; ``export_args`` are its keywords, with the package's own
     ``shared_cache_mask`` (not a keyword of to_onnx) where the text-generation decoder asks for it."""
@@ -439,6 +464,7 @@ def export_pretrained(
             note = f"skipped: weights quantized ({options['quantize']}), transformers' are float"
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
                 f.write(f"\nVerification {note}.\n")
+            _report_quantization(tmp, checkpoint, chosen.name, class_name, specs, stats)
         elif verify and dtype == "bf16":
             # onnxruntime's CPU has no bfloat16 MatMul, Add, Mul or Softmax: the package does not load there
             note = "skipped: onnxruntime's CPU does not run bfloat16 graphs (onnx.reference does)"

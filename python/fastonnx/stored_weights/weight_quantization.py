@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,8 +38,8 @@ class WeightQuantization:
     False adds a zero point per block (uint4 / uint8 codes). exclude: None (default) leaves the LM head
     in float (a Linear named ``lm_head``, tied to an embedding, or, outside numbered layers, whose
     out_features is an nn.Embedding's num_embeddings); a sequence of module-name patterns
-    (``fnmatch``, on the full name; a pattern without wildcards also matches a name ending in
-    ``.<pattern>``) replaces that rule; ``()``
+    (``fnmatch``, on the full name; a pattern also matches a name ending in ``.<pattern>``, so that
+    ``model.layers.0.*`` finds a model's layer inside a wrapper) replaces that rule; ``()``
     quantizes every product's weight, the LM head too. A pattern that matches no module is an
     ``InputError``. accuracy_level: MatMulNBits' ``accuracy_level`` at the "onnxruntime" optimize level:
     4 (default) quantizes the activations to int8 inside the kernel, as onnxruntime does by default
@@ -47,6 +47,14 @@ class WeightQuantization:
     took 3.2x longer at 0), 0 computes with the exactly dequantized weights, None leaves the attribute
     out (onnxruntime's attribute default, 0). At the standard level the session option
     ``session.qdq_matmulnbits_accuracy_level`` decides (4 unless set).
+
+    Mixed precision (the onnxruntime-genai builder's ``matmul_mixed_precision``): ``bits_for`` maps
+    module-name patterns (as ``exclude``'s) to 4 or 8 bits for the products they match, the first matching
+    pattern deciding; a pattern matching the LM head quantizes it with those bits although ``exclude`` is
+    None (``{"lm_head": 8}``: an int4 model with an int8 head). ``accuracy_level_for`` maps patterns to
+    MatMulNBits' ``accuracy_level`` (0-4) for the products they match (the onnxruntime level; the standard
+    level has no per-product setting, so it is an ``InputError`` there). A pattern matching no module is an
+    ``InputError``, as in ``exclude``; ``exclude`` wins over both.
     """
 
     bits: int = 4
@@ -54,6 +62,8 @@ class WeightQuantization:
     symmetric: bool = True
     exclude: Sequence[str] | None = None
     accuracy_level: int | None = 4
+    bits_for: Mapping[str, int] | None = None
+    accuracy_level_for: Mapping[str, int] | None = None
 
     def check(self) -> WeightQuantization:
         """Self, validated: an ``InputError`` names each bad setting."""
@@ -73,7 +83,22 @@ class WeightQuantization:
         level = self.accuracy_level
         if level is not None and (isinstance(level, bool) or level not in range(5)):
             raise InputError(f"quantize: accuracy_level must be None or 0-4, got {level!r}")
+        for field, allowed in (("bits_for", (4, 8)), ("accuracy_level_for", tuple(range(5)))):
+            table = getattr(self, field)
+            if table is None:
+                continue
+            if not isinstance(table, Mapping) or not all(
+                isinstance(p, str) and p and not isinstance(v, bool) and v in allowed
+                for p, v in table.items()
+            ):
+                raise InputError(
+                    f"quantize: {field} must map module-name patterns to one of {list(allowed)}, got {table!r}"
+                )
         return self
+
+    def patterns(self) -> list[str]:
+        """Every module-name pattern the settings name."""
+        return [*(self.exclude or ()), *(self.bits_for or {}), *(self.accuracy_level_for or {})]
 
 
 def _in_a_stack(module_name: str) -> bool:
@@ -97,7 +122,12 @@ def resolve_scheme(quantize: Any) -> WeightQuantization | None:
 
 
 def check_opset(settings: WeightQuantization, opset: int, level: str) -> None:
-    """The standard forms need blocked DequantizeLinear (opset 21)."""
+    """The standard forms need blocked DequantizeLinear (opset 21), and take no accuracy level."""
+    if level != "onnxruntime" and settings.accuracy_level_for:
+        raise InputError(
+            "quantize: accuracy_level_for sets MatMulNBits' accuracy_level per product, which only the "
+            "onnxruntime optimize level writes (the standard level's session option is one for all)"
+        )
     if level != "onnxruntime" and opset < BLOCKED_DEQUANTIZE_OPSET:
         raise OpsetError(
             f"quantize={settings.bits}-bit at the standard level writes DequantizeLinear with block_size "
@@ -108,9 +138,13 @@ def check_opset(settings: WeightQuantization, opset: int, level: str) -> None:
 
 
 def _matches(pattern: str, module: str) -> bool:
+    # also a name ending in ".<pattern>": the model's own names match inside a wrapper
+    # (export_pretrained captures transformers' model as an attribute of its task module)
     if fnmatch.fnmatchcase(module, pattern):
         return True
-    return not any(c in pattern for c in "*?[") and module.endswith("." + pattern)
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(module, "*." + pattern)
+    return module.endswith("." + pattern)
 
 
 def _module_of(key: str) -> str:
@@ -154,12 +188,16 @@ def quantize_weights(
     vocab = {m.num_embeddings for m in modules.values() if isinstance(m, torch.nn.Embedding)}
     embedding_names = {name for name, m in modules.items() if isinstance(m, torch.nn.Embedding)}
     patterns = list(settings.exclude) if settings.exclude is not None else None
-    if patterns is not None:
-        known = list(modules) or [_module_of(k) for k, _, _ in weights_read.values()]
-        unmatched = [p for p in patterns if not any(_matches(p, m) for m in known)]
-        if unmatched:
-            raise InputError(f"quantize: exclude pattern(s) {unmatched} match no module of the model")
+    known = list(modules) or [_module_of(k) for k, _, _ in weights_read.values()]
+    unmatched = [p for p in settings.patterns() if not any(_matches(p, m) for m in known)]
+    if unmatched:
+        raise InputError(f"quantize: pattern(s) {unmatched} match no module of the model")
 
+    def first(table: Mapping[str, int] | None, owners: list[str]) -> int | None:
+        return next((v for p, v in (table or {}).items() if any(_matches(p, o) for o in owners)), None)
+
+    # (bits, accuracy level) -> the weights quantized so (one builder call each)
+    groups: dict[tuple[int, int | None], list[tuple[str, tuple[str, int, int] | None]]] = {}
     chosen: list[tuple[str, tuple[str, int, int] | None]] = []
     left: dict[str, str] = {}
     shapes: dict[str, list[int]] = {}
@@ -180,6 +218,8 @@ def quantize_weights(
             hit = next((p for p in patterns if any(_matches(p, o) for o in owners)), None)
             if hit is not None:
                 reason = f"excluded by pattern {hit!r}"
+        elif first(settings.bits_for, owners) is not None:
+            pass  # named for its own bits: quantized, a head too
         elif any(o == "lm_head" or o.endswith(".lm_head") for o in owners):
             reason = "LM head (named lm_head)"
         elif any(o in embedding_names for o in owners):
@@ -190,11 +230,14 @@ def quantize_weights(
         if reason is not None:
             left[label] = reason
             continue
+        bits = first(settings.bits_for, owners) or settings.bits
+        accuracy = first(settings.accuracy_level_for, owners)
+        group = groups.setdefault((bits, settings.accuracy_level if accuracy is None else accuracy), [])
         entry = entries.get(name) if entries is not None else None
         if entry is not None:
             shard = entry[0]
             stored = to_onnx_dtype(shard.dtype) if isinstance(shard.dtype, torch.dtype) else 0
-            chosen.append((name, (shard.shard, shard.offset, stored)))
+            group.append((name, (shard.shard, shard.offset, stored)))
             from_checkpoint.add(name)
         elif name in deferred:
             raise InputError(
@@ -202,23 +245,29 @@ def quantize_weights(
                 "weights= (the checkpoint) so that it is read from there"
             )
         else:
-            chosen.append((name, None))
+            group.append((name, None))
     for name in sorted(embedding_names):
         left.setdefault(name, "embedding (a Gather, not a product)")
 
     form = "matmulnbits" if level == "onnxruntime" else "dequantize"
-    done = builder.quantize_weights(
-        chosen, settings.bits, settings.block_size, settings.symmetric, form, settings.accuracy_level
-    )
     quantized: dict[str, Any] = {}
-    for name, nbytes, products in done:
-        label = labels[name]
-        quantized[label] = {
-            "shape": shapes.get(label),
-            "bytes": nbytes,
-            "products": products,
-            "source": "checkpoint" if name in from_checkpoint else "memory",
-        }
+    done: list[tuple[str, int, int]] = []
+    for (bits, accuracy), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        chosen.extend(members)
+        made = builder.quantize_weights(
+            members, bits, settings.block_size, settings.symmetric, form, accuracy
+        )
+        done.extend(made)
+        for name, nbytes, products in made:
+            label = labels[name]
+            quantized[label] = {
+                "shape": shapes.get(label),
+                "bytes": nbytes,
+                "products": products,
+                "source": "checkpoint" if name in from_checkpoint else "memory",
+                "bits": bits,
+                **({"accuracy_level": accuracy} if form == "matmulnbits" else {}),
+            }
     missing = {name for name, _ in chosen} - {name for name, _, _ in done}
     for name in sorted(missing):
         left[labels[name]] = "its bytes are not in host memory (device weight)"
