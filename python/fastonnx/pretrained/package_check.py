@@ -290,7 +290,7 @@ def _check_vision_language(
 
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
-    vision_names = vl.vision_arguments(model) if "image_grid_thw" in images else ["pixel_values"]
+    vision_names = specs[vl.VISION_FILE].input_names
     features, *deepstack = _run(sessions[vl.VISION_FILE], vision_names, [images[n] for n in vision_names])
     with torch.no_grad():
         expected_features = vl.image_features(model, **images)
