@@ -7,6 +7,8 @@ features, then a greedy generation over the three files against transformers' ``
   high-resolution image (vision_extras.py), and the sweep's tiny SAM tower had its global-attention
   layer past its two layers;
 - InstructBLIP's Q-Former reads the prompt: ``qformer_input_ids`` and its mask are vision inputs;
+  InstructBLIP-Video the same over a video's frames (``get_video_features``, the video token), which
+  was taken for a vision encoder-decoder (its forward takes decoder ids, for T5 language models);
 - Kosmos-2 places its rows at ``image_embeds_position_mask`` (image_prefix.py), positions past the pad;
 - GIT's image is a prefix before the prompt attending both ways (image_prefix.py).
 """
@@ -24,7 +26,7 @@ from fastonnx.pretrained.image_prefix import GitStep, PositionMaskEmbeddings, Pr
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["deepseek_vl", "deepseek_vl_hybrid", "instructblip", "kosmos-2", "git"]
+FIXED = ["deepseek_vl", "deepseek_vl_hybrid", "instructblip", "instructblipvideo", "kosmos-2", "git"]
 IN_CI = {"git"}  # the image prefix: its own embedding and decoder graphs, the check's longer steps
 CASES = sampled(FIXED, lambda name: name in IN_CI)
 

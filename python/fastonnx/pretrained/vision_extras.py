@@ -5,7 +5,9 @@
 - InstructBLIP's Q-Former prompt: its Q-Former reads the instruction as well as the image
   (``qformer_input_ids`` and ``qformer_attention_mask``, the processor's Q-Former tokenization of the
   prompt, their length dynamic); the query rows then go at the image token and the steps are the
-  language model's, as BLIP-2's.
+  language model's, as BLIP-2's. InstructBLIP-Video is the same over a video of 4 frames (its processor's
+  and ``generate``'s number): ``pixel_values`` 1 x 4 x channels x height x width, ``get_video_features``,
+  the rows at the video token.
 """
 
 from __future__ import annotations
@@ -85,3 +87,44 @@ def extras_spec(
         ["pixel_values", *names],
         ["image_features"],
     )
+
+
+VIDEO_TYPES = ("instructblipvideo",)
+"""Model types whose images are a video's frames (``get_video_features``)."""
+VIDEO_TOKENS = ("video_token_id", "video_token_index")
+FRAMES = 4
+"""InstructBLIP-Video's frames a video: its processor's, and what its ``generate`` expects."""
+
+
+def is_video(config: Any) -> bool:
+    return getattr(config, "model_type", None) in VIDEO_TYPES
+
+
+def as_frames(config: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """One image's ``pixels`` as a video of ``FRAMES`` frames where the model reads videos."""
+    if not is_video(config):
+        return pixels
+    g = torch.Generator().manual_seed(3)
+    frames = torch.randn(pixels.shape[0], FRAMES, *pixels.shape[1:], generator=g)
+    return frames.to(pixels.device)
+
+
+class VideoFrames:
+    """``get_video_features`` as vision_language.py calls ``get_image_features``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def get_image_features(
+        self,
+        pixel_values: torch.Tensor,
+        qformer_input_ids: torch.Tensor,
+        qformer_attention_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        return self.model.get_video_features(
+            pixel_values=pixel_values,
+            qformer_input_ids=qformer_input_ids,
+            qformer_attention_mask=qformer_attention_mask,
+            **kwargs,
+        )

@@ -55,9 +55,13 @@ from fastonnx.pretrained.grid_vision import (
     vision_tower,
 )
 from fastonnx.pretrained.vision_extras import (
+    VIDEO_TOKENS,
     VISION_EXTRAS,
+    VideoFrames,
+    as_frames,
     extra_vision_inputs,
     extras_spec,
+    is_video,
     vision_extras,
 )
 
@@ -71,7 +75,7 @@ IMAGE_TOKENS = "num_image_tokens"
 
 def image_token_id(config: Any) -> int:
     """The id of the token each image's features replace (``image_token_id``, older ``image_token_index``)."""
-    for key in ("image_token_id", "image_token_index"):
+    for key in ("image_token_id", "image_token_index", *(VIDEO_TOKENS if is_video(config) else ())):
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value
@@ -115,7 +119,7 @@ def feature_model(model: torch.nn.Module) -> Any:
     for owner in (model, getattr(model, "model", None)):
         if callable(getattr(owner, "get_image_features", None)):
             return owner
-    return None
+    return VideoFrames(model) if callable(getattr(model, "get_video_features", None)) else None
 
 
 def vision_arguments(model: torch.nn.Module) -> list[str]:
@@ -462,7 +466,7 @@ def vision_inputs(
             "pixel_values": torch.randn(images * t * h * w, *patch_shape(model), device=device),
             "image_grid_thw": torch.tensor([[t, h, w]] * images, device=device),
         }
-    pixels = image_inputs(config, images, device)["pixel_values"]
+    pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
         inputs["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * images, device=device)
@@ -491,7 +495,7 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         )
     else:
         names = vision_arguments(model)
-        pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
+        pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
         encoder = VisionEncoderWithSizes(model) if "image_sizes" in names else VisionEncoder(model)
         vision_spec = GraphSpec(
             encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
