@@ -225,6 +225,12 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # Salesforce/blip2-opt-2.7b, Salesforce/instructblip-vicuna-7b: the query tokens' placeholder (50265,
     # 32001), which the processor repeats num_query_tokens times; the config's default (None) names none
     **dict.fromkeys(("blip-2", "instructblip"), {"image_token_index": VOCAB - 1}),
+    # Salesforce/instructblip-vicuna-7b used for video: the video token, and positions (2048) for a video's
+    # 4 frames of 32 query rows, which the tiny 128 do not hold with a prompt
+    "instructblipvideo": {"video_token_index": VOCAB - 1, "text_config": {"max_position_embeddings": 256}},
+    # deepseek-community/deepseek-vl-7b-chat: its SAM tower's 12 layers attend globally in [2, 5, 8, 11], the
+    # first of which feeds the high-resolution features; the tiny tower's 2 layers: the last
+    "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},
 }
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model", "dim", "model_dim")
 _NOT_WIDTHS = re.compile("position|window|chunk|batch|image|patch")  # sizes that make no weight wider

@@ -31,7 +31,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
-from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, image_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
@@ -260,11 +260,14 @@ def _greedy_over_files(
         cache = flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))  # an empty past
         step_ids, rows, past, tokens, infos = ids, features, 0, [], []
         # generate stops early where it draws the config's eos: the steps it made
+        # the embedding file's inputs beyond the ids and features (Kosmos-2's image positions) from extra
+        embed_names = [i.name for i in sessions[filename].get_inputs()]
         for step in range(len(generated.logits)):
-            (embeds,) = _run(sessions[filename], ["input_ids", feature_name], [step_ids, rows])
-            length = step_ids.shape[1]
-            mask = torch.ones(1, past + length, dtype=torch.int64)
             more = extra(step, step_ids, rows)
+            given = {"input_ids": step_ids, feature_name: rows, **more}
+            (embeds,) = _run(sessions[filename], embed_names, [given[n] for n in embed_names])
+            length = embeds.shape[1]  # GIT's: the image's rows before the ids
+            mask = torch.ones(1, past + length, dtype=torch.int64)
             named = [more[n] for n in decoder_spec.input_names if n in more]
             feeds = [embeds, mask, positions(step, past, length), *cache, *named]
             got = _run(sessions[DECODER_FILE], decoder_spec.input_names, feeds)  # vision's, audio's alike
@@ -286,8 +289,11 @@ def _check_vision_language(
     tokens over the three files (the vision encoder once, embed and decode a step) against transformers'
     ``generate`` on the same prompt and image: every step's logits, and the tokens."""
 
+    from fastonnx.pretrained import image_prefix
     from fastonnx.pretrained import vision_language as vl
 
+    if image_prefix.own_layout(model):
+        return _check_image_prefix(sessions, model, config, specs)
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = specs[vl.VISION_FILE].input_names
@@ -329,6 +335,35 @@ def _check_vision_language(
         sessions, (vl.EMBED_FILE, "image_features"), decoder_spec, config, ids, features, generated
     )
     return infos + steps(step_positions, extra)
+
+
+def _check_image_prefix(
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+) -> list[VerificationInfo]:
+    """``_check_vision_language`` of image_prefix.py's families (Kosmos-2, GIT): their prompt, positions
+    and step inputs are the module's ``check_plan``."""
+    from fastonnx.pretrained import image_prefix as ip
+    from fastonnx.pretrained import vision_language as vl
+
+    pixels = image_inputs(ip.vision_config(config), 1, "cpu")["pixel_values"]
+    (features,) = _run(sessions[vl.VISION_FILE], ["pixel_values"], [pixels])
+    with torch.no_grad():
+        expected = ip.image_features(model, pixels)
+    infos = [compare("vision_encoder: image_features", expected, features)]
+    _, vocab = vl.text_sizes(config)
+    text = torch.randint(min(5, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    plan = ip.check_plan(model, config, text, features.shape[0])
+    generated = _generate(model, plan["ids"], {"pixel_values": pixels, **plan["generate"]})
+    steps = _greedy_over_files(
+        sessions,
+        (vl.EMBED_FILE, "image_features"),
+        specs[vl.DECODER_FILE],
+        config,
+        plan["ids"],
+        features,
+        generated,
+    )
+    return infos + steps(plan["positions"], plan["extra"])
 
 
 def _check_audio_language(

@@ -465,9 +465,11 @@ def encoder_images(config: Any, batch: int, device: str | torch.device) -> dict[
 def encodes_images(model: Any) -> bool:
     """Whether a class of the image-text-to-text mapping is a vision encoder-decoder (TrOCR, Donut): its
     images go through an encoder that the decoder cross-attends, not merged as features into the prompt
-    (BLIP-2's forward takes decoder ids too, for its T5 language models, but merges image features)."""
+    (BLIP-2's forward takes decoder ids too, for its T5 language models, but merges image features; so
+    does InstructBLIP-Video's, its video's)."""
     params = inspect.signature(model.forward).parameters
-    return not hasattr(model, "get_image_features") and {"decoder_input_ids", "pixel_values"} <= set(params)
+    merges = hasattr(model, "get_image_features") or hasattr(model, "get_video_features")
+    return not merges and {"decoder_input_ids", "pixel_values"} <= set(params)
 
 
 def image_encoder(model: torch.nn.Module, batch: int) -> tuple[GraphSpec, int]:
@@ -691,8 +693,11 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         # a vision encoder-decoder (optimum's image-to-text): text2text's three files over an image encoder
         return text2text(model, config, images=True)
     if task == "image-text-to-text":
+        from fastonnx.pretrained.image_prefix import image_prefix_graphs, own_layout
         from fastonnx.pretrained.vision_language import image_text_to_text
 
+        if own_layout(model):  # Kosmos-2's image positions, GIT's image prefix
+            return image_prefix_graphs(model, config)
         return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them

@@ -2,7 +2,8 @@
 transformers.js use, each graph captured from transformers' own model:
 
 - ``vision_encoder.onnx``: ``pixel_values`` of one image (1 x channels x the config's image size; its
-  size given as ``image_sizes`` where ``get_image_features`` takes them) to ``image_features``, the image's
+  size given as ``image_sizes`` where ``get_image_features`` takes them; vision_extras.py's inputs where it
+  takes those: a second image, a Q-Former prompt) to ``image_features``, the image's
   features as rows, ``num_image_tokens`` x hidden. One image a call: transformers' ``get_image_features``
   makes a Python list of the images (LLaVA's ``list(image_features)``), which fixes their number in a
   capture; a prompt with several images runs it once for each and concatenates the rows in order.
@@ -65,6 +66,16 @@ from fastonnx.pretrained.tile_towers import (
     tile_spec,
     tile_tower,
 )
+from fastonnx.pretrained.vision_extras import (
+    VIDEO_TOKENS,
+    VISION_EXTRAS,
+    VideoFrames,
+    as_frames,
+    extra_vision_inputs,
+    extras_spec,
+    is_video,
+    vision_extras,
+)
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = (
     "vision_encoder.onnx",
@@ -76,7 +87,7 @@ IMAGE_TOKENS = "num_image_tokens"
 
 def image_token_id(config: Any) -> int:
     """The id of the token each image's features replace (``image_token_id``, older ``image_token_index``)."""
-    for key in ("image_token_id", "image_token_index"):
+    for key in ("image_token_id", "image_token_index", *(VIDEO_TOKENS if is_video(config) else ())):
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value
@@ -114,21 +125,30 @@ def plain_images(cls: type) -> bool:
     return get is not None and not _needed(get)
 
 
+def feature_model(model: torch.nn.Module) -> Any:
+    """The module whose ``get_image_features`` makes the image's rows: the model's own, else its base
+    model's (DeepSeek-VL's generation class has none; its ``model`` does), else None."""
+    for owner in (model, getattr(model, "model", None)):
+        if callable(getattr(owner, "get_image_features", None)):
+            return owner
+    return VideoFrames(model) if callable(getattr(model, "get_video_features", None)) else None
+
+
 def vision_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_image_features`` takes besides ``pixel_values`` that the graph passes."""
     if is_grid_tower(model):
         return ["pixel_values", "image_grid_thw"]
     if tile_tower(model):
         return list(tile_inputs(model, 1, "meta"))
-    get: Any = model.get_image_features
+    get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
-    unsupported = _needed(get)
+    unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
     if unsupported:
         raise InputError(
             f"{type(model).__name__}.get_image_features takes {', '.join(unsupported)}: its images are not "
             "pixel_values of one size (grids, tiles), which the three-file layout does not export yet"
         )
-    return ["pixel_values", *(["image_sizes"] if "image_sizes" in params else [])]
+    return ["pixel_values", *vision_extras(get), *(["image_sizes"] if "image_sizes" in params else [])]
 
 
 def _rows(features: Any) -> torch.Tensor:
@@ -146,7 +166,7 @@ pooled rows) and whose forward then projects them with ``multi_modal_projector``
 
 
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
-    out = model.get_image_features(**inputs)  # type: ignore[operator]
+    out = feature_model(model).get_image_features(**inputs)
     if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
         inner: Any = getattr(model, "model", model)
         return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
@@ -475,8 +495,8 @@ def vision_inputs(
         }
     if tile_tower(model):  # one image of 2 tiles
         return tile_inputs(model, 2, device)
-    pixels = image_inputs(config, images, device)["pixel_values"]
-    inputs = {"pixel_values": pixels}
+    pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
+    inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
         inputs["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * images, device=device)
     return inputs
@@ -491,7 +511,7 @@ def vision_feeds(
 
 def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The three graphs of a vision-language model's package."""
-    if not hasattr(model, "get_image_features"):
+    if feature_model(model) is None:
         raise InputError(f"{type(model).__name__} has no get_image_features: not a vision-language model")
     token = image_token_id(config)
     steps: Any = model.language_model if language_model_steps(model) else model
@@ -511,12 +531,14 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     elif tile_tower(model):
         vision_spec = tile_spec(model)
     else:
-        sizes = "image_sizes" in vision_arguments(model)
-        pixels = image_inputs(config, 1, "meta")["pixel_values"]  # one image of the processor's size
-        encoder = VisionEncoderWithSizes(model) if sizes else VisionEncoder(model)
+        names = vision_arguments(model)
+        pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
+        encoder = VisionEncoderWithSizes(model) if "image_sizes" in names else VisionEncoder(model)
         vision_spec = GraphSpec(
             encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
         )
+        if extras := [n for n in names if n in VISION_EXTRAS]:
+            vision_spec = extras_spec(model, config, pixels, extras, image_features)
 
     hidden, vocab = text_sizes(config)
     b = torch.export.Dim(BATCH, min=1, max=1024)

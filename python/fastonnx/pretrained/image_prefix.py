@@ -1,0 +1,280 @@
+"""image-text-to-text for the vision-language models without ``get_image_features`` whose image still
+becomes rows of the decoder's input: vision_language.py's three files, each family's own graphs.
+
+- Kosmos-2: ``vision_encoder.onnx`` is its base model's image path (the tower's states through its post
+  layer norm, normalized, then the latent queries of ``image_to_text_projection``). The rows go where the
+  processor's ``image_embeds_position_mask`` is 1, not at one token id (the processor writes distinct ids
+  there), so ``embed_tokens.onnx`` takes that mask too (zeros on the steps). Its text decoder scales the
+  embeddings and adds sinusoidal positions counting from ``pad_token_id + 1``: transformers makes them
+  from the ids, the decoder takes them as ``position_ids`` (0, 1, 2... plus ``pad_token_id + 1``);
+- GIT: the image's rows are a prefix before the whole prompt (no image token), attending to each other
+  both ways, the text after them causal; the text's positions count from 0 without the image.
+  ``embed_tokens.onnx`` puts the features' rows before the word embeddings (its output is longer than
+  ``input_ids`` by the rows; no rows on the steps). ``decoder_model_merged.onnx`` takes ``token_type_ids``
+  (1 at the image's rows, 0 else) and does what GIT's embeddings do to the text's rows only (position
+  embeddings, layer norm), and makes the prefix's block mask from the types, as PaliGemma's decoder; its
+  ``attention_mask`` covers the image's rows too (GIT widens a step's mask over them in Python).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from fastonnx.pretrained.decoder_cache import (
+    cache_dims,
+    cache_names,
+    config_layout,
+    filled_cache,
+    produced_layout,
+    returned_cache,
+    text_config,
+)
+from fastonnx.pretrained.encoder_tasks import image_inputs
+from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.vision_language import (
+    DECODER_FILE,
+    EMBED_FILE,
+    IMAGE_TOKENS,
+    VISION_FILE,
+    text_sizes,
+)
+
+PREFIX_FAMILIES = ("kosmos-2", "git")
+"""Model types whose package this module makes."""
+
+
+def own_layout(model: torch.nn.Module) -> bool:
+    return getattr(model.config, "model_type", None) in PREFIX_FAMILIES
+
+
+def _git(model: torch.nn.Module) -> bool:
+    return getattr(model.config, "model_type", None) == "git"
+
+
+def image_features(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
+    """One image's feature rows, as the model's forward makes them."""
+    m: Any = model
+    if _git(model):
+        states = m.git.image_encoder(pixel_values).last_hidden_state
+        rows = m.git.visual_projection(states)
+    else:  # Kosmos-2's forward
+        states = m.vision_model.model.post_layernorm(m.vision_model(pixel_values=pixel_values)[0])
+        rows, _ = m.image_to_text_projection(torch.nn.functional.normalize(states, dim=-1))
+    out: torch.Tensor = rows.reshape(-1, rows.shape[-1])
+    return out
+
+
+def vision_config(config: Any) -> Any:
+    """The config of the image's size: GIT's and Kosmos-2's ``vision_config``."""
+    return config.vision_config
+
+
+class _Features(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return image_features(self.model, pixel_values)
+
+
+class PositionMaskEmbeddings(torch.nn.Module):
+    """Kosmos-2's token embeddings with the image's rows, in order, where ``image_embeds_position_mask``
+    is 1 (transformers' boolean-mask assignment, as a gather of the k-th row at the k-th marked token; a
+    marked token past the rows keeps its embedding)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, image_features: torch.Tensor, image_embeds_position_mask: torch.Tensor
+    ) -> torch.Tensor:
+        embeds: torch.Tensor = self.model.get_input_embeddings()(input_ids)  # type: ignore[operator]
+        flat = embeds.reshape(-1, embeds.shape[-1])
+        marked = (image_embeds_position_mask != 0).reshape(-1)
+        rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
+        order = torch.cumsum(marked.to(torch.int64), dim=0) - 1
+        placed = marked & (order < image_features.shape[0])
+        picked = rows[torch.where(placed, order, image_features.shape[0])]
+        return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+
+
+class PrefixEmbeddings(torch.nn.Module):
+    """GIT's word embeddings after the image's rows (each sequence of the batch the same image)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
+        model: Any = self.model
+        words: torch.Tensor = model.git.embeddings.word_embeddings(input_ids)
+        prefix = image_features.to(words.dtype).unsqueeze(0).expand(words.shape[0], -1, -1)
+        return torch.cat([prefix, words], dim=1)
+
+
+class KosmosStep(torch.nn.Module):
+    """Kosmos-2's text decoder one step from the embeddings (it scales them and adds the positions)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model.text_model(  # type: ignore[operator]
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return out.logits, returned_cache(out)
+
+
+class GitStep(torch.nn.Module):
+    """GIT's forward from ``PrefixEmbeddings``' rows: GIT's embeddings (positions, layer norm) on the text's
+    rows (``token_type_ids`` 0), the image's as they are; the mask causal but for the image's block."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        token_type_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        model: Any = self.model
+        git = model.git
+        embeddings = git.embeddings
+        image = (token_type_ids == 1).unsqueeze(-1)
+        text = embeddings.LayerNorm(inputs_embeds + embeddings.position_embeddings(position_ids))
+        hidden = torch.where(image, inputs_embeds, text)
+        masks = sys.modules[type(git).__module__]
+        mask = masks.create_causal_mask(
+            config=git.config.get_text_config(),
+            inputs_embeds=hidden,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            block_sequence_ids=torch.where(token_type_ids == 1, 0, -1),
+        )
+        out = git.encoder(hidden, attention_mask=mask, past_key_values=past_key_values, use_cache=True)
+        return model.output(out.last_hidden_state), returned_cache(out)
+
+
+def position_offset(config: Any) -> int:
+    """What the decoder's first position is: Kosmos-2's sinusoidal table starts past its padding row."""
+    if getattr(config, "model_type", None) == "kosmos-2":
+        return int(config.text_config.pad_token_id) + 1
+    return 0
+
+
+def _decoder(model: torch.nn.Module, config: Any) -> GraphSpec:
+    hidden, vocab = text_sizes(config)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    p = torch.export.Dim(PAST, min=0, max=1 << 20)
+    text: Any = model if _git(model) else model.text_model
+    layout = produced_layout(text, text_config(config), True) or config_layout(text_config(config))
+    cache = filled_cache(layout, 2, 4, "meta", torch.Generator().manual_seed(0))  # 4 past positions
+    offset = position_offset(config)
+    args: tuple[Any, ...] = (
+        torch.zeros(2, 3, hidden, device="meta"),
+        torch.ones(2, 4 + 3, dtype=torch.int64, device="meta"),
+        torch.arange(offset + 4, offset + 4 + 3, device="meta").repeat(2, 1),
+        cache,
+    )
+    dims: dict[str, Any] = {
+        "inputs_embeds": {0: b, 1: s},
+        "attention_mask": {0: b, 1: TOTAL},
+        "position_ids": {0: b, 1: s},
+        "past_key_values": cache_dims(layout, b, p),
+    }
+    names = ["inputs_embeds", "attention_mask", "position_ids", *cache_names(layout, "past_key_values")]
+    step: torch.nn.Module = KosmosStep(model)
+    if _git(model):
+        step, args = GitStep(model), (*args, torch.zeros(2, 3, dtype=torch.int64, device="meta"))
+        dims["token_type_ids"] = {0: b, 1: s}
+        names.append("token_type_ids")
+    return GraphSpec(step, args, dims, names, ["logits", *cache_names(layout, "present")], layout)
+
+
+def image_prefix_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
+    """The three graphs of a ``PREFIX_FAMILIES`` model's package."""
+    pixels = image_inputs(vision_config(config), 1, "meta")["pixel_values"]
+    vision = GraphSpec(
+        _Features(model), (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
+    )
+    hidden, vocab = text_sizes(config)
+    b = torch.export.Dim(BATCH, min=1, max=1024)
+    s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
+    rows = torch.export.Dim(IMAGE_TOKENS, min=0, max=1 << 20)
+    ids = torch.randint(0, vocab, (2, 5), device="meta")
+    features = torch.zeros(3, hidden, device="meta")
+    dims: dict[str, Any] = {"input_ids": {0: b, 1: s}, "image_features": {0: rows}}
+    if _git(model):
+        embed = GraphSpec(
+            PrefixEmbeddings(model), (ids, features), dims, ["input_ids", "image_features"], ["inputs_embeds"]
+        )
+    else:
+        dims["image_embeds_position_mask"] = {0: b, 1: s}
+        embed = GraphSpec(
+            PositionMaskEmbeddings(model),
+            (ids, features, torch.zeros_like(ids)),
+            dims,
+            ["input_ids", "image_features", "image_embeds_position_mask"],
+            ["inputs_embeds"],
+        )
+    return {VISION_FILE: vision, EMBED_FILE: embed, DECODER_FILE: _decoder(model, config)}
+
+
+def check_plan(model: torch.nn.Module, config: Any, text: torch.Tensor, rows: int) -> dict[str, Any]:
+    """What package_check's greedy loop needs for a ``PREFIX_FAMILIES`` model, one image of ``rows``
+    feature rows and the prompt ``text``: the prompt's ids, ``generate``'s inputs besides the image, and
+    the positions and extra inputs of each step (as package_check.Positions and Extra)."""
+    if _git(model):  # the image before the whole prompt; text positions from 0
+
+        def git_positions(step: int, past: int, length: int) -> torch.Tensor:
+            if step == 0:
+                return torch.cat(
+                    [torch.zeros(rows, dtype=torch.int64), torch.arange(text.shape[1])]
+                ).unsqueeze(0)
+            return torch.arange(past - rows, past - rows + length).unsqueeze(0)
+
+        def git_extra(step: int, step_ids: torch.Tensor, features: torch.Tensor) -> dict[str, torch.Tensor]:
+            types = [torch.ones(1, features.shape[0], dtype=torch.int64), torch.zeros_like(step_ids)]
+            return {"token_type_ids": torch.cat(types, dim=1)}
+
+        return {"ids": text, "generate": {}, "positions": git_positions, "extra": git_extra}
+    # Kosmos-2: the image's rows between the prompt's first two tokens and the rest, at marked tokens
+    # (the processor's ids there: any; these avoid the special ones)
+    ids = torch.cat([text[:, :2], torch.full((1, rows), 4), text[:, 2:]], dim=1)
+    where = torch.zeros_like(ids)
+    where[:, 2 : 2 + rows] = 1
+    offset = position_offset(config)
+
+    def kosmos_positions(step: int, past: int, length: int) -> torch.Tensor:
+        return torch.arange(offset + past, offset + past + length).unsqueeze(0)
+
+    def kosmos_extra(step: int, step_ids: torch.Tensor, features: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"image_embeds_position_mask": where if step == 0 else torch.zeros_like(step_ids)}
+
+    return {
+        "ids": ids,
+        "generate": {"image_embeds_position_mask": where},
+        "positions": kosmos_positions,
+        "extra": kosmos_extra,
+    }
