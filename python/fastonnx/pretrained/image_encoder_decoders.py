@@ -33,6 +33,7 @@ from unittest import mock
 
 import torch
 
+from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.errors import InputError
 from fastonnx.pretrained.encoder_tasks import image_inputs
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec
@@ -400,11 +401,13 @@ class ImageDecoderWithPast(torch.nn.Module):
 @contextlib.contextmanager
 def _probing() -> Iterator[None]:
     """A run on the meta device, for shapes: transformers' masks skip themselves where a mask is all
-    ones, which a meta tensor cannot say: they are built whole instead (same shapes)."""
+    ones, which a meta tensor cannot say: they are built whole instead (same shapes); UDOP's merge of
+    words and patches is the capture's (a data-dependent size has no meta shape)."""
     from transformers import masking_utils
 
     skips = ("_ignore_bidirectional_mask_sdpa", "_ignore_causal_mask_sdpa")
     with contextlib.ExitStack() as stack:
+        stack.enter_context(gathered_document_patches())  # UDOP's merge, as the capture runs it
         for name in skips:
             if hasattr(masking_utils, name):
                 stack.enter_context(mock.patch.object(masking_utils, name, lambda *a, **k: False))
