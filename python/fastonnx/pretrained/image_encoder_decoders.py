@@ -19,6 +19,10 @@ own ``generate`` is the reference (package_check.py runs a greedy generation ove
   image; the prompt's or UDOP's mask otherwise) to ``logits`` and ``present.%d.decoder`` / ``.encoder``;
 - ``decoder_with_past_model.onnx``: one token and the cache on.
 
+package_export.py sends these classes here (``image_kind``), before task_inputs' ``graph_specs``
+(which this module imports from: the other way round would be an import cycle); ``task="auto"``
+takes them to image-text-to-text (tasks.py).
+
 The encoder inputs' example values beyond pixels (flattened patches, boxes, prompts with image tokens)
 come from the model's config, each kind's in ``ImageKind.example``. Kosmos-2.5 is not one of them: a
 decoder-only language model whose prompt holds the image's features (``image_embeds_position_mask``).

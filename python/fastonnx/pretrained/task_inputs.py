@@ -466,10 +466,6 @@ def encodes_images(model: Any) -> bool:
     """Whether a class of the image-text-to-text mapping is a vision encoder-decoder (TrOCR, Donut): its
     images go through an encoder that the decoder cross-attends, not merged as features into the prompt
     (BLIP-2's forward takes decoder ids too, for its T5 language models, but merges image features)."""
-    from fastonnx.pretrained.image_encoder_decoders import image_kind
-
-    if image_kind(model) is not None:  # BLIP, Pix2Struct, Florence-2...: image_encoder_decoders.py
-        return True
     params = inspect.signature(model.forward).parameters
     return not hasattr(model, "get_image_features") and {"decoder_input_ids", "pixel_values"} <= set(params)
 
@@ -691,11 +687,6 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
             return audio_text_to_text(model, config)
     if task == "text2text-generation":
         return text2text(model, config)
-    if task == "image-text-to-text":
-        from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
-
-        if image_kind(model) is not None:  # BLIP, Pix2Struct, Florence-2...: an encoder over the image
-            return image_encoder_decoder(model)
     if task == "image-text-to-text" and encodes_images(model):
         # a vision encoder-decoder (optimum's image-to-text): text2text's three files over an image encoder
         return text2text(model, config, images=True)
