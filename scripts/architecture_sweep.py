@@ -140,6 +140,11 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # the first and fails where there is no other (one of each kind of layer at two layers)
     "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
     "t5": {"decoder_start_token_id": 0},  # google-t5/t5-small: T5ForSequenceClassification shifts with it
+    # google/pix2struct-base: the text model's 12 heads of d_kv 64 make its width 768 (its projections
+    # are width to width); the tiny width 64 takes 4 heads of 16
+    "pix2struct": {"text_config": {"num_heads": 4}},
+    # microsoft/udop-large: the decoder starts at the pad token (0), as T5's; generate needs it
+    "udop": {"decoder_start_token_id": 0},
     # usyd-community/vitpose-base-simple: one MLP a layer (ViTPose++'s experts read a dataset_index input)
     "vitpose": {"backbone_config": {"num_experts": 1}},
     # Qwen/Qwen2-VL-2B, Qwen/Qwen2.5-VL-3B (PaddlePaddle/PaddleOCR-VL too): mrope_section [16, 24, 24] splits

@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
@@ -196,13 +197,15 @@ def _export(
     # length; experts loops over every expert, not the ones hit; seq2seq models' shift of input_ids
     # without a guard; SEW's pooling and the conformer's relative positions without one (see
     # rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py, expert_loops.py, seq2seq_shifts.py,
-    # speech_encoders.py)
+    # speech_encoders.py); UDOP's merge of words and patches without data-dependent sizes
+    # (document_patches.py)
     with (
         rnn_as_custom_ops(),
         traceable_detection_ops(),
         length_following_kernels(),
         guard_free_seq2seq_shifts(),
         guard_free_speech_encoders(),
+        gathered_document_patches(),
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

@@ -35,6 +35,8 @@ from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, imag
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
+from fastonnx.pretrained.image_encoder_decoders import check_package as check_image_encoder_decoder
+from fastonnx.pretrained.image_encoder_decoders import image_kind
 from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
     decoder_start,
@@ -451,6 +453,8 @@ def verify_package(
                 infos = _check_decoder(
                     sessions["model.onnx"], model, model.config, specs["model.onnx"], tolerance
                 )
+            elif task == "image-text-to-text" and image_kind(model) is not None:
+                infos = check_image_encoder_decoder(sessions, model, _run)
             elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs)
             elif "audio_encoder.onnx" in specs:

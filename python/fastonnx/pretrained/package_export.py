@@ -31,6 +31,7 @@ from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
@@ -164,6 +165,9 @@ def _package_weights(tmp: pathlib.Path, shards: list[pathlib.Path], built: Any) 
 def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[str, Any]:
     """The task's graphs (task_inputs.py); a config without the sizes the task reads is an InputError."""
     try:
+        if task == "image-text-to-text" and image_kind(built) is not None:
+            # BLIP, Pix2Struct, Florence-2...: an encoder over the image (image_encoder_decoders.py)
+            return image_encoder_decoder(built)
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

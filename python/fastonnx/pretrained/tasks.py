@@ -196,17 +196,19 @@ def _generates_text(arch: str, model_type: str) -> bool:
 def _three_files(arch: str) -> bool:
     """Whether the vision-language class takes its images as image-text-to-text exports them: plain
     ``pixel_values`` (LLaVA, InternVL), Qwen-VL's patch grids, or a vision encoder-decoder's images (its
-    encoder and decoder files); Idefics3's tiles it does not yet."""
+    encoder and decoder files; BLIP's, Pix2Struct's, Florence-2's...: image_encoder_decoders.py);
+    Idefics3's tiles it does not yet."""
     import transformers
 
     from fastonnx.pretrained.grid_vision import GRID_TYPES
+    from fastonnx.pretrained.image_encoder_decoders import image_kind
     from fastonnx.pretrained.task_inputs import encodes_images
     from fastonnx.pretrained.vision_language import plain_images
 
     cls = getattr(transformers, arch, None)
     if cls is None:
         return False
-    if encodes_images(cls):
+    if encodes_images(cls) or image_kind(cls) is not None:
         return True  # a vision encoder-decoder: text2text's files over an image encoder
     return plain_images(cls) or getattr(cls.config_class, "model_type", None) in GRID_TYPES
 
