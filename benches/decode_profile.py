@@ -1,6 +1,6 @@
 """One decode step of a package's decoder, op type by op type, in onnxruntime's profiler.
 
-`python benches/decode_profile.py PACKAGE [PACKAGE ...] --past 2048 --runs 20`
+`python benches/decode_profile.py [LABEL=]PACKAGE [...] --past 2048 --runs 20 [--ledger]`
 
 Each package's `model.onnx` runs a single-token step after a cache of `--past` positions (random values:
 the kernels' work does not depend on them), one intra-op and one inter-op thread, `--runs` times after two
@@ -10,6 +10,7 @@ warm-ups. A package whose genai_config.json shares the past and present buffers
 mask `--past` + 1 long. The profiler's node events are summed by op type
 (and domain), divided by the runs: the table gives ms a step and the share of the step's node time.
 The packages are profiled in turns, so that a load change on the shared machine meets them alike.
+`--ledger` writes the tables, labelled, to docs/benchmarks.md (section decode_profile).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+
+import ledger
 
 _TYPES = {
     "tensor(float)": np.float32,
@@ -138,29 +141,52 @@ def profile_once(path: str, past: int, runs: int) -> tuple[dict[str, float], flo
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("packages", nargs="+", help="package folders (or .onnx files)")
+    p.add_argument("packages", nargs="+", help="[LABEL=]package folder (or .onnx file)")
     p.add_argument("--past", type=int, default=2048, help="cached positions before the step")
     p.add_argument("--runs", type=int, default=20, help="profiled steps per turn")
     p.add_argument("--turns", type=int, default=3, help="turns over the packages (medians)")
     p.add_argument("--top", type=int, default=12, help="op types listed per package")
+    p.add_argument("--note", default="", help="what the packages are, for the ledger")
+    p.add_argument("--ledger", action="store_true", help="write the tables to docs/benchmarks.md")
     args = p.parse_args()
-    paths = [str(Path(x) / "model.onnx") if Path(x).is_dir() else x for x in args.packages]
+    labelled = [x.split("=", 1) if "=" in x else [x, x] for x in args.packages]
+    paths = {label: str(Path(x) / "model.onnx") if Path(x).is_dir() else x for label, x in labelled}
     profiles: dict[str, list[dict[str, float]]] = {x: [] for x in paths}
     walls: dict[str, list[float]] = {x: [] for x in paths}
+    load = os.getloadavg()[0]
     for _ in range(args.turns):
-        for path in paths:
+        for label, path in paths.items():
             by_type, wall = profile_once(path, args.past, args.runs)
-            profiles[path].append(by_type)
-            walls[path].append(wall)
-    for path in paths:
-        ops = {op for run in profiles[path] for op in run}
-        median = {op: statistics.median(run.get(op, 0.0) for run in profiles[path]) for op in ops}
-        total = sum(median.values())
-        print(f"\n{path}: step {statistics.median(walls[path]):.2f} ms wall, {total:.2f} ms in nodes")
-        print("| op type | ms a step | share |")
-        print("|---|---|---|")
-        for op, ms in sorted(median.items(), key=lambda kv: -kv[1])[: args.top]:
-            print(f"| {op} | {ms:.3f} | {ms / total:.0%} |")
+            profiles[label].append(by_type)
+            walls[label].append(wall)
+    medians = {}
+    for label in paths:
+        ops = {op for run in profiles[label] for op in run}
+        medians[label] = {op: statistics.median(run.get(op, 0.0) for run in profiles[label]) for op in ops}
+    ranked = sorted(
+        {op for m in medians.values() for op in m},
+        key=lambda op: -max(m.get(op, 0) for m in medians.values()),
+    )
+    rows = [[op, *(f"{medians[label].get(op, 0.0):.2f}" for label in paths)] for op in ranked[: args.top]]
+    rows.append(["all nodes", *(f"{sum(medians[label].values()):.2f}" for label in paths)])
+    rows.append(["step (wall)", *(f"{statistics.median(walls[label]):.2f}" for label in paths)])
+    body = "\n".join(
+        [
+            "## One decode step, op type by op type (benches/decode_profile.py)",
+            "",
+            f"`python benches/decode_profile.py {' '.join(args.packages)} --past {args.past} --runs {args.runs} "
+            f"--turns {args.turns}`; machine: {ledger.machine()}; load average {load:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end. onnxruntime {ort.__version__}'s profiler, 1 intra-op and 1 "
+            f"inter-op thread, one token after a past of {args.past}; ms a step (node time summed by op type, "
+            f"medians of {args.turns} turns of {args.runs} steps). Shared cache buffers (genai's "
+            "past_present_share_buffer) are bound as genai binds them. " + args.note,
+            "",
+            ledger.table(["op type", *paths], rows),
+        ]
+    )
+    print(body)
+    if args.ledger:
+        ledger.write_section("decode_profile", body)
 
 
 if __name__ == "__main__":

@@ -5,18 +5,25 @@ Folders, written by this script and deleted after:
 
 - ``8x1024``: a Llama-architecture folder of 8 layers (hidden 1024, 16 / 4 heads, intermediate 2816,
   32000 tokens, untied head, float32 random weights of std 0.1) saved with ``save_pretrained`` and a
-  ``PreTrainedTokenizerFast``: ``write_folder`` of benches/quantize_int4.py; precisions fp32 and int4;
+  ``PreTrainedTokenizerFast``: ``write_folder`` of benches/quantize_int4.py;
 - ``3b``: a Llama-3.2-3B-shaped bf16 folder (28 layers, hidden 3072, 24 / 8 heads, intermediate 8192,
   128256 tokens, tied embeddings; 6.4 GB), its safetensors shards written tensor by tensor from the
-  model's meta-device shapes with random data (std 0.02, norms one), never the model in memory;
-  precisions fp32 and int4 (``--sizes 3b:fp32`` for one).
+  model's meta-device shapes with random data (std 0.02, norms one), never the model in memory.
+
+Precisions (``--sizes 3b:fp32+int4`` picks; fp32 and int4 by default), the two tools' flags:
+
+- ``fp32``: fastonnx's default / the builder's ``-p fp32``;
+- ``fp16``: ``--dtype fp16`` / ``-p fp16``;
+- ``int4``: ``--quantize int4`` / ``-p int4``;
+- ``int4mixed``: the LM head in int8, the rest int4: ``--quantize int4 --int8 lm_head`` / ``-p int4
+  --extra_options matmul_mixed_precision=last_matmul:int8``.
 
 Per size and precision, each tool in a fresh process (``--runs`` times, the tools' order alternated):
 
-- fastonnx: ``fastonnx export FOLDER OUT --task text-generation --no-verify [--quantize int4]`` (its
+- fastonnx: ``fastonnx export FOLDER OUT --task text-generation --no-verify [precision flags]`` (its
   ``main`` called in the process, so the imports are timed apart: torch, transformers and fastonnx's
   export modules);
-- the builder: ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32|int4 -e cpu``
+- the builder: ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p P -e cpu [extra]``
   (the module run as ``__main__`` in the process after importing it; its cache folder outside OUT).
 
 Measured: imports, work (wall after the imports), peak RSS of the process (VmHWM: ``ru_maxrss``, and
@@ -53,6 +60,16 @@ import ledger
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TOOLS = ("fastonnx", "builder")
+# precision -> (fastonnx export's flags, the builder's -p and extra arguments)
+PRECISIONS: dict[str, tuple[list[str], list[str]]] = {
+    "fp32": ([], ["-p", "fp32"]),
+    "fp16": (["--dtype", "fp16"], ["-p", "fp16"]),
+    "int4": (["--quantize", "int4"], ["-p", "int4"]),
+    "int4mixed": (
+        ["--quantize", "int4", "--int8", "lm_head"],
+        ["-p", "int4", "--extra_options", "matmul_mixed_precision=last_matmul:int8"],
+    ),
+}
 PAST = 2048
 LLAMA_3B = {
     "vocab_size": 128256,
@@ -141,7 +158,7 @@ def child_export(tool: str, precision: str, folder: str, out: str, extra: list[s
 
         imports = time.perf_counter() - t0
         cache = out + ".cache"  # beside OUT: the package's size is the package's
-        sys.argv = ["builder", "-i", folder, "-o", out, "-p", precision, "-e", "cpu", "-c", cache]
+        sys.argv = ["builder", "-i", folder, "-o", out, "-e", "cpu", "-c", cache, *PRECISIONS[precision][1]]
         t1 = time.perf_counter()
         try:
             runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__", alter_sys=True)
@@ -159,8 +176,7 @@ def child_export(tool: str, precision: str, folder: str, out: str, extra: list[s
 
         imports = time.perf_counter() - t0
         argv = ["export", folder, out, "--task", "text-generation", "--no-verify", "--no-progress", *extra]
-        if precision == "int4":
-            argv += ["--quantize", "int4"]
+        argv += PRECISIONS[precision][0]
         t1 = time.perf_counter()
         status = cli.main(argv)
         work = time.perf_counter() - t1
@@ -381,9 +397,13 @@ def report(
             " `PreTrainedTokenizerFast`); 3b is Llama-3.2-3B-shaped (28 layers, hidden 3072, 24 / 8 heads,"
             " intermediate 8192, 128256 tokens, tied embeddings, bf16 random weights, 6.4 GB of safetensors"
             " shards written tensor by tensor). fastonnx: `fastonnx export FOLDER OUT --task text-generation"
-            f" --no-verify [--quantize int4]`, which used opset {info['opset']} and optimization level"
+            f" --no-verify [precision flags]`, which used opset {info['opset']} and optimization level"
             f" `{info['optimize']}`{defaults}. Builder: `python -m onnxruntime_genai.models.builder"
-            " -i FOLDER -o OUT -p fp32|int4 -e cpu`. Each tool in a fresh process; imports timed apart from the"
+            " -i FOLDER -o OUT -p P -e cpu [extra]`. Precision flags (fastonnx / builder): "
+            + "; ".join(
+                f"{name} `{' '.join(f) or '(none)'}` / `{' '.join(b)}`" for name, (f, b) in PRECISIONS.items()
+            )
+            + ". Each tool in a fresh process; imports timed apart from the"
             f" work (wall after the imports; median of {a.runs} runs); peak RSS is the process's VmHWM (a"
             " failed row: the last seen). Package: bytes it adds + bytes hard-linked from the checkpoint."
             f" Decode: onnxruntime-genai `Generator`, 1 intra-op / 1 inter-op thread, a {PAST}-token prompt"
@@ -422,13 +442,18 @@ def parse_sizes(text: str) -> list[tuple[str, tuple[str, ...]]]:
         if name != "3b" and "x" not in name:
             raise SystemExit(f"--sizes: {item!r} is neither LAYERSxHIDDEN nor 3b")
         chosen = tuple(precisions.split("+")) if precisions else ("fp32", "int4")
+        unknown = [x for x in chosen if x not in PRECISIONS]
+        if unknown:
+            raise SystemExit(f"--sizes: precision(s) {unknown} are not among {sorted(PRECISIONS)}")
         sizes.append((name, chosen))
     return sizes
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="8x1024,3b", help="8x1024 and/or 3b, each optionally :fp32+int4")
+    p.add_argument(
+        "--sizes", default="8x1024,3b", help="8x1024 and/or 3b, each optionally :fp32+fp16+int4+int4mixed"
+    )
     p.add_argument("--runs", type=int, default=1, help="exports per tool and precision (median)")
     p.add_argument("--steps", type=int, default=16, help="decode steps timed after the prompt (median)")
     p.add_argument("--dir", default=None, help="where the folders go (default: the system's temp)")
