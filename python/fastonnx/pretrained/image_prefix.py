@@ -39,6 +39,7 @@ from fastonnx.pretrained.vision_language import (
     EMBED_FILE,
     IMAGE_TOKENS,
     VISION_FILE,
+    EmbedsStep,
     text_sizes,
 )
 
@@ -117,12 +118,8 @@ class PrefixEmbeddings(torch.nn.Module):
         return torch.cat([prefix, words], dim=1)
 
 
-class KosmosStep(torch.nn.Module):
+class KosmosStep(EmbedsStep):
     """Kosmos-2's text decoder one step from the embeddings (it scales them and adds the positions)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
 
     def forward(
         self,
@@ -131,14 +128,8 @@ class KosmosStep(torch.nn.Module):
         position_ids: torch.Tensor,
         past_key_values: Any,
     ) -> tuple[torch.Tensor, Any]:
-        out = self.model.text_model(  # type: ignore[operator]
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=True,
-        )
-        return out.logits, returned_cache(out)
+        text: Any = self.model.text_model
+        return self.step(text, inputs_embeds, attention_mask, position_ids, past_key_values)
 
 
 class GitStep(torch.nn.Module):
