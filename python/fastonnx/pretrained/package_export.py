@@ -445,9 +445,10 @@ def export_pretrained(
         if isinstance(genai, pathlib.Path):
             targets.write_provider_options(genai, target_of.name)
         # every node against the target's kernels before the package is verified or moved in place
+        lowered = targets.lower_package(tmp, list(specs), target_of.name)
         targets.check_package(tmp, list(specs), target_of.name)
         with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
-            f.write("\n" + targets.report(target_of, target_note))
+            f.write("\n" + targets.report(target_of, target_note, lowered))
         if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
             log.warning("%s: no genai_config.json written", genai)
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:

@@ -201,6 +201,79 @@ def missing_kernels(model: Any, target: str, file: str = "model.onnx") -> list[M
     return list(found.values())
 
 
+def _rank(model: Any, name: str) -> int | None:
+    """The rank of ``name``: an initializer's, or through the Casts / Identities reading one (a weight
+    read as stored behind its Cast to the graph's type), or its recorded value_info."""
+    inits = {i.name: i for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    seen: set[str] = set()
+    while name not in inits and name in producers and name not in seen:
+        seen.add(name)
+        node = producers[name]
+        if node.op_type not in ("Cast", "Identity") or node.domain not in ("", "ai.onnx"):
+            break
+        name = node.input[0]
+    if name in inits:
+        return len(inits[name].dims)
+    for v in [*model.graph.value_info, *model.graph.input]:
+        if v.name == name and v.type.tensor_type.HasField("shape"):
+            return len(v.type.tensor_type.shape.dim)
+    return None
+
+
+def lower_fused_matmul(model: Any) -> int:
+    """Rewrites ``com.microsoft.FusedMatMul(x, W, transB=1)`` (what the onnxruntime level writes for a
+    Linear weight read as stored) as ``MatMul(x, Transpose(W))`` in the top graph, for a provider
+    without FusedMatMul; onnxruntime folds the Transpose of the weight at load. A FusedMatMul of other
+    attributes is left (the kernel check then names it). Returns how many were rewritten."""
+    import onnx
+
+    count, nodes = 0, []
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        rank = _rank(model, node.input[1]) if node.op_type == "FusedMatMul" else None
+        if (
+            node.domain != "com.microsoft"
+            or node.op_type != "FusedMatMul"
+            or set(attrs) - {"transB", "alpha", "transA", "transBatchA", "transBatchB"}
+            or attrs.get("alpha", 1.0) != 1.0
+            or any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB"))
+            or rank is None
+            or rank < 2
+        ):
+            nodes.append(node)
+            continue
+        b = node.input[1]
+        if attrs.get("transB", 0):
+            b = f"{node.output[0]}_weight_t"
+            perm = [*range(rank - 2), rank - 1, rank - 2]
+            nodes.append(onnx.helper.make_node("Transpose", [node.input[1]], [b], name=b, perm=perm))
+        nodes.append(onnx.helper.make_node("MatMul", [node.input[0], b], list(node.output), name=node.name))
+        count += 1
+    if count:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return count
+
+
+def lower_package(folder: pathlib.Path, files: list[str], target: str) -> str:
+    """The package's files rewritten where the onnxruntime level wrote a contrib op the target lacks and a
+    standard form computes the same (FusedMatMul on WebGPU); the report's note, or ""."""
+    import onnx
+
+    if "FusedMatMul" in kernels(target).get("com.microsoft", {}):
+        return ""
+    total = 0
+    for file in files:
+        model = onnx.load(str(folder / file), load_external_data=False)
+        if count := lower_fused_matmul(model):
+            onnx.save(model, str(folder / file))
+            total += count
+    if not total:
+        return ""
+    return f"{total} com.microsoft.FusedMatMul written as MatMul of the transposed weight: {PROVIDERS[target]} has no FusedMatMul"
+
+
 def _fix(m: Missing, target: str) -> str:
     if m.domain == "com.microsoft":
         return "export with --optimize default (optimize=True: standard ONNX ops only), or another --target"
@@ -249,11 +322,12 @@ def write_provider_options(genai_config: pathlib.Path, target: str) -> None:
     genai_config.write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
 
 
-def report(target: Target, note: str = "") -> str:
+def report(target: Target, note: str = "", lowered: str = "") -> str:
     """The report's section: the target, its precision and the kernel check."""
     how = "the target's default" if target.defaulted else "asked for"
     extra = f" ({note})" if note else ""
+    after = f" {lowered}." if lowered else ""
     return (
         f"## Target\n\n`{target.name}` ({PROVIDERS[target.name]}): dtype {target.dtype_name} ({how}){extra}; "
-        f"op set checked against {target.name}'s kernels ({source(target.name)}).\n"
+        f"op set checked against {target.name}'s kernels ({source(target.name)}).{after}\n"
     )
