@@ -131,7 +131,13 @@ def test_an_op_the_target_lacks_is_named(tmp_path: pathlib.Path) -> None:
     del model.opset_import[:]
     model.opset_import.extend([helper.make_opsetid("", 5)])  # Add's version 1 here; no kernel below 6
     (missing,) = targets.missing_kernels(model, "cuda")
-    assert (missing.op, missing.version) == ("Add", 1) and "opset versions" in targets._fix(missing, "cuda")
+    assert (missing.op, missing.version) == ("Add", 1) and "opset versions" in targets.fix([missing], "cuda")
+    # a Constant node is an initializer once onnxruntime loads the model: no kernel needed
+    constant = helper.make_node(
+        "Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [1.0])
+    )
+    model.graph.node.append(constant)
+    assert len(targets.missing_kernels(model, "webgpu")) == 1
 
 
 def test_fused_matmul_lowered_computes_the_same() -> None:

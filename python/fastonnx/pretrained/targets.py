@@ -150,6 +150,10 @@ def _nodes(graph: Any) -> Iterator[Any]:
                     yield from _nodes(g)
 
 
+NO_KERNEL_NEEDED = {("", "Constant")}
+"""Ops onnxruntime resolves as it loads a model on every provider: a Constant becomes an initializer."""
+
+
 @dataclass(frozen=True)
 class Missing:
     """A node the target's provider has no kernel for."""
@@ -183,6 +187,8 @@ def missing_kernels(model: Any, target: str, file: str = "model.onnx") -> list[M
                     f = functions[key]
                     own = {("" if i.domain == "ai.onnx" else i.domain): i.version for i in f.opset_import}
                     visit(_nodes(f), {**opset, **own}, seen | {key})
+                continue
+            if (domain, node.op_type) in NO_KERNEL_NEEDED:
                 continue
             version = opset.get(domain, 1)
             schema = _schema(node.op_type, version, domain) if domain in ("", "ai.onnx.ml") else None
@@ -274,13 +280,28 @@ def lower_package(folder: pathlib.Path, files: list[str], target: str) -> str:
     return f"{total} com.microsoft.FusedMatMul written as MatMul of the transposed weight: {PROVIDERS[target]} has no FusedMatMul"
 
 
-def _fix(m: Missing, target: str) -> str:
-    if m.domain == "com.microsoft":
-        return "export with --optimize default (optimize=True: standard ONNX ops only), or another --target"
-    if m.ranges:
-        spans = ", ".join(f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in m.ranges)
-        return f"its kernels cover opset versions {spans}: pick --opset within them, or another --target"
-    return "another --target, or --optimize none / default"
+def _has(target: str, m: Missing) -> bool:
+    return _covers(kernels(target).get(m.domain, {}).get(m.op, []), m.version)
+
+
+def fix(missing: list[Missing], target: str) -> str:
+    """What to do about ``missing``: the standard level for contrib ops, the opset versions the provider
+    has for a standard op, and the targets whose providers have every op missing."""
+    hints = []
+    if any(m.domain == "com.microsoft" for m in missing):
+        hints.append("export with --optimize default (optimize=True: standard ONNX ops only)")
+    for m in missing:
+        if m.domain != "com.microsoft" and m.ranges:
+            spans = ", ".join(f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in m.ranges)
+            hints.append(f"{m.name}'s kernels cover opset versions {spans}: pick --opset within them")
+            break
+    others = [t for t in TARGETS if t != target and all(_has(t, m) for m in missing)]
+    if others:
+        which = "it" if len(missing) == 1 else "them"
+        hints.append(f"another target whose provider has {which}: --target {' / '.join(others)}")
+    elif not hints:
+        hints.append("no target's provider has them all")
+    return ", or ".join(hints)
 
 
 def check_package(folder: pathlib.Path, files: list[str], target: str) -> None:
@@ -298,7 +319,7 @@ def check_package(folder: pathlib.Path, files: list[str], target: str) -> None:
     more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
     raise InputError(
         f"the package is not for target {target!r}: {PROVIDERS[target]} ({source(target)}) has no kernel "
-        f"for {names}{more}; {_fix(missing[0], target)}"
+        f"for {names}{more}: {fix(missing, target)}"
     )
 
 
