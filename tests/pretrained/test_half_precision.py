@@ -120,7 +120,9 @@ def test_half_packages_match_transformers(tmp_path: pathlib.Path, name: str) -> 
     expected = _transformers_logits(src, class_name)
     for dtype, kind in (("fp16", TensorProto.FLOAT16), ("bf16", TensorProto.BFLOAT16)):
         out = tmp_path / dtype
-        written = fastonnx.export_pretrained(src, out, dtype=dtype, copy=True)  # onnx refuses hard links
+        # onnx refuses hard links; a bfloat16 package is CUDA's (onnxruntime's CPU runs none)
+        target = "cuda" if dtype == "bf16" else "cpu"
+        written = fastonnx.export_pretrained(src, out, dtype=dtype, copy=True, target=target)
         if dtype == "fp16":
             assert written.verified is True, written.verify_note
             if name == "llama":  # float16 caches and logits: genai generates transformers' tokens
@@ -179,7 +181,9 @@ def test_bad_options_are_input_errors(tmp_path: pathlib.Path) -> None:
     with pytest.raises(fastonnx.InputError, match="give dtype too"):
         fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", keep_io_types=True)
     with pytest.raises(fastonnx.InputError, match="with cast_weights"):
-        fastonnx.export_pretrained(tmp_path / "none", tmp_path / "out", dtype="bf16", cast_weights=True)
+        fastonnx.export_pretrained(
+            tmp_path / "none", tmp_path / "out", dtype="bf16", cast_weights=True, target="cuda"
+        )
     with pytest.raises(fastonnx.InputError, match="one-graph packages and text2text"):
         fastonnx.export_pretrained(
             tmp_path / "none", tmp_path / "out", task="image-text-to-text", dtype="fp16"

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from fastonnx.errors import FastOnnxError, InputError, RuntimeCheckError
+from fastonnx.pretrained.targets import DEFAULT_TARGET, TARGETS
 from fastonnx.pretrained.tasks import tasks_help
 
 OPTIMIZE = {"none": False, "default": True, "onnxruntime": "onnxruntime", "standard": True}
@@ -72,11 +73,18 @@ def _parser() -> argparse.ArgumentParser:
         "for every product or, as PATTERN=N (repeatable), for the modules PATTERN matches",
     )
     export.add_argument(
+        "--target",
+        choices=TARGETS,
+        default=DEFAULT_TARGET,
+        help="the runtime the package is for (default: cpu): its default --dtype (cpu fp32, the others "
+        "fp16), the ops its onnxruntime execution provider has kernels for, genai's provider options",
+    )
+    export.add_argument(
         "--dtype",
         choices=("fp32", "fp16", "bf16"),
-        default="fp32",
-        help="the type the graph computes in (one-graph tasks): fp16 / bf16 keep reductions, norms, "
-        "softmax, soft-capping and values past float16's range in float32",
+        default=None,
+        help="the type the graph computes in (default: the target's): fp16 / bf16 keep reductions, "
+        "norms, softmax, soft-capping and values past float16's range in float32",
     )
     export.add_argument(
         "--keep-io-types",
@@ -112,6 +120,16 @@ def _accuracy_levels(values: list[str]) -> dict[str, int] | None:
     return levels
 
 
+def target_line(target: dict[str, str]) -> str:
+    """The target, its dtype and the kernels its op set was checked against."""
+    from fastonnx.pretrained.targets import source
+
+    name = target["name"]
+    return (
+        f"target: {name}, dtype {target['dtype']}; op set checked against {name}'s kernels ({source(name)})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from fastonnx.pretrained.package_export import export_pretrained
@@ -122,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quantize_head and args.quantize is None:
         print("fastonnx export: error: --quantize-head needs --quantize", file=sys.stderr)
         return 2
-    if args.dtype != "fp32":
+    options["target"] = args.target
+    if args.dtype is not None:
         options["dtype"] = args.dtype
     if args.keep_io_types:
         options["keep_io_types"] = True
@@ -178,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     verified = {True: "verified", False: "MISMATCH", None: written.verify_note}[written.verified]
     print(f"{written.task} ({written.architecture}) -> {written.outdir}: {', '.join(written.files)}")
+    print(target_line(written.stats["target"]))
     print(f"verification: {verified}; report: {written.report_path}")
     return 0
 

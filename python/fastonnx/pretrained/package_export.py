@@ -25,7 +25,7 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
-from fastonnx.pretrained import shared_cache
+from fastonnx.pretrained import shared_cache, targets
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
@@ -344,6 +344,16 @@ def _export(spec: GraphSpec, dynamic_shapes: Any, export_args: dict[str, Any]) -
     )
 
 
+def _target(task: str, options: dict[str, Any]) -> tuple[targets.Target, str]:
+    """The ``target`` and ``dtype`` options (popped) resolved: the target's default precision where no
+    dtype is given, float32 where the task's packages take no other yet (and the report's note)."""
+    given = options.get("dtype") is not None
+    resolved = targets.resolve(
+        options.pop("target", targets.DEFAULT_TARGET), options.pop("dtype", None), given
+    )
+    return targets.settle(resolved, task, None, options)
+
+
 def export_pretrained(
     model: str | os.PathLike[str],
     outdir: str | os.PathLike[str],
@@ -375,7 +385,8 @@ def export_pretrained(
     if options.get("quantize") is None:
         options.pop("quantize", None)
     # the half-precision conversion is the package's (after the float32 export and its calibration)
-    dtype, keep_io_types = options.pop("dtype", None), options.pop("keep_io_types", False)
+    target_of, target_note = _target(task, options)
+    dtype, keep_io_types = target_of.dtype, options.pop("keep_io_types", False)
     half_package.check_options(task, dtype, keep_io_types, options)
     # to_onnx's checks of the options, with its messages, before the folder is read or anything
     # captured (verbose is no option of the export, only of its logging)
@@ -391,6 +402,9 @@ def export_pretrained(
         weights = _package_weights(tmp, checkpoint.shards, built)
         specs = _graph_specs(chosen.name, built, config, class_name)
         shards, missing = weights.files(next(iter(specs.values())).module, built), weights.missing
+        if not target_note:  # the task and its graphs known now
+            target_of, target_note = targets.settle(target_of, chosen.name, specs)
+        dtype = target_of.dtype
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -457,6 +471,13 @@ def export_pretrained(
             )
         elif chosen.name == "automatic-speech-recognition" and "encoder_model.onnx" in specs:
             genai = write_whisper_genai_config(tmp, config, checkpoint.generation_config(), list(specs))
+        if isinstance(genai, pathlib.Path):
+            targets.write_provider_options(genai, target_of.name)
+        # every node against the target's kernels before the package is verified or moved in place
+        lowered = targets.lower_package(tmp, list(specs), target_of.name)
+        targets.check_package(tmp, list(specs), target_of.name)
+        with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
+            f.write("\n" + targets.report(target_of, target_note, lowered))
         if isinstance(genai, str):  # the package is onnxruntime's still: said in the log and the report
             log.warning("%s: no genai_config.json written", genai)
             with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:
@@ -496,7 +517,12 @@ def export_pretrained(
         main.output_names,
         verified,
         note,
-        {**stats, "missing_parameters": sorted(missing), "shipped": shipped.stats()},
+        {
+            **stats,
+            "missing_parameters": sorted(missing),
+            "shipped": shipped.stats(),
+            "target": {"name": target_of.name, "dtype": target_of.dtype_name},
+        },
         {name: (spec.input_names, spec.output_names) for name, spec in specs.items()},
         main_file,
     )
