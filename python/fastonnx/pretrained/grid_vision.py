@@ -42,6 +42,7 @@ GRID_TYPES = (
     *("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "cohere_compass", "cosmos3_omni"),
     *("glm4v", "glm4v_moe", "glm46v", "glm_ocr", "exaone4_5", "hyperclovax_vision_v2", "paddleocr_vl"),
     "video_llama_3",  # grid_forms.py's
+    *("inkling2", "kimi_k25", "lfm3_vl", "minimax_m3_vl", "muse_glimmer"),  # axial_grid_forms.py's
 )
 """The model types whose towers this module is verified on (``task="auto"`` takes them to
 image-text-to-text); another tower of the same parts is tried, and the package check judges it."""
