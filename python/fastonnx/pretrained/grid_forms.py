@@ -9,9 +9,9 @@ grid_vision.py way: what transformers makes from ``grid_thw.tolist()`` made from
 
 The graph's inputs are grid_vision.py's: ``pixel_values`` (patches x channels · patch², rows in the
 processor's order) and ``image_grid_thw`` (1 x 3, int64); its output the image's feature rows. Each form
-is a ``GridForm``, whose class says where its tower is, the shape of a row of ``pixel_values`` and how
-many rows a side an image token spans; axial_grid_forms.py holds more (Inkling2, Kimi-K2.5, LFM3-VL,
-MiniMax-M3-VL, Muse Glimmer).
+is a ``GridForm`` (grid_vision.py's ``grid_form`` finds it by model type): its class says where its tower
+is, the shape of a row of ``pixel_values`` and how many rows a side an image token spans.
+axial_grid_forms.py holds more (Inkling2, Kimi-K2.5, LFM3-VL, MiniMax-M3-VL, Muse Glimmer).
 """
 
 from __future__ import annotations
@@ -21,50 +21,15 @@ from typing import Any
 import torch
 
 
-def _forms() -> dict[str, type[GridForm]]:
-    from fastonnx.pretrained import axial_grid_forms
-
-    return {"video_llama_3": VideoLlama3GridEncoder, **axial_grid_forms.FORMS}
-
-
-def form(model: torch.nn.Module) -> str | None:
-    """The model type whose grid form this module (or axial_grid_forms.py) holds, or None."""
-    kind = getattr(getattr(model, "config", None), "model_type", None)
-    return kind if kind in _forms() else None
-
-
-def _form(model: torch.nn.Module) -> type[GridForm]:
-    return _forms()[str(form(model))]
-
-
-def tower(model: torch.nn.Module) -> torch.nn.Module:
-    found: torch.nn.Module = getattr(getattr(model, "model", model), _form(model).TOWER)
-    return found
-
-
-def merge_size(model: torch.nn.Module) -> int:
-    """How many pixel rows a side an image token spans: ``pixel_values`` has merge² rows a token."""
-    return _form(model).merge_size(tower(model).config)
-
-
-def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
-    """The shape of one row of ``pixel_values`` as the processor gives it."""
-    return _form(model).patch_shape(tower(model).config)
-
-
-def generate_inputs(model: torch.nn.Module, images: int) -> dict[str, torch.Tensor]:
-    """What transformers takes with the images besides the pixels and the grid."""
-    return _form(model).generate_inputs(images)
-
-
-def encoder(model: torch.nn.Module) -> torch.nn.Module:
-    return _form(model)(model)
-
-
 class GridForm(torch.nn.Module):
     """A tower's grid form; its class says where the tower is and what its inputs look like."""
 
     TOWER = "vision_tower"
+
+    @classmethod
+    def tower_of(cls, model: torch.nn.Module) -> torch.nn.Module:
+        found: torch.nn.Module = getattr(getattr(model, "model", model), cls.TOWER)
+        return found
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
@@ -155,3 +120,6 @@ class VideoLlama3GridEncoder(GridForm):
             hidden = hidden + layer.mlp(layer.layer_norm2(hidden))
         result: torch.Tensor = inner.projector(visual.post_layernorm(hidden))
         return result
+
+
+FORMS: dict[str, type[GridForm]] = {"video_llama_3": VideoLlama3GridEncoder}
