@@ -8,7 +8,10 @@ grid_vision.py way: what transformers makes from ``grid_thw.tolist()`` made from
   transformers' side of the check.
 
 The graph's inputs are grid_vision.py's: ``pixel_values`` (patches x channels · patch², rows in the
-processor's order) and ``image_grid_thw`` (1 x 3, int64); its output the image's feature rows.
+processor's order) and ``image_grid_thw`` (1 x 3, int64); its output the image's feature rows. Each form
+is a ``GridForm`` (grid_vision.py's ``grid_form`` finds it by model type): its class says where its tower
+is, the shape of a row of ``pixel_values`` and how many rows a side an image token spans.
+axial_grid_forms.py holds more (Inkling2, Kimi-K2.5, LFM3-VL, MiniMax-M3-VL, Muse Glimmer).
 """
 
 from __future__ import annotations
@@ -18,38 +21,35 @@ from typing import Any
 import torch
 
 
-def form(model: torch.nn.Module) -> str | None:
-    """The model type whose grid form this module holds, or None."""
-    kind = getattr(getattr(model, "config", None), "model_type", None)
-    return kind if kind in _FORMS else None
+class GridForm(torch.nn.Module):
+    """A tower's grid form; its class says where the tower is and what its inputs look like."""
 
+    TOWER = "vision_tower"
 
-def tower(model: torch.nn.Module) -> torch.nn.Module:
-    inner: Any = getattr(model, "model", model)
-    found: torch.nn.Module = inner.vision_model if form(model) == "video_llama_3" else inner.vision_tower
-    return found
+    @classmethod
+    def tower_of(cls, model: torch.nn.Module) -> torch.nn.Module:
+        found: torch.nn.Module = getattr(getattr(model, "model", model), cls.TOWER)
+        return found
 
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
 
-def merge_size(model: torch.nn.Module) -> int:
-    """How many patches a side a merged token spans in an image (1: VideoLLaMA3's images)."""
-    visual: Any = tower(model)
-    return 1 if form(model) == "video_llama_3" else int(visual.config.spatial_merge_size)
+    @property
+    def inner(self) -> Any:
+        return getattr(self.model, "model", self.model)
 
+    @staticmethod
+    def merge_size(config: Any) -> int:
+        return int(config.spatial_merge_size)
 
-def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
-    c: Any = tower(model).config
-    return (int(c.num_channels) * int(c.patch_size) ** 2,)
+    @staticmethod
+    def patch_shape(config: Any) -> tuple[int, ...]:
+        return (int(config.num_channels) * int(config.patch_size) ** 2,)
 
-
-def generate_inputs(model: torch.nn.Module, images: int) -> dict[str, torch.Tensor]:
-    """What transformers takes with the images besides the pixels and the grid."""
-    if form(model) == "video_llama_3":
-        return {"image_merge_sizes": torch.ones(images, dtype=torch.int64)}
-    return {}
-
-
-def encoder(model: torch.nn.Module) -> torch.nn.Module:
-    return _FORMS[str(form(model))](model)
+    @staticmethod
+    def generate_inputs(images: int) -> dict[str, torch.Tensor]:
+        return {}
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -91,13 +91,19 @@ def _raster(pixel_values: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tenso
     return frame, at // w, at % w
 
 
-class VideoLlama3GridEncoder(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model  # the model's own paths: the checkpoint's names
+class VideoLlama3GridEncoder(GridForm):
+    TOWER = "vision_model"
+
+    @staticmethod
+    def merge_size(config: Any) -> int:
+        return 1  # its images'
+
+    @staticmethod
+    def generate_inputs(images: int) -> dict[str, torch.Tensor]:
+        return {"image_merge_sizes": torch.ones(images, dtype=torch.int64)}
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        inner: Any = getattr(self.model, "model", self.model)
+        inner = self.inner
         visual = inner.vision_model
         frame, row, column = _raster(pixel_values, image_grid_thw[0])
         hidden = visual.embeddings(pixel_values.to(visual.embeddings.patch_embedding.weight.dtype))
@@ -116,6 +122,4 @@ class VideoLlama3GridEncoder(torch.nn.Module):
         return result
 
 
-_FORMS: dict[str, type[torch.nn.Module]] = {
-    "video_llama_3": VideoLlama3GridEncoder,
-}
+FORMS: dict[str, type[GridForm]] = {"video_llama_3": VideoLlama3GridEncoder}

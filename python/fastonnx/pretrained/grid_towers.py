@@ -19,23 +19,29 @@ import torch
 
 
 def axis_taps(
-    index: torch.Tensor, size: torch.Tensor, side: int, bicubic: bool, corners: bool
+    index: torch.Tensor, size: torch.Tensor, side: int, bicubic: bool, corners: bool, zeros: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Taps into a ``side``-long table and their weights for positions ``index`` of an axis of ``size``:
-    ``F.interpolate``'s sampling (bilinear: 2 taps, bicubic: 4, Keys' kernel at a = -0.75)."""
+    ``F.interpolate``'s sampling (bilinear: 2 taps, bicubic: 4, Keys' kernel at a = -0.75); ``zeros``:
+    taps past the table's ends weigh nothing (``grid_sample``'s zero padding), else they take its edge."""
     index = index.to(torch.float32)
     size = size.to(torch.float32)
     src = index * (side - 1) / torch.clamp(size - 1, min=1) if corners else (index + 0.5) * side / size - 0.5
     floor = torch.floor(src)
     offsets = torch.arange(-1, 3, device=index.device) if bicubic else torch.arange(0, 2, device=index.device)
-    taps = (floor.long()[:, None] + offsets).clamp(0, side - 1)
+    raw = floor.long()[:, None] + offsets
+    taps = raw.clamp(0, side - 1)
     distance = (src[:, None] - floor[:, None] - offsets).abs()
-    if not bicubic:
-        return taps, (1 - distance).clamp(min=0)
-    a = -0.75
-    near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
-    far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
-    return taps, torch.where(distance <= 1, near, far)
+    if bicubic:
+        a = -0.75
+        near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+        far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+        weights = torch.where(distance <= 1, near, far)
+    else:
+        weights = (1 - distance).clamp(min=0)
+    if zeros:
+        weights = weights * ((raw >= 0) & (raw <= side - 1))
+    return taps, weights
 
 
 def paddle_tower(model: torch.nn.Module) -> bool:

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.pretrained.grid_forms import GridForm
 from fastonnx.pretrained.grid_towers import axis_taps
 
 GRID_TYPES = (
@@ -42,16 +43,23 @@ GRID_TYPES = (
     *("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "cohere_compass", "cosmos3_omni"),
     *("glm4v", "glm4v_moe", "glm46v", "glm_ocr", "exaone4_5", "hyperclovax_vision_v2", "paddleocr_vl"),
     "video_llama_3",  # grid_forms.py's
+    *("inkling2", "kimi_k25", "lfm3_vl", "minimax_m3_vl", "muse_glimmer"),  # axial_grid_forms.py's
 )
 """The model types whose towers this module is verified on (``task="auto"`` takes them to
 image-text-to-text); another tower of the same parts is tried, and the package check judges it."""
 
 
-def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
-    from fastonnx.pretrained import grid_forms
+def grid_form(model: torch.nn.Module) -> type[GridForm] | None:
+    """The form of a tower whose layout is its own (grid_forms.py, axial_grid_forms.py), or None."""
+    from fastonnx.pretrained import axial_grid_forms, grid_forms
 
-    if grid_forms.form(model):
-        return grid_forms.tower(model)
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    return {**grid_forms.FORMS, **axial_grid_forms.FORMS}.get(str(kind))
+
+
+def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
+    if form := grid_form(model):
+        return form.tower_of(model)
     inner = getattr(model, "model", model)
     visual = getattr(inner, "visual", None) or getattr(model, "visual", None)
     if visual is None and hasattr(getattr(inner, "vision_model", None), "merger"):
@@ -64,10 +72,9 @@ def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
 def is_grid_tower(model: torch.nn.Module) -> bool:
     """Whether the model's images are Qwen-VL patch grids this module (or grid_towers.py: PaddleOCR-VL)
     exports (Qwen2-VL to Qwen3.5, GLM-4V, EXAONE 4.5)."""
-    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import paddle_tower
 
-    if paddle_tower(model) or grid_forms.form(model):
+    if paddle_tower(model) or grid_form(model):
         return True
     try:
         visual = vision_tower(model)
@@ -93,22 +100,20 @@ def deepstack_layers(model: torch.nn.Module) -> int:
 
 def grid_encoder(model: torch.nn.Module) -> torch.nn.Module:
     """The grid form of a grid tower's ``get_image_features``."""
-    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import PaddleGridEncoder, paddle_tower
 
-    if grid_forms.form(model):
-        return grid_forms.encoder(model)
+    if form := grid_form(model):
+        return form(model)
     return PaddleGridEncoder(model) if paddle_tower(model) else GridVisionEncoder(model)
 
 
 def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
     """The shape of one patch of ``pixel_values`` as the tower's processor gives it: flat (Qwen-VL's
     channels x temporal patch x patch²), or channels x patch x patch (PaddleOCR-VL's)."""
-    from fastonnx.pretrained import grid_forms
     from fastonnx.pretrained.grid_towers import paddle_tower
 
-    if grid_forms.form(model):
-        return grid_forms.patch_shape(model)
+    if form := grid_form(model):
+        return form.patch_shape(form.tower_of(model).config)
     c: Any = vision_tower(model).config
     if paddle_tower(model):
         return int(c.num_channels), int(c.patch_size), int(c.patch_size)
@@ -117,19 +122,16 @@ def patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
 
 def merge_size(model: torch.nn.Module) -> int:
     """How many patches a side a merged token of a grid tower spans."""
-    from fastonnx.pretrained import grid_forms
-
-    if grid_forms.form(model):
-        return grid_forms.merge_size(model)
+    if form := grid_form(model):
+        return form.merge_size(form.tower_of(model).config)
     visual: Any = vision_tower(model)
     return int(visual.config.spatial_merge_size)
 
 
 def grid_inputs(model: torch.nn.Module, images: int) -> dict[str, torch.Tensor]:
     """What transformers takes with a grid tower's images besides the pixels and the grid."""
-    from fastonnx.pretrained import grid_forms
-
-    return grid_forms.generate_inputs(model, images) if grid_forms.form(model) else {}
+    form = grid_form(model)
+    return form.generate_inputs(images) if form else {}
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

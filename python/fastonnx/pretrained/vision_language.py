@@ -195,6 +195,22 @@ class VisionEncoderWithSizes(VisionEncoder):
         return image_features(self.model, pixel_values=pixel_values, image_sizes=sizes)
 
 
+PAD_PLACEHOLDER_TYPES = ("kimi_k25", "muse_glimmer")
+"""Model types whose forward embeds every image and video placeholder token as token 0 (``llm_input_ids[
+multimodal_mask] = 0``): a generation step that drew one embeds token 0's row, not the placeholder's."""
+
+
+def placeholders_as_pad(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The ids the token embedding looks up: ``PAD_PLACEHOLDER_TYPES``' placeholders as 0."""
+    config: Any = model.config
+    if getattr(config, "model_type", None) not in PAD_PLACEHOLDER_TYPES:
+        return input_ids
+    for name in ("image_token_id", "video_token_id"):
+        if isinstance(token := getattr(config, name, None), int):
+            input_ids = torch.where(input_ids == token, 0, input_ids)
+    return input_ids
+
+
 class MergedEmbeddings(torch.nn.Module):
     """The token embeddings with the image features' rows put, in order, at the image token's positions:
     transformers' ``masked_scatter``, as a gather of the k-th row at the k-th image token (a zero row
@@ -205,7 +221,8 @@ class MergedEmbeddings(torch.nn.Module):
         self.model, self.token = model, token  # the model's own paths: the checkpoint's names
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
-        embeds: torch.Tensor = self.model.get_input_embeddings()(input_ids)  # type: ignore[operator]
+        looked_up = placeholders_as_pad(self.model, input_ids)
+        embeds: torch.Tensor = self.model.get_input_embeddings()(looked_up)  # type: ignore[operator]
         flat = embeds.reshape(-1, embeds.shape[-1])
         is_image = (input_ids == self.token).reshape(-1)
         rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
