@@ -145,6 +145,38 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
     )
 
 
+def test_onnxruntime_level_shares_float16_caches(tmp_path: pathlib.Path) -> None:
+    """``dtype="fp16"`` (the default of the GPU targets): the half conversion runs GroupQueryAttention in
+    float16 on float16 caches, still read by it alone, so genai shares their buffers; the package verifies at
+    the half tolerance and genai's logits over the shared buffers follow transformers' float32 ones within
+    it at every step."""
+    import onnx
+
+    from fastonnx.pretrained.half_package import half_tolerance
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    model: Any = save_decoder(folder, "llama")
+    written = fastonnx.export_pretrained(
+        folder, package, optimize="onnxruntime", dtype="fp16", progress=False
+    )
+    assert written.verified is True, written.verify_note
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    proto = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    past = [i for i in proto.graph.input if i.name.startswith("past_key_values.")]
+    assert {i.type.tensor_type.elem_type for i in past} == {onnx.TensorProto.FLOAT16}
+    assert sum(n.op_type == "GroupQueryAttention" for n in proto.graph.node) == DECODER["num_hidden_layers"]
+    _, expected = _transformers_greedy(model.float().eval())
+    tokens, logits = _genai_greedy(package)
+    assert len(tokens) == NEW_TOKENS
+    # the steps genai and transformers both took from the same tokens: the first, and each while they agree
+    for step, (got, want) in enumerate(zip(logits, expected, strict=False)):
+        atol, rtol = half_tolerance(want)
+        torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol, msg=f"step {step}")
+        if int(got.argmax()) != int(want.argmax()):
+            break
+
+
 def test_shared_caches_only_for_plain_causal_attention() -> None:
     """The fusion drops the graph's own mask (the kernel applies the causal rule and right-padded lengths):
     it is asked for only where that is the model's whole attention."""

@@ -12,8 +12,9 @@ the total = the mask's length), applies the causal rule itself and reads right-p
 onnxruntime-genai model builder's packages do. A left-padded batch run through onnxruntime directly needs
 the default level's package, which keeps the mask as given. So the fusion is asked for only where the
 model's attention is exactly that: every layer full causal attention over a KV cache (no sliding window,
-no soft-capping, no attention sinks or biases: ``plain_causal``), at float32 (the half-precision pass
-keeps the standard forms), and it is checked on the written graph: every cache input read by one
+no soft-capping, no attention sinks or biases: ``plain_causal``), at float32 or float16 (the half
+conversion runs the fused node in float16 on float16 caches; onnxruntime has no bfloat16 kernel of it on
+the CPU), and it is checked on the written graph: every cache input read by one
 ``GroupQueryAttention`` and nothing else (``unshared_reason``). Where either fails the package keeps the
 concatenating form, genai's ``past_present_share_buffer`` stays false, and the report says why.
 """
@@ -70,7 +71,7 @@ def plain_causal(config: Any) -> str | None:
 
 def wanted(config: Any, spec: GraphSpec, options: dict[str, Any], dtype: str | None) -> str | None:
     """The mask input to name for the fusion, or None when the package keeps the concatenating form."""
-    if options.get("optimize") != "onnxruntime" or dtype is not None or spec.stateless:
+    if options.get("optimize") != "onnxruntime" or dtype == "bf16" or spec.stateless:
         return None
     if MASK not in spec.input_names or plain_causal(config) is not None:
         return None
