@@ -4,6 +4,9 @@
   ``model.decoder.`` meets the head's own key in the shards, so the export's wrapper prefix was
   ambiguous and the weights it reads (``model.level_embed``) were not found. Each weight's names now
   count together (``wrapper_prefix``).
+- Nemotron 3 Diarization's offline forward loops over chunks of ``chunk_length`` encoder frames, a
+  loop whose count torch.export decides on the length: captured as the one chunk the config declares
+  (capture/diarization_chunks.py), its feature length bounded to that chunk.
 
 Each is built from the sweep's own tiny config, exported by ``export_pretrained`` and verified against
 transformers eager.
@@ -14,19 +17,22 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
+from fastonnx.capture.diarization_chunks import offline_chunk_features, one_chunk_diarization
 from fastonnx.stored_weights.checkpoints import wrapper_prefix
 from support.matrix import sampled
 
 EXPORTS = [
     ("zero-shot-object-detection", "grounding-dino"),
     ("zero-shot-object-detection", "mm-grounding-dino"),
+    ("audio-frame-classification", "nemotron3_diarization"),
 ]
 
 # CI: at most one export of this file (<= 20 s)
-CI_EXPORTS: set[tuple[str, str]] = set()
+CI_EXPORTS = {("audio-frame-classification", "nemotron3_diarization")}
 
 
 @pytest.mark.parametrize(("task", "model_type"), sampled(EXPORTS, lambda case: case in CI_EXPORTS))
@@ -47,3 +53,36 @@ def test_wrapper_prefix_counts_a_tied_weights_names_together() -> None:
     tied = {decoder: [decoder, head], head: [decoder, head]}
     assert wrapper_prefix(keys, index, tied) == "inner.model."  # type: ignore[arg-type]
     assert wrapper_prefix(keys, index) == ""  # type: ignore[arg-type]  # untied: two cuts disagree
+
+
+def _diarizer() -> torch.nn.Module:
+    from transformers import Nemotron3DiarizationConfig, Nemotron3DiarizationForAudioFrameClassification
+
+    audio = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        num_mel_bins=16,
+        subsampling_factor=8,
+    )
+    head = dict(audio_hidden_size=32, hidden_size=32, num_speakers=8, subsampling_factor=8)
+    config = Nemotron3DiarizationConfig(
+        audio_config=audio, head_config=head, chunk_length=4, chunk_right_context=2
+    )
+    torch.manual_seed(0)
+    return Nemotron3DiarizationForAudioFrameClassification(config).eval()
+
+
+def test_one_chunk_diarization_matches_transformers_offline_forward() -> None:
+    model = _diarizer()
+    assert offline_chunk_features(model) == (9, 32)  # 2 encoder frames to chunk_length 4 of 8 frames
+    g = torch.Generator().manual_seed(0)
+    for frames in (9, 13, 24, 32):  # a padded last group (13) and none (24)
+        features = torch.randn(2, frames, 16, generator=g)
+        with torch.no_grad():
+            expected = model(input_features=features).logits
+            with one_chunk_diarization():
+                got = model(input_features=features).logits
+        torch.testing.assert_close(got, expected)

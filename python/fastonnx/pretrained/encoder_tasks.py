@@ -416,6 +416,15 @@ def encoder_inputs(
     return text, {name: names for name in text}
 
 
+def _declared_features(model: torch.nn.Module, used: set[str]) -> dict[str, tuple[int, int]]:
+    """The feature lengths a model itself declares one run takes: Nemotron 3 Diarization's offline chunk
+    (diarization_chunks.py; longer audio carries state across chunks)."""
+    from fastonnx.capture.diarization_chunks import offline_chunk_features
+
+    chunk = offline_chunk_features(model) if FEATURES in used else None
+    return {FEATURES: chunk} if chunk is not None else {}
+
+
 def min_samples(model: torch.nn.Module) -> int:
     """The fewest waveform samples a speech encoder's convolutions turn into 2 frames: at 1 frame its
     program is another one (a size-1 dim broadcasts), at 0 the model itself fails. SEW's encoders pool
@@ -490,5 +499,8 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
     least = {AUDIO: min_samples(model)} if AUDIO in used else {}
     if FEATURES in used:
         least[FEATURES] = min_features(model)
-    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20)) for d in used}
+    declared = _declared_features(model, used)
+    least.update({d: low for d, (low, _) in declared.items()})
+    most = {d: high for d, (_, high) in declared.items()}
+    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in used}
     return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}
