@@ -7,6 +7,9 @@
 - Nemotron 3 Diarization's offline forward loops over chunks of ``chunk_length`` encoder frames, a
   loop whose count torch.export decides on the length: captured as the one chunk the config declares
   (capture/diarization_chunks.py), its feature length bounded to that chunk.
+- SuperPoint's keypoints are a count per image only the data decides, padded to the batch's largest in
+  a Python loop over the images: exported for one image a run, the count a data-dependent length of
+  its outputs (ONNX NonZero); onnxruntime refuses a batch of 2.
 
 Each is built from the sweep's own tiny config, exported by ``export_pretrained`` and verified against
 transformers eager.
@@ -29,10 +32,11 @@ EXPORTS = [
     ("zero-shot-object-detection", "grounding-dino"),
     ("zero-shot-object-detection", "mm-grounding-dino"),
     ("audio-frame-classification", "nemotron3_diarization"),
+    ("keypoint-detection", "superpoint"),
 ]
 
 # CI: at most one export of this file (<= 20 s)
-CI_EXPORTS = {("audio-frame-classification", "nemotron3_diarization")}
+CI_EXPORTS = {("keypoint-detection", "superpoint")}
 
 
 @pytest.mark.parametrize(("task", "model_type"), sampled(EXPORTS, lambda case: case in CI_EXPORTS))
@@ -43,6 +47,13 @@ def test_sweep_small_task_exports_verified(tmp_path: pathlib.Path, task: str, mo
     sweep.build_checkpoint(task, model_type, class_name, folder)
     written = fastonnx.export_pretrained(folder, tmp_path / "package", task=task, progress=False)
     assert written.verified is True, written.verify_note
+    if model_type == "superpoint":  # one image a run: a batch of 2 is refused, not padded silently
+        import numpy as np
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(tmp_path / "package" / "model.onnx"))
+        with pytest.raises(Exception, match="pixel_values"):
+            session.run(None, {"pixel_values": np.zeros((2, 3, 224, 224), np.float32)})
 
 
 def test_wrapper_prefix_counts_a_tied_weights_names_together() -> None:
