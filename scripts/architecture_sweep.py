@@ -135,6 +135,10 @@ _NONE_FILLED = {
 # model reads from a sub-config whose class lacks it): these architectures' released config.json
 _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # LiquidAI/LFM2-8B-A1B: convolutions, attention
+    # IDEA-Research/grounding-dino-tiny keeps the top 900 of its encoder's proposal scores: at random weights
+    # the 900th and 901st of the tiny image's 4165 lie 2e-5 apart, within float32 rounding, so which one
+    # makes the cut (and the order of near-equal ones) says nothing of the export: the top 20 are far apart
+    **dict.fromkeys(("grounding-dino", "mm-grounding-dino"), {"num_queries": 20}),
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8}},  # databricks/dbrx-instruct
     # Zyphra/Zamba-7B-v1 has 13 hybrid layers sharing one attention block; transformers ties the others to
     # the first and fails where there is no other (one of each kind of layer at two layers)
@@ -630,12 +634,28 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     model = cls(config).eval()
     _untie_zero_matrices(model)
     _unit_batch_norm_scales(model)
+    _spread_keypoint_scores(model)
     _eager_check(task, model)
     model.save_pretrained(folder)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
     return params
+
+
+def _spread_keypoint_scores(model: Any) -> None:
+    """Redraws SuperPoint's score head (weights of std 2, no bias): at its initialization every pixel
+    scores about 1/65, so its non-maximum suppression (``scores == max_pool(scores)``) and threshold pick
+    among values float32 rounding orders, which says nothing of the export; a trained head's map peaks."""
+    import torch
+
+    head = getattr(model, "keypoint_decoder", None)
+    if head is None or not hasattr(head, "conv_score_b"):
+        return
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 2 if p.dim() > 1 else torch.zeros_like(p))
 
 
 def _untie_zero_matrices(model: Any) -> None:

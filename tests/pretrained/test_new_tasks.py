@@ -1,7 +1,7 @@
 """optimum's zero-shot-object-detection, keypoint-detection and time-series-forecasting tasks: one
 architecture a task built by the architecture sweep's tiny-config maker, exported by ``export_pretrained``
 with its verification; OWL-ViT's flattened queries run again at other numbers of images and queries;
-SuperPoint's data-dependent keypoints refused; Grounding DINO's phrase masks against transformers'."""
+Grounding DINO's phrase masks against transformers'."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
-from fastonnx.errors import InputError
 from support.matrix import sampled
 
 # task, model type, class, the graph's inputs and outputs
@@ -91,15 +90,6 @@ def _owl_at_other_sizes(folder: pathlib.Path, model_path: pathlib.Path) -> None:
             expected = getattr(want, name)
             assert float(expected.abs().max()) > 1e-3, name
             torch.testing.assert_close(torch.from_numpy(np.asarray(value)), expected, atol=1e-4, rtol=1e-3)
-
-
-def test_superpoint_keypoints_are_refused(tmp_path: pathlib.Path) -> None:
-    """SuperPoint's keypoints are a count per image only the data decides: refused, saying why."""
-    folder = tmp_path / "checkpoint"
-    task = "keypoint-detection"
-    architecture_sweep().build_checkpoint(task, "superpoint", "SuperPointForKeypointDetection", folder)
-    with pytest.raises(InputError, match="only the data decides"):
-        fastonnx.export_pretrained(folder, tmp_path / "package", task, progress=False)
 
 
 def test_phrase_masks_match_grounding_dino() -> None:

@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.diarization_chunks import one_chunk_diarization
 from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
@@ -206,6 +207,7 @@ def _export(
         guard_free_seq2seq_shifts(),
         guard_free_speech_encoders(),
         gathered_document_patches(),
+        one_chunk_diarization(),  # diarization_chunks.py
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

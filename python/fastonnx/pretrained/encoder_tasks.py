@@ -79,8 +79,13 @@ VARIABLE_COUNTS: dict[str, tuple[str, ...]] = {
     "keypoint-detection": ("keypoints", "mask"),
 }
 """Fields (all declared) of an output holding a data-dependent number of detections, which its
-post-processing reads as they are: no graph of dynamic sizes returns them, and none of the dense maps
-before them serves that post-processing. Such a model is refused."""
+post-processing reads as they are: no graph of a dynamic batch returns them (transformers pads the batch
+to its largest count in a Python loop over the images), and none of the dense maps before them serves
+that post-processing. Such a model is exported for one image a run (``ONE_IMAGE_OUTPUTS``)."""
+
+ONE_IMAGE_OUTPUTS = ("keypoints", "scores", "descriptors", "mask")
+"""What a ``VARIABLE_COUNTS`` model's graph returns, for a batch of 1: its count a data-dependent
+length of the outputs (ONNX NonZero), the mask all ones."""
 
 WAVEFORM_SAMPLES = 16000  # one second at the 16 kHz the speech encoders are trained on
 FEATURE_FRAMES = 100  # a second of 10 ms frames
@@ -400,6 +405,8 @@ def encoder_inputs(
     if takes(model, "pixel_values") and task not in TEXT_TASKS:
         # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)
         pose = task == "keypoint-detection" and not hasattr(config, "image_size")
+        if one_image_outputs(model, task):  # SuperPoint: one image a run, no dim dynamic
+            return image_inputs(_sub(config, "backbone_config") if pose else config, 1, device), {}
         images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
@@ -414,6 +421,15 @@ def encoder_inputs(
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
     return text, {name: names for name in text}
+
+
+def _declared_features(model: torch.nn.Module, used: set[str]) -> dict[str, tuple[int, int]]:
+    """The feature lengths a model itself declares one run takes: Nemotron 3 Diarization's offline chunk
+    (diarization_chunks.py; longer audio carries state across chunks)."""
+    from fastonnx.capture.diarization_chunks import offline_chunk_features
+
+    chunk = offline_chunk_features(model) if FEATURES in used else None
+    return {FEATURES: chunk} if chunk is not None else {}
 
 
 def min_samples(model: torch.nn.Module) -> int:
@@ -461,10 +477,20 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     module_cls = ENCODERS.get(tuple(inputs))
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
-    fields = output_fields(model, task)
+    fields = one_image_outputs(model, task) or output_fields(model, task)
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+
+
+def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
+    """The ``ONE_IMAGE_OUTPUTS`` a model of ``VARIABLE_COUNTS`` declares (SuperPoint's), else ()."""
+    cls = _output_class(model)
+    counted = VARIABLE_COUNTS.get(task, ())
+    declared = [f.name for f in dataclasses.fields(cls)] if cls is not None else []
+    if not counted or not set(counted) <= set(declared):
+        return ()
+    return tuple(f for f in ONE_IMAGE_OUTPUTS if f in declared)
 
 
 def _refuse_variable_counts(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:
@@ -490,5 +516,8 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
     least = {AUDIO: min_samples(model)} if AUDIO in used else {}
     if FEATURES in used:
         least[FEATURES] = min_features(model)
-    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=_MAX.get(d, 1 << 20)) for d in used}
+    declared = _declared_features(model, used)
+    least.update({d: low for d, (low, _) in declared.items()})
+    most = {d: high for d, (_, high) in declared.items()}
+    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in used}
     return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}

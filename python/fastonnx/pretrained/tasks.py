@@ -115,8 +115,8 @@ TASKS: dict[str, Task] = {
         Task(
             "keypoint-detection",
             ("MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES", "MODEL_FOR_POSE_ESTIMATION_MAPPING_NAMES"),
-            "pose estimation (ViTPose): heatmaps per keypoint (SuperPoint's keypoint counts are data-"
-            "dependent: refused)",
+            "pose estimation (ViTPose): heatmaps per keypoint; SuperPoint: one image a run, keypoints of a "
+            "data-dependent count",
         ),
         Task(
             "time-series-forecasting",

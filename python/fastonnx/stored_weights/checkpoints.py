@@ -235,17 +235,28 @@ def aliases(model: Any) -> dict[str, list[str]]:
     return {n: group for group in names.values() if len(group) > 1 for n in group}
 
 
-def wrapper_prefix(keys: Sequence[str], index: dict[str, ShardTensor]) -> str:
+def wrapper_prefix(
+    keys: Sequence[str], index: dict[str, ShardTensor], tied: dict[str, list[str]] | None = None
+) -> str:
     """The one prefix (``"m."``) that a wrapper module puts before the checkpoint's keys, or "": the
-    keys not in the shards that are in them once a leading ``a.b.`` is cut, when all agree on it."""
-    found = {
-        key[: i + 1]
-        for key in keys
-        if key not in index
-        for i, c in enumerate(key)
-        if c == "." and key[i + 1 :] in index
-    }
-    return found.pop() if len(found) == 1 else ""
+    prefix that, cut from the keys not in the shards, finds each of them (or one of its ``tied`` names)
+    in the shards. A tied weight's other name can meet the shards under a deeper cut by chance
+    (Grounding DINO's ``model.decoder.bbox_embed.0...`` cut to ``bbox_embed.0...``, the head's own
+    key): so each weight's names count together, and only a cut that finds every weight is kept."""
+    tied = tied or {}
+    common: set[str] | None = None
+    for key in keys:
+        if key in index:
+            continue
+        cuts = {
+            name[: i + 1]
+            for name in [key, *tied.get(key, [])]
+            for i, c in enumerate(name)
+            if c == "." and name[i + 1 :] in index
+        }
+        if cuts:  # a key no cut finds (a computed buffer) says nothing of the prefix
+            common = cuts if common is None else common & cuts
+    return common.pop() if common is not None and len(common) == 1 else ""
 
 
 def renamed_keys(model: Any, keys: Sequence[str]) -> dict[str, str]:
@@ -291,7 +302,7 @@ def plan_references(
     for model_key, key in renamed_keys(model, list(index)).items():
         index.setdefault(model_key, index[key])
     tied = aliases(model)
-    prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index)
+    prefix = wrapper_prefix([key for key, _, _ in weights_read.values()], index, tied)
     done = ReferencePlan(folder=os.path.dirname(files[0]))
     for name, (key, dtype, shape) in weights_read.items():
         names = [key, *tied.get(key, [])]
