@@ -296,6 +296,10 @@ def _check_vision_language(
 
     if image_prefix.own_layout(model):
         return _check_image_prefix(sessions, model, config, specs)
+    from fastonnx.pretrained import cross_attention_vlms
+
+    if cross_attention_vlms.own_layout(model):
+        return cross_attention_vlms.check_package(sessions, model, config, specs)
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = specs[vl.VISION_FILE].input_names
