@@ -253,13 +253,16 @@ def cross_attention_graphs(model: torch.nn.Module, config: Any) -> dict[str, Gra
 
 
 def check_package(
-    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec]
+    sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec], check: Any
 ) -> list[Any]:
     """One image of 2 tiles and a prompt holding its token after 2 text tokens (those 2 see no tile: their
     rows of the mask are 0): the image's keys and values against transformers', then a greedy generation
-    of 6 tokens over the three files against ``generate``: every step's logits, and the tokens."""
+    of 6 tokens over the three files against ``generate``: every step's logits, and the tokens.
+    ``check``: package_check's module (its ``_run``, ``_generate`` and ``_greedy_over_files``), passed in
+    as it imports this one."""
     from fastonnx.diagnostics.verdicts import compare
-    from fastonnx.pretrained import package_check as pc
+
+    pc = check
 
     image = vision_example(config, "cpu")
     spec = specs[VISION_FILE]
@@ -296,4 +299,5 @@ def check_package(
         torch.zeros(0, hidden),
         generated,
     )
-    return infos + steps(positions, extra)
+    greedy: list[Any] = steps(positions, extra)
+    return infos + greedy

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -299,7 +300,7 @@ def _check_vision_language(
     from fastonnx.pretrained import cross_attention_vlms
 
     if cross_attention_vlms.own_layout(model):
-        return cross_attention_vlms.check_package(sessions, model, config, specs)
+        return cross_attention_vlms.check_package(sessions, model, config, specs, sys.modules[__name__])
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = specs[vl.VISION_FILE].input_names
