@@ -243,6 +243,16 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # Salesforce/instructblip-vicuna-7b used for video: the video token, and positions (2048) for a video's
     # 4 frames of 32 query rows, which the tiny 128 do not hold with a prompt
     "instructblipvideo": {"video_token_index": VOCAB - 1, "text_config": {"max_position_embeddings": 256}},
+    # meta-llama/Llama-3.2-11B-Vision: a cross-attention layer among the text layers (its 3, 8, 13...
+    # are past the tiny 2), the vision tower's taps among its layers (the projector reads them: 3 x 64)
+    "mllama": {
+        "text_config": {"num_hidden_layers": 3, "cross_attention_layers": [1]},
+        "vision_config": {
+            "intermediate_layers_indices": [0, 1],
+            "vision_output_dim": 192,
+            "num_global_layers": 2,
+        },
+    },
     # deepseek-community/deepseek-vl-7b-chat: its SAM tower's 12 layers attend globally in [2, 5, 8, 11], the
     # first of which feeds the high-resolution features; the tiny tower's 2 layers: the last
     "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},

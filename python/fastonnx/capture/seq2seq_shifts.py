@@ -13,9 +13,10 @@ is left as transformers writes it: torch.export keeps its data-dependent size un
 transformers' function on every input it accepts (as many eos tokens in every row, at least one); its
 checks of the counts become runtime asserts, which ONNX drops (converters/checks.py).
 
-M2M100's and NLLB-MoE's sinusoidal position embeddings read a table sized at init and rebuild it larger
-when ``padding_idx + 1 + L + past`` exceeds it: a branch on the length (the guard ``L <= 129`` for a
-table of 128 positions). ``sinusoidal_positions_by_formula`` computes each position's row from the
+M2M100's, NLLB-MoE's and Kosmos-2's (2.5's) sinusoidal position embeddings read a table sized at init
+and rebuild it larger when ``padding_idx + 1 + L + past`` exceeds it: a branch on the length (the guard
+``L <= 129`` for a table of 128 positions; where torch does not keep it, a graph gathering past its
+table). ``sinusoidal_positions_by_formula`` computes each position's row from the
 table's own formula instead, the same function at every length. ProphetNet's positions after the past
 go through ``int(padding_idx + past + length)``, which specialises the past length;
 ``prophetnet_positions`` makes the same position from the sizes as a tensor.
@@ -91,11 +92,15 @@ def sinusoidal_positions_by_formula(
     input_ids: torch.Tensor | None = None,
     inputs_embeds: torch.Tensor | None = None,
     past_key_values_length: int | torch.Tensor = 0,
+    position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``M2M100SinusoidalPositionalEmbedding.forward`` (NLLB-MoE's alike): the rows of ``get_embedding``'s
-    table at the positions, computed for those positions alone (the same float32 products, sines and
-    cosines), so no table has to cover the length."""
-    if input_ids is not None:
+    """``M2M100SinusoidalPositionalEmbedding.forward`` (NLLB-MoE's, Kosmos-2's and Kosmos-2.5's alike,
+    those taking ``position_ids`` too): the rows of ``get_embedding``'s table at the positions, computed
+    for those positions alone (the same float32 products, sines and cosines), so no table has to cover
+    the length."""
+    if position_ids is not None:
+        positions = position_ids
+    elif input_ids is not None:
         positions = self.create_position_ids_from_input_ids(
             input_ids, self.padding_idx, past_key_values_length
         )
@@ -298,6 +303,8 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "umt5": {"UMT5PreTrainedModel._shift_right": t5_shift_right},
     "m2m_100": {"M2M100SinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "nllb_moe": {"NllbMoeSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
+    "kosmos2": {"Kosmos2TextSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
+    "kosmos2_5": {"Kosmos2_5TextSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "prophetnet": {"ProphetNetPositionalEmbeddings.forward": prophetnet_positions},
     "longt5": {
         "_split_into_blocks": split_into_padded_blocks,

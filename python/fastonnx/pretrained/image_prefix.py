@@ -13,7 +13,13 @@ becomes rows of the decoder's input: vision_language.py's three files, each fami
   ``input_ids`` by the rows; no rows on the steps). ``decoder_model_merged.onnx`` takes ``token_type_ids``
   (1 at the image's rows, 0 else) and does what GIT's embeddings do to the text's rows only (position
   embeddings, layer norm), and makes the prefix's block mask from the types, as PaliGemma's decoder; its
-  ``attention_mask`` covers the image's rows too (GIT widens a step's mask over them in Python).
+  ``attention_mask`` covers the image's rows too (GIT widens a step's mask over them in Python);
+- Kosmos-2.5: Kosmos-2's layout, its image Pix2Struct's ``flattened_patches`` (1 x patches x 2 + patch
+  pixels: row and column from 1, then the pixels; zero rows padding, which its tower masks itself), the
+  patches' number dynamic; its rows the ``latent_query_num`` queries of ``image_to_text_projection``. Its
+  decoder adds a segment embedding (1 at the image's rows, 0 else), so ``decoder_model_merged.onnx`` takes
+  ``image_embeds_position_mask`` too (the prompt's in the prefill, zeros on the steps, as ``generate``
+  passes none then and transformers adds segment 0).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from fastonnx.pretrained.vision_language import (
     text_sizes,
 )
 
-PREFIX_FAMILIES = ("kosmos-2", "git")
+PREFIX_FAMILIES = ("kosmos-2", "kosmos-2.5", "git")
 """Model types whose package this module makes."""
 
 
@@ -55,14 +61,23 @@ def _git(model: torch.nn.Module) -> bool:
     return getattr(model.config, "model_type", None) == "git"
 
 
-def image_features(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
-    """One image's feature rows, as the model's forward makes them."""
+def _patches(config: Any) -> bool:
+    """Whether the image comes as Kosmos-2.5's flattened patches."""
+    return getattr(config, "model_type", None) == "kosmos-2.5"
+
+
+def image_features(model: torch.nn.Module, image: torch.Tensor) -> torch.Tensor:
+    """One image's feature rows, as the model's forward makes them (``image``: its pixels, or
+    Kosmos-2.5's flattened patches)."""
     m: Any = model
     if _git(model):
-        states = m.git.image_encoder(pixel_values).last_hidden_state
+        states = m.git.image_encoder(image).last_hidden_state
         rows = m.git.visual_projection(states)
+    elif _patches(model.config):  # Kosmos-2.5's forward
+        states = m.vision_model(flattened_patches=image).last_hidden_state
+        rows, _ = m.image_to_text_projection(torch.nn.functional.normalize(states, dim=-1))
     else:  # Kosmos-2's forward
-        states = m.vision_model.model.post_layernorm(m.vision_model(pixel_values=pixel_values)[0])
+        states = m.vision_model.model.post_layernorm(m.vision_model(pixel_values=image)[0])
         rows, _ = m.image_to_text_projection(torch.nn.functional.normalize(states, dim=-1))
     out: torch.Tensor = rows.reshape(-1, rows.shape[-1])
     return out
@@ -73,13 +88,29 @@ def vision_config(config: Any) -> Any:
     return config.vision_config
 
 
+PATCHES = "num_patches"
+
+
+def image_input(config: Any, device: str | torch.device) -> tuple[str, torch.Tensor]:
+    """The vision encoder's input and an example of one image: pixels of the vision config's size, or
+    Kosmos-2.5's flattened patches (2 rows of 3, row and column from 1 as its processor numbers them)."""
+    if not _patches(config):
+        return "pixel_values", image_inputs(vision_config(config), 1, device)["pixel_values"]
+    columns, patches = 3, 6
+    width = int(vision_config(config).patch_embed_hidden_size)
+    pixels = torch.randn(1, patches, width, generator=torch.Generator().manual_seed(0))
+    where = torch.arange(patches)
+    place = torch.stack([(where // columns + 1).float(), (where % columns + 1).float()], dim=-1)
+    return "flattened_patches", torch.cat([place.unsqueeze(0), pixels], dim=-1).to(device)
+
+
 class _Features(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return image_features(self.model, pixel_values)
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return image_features(self.model, image)
 
 
 class PositionMaskEmbeddings(torch.nn.Module):
@@ -132,6 +163,33 @@ class KosmosStep(EmbedsStep):
         return self.step(text, inputs_embeds, attention_mask, position_ids, past_key_values)
 
 
+class Kosmos25Step(torch.nn.Module):
+    """Kosmos-2.5's text decoder one step from the embeddings; ``image_embeds_position_mask`` picks each
+    position's segment embedding (1 at the image's rows)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        image_embeds_position_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        out = self.model.text_model(  # type: ignore[operator]
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            image_embeds_position_mask=image_embeds_position_mask,
+            use_cache=True,
+        )
+        return out.logits, returned_cache(out)
+
+
 class GitStep(torch.nn.Module):
     """GIT's forward from ``PrefixEmbeddings``' rows: GIT's embeddings (positions, layer norm) on the text's
     rows (``token_type_ids`` 0), the image's as they are; the mask causal but for the image's block."""
@@ -168,7 +226,7 @@ class GitStep(torch.nn.Module):
 
 def position_offset(config: Any) -> int:
     """What the decoder's first position is: Kosmos-2's sinusoidal table starts past its padding row."""
-    if getattr(config, "model_type", None) == "kosmos-2":
+    if getattr(config, "model_type", None) in ("kosmos-2", "kosmos-2.5"):
         return int(config.text_config.pad_token_id) + 1
     return 0
 
@@ -200,15 +258,18 @@ def _decoder(model: torch.nn.Module, config: Any) -> GraphSpec:
         step, args = GitStep(model), (*args, torch.zeros(2, 3, dtype=torch.int64, device="meta"))
         dims["token_type_ids"] = {0: b, 1: s}
         names.append("token_type_ids")
+    elif _patches(config):
+        step, args = Kosmos25Step(model), (*args, torch.zeros(2, 3, dtype=torch.int64, device="meta"))
+        dims["image_embeds_position_mask"] = {0: b, 1: s}
+        names.append("image_embeds_position_mask")
     return GraphSpec(step, args, dims, names, ["logits", *cache_names(layout, "present")], layout)
 
 
 def image_prefix_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The three graphs of a ``PREFIX_FAMILIES`` model's package."""
-    pixels = image_inputs(vision_config(config), 1, "meta")["pixel_values"]
-    vision = GraphSpec(
-        _Features(model), (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
-    )
+    name, image = image_input(config, "meta")
+    patches = {1: torch.export.Dim(PATCHES, min=1, max=1 << 16)} if _patches(config) else {}
+    vision = GraphSpec(_Features(model), (image,), {"image": patches}, [name], ["image_features"])
     hidden, vocab = text_sizes(config)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)

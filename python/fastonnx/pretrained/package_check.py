@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
-from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, image_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
@@ -296,6 +297,10 @@ def _check_vision_language(
 
     if image_prefix.own_layout(model):
         return _check_image_prefix(sessions, model, config, specs)
+    from fastonnx.pretrained import cross_attention_vlms
+
+    if cross_attention_vlms.own_layout(model):
+        return cross_attention_vlms.check_package(sessions, model, config, specs, sys.modules[__name__])
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = specs[vl.VISION_FILE].input_names
@@ -347,15 +352,15 @@ def _check_image_prefix(
     from fastonnx.pretrained import image_prefix as ip
     from fastonnx.pretrained import vision_language as vl
 
-    pixels = image_inputs(ip.vision_config(config), 1, "cpu")["pixel_values"]
-    (features,) = _run(sessions[vl.VISION_FILE], ["pixel_values"], [pixels])
+    name, image = ip.image_input(config, "cpu")  # pixels, or Kosmos-2.5's flattened patches
+    (features,) = _run(sessions[vl.VISION_FILE], [name], [image])
     with torch.no_grad():
-        expected = ip.image_features(model, pixels)
+        expected = ip.image_features(model, image)
     infos = [compare("vision_encoder: image_features", expected, features)]
     _, vocab = vl.text_sizes(config)
     text = torch.randint(min(5, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
     plan = ip.check_plan(model, config, text, features.shape[0])
-    generated = _generate(model, plan["ids"], {"pixel_values": pixels, **plan["generate"]})
+    generated = _generate(model, plan["ids"], {name: image, **plan["generate"]})
     steps = _greedy_over_files(
         sessions,
         (vl.EMBED_FILE, "image_features"),

@@ -693,11 +693,15 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         # a vision encoder-decoder (optimum's image-to-text): text2text's three files over an image encoder
         return text2text(model, config, images=True)
     if task == "image-text-to-text":
+        from fastonnx.pretrained.cross_attention_vlms import cross_attention_graphs
+        from fastonnx.pretrained.cross_attention_vlms import own_layout as cross_attention_layout
         from fastonnx.pretrained.image_prefix import image_prefix_graphs, own_layout
         from fastonnx.pretrained.vision_language import image_text_to_text
 
         if own_layout(model):  # Kosmos-2's image positions, GIT's image prefix
             return image_prefix_graphs(model, config)
+        if cross_attention_layout(model):  # Mllama's cross-attention layers
+            return cross_attention_graphs(model, config)
         return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them

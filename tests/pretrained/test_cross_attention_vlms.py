@@ -1,0 +1,100 @@
+"""The last decoder-only vision-language models the architecture sweep found failing in image-text-to-text,
+each built from the sweep's own tiny config, exported by ``export_pretrained`` and verified (the vision
+encoder's outputs, then a greedy generation over the three files against transformers' ``generate``):
+
+- Mllama reads the image through cross-attention layers (cross_attention_vlms.py): the vision encoder
+  gives their keys and values, the decoder takes them on every step; the sweep's tiny config had no
+  cross-attention layer and vision taps past its layers;
+- Kosmos-2.5 places its rows at ``image_embeds_position_mask`` as Kosmos-2 (image_prefix.py), from
+  flattened patches, its decoder adding the mask's segment embedding; its 2048 image rows outgrow the
+  sinusoidal table, whose rows are now computed by formula (capture/seq2seq_shifts.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastonnx.capture.seq2seq_shifts import sinusoidal_positions_by_formula
+from fastonnx.pretrained.cross_attention_vlms import (
+    CrossAttentionStep,
+    TokenEmbeddings,
+    image_keys_values,
+    self_layout,
+    vision_example,
+)
+from fastonnx.pretrained.decoder_cache import filled_cache
+
+# their exports are sampled with the other image-prefix models' (test_image_prefix_models.py)
+
+
+def test_kosmos_positions_by_formula_past_the_table() -> None:
+    from transformers.models.kosmos2_5.modeling_kosmos2_5 import Kosmos2_5TextSinusoidalPositionalEmbedding
+
+    table = Kosmos2_5TextSinusoidalPositionalEmbedding(num_positions=8, embedding_dim=16, padding_idx=1)
+    positions = torch.tensor([[2, 3, 40, 1], [50, 7, 2, 9]])  # past the 10 rows, and the padding row
+    got = sinusoidal_positions_by_formula(table, inputs_embeds=torch.zeros(2, 4, 16), position_ids=positions)
+    # eager grows its table to cover the length it is given: 60 positions cover the ids
+    expected = table(inputs_embeds=torch.zeros(2, 60, 16), position_ids=positions.repeat(1, 15))[:, :4]
+    torch.testing.assert_close(got, expected)
+
+
+def _tiny_mllama() -> Any:
+    from transformers import MllamaConfig, MllamaForConditionalGeneration
+
+    config = MllamaConfig(
+        text_config={
+            "vocab_size": 64,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "cross_attention_layers": [1],
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_global_layers": 1,
+            "attention_heads": 2,
+            "image_size": 16,
+            "patch_size": 8,
+            "max_num_tiles": 4,
+            "intermediate_layers_indices": [0, 1],
+            "vision_output_dim": 96,
+        },
+        image_token_index=63,
+    )
+    torch.manual_seed(0)
+    model = MllamaForConditionalGeneration(config).eval()
+    with torch.no_grad():  # open the gates (zeros at init: the image would change nothing)
+        for layer in model.model.language_model.layers[1:2]:
+            layer.cross_attn_attn_gate.fill_(0.5)
+            layer.cross_attn_mlp_gate.fill_(0.5)
+    return model
+
+
+def test_the_cross_attention_step_is_mllamas_forward() -> None:
+    from transformers import DynamicCache
+
+    model = _tiny_mllama()
+    image = vision_example(model.config, "cpu")
+    ids = torch.tensor([[5, 6, 63, 7, 8, 9]])
+    mask = torch.zeros(1, 6, 1, 4, dtype=torch.int64)
+    mask[:, 2:] = image["aspect_ratio_mask"][:, None]  # the first 2 tokens see no tile
+    with torch.no_grad():
+        expected = model(input_ids=ids, cross_attention_mask=mask, **image).logits
+        cross = image_keys_values(model, **image)
+        empty = filled_cache(self_layout(model.config), 1, 0, "cpu", torch.Generator())
+        embeds = TokenEmbeddings(model)(ids)
+        positions = torch.arange(6).unsqueeze(0)
+        got, present = CrossAttentionStep(model)(embeds, torch.ones_like(ids), positions, empty, mask, cross)
+    torch.testing.assert_close(got, expected)
+    # the self-attention layers' cache only (layers 0 and 2), grown by the prompt
+    assert isinstance(present, DynamicCache)
+    assert [layer.keys.shape[2] for layer in present.layers] == [6, 6]
