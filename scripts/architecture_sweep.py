@@ -40,7 +40,9 @@ COVERAGE = os.path.join(ROOT, "docs", "coverage.md")
 SECTION = "transformers-architectures"
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from fastonnx.pretrained import tasks as _tasks  # noqa: E402  (after the path: a checkout's own package)
+from tiny_config_fixes import tiny_fixes  # noqa: E402
 
 # task -> the transformers.models.auto.modeling_auto mappings listing its architectures: every task
 # `fastonnx export` knows
@@ -511,6 +513,7 @@ def tiny_config(model_type: str, extra: dict[str, Any] | None = None) -> Any:
     if not vision:  # the special tokens inside the tiny vocabulary (a classifier needs its pad token)
         overrides.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     overrides = _merged(overrides, _CHECKPOINT_VALUES.get(model_type, {}))
+    overrides = _merged(overrides, tiny_fixes(model_type))  # sizes made consistent (tiny_config_fixes.py)
     return _config(model_type, _merged(overrides, extra or {}))
 
 
@@ -707,19 +710,42 @@ def _vision_language_check(model: Any) -> None:
 
     from fastonnx.errors import InputError
     from fastonnx.pretrained import vision_language as vl
+    from fastonnx.pretrained.graph_spec import takes
 
     if not hasattr(model, "get_image_features"):
         _plain_image_forward(model)
         return
+    if not takes(model, "pixel_values"):
+        return  # its images come as other inputs (Fuyu's patches): the export says what it cannot make
     try:
-        images = vl.vision_inputs(model, model.config, 1, "cpu")
+        images = _anyres_images(model) or vl.vision_inputs(model, model.config, 1, "cpu")
         vl.image_token_id(model.config)
         rows = vl.image_features(model, **images).shape[0]  # Llama 4's are the tower's, not projected
     except InputError:
         return
     ids = vl.image_prompt(model.config, torch.full((1, 2), 3), rows, torch.full((1, 2), 4))
     _, _, placed = vl.prompt_positions(model, ids, images)  # Qwen-VL's image positions need the token types
-    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed)
+    # an encoder-decoder's decoder (T5Gemma 2's) reads its own first token
+    start = {"decoder_input_ids": ids[:, :1]} if takes(model, "decoder_input_ids") else {}
+    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed, **start)
+
+
+def _anyres_images(model: Any) -> dict[str, Any] | None:
+    """One image of the tower's size as LLaVA-NeXT's processor cuts it (anyres: ``image_grid_pinpoints``): its
+    base view and the tiles of the best pinpoint, batch x tiles x channels x height x width; None for a
+    model of plain images. fastonnx's own inputs are plain images, which these models do not take."""
+    import torch
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    config = model.config
+    pinpoints, vision = getattr(config, "image_grid_pinpoints", None), getattr(config, "vision_config", None)
+    side = getattr(vision, "image_size", None)
+    if not pinpoints or not _is_int(side):
+        return None
+    tiles = image_size_to_num_patches((side, side), pinpoints, side)
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randn(1, tiles, getattr(vision, "num_channels", 3), side, side, generator=g)
+    return {"pixel_values": pixels, "image_sizes": torch.tensor([[side, side]])}
 
 
 def _plain_image_forward(model: Any) -> None:

@@ -1,0 +1,148 @@
+"""Per-architecture overrides on top of the architecture sweep's tiny configs (scripts/architecture_sweep.py):
+where shrinking every size alike leaves sizes that disagree with each other (a head as wide as the full
+tower's output, a pooling kernel of zero, a codebook larger than the vocabulary) or sizes the generic
+shrinking cannot tell (stage widths of a convolutional backbone), the values that make transformers' own
+eager forward run at tiny sizes. Each entry says what it makes consistent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+VOCAB = 128  # the sweep's tiny vocabulary (architecture_sweep.VOCAB)
+
+
+def _chameleon_vocabulary(codebook: int) -> dict[str, int]:
+    """Chameleon's BPE names of the VQ codes: IMGIMG + the code's digits as letters (A = 0) + one closing
+    character; the codes take the last ids before the image placeholder ``<image>`` (the last id)."""
+    first = VOCAB - 1 - codebook
+    names = {f"IMGIMG{''.join(chr(ord('A') + int(c)) for c in str(i))}Z": first + i for i in range(codebook)}
+    return {**names, "<image>": VOCAB - 1}
+
+
+def _emu3_vocabulary(codebook: int) -> dict[str, int]:
+    """Emu3's visual token names (``<|visual token000012|>``: the code in 6 digits), its image placeholder
+    and the end-of-line token it puts after each row of codes."""
+    first = VOCAB - 2 - codebook
+    names = {f"<|visual token{i:06d}|>": first + i for i in range(codebook)}
+    return {**names, "<|extra_200|>": VOCAB - 2, "<image>": VOCAB - 1}
+
+
+_CODEBOOK = 32  # the tiny VQ tokenizers' codes, inside the 128-token vocabulary
+
+FIXES: dict[str, dict[str, Any]] = {
+    # Gemma 3's projector average-pools the tower's patches (image 32 / patch 8: 4 x 4) to
+    # mm_tokens_per_image (256 = 16 x 16 by default): a pooling kernel 4 // 16 = 0; 2 x 2 tokens pool 2 x 2
+    **dict.fromkeys(("gemma3", "shieldgemma2"), {"mm_tokens_per_image": 4}),
+    # Chameleon's VQ codes become BPE ids through vocabulary_map, which the config leaves empty; the
+    # codebook (8192) and the VQ encoder's widths (base 128 x [1, 1, 2, 2, 4]) shrunk to fit
+    "chameleon": {
+        "vocabulary_map": _chameleon_vocabulary(_CODEBOOK),
+        "image_token_id": VOCAB - 1,
+        "vq_config": {
+            "num_embeddings": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1, 1],
+            "latent_channels": 16,
+            "embed_dim": 16,
+            "resolution": 32,
+        },
+    },
+    "emu3": {
+        "vocabulary_map": _emu3_vocabulary(_CODEBOOK),
+        "image_token_id": VOCAB - 1,
+        "vq_config": {
+            "codebook_size": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1],
+            "hidden_size": 32,  # its attention runs at base_channels x the last multiplier
+            "num_attention_heads": 1,
+        },
+    },
+    # deepseek-ai/DeepSeek-OCR-2: which layers are MoE ones (None by default, which its layers index)
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # facebook/Perception-LM-1B: a timm Perception Encoder tower (vit_pe_core_large_patch14_336, width 1024)
+    # whose width the projector reads from model_args; the resnet50 default has none. PE's tiny variant,
+    # shrunk to the sweep's widths, on 2 x 2 patches of 16
+    "perception_lm": {
+        "vision_config": {
+            "architecture": "vit_pe_core_tiny_patch16_384",
+            "model_args": {
+                "embed_dim": 64,
+                "depth": 2,
+                "num_heads": 4,
+                "img_size": [32, 32],
+                "ref_feat_shape": [2, 2],
+                "global_pool": "",
+                "use_post_transformer_norm": False,
+            },
+        }
+    },
+    # nvidia Cosmos 3 Edge: mrope_section [24, 20, 20] splits head_dim 128's 64 frequencies; the tiny 16's 8
+    "cosmos3_edge": {"text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}}},
+    # GLM-5 Next's sparse-attention (DSA) layers take no rotary part (qk_rope_head_dim 0, head_dim 0 by
+    # default), which the multi-head-latent-attention shrinking sets to 8; its indexer's and linear
+    # attention's heads, the vision tower's depth and output shrunk alike
+    "glm5_next": {
+        "text_config": {
+            "qk_rope_head_dim": 0,
+            "head_dim": 0,
+            "index_head_dim": 16,
+            "index_n_heads": 4,
+            "index_topk": 8,
+            "index_kpool": 4,
+            "linear_head_dim": 16,
+            "linear_num_heads": 4,
+        },
+        "vision_config": {
+            "depth": 2,
+            "num_heads": 4,
+            "out_hidden_size": 64,
+            "projection_intermediate_size": 128,
+        },
+    },
+    # allenai/Molmo2: the adapter reads vision layers [24, 18] of 25 (the last and the seventh from last):
+    # the tiny tower's two; a 32-pixel image of 8-pixel patches, its 16 positions
+    "molmo2": {
+        "adapter_config": {"vision_feature_layer": [-1, -2], "text_hidden_size": 64},
+        "vision_config": {"image_size": [32, 32], "num_position_embeddings": 16},
+    },
+    # Muse Spark's audio pyramid: one patch size, width and depth a stage, as many stages as its layers
+    "muse_spark": {
+        "audio_config": {
+            "patch_sizes": [16, 6],
+            "hidden_sizes": [32, 64],
+            "depths": [1, 1],
+            "num_hidden_layers": 2,
+        },
+        "text_config": {"moe_hidden_size": 64},
+    },
+    # zai-org GLM-GA: its tower is GLM-4.1V's (24 blocks of 12 heads): 2 blocks of 4 heads of the tiny width
+    # and its mrope_section [8, 12, 12] splits head_dim 128's 32 rotary frequencies (factor 0.5): the tiny 8 alike
+    "glmga": {
+        "vision_config": {"depth": 2, "num_heads": 4},
+        "text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+    },
+    # T5Gemma 2's encoder pools the tower's patches as Gemma 3's does (above)
+    "t5gemma2": {"encoder": {"mm_tokens_per_image": 4}},
+    # LLaVA-NeXT tiles an image by the best of image_grid_pinpoints (multiples of the tower's 336): the
+    # same grids of the tiny 32-pixel tower, else a tile count the features' split does not hold
+    **dict.fromkeys(
+        ("llava_next", "llava_next_video"),
+        {"image_grid_pinpoints": [[32, 64], [64, 32], [64, 64]], "image_seq_length": 16},
+    ),
+    # ibm-granite Granite 4 Vision: LLaVA-NeXT's tiles (above), its Window Q-Former's downsampling (the
+    # checkpoint's "4/8": query windows half the key windows), and the (vision layer, text layer) pairs its
+    # deepstack and spatial projectors feed, within the two layers of each
+    "granite4_vision": {
+        "image_grid_pinpoints": [[32, 64], [64, 32], [64, 64]],
+        "image_seq_length": 16,
+        "downsample_rate": "1/2",
+        "deepstack_layer_map": [[-1, 0], [-2, 1]],
+        "spatial_target_layers": [0, 1, 0, 1],
+    },
+}
+
+
+def tiny_fixes(model_type: str) -> dict[str, Any]:
+    """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
+    return FIXES.get(model_type, {})
