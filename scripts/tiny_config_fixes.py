@@ -140,7 +140,115 @@ FIXES: dict[str, dict[str, Any]] = {
         "deepstack_layer_map": [[-1, 0], [-2, 1]],
         "spatial_target_layers": [0, 1, 0, 1],
     },
+    # AnnaZhang/lwdetr: its ViT's attention runs in num_windows windows (16: 4 a side) on the 1024-pixel
+    # image's 64 x 64 patches, which its validator asks to divide evenly; the tiny 4 x 4 patches take 2 a
+    # side. Windowed blocks among the tiny 4 layers, as the checkpoint's alternate. Its projector's scales
+    # ([1.0] in the checkpoint; none by default, which leaves the decoder no feature level)
+    "lw_detr": {
+        "backbone_config": {"num_windows": 4, "num_windows_side": 2, "window_block_indices": [0, 2]},
+        "projector_scale_factors": [1.0],
+    },
 }
+
+
+_INTRACLASS = {
+    "reduce_channel": [1, 1, 0],
+    "return_channel": [1, 1, 0],
+    "vertical_long_to_small_conv_longratio": [[7, 1], 1, [3, 0]],
+    "vertical_long_to_small_conv_midratio": [[5, 1], 1, [2, 0]],
+    "vertical_long_to_small_conv_shortratio": [[3, 1], 1, [1, 0]],
+    "horizontal_small_to_long_conv_longratio": [[1, 7], 1, [0, 3]],
+    "horizontal_small_to_long_conv_midratio": [[1, 5], 1, [0, 2]],
+    "horizontal_small_to_long_conv_shortratio": [[1, 3], 1, [0, 1]],
+    "symmetric_conv_long_longratio": [7, 1, 3],
+    "symmetric_conv_long_midratio": [5, 1, 2],
+    "symmetric_conv_long_shortratio": [3, 1, 1],
+}
+# PaddlePaddle's HGNetV2 (the classifier and the backbone of D-FINE, DEIMv2, PP-DocLayout, PP-OCRv5's
+# detector): its stage widths are lists the generic shrinking does not tell apart (2048 output
+# channels left). Each stage's input is the previous one's output, the stem's output the first stage's
+# input; the classifier reads hidden_sizes[-1], which the checkpoints keep equal to the last stage's output
+_HGNET_V2 = {
+    "stem_channels": [3, 16, 16],
+    "stage_in_channels": [16, 32, 32, 64],
+    "stage_mid_channels": [16, 16, 32, 32],
+    "stage_out_channels": [32, 32, 64, 64],
+    "hidden_sizes": [32, 32, 64, 64],
+    "embedding_size": 16,
+    "stage_num_blocks": [1, 1, 1, 1],
+    "stage_numb_of_layers": [2, 2, 2, 2],
+}
+_LCNET_V4 = {
+    "stem_channels": [3, 16, 16],
+    "block_configs": [
+        [[3, 16, 16, 1, False]],
+        [[3, 16, 32, 2, False]],
+        [[3, 32, 32, 2, True]],
+        [[3, 32, 64, 2, False]],
+    ],
+    "stage_out_channels": [16, 32, 32, 64],
+    "depths": [1, 1, 1, 1],
+    "out_features": ["stage1", "stage2", "stage3", "stage4"],
+    "out_indices": [1, 2, 3, 4],
+}
+# the tiny HGNetV2's outputs at stages 2, 3, 4, which a detector's encoder reads
+_HGNET_DETECTOR = {
+    "encoder_in_channels": [32, 64, 64],
+    "encoder_hidden_dim": 64,
+    "decoder_in_channels": [64] * 3,
+}
+FIXES.update(
+    {
+        "hgnet_v2": _HGNET_V2,
+        **dict.fromkeys(
+            ("d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"),
+            {"backbone_config": _HGNET_V2, **_HGNET_DETECTOR},
+        ),
+        "pp_ocrv5_server_det": {
+            "backbone_config": _HGNET_V2,
+            # PaddlePaddle/PP-OCRv5_server_det's intra-class blocks (kernel, stride, padding of each conv,
+            # which the config class has no default for), the neck's upsampling of its 4 stages to the
+            # first's scale, its head's kernels; the neck 64 wide (256)
+            "intraclass_block_config": _INTRACLASS,
+            "scale_factor_list": [1, 2, 4, 8],
+            "kernel_list": [3, 2, 2],
+            "neck_out_channels": 64,
+        },
+        # PP-OCRv6's detectors: their PP-LCNetV4 defaults are the recognizer's (stage 4 alone, strided only
+        # vertically); the detectors' necks fuse 4 stages each twice the last's scale, [p2, p3, p4, p5]:
+        # 4 stages of [kernel, in, out, stride, squeeze-excitation] blocks halving the scale from stage 2,
+        # as wide as the necks read (layer_list_out_channels, stage_out_channels)
+        **{
+            t: {
+                "backbone_config": _LCNET_V4,
+                "layer_list_out_channels": _LCNET_V4["stage_out_channels"],
+                "neck_out_channels": 32,
+                **extra,
+            }
+            for t, extra in (
+                ("pp_ocrv6_small_det", {}),
+                (
+                    "pp_ocrv6_medium_det",
+                    {
+                        "intraclass_block_config": _INTRACLASS,
+                        "scale_factor_list": [1, 2, 4, 8],
+                        "kernel_list": [3, 2, 2],
+                    },
+                ),
+            )
+        },
+        # PP-DocLayoutV3's mask branch reads the first stage's output (x4_feat_dim: HGNetV2's 128)
+        "pp_doclayout_v3": {"backbone_config": _HGNET_V2, **_HGNET_DETECTOR, "x4_feat_dim": 32},
+        # PP-DocLayoutV2 keeps the boxes above a threshold a class and orders them by class: per-class
+        # lists the checkpoint sets (the tiny config's 2 labels)
+        "pp_doclayout_v2": {
+            "backbone_config": _HGNET_V2,
+            **_HGNET_DETECTOR,
+            "class_thresholds": [0.5, 0.5],
+            "class_order": [0, 1],
+        },
+    }
+)
 
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
