@@ -148,6 +148,45 @@ FIXES: dict[str, dict[str, Any]] = {
         "backbone_config": {"num_windows": 4, "num_windows_side": 2, "window_block_indices": [0, 2]},
         "projector_scale_factors": [1.0],
     },
+    # BiT's GroupNorms take 32 groups (of its 256-wide first stage's 64-wide bottlenecks): the tiny
+    # stages' narrower bottlenecks take 4
+    "bit": {"num_groups": 4},
+    # EfficientNet-B7's scaling (width x2, depth x3.1: 55 blocks up to 3840 channels) down to B0's
+    # fraction: channels a quarter (rounded to the divisor 8), blocks a third; its head's width
+    # (hidden_dim) is the last convolution's 1280 scaled alike
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.3, "hidden_dim": 320},
+    "align": {
+        "vision_config": {
+            "width_coefficient": 0.25,
+            "depth_coefficient": 0.3,
+            "hidden_dim": 320,
+            "image_size": 32,
+        },
+        # the text's projection meets the image's pooled last block (640 = B7's 320 x 2; 320 x 0.25)
+        "projection_dim": 80,
+    },
+    # LeViT's patch embedding is four stride-2 convolutions (16 pixels a patch whatever patch_size says,
+    # which sizes its attention biases): patches of 16 on a 64-pixel image (4 x 4, then 2 x 2, 1 x 1); its
+    # subsampling attention's heads are the stage's width over key_dim
+    "levit": {
+        "patch_size": 16,
+        "image_size": 64,
+        "down_ops": [["Subsample", 16, 1, 4, 2, 2], ["Subsample", 16, 2, 4, 2, 2]],
+    },
+    # MobileViTV2 downsamples 32 times then folds 2 x 2 patches: a 64-pixel image (the tiny 32 leaves 1 x 1);
+    # its attention widths (128, 192, 256 x width_multiplier) and blocks (2, 4, 3) shrunk
+    "mobilevitv2": {"image_size": 64, "width_multiplier": 0.25, "n_attn_blocks": [1, 1, 1]},
+    # Swin(V2)'s 4 stages (depths, num_heads: 4 entries) are num_layers, which the layer shrinking halved;
+    # its output (hidden_size) is embed_dim doubled at each stage after the first: 32 x 8
+    **{
+        t: {"num_layers": 4, "hidden_size": 256, "out_features": ["stage4"], "out_indices": [4], **extra}
+        for t, extra in (("swin", {}), ("swinv2", {"pretrained_window_sizes": [0, 0, 0, 0]}))
+    },
+    # TextNet's stem feeds its first stage (hidden_sizes[0]), its 640-pixel image a list the image
+    # shrinking misses: 64 pixels through its 5 stride-2 steps
+    "textnet": {"stem_out_channels": 16, "image_size": [64, 64]},
+    # timm_wrapper's default ResNet-50 (24M): timm's test ResNet
+    "timm_wrapper": {"architecture": "test_resnet"},
 }
 
 
