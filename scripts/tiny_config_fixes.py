@@ -185,6 +185,47 @@ FIXES: dict[str, dict[str, Any]] = {
     # TextNet's stem feeds its first stage (hidden_sizes[0]), its 640-pixel image a list the image
     # shrinking misses: 64 pixels through its 5 stride-2 steps
     "textnet": {"stem_out_channels": 16, "image_size": [64, 64]},
+    # BEiT's segmentation head (UperNet over an FPN) reads 4 of its layers' outputs
+    "beit": {
+        "num_hidden_layers": 4,
+        "out_indices": [1, 2, 3, 4],
+        "out_features": ["stage1", "stage2", "stage3", "stage4"],
+        "auxiliary_channels": 64,
+    },
+    # CHMv2's DPT head: its reassembly widths (post_process_channels, 1024 last) and fusion width shrunk
+    "chmv2": {
+        "post_process_channels": [16, 32, 64, 64],
+        "fusion_hidden_size": 64,
+        "head_hidden_size": 32,
+        "number_output_channels": 64,
+    },
+    # Depth Pro: its encoders' hooks ([11, 5] of 12 layers) within the tiny 2, the features' widths shrunk;
+    # patch_size is the patch encoder's image (384 pixels: its DINOv2's image_size)
+    "depth_pro": {
+        "patch_size": 32,
+        "intermediate_hook_ids": [1, 0],
+        "intermediate_feature_dims": [32, 32],
+        "scaled_images_feature_dims": [64, 64, 32],
+        "fusion_hidden_size": 64,
+    },
+    # DPT reads backbone_out_indices of hidden_states[1:] (0-based, [2, 5, 8, 11] of 12): the tiny 4 layers
+    "dpt": {"backbone_out_indices": [0, 1, 2, 3], "fusion_hidden_size": 64},
+    # facebook/sapiens2's heads (upsampling deconvolutions, then convolutions) are lists the config class
+    # leaves None; its key-value heads a layer (16 full-attention, 8 grouped in the middle layers): the
+    # tiny 4 heads' full and grouped, one layer each
+    "sapiens2": {
+        "head_config": {
+            "upsample_out_channels": [32, 32],
+            "upsample_kernel_sizes": [4, 4],
+            "use_pixel_shuffle": False,
+            "conv_out_channels": [32],
+            "conv_kernel_sizes": [1],
+        },
+        "num_key_value_heads_per_layer": [4, 2],
+        "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1,
+        "num_last_full_attention_layers": 1,
+    },
     # timm_wrapper's default ResNet-50 (24M): timm's test ResNet
     "timm_wrapper": {"architecture": "test_resnet"},
 }
