@@ -674,7 +674,10 @@ def _eager_check(task: str, model: Any) -> None:
                 inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
                 if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
                     inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)
-                model(**inputs)
+                model(
+                    **inputs,
+                    **_required_side_inputs(model, inputs["input_ids"]) if "input_ids" in inputs else {},
+                )
             else:
                 text = config.get_text_config()
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
@@ -686,9 +689,32 @@ def _eager_check(task: str, model: Any) -> None:
                 # shifts input_ids into its decoder (BART's classifier pools the decoder at input_ids' eos)
                 feeds = takes(model, "decoder_input_ids") and task not in _DERIVED_DECODER_IDS
                 extra = {"decoder_input_ids": ids[:, :2]} if feeds else {}
+                extra.update(_required_side_inputs(model, ids))
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:
+    """Inputs beside the text that the model's forward refuses to run without and no task graph of
+    fastonnx feeds (BROS's boxes, LXMERT's region features, Longformer's global attention where its QA head
+    cannot find its separators): zeros and ones, so that the check says whether transformers runs the tiny
+    model; the export then says what it cannot feed."""
+    import torch
+
+    from fastonnx.pretrained.graph_spec import takes
+
+    out: dict[str, Any] = {}
+    config = model.config
+    if takes(model, "bbox") and type(model).__name__.startswith("Bros"):
+        out["bbox"] = torch.zeros(*ids.shape, 4)  # BROS's boxes are 4 floats (layoutlm's are ints)
+    if takes(model, "global_attention_mask"):
+        out["global_attention_mask"] = torch.zeros_like(ids)
+        out["global_attention_mask"][..., 0] = 1
+    if takes(model, "visual_feats") and _is_int(dim := getattr(config, "visual_feat_dim", None)):
+        out["visual_feats"] = torch.zeros(ids.shape[0], 2, dim)
+        out["visual_pos"] = torch.zeros(ids.shape[0], 2, int(getattr(config, "visual_pos_dim", 4)))
+    return out
 
 
 def _tokens_in_vocabulary(defaults: dict[str, Any]) -> dict[str, Any]:

@@ -226,6 +226,12 @@ FIXES: dict[str, dict[str, Any]] = {
         "num_first_full_attention_layers": 1,
         "num_last_full_attention_layers": 1,
     },
+    # LayoutLMv3's 2-D position embeddings are x0, y0, x1, y1 (coordinate_size each) and height, width
+    # (shape_size each), concatenated to the hidden size (6 x 128 = 768): 4 x 10 + 2 x 12 = 64
+    "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
+    # LiLT's 2-D position embeddings are hidden_size // 6 wide each, six of them concatenated back to the
+    # hidden size (768): a hidden size that 6 and the layout stream's channel_shrink_ratio 4 x 4 heads divide
+    "lilt": {"hidden_size": 48},
     # timm_wrapper's default ResNet-50 (24M): timm's test ResNet
     "timm_wrapper": {"architecture": "test_resnet"},
 }
