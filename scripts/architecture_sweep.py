@@ -741,8 +741,6 @@ def _vision_language_check(model: Any) -> None:
     if not hasattr(model, "get_image_features"):
         _plain_image_forward(model)
         return
-    if not takes(model, "pixel_values"):
-        return  # its images come as other inputs (Fuyu's patches): the export says what it cannot make
     try:
         images = _anyres_images(model) or vl.vision_inputs(model, model.config, 1, "cpu")
         vl.image_token_id(model.config)
@@ -774,6 +772,19 @@ def _anyres_images(model: Any) -> dict[str, Any] | None:
     return {"pixel_values": pixels, "image_sizes": torch.tensor([[side, side]])}
 
 
+def _patch_rows(model: Any) -> dict[str, Any] | None:
+    """One image as Fuyu's processor gives it: its patches as rows of patch_size² x channels pixels
+    (batch x patches x pixels), which its linear patch embedding reads; None for other models."""
+    import torch
+
+    config, embed = model.config, getattr(getattr(model, "model", model), "vision_embed_tokens", None)
+    side, patch = getattr(config, "image_size", None), getattr(config, "patch_size", None)
+    if not isinstance(embed, torch.nn.Linear) or not (_is_int(side) and _is_int(patch)):
+        return None
+    g = torch.Generator().manual_seed(0)
+    return {"pixel_values": torch.randn(1, (side // patch) ** 2, embed.in_features, generator=g)}
+
+
 def _plain_image_forward(model: Any) -> None:
     """A model with no ``get_image_features`` (BLIP, GIT, Idefics, Kosmos-2, Mllama, a vision encoder-decoder):
     its own forward on one image of its vision encoder's size and a short text, where it takes
@@ -798,7 +809,7 @@ def _plain_image_forward(model: Any) -> None:
     ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (1, 4 + image), generator=g)
     where = torch.zeros_like(ids)
     where[:, 2 : 2 + image] = 1  # the tokens Kosmos-2 puts the image's features at
-    inputs = {"pixel_values": image_inputs(vision, 1, "cpu")["pixel_values"]}
+    inputs = _patch_rows(model) or {"pixel_values": image_inputs(vision, 1, "cpu")["pixel_values"]}
     for name, value in (
         ("input_ids", ids),
         ("attention_mask", torch.ones_like(ids)),

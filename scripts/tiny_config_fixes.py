@@ -116,6 +116,19 @@ FIXES: dict[str, dict[str, Any]] = {
         },
         "text_config": {"moe_hidden_size": 64},
     },
+    # deepseek-community/Janus-Pro: its VQ tokenizer (for image generation) as Chameleon's above; its
+    # aligners' widths (2048, the text's) and the tower's 576 image tokens (24 x 24 patches): 4 x 4
+    "janus": {
+        "vision_config": {"projection_dim": 64, "num_image_tokens": 16},
+        "vq_config": {
+            "num_embeddings": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1, 1],
+            "latent_channels": 16,
+            "projection_dim": 64,
+            "image_token_embed_dim": 64,
+        },
+    },
     # zai-org GLM-GA: its tower is GLM-4.1V's (24 blocks of 12 heads): 2 blocks of 4 heads of the tiny width
     # and its mrope_section [8, 12, 12] splits head_dim 128's 32 rotary frequencies (factor 0.5): the tiny 8 alike
     "glmga": {
