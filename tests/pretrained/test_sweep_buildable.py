@@ -106,6 +106,14 @@ EXPORTED = [
     ("semantic-segmentation", "mobilevitv2"),
     ("keypoint-detection", "sapiens2"),
     ("masked-im", "swin"),
+    ("masked-im", "swinv2"),
+    ("depth-estimation", "dpt"),
+    ("text-classification", "layoutlmv3"),
+    ("token-classification", "layoutlmv3"),
+    ("question-answering", "layoutlmv3"),
+    ("text-classification", "lilt"),
+    ("token-classification", "lilt"),
+    ("question-answering", "lilt"),
 ]
 
 
