@@ -40,7 +40,9 @@ COVERAGE = os.path.join(ROOT, "docs", "coverage.md")
 SECTION = "transformers-architectures"
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from fastonnx.pretrained import tasks as _tasks  # noqa: E402  (after the path: a checkout's own package)
+from tiny_config_fixes import tiny_fixes  # noqa: E402
 
 # task -> the transformers.models.auto.modeling_auto mappings listing its architectures: every task
 # `fastonnx export` knows
@@ -542,6 +544,7 @@ def tiny_config(model_type: str, extra: dict[str, Any] | None = None) -> Any:
     if not vision:  # the special tokens inside the tiny vocabulary (a classifier needs its pad token)
         overrides.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     overrides = _merged(overrides, _CHECKPOINT_VALUES.get(model_type, {}))
+    overrides = _merged(overrides, tiny_fixes(model_type))  # sizes made consistent (tiny_config_fixes.py)
     return _config(model_type, _merged(overrides, extra or {}))
 
 
@@ -718,7 +721,10 @@ def _eager_check(task: str, model: Any) -> None:
                 inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
                 if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
                     inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)
-                model(**inputs)
+                model(
+                    **inputs,
+                    **_required_side_inputs(model, inputs["input_ids"]) if "input_ids" in inputs else {},
+                )
             else:
                 text = config.get_text_config()
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
@@ -730,9 +736,32 @@ def _eager_check(task: str, model: Any) -> None:
                 # shifts input_ids into its decoder (BART's classifier pools the decoder at input_ids' eos)
                 feeds = takes(model, "decoder_input_ids") and task not in _DERIVED_DECODER_IDS
                 extra = {"decoder_input_ids": ids[:, :2]} if feeds else {}
+                extra.update(_required_side_inputs(model, ids))
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:
+    """Inputs beside the text that the model's forward refuses to run without and no task graph of
+    fastonnx feeds (BROS's boxes, LXMERT's region features, Longformer's global attention where its QA head
+    cannot find its separators): zeros and ones, so that the check says whether transformers runs the tiny
+    model; the export then says what it cannot feed."""
+    import torch
+
+    from fastonnx.pretrained.graph_spec import takes
+
+    out: dict[str, Any] = {}
+    config = model.config
+    if takes(model, "bbox") and type(model).__name__.startswith("Bros"):
+        out["bbox"] = torch.zeros(*ids.shape, 4)  # BROS's boxes are 4 floats (layoutlm's are ints)
+    if takes(model, "global_attention_mask"):
+        out["global_attention_mask"] = torch.zeros_like(ids)
+        out["global_attention_mask"][..., 0] = 1
+    if takes(model, "visual_feats") and _is_int(dim := getattr(config, "visual_feat_dim", None)):
+        out["visual_feats"] = torch.zeros(ids.shape[0], 2, dim)
+        out["visual_pos"] = torch.zeros(ids.shape[0], 2, int(getattr(config, "visual_pos_dim", 4)))
+    return out
 
 
 def _tokens_in_vocabulary(defaults: dict[str, Any]) -> dict[str, Any]:
@@ -754,19 +783,53 @@ def _vision_language_check(model: Any) -> None:
 
     from fastonnx.errors import InputError
     from fastonnx.pretrained import vision_language as vl
+    from fastonnx.pretrained.graph_spec import takes
 
     if not hasattr(model, "get_image_features"):
         _plain_image_forward(model)
         return
     try:
-        images = vl.vision_inputs(model, model.config, 1, "cpu")
+        images = _anyres_images(model) or vl.vision_inputs(model, model.config, 1, "cpu")
         vl.image_token_id(model.config)
         rows = vl.image_features(model, **images).shape[0]  # Llama 4's are the tower's, not projected
     except InputError:
         return
     ids = vl.image_prompt(model.config, torch.full((1, 2), 3), rows, torch.full((1, 2), 4))
     _, _, placed = vl.prompt_positions(model, ids, images)  # Qwen-VL's image positions need the token types
-    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed)
+    # an encoder-decoder's decoder (T5Gemma 2's) reads its own first token
+    start = {"decoder_input_ids": ids[:, :1]} if takes(model, "decoder_input_ids") else {}
+    model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed, **start)
+
+
+def _anyres_images(model: Any) -> dict[str, Any] | None:
+    """One image of the tower's size as LLaVA-NeXT's processor cuts it (anyres: ``image_grid_pinpoints``): its
+    base view and the tiles of the best pinpoint, batch x tiles x channels x height x width; None for a
+    model of plain images. fastonnx's own inputs are plain images, which these models do not take."""
+    import torch
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    config = model.config
+    pinpoints, vision = getattr(config, "image_grid_pinpoints", None), getattr(config, "vision_config", None)
+    side = getattr(vision, "image_size", None)
+    if not pinpoints or not _is_int(side):
+        return None
+    tiles = image_size_to_num_patches((side, side), pinpoints, side)
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randn(1, tiles, getattr(vision, "num_channels", 3), side, side, generator=g)
+    return {"pixel_values": pixels, "image_sizes": torch.tensor([[side, side]])}
+
+
+def _patch_rows(model: Any) -> dict[str, Any] | None:
+    """One image as Fuyu's processor gives it: its patches as rows of patch_size² x channels pixels
+    (batch x patches x pixels), which its linear patch embedding reads; None for other models."""
+    import torch
+
+    config, embed = model.config, getattr(getattr(model, "model", model), "vision_embed_tokens", None)
+    side, patch = getattr(config, "image_size", None), getattr(config, "patch_size", None)
+    if not isinstance(embed, torch.nn.Linear) or not (_is_int(side) and _is_int(patch)):
+        return None
+    g = torch.Generator().manual_seed(0)
+    return {"pixel_values": torch.randn(1, (side // patch) ** 2, embed.in_features, generator=g)}
 
 
 def _plain_image_forward(model: Any) -> None:
@@ -793,7 +856,7 @@ def _plain_image_forward(model: Any) -> None:
     ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (1, 4 + image), generator=g)
     where = torch.zeros_like(ids)
     where[:, 2 : 2 + image] = 1  # the tokens Kosmos-2 puts the image's features at
-    inputs = {"pixel_values": image_inputs(vision, 1, "cpu")["pixel_values"]}
+    inputs = _patch_rows(model) or {"pixel_values": image_inputs(vision, 1, "cpu")["pixel_values"]}
     for name, value in (
         ("input_ids", ids),
         ("attention_mask", torch.ones_like(ids)),

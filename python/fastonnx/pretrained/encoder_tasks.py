@@ -310,8 +310,18 @@ def _end_with_eos(config: Any, ids: torch.Tensor, mask: torch.Tensor) -> None:
     ids.scatter_(-1, mask.sum(-1, keepdim=True) - 1, eos)  # at the last attended position
 
 
-def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+def _vision_config(config: Any) -> Any:
+    """The config holding the image size: the vision tower's, or, for an encoder-decoder whose encoder holds
+    the tower (T5Gemma 2), its encoder's tower's."""
     vision = _sub(config, "vision_config")
+    encoder = getattr(config, "encoder", None)
+    if vision is config and not hasattr(config, "image_size") and encoder is not None:
+        return _sub(encoder, "vision_config")
+    return vision
+
+
+def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    vision = _vision_config(config)
     size = getattr(vision, "image_size", None) or 224
     h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     channels = int(getattr(vision, "num_channels", 3))

@@ -1,0 +1,355 @@
+"""Per-architecture overrides on top of the architecture sweep's tiny configs (scripts/architecture_sweep.py):
+where shrinking every size alike leaves sizes that disagree with each other (a head as wide as the full
+tower's output, a pooling kernel of zero, a codebook larger than the vocabulary) or sizes the generic
+shrinking cannot tell (stage widths of a convolutional backbone), the values that make transformers' own
+eager forward run at tiny sizes. Each entry says what it makes consistent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+VOCAB = 128  # the sweep's tiny vocabulary (architecture_sweep.VOCAB)
+
+
+def _chameleon_vocabulary(codebook: int) -> dict[str, int]:
+    """Chameleon's BPE names of the VQ codes: IMGIMG + the code's digits as letters (A = 0) + one closing
+    character; the codes take the last ids before the image placeholder ``<image>`` (the last id)."""
+    first = VOCAB - 1 - codebook
+    names = {f"IMGIMG{''.join(chr(ord('A') + int(c)) for c in str(i))}Z": first + i for i in range(codebook)}
+    return {**names, "<image>": VOCAB - 1}
+
+
+def _emu3_vocabulary(codebook: int) -> dict[str, int]:
+    """Emu3's visual token names (``<|visual token000012|>``: the code in 6 digits), its image placeholder
+    and the end-of-line token it puts after each row of codes."""
+    first = VOCAB - 2 - codebook
+    names = {f"<|visual token{i:06d}|>": first + i for i in range(codebook)}
+    return {**names, "<|extra_200|>": VOCAB - 2, "<image>": VOCAB - 1}
+
+
+_CODEBOOK = 32  # the tiny VQ tokenizers' codes, inside the 128-token vocabulary
+
+FIXES: dict[str, dict[str, Any]] = {
+    # Gemma 3's projector average-pools the tower's patches (image 32 / patch 8: 4 x 4) to
+    # mm_tokens_per_image (256 = 16 x 16 by default): a pooling kernel 4 // 16 = 0; 2 x 2 tokens pool 2 x 2
+    **dict.fromkeys(("gemma3", "shieldgemma2"), {"mm_tokens_per_image": 4}),
+    # Chameleon's VQ codes become BPE ids through vocabulary_map, which the config leaves empty; the
+    # codebook (8192) and the VQ encoder's widths (base 128 x [1, 1, 2, 2, 4]) shrunk to fit
+    "chameleon": {
+        "vocabulary_map": _chameleon_vocabulary(_CODEBOOK),
+        "image_token_id": VOCAB - 1,
+        "vq_config": {
+            "num_embeddings": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1, 1],
+            "latent_channels": 16,
+            "embed_dim": 16,
+            "resolution": 32,
+        },
+    },
+    "emu3": {
+        "vocabulary_map": _emu3_vocabulary(_CODEBOOK),
+        "image_token_id": VOCAB - 1,
+        "vq_config": {
+            "codebook_size": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1],
+            "hidden_size": 32,  # its attention runs at base_channels x the last multiplier
+            "num_attention_heads": 1,
+        },
+    },
+    # deepseek-ai/DeepSeek-OCR-2: which layers are MoE ones (None by default, which its layers index)
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # facebook/Perception-LM-1B: a timm Perception Encoder tower (vit_pe_core_large_patch14_336, width 1024)
+    # whose width the projector reads from model_args; the resnet50 default has none. PE's tiny variant,
+    # shrunk to the sweep's widths, on 2 x 2 patches of 16
+    "perception_lm": {
+        "vision_config": {
+            "architecture": "vit_pe_core_tiny_patch16_384",
+            "model_args": {
+                "embed_dim": 64,
+                "depth": 2,
+                "num_heads": 4,
+                "img_size": [32, 32],
+                "ref_feat_shape": [2, 2],
+                "global_pool": "",
+                "use_post_transformer_norm": False,
+            },
+        }
+    },
+    # nvidia Cosmos 3 Edge: mrope_section [24, 20, 20] splits head_dim 128's 64 frequencies; the tiny 16's 8
+    "cosmos3_edge": {"text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}}},
+    # GLM-5 Next's sparse-attention (DSA) layers take no rotary part (qk_rope_head_dim 0, head_dim 0 by
+    # default), which the multi-head-latent-attention shrinking sets to 8; its indexer's and linear
+    # attention's heads, the vision tower's depth and output shrunk alike
+    "glm5_next": {
+        "text_config": {
+            "qk_rope_head_dim": 0,
+            "head_dim": 0,
+            "index_head_dim": 16,
+            "index_n_heads": 4,
+            "index_topk": 8,
+            "index_kpool": 4,
+            "linear_head_dim": 16,
+            "linear_num_heads": 4,
+        },
+        "vision_config": {
+            "depth": 2,
+            "num_heads": 4,
+            "out_hidden_size": 64,
+            "projection_intermediate_size": 128,
+        },
+    },
+    # allenai/Molmo2: the adapter reads vision layers [24, 18] of 25 (the last and the seventh from last):
+    # the tiny tower's two; a 32-pixel image of 8-pixel patches, its 16 positions
+    "molmo2": {
+        "adapter_config": {"vision_feature_layer": [-1, -2], "text_hidden_size": 64},
+        "vision_config": {"image_size": [32, 32], "num_position_embeddings": 16},
+    },
+    # Muse Spark's audio pyramid: one patch size, width and depth a stage, as many stages as its layers
+    "muse_spark": {
+        "audio_config": {
+            "patch_sizes": [16, 6],
+            "hidden_sizes": [32, 64],
+            "depths": [1, 1],
+            "num_hidden_layers": 2,
+        },
+        "text_config": {"moe_hidden_size": 64},
+    },
+    # deepseek-community/Janus-Pro: its VQ tokenizer (for image generation) as Chameleon's above; its
+    # aligners' widths (2048, the text's) and the tower's 576 image tokens (24 x 24 patches): 4 x 4
+    "janus": {
+        "vision_config": {"projection_dim": 64, "num_image_tokens": 16},
+        "vq_config": {
+            "num_embeddings": _CODEBOOK,
+            "base_channels": 32,  # its GroupNorms take 32 groups
+            "channel_multiplier": [1, 1, 1, 1, 1],
+            "latent_channels": 16,
+            "projection_dim": 64,
+            "image_token_embed_dim": 64,
+        },
+    },
+    # zai-org GLM-GA: its tower is GLM-4.1V's (24 blocks of 12 heads): 2 blocks of 4 heads of the tiny width
+    # and its mrope_section [8, 12, 12] splits head_dim 128's 32 rotary frequencies (factor 0.5): the tiny 8 alike
+    "glmga": {
+        "vision_config": {"depth": 2, "num_heads": 4},
+        "text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+    },
+    # T5Gemma 2's encoder pools the tower's patches as Gemma 3's does (above)
+    "t5gemma2": {"encoder": {"mm_tokens_per_image": 4}},
+    # LLaVA-NeXT tiles an image by the best of image_grid_pinpoints (multiples of the tower's 336): the
+    # same grids of the tiny 32-pixel tower, else a tile count the features' split does not hold
+    **dict.fromkeys(
+        ("llava_next", "llava_next_video"),
+        {"image_grid_pinpoints": [[32, 64], [64, 32], [64, 64]], "image_seq_length": 16},
+    ),
+    # ibm-granite Granite 4 Vision: LLaVA-NeXT's tiles (above), its Window Q-Former's downsampling (the
+    # checkpoint's "4/8": query windows half the key windows), and the (vision layer, text layer) pairs its
+    # deepstack and spatial projectors feed, within the two layers of each
+    "granite4_vision": {
+        "image_grid_pinpoints": [[32, 64], [64, 32], [64, 64]],
+        "image_seq_length": 16,
+        "downsample_rate": "1/2",
+        "deepstack_layer_map": [[-1, 0], [-2, 1]],
+        "spatial_target_layers": [0, 1, 0, 1],
+    },
+    # AnnaZhang/lwdetr: its ViT's attention runs in num_windows windows (16: 4 a side) on the 1024-pixel
+    # image's 64 x 64 patches, which its validator asks to divide evenly; the tiny 4 x 4 patches take 2 a
+    # side. Windowed blocks among the tiny 4 layers, as the checkpoint's alternate. Its projector's scales
+    # ([1.0] in the checkpoint; none by default, which leaves the decoder no feature level)
+    "lw_detr": {
+        "backbone_config": {"num_windows": 4, "num_windows_side": 2, "window_block_indices": [0, 2]},
+        "projector_scale_factors": [1.0],
+    },
+    # BiT's GroupNorms take 32 groups (of its 256-wide first stage's 64-wide bottlenecks): the tiny
+    # stages' narrower bottlenecks take 4
+    "bit": {"num_groups": 4},
+    # EfficientNet-B7's scaling (width x2, depth x3.1: 55 blocks up to 3840 channels) down to B0's
+    # fraction: channels a quarter (rounded to the divisor 8), blocks a third; its head's width
+    # (hidden_dim) is the last convolution's 1280 scaled alike
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.3, "hidden_dim": 320},
+    "align": {
+        "vision_config": {
+            "width_coefficient": 0.25,
+            "depth_coefficient": 0.3,
+            "hidden_dim": 320,
+            "image_size": 32,
+        },
+        # the text's projection meets the image's pooled last block (640 = B7's 320 x 2; 320 x 0.25)
+        "projection_dim": 80,
+    },
+    # LeViT's patch embedding is four stride-2 convolutions (16 pixels a patch whatever patch_size says,
+    # which sizes its attention biases): patches of 16 on a 64-pixel image (4 x 4, then 2 x 2, 1 x 1); its
+    # subsampling attention's heads are the stage's width over key_dim
+    "levit": {
+        "patch_size": 16,
+        "image_size": 64,
+        "down_ops": [["Subsample", 16, 1, 4, 2, 2], ["Subsample", 16, 2, 4, 2, 2]],
+    },
+    # MobileViTV2 downsamples 32 times then folds 2 x 2 patches: a 64-pixel image (the tiny 32 leaves 1 x 1);
+    # its attention widths (128, 192, 256 x width_multiplier) and blocks (2, 4, 3) shrunk
+    "mobilevitv2": {"image_size": 64, "width_multiplier": 0.25, "n_attn_blocks": [1, 1, 1]},
+    # Swin(V2)'s 4 stages (depths, num_heads: 4 entries) are num_layers, which the layer shrinking halved;
+    # its output (hidden_size) is embed_dim doubled at each stage after the first: 32 x 8
+    **{
+        t: {"num_layers": 4, "hidden_size": 256, "out_features": ["stage4"], "out_indices": [4], **extra}
+        for t, extra in (("swin", {}), ("swinv2", {"pretrained_window_sizes": [0, 0, 0, 0]}))
+    },
+    # TextNet's stem feeds its first stage (hidden_sizes[0]), its 640-pixel image a list the image
+    # shrinking misses: 64 pixels through its 5 stride-2 steps
+    "textnet": {"stem_out_channels": 16, "image_size": [64, 64]},
+    # BEiT's segmentation head (UperNet over an FPN) reads 4 of its layers' outputs
+    "beit": {
+        "num_hidden_layers": 4,
+        "out_indices": [1, 2, 3, 4],
+        "out_features": ["stage1", "stage2", "stage3", "stage4"],
+        "auxiliary_channels": 64,
+    },
+    # CHMv2's DPT head: its reassembly widths (post_process_channels, 1024 last) and fusion width shrunk
+    "chmv2": {
+        "post_process_channels": [16, 32, 64, 64],
+        "fusion_hidden_size": 64,
+        "head_hidden_size": 32,
+        "number_output_channels": 64,
+    },
+    # Depth Pro: its encoders' hooks ([11, 5] of 12 layers) within the tiny 2, the features' widths shrunk;
+    # patch_size is the patch encoder's image (384 pixels: its DINOv2's image_size)
+    "depth_pro": {
+        "patch_size": 32,
+        "intermediate_hook_ids": [1, 0],
+        "intermediate_feature_dims": [32, 32],
+        "scaled_images_feature_dims": [64, 64, 32],
+        "fusion_hidden_size": 64,
+    },
+    # DPT reads backbone_out_indices of hidden_states[1:] (0-based, [2, 5, 8, 11] of 12): the tiny 4 layers
+    "dpt": {"backbone_out_indices": [0, 1, 2, 3], "fusion_hidden_size": 64},
+    # facebook/sapiens2's heads (upsampling deconvolutions, then convolutions) are lists the config class
+    # leaves None; its key-value heads a layer (16 full-attention, 8 grouped in the middle layers): the
+    # tiny 4 heads' full and grouped, one layer each
+    "sapiens2": {
+        "head_config": {
+            "upsample_out_channels": [32, 32],
+            "upsample_kernel_sizes": [4, 4],
+            "use_pixel_shuffle": False,
+            "conv_out_channels": [32],
+            "conv_kernel_sizes": [1],
+        },
+        "num_key_value_heads_per_layer": [4, 2],
+        "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1,
+        "num_last_full_attention_layers": 1,
+    },
+    # LayoutLMv3's 2-D position embeddings are x0, y0, x1, y1 (coordinate_size each) and height, width
+    # (shape_size each), concatenated to the hidden size (6 x 128 = 768): 4 x 10 + 2 x 12 = 64
+    "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
+    # LiLT's 2-D position embeddings are hidden_size // 6 wide each, six of them concatenated back to the
+    # hidden size (768): a hidden size that 6 and the layout stream's channel_shrink_ratio 4 x 4 heads divide
+    "lilt": {"hidden_size": 48},
+    # timm_wrapper's default ResNet-50 (24M): timm's test ResNet
+    "timm_wrapper": {"architecture": "test_resnet"},
+}
+
+
+_INTRACLASS = {
+    "reduce_channel": [1, 1, 0],
+    "return_channel": [1, 1, 0],
+    "vertical_long_to_small_conv_longratio": [[7, 1], 1, [3, 0]],
+    "vertical_long_to_small_conv_midratio": [[5, 1], 1, [2, 0]],
+    "vertical_long_to_small_conv_shortratio": [[3, 1], 1, [1, 0]],
+    "horizontal_small_to_long_conv_longratio": [[1, 7], 1, [0, 3]],
+    "horizontal_small_to_long_conv_midratio": [[1, 5], 1, [0, 2]],
+    "horizontal_small_to_long_conv_shortratio": [[1, 3], 1, [0, 1]],
+    "symmetric_conv_long_longratio": [7, 1, 3],
+    "symmetric_conv_long_midratio": [5, 1, 2],
+    "symmetric_conv_long_shortratio": [3, 1, 1],
+}
+# PaddlePaddle's HGNetV2 (the classifier and the backbone of D-FINE, DEIMv2, PP-DocLayout, PP-OCRv5's
+# detector): its stage widths are lists the generic shrinking does not tell apart (2048 output
+# channels left). Each stage's input is the previous one's output, the stem's output the first stage's
+# input; the classifier reads hidden_sizes[-1], which the checkpoints keep equal to the last stage's output
+_HGNET_V2 = {
+    "stem_channels": [3, 16, 16],
+    "stage_in_channels": [16, 32, 32, 64],
+    "stage_mid_channels": [16, 16, 32, 32],
+    "stage_out_channels": [32, 32, 64, 64],
+    "hidden_sizes": [32, 32, 64, 64],
+    "embedding_size": 16,
+    "stage_num_blocks": [1, 1, 1, 1],
+    "stage_numb_of_layers": [2, 2, 2, 2],
+}
+_LCNET_V4 = {
+    "stem_channels": [3, 16, 16],
+    "block_configs": [
+        [[3, 16, 16, 1, False]],
+        [[3, 16, 32, 2, False]],
+        [[3, 32, 32, 2, True]],
+        [[3, 32, 64, 2, False]],
+    ],
+    "stage_out_channels": [16, 32, 32, 64],
+    "depths": [1, 1, 1, 1],
+    "out_features": ["stage1", "stage2", "stage3", "stage4"],
+    "out_indices": [1, 2, 3, 4],
+}
+# the tiny HGNetV2's outputs at stages 2, 3, 4, which a detector's encoder reads
+_HGNET_DETECTOR = {
+    "encoder_in_channels": [32, 64, 64],
+    "encoder_hidden_dim": 64,
+    "decoder_in_channels": [64] * 3,
+}
+FIXES.update(
+    {
+        "hgnet_v2": _HGNET_V2,
+        **dict.fromkeys(
+            ("d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"),
+            {"backbone_config": _HGNET_V2, **_HGNET_DETECTOR},
+        ),
+        "pp_ocrv5_server_det": {
+            "backbone_config": _HGNET_V2,
+            # PaddlePaddle/PP-OCRv5_server_det's intra-class blocks (kernel, stride, padding of each conv,
+            # which the config class has no default for), the neck's upsampling of its 4 stages to the
+            # first's scale, its head's kernels; the neck 64 wide (256)
+            "intraclass_block_config": _INTRACLASS,
+            "scale_factor_list": [1, 2, 4, 8],
+            "kernel_list": [3, 2, 2],
+            "neck_out_channels": 64,
+        },
+        # PP-OCRv6's detectors: their PP-LCNetV4 defaults are the recognizer's (stage 4 alone, strided only
+        # vertically); the detectors' necks fuse 4 stages each twice the last's scale, [p2, p3, p4, p5]:
+        # 4 stages of [kernel, in, out, stride, squeeze-excitation] blocks halving the scale from stage 2,
+        # as wide as the necks read (layer_list_out_channels, stage_out_channels)
+        **{
+            t: {
+                "backbone_config": _LCNET_V4,
+                "layer_list_out_channels": _LCNET_V4["stage_out_channels"],
+                "neck_out_channels": 32,
+                **extra,
+            }
+            for t, extra in (
+                ("pp_ocrv6_small_det", {}),
+                (
+                    "pp_ocrv6_medium_det",
+                    {
+                        "intraclass_block_config": _INTRACLASS,
+                        "scale_factor_list": [1, 2, 4, 8],
+                        "kernel_list": [3, 2, 2],
+                    },
+                ),
+            )
+        },
+        # PP-DocLayoutV3's mask branch reads the first stage's output (x4_feat_dim: HGNetV2's 128)
+        "pp_doclayout_v3": {"backbone_config": _HGNET_V2, **_HGNET_DETECTOR, "x4_feat_dim": 32},
+        # PP-DocLayoutV2 keeps the boxes above a threshold a class and orders them by class: per-class
+        # lists the checkpoint sets (the tiny config's 2 labels)
+        "pp_doclayout_v2": {
+            "backbone_config": _HGNET_V2,
+            **_HGNET_DETECTOR,
+            "class_thresholds": [0.5, 0.5],
+            "class_order": [0, 1],
+        },
+    }
+)
+
+
+def tiny_fixes(model_type: str) -> dict[str, Any]:
+    """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
+    return FIXES.get(model_type, {})
