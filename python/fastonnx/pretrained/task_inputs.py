@@ -353,8 +353,13 @@ def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
         return int(decoder.num_hidden_layers), heads, head_size, int(encoder.hidden_size)
     layers = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or 0)
     layers = layers or int(config.num_hidden_layers)
-    heads = int(getattr(config, "decoder_attention_heads", None) or config.num_attention_heads)
     width = int(getattr(config, "d_model", None) or config.hidden_size)
+    named = getattr(config, "decoder_attention_heads", None)
+    if named is None:
+        # one decoder's sizes (Cohere ASR's): its cache holds the key-value heads, of its own head_dim
+        heads, head_size = kv_shape(config)
+        return layers, heads, int(getattr(config, "d_kv", None) or head_size), width
+    heads = int(named)
     head_size = int(getattr(config, "d_kv", None) or width // heads)
     return layers, heads, head_size, width
 
