@@ -31,6 +31,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
+from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, image_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
@@ -176,7 +177,7 @@ def _check_text2text(
         audio, _ = audio_inputs(model, config, 2, "cpu")  # Whisper's 3000 frames, or a second of audio
         (states_got,) = _run(sessions["encoder_model.onnx"], list(audio), list(audio.values()))
         with torch.no_grad():
-            states = model.get_encoder()(**audio).last_hidden_state
+            states = encoder_states(model, audio)
         mask = torch.ones(states.shape[:2], dtype=torch.int64)
     elif specs["encoder_model.onnx"].input_names == ["pixel_values"]:
         pixels = encoder_images(config, 2, "cpu")["pixel_values"]

@@ -38,6 +38,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
+from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import (
     audio_inputs,
     dynamic_shapes,
@@ -425,9 +426,7 @@ class SpeechEncoder(torch.nn.Module):
         self.model = model
 
     def forward(self, input_features: torch.Tensor) -> torch.Tensor:
-        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
-        out: torch.Tensor = encoder(input_features=input_features).last_hidden_state
-        return out
+        return encoder_states(self.model, {"input_features": input_features})
 
 
 class WaveformSpeechEncoder(SpeechEncoder):
