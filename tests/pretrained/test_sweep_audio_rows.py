@@ -3,7 +3,9 @@ from the sweep's tiny config, exported by ``export_pretrained`` and verified aga
 
 - Cohere ASR: a flat seq2seq config whose cache holds ``num_key_value_heads`` heads of ``head_dim``;
 - Pop2Piano: ``input_features`` are the encoder's embeddings (frames of ``d_model`` values);
-- Qwen3-ASR: its windowed audio attention as one attention masked to the windows (audio_windows.py).
+- Qwen3-ASR: its windowed audio attention as one attention masked to the windows (audio_windows.py);
+- SeamlessM4Tv2: its sinusoidal positions from their formula, no table regrown past its length
+  (seq2seq_shifts.py, as M2M100's).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from checkpoint_folders import architecture_sweep
 
 import fastonnx
 from fastonnx.capture.audio_windows import masked_audio_windows, same_window
+from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
 from fastonnx.pretrained.task_inputs import seq2seq_shape
 from support.matrix import sampled
 
@@ -24,6 +27,8 @@ FIXED = [
     ("automatic-speech-recognition", "pop2piano"),
     ("automatic-speech-recognition", "qwen3_asr"),
     ("text2text-generation", "qwen3_asr"),
+    ("automatic-speech-recognition", "seamless_m4t_v2"),
+    ("text2text-generation", "seamless_m4t_v2"),
 ]
 
 
@@ -99,3 +104,15 @@ def test_window_bounds_give_transformers_windows() -> None:
         bounds = qwen3_asr.get_audio_cu_seqlens(chunks, lengths, 200, 50)
     assert len(cu) - 1 > len(lengths)  # a window cut within an audio
     torch.testing.assert_close(same_window(bounds, rows), expected)
+
+
+def test_seamless_m4t_v2_positions_by_formula() -> None:
+    from transformers.models.seamless_m4t_v2 import modeling_seamless_m4t_v2 as seamless
+
+    table = seamless.SeamlessM4Tv2SinusoidalPositionalEmbedding(8, 16, padding_idx=1)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 1]])  # past the 8 positions, padded
+    with torch.no_grad():
+        expected = table(ids, past_key_values_length=3)  # transformers regrows its table
+        with guard_free_seq2seq_shifts():
+            got = table(ids, past_key_values_length=3)
+    torch.testing.assert_close(got, expected)

@@ -13,7 +13,7 @@ is left as transformers writes it: torch.export keeps its data-dependent size un
 transformers' function on every input it accepts (as many eos tokens in every row, at least one); its
 checks of the counts become runtime asserts, which ONNX drops (converters/checks.py).
 
-M2M100's and NLLB-MoE's sinusoidal position embeddings read a table sized at init and rebuild it larger
+M2M100's, NLLB-MoE's and SeamlessM4Tv2's sinusoidal position embeddings read a table sized at init and rebuild it larger
 when ``padding_idx + 1 + L + past`` exceeds it: a branch on the length (the guard ``L <= 129`` for a
 table of 128 positions). ``sinusoidal_positions_by_formula`` computes each position's row from the
 table's own formula instead, the same function at every length. ProphetNet's positions after the past
@@ -298,6 +298,9 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "umt5": {"UMT5PreTrainedModel._shift_right": t5_shift_right},
     "m2m_100": {"M2M100SinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "nllb_moe": {"NllbMoeSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
+    "seamless_m4t_v2": {
+        "SeamlessM4Tv2SinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula
+    },
     "prophetnet": {"ProphetNetPositionalEmbeddings.forward": prophetnet_positions},
     "longt5": {
         "_split_into_blocks": split_into_padded_blocks,
