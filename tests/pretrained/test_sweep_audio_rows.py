@@ -1,6 +1,7 @@
 """The text2text-generation / automatic-speech-recognition architectures the sweep found failing, each built
 from the sweep's tiny config, exported by ``export_pretrained`` and verified against transformers eager:
 
+- Canary: a composite seq2seq config, its sizes in ``encoder_config`` and ``decoder_config``;
 - Cohere ASR: a flat seq2seq config whose cache holds ``num_key_value_heads`` heads of ``head_dim``;
 - Pop2Piano: ``input_features`` are the encoder's embeddings (frames of ``d_model`` values);
 - Qwen3-ASR: its windowed audio attention as one attention masked to the windows (audio_windows.py);
@@ -29,6 +30,7 @@ FIXED = [
     ("text2text-generation", "qwen3_asr"),
     ("automatic-speech-recognition", "seamless_m4t_v2"),
     ("text2text-generation", "seamless_m4t_v2"),
+    ("automatic-speech-recognition", "canary"),
 ]
 
 

@@ -315,10 +315,13 @@ class Seq2SeqDecoderWithPast(torch.nn.Module):
 
 def seq2seq_sides(config: Any) -> tuple[Any, Any] | None:
     """(encoder's text config, decoder's config) of a composite seq2seq config (EncoderDecoderModel's,
-    T5Gemma's: sizes in its ``encoder`` and ``decoder``); None for a flat one (BART's, T5's)."""
+    T5Gemma's: sizes in its ``encoder`` and ``decoder``; Canary's in ``encoder_config`` and
+    ``decoder_config``); None for a flat one (BART's, T5's)."""
     from transformers import PreTrainedConfig
 
     encoder, decoder = getattr(config, "encoder", None), getattr(config, "decoder", None)
+    if decoder is None:  # Canary's: encoder_config and decoder_config
+        encoder, decoder = getattr(config, "encoder_config", None), getattr(config, "decoder_config", None)
     if not isinstance(encoder, PreTrainedConfig) or not isinstance(decoder, PreTrainedConfig):
         return None
     return text_config(encoder), decoder
