@@ -5,6 +5,8 @@ from the sweep's tiny config, exported by ``export_pretrained`` and verified aga
 - Cohere ASR: a flat seq2seq config whose cache holds ``num_key_value_heads`` heads of ``head_dim``;
 - Pop2Piano: ``input_features`` are the encoder's embeddings (frames of ``d_model`` values);
 - Qwen3-ASR: its windowed audio attention as one attention masked to the windows (audio_windows.py);
+- MOSS-Transcribe-Diarize: positions passed through the forward's keywords to its language model, and
+  the ``padding_mask`` its ``get_audio_features`` requires but only documents given as its forward does;
 - SeamlessM4Tv2: its sinusoidal positions from their formula, no table regrown past its length
   (seq2seq_shifts.py, as M2M100's).
 """
@@ -31,6 +33,7 @@ FIXED = [
     ("automatic-speech-recognition", "seamless_m4t_v2"),
     ("text2text-generation", "seamless_m4t_v2"),
     ("automatic-speech-recognition", "canary"),
+    ("text2text-generation", "moss_transcribe_diarize"),
 ]
 
 

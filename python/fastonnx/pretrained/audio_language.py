@@ -109,6 +109,26 @@ def is_audio_language(model: torch.nn.Module) -> bool:
     return tower and not takes(model, "decoder_input_ids")
 
 
+def _forwards_keywords(module: Any) -> bool:
+    params = inspect.signature(module.forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def positions_reach_decoder(model: torch.nn.Module) -> bool:
+    """Whether ``position_ids`` reach the language model: a forward naming them, or (MOSS-Transcribe-
+    Diarize's) one passing its keywords through its inner model to a language model that takes them."""
+    if takes(model, "position_ids"):
+        return True
+    inner = getattr(model, "model", None)
+    lm = getattr(inner, "language_model", None)
+    return (
+        isinstance(lm, torch.nn.Module)
+        and takes(lm, "position_ids")
+        and _forwards_keywords(model)
+        and _forwards_keywords(inner)
+    )
+
+
 def audio_token_id(config: Any) -> int:
     """The id of the token the audio's feature rows replace (``audio_token_id``, or ``audio_token_index``)."""
     for key in ("audio_token_id", "audio_token_index"):
@@ -228,10 +248,30 @@ def audio_inputs(
 
 def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
     """The audio's feature rows as the model merges them: ``get_audio_features``' pooled output."""
-    out = _get_audio_features(model)(**inputs)
+    out = _get_audio_features(model)(**inputs, **_forward_defaults(model, inputs))
     pooled = getattr(out, "pooler_output", None)
     rows: torch.Tensor = pooled if pooled is not None else out
     return rows.reshape(-1, rows.shape[-1])
+
+
+def _forward_defaults(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The arguments the inner ``get_audio_features`` requires beyond ``inputs`` that the forward passes it
+    from its own parameters of default None (MOSS-Transcribe-Diarize's ``padding_mask``, which it only
+    documents): None, as the forward passes them when not given."""
+    inner = getattr(getattr(model, "model", None), "get_audio_features", None)
+    if inner is None:
+        return {}
+    forward = inspect.signature(model.forward).parameters
+    return {
+        n: None
+        for n, p in inspect.signature(inner).parameters.items()
+        if n not in inputs
+        and p.default is inspect.Parameter.empty
+        and p.kind is not inspect.Parameter.VAR_KEYWORD
+        and p.kind is not inspect.Parameter.VAR_POSITIONAL
+        and n in forward
+        and forward[n].default is None
+    }
 
 
 class AudioEncoder(torch.nn.Module):
@@ -254,7 +294,7 @@ def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     """The three graphs of an audio-language model's package."""
     token = audio_token_id(config)
     names = audio_arguments(model)
-    if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
+    if not takes(model, "inputs_embeds") or not positions_reach_decoder(model):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
     if mrope(model):
         raise InputError(f"{type(model).__name__}'s positions are multimodal rotary ones (get_rope_index)")
