@@ -7,6 +7,8 @@ from the sweep's tiny config, exported by ``export_pretrained`` and verified aga
 - Qwen3-ASR: its windowed audio attention as one attention masked to the windows (audio_windows.py);
 - MOSS-Transcribe-Diarize: positions passed through the forward's keywords to its language model, and
   the ``padding_mask`` its ``get_audio_features`` requires but only documents given as its forward does;
+- MusicFlamingo: its audio encoder reads the prompt's ``input_ids`` too (its rows' rotary timestamps
+  follow each window's place in its audio), over all the prompt's windows in one run;
 - SeamlessM4Tv2: its sinusoidal positions from their formula, no table regrown past its length
   (seq2seq_shifts.py, as M2M100's).
 """
@@ -34,6 +36,7 @@ FIXED = [
     ("text2text-generation", "seamless_m4t_v2"),
     ("automatic-speech-recognition", "canary"),
     ("text2text-generation", "moss_transcribe_diarize"),
+    ("text2text-generation", "musicflamingo"),
 ]
 
 

@@ -8,7 +8,9 @@ with an audio tower:
   rows, ``num_audio_tokens`` x hidden, transformers' own ``get_audio_features``. A Whisper-style tower
   (a position table of ``max_source_positions``) reads exactly its ``2 * max_source_positions`` frames,
   which the model checks; other towers any number (``feature_length``). With a mask, the rows are those
-  of the frames it keeps (their number follows the mask's sum);
+  of the frames it keeps (their number follows the mask's sum). MusicFlamingo's also reads the prompt's
+  ``input_ids``: its rows' rotary timestamps follow each window's place in its audio, found from the runs
+  of audio tokens; its graph takes all the prompt's windows in one run (``audio_windows`` of them);
 - ``embed_tokens.onnx``: ``input_ids`` and ``audio_features`` to ``inputs_embeds``, the rows put at the
   audio token's positions in order (vision_language.MergedEmbeddings); a step without audio passes 0 rows;
 - ``decoder_model_merged.onnx``: image-text-to-text's decoder (vision_language.embeds_decoder).
@@ -40,6 +42,8 @@ from fastonnx.pretrained.vision_language import (
 AUDIO_FILE = "audio_encoder.onnx"
 AUDIO_TOKENS = "num_audio_tokens"
 MASK = "input_features_mask"
+PROMPT = "input_ids"
+WINDOWS = "audio_windows"
 EXAMPLE_FRAMES = 100  # a second of 10 ms frames (times the frames the tower reads together)
 
 __all__ = ["AUDIO_FILE", "DECODER_FILE", "EMBED_FILE"]
@@ -98,7 +102,7 @@ def model_audio_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) 
     ``feature_attention_mask``."""
     if MASK in inputs and not takes(model, MASK) and takes(model, "feature_attention_mask"):
         inputs = {("feature_attention_mask" if k == MASK else k): v for k, v in inputs.items()}
-    return inputs
+    return {k: v for k, v in inputs.items() if k != PROMPT}  # the prompt's ids are passed as such
 
 
 def is_audio_language(model: torch.nn.Module) -> bool:
@@ -142,7 +146,7 @@ def audio_token_id(config: Any) -> int:
 
 def audio_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_audio_features`` takes: ``input_features`` and, for the families masking padded frames,
-    ``input_features_mask``; others (MusicFlamingo's ``input_ids``) the layout does not export."""
+    ``input_features_mask``, and with it MusicFlamingo's ``input_ids`` (``prompted``)."""
     get = _get_audio_features(model)
     if get is None:
         raise InputError(
@@ -154,11 +158,14 @@ def audio_arguments(model: torch.nn.Module) -> list[str]:
         for n, p in inspect.signature(get).parameters.items()
         if n != "self" and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
     ]
-    unsupported = [n for n in names if n not in ("input_features", MASK)]
+    # MusicFlamingo's: the prompt's ids, where its audio tokens sit (the windows' rotary timestamps)
+    unsupported = [
+        n for n in names if n not in ("input_features", MASK, PROMPT) or n == PROMPT and MASK not in names
+    ]
     if unsupported or "input_features" not in names:
         raise InputError(
             f"{type(model).__name__}.get_audio_features takes {', '.join(names)}: the audio encoder graph "
-            "reads input_features (and input_features_mask) alone"
+            "reads input_features (and input_features_mask, and with it input_ids) alone"
         )
     return names
 
@@ -237,13 +244,28 @@ def audio_inputs(
     ``kept`` part of the frames (the processor pads the rest)."""
     shape, axis, _ = feature_layout(model, config)
     g = torch.Generator().manual_seed(0)
-    inputs = {"input_features": torch.randn(1, *shape, generator=g).to(device)}
-    if MASK in audio_arguments(model):
+    names = audio_arguments(model)
+    windows = 2 if PROMPT in names else 1  # a prompted audio: two windows of one audio
+    inputs = {"input_features": torch.randn(windows, *shape, generator=g).to(device)}
+    if MASK in names:
         frames = shape[axis - 1]
-        mask = torch.zeros(1, frames, dtype=torch.int64)
-        mask[:, : max(1, int(frames * kept))] = 1
+        mask = torch.ones(windows, frames, dtype=torch.int64)
+        mask[-1, max(1, int(frames * kept)) :] = 0
+        if PROMPT in names:
+            inputs[PROMPT] = prompt_ids(model, config, mask).to(device)
         inputs[MASK] = mask.to(device)
     return inputs
+
+
+def prompt_ids(model: torch.nn.Module, config: Any, mask: torch.Tensor) -> torch.Tensor:
+    """A prompt (1, length) holding the audio's tokens, as many as the tower keeps rows of the windows
+    ``mask`` marks, between 2 and 4 text tokens."""
+    _, rows = _tower(model)._get_feat_extract_output_lengths(mask.sum(-1))  # type: ignore[operator]
+    token = audio_token_id(config)
+    _, vocab = text_sizes(config)
+    text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    text[text == token] = 3  # the audio's tokens only where the audio goes
+    return torch.cat([text[:, :2], torch.full((1, int(rows.sum())), token), text[:, 2:]], dim=1)
 
 
 def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
@@ -290,6 +312,18 @@ class MaskedAudioEncoder(AudioEncoder):
         )
 
 
+class PromptedAudioEncoder(AudioEncoder):
+    def forward(  # type: ignore[override]
+        self, input_features: torch.Tensor, input_features_mask: torch.Tensor, input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return audio_features(
+            self.model,
+            input_features=input_features,
+            input_features_mask=input_features_mask,
+            input_ids=input_ids,
+        )
+
+
 def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The three graphs of an audio-language model's package."""
     token = audio_token_id(config)
@@ -313,7 +347,13 @@ def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
             dims[MASK] = {1: frames}
     elif MASK in names:
         dims[MASK] = {}
+    if PROMPT in names:  # the windows of the prompt's audios, all in one run: their timestamps follow
+        windows = torch.export.Dim(WINDOWS, min=1, max=1024)
+        dims = {k: {**v, 0: windows} for k, v in dims.items()}
+        dims[PROMPT] = {1: torch.export.Dim(SEQUENCE, min=1, max=1 << 20)}
     encoder = MaskedAudioEncoder(model) if MASK in names else AudioEncoder(model)
+    if PROMPT in names:
+        encoder = PromptedAudioEncoder(model)
     audio_spec = GraphSpec(encoder, tuple(example[n] for n in names), dims, names, ["audio_features"])
 
     hidden, vocab = text_sizes(config)

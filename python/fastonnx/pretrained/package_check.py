@@ -392,6 +392,7 @@ def _check_audio_language(
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
     text[text == token] = 3  # the audio's tokens only where the audio goes
     ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
+    ids = audio.get(al.PROMPT, ids)  # the prompt the audio encoder read too (MusicFlamingo's)
     generated = _generate(model, ids, al.model_audio_inputs(model, audio))
 
     def positions(step: int, past: int, length: int) -> torch.Tensor:
