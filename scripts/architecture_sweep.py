@@ -216,6 +216,9 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
         ("granite_speech", "granite_speech_plus"),
         {"projector_config": {"encoder_hidden_size": _SIZES["hidden_dim"]}},
     ),
+    # Qwen/Qwen3-ASR-1.7B-hf: the projector's rows replace text embeddings, so its output_dim is the text's
+    # width; the audio config's default (3584) is not the default text's (2048)
+    "qwen3_asr": {"audio_config": {"output_dim": _SIZES["hidden_size"]}},
     "voxtral": {"audio_token_id": 24},  # mistralai/Voxtral-Mini-3B-2507: the audio's placeholder token
     # nvidia/Nemotron-3-Diarization leaves num_key_value_heads unset (as many as the 8 heads): its v_proj
     # has num_attention_heads heads, which the tiny 2 key-value heads do not repeat to

@@ -30,6 +30,7 @@ from fastonnx.capture import (
     dynamic_dims,
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
+from fastonnx.capture.audio_windows import masked_audio_windows
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.diarization_chunks import one_chunk_diarization
 from fastonnx.capture.document_patches import gathered_document_patches
@@ -208,6 +209,7 @@ def _export(
         guard_free_speech_encoders(),
         gathered_document_patches(),
         one_chunk_diarization(),  # diarization_chunks.py
+        masked_audio_windows(),  # audio_windows.py: Qwen3-ASR's windows as one masked attention
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

@@ -8,7 +8,9 @@ with an audio tower:
   rows, ``num_audio_tokens`` x hidden, transformers' own ``get_audio_features``. A Whisper-style tower
   (a position table of ``max_source_positions``) reads exactly its ``2 * max_source_positions`` frames,
   which the model checks; other towers any number (``feature_length``). With a mask, the rows are those
-  of the frames it keeps (their number follows the mask's sum);
+  of the frames it keeps (their number follows the mask's sum). MusicFlamingo's also reads the prompt's
+  ``input_ids``: its rows' rotary timestamps follow each window's place in its audio, found from the runs
+  of audio tokens; its graph takes all the prompt's windows in one run (``audio_windows`` of them);
 - ``embed_tokens.onnx``: ``input_ids`` and ``audio_features`` to ``inputs_embeds``, the rows put at the
   audio token's positions in order (vision_language.MergedEmbeddings); a step without audio passes 0 rows;
 - ``decoder_model_merged.onnx``: image-text-to-text's decoder (vision_language.embeds_decoder).
@@ -40,6 +42,8 @@ from fastonnx.pretrained.vision_language import (
 AUDIO_FILE = "audio_encoder.onnx"
 AUDIO_TOKENS = "num_audio_tokens"
 MASK = "input_features_mask"
+PROMPT = "input_ids"
+WINDOWS = "audio_windows"
 EXAMPLE_FRAMES = 100  # a second of 10 ms frames (times the frames the tower reads together)
 
 __all__ = ["AUDIO_FILE", "DECODER_FILE", "EMBED_FILE"]
@@ -98,7 +102,7 @@ def model_audio_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) 
     ``feature_attention_mask``."""
     if MASK in inputs and not takes(model, MASK) and takes(model, "feature_attention_mask"):
         inputs = {("feature_attention_mask" if k == MASK else k): v for k, v in inputs.items()}
-    return inputs
+    return {k: v for k, v in inputs.items() if k != PROMPT}  # the prompt's ids are passed as such
 
 
 def is_audio_language(model: torch.nn.Module) -> bool:
@@ -107,6 +111,26 @@ def is_audio_language(model: torch.nn.Module) -> bool:
     inner = getattr(model, "model", model)
     tower = _get_audio_features(model) is not None or hasattr(inner, "audio_tower")
     return tower and not takes(model, "decoder_input_ids")
+
+
+def _forwards_keywords(module: Any) -> bool:
+    params = inspect.signature(module.forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def positions_reach_decoder(model: torch.nn.Module) -> bool:
+    """Whether ``position_ids`` reach the language model: a forward naming them, or (MOSS-Transcribe-
+    Diarize's) one passing its keywords through its inner model to a language model that takes them."""
+    if takes(model, "position_ids"):
+        return True
+    inner = getattr(model, "model", None)
+    lm = getattr(inner, "language_model", None)
+    return (
+        isinstance(lm, torch.nn.Module)
+        and takes(lm, "position_ids")
+        and _forwards_keywords(model)
+        and _forwards_keywords(inner)
+    )
 
 
 def audio_token_id(config: Any) -> int:
@@ -122,7 +146,7 @@ def audio_token_id(config: Any) -> int:
 
 def audio_arguments(model: torch.nn.Module) -> list[str]:
     """What ``get_audio_features`` takes: ``input_features`` and, for the families masking padded frames,
-    ``input_features_mask``; others (MusicFlamingo's ``input_ids``) the layout does not export."""
+    ``input_features_mask``, and with it MusicFlamingo's ``input_ids`` (``prompted``)."""
     get = _get_audio_features(model)
     if get is None:
         raise InputError(
@@ -134,11 +158,14 @@ def audio_arguments(model: torch.nn.Module) -> list[str]:
         for n, p in inspect.signature(get).parameters.items()
         if n != "self" and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
     ]
-    unsupported = [n for n in names if n not in ("input_features", MASK)]
+    # MusicFlamingo's: the prompt's ids, where its audio tokens sit (the windows' rotary timestamps)
+    unsupported = [
+        n for n in names if n not in ("input_features", MASK, PROMPT) or n == PROMPT and MASK not in names
+    ]
     if unsupported or "input_features" not in names:
         raise InputError(
             f"{type(model).__name__}.get_audio_features takes {', '.join(names)}: the audio encoder graph "
-            "reads input_features (and input_features_mask) alone"
+            "reads input_features (and input_features_mask, and with it input_ids) alone"
         )
     return names
 
@@ -217,21 +244,56 @@ def audio_inputs(
     ``kept`` part of the frames (the processor pads the rest)."""
     shape, axis, _ = feature_layout(model, config)
     g = torch.Generator().manual_seed(0)
-    inputs = {"input_features": torch.randn(1, *shape, generator=g).to(device)}
-    if MASK in audio_arguments(model):
+    names = audio_arguments(model)
+    windows = 2 if PROMPT in names else 1  # a prompted audio: two windows of one audio
+    inputs = {"input_features": torch.randn(windows, *shape, generator=g).to(device)}
+    if MASK in names:
         frames = shape[axis - 1]
-        mask = torch.zeros(1, frames, dtype=torch.int64)
-        mask[:, : max(1, int(frames * kept))] = 1
+        mask = torch.ones(windows, frames, dtype=torch.int64)
+        mask[-1, max(1, int(frames * kept)) :] = 0
+        if PROMPT in names:
+            inputs[PROMPT] = prompt_ids(model, config, mask).to(device)
         inputs[MASK] = mask.to(device)
     return inputs
 
 
+def prompt_ids(model: torch.nn.Module, config: Any, mask: torch.Tensor) -> torch.Tensor:
+    """A prompt (1, length) holding the audio's tokens, as many as the tower keeps rows of the windows
+    ``mask`` marks, between 2 and 4 text tokens."""
+    _, rows = _tower(model)._get_feat_extract_output_lengths(mask.sum(-1))  # type: ignore[operator]
+    token = audio_token_id(config)
+    _, vocab = text_sizes(config)
+    text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    text[text == token] = 3  # the audio's tokens only where the audio goes
+    return torch.cat([text[:, :2], torch.full((1, int(rows.sum())), token), text[:, 2:]], dim=1)
+
+
 def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
     """The audio's feature rows as the model merges them: ``get_audio_features``' pooled output."""
-    out = _get_audio_features(model)(**inputs)
+    out = _get_audio_features(model)(**inputs, **_forward_defaults(model, inputs))
     pooled = getattr(out, "pooler_output", None)
     rows: torch.Tensor = pooled if pooled is not None else out
     return rows.reshape(-1, rows.shape[-1])
+
+
+def _forward_defaults(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The arguments the inner ``get_audio_features`` requires beyond ``inputs`` that the forward passes it
+    from its own parameters of default None (MOSS-Transcribe-Diarize's ``padding_mask``, which it only
+    documents): None, as the forward passes them when not given."""
+    inner = getattr(getattr(model, "model", None), "get_audio_features", None)
+    if inner is None:
+        return {}
+    forward = inspect.signature(model.forward).parameters
+    return {
+        n: None
+        for n, p in inspect.signature(inner).parameters.items()
+        if n not in inputs
+        and p.default is inspect.Parameter.empty
+        and p.kind is not inspect.Parameter.VAR_KEYWORD
+        and p.kind is not inspect.Parameter.VAR_POSITIONAL
+        and n in forward
+        and forward[n].default is None
+    }
 
 
 class AudioEncoder(torch.nn.Module):
@@ -250,11 +312,23 @@ class MaskedAudioEncoder(AudioEncoder):
         )
 
 
+class PromptedAudioEncoder(AudioEncoder):
+    def forward(  # type: ignore[override]
+        self, input_features: torch.Tensor, input_features_mask: torch.Tensor, input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return audio_features(
+            self.model,
+            input_features=input_features,
+            input_features_mask=input_features_mask,
+            input_ids=input_ids,
+        )
+
+
 def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The three graphs of an audio-language model's package."""
     token = audio_token_id(config)
     names = audio_arguments(model)
-    if not takes(model, "inputs_embeds") or not takes(model, "position_ids"):
+    if not takes(model, "inputs_embeds") or not positions_reach_decoder(model):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
     if mrope(model):
         raise InputError(f"{type(model).__name__}'s positions are multimodal rotary ones (get_rope_index)")
@@ -273,7 +347,13 @@ def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
             dims[MASK] = {1: frames}
     elif MASK in names:
         dims[MASK] = {}
+    if PROMPT in names:  # the windows of the prompt's audios, all in one run: their timestamps follow
+        windows = torch.export.Dim(WINDOWS, min=1, max=1024)
+        dims = {k: {**v, 0: windows} for k, v in dims.items()}
+        dims[PROMPT] = {1: torch.export.Dim(SEQUENCE, min=1, max=1 << 20)}
     encoder = MaskedAudioEncoder(model) if MASK in names else AudioEncoder(model)
+    if PROMPT in names:
+        encoder = PromptedAudioEncoder(model)
     audio_spec = GraphSpec(encoder, tuple(example[n] for n in names), dims, names, ["audio_features"])
 
     hidden, vocab = text_sizes(config)

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES = (
@@ -394,7 +395,7 @@ def audio_inputs(
     if whisper is not None:
         features = torch.randn(batch, *whisper, generator=g)
         return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
-    size = frame_size(config)
+    size = frame_size(config) or embedded_frame_size(model, config)
     if size is None:
         raise InputError(
             f"{type(model).__name__} reads input_features, but its config (nor its encoder_config or "

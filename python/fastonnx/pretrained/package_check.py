@@ -32,6 +32,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
+from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
@@ -177,7 +178,7 @@ def _check_text2text(
         audio, _ = audio_inputs(model, config, 2, "cpu")  # Whisper's 3000 frames, or a second of audio
         (states_got,) = _run(sessions["encoder_model.onnx"], list(audio), list(audio.values()))
         with torch.no_grad():
-            states = model.get_encoder()(**audio).last_hidden_state
+            states = encoder_states(model, audio)
         mask = torch.ones(states.shape[:2], dtype=torch.int64)
     elif specs["encoder_model.onnx"].input_names == ["pixel_values"]:
         pixels = encoder_images(config, 2, "cpu")["pixel_values"]
@@ -396,6 +397,7 @@ def _check_audio_language(
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
     text[text == token] = 3  # the audio's tokens only where the audio goes
     ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
+    ids = audio.get(al.PROMPT, ids)  # the prompt the audio encoder read too (MusicFlamingo's)
     generated = _generate(model, ids, al.model_audio_inputs(model, audio))
 
     def positions(step: int, past: int, length: int) -> torch.Tensor:

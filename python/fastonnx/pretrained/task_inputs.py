@@ -38,6 +38,7 @@ from fastonnx.pretrained.decoder_cache import (
     returned_cache,
     text_config,
 )
+from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import (
     audio_inputs,
     dynamic_shapes,
@@ -314,10 +315,13 @@ class Seq2SeqDecoderWithPast(torch.nn.Module):
 
 def seq2seq_sides(config: Any) -> tuple[Any, Any] | None:
     """(encoder's text config, decoder's config) of a composite seq2seq config (EncoderDecoderModel's,
-    T5Gemma's: sizes in its ``encoder`` and ``decoder``); None for a flat one (BART's, T5's)."""
+    T5Gemma's: sizes in its ``encoder`` and ``decoder``; Canary's in ``encoder_config`` and
+    ``decoder_config``); None for a flat one (BART's, T5's)."""
     from transformers import PreTrainedConfig
 
     encoder, decoder = getattr(config, "encoder", None), getattr(config, "decoder", None)
+    if decoder is None:  # Canary's: encoder_config and decoder_config
+        encoder, decoder = getattr(config, "encoder_config", None), getattr(config, "decoder_config", None)
     if not isinstance(encoder, PreTrainedConfig) or not isinstance(decoder, PreTrainedConfig):
         return None
     return text_config(encoder), decoder
@@ -353,8 +357,13 @@ def seq2seq_shape(config: Any) -> tuple[int, int, int, int]:
         return int(decoder.num_hidden_layers), heads, head_size, int(encoder.hidden_size)
     layers = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or 0)
     layers = layers or int(config.num_hidden_layers)
-    heads = int(getattr(config, "decoder_attention_heads", None) or config.num_attention_heads)
     width = int(getattr(config, "d_model", None) or config.hidden_size)
+    named = getattr(config, "decoder_attention_heads", None)
+    if named is None:
+        # one decoder's sizes (Cohere ASR's): its cache holds the key-value heads, of its own head_dim
+        heads, head_size = kv_shape(config)
+        return layers, heads, int(getattr(config, "d_kv", None) or head_size), width
+    heads = int(named)
     head_size = int(getattr(config, "d_kv", None) or width // heads)
     return layers, heads, head_size, width
 
@@ -420,9 +429,7 @@ class SpeechEncoder(torch.nn.Module):
         self.model = model
 
     def forward(self, input_features: torch.Tensor) -> torch.Tensor:
-        encoder: Any = self.model.get_encoder()  # type: ignore[operator]
-        out: torch.Tensor = encoder(input_features=input_features).last_hidden_state
-        return out
+        return encoder_states(self.model, {"input_features": input_features})
 
 
 class WaveformSpeechEncoder(SpeechEncoder):
