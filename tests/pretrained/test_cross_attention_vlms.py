@@ -7,6 +7,9 @@ encoder's outputs, then a greedy generation over the three files against transfo
   cross-attention layer and vision taps past its layers;
 - IDEFICS reads the images through gated cross-attention layers (gated_cross_attention.py): the vision
   encoder gives the images' rows (the resampler's latents), the decoder takes them on every step;
+- Gemma 4 (and Unified) take an image as patches padded to a fixed count (padded_patch_vlms.py): the vision
+  encoder gives the real rows only, counted from the positions; its pooling's ``one_hot`` had the
+  example's row count baked in (capture/pooling_by_positions.py);
 - Kosmos-2.5 places its rows at ``image_embeds_position_mask`` as Kosmos-2 (image_prefix.py), from
   flattened patches, its decoder adding the mask's segment embedding; its 2048 image rows outgrow the
   sinusoidal table, whose rows are now computed by formula (capture/seq2seq_shifts.py).
@@ -34,6 +37,7 @@ from fastonnx.pretrained.gated_cross_attention import (
     ImageStates,
     pixels_example,
 )
+from fastonnx.pretrained.padded_patch_vlms import image_example
 
 # their exports are sampled with the other image-prefix models' (test_image_prefix_models.py)
 
@@ -193,3 +197,39 @@ def test_the_gated_step_is_idefics_forward(resampler: bool) -> None:
     torch.testing.assert_close(got, out.logits)
     torch.testing.assert_close(after, expected)
     assert not torch.allclose(blind[:, 2:], got[:, 2:])  # the images reach the logits
+
+
+def test_gemma4_pools_as_many_rows_as_the_patches_give() -> None:
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionPooler
+
+    from fastonnx.capture.pooling_by_positions import pooling_by_comparison
+
+    pooler = Gemma4VisionPooler(Gemma4VisionConfig(hidden_size=8))
+
+    class Pool(torch.nn.Module):
+        def forward(self, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            out, mask = pooler(states, positions, positions[..., 0] < 0, states.shape[1] // 4)
+            return torch.where(mask.unsqueeze(-1), out, 0.0)
+
+    def image(rows: int, columns: int, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+        example = image_example(_Gemma4Sizes(), "cpu", rows, columns, total)
+        states = torch.randn(1, 4 * total, 8, generator=torch.Generator().manual_seed(rows))
+        return states.masked_fill(example["image_position_ids"][..., :1] < 0, 0.0), example[
+            "image_position_ids"
+        ]
+
+    blocks = torch.export.Dim("blocks", min=1, max=1024)
+    with pooling_by_comparison():  # one_hot's class count would be the example's 9 rows
+        ep = torch.export.export(Pool(), image(2, 3, 9), dynamic_shapes=({1: 4 * blocks}, {1: 4 * blocks}))
+    wide = image(2, 5, 16)  # 10 soft tokens of 16
+    torch.testing.assert_close(ep.module()(*wide), Pool()(*wide))
+
+
+class _Gemma4Sizes:
+    """The config fields image_example reads: patches of 2 pooled 2 x 2."""
+
+    model_type = "gemma4"
+
+    class vision_config:
+        patch_size, pooling_kernel_size = 2, 2
