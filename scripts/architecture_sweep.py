@@ -261,6 +261,33 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # deepseek-community/deepseek-vl-7b-chat: its SAM tower's 12 layers attend globally in [2, 5, 8, 11], the
     # first of which feeds the high-resolution features; the tiny tower's 2 layers: the last
     "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},
+    # google/gemma-4-E2B-it: the config class has no default vision tower (None: a text model), the
+    # checkpoints one (16 layers of 12 heads of 64, patches of 16 pooled 3 x 3); the tiny tower 2 layers of
+    # 4 heads, patches of 4 pooled 2 x 2
+    "gemma4": {
+        "vision_config": {
+            "model_type": "gemma4_vision",
+            "hidden_size": _SIZES["hidden_size"],
+            "intermediate_size": 2 * _SIZES["hidden_size"],
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "head_dim": _SIZES["hidden_size"] // 4,
+            "patch_size": 4,
+            "pooling_kernel_size": 2,
+            "position_embedding_size": 64,
+        }
+    },
+    # Gemma 4 Unified's encoder-free patch embedder (no default either): merged patches of 4 x 4 pixels
+    "gemma4_unified": {
+        "vision_config": {
+            "model_type": "gemma4_unified_vision",
+            "patch_size": 2,
+            "pooling_kernel_size": 2,
+            **dict.fromkeys(("mm_embed_dim", "output_proj_dims"), _SIZES["hidden_size"]),
+            "mm_posemb_size": 64,
+        }
+    },
 }
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model", "dim", "model_dim")
 _NOT_WIDTHS = re.compile("position|window|chunk|batch|image|patch")  # sizes that make no weight wider

@@ -37,6 +37,7 @@ from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
+from fastonnx.capture.pooling_by_positions import pooling_by_comparison
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
 from fastonnx.capture.speech_encoders import guard_free_speech_encoders
@@ -210,6 +211,7 @@ def _export(
         gathered_document_patches(),
         one_chunk_diarization(),  # diarization_chunks.py
         masked_audio_windows(),  # audio_windows.py: Qwen3-ASR's windows as one masked attention
+        pooling_by_comparison(),  # Gemma 4's pooled rows following the patches (pooling_by_positions.py)
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

@@ -18,6 +18,9 @@ files, laid out as a seq2seq decoder keeps its encoder's keys and values:
   ``cross_attention.N.*`` on every step (batch x kv heads x images·tiles·patches x head size). Its
   ``present.N.*`` are the self-attention layers' only.
 
+IDEFICS' gated cross-attention layers are gated_cross_attention.py's (the images' rows on every step, as
+transformers recomputes their keys and values); ``own_layout`` and the entry points here cover both.
+
 A prompt without an image is not this package's: transformers skips the cross-attention layers then (no
 states, nothing cached), a branch on whether there is an image at all; every graph here has one.
 """
@@ -47,7 +50,10 @@ IMAGES = "num_images"
 
 
 def own_layout(model: torch.nn.Module) -> bool:
-    return getattr(model.config, "model_type", None) in CROSS_ATTENTION_FAMILIES
+    from fastonnx.pretrained import gated_cross_attention
+
+    kind = getattr(model.config, "model_type", None)
+    return kind in CROSS_ATTENTION_FAMILIES or gated_cross_attention.own_layout(model)
 
 
 def cross_layers(config: Any) -> list[int]:
@@ -193,7 +199,11 @@ def self_layout(config: Any) -> list[CacheLayer]:
 
 
 def cross_attention_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
-    """The three graphs of a ``CROSS_ATTENTION_FAMILIES`` model's package."""
+    """The three graphs of a ``CROSS_ATTENTION_FAMILIES`` model's package (or IDEFICS')."""
+    from fastonnx.pretrained import gated_cross_attention
+
+    if gated_cross_attention.own_layout(model):
+        return gated_cross_attention.gated_cross_attention_graphs(model, config)
     image = vision_example(config, "meta")
     owned, crossing = self_layers(config), cross_layers(config)
     vision = GraphSpec(
@@ -261,7 +271,10 @@ def check_package(
     ``check``: package_check's module (its ``_run``, ``_generate`` and ``_greedy_over_files``), passed in
     as it imports this one."""
     from fastonnx.diagnostics.verdicts import compare
+    from fastonnx.pretrained import gated_cross_attention
 
+    if gated_cross_attention.own_layout(model):
+        return gated_cross_attention.check_package(sessions, model, config, specs, check)
     pc = check
 
     image = vision_example(config, "cpu")

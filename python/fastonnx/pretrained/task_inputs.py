@@ -709,6 +709,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
             return image_prefix_graphs(model, config)
         if cross_attention_layout(model):  # Mllama's cross-attention layers
             return cross_attention_graphs(model, config)
+        from fastonnx.pretrained import padded_patch_vlms
+
+        if padded_patch_vlms.own_layout(model):  # Gemma 4's padded patches, its per-layer inputs
+            return padded_patch_vlms.padded_patch_graphs(model, config)
         return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
