@@ -249,6 +249,32 @@ def test_a_lower_bound_torch_proves_is_a_narrowing() -> None:
     torch.testing.assert_close(result(z), model(z))
 
 
+def test_a_guard_on_a_derived_dims_root_is_a_narrowing() -> None:
+    # asked as 9 * b only, b's specialisation (one_hot takes its class count as an int) leaves the
+    # input dim symbolic and the range torch keeps for b whole: the guard b == 9 alone says the program
+    # holds 9 classes (Gemma 4's vision pooler, one_hot(idx, patches // 9))
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.one_hot(idx, x.shape[1] // 9).float().sum(0)
+
+    b = Dim("b", min=1, max=1000)
+    args = (torch.randn(3, 81), torch.tensor([0, 4, 8]))
+    with pytest.raises(CaptureError, match=r"right for 81 of the sizes tried.*not 18 to 72, 90 to 9000"):
+        fastonnx.to_onnx(Model(), args, dynamic_shapes=({1: 9 * b}, None))
+
+
+def test_a_derived_dim_is_checked_at_its_own_sizes() -> None:
+    # every size 2 * b takes is right: the odd sizes between its bounds are not asked, nor refused
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(x.shape[0], -1, 2).sum(-1)
+
+    b = Dim("b", min=2, max=500)
+    result = fastonnx.to_onnx(Model(), (torch.randn(3, 8),), dynamic_shapes=({1: 2 * b},))
+    z = torch.randn(3, 26)
+    torch.testing.assert_close(result(z), Model()(z))
+
+
 # ---- an ExportedProgram alone ---------------------------------------------------------------------
 
 

@@ -121,16 +121,25 @@ def output_paths(out_spec: Any, n: int) -> list[str | None]:
 Asked = dict[tuple[int, int], tuple[int, int | None]]
 
 
+class DerivedRange(tuple[int, int | None]):
+    """The range asked of a derived dim (``9 * b``): only the sizes its expression takes are asked
+    (capture/guards.py tries no other), not every size between its bounds."""
+
+
 def _asked_range(d: Any) -> tuple[int, int | None] | None:
-    """The range a dim spec asks for, or None when it asks for no dynamic dim of its own."""
+    """The range a dim spec asks for (a derived dim's: its expression's), or None when it asks for no
+    dynamic dim."""
     if isinstance(d, str):
         return 0, None
     if isinstance(d, DimHint):
         return (0, None) if d.type in (DimHintType.DYNAMIC, DimHintType.AUTO) else None
-    if isinstance(d, DerivedDim) or not isinstance(d, Dim):
+    if not isinstance(d, Dim):
         return None
+    # a derived dim (9 * b) asks for its own range too: where its root appears in no other input,
+    # a guard on the root (torch specialising b through 9 * b // 9) is seen only through it
     lower, upper = getattr(d, "min", 0), getattr(d, "max", None)
-    return int(lower) if isinstance(lower, int) else 0, upper if isinstance(upper, int) else None
+    asked = int(lower) if isinstance(lower, int) else 0, upper if isinstance(upper, int) else None
+    return DerivedRange(asked) if isinstance(d, DerivedDim) else asked
 
 
 def normalize(

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fastonnx.capture.dynamic_dims import Asked
+from fastonnx.capture.dynamic_dims import Asked, DerivedRange
 from fastonnx.errors import SizeGuardError
 from fastonnx.torch_internals import (
     backed_values,
@@ -326,7 +326,7 @@ def prove(
         lo = max(lo, 2)
         if hi is not None and hi < lo:
             continue
-        check = _check_dim(expr, lo, hi, facts)
+        check = _check_dim(expr, lo, hi, facts, derived=isinstance(asked[key], DerivedRange))
         if not check.refused:
             kept[key] = (lo, hi)  # what was asked is what the result holds its inputs to
             continue
@@ -416,9 +416,13 @@ class _DimCheck:
         return bottom, top
 
 
-def _check_dim(expr: Any, lo: int, hi: int | None, facts: _Facts) -> _DimCheck:
+def _check_dim(expr: Any, lo: int, hi: int | None, facts: _Facts, derived: bool = False) -> _DimCheck:
+    """``derived``: the dim was asked as a derived dim, whose sizes are those ``expr`` takes (the others
+    are not tried); otherwise a size ``expr`` never takes is one the program refuses."""
     (root,) = expr.free_symbols
     check = _DimCheck(*_tried(lo, hi, int(expr.xreplace({root: facts.example[root]}))))
+    if derived:
+        check.sizes = [size for size in check.sizes if _root_value(expr, root, size) is not None]
     for size in check.sizes:
         value = _root_value(expr, root, size)
         if value is not None and value < 2:
