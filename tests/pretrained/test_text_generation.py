@@ -2,7 +2,7 @@
 architecture of the suite, loaded by onnxruntime-genai, whose greedy generation must give the same 20
 tokens as transformers' ``generate(do_sample=False)`` with the logits of every step within 1e-4.
 
-CI runs Llama, Qwen2 and Gemma; ``FASTONNX_PRETRAINED_ALL=1`` runs every decoder architecture
+CI runs Llama and Gemma (Qwen2 at the onnxruntime level); ``FASTONNX_PRETRAINED_ALL=1`` runs every decoder architecture
 (docs/guides/pretrained.md records which pass).
 """
 
@@ -19,10 +19,12 @@ import torch
 from checkpoint_folders import DECODER, DECODERS, save_checkpoint, save_decoder
 
 import fastonnx
+from support.matrix import sampled
 
 og = pytest.importorskip("onnxruntime_genai")
 
-CI = ("llama", "qwen2", "gemma")
+# Qwen2 runs in CI at the onnxruntime level (test_onnxruntime_level_writes_into_shared_caches)
+CI = ("llama", "gemma")
 NAMES = sorted(DECODERS) if os.environ.get("FASTONNX_PRETRAINED_ALL") == "1" else CI
 PROMPT = [1, 17, 42, 99, 5, 63, 21]
 NEW_TOKENS = 20
@@ -117,7 +119,7 @@ def _check_greedy(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **o
     return written
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize("name", sampled(["llama", "qwen2"], lambda name: name == "qwen2"))
 def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, name: str) -> None:
     """At ``optimize="onnxruntime"`` a plain causal decoder's attention is one GroupQueryAttention a layer
     reading each cache input alone, and genai_config.json shares the past and present buffers: genai then
