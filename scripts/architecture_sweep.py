@@ -146,7 +146,7 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # (the score head's bias), and torch and onnxruntime break that tie of their top 300 differently,
     # which says nothing of the export. At std 0.1 the scores spread; their top 20 lie over 1e-4 apart
     **dict.fromkeys(
-        ("d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"),
+        ("d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"),
         {"initializer_range": 0.1, "backbone_config": {"initializer_range": 0.1}, "num_queries": 20},
     ),
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8}},  # databricks/dbrx-instruct
