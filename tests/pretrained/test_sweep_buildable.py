@@ -204,3 +204,18 @@ def test_symbolic_take_along_dim_broadcasts_as_torch() -> None:
         )
     rows = torch.randint(0, 3, (1, 1, 5), generator=g)
     torch.testing.assert_close(symbolic_take_along_dim(x, rows, 0), torch.take_along_dim(x, rows, 0))
+
+
+def test_shieldgemma2s_image_tokens_attend_as_gemma3s() -> None:
+    """ShieldGemma 2's image-text model is Gemma3ForConditionalGeneration under its own model type: its
+    image tokens attend to each other both ways from the token types, as Gemma 3's (IMAGE_BLOCK_TYPES)."""
+    from transformers import ShieldGemma2Config
+
+    from fastonnx.pretrained import vision_language as vl
+
+    model = torch.nn.Module()
+    model.config = ShieldGemma2Config()  # the positions read its type and image token, no weights
+    token = vl.image_token_id(model.config)
+    ids = torch.tensor([[5, token, token, 6]])
+    _, _, placed = vl.prompt_positions(model, ids, {})
+    torch.testing.assert_close(placed["token_type_ids"], torch.tensor([[0, 1, 1, 0]]))
