@@ -114,6 +114,11 @@ EXPORTED = [
     ("text-classification", "lilt"),
     ("token-classification", "lilt"),
     ("question-answering", "lilt"),
+    # their encoders' top-k scores spread apart by the sweep's tiny config (architecture_sweep.py)
+    ("object-detection", "d_fine"),
+    ("object-detection", "deimv2"),
+    ("object-detection", "pp_doclayout_v3"),
+    ("object-detection", "pp_doclayout_v4"),
 ]
 
 
@@ -160,3 +165,57 @@ def test_an_encoder_decoders_image_is_its_encoder_towers_size() -> None:
     config = T5Gemma2Config(encoder={"vision_config": {"image_size": 32, "patch_size": 8}})
     pixels = image_inputs(config, 2, "cpu")["pixel_values"]
     assert pixels.shape == torch.Size([2, 3, 32, 32])
+
+
+class _OrderedByMask(torch.nn.Module):
+    """PP-DocLayoutV2's ordering of its queries: each row's classes and boxes taken along the argsort of
+    a per-row key (a real-valued one here, so that the order has no ties)."""
+
+    def forward(self, scores: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        indices = torch.argsort(scores.max(-1).values, dim=1, descending=True)
+        classes = torch.take_along_dim(scores.argmax(-1), indices, dim=1)
+        return classes, torch.take_along_dim(boxes, indices[..., None].expand(-1, -1, 4), dim=1)
+
+
+def test_take_along_dim_keeps_the_batch_dynamic(tmp_path: pathlib.Path) -> None:
+    """torch's take_along_dim broadcasts from concrete sizes, which specialised PP-DocLayoutV2's batch to
+    the example's; capture swaps in symbolic_take_along.py's form: the file takes another batch, as eager."""
+    g = torch.Generator().manual_seed(0)
+    scores, boxes = torch.randn(2, 6, 3, generator=g), torch.randn(2, 6, 4, generator=g)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    result = fastonnx.to_onnx(
+        _OrderedByMask(),
+        (scores, boxes),
+        dynamic_shapes=({0: batch}, {0: batch}),
+        filename=tmp_path / "ordered.onnx",
+    )
+    other = torch.randn(5, 6, 3, generator=g), torch.randn(5, 6, 4, generator=g)
+    assert result.verify(*other).passed
+
+
+def test_symbolic_take_along_dim_broadcasts_as_torch() -> None:
+    from fastonnx.capture.symbolic_take_along import symbolic_take_along_dim
+
+    g = torch.Generator().manual_seed(0)
+    x, index = torch.randn(3, 1, 5, generator=g), torch.randint(0, 5, (1, 4, 2), generator=g)
+    for dim in (2, -1, None):
+        torch.testing.assert_close(
+            symbolic_take_along_dim(x, index, dim), torch.take_along_dim(x, index, dim)
+        )
+    rows = torch.randint(0, 3, (1, 1, 5), generator=g)
+    torch.testing.assert_close(symbolic_take_along_dim(x, rows, 0), torch.take_along_dim(x, rows, 0))
+
+
+def test_shieldgemma2s_image_tokens_attend_as_gemma3s() -> None:
+    """ShieldGemma 2's image-text model is Gemma3ForConditionalGeneration under its own model type: its
+    image tokens attend to each other both ways from the token types, as Gemma 3's (IMAGE_BLOCK_TYPES)."""
+    from transformers import ShieldGemma2Config
+
+    from fastonnx.pretrained import vision_language as vl
+
+    model = torch.nn.Module()
+    model.config = ShieldGemma2Config()  # the positions read its type and image token, no weights
+    token = vl.image_token_id(model.config)
+    ids = torch.tensor([[5, token, token, 6]])
+    _, _, placed = vl.prompt_positions(model, ids, {})
+    torch.testing.assert_close(placed["token_type_ids"], torch.tensor([[0, 1, 1, 0]]))

@@ -41,6 +41,7 @@ from fastonnx.capture.pooling_by_positions import pooling_by_comparison
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
 from fastonnx.capture.speech_encoders import guard_free_speech_encoders
+from fastonnx.capture.symbolic_take_along import symbolic_take_along_dims
 from fastonnx.capture.traceable_detection import traceable_detection_ops
 from fastonnx.errors import CaptureError
 from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
@@ -212,6 +213,7 @@ def _export(
         one_chunk_diarization(),  # diarization_chunks.py
         masked_audio_windows(),  # audio_windows.py: Qwen3-ASR's windows as one masked attention
         pooling_by_comparison(),  # Gemma 4's pooled rows following the patches (pooling_by_positions.py)
+        symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

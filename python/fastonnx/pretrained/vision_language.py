@@ -326,9 +326,10 @@ class DeepstackStep(EmbedsStep):
         return logits if scaling is None else logits / scaling, returned_cache(out)
 
 
-IMAGE_BLOCK_TYPES = ("gemma3",)
+IMAGE_BLOCK_TYPES = ("gemma3", "shieldgemma2")
 """Model types whose image tokens attend to each other both ways in the prefill, each image's block of
-them at once (transformers builds that mask from ``token_type_ids``, 1 at the image tokens)."""
+them at once (transformers builds that mask from ``token_type_ids``, 1 at the image tokens). ShieldGemma 2
+is Gemma 3's model (Gemma3ForConditionalGeneration) under a type of its own."""
 
 
 class EmbedsStepWithImageBlocks(EmbedsStep):
