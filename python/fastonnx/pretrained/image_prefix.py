@@ -46,6 +46,7 @@ from fastonnx.pretrained.vision_language import (
     IMAGE_TOKENS,
     VISION_FILE,
     EmbedsStep,
+    rows_placed,
     text_sizes,
 )
 
@@ -126,13 +127,7 @@ class PositionMaskEmbeddings(torch.nn.Module):
         self, input_ids: torch.Tensor, image_features: torch.Tensor, image_embeds_position_mask: torch.Tensor
     ) -> torch.Tensor:
         embeds: torch.Tensor = self.model.get_input_embeddings()(input_ids)  # type: ignore[operator]
-        flat = embeds.reshape(-1, embeds.shape[-1])
-        marked = (image_embeds_position_mask != 0).reshape(-1)
-        rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
-        order = torch.cumsum(marked.to(torch.int64), dim=0) - 1
-        placed = marked & (order < image_features.shape[0])
-        picked = rows[torch.where(placed, order, image_features.shape[0])]
-        return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+        return rows_placed(embeds, image_embeds_position_mask != 0, image_features)
 
 
 class PrefixEmbeddings(torch.nn.Module):

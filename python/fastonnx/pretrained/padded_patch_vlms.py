@@ -26,7 +26,7 @@ import torch
 
 from fastonnx.pretrained.decoder_cache import text_config
 from fastonnx.pretrained.graph_spec import GraphSpec
-from fastonnx.pretrained.vision_language import EmbedsStep
+from fastonnx.pretrained.vision_language import EmbedsStep, rows_placed
 
 PADDED_PATCH_TYPES = ("gemma4", "gemma4_unified")
 """Model types whose package this module's graphs make."""
@@ -129,13 +129,7 @@ class PadPlaceholderEmbeddings(torch.nn.Module):
         pad = int(text_config(self.model.config).pad_token_id)
         looked_up = torch.where(_placeholders(self.model.config, input_ids), pad, input_ids)
         embeds: torch.Tensor = self.model.get_input_embeddings()(looked_up)  # type: ignore[operator]
-        flat = embeds.reshape(-1, embeds.shape[-1])
-        is_image = (input_ids == self.token).reshape(-1)
-        rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
-        order = torch.cumsum(is_image.to(torch.int64), dim=0) - 1
-        placed = is_image & (order < image_features.shape[0])
-        picked = rows[torch.where(placed, order, image_features.shape[0])]
-        return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+        return rows_placed(embeds, input_ids == self.token, image_features)
 
 
 class PerLayerInputsStep(EmbedsStep):

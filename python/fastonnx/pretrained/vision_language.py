@@ -223,15 +223,22 @@ class MergedEmbeddings(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> torch.Tensor:
         looked_up = placeholders_as_pad(self.model, input_ids)
         embeds: torch.Tensor = self.model.get_input_embeddings()(looked_up)  # type: ignore[operator]
-        flat = embeds.reshape(-1, embeds.shape[-1])
-        is_image = (input_ids == self.token).reshape(-1)
-        rows = torch.cat([image_features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
-        order = torch.cumsum(is_image.to(torch.int64), dim=0) - 1
-        # an image token past the features' rows keeps its own embedding: a generation step with no image
-        # that drew the image token, which transformers embeds as any token (no pixel_values, no merge)
-        placed = is_image & (order < image_features.shape[0])
-        picked = rows[torch.where(placed, order, image_features.shape[0])]
-        return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
+        return rows_placed(embeds, input_ids == self.token, image_features)
+
+
+def rows_placed(embeds: torch.Tensor, marked: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """``embeds`` (batch x sequence x width) with ``features``' rows put, in order, where ``marked`` (batch
+    x sequence, bool) is set: the k-th row at the k-th mark, a gather (a zero row appended, so that 0 rows
+    of features gather nothing)."""
+    flat = embeds.reshape(-1, embeds.shape[-1])
+    marks = marked.reshape(-1)
+    rows = torch.cat([features.to(flat.dtype), flat.new_zeros(1, flat.shape[-1])], dim=0)
+    order = torch.cumsum(marks.to(torch.int64), dim=0) - 1
+    # a mark past the features' rows keeps its own embedding: a generation step with no image that drew
+    # the image token, which transformers embeds as any token (no pixel_values, no merge)
+    placed = marks & (order < features.shape[0])
+    picked = rows[torch.where(placed, order, features.shape[0])]
+    return torch.where(placed.unsqueeze(-1), picked, flat).reshape(embeds.shape)
 
 
 class EmbedsStep(torch.nn.Module):
