@@ -341,6 +341,12 @@ def scan(combine: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> 
     return torch_scan(combine, init, xs)
 
 
+def check_size(condition: Any) -> None:
+    """``torch._check(condition)``: a size fact told to the capture (kept as a range or a runtime
+    assert), where a swapped form states what the model declares (a length at most one chunk)."""
+    torch._check(condition)
+
+
 def backed_values(env: Any) -> Mapping[Any, Any]:
     """``ShapeEnv.backed_var_to_val``: each backed symbol's example value (torch 2.10+; before,
     ``var_to_val``)."""

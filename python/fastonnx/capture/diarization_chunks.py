@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from fastonnx.capture.model_swaps import swapped_forms
+from fastonnx.torch_internals import check_size
 
 MODEL_TYPE = "nemotron3_diarization"
 
@@ -50,7 +51,7 @@ def one_chunk_forward(
     factor = int(self.config.audio_config.subsampling_factor)
     frames = input_features.shape[1]
     # one offline chunk, no state across chunks; on the features' length, a range torch.export keeps
-    torch._check(frames <= self.config.chunk_length * factor)
+    check_size(frames <= self.config.chunk_length * factor)
     embeds = self.model.audio_tower.embedder(input_features)
     mask = attention_mask[:, ::factor].bool() if attention_mask is not None else None
     positions = torch.arange(embeds.shape[1], device=embeds.device)[None, :]

@@ -423,7 +423,7 @@ def export_pretrained(
                 **options,
             )
             if chosen.name == "text-generation" and filename == MODEL_FILE:
-                shared_mask = shared_cache.wanted(config, spec, options, dtype)
+                shared_mask = shared_cache.wanted(config, spec, options, dtype, keep_io_types)
                 export_args["shared_cache_mask"] = shared_mask
             try:
                 result = _export(spec, spec.dynamic_shapes, export_args)

@@ -69,9 +69,13 @@ def plain_causal(config: Any) -> str | None:
     return None
 
 
-def wanted(config: Any, spec: GraphSpec, options: dict[str, Any], dtype: str | None) -> str | None:
-    """The mask input to name for the fusion, or None when the package keeps the concatenating form."""
-    if options.get("optimize") != "onnxruntime" or dtype == "bf16" or spec.stateless:
+def wanted(
+    config: Any, spec: GraphSpec, options: dict[str, Any], dtype: str | None, keep_io_types: bool = False
+) -> str | None:
+    """The mask input to name for the fusion, or None when the package keeps the concatenating form
+    (also with ``keep_io_types``: float32 caches cast to float16 are no buffers genai can share, and
+    onnxruntime's kernel would write its present into the Cast's buffer)."""
+    if options.get("optimize") != "onnxruntime" or dtype == "bf16" or spec.stateless or keep_io_types:
         return None
     if MASK not in spec.input_names or plain_causal(config) is not None:
         return None
