@@ -457,6 +457,18 @@ def test_backed_values(symbolic: tuple[torch.SymInt, Any]) -> None:
     _check(ok, "backed_values", "ShapeEnv.backed_var_to_val", str(dict(values)))
 
 
+def test_check_size() -> None:
+    # a size fact told under torch.export becomes the dim's range (the upper bound the model declares)
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            ti.check_size(x.shape[0] <= 8)
+            return x * 2
+
+    ep = torch.export.export(Model(), (torch.randn(3),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    ranges = [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()]
+    _check(ranges == [(2, 8)], "check_size", "torch._check", str(ranges))
+
+
 def test_value_ranges(symbolic: tuple[torch.SymInt, Any]) -> None:
     d, env = symbolic
     r = ti.value_ranges(env)[d.node.expr]

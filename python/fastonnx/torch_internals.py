@@ -53,6 +53,7 @@ __all__ = [
     "as_under_export",
     "backed_size_oblivious",
     "backed_values",
+    "check_size",
     "compiling_state",
     "core_aten_decompositions",
     "dynamo_backend_registered",
