@@ -95,14 +95,27 @@ def test_bad_settings_are_named(folder: pathlib.Path, tmp_path: pathlib.Path) ->
         )
 
 
-def test_cli_int8_and_accuracy_levels(folder: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    out = tmp_path / "c"
-    argv = ["export", str(folder), str(out), "--quantize", "int4", "--optimize", "onnxruntime"]
-    extra = ["--int8", "lm_head", "--accuracy-level", "0", "--accuracy-level", "lm_head=4", "--no-progress"]
-    assert cli.main(argv + extra) == 0
-    products = _products(out)
-    assert _bits_of(products, "lm_head") == {8} and _bits_of(products, "layers.") == {4}
-    assert {a["accuracy_level"] for w, a in products.items() if "lm_head" in w} == {4}
-    assert {a["accuracy_level"] for w, a in products.items() if "lm_head" not in w} == {0}
+def test_cli_int8_and_accuracy_levels(
+    folder: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flags become the settings the export above runs with (export_pretrained stands in here)."""
+    from fastonnx.pretrained import package_export
+
+    seen: dict[str, Any] = {}
+
+    def export(*args: Any, **options: Any) -> Any:
+        seen.update(options)
+        raise InputError("stand-in")
+
+    monkeypatch.setattr(package_export, "export_pretrained", export)
+    argv = ["export", str(folder), str(tmp_path / "c"), "--quantize", "int4", "--optimize", "onnxruntime"]
+    extra = ["--int8", "lm_head,model.layers.0.*", "--accuracy-level", "0", "--accuracy-level", "lm_head=4"]
+    assert cli.main(argv + extra) == 2  # the stand-in's error
+    assert seen["quantize"] == fastonnx.WeightQuantization(
+        bits=4,
+        accuracy_level=0,
+        bits_for={"lm_head": 8, "model.layers.0.*": 8},
+        accuracy_level_for={"lm_head": 4},
+    )
     assert cli.main(["export", str(folder), str(tmp_path / "d"), "--int8", "lm_head"]) == 2
     assert cli.main(argv[:2] + [str(tmp_path / "e"), "--quantize", "int4", "--accuracy-level", "x=9"]) == 2
