@@ -26,11 +26,10 @@ from fastonnx.pretrained.decoder_cache import (
     cache_names,
     config_layout,
     filled_cache,
-    returned_cache,
     text_config,
 )
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
-from fastonnx.pretrained.vision_language import DECODER_FILE, EMBED_FILE, VISION_FILE, text_sizes
+from fastonnx.pretrained.vision_language import DECODER_FILE, EMBED_FILE, VISION_FILE, EmbedsStep, text_sizes
 
 GATED_FAMILIES = ("idefics",)
 """Model types whose package this module makes."""
@@ -93,16 +92,12 @@ class DecoupledEmbeddings(torch.nn.Module):
         return out
 
 
-class GatedCrossAttentionStep(torch.nn.Module):
+class GatedCrossAttentionStep(EmbedsStep):
     """IDEFICS one step: its forward from the embeddings, the images' rows given as the ones it computed
     (``perceiver_embeddings`` where it resamples, else ``image_encoder_embeddings``, as ``generate``
     passes them back)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         inputs_embeds: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -113,16 +108,8 @@ class GatedCrossAttentionStep(torch.nn.Module):
     ) -> tuple[torch.Tensor, Any]:
         model: Any = self.model
         rows = "perceiver_embeddings" if model.config.use_resampler else "image_encoder_embeddings"
-        out = model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            image_attention_mask=image_attention_mask,
-            use_cache=True,
-            **{rows: image_hidden_states},
-        )
-        return out.logits, returned_cache(out)
+        extra = {"image_attention_mask": image_attention_mask, rows: image_hidden_states}
+        return self.step(model, inputs_embeds, attention_mask, position_ids, past_key_values, **extra)
 
 
 def gated_cross_attention_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:

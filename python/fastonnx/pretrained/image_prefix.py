@@ -158,15 +158,11 @@ class KosmosStep(EmbedsStep):
         return self.step(text, inputs_embeds, attention_mask, position_ids, past_key_values)
 
 
-class Kosmos25Step(torch.nn.Module):
+class Kosmos25Step(EmbedsStep):
     """Kosmos-2.5's text decoder one step from the embeddings; ``image_embeds_position_mask`` picks each
     position's segment embedding (1 at the image's rows)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         inputs_embeds: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -174,15 +170,15 @@ class Kosmos25Step(torch.nn.Module):
         past_key_values: Any,
         image_embeds_position_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, Any]:
-        out = self.model.text_model(  # type: ignore[operator]
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
+        text: Any = self.model.text_model
+        return self.step(
+            text,
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            past_key_values,
             image_embeds_position_mask=image_embeds_position_mask,
-            use_cache=True,
         )
-        return out.logits, returned_cache(out)
 
 
 class GitStep(torch.nn.Module):
