@@ -288,7 +288,8 @@ def test_int4_with_fp16(tmp_path: pathlib.Path) -> None:
         types = _input_types(written.model_path)
         assert types["logits"] == TensorProto.FLOAT16
         products = [n for n in model.graph.node if n.op_type in ("MatMulNBits", "DequantizeLinear")]
-        assert len(products) == 14  # 7 products a layer
+        # 7 products a layer; at the onnxruntime level q/k/v and gate/up read one packed product each
+        assert len(products) == (14 if level == "default" else 8)
         flops = half_precision.matmul_flops(model, {"batch_size": 2, "sequence_length": 5})
         assert half_precision.half_share(flops, "fp16") >= 0.9
         got = torch.from_numpy(_ort_logits(written.model_path))

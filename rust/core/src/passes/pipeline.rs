@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
 use super::{
-    attention, cleanup, constant_folding, conv_batchnorm, cse, gelu, layer_norm, noops, peephole,
-    rms_norm, rotary, rotary_live, silu, weight_transposes, Level,
+    attention, cleanup, constant_folding, conv_batchnorm, cse, gelu, layer_norm, noops,
+    packed_products, peephole, rms_norm, rotary, rotary_live, silu, skip_norm, weight_transposes,
+    Level,
 };
 use crate::error::Result;
 use crate::graph::Graph;
@@ -35,6 +36,8 @@ const GELU: i64 = 20;
 const ATTENTION: i64 = 23;
 const RMS_NORMALIZATION: i64 = 23;
 const ROTARY_EMBEDDING: i64 = 23;
+/// Split reads its sizes from an input (not an attribute) from this opset: the form the packing emits.
+const SPLIT_SIZES_INPUT: i64 = 13;
 
 const fn stage(
     counter: &'static str,
@@ -111,6 +114,7 @@ pub(crate) const STAGES: &[Stage] = &[
         from(RMS_NORMALIZATION),
     ),
     stage("rms_norm_fused", rms_norm::fuse_contrib, ORT_ONLY, ANY),
+    stage("skip_norm_fused", skip_norm::fuse_skip_norms, ORT_ONLY, ANY),
     stage(
         "layer_norm_fused",
         layer_norm::fuse_layer_norm,
@@ -176,6 +180,12 @@ pub(crate) const STAGES: &[Stage] = &[
         ANY,
     ),
     stage("identity_removed", cleanup::remove_identities, BOTH, ANY),
+    stage(
+        "products_packed",
+        packed_products::pack_products,
+        ORT_ONLY,
+        from(SPLIT_SIZES_INPUT),
+    ),
     stage(
         "unused_nodes_removed",
         cleanup::remove_unused_nodes,

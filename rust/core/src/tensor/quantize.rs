@@ -149,7 +149,13 @@ impl BlockQuant {
 #[derive(Clone)]
 pub enum FloatBytes {
     Memory(Arc<dyn ByteSource>),
-    File { file: Arc<File>, offset: u64 },
+    File {
+        file: Arc<File>,
+        offset: u64,
+    },
+    /// Weights of the same `k` and float type stacked along `n`, in order: the products of one input
+    /// packed into one (see `passes::packed_products`); each part is read where it is.
+    Stacked(Arc<[FloatMatrix]>),
 }
 
 /// A float weight of logical shape `[n, k]` (n outputs, k inputs), stored row-major `[n, k]` or, when
@@ -181,8 +187,38 @@ impl FloatMatrix {
         self.n * self.k * self.item().unwrap_or(0)
     }
 
+    /// Weights stacked along `n` (see [`FloatBytes::Stacked`]); None unless they share `k` and their
+    /// float type.
+    pub fn stacked(parts: Vec<FloatMatrix>) -> Option<FloatMatrix> {
+        let first = parts.first()?;
+        let (k, dtype) = (first.k, first.dtype);
+        if parts.iter().any(|p| p.k != k || p.dtype != dtype) {
+            return None;
+        }
+        Some(FloatMatrix {
+            n: parts.iter().map(|p| p.n).sum(),
+            k,
+            dtype,
+            k_major: false,
+            bytes: FloatBytes::Stacked(parts.into()),
+        })
+    }
+
     /// Values `[n0, n1) x [k0, k1)` as float32, in `[n][k]` order.
     pub fn read(&self, n0: usize, n1: usize, k0: usize, k1: usize) -> io::Result<Vec<f32>> {
+        if let FloatBytes::Stacked(parts) = &self.bytes {
+            // each part's rows in `[n][k]` order, one part after another: the stack's rows in order
+            let mut values = Vec::with_capacity(n1.saturating_sub(n0) * k1.saturating_sub(k0));
+            let mut start = 0;
+            for part in parts.iter() {
+                let (lo, hi) = (n0.max(start), n1.min(start + part.n));
+                if lo < hi {
+                    values.extend(part.read(lo - start, hi - start, k0, k1)?);
+                }
+                start += part.n;
+            }
+            return Ok(values);
+        }
         let item = self.item()?;
         // rows and columns as stored
         let (r0, r1, c0, c1, cols) = if self.k_major {
@@ -273,6 +309,9 @@ impl FloatMatrix {
                 FloatBytes::Memory(m) => out.copy_from_slice(&m.bytes()[start..start + len]),
                 FloatBytes::File { file, offset } => {
                     file.read_exact_at(out, offset + start as u64)?;
+                }
+                FloatBytes::Stacked(_) => {
+                    return Err(io::Error::other("stacked weights are read part by part"));
                 }
             }
             at += len;
@@ -765,6 +804,53 @@ mod tests {
         }
         assert_eq!(out.len(), t.len());
         out
+    }
+
+    #[test]
+    fn stacked_weights_quantize_as_their_rows_one_after_another() {
+        // parts of 3, 1 and 2 rows (one stored [k, n]); k = 40 ends in a partial block; pieces of
+        // one row cross the parts' bounds
+        let k = 40;
+        let rows: Vec<Vec<f32>> = (0..6)
+            .map(|r| {
+                (0..k)
+                    .map(|c| ((r * 7 + c * 3) % 11) as f32 - 5.3)
+                    .collect()
+            })
+            .collect();
+        let part = |range: std::ops::Range<usize>, k_major: bool| {
+            let n = range.len();
+            let values: Vec<f32> = if k_major {
+                (0..k)
+                    .flat_map(|c| range.clone().map(move |r| (r, c)))
+                    .map(|(r, c)| rows[r][c])
+                    .collect()
+            } else {
+                range.flat_map(|r| rows[r].clone()).collect()
+            };
+            matrix(&values, n, k, k_major)
+        };
+        let stacked =
+            FloatMatrix::stacked(vec![part(0..3, false), part(3..4, true), part(4..6, false)])
+                .expect("same k and type");
+        let flat: Vec<f32> = rows.concat();
+        let plain = matrix(&flat, 6, k, false);
+        for symmetric in [true, false] {
+            let q = BlockQuant::new(4, 16, symmetric).expect("settings");
+            for form in [Form::Dequantize, Form::MatMulNBits] {
+                for p in [Part::Codes, Part::Scales, Part::ZeroPoints] {
+                    assert_eq!(
+                        whole(&tensor(&stacked, q, form, p), k),
+                        whole(&tensor(&plain, q, form, p), usize::MAX),
+                        "symmetric {symmetric} {form:?} {p:?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            FloatMatrix::stacked(vec![part(0..3, false), matrix(&[0.0; 8], 1, 8, false)]).is_none()
+        );
+        assert!(FloatMatrix::stacked(Vec::new()).is_none());
     }
 
     #[test]
