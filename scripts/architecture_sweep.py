@@ -234,12 +234,19 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # llava-hf/vip-llava-7b-hf reads hidden states (-2, -5, -8, -11, 6) of its 24-layer CLIP tower; the tiny
     # tower's 2 layers have 3: five of those, the projector as wide
     "vipllava": {"vision_feature_layers": [-2, -1, -3, 0, 1]},
-    # Muse Glimmer's defaults: the pixel shuffle (merge 2) makes 4 x the vision hidden (1536) the adapter's
-    # input (out_hidden_size 6144); the adapter's width (projector_hidden_size 4096) the text's
-    "muse_glimmer": {
-        "out_hidden_size": 4 * _SIZES["hidden_size"],
-        "projector_hidden_size": _SIZES["hidden_size"],
+    # tencent/HunyuanOCR: its xdrope_section [16, 16, 16, 16] splits the 64 rotary frequencies of head_dim 128
+    # over four planes (sequence, width, height, image), which get_rope_index requires (3 at least); the
+    # tiny head_dim 16 has 8, split alike
+    "hunyuan_vl": {
+        "text_config": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 2, 2, 2]}}
     },
+    # Muse Glimmer's (and Muse Spark's) defaults: the pixel shuffle (merge 2) makes 4 x the vision hidden
+    # (1536) the adapter's input (out_hidden_size 6144); the adapter's width (projector_hidden_size 4096)
+    # the text's
+    **dict.fromkeys(
+        ("muse_glimmer", "muse_spark"),
+        {"out_hidden_size": 4 * _SIZES["hidden_size"], "projector_hidden_size": _SIZES["hidden_size"]},
+    ),
     # meta-llama/Llama-4-Scout-17B-16E: the pixel shuffle (ratio 0.5) makes 4 x the vision hidden (1408) the
     # adapter's input (intermediate_size 5632), whose projector and output are the text's width (4096)
     "llama4": {

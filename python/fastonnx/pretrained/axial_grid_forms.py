@@ -306,9 +306,7 @@ class MuseGlimmerGridEncoder(GridForm):
         h, w = image_grid_thw[0, 1], image_grid_thw[0, 2]
         x = embedder.patch_embedding(pixel_values.to(embedder.patch_embedding.weight.dtype))
         frame, row, column = _blocks(x.shape[0], h, w, 1, x.device)
-        x = x + _table(
-            embedder.position_embedding_table, row, column, h, w, bicubic=False, corners=False, zeros=True
-        ).to(x.dtype)
+        x = x + self._positions(embedder.position_embedding_table, row, column, h, w).to(x.dtype)
         # Qwen2.5-VL's windows over patches: each side padded to the next multiple above it
         n = int(visual.window_size) // int(visual.patch_size)
         window = (frame * (h // n + 1) + row // n) * (w // n + 1) + column // n
@@ -346,6 +344,13 @@ class MuseGlimmerGridEncoder(GridForm):
         features = inner.vision_projection(inner.vision_adapter(blocks))
         result: torch.Tensor = inner.perception_emb_norm(features)
         return result
+
+    @staticmethod
+    def _positions(
+        table: Any, row: torch.Tensor, column: torch.Tensor, h: torch.Tensor, w: torch.Tensor
+    ) -> torch.Tensor:
+        """The table resampled to each raster patch (``grid_sample``'s: bilinear, zero padding)."""
+        return _table(table, row, column, h, w, bicubic=False, corners=False, zeros=True)
 
 
 FORMS: dict[str, type[GridForm]] = {

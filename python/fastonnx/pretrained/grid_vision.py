@@ -44,17 +44,19 @@ GRID_TYPES = (
     *("glm4v", "glm4v_moe", "glm46v", "glm_ocr", "exaone4_5", "hyperclovax_vision_v2", "paddleocr_vl"),
     "video_llama_3",  # grid_forms.py's
     *("inkling2", "kimi_k25", "lfm3_vl", "minimax_m3_vl", "muse_glimmer"),  # axial_grid_forms.py's
+    *("cosmos3_edge", "hunyuan_vl", "muse_spark"),  # more_grid_forms.py's
 )
 """The model types whose towers this module is verified on (``task="auto"`` takes them to
 image-text-to-text); another tower of the same parts is tried, and the package check judges it."""
 
 
 def grid_form(model: torch.nn.Module) -> type[GridForm] | None:
-    """The form of a tower whose layout is its own (grid_forms.py, axial_grid_forms.py), or None."""
-    from fastonnx.pretrained import axial_grid_forms, grid_forms
+    """The form of a tower whose layout is its own (grid_forms.py, axial_grid_forms.py,
+    more_grid_forms.py), or None."""
+    from fastonnx.pretrained import axial_grid_forms, grid_forms, more_grid_forms
 
     kind = getattr(getattr(model, "config", None), "model_type", None)
-    return {**grid_forms.FORMS, **axial_grid_forms.FORMS}.get(str(kind))
+    return {**grid_forms.FORMS, **axial_grid_forms.FORMS, **more_grid_forms.FORMS}.get(str(kind))
 
 
 def vision_tower(model: torch.nn.Module) -> torch.nn.Module:

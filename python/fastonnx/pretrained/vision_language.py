@@ -195,9 +195,10 @@ class VisionEncoderWithSizes(VisionEncoder):
         return image_features(self.model, pixel_values=pixel_values, image_sizes=sizes)
 
 
-PAD_PLACEHOLDER_TYPES = ("kimi_k25", "muse_glimmer")
-"""Model types whose forward embeds every image and video placeholder token as token 0 (``llm_input_ids[
-multimodal_mask] = 0``): a generation step that drew one embeds token 0's row, not the placeholder's."""
+PAD_PLACEHOLDER_TYPES = ("kimi_k25", "muse_glimmer", "muse_spark")
+"""Model types whose forward embeds every image and video (Muse Spark's: and audio) placeholder token as
+token 0 (``llm_input_ids[multimodal_mask] = 0``): a generation step that drew one embeds token 0's row,
+not the placeholder's."""
 
 
 def placeholders_as_pad(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -205,7 +206,7 @@ def placeholders_as_pad(model: torch.nn.Module, input_ids: torch.Tensor) -> torc
     config: Any = model.config
     if getattr(config, "model_type", None) not in PAD_PLACEHOLDER_TYPES:
         return input_ids
-    for name in ("image_token_id", "video_token_id"):
+    for name in ("image_token_id", "video_token_id", "audio_token_id"):
         if isinstance(token := getattr(config, name, None), int):
             input_ids = torch.where(input_ids == token, 0, input_ids)
     return input_ids
@@ -453,6 +454,19 @@ def mrope(model: torch.nn.Module) -> bool:
     return hasattr(getattr(model, "model", model), "get_rope_index")
 
 
+SECTION_PLANES = ("hunyuan_vl",)
+"""Model types whose ``get_rope_index`` gives a plane per ``mrope_section`` entry (HunYuan-VL's: the
+sequence, width, height and image planes, or the last three alone)."""
+
+
+def rope_planes(model: torch.nn.Module) -> int:
+    """How many planes of positions an mrope decoder takes (``mrope``): Qwen-VL's 3 (temporal, row and
+    column), or one per ``mrope_section`` entry (``SECTION_PLANES``)."""
+    if getattr(model.config, "model_type", None) in SECTION_PLANES:
+        return len(text_config(model.config).rope_parameters["mrope_section"])
+    return 3
+
+
 def image_prompt(config: Any, before: torch.Tensor, rows: int, after: torch.Tensor) -> torch.Tensor:
     """Token ids ``before``, an image of ``rows`` feature rows and ``after``: the image tokens between
     the model's vision start and end tokens where it has them (Qwen-VL's, where ``get_rope_index`` and
@@ -493,7 +507,7 @@ def prompt_positions(
 def step_positions(model: torch.nn.Module, past: int, length: int, offset: torch.Tensor) -> torch.Tensor:
     """The position ids of ``length`` tokens after ``past`` cached ones."""
     positions = (torch.arange(past, past + length) + offset).unsqueeze(0)
-    return positions.repeat(3, 1, 1) if mrope(model) else positions
+    return positions.repeat(rope_planes(model), 1, 1) if mrope(model) else positions
 
 
 def image_grid(model: torch.nn.Module) -> tuple[int, int, int]:
@@ -602,7 +616,7 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
     positions = torch.arange(4, 4 + 3, device="meta").repeat(2, 1)
     planes = mrope(model)
     if planes:  # temporal, row and column positions
-        positions = positions.repeat(3, 1, 1)
+        positions = positions.repeat(rope_planes(model), 1, 1)
     embeds = torch.zeros(2, 3, hidden, device="meta")
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
     dims: dict[str, Any] = {
