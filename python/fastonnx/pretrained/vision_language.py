@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.pretrained.anyres_towers import anyres_feeds, anyres_inputs, anyres_spec, anyres_tower
 from fastonnx.pretrained.decoder_cache import (
     cache_dims,
     cache_names,
@@ -140,6 +141,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
         return ["pixel_values", "image_grid_thw"]
     if tile_tower(model):
         return list(tile_inputs(model, 1, "meta"))
+    if anyres_tower(model):
+        return list(anyres_inputs(model, "meta"))
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
@@ -520,6 +523,8 @@ def vision_inputs(
         }
     if tile_tower(model):  # one image of 2 tiles
         return tile_inputs(model, 2, device)
+    if anyres_tower(model):  # one wide image of several tiles
+        return anyres_inputs(model, device)
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -531,6 +536,8 @@ def vision_feeds(
     model: torch.nn.Module, images: dict[str, torch.Tensor], names: list[str]
 ) -> list[torch.Tensor]:
     """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
+    if anyres_tower(model):
+        return anyres_feeds(images)
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
@@ -555,6 +562,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         )
     elif tile_tower(model):
         vision_spec = tile_spec(model)
+    elif anyres_tower(model):
+        vision_spec = anyres_spec(model)
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
