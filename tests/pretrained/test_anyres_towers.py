@@ -1,6 +1,7 @@
 """Anyres vision-language models in image-text-to-text's three-file layout (anyres_towers.py), each built
 from the architecture sweep's own tiny config: LLaVA-NeXT, LLaVA-NeXT-Video (tiles by ``image_grid_pinpoints``,
-the grid's padding cropped, a newline a row) and LLaVA-OneVision (its ``anyres_max_9`` downscale too).
+the grid's padding cropped, a newline a row), LLaVA-OneVision (its ``anyres_max_9`` downscale too) and
+Granite 4 Vision (its projectors' packed rows added at the image tokens before some decoder layers).
 
 The graph's form (tiles and the original size, the packing as tensor arithmetic over the size's values) is
 compared with transformers' ``get_image_features`` at image sizes giving other grids, crops and downscales
@@ -20,18 +21,23 @@ import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
+from fastonnx.pretrained import vision_language as vl
 from fastonnx.pretrained.anyres_towers import (
     AnyresVisionEncoder,
+    GraniteVisionEncoder,
+    HookedDeepstackStep,
     anyres_feeds,
     anyres_inputs,
     anyres_tower,
     check_size,
+    expected_deepstack,
+    granite_layers,
     tile_count,
 )
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-TOWERS = ["llava_next", "llava_next_video", "llava_onevision"]
+TOWERS = ["llava_next", "llava_next_video", "llava_onevision", "granite4_vision"]
 IN_CI = {"llava_next"}
 CASES = sampled(TOWERS, lambda name: name in IN_CI)
 # (height, width): tall (another grid), large and squarish (a 2 x 2 grid), taller than any pinpoint,
@@ -112,6 +118,46 @@ def test_the_anyres_models_export_and_verify(tmp_path: pathlib.Path, model_type:
     names = [i.name for i in session.get_inputs()]
     for size in SIZES[:2]:
         images = anyres_inputs(model, "cpu", size)
-        (got,) = session.run(None, {n: t.numpy() for n, t in zip(names, anyres_feeds(images), strict=True)})
-        want = _expected(model, images)
-        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-3)
+        feeds = {n: t.numpy() for n, t in zip(names, anyres_feeds(images), strict=True)}
+        got = torch.from_numpy(np.asarray(session.run(None, feeds)[-1]))  # Granite's: its deepstack rows
+        if granite_layers(model):
+            with torch.no_grad():
+                want = expected_deepstack(model, model.get_image_features(**images, return_dict=True))
+        else:
+            want = _expected(model, images)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_the_granite_form_is_get_image_features() -> None:
+    model = _model("granite4_vision")
+    assert anyres_tower(model) and granite_layers(model)
+    encoder = GraniteVisionEncoder(model)
+    for size in [check_size(model), SIZES[1]]:  # 2 and 4 tiles
+        images = anyres_inputs(model, "cpu", size)
+        with torch.no_grad():
+            zeros, got = encoder(*anyres_feeds(images))
+            want = expected_deepstack(model, model.get_image_features(**images, return_dict=True))
+        torch.testing.assert_close(got, want, msg=f"{size}")
+        assert zeros.shape == want.shape[1:] and not zeros.any()
+
+
+def test_the_hooked_step_is_granites_forward() -> None:
+    """The prefill's logits from the merged embeddings (zeros at the image tokens) and the rows added by
+    the layers' hooks are the model's own forward on the image; without the rows they are not."""
+    from transformers import DynamicCache
+
+    model = _model("granite4_vision")
+    token = vl.image_token_id(model.config)
+    images = anyres_inputs(model, "cpu", check_size(model))
+    with torch.no_grad():
+        zeros, deepstack = GraniteVisionEncoder(model)(*anyres_feeds(images))
+        text = torch.randint(3, 60, (1, 5), generator=torch.Generator().manual_seed(0))
+        ids = vl.image_prompt(model.config, text[:, :2], zeros.shape[0], text[:, 2:])
+        want = model(input_ids=ids, **images).logits
+        embeds = vl.MergedEmbeddings(model, token)(ids, zeros)
+        mask, positions = torch.ones_like(ids), torch.arange(ids.shape[1])[None]
+        step = HookedDeepstackStep(model, token)
+        got, _ = step(embeds, mask, positions, DynamicCache(config=model.config), ids, deepstack)
+        bare, _ = step(embeds, mask, positions, DynamicCache(config=model.config), ids, deepstack[:, :0])
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(bare, want, atol=1e-3)

@@ -36,6 +36,15 @@ a silent wrong answer. One image a call: a batch's images have their own grids. 
 view alone) gives its rows and one newline, transformers' packing of an untiled image: LLaVA-OneVision
 does not tile the images of a sample holding several (``batch_num_images``), and a caller runs the graph
 on each one's base view then; the graph tiles exactly where it is given tiles.
+
+Granite 4 Vision packs its tiles alike (its projectors' tiles downsampled by ``downsample_rate``), but
+gives no rows for the image tokens: its forward zeroes their embeddings and adds packed rows to the hidden
+states at them before some of its decoder layers (``deepstack_features``: one pair of layer and rows per
+projector, a later pair for a layer replacing an earlier, as its dict of them does). Its graph gives
+``image_features`` (zeros, as many rows as the image's tokens: the embeddings ``embed_tokens.onnx`` puts
+there) and ``deepstack_features`` (layers x rows x hidden, the layers in ``granite_layers``' order); its
+decoder (``HookedDeepstackStep``) takes ``input_ids`` and ``deepstack_features`` (0 rows on the steps)
+and adds each layer's rows, scattered to the image tokens with zeros elsewhere, before that layer.
 """
 
 from __future__ import annotations
@@ -65,8 +74,23 @@ def anyres_tower(model: torch.nn.Module) -> bool:
         and bool(getattr(config, "image_grid_pinpoints", None))
         and isinstance(getattr(inner, "image_newline", None), torch.nn.Parameter)
         and isinstance(getattr(inner, "vision_tower", None), torch.nn.Module)
-        and isinstance(getattr(inner, "multi_modal_projector", None), torch.nn.Module)
+        and (
+            isinstance(getattr(inner, "multi_modal_projector", None), torch.nn.Module)
+            or bool(granite_layers(model))
+        )
     )
+
+
+def granite_layers(model: torch.nn.Module) -> dict[int, int]:
+    """Granite 4 Vision's decoder layers that take packed rows, each with the projector whose rows it
+    takes (its layer-wise projectors, then its spatial ones, numbered in that order; a later one for a
+    layer replacing an earlier, as its forward's dict does); empty for another model."""
+    inner = _inner(model)
+    if not isinstance(getattr(inner, "spatial_projectors", None), torch.nn.ModuleList):
+        return {}
+    config = inner.config
+    targets = [llm for _, llm in config.deepstack_layer_map] + list(config.spatial_target_layers)
+    return {int(layer): k for k, layer in enumerate(targets)}
 
 
 def max_patches(config: Any) -> int | None:
@@ -221,6 +245,110 @@ class AnyresVisionEncoder(torch.nn.Module):
         )
 
 
+def _granite_rows(model: torch.nn.Module, pixel_values: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Granite 4 Vision's packed rows of each projector ``granite_layers`` names, in its layers' order:
+    layers x rows x hidden."""
+    from fractions import Fraction
+
+    inner = _inner(model)
+    config = inner.config
+    vision = config.vision_config
+    side, patch = int(vision.image_size), int(vision.patch_size)
+    tile = int(side // patch * Fraction(config.downsample_rate))
+    out = inner.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
+    sources = [
+        (layer, inner.layerwise_projectors[k]) for k, (layer, _) in enumerate(config.deepstack_layer_map)
+    ]
+    sources += [(config.spatial_vision_layer, projector) for projector in inner.spatial_projectors]
+    rows = []
+    for k in granite_layers(model).values():
+        layer, projector = sources[k]
+        chosen = out.hidden_states[layer]
+        if config.vision_feature_select_strategy == "default":
+            chosen = chosen[:, 1:]
+        pinpoints = [list(p) for p in config.image_grid_pinpoints]
+        rows.append(
+            packed_rows(projector(chosen), sizes, inner.image_newline, pinpoints, side, (tile, tile), None)
+        )
+    return torch.stack(rows)
+
+
+class GraniteVisionEncoder(torch.nn.Module):
+    """Granite 4 Vision's one image's tiles and size to zero rows at its tokens and its packed rows for
+    its decoder layers (the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+
+    def forward(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pixels = pixel_values.to(_inner(self.model).dtype)
+        deepstack = _granite_rows(self.model, pixels, image_sizes[0])
+        return torch.zeros_like(deepstack[0]), deepstack
+
+
+def expected_deepstack(model: torch.nn.Module, out: Any) -> torch.Tensor:
+    """transformers' ``deepstack_features`` of one image (a list of a layer and its rows per projector)
+    as ``GraniteVisionEncoder`` gives them: layers x rows x hidden, ``granite_layers``' order."""
+    pairs = out.deepstack_features
+    return torch.stack([torch.cat(list(pairs[k][1])) for k in granite_layers(model).values()])
+
+
+class HookedDeepstackStep(torch.nn.Module):
+    """One generation step of Granite 4 Vision: ``EmbedsStep``'s, the rows of ``deepstack_features``
+    (layers x rows x hidden) added at the image tokens of ``input_ids`` before their decoder layers. Its
+    forward adds them by a boolean-mask scatter, whose size is data; here each layer's rows, scattered to
+    the prompt's shape with zeros elsewhere, are added to all its hidden states by a pre-hook of the layer:
+    the same sums, and none where there is no image."""
+
+    def __init__(self, model: torch.nn.Module, token: int) -> None:
+        super().__init__()
+        self.model, self.token = model, token
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+        input_ids: torch.Tensor,
+        deepstack_features: torch.Tensor,
+    ) -> tuple[torch.Tensor, Any]:
+        from fastonnx.pretrained.decoder_cache import returned_cache
+
+        model: Any = self.model
+        marked = (input_ids == self.token).reshape(-1)
+        order = torch.cumsum(marked.to(torch.int64), dim=0) - 1
+        rows = deepstack_features.shape[1]
+        placed = marked & (order < rows)
+        width = inputs_embeds.shape[-1]
+        table = torch.cat(
+            [deepstack_features, deepstack_features.new_zeros(deepstack_features.shape[0], 1, width)], 1
+        )
+        scattered = table[:, torch.where(placed, order, rows)].reshape(-1, *input_ids.shape, width)
+        layers = model.model.language_model.layers
+        handles = []
+        for k, layer in enumerate(granite_layers(model)):
+            add = scattered[k].to(inputs_embeds.dtype)
+
+            def hook(_module: Any, args: tuple[Any, ...], add: torch.Tensor = add) -> tuple[Any, ...]:
+                return (args[0] + add, *args[1:])
+
+            handles.append(layers[layer].register_forward_pre_hook(hook))
+        try:
+            out = model(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=True,
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
+        return out.logits, returned_cache(out)
+
+
 def tile_count(model: torch.nn.Module, height: int, width: int) -> int:
     """How many tiles the processor gives an image of ``height`` x ``width``: the base view and the best
     pinpoint's grid."""
@@ -260,10 +388,11 @@ def anyres_spec(model: torch.nn.Module) -> GraphSpec:
     """``vision_encoder.onnx`` of an anyres model: one image's tiles and size to its packed rows."""
     tiles = torch.export.Dim(TILES, min=1, max=1 << 14)
     pixels, sizes = anyres_feeds(anyres_inputs(model, "meta"))
+    granite = bool(granite_layers(model))
     return GraphSpec(
-        AnyresVisionEncoder(model),
+        GraniteVisionEncoder(model) if granite else AnyresVisionEncoder(model),
         (pixels, sizes),
         {"pixel_values": {0: tiles}, SIZES: {}},
         ["pixel_values", SIZES],
-        ["image_features"],
+        ["image_features", *(["deepstack_features"] if granite else [])],
     )
