@@ -1,5 +1,5 @@
-"""The vision encoders of the anyres models (LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision) as one graph
-over one image's tiles and its original size.
+"""The vision encoders of the anyres models (LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, Granite 4
+Vision) as one graph over one image's tiles and its original size.
 
 Their processors resize an image to the best of ``image_grid_pinpoints`` for its original size, cut it
 into tiles of the vision config's ``image_size`` and put a base view (the whole image at that size)
@@ -21,8 +21,8 @@ arithmetic over them here, so one package takes an image of any size:
   float64 as Python computes them (so the truncations agree), the first of the largest effective and
   then least wasted; its grid of tiles is the pinpoint over ``image_size``;
 - the crop (``unpad_image``): the kept rows or columns of the grid of patches, from the aspect ratios
-  (``int(round(x, 7))`` as ``floor(x + 5e-8)``: the same integer but where ``x`` lies within 1e-7 of
-  one and a half ulp of rounding ties, no size of an image);
+  (``int(round(x, 7))`` as ``floor(x + 5e-8)``: the same integer unless ``x``'s fraction is, within
+  float error, exactly 1 - 5e-8, a tie of rounding to 7 decimals);
 - OneVision's downscale: the output rows and columns ``floor(kept / ratio)`` where the ratio is past
   1.1, each output patch the bilinear blend (``align_corners=False``) of four kept patches, the weights
   ``F.interpolate`` computes in float32 (where there is no downscale, the weights are 1 and 0: the patch);
@@ -32,7 +32,7 @@ arithmetic over them here, so one package takes an image of any size:
   ``image_newline``).
 
 A caller passing fewer tiles than the image's size asks for gets an out-of-range gather (an error), not
-a silent wrong answer. One image a call: a batch's images have their own grids. A single tile (the base
+a silent wrong answer (extra tiles are ignored, as transformers slices them off). One image a call: a batch's images have their own grids. A single tile (the base
 view alone) gives its rows and one newline, transformers' packing of an untiled image: LLaVA-OneVision
 does not tile the images of a sample holding several (``batch_num_images``), and a caller runs the graph
 on each one's base view then; the graph tiles exactly where it is given tiles.
@@ -66,7 +66,7 @@ def _inner(model: torch.nn.Module) -> Any:
 def anyres_tower(model: torch.nn.Module) -> bool:
     """Whether the model's images are anyres tiles this module exports: a ``pack_image_features`` laying
     out tiles by ``image_grid_pinpoints`` with an ``image_newline``, over a ``vision_tower`` and one
-    ``multi_modal_projector`` (Granite 4 Vision's layer-wise projectors are not this form)."""
+    ``multi_modal_projector`` (or Granite 4 Vision's projectors: ``granite_layers``)."""
     inner = _inner(model)
     config = getattr(inner, "config", None)
     return (
