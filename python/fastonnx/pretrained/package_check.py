@@ -318,7 +318,7 @@ def _check_vision_language(
     if deepstack:  # Qwen3-VL's deepstack rows, a layer's each
         with torch.no_grad():
             out = model.get_image_features(**images, return_dict=True)
-        expected = torch.stack([vl._rows(f) for f in out.deepstack_features])
+        expected = vl.deepstack_rows(model, out)
         infos.append(compare("vision_encoder: deepstack_features", expected, deepstack[0]))
     token = vl.image_token_id(config)
     _, vocab = vl.text_sizes(config)

@@ -48,9 +48,8 @@ from the shape (``antialiased_taps``: every table row's weight, a table of a few
 projector's pixel unshuffle is a gather of each merged token's factor² patches. Its output is the tile's
 features, patches / factor² x hidden.
 
-Not exported here (vision_language.py refuses them by name): LLaVA-OneVision, whose feature rows are a
-function of ``image_sizes``' values (anyres: the patch count from the grid pinpoints, the unpadding crop
-and the ``anyres_max_9`` downscale from the original size), no input's shape; Aria, whose projector picks
+Not exported here: LLaVA-OneVision, whose feature rows are a function of ``image_sizes``' values (anyres:
+anyres_towers.py exports it); Aria, whose projector picks
 its query count by the tile's patch count from ``projector_patch_to_query_dict`` (its checkpoints' 490
 and 980 pixel tiles): the sweep's tiny tile (16 patches) is no key, so its own ``get_image_features`` fails.
 """

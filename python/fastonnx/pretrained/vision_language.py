@@ -38,6 +38,15 @@ from typing import Any
 import torch
 
 from fastonnx.errors import InputError
+from fastonnx.pretrained.anyres_towers import (
+    HookedDeepstackStep,
+    anyres_feeds,
+    anyres_inputs,
+    anyres_spec,
+    anyres_tower,
+    expected_deepstack,
+    granite_layers,
+)
 from fastonnx.pretrained.decoder_cache import (
     cache_dims,
     cache_names,
@@ -140,6 +149,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
         return ["pixel_values", "image_grid_thw"]
     if tile_tower(model):
         return list(tile_inputs(model, 1, "meta"))
+    if anyres_tower(model):
+        return list(anyres_inputs(model, "meta"))
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
@@ -167,6 +178,8 @@ pooled rows) and whose forward then projects them with ``multi_modal_projector``
 
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = feature_model(model).get_image_features(**inputs)
+    if granite_layers(model):  # Granite 4 Vision's image tokens embed as zeros (anyres_towers.py)
+        return torch.zeros_like(expected_deepstack(model, out)[0])
     if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
         inner: Any = getattr(model, "model", model)
         return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
@@ -225,6 +238,14 @@ class MergedEmbeddings(torch.nn.Module):
         looked_up = placeholders_as_pad(self.model, input_ids)
         embeds: torch.Tensor = self.model.get_input_embeddings()(looked_up)  # type: ignore[operator]
         return rows_placed(embeds, input_ids == self.token, image_features)
+
+
+def deepstack_rows(model: torch.nn.Module, out: Any) -> torch.Tensor:
+    """transformers' ``deepstack_features`` of one image as the vision encoder gives them: layers x rows x
+    hidden (Granite 4 Vision's pairs of a layer and its rows: anyres_towers.py's)."""
+    if granite_layers(model):
+        return expected_deepstack(model, out)
+    return torch.stack([_rows(f) for f in out.deepstack_features])
 
 
 def rows_placed(embeds: torch.Tensor, marked: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -534,6 +555,8 @@ def vision_inputs(
         }
     if tile_tower(model):  # one image of 2 tiles
         return tile_inputs(model, 2, device)
+    if anyres_tower(model):  # one wide image of several tiles
+        return anyres_inputs(model, device)
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -545,6 +568,8 @@ def vision_feeds(
     model: torch.nn.Module, images: dict[str, torch.Tensor], names: list[str]
 ) -> list[torch.Tensor]:
     """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
+    if anyres_tower(model):
+        return anyres_feeds(images)
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
@@ -569,6 +594,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         )
     elif tile_tower(model):
         vision_spec = tile_spec(model)
+    elif anyres_tower(model):
+        vision_spec = anyres_spec(model)
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
@@ -626,16 +653,17 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
         "past_key_values": cache_dims(layout, b, p),
     }
     names = ["inputs_embeds", "attention_mask", "position_ids", *cache_names(layout, "past_key_values")]
-    step: EmbedsStep = LanguageModelStep(model) if language_model_steps(model) else EmbedsStep(model)
+    step: torch.nn.Module = LanguageModelStep(model) if language_model_steps(model) else EmbedsStep(model)
     args: tuple[Any, ...] = (embeds, mask, positions, cache)
     if config.model_type in IMAGE_BLOCK_TYPES:
         step, args = EmbedsStepWithImageBlocks(model, token), (*args, ids)
         dims["input_ids"] = {0: b, 1: s}
         names.append("input_ids")
-    elif layers := deepstack_layers(model) or tile_deepstack_layers(model):
+    elif layers := deepstack_layers(model) or tile_deepstack_layers(model) or len(granite_layers(model)):
         rows = torch.export.Dim(IMAGE_TOKENS, min=0, max=1 << 20)
         deepstack = torch.zeros(layers, 3, hidden, device="meta")
-        step, args = DeepstackStep(model, token), (*args, ids, deepstack)
+        hooked = HookedDeepstackStep(model, token) if granite_layers(model) else None
+        step, args = hooked or DeepstackStep(model, token), (*args, ids, deepstack)
         dims.update(input_ids={0: b, 1: s}, deepstack_features={1: rows})
         names += ["input_ids", "deepstack_features"]
     elif config.model_type in PREFIX_TYPES:
