@@ -13,7 +13,8 @@ transformers.js use, each graph captured from transformers' own model:
   a second output, ``deepstack_features``); Idefics2, Idefics3 and SmolVLM take one image's tiles and
   their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
   Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
-  ``spatial_shapes``: tile_towers.py;
+  ``spatial_shapes``: tile_towers.py; DeepSeek-OCR 2, Unlimited-OCR and Step3p7 a global view and its
+  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -58,6 +59,14 @@ from fastonnx.pretrained.grid_vision import (
     merge_size,
     patch_shape,
     vision_tower,
+)
+from fastonnx.pretrained.local_patch_towers import (
+    EXAMPLE_GRID,
+    local_feeds,
+    local_inputs,
+    local_names,
+    local_patch_tower,
+    local_spec,
 )
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
@@ -140,6 +149,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
         return ["pixel_values", "image_grid_thw"]
     if tile_tower(model):
         return list(tile_inputs(model, 1, "meta"))
+    if local_patch_tower(model):
+        return local_names(model)
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
@@ -520,6 +531,8 @@ def vision_inputs(
         }
     if tile_tower(model):  # one image of 2 tiles
         return tile_inputs(model, 2, device)
+    if local_patch_tower(model):  # a global view and 2 crops side by side
+        return local_inputs(model, EXAMPLE_GRID, device)  # type: ignore[return-value]
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -531,6 +544,8 @@ def vision_feeds(
     model: torch.nn.Module, images: dict[str, torch.Tensor], names: list[str]
 ) -> list[torch.Tensor]:
     """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
+    if local_patch_tower(model):
+        return local_feeds(model, images)
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
@@ -555,6 +570,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         )
     elif tile_tower(model):
         vision_spec = tile_spec(model)
+    elif local_patch_tower(model):
+        vision_spec = local_spec(model)
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
