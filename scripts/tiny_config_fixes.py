@@ -64,6 +64,10 @@ FIXES: dict[str, dict[str, Any]] = {
         "text_config": {"mlp_layer_types": ["dense", "sparse"]},
         "vision_config": {"sam_config": {"downsample_channels": [64, 64]}},
     },
+    # rhymes-ai/Aria: its projector's query count by the tile's patch count, {1225: 128, 4900: 256} for the
+    # processor's 490 and 980 pixel tiles (35² and 70² patches of 14); the tiny tiles' of 32 and 64 pixels
+    # (4² and 8² patches of 8)
+    "aria": {"projector_patch_to_query_dict": {16: 4, 64: 8}},
     # Step3p7: its text model builds a sliding-window mask whatever its layers' kinds, which fails without
     # the window its checkpoints set (None by default)
     "step3p7": {"text_config": {"sliding_window": 512}},

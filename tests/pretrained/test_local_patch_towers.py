@@ -4,6 +4,9 @@ image-text-to-text, each built from the architecture sweep's own tiny config: De
 from ``patches_grid``'s values). The graph's module is compared with transformers'
 ``get_image_features`` at several crop counts and grids (none included); the packages are exported and
 verified (the vision encoder at 2 crops, then at 0 and 3, and a generation over the three files).
+
+Aria (tile_towers.py): one image's padded tiles and their ``pixel_mask``, the projector's queries picked
+by the tile's patch count; its package verified, its vision graph run at other tile counts.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from fastonnx.pretrained.vision_language import image_features
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-EXPORTED = ["deepseek_ocr2", "step3p7"]
+EXPORTED = ["deepseek_ocr2", "step3p7"]  # Unlimited-OCR's decoder cache (R-SWA) is not exported yet
 IN_CI = {"step3p7"}  # the smallest tower; the others' forms: their unit tests below
 
 
@@ -78,3 +81,25 @@ def test_the_package_verifies(tmp_path: pathlib.Path, model_type: str) -> None:
     report = (written.outdir / "fastonnx_report.md").read_text()
     for crops in (0, 3):  # the graph at other crop counts than its capture's
         assert f"image_features of {crops} crops" in report
+
+
+@pytest.mark.parametrize("model_type", sampled(["aria"], lambda name: False))
+def test_aria_tiles_and_pixel_mask(tmp_path: pathlib.Path, model_type: str) -> None:
+    import onnxruntime as ort
+    import transformers
+
+    from fastonnx.pretrained.tile_towers import aria_inputs
+
+    sweep = architecture_sweep()
+    folder, class_name = tmp_path / "checkpoint", dict(sweep.architectures(TASK))[model_type]
+    sweep.build_checkpoint(TASK, model_type, class_name, folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", TASK, progress=False)
+    assert written.verified is True, written.verify_note
+    model = getattr(transformers, class_name).from_pretrained(folder).eval()
+    session = ort.InferenceSession(str(written.outdir / "vision_encoder.onnx"))
+    for tiles in (1, 3):  # the capture's were 2
+        images = aria_inputs(model, tiles, "cpu")
+        with torch.no_grad():
+            want = image_features(model, **images)
+        (got,) = session.run(None, {k: v.numpy() for k, v in images.items()})
+        torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-3, atol=1e-4)
