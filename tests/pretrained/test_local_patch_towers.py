@@ -45,7 +45,7 @@ def _model(model_type: str) -> Any:
     return model
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_ocr2", "step3p7", "unlimited_ocr"])
+@pytest.mark.parametrize("model_type", ["step3p7", "deepseek_ocr2", "unlimited_ocr"])
 def test_the_encoder_gives_get_image_features_rows(model_type: str) -> None:
     model = _model(model_type)
     encoder = LocalPatchEncoder(model)
