@@ -58,8 +58,26 @@ FIXES: dict[str, dict[str, Any]] = {
             "num_attention_heads": 1,
         },
     },
-    # deepseek-ai/DeepSeek-OCR-2: which layers are MoE ones (None by default, which its layers index)
-    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # deepseek-ai/DeepSeek-OCR-2: which layers are MoE ones (None by default, which its layers index); its
+    # SAM's last downsampling gives the encoder's width (896 = encoder hidden_size): the tiny 64 (and its
+    # MLP, 3072 wide, the tiny 128)
+    "deepseek_ocr2": {
+        "text_config": {"mlp_layer_types": ["dense", "sparse"]},
+        "vision_config": {"sam_config": {"downsample_channels": [64, 64], "mlp_dim": 128}},
+    },
+    # rhymes-ai/Aria: its projector's query count by the tile's patch count, {1225: 128, 4900: 256} for the
+    # processor's 490 and 980 pixel tiles (35² and 70² patches of 14); the tiny tiles' of 32 and 64 pixels
+    # (4² and 8² patches of 8)
+    "aria": {"projector_patch_to_query_dict": {16: 4, 64: 8}},
+    # Step3p7: its text model builds a sliding-window mask whatever its layers' kinds, which fails without
+    # the window its checkpoints set (None by default)
+    "step3p7": {"text_config": {"sliding_window": 512}},
+    # baidu/Unlimited-OCR: its SAM's last downsampling is the CLIP encoder's width (1024) too; a 64-pixel
+    # global view (and the processor's 640/1024 tiles: 40 pixels) so that each view gives 2 x 2 queries,
+    # whose rows the grid's newlines interleave
+    "unlimited_ocr": {
+        "vision_config": {"sam_config": {"downsample_channels": [64, 64], "image_size": 64, "mlp_dim": 128}}
+    },
     # facebook/Perception-LM-1B: a timm Perception Encoder tower (vit_pe_core_large_patch14_336, width 1024)
     # whose width the projector reads from model_args; the resnet50 default has none. PE's tiny variant,
     # shrunk to the sweep's widths, on 2 x 2 patches of 16

@@ -315,6 +315,7 @@ def _check_vision_language(
     with torch.no_grad():
         expected_features = vl.image_features(model, **images)
     infos = [compare("vision_encoder: image_features", expected_features, features)]
+    infos += _other_crop_counts(sessions, model)
     if deepstack:  # Qwen3-VL's deepstack rows, a layer's each
         with torch.no_grad():
             out = model.get_image_features(**images, return_dict=True)
@@ -347,6 +348,16 @@ def _check_vision_language(
         sessions, (vl.EMBED_FILE, "image_features"), decoder_spec, config, ids, features, generated
     )
     return infos + steps(step_positions, extra)
+
+
+def _other_crop_counts(sessions: dict[str, Any], model: Any) -> list[VerificationInfo]:
+    """A global view and crops' vision encoder (local_patch_towers.py) at other crop counts too."""
+    from fastonnx.pretrained import local_patch_towers as lp
+    from fastonnx.pretrained import vision_language as vl
+
+    if not lp.local_patch_tower(model):
+        return []
+    return lp.check_other_images(sessions[vl.VISION_FILE], model, sys.modules[__name__], vl.image_features)
 
 
 def _check_image_prefix(

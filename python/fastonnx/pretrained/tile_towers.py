@@ -48,10 +48,17 @@ from the shape (``antialiased_taps``: every table row's weight, a table of a few
 projector's pixel unshuffle is a gather of each merged token's factor² patches. Its output is the tile's
 features, patches / factor² x hidden.
 
-Not exported here: LLaVA-OneVision, whose feature rows are a function of ``image_sizes``' values (anyres:
-anyres_towers.py exports it); Aria, whose projector picks
-its query count by the tile's patch count from ``projector_patch_to_query_dict`` (its checkpoints' 490
-and 980 pixel tiles): the sweep's tiny tile (16 patches) is no key, so its own ``get_image_features`` fails.
+Aria's processor resizes each crop (one an image; several where it splits the image) into a square tile of
+``max_image_size`` pixels (490 or 980), pads it at the bottom and right, and gives ``pixel_mask`` (tiles x
+height x width, bool: the real pixels); its tower (Idefics3's) reads the patch mask (a patch real where any
+pixel is) as the patch attention mask and position buckets, its projector attends from a number of
+queries picked by the tile's patch count (``projector_patch_to_query_dict``: a Python lookup, fixed by the
+tile's size) to the real patches only. Its graph takes one image's tiles, ``pixel_values`` ``num_tiles`` x
+channels x side x side and ``pixel_mask`` ``num_tiles`` x side x side (``num_tiles`` dynamic), the side
+that of the processor's default 980 pixel tiles: the dict's largest patch count, a square of patches; it
+gives every tile's query rows in order, as the processor writes each tile's image tokens.
+
+LLaVA-OneVision, whose feature rows are a function of ``image_sizes``' values, is anyres_towers.py's.
 """
 
 from __future__ import annotations
@@ -96,11 +103,47 @@ def naflex_tiles(model: torch.nn.Module) -> bool:
     )
 
 
+def aria_tiles(model: torch.nn.Module) -> bool:
+    """Whether the model's tower is Aria's: a projector whose queries are picked by the tile's patch count
+    (``patch_to_query_dict``) over a tower taking a patch mask."""
+    projector = getattr(_inner(model), "multi_modal_projector", None)
+    return isinstance(getattr(projector, "patch_to_query_dict", None), dict)
+
+
+def aria_side(model: torch.nn.Module) -> int:
+    """The side in pixels of Aria's tiles: the processor's default (980), the largest patch count its
+    projector knows, a square of patches."""
+    inner = _inner(model)
+    patches = max(int(k) for k in inner.multi_modal_projector.patch_to_query_dict)
+    side = round(patches**0.5)
+    return int(side * int(inner.config.vision_config.patch_size))
+
+
+class AriaTileEncoder(torch.nn.Module):
+    """Aria's ``get_image_features`` of one image's tiles and their pixel mask, as rows (the module
+    docstring): its forward's layer (``vision_feature_layer``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+
+    def forward(self, pixel_values: torch.Tensor, pixel_mask: torch.Tensor) -> torch.Tensor:
+        inner = _inner(self.model)
+        out = inner.get_image_features(
+            pixel_values=pixel_values,
+            pixel_mask=pixel_mask,
+            vision_feature_layer=inner.config.vision_feature_layer,
+            return_dict=True,
+        )
+        rows: torch.Tensor = out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
+        return rows
+
+
 def tile_tower(model: torch.nn.Module) -> bool:
-    """Whether the model's images are tiles this module exports: Granite Docling's, or Idefics-style (a
-    variable-resolution SigLIP ``vision_model``, its embeddings bucketing positions by the patch mask, and a
-    ``connector``)."""
-    if granite_tiles(model) or naflex_tiles(model):
+    """Whether the model's images are tiles this module exports: Granite Docling's, Aria's, or
+    Idefics-style (a variable-resolution SigLIP ``vision_model``, its embeddings bucketing positions by the
+    patch mask, and a ``connector``)."""
+    if granite_tiles(model) or naflex_tiles(model) or aria_tiles(model):
         return True
     inner = _inner(model)
     embeddings = getattr(getattr(inner, "vision_model", None), "embeddings", None)
@@ -231,6 +274,8 @@ def tile_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) 
     vision = _inner(model).config.vision_config
     if naflex_tiles(model):  # one tile a call: of 4 x 6 patches
         return naflex_inputs(model, 4, 6, device)
+    if aria_tiles(model):
+        return aria_inputs(model, tiles, device)
     size, channels = int(vision.image_size), int(getattr(vision, "num_channels", 3))
     g = torch.Generator().manual_seed(0)
     pixels = torch.randn(1, tiles, channels, size, size, generator=g)
@@ -245,6 +290,19 @@ def tile_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) 
         mask[0, -1, :, size // 2 + 1 :] = 0
         pixels[0, -1] *= mask[0, -1]
     return {"pixel_values": pixels.to(device), "pixel_attention_mask": mask.to(device)}
+
+
+def aria_inputs(model: torch.nn.Module, tiles: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """What transformers' forward takes for one Aria image of ``tiles`` tiles (tiles x ..., no batch): the
+    last one padded as its processor pads a wide crop (its real rows a little more than the top half), the
+    others whole."""
+    side = aria_side(model)
+    channels = int(getattr(_inner(model).config.vision_config, "num_channels", 3))
+    pixels = torch.randn(tiles, channels, side, side, generator=torch.Generator().manual_seed(tiles))
+    mask = torch.ones(tiles, side, side, dtype=torch.bool)
+    mask[-1, side // 2 + 3 :] = False
+    pixels[-1] *= mask[-1]
+    return {"pixel_values": pixels.to(device), "pixel_mask": mask.to(device)}
 
 
 def naflex_inputs(
@@ -266,6 +324,8 @@ def tile_feeds(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> list[
     (and their pixel mask, but for Granite Docling)."""
     if naflex_tiles(model):  # one tile, its batch of 1 kept, as the processor's
         return [images["pixel_values"], images["spatial_shapes"]]
+    if aria_tiles(model):  # the processor's, without a batch
+        return [images["pixel_values"], images["pixel_mask"]]
     names = ["pixel_values"] if granite_tiles(model) else ["pixel_values", "pixel_attention_mask"]
     return [images[n].flatten(0, 1) for n in names]
 
@@ -291,6 +351,14 @@ def tile_spec(model: torch.nn.Module) -> GraphSpec:
             tuple(feeds),
             {"pixel_values": {1: f * f * tokens}, "spatial_shapes": {}},
             ["pixel_values", "spatial_shapes"],
+            ["image_features"],
+        )
+    if aria_tiles(model):
+        return GraphSpec(
+            AriaTileEncoder(model),
+            tuple(feeds),
+            {"pixel_values": {0: tiles}, "pixel_mask": {0: tiles}},
+            ["pixel_values", "pixel_mask"],
             ["image_features"],
         )
     pixels, mask = feeds

@@ -13,7 +13,8 @@ transformers.js use, each graph captured from transformers' own model:
   a second output, ``deepstack_features``); Idefics2, Idefics3 and SmolVLM take one image's tiles and
   their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
   Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
-  ``spatial_shapes``: tile_towers.py;
+  ``spatial_shapes``: tile_towers.py; DeepSeek-OCR 2, Unlimited-OCR and Step3p7 a global view and its
+  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -67,6 +68,14 @@ from fastonnx.pretrained.grid_vision import (
     merge_size,
     patch_shape,
     vision_tower,
+)
+from fastonnx.pretrained.local_patch_towers import (
+    EXAMPLE_GRID,
+    local_feeds,
+    local_inputs,
+    local_names,
+    local_patch_tower,
+    local_spec,
 )
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
@@ -151,6 +160,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
         return list(tile_inputs(model, 1, "meta"))
     if anyres_tower(model):
         return list(anyres_inputs(model, "meta"))
+    if local_patch_tower(model):
+        return local_names(model)
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
@@ -557,6 +568,8 @@ def vision_inputs(
         return tile_inputs(model, 2, device)
     if anyres_tower(model):  # one wide image of several tiles
         return anyres_inputs(model, device)
+    if local_patch_tower(model):  # a global view and 2 crops side by side
+        return local_inputs(model, EXAMPLE_GRID, device)  # type: ignore[return-value]
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -570,6 +583,8 @@ def vision_feeds(
     """The vision encoder's inputs ``names`` for ``vision_inputs``' images (tiles without the batch)."""
     if anyres_tower(model):
         return anyres_feeds(images)
+    if local_patch_tower(model):
+        return local_feeds(model, images)
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
@@ -596,6 +611,8 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         vision_spec = tile_spec(model)
     elif anyres_tower(model):
         vision_spec = anyres_spec(model)
+    elif local_patch_tower(model):
+        vision_spec = local_spec(model)
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
