@@ -534,15 +534,20 @@ def vision_feeds(
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
-def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
-    """The three graphs of a vision-language model's package."""
+def image_text_to_text(
+    model: torch.nn.Module, config: Any, vision: GraphSpec | None = None
+) -> dict[str, GraphSpec]:
+    """The three graphs of a vision-language model's package; ``vision``: the vision encoder's graph of a
+    family whose images a module of its own takes (minicpm_vlms.py's packed slices)."""
     if feature_model(model) is None:
         raise InputError(f"{type(model).__name__} has no get_image_features: not a vision-language model")
     token = image_token_id(config)
     steps: Any = model.language_model if language_model_steps(model) else model
     if not takes(steps, "inputs_embeds") or not takes(steps, "position_ids"):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
-    if is_grid_tower(model):
+    if vision is not None:
+        vision_spec = vision
+    elif is_grid_tower(model):
         grid = vision_inputs(model, config, 1, "meta")
         unit = merge_size(model) ** 2
         tokens = torch.export.Dim(IMAGE_TOKENS, min=1, max=1 << 20)
