@@ -59,6 +59,7 @@ from fastonnx.pretrained.grid_vision import (
     patch_shape,
     vision_tower,
 )
+from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
     tile_feeds,
@@ -165,8 +166,15 @@ STATES_THEN_PROJECTOR = ("llama4",)
 pooled rows) and whose forward then projects them with ``multi_modal_projector`` (Llama 4's)."""
 
 
+STATES_ARE_FEATURES = ("fuyu",)
+"""Model types whose ``get_image_features`` returns the rows as ``last_hidden_state`` alone, which their
+forward merges (Fuyu's patch embeddings)."""
+
+
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = feature_model(model).get_image_features(**inputs)
+    if getattr(model.config, "model_type", None) in STATES_ARE_FEATURES:
+        return _rows(out.last_hidden_state)
     if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
         inner: Any = getattr(model, "model", model)
         return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
@@ -520,6 +528,8 @@ def vision_inputs(
         }
     if tile_tower(model):  # one image of 2 tiles
         return tile_inputs(model, 2, device)
+    if own_pixels(config):  # Fuyu's patch rows, Perception LM's tiles (one image)
+        return {"pixel_values": pixel_example(config, device)}
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -563,9 +573,12 @@ def image_text_to_text(
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
+        pixel_axes: dict[int, Any] = {}
+        if own_pixels(config):
+            pixels, pixel_axes = pixel_example(config, "meta"), pixel_dims(config)
         encoder = VisionEncoderWithSizes(model) if "image_sizes" in names else VisionEncoder(model)
         vision_spec = GraphSpec(
-            encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
+            encoder, (pixels,), {"pixel_values": pixel_axes}, ["pixel_values"], ["image_features"]
         )
         if extras := [n for n in names if n in VISION_EXTRAS]:
             vision_spec = extras_spec(model, config, pixels, extras, image_features)
