@@ -1,8 +1,9 @@
 """Vision-language models whose images are not one plain picture, in image-text-to-text, built from the
 architecture sweep's own tiny configs:
 
-- MiniCPM-V 4.6 and MiniCPM-OCR (minicpm_vlms.py): their config classes name no image token (the
-  checkpoints do), and their processor packs an image's source and slices, each of its own size, into one
+- MiniCPM-V 4.6, MiniCPM-OCR and MiniCPM-V 4.7 (minicpm_vlms.py): their config classes name no image
+  token (the checkpoints do; 4.7 the markers around each crop too, where its canvas M-RoPE anchors), and
+  their processor packs an image's source and slices, each of its own size, into one
   row of patches with ``target_sizes``, from whose ``.tolist()`` transformers runs the tower. The vision
   encoder computes the same from the sizes' values; these tests hold it to transformers'
   ``get_image_features`` at sizes and slice counts other than the capture's;
@@ -26,7 +27,7 @@ from fastonnx.pretrained import minicpm_vlms, pixel_layouts, vision_language
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["minicpmv4_6", "minicpm_ocr", "fuyu", "perception_lm"]
+FIXED = ["minicpmv4_6", "minicpm_ocr", "minicpmv4_7", "fuyu", "perception_lm"]
 CASES = sampled(FIXED, lambda name: name == "fuyu")  # the quickest export; MiniCPM's tower: unit tests
 OTHER_SIZES = ((8, 4), (4, 12), (8, 8), (4, 4))
 """An image of a taller source and three slices of other sizes: none is the capture's example."""
@@ -45,7 +46,7 @@ def _tiny(model_type: str) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("model_type", ["minicpmv4_6", "minicpm_ocr"])
+@pytest.mark.parametrize("model_type", ["minicpmv4_6", "minicpm_ocr", "minicpmv4_7"])
 def test_the_packed_tower_matches_get_image_features_at_other_sizes(model_type: str) -> None:
     model = _tiny(model_type)
     for sizes in (((4, 8), (4, 4), (4, 4)), OTHER_SIZES, ((12, 4),)):

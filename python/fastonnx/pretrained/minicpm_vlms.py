@@ -14,7 +14,9 @@ vision_language.py's three files:
   the windows and blocks are gathers whose indices are computed the same way;
 - ``embed_tokens.onnx``: vision_language.py's merge at ``image_token_id`` (``masked_scatter``'s order);
 - ``decoder_model_merged.onnx``: vision_language.py's step from ``inputs_embeds`` (the text model is
-  Qwen3.5's, its positions plain: the model computes no multimodal ones).
+  Qwen3.5's). MiniCPM-V 4.7's positions are its canvas M-RoPE planes (3 x batch x sequence, its
+  ``get_rope_index`` over the prompt's markers and ``mm_token_type_ids``; the steps after the prompt
+  count on from ``rope_deltas``), MiniCPM-V 4.6's and MiniCPM-OCR's plain.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fastonnx.errors import InputError
 from fastonnx.pretrained import vision_language as vl
 from fastonnx.pretrained.graph_spec import GraphSpec
 
-MINICPM_TYPES = ("minicpmv4_6", "minicpm_ocr")
+MINICPM_TYPES = ("minicpmv4_6", "minicpm_ocr", "minicpmv4_7")
 """Model types whose package this module's graphs make."""
 
 PATCHES = "num_patches"
@@ -234,6 +236,43 @@ def minicpm_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     return vl.image_text_to_text(model, config, vision=vision_spec(model, config))
 
 
+MARKERS = ("image_start_id", "image_end_id", "slice_start_id", "slice_end_id", "newline_id")
+"""MiniCPM-V 4.7's tokens around an image's crops, where its ``get_rope_index`` anchors the canvas."""
+
+
+def image_block(config: Any, rows: list[int]) -> torch.Tensor:
+    """The processor's placeholder of one image whose crops (the source, then its slices in one row) have
+    ``rows`` feature rows each: ``<image>`` ... ``</image>`` around the source's image tokens, each slice's
+    between ``<slice>`` and ``</slice>`` (MiniCPM-V 4.6's and MiniCPM-OCR's configs name no markers: their
+    image tokens alone)."""
+    token = vl.image_token_id(config)
+    start, end, slice_start, slice_end = (getattr(config, k, None) for k in MARKERS[:4])
+    if not all(isinstance(t, int) for t in (start, end, slice_start, slice_end)):
+        return torch.full((1, sum(rows)), token)
+    parts = [[start, *[token] * rows[0], end]]
+    parts += [[slice_start, *[token] * n, slice_end] for n in rows[1:]]
+    return torch.tensor([[t for part in parts for t in part]])
+
+
+def prompt_plan(model: Any, text: torch.Tensor, image: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A prompt of ``text``'s first 2 tokens, the ``image`` (``image_example``'s) and the rest: its
+    ``ids``, what ``generate`` takes besides the image (``mm_token_type_ids`` where the model reads them),
+    the prefill's ``positions`` and the steps' position ``offset`` (4.7's canvas M-RoPE; else 0, 1, 2...)."""
+    config = model.config
+    sizes = image["target_sizes"].to(torch.int64)
+    rows = (sizes[:, 0] * sizes[:, 1] // rows_per_patch_block(config)).tolist()
+    ids = torch.cat([text[:, :2], image_block(config, rows), text[:, 2:]], dim=1)
+    if not vl.mrope(model):
+        return {"ids": ids, "generate": {}, "positions": None, "offset": torch.tensor(0)}
+    types = (ids == vl.image_token_id(config)).to(torch.int32)
+    inner = getattr(model, "model", model)
+    positions, delta = inner.get_rope_index(
+        ids, mm_token_type_ids=types, target_sizes=image["target_sizes"], attention_mask=torch.ones_like(ids)
+    )
+    offset = delta.reshape(()).to(torch.int64)
+    return {"ids": ids, "generate": {"mm_token_type_ids": types}, "positions": positions, "offset": offset}
+
+
 def check_package(
     sessions: dict[str, Any], model: Any, config: Any, specs: dict[str, GraphSpec], check: Any
 ) -> list[Any]:
@@ -250,17 +289,20 @@ def check_package(
     with torch.no_grad():
         out = model.get_image_features(**image, return_dict=True)
     infos = [compare("vision_encoder: image_features", torch.cat(out.pooler_output), features)]
-    token = vl.image_token_id(config)
     _, vocab = vl.text_sizes(config)
     text = torch.randint(3, vocab, (1, 6), generator=torch.Generator().manual_seed(1))
-    for other in (token, getattr(config, "video_token_id", None)):
-        if isinstance(other, int):
-            text[text == other] = 3
-    ids = torch.cat([text[:, :2], torch.full((1, features.shape[0]), token), text[:, 2:]], dim=1)
-    generated = pc._generate(model, ids, image)
+    for name in ("image_token_id", "video_token_id", *MARKERS):
+        if isinstance(other := getattr(config, name, None), int):
+            text[text == other] = 3  # the image's tokens and markers only where the image goes
+    plan = prompt_plan(model, text, image)
+    ids = plan["ids"]
+    generated = pc._generate(model, ids, {**image, **plan["generate"]})
 
     def positions(step: int, past: int, length: int) -> torch.Tensor:
-        return torch.arange(past, past + length).unsqueeze(0)
+        if step == 0 and plan["positions"] is not None:
+            prefill: torch.Tensor = plan["positions"]
+            return prefill
+        return vl.step_positions(model, past, length, plan["offset"])
 
     steps = pc._greedy_over_files(
         sessions, (vl.EMBED_FILE, "image_features"), specs[vl.DECODER_FILE], config, ids, features, generated
