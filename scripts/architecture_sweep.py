@@ -260,6 +260,28 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # Salesforce/blip2-opt-2.7b, Salesforce/instructblip-vicuna-7b: the query tokens' placeholder (50265,
     # 32001), which the processor repeats num_query_tokens times; the config's default (None) names none
     **dict.fromkeys(("blip-2", "instructblip"), {"image_token_index": VOCAB - 1}),
+    # openbmb/MiniCPM-V-4.6, MiniCPM-OCR: the checkpoint names its image token (the tokenizer's), the config
+    # class none; the window merger follows vision layer 6 of 27 (insert_layer_id), inside the tiny 2 here
+    "minicpmv4_6": {"image_token_id": VOCAB - 1, "insert_layer_id": 0},
+    "minicpm_ocr": {"image_token_id": VOCAB - 1},
+    # openbmb/MiniCPM-V-4.7 names its image token and the markers around each crop, where its canvas
+    # M-RoPE anchors (the config class: None)
+    "minicpmv4_7": {
+        "insert_layer_id": 0,
+        **{
+            k: VOCAB - 1 - i
+            for i, k in enumerate(
+                (
+                    "image_token_id",
+                    "image_start_id",
+                    "image_end_id",
+                    "slice_start_id",
+                    "slice_end_id",
+                    "newline_id",
+                )
+            )
+        },
+    },
     # Salesforce/instructblip-vicuna-7b used for video: the video token, and positions (2048) for a video's
     # 4 frames of 32 query rows, which the tiny 128 do not hold with a prompt
     "instructblipvideo": {"video_token_index": VOCAB - 1, "text_config": {"max_position_embeddings": 256}},
@@ -837,12 +859,22 @@ def _vision_language_check(model: Any) -> None:
         _plain_image_forward(model)
         return
     try:
-        images = _anyres_images(model) or vl.vision_inputs(model, model.config, 1, "cpu")
+        images = (
+            _anyres_images(model) or _packed_slices(model) or vl.vision_inputs(model, model.config, 1, "cpu")
+        )
         vl.image_token_id(model.config)
         rows = vl.image_features(model, **images).shape[0]  # Llama 4's are the tower's, not projected
     except InputError:
         return
     ids = vl.image_prompt(model.config, torch.full((1, 2), 3), rows, torch.full((1, 2), 4))
+    if packed := _packed_slices(model):  # MiniCPM-V's crops between their markers
+        from fastonnx.pretrained import minicpm_vlms
+
+        plan = minicpm_vlms.prompt_plan(model, torch.full((1, 4), 3), packed)
+        model(
+            input_ids=plan["ids"], attention_mask=torch.ones_like(plan["ids"]), **images, **plan["generate"]
+        )
+        return
     _, _, placed = vl.prompt_positions(model, ids, images)  # Qwen-VL's image positions need the token types
     # an encoder-decoder's decoder (T5Gemma 2's) reads its own first token
     start = {"decoder_input_ids": ids[:, :1]} if takes(model, "decoder_input_ids") else {}
@@ -865,6 +897,13 @@ def _anyres_images(model: Any) -> dict[str, Any] | None:
     g = torch.Generator().manual_seed(0)
     pixels = torch.randn(1, tiles, getattr(vision, "num_channels", 3), side, side, generator=g)
     return {"pixel_values": pixels, "image_sizes": torch.tensor([[side, side]])}
+
+
+def _packed_slices(model: Any) -> dict[str, Any] | None:
+    """One image as MiniCPM-V's processor packs its source and slices (``target_sizes``); None for others."""
+    from fastonnx.pretrained import minicpm_vlms
+
+    return minicpm_vlms.image_example(model.config, "cpu") if minicpm_vlms.own_layout(model) else None
 
 
 def _patch_rows(model: Any) -> dict[str, Any] | None:

@@ -713,6 +713,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
 
         if padded_patch_vlms.own_layout(model):  # Gemma 4's padded patches, its per-layer inputs
             return padded_patch_vlms.padded_patch_graphs(model, config)
+        from fastonnx.pretrained import minicpm_vlms
+
+        if minicpm_vlms.own_layout(model):  # MiniCPM-V's NaViT-packed slices
+            return minicpm_vlms.minicpm_graphs(model, config)
         return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them

@@ -77,6 +77,7 @@ from fastonnx.pretrained.local_patch_towers import (
     local_patch_tower,
     local_spec,
 )
+from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
     tile_feeds,
@@ -187,10 +188,17 @@ STATES_THEN_PROJECTOR = ("llama4",)
 pooled rows) and whose forward then projects them with ``multi_modal_projector`` (Llama 4's)."""
 
 
+STATES_ARE_FEATURES = ("fuyu",)
+"""Model types whose ``get_image_features`` returns the rows as ``last_hidden_state`` alone, which their
+forward merges (Fuyu's patch embeddings)."""
+
+
 def image_features(model: torch.nn.Module, **inputs: Any) -> torch.Tensor:
     out = feature_model(model).get_image_features(**inputs)
     if granite_layers(model):  # Granite 4 Vision's image tokens embed as zeros (anyres_towers.py)
         return torch.zeros_like(expected_deepstack(model, out)[0])
+    if getattr(model.config, "model_type", None) in STATES_ARE_FEATURES:
+        return _rows(out.last_hidden_state)
     if getattr(model.config, "model_type", None) in STATES_THEN_PROJECTOR:
         inner: Any = getattr(model, "model", model)
         return _rows(inner.multi_modal_projector(_rows(out.last_hidden_state)))
@@ -570,6 +578,8 @@ def vision_inputs(
         return anyres_inputs(model, device)
     if local_patch_tower(model):  # a global view and 2 crops side by side
         return local_inputs(model, EXAMPLE_GRID, device)  # type: ignore[return-value]
+    if own_pixels(config):  # Fuyu's patch rows, Perception LM's tiles (one image)
+        return {"pixel_values": pixel_example(config, device)}
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
     inputs = {"pixel_values": pixels, **extra_vision_inputs(config, vision_arguments(model), device)}
     if "image_sizes" in vision_arguments(model):
@@ -588,15 +598,20 @@ def vision_feeds(
     return tile_feeds(model, images) if tile_tower(model) else [images[n] for n in names]
 
 
-def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
-    """The three graphs of a vision-language model's package."""
+def image_text_to_text(
+    model: torch.nn.Module, config: Any, vision: GraphSpec | None = None
+) -> dict[str, GraphSpec]:
+    """The three graphs of a vision-language model's package; ``vision``: the vision encoder's graph of a
+    family whose images a module of its own takes (minicpm_vlms.py's packed slices)."""
     if feature_model(model) is None:
         raise InputError(f"{type(model).__name__} has no get_image_features: not a vision-language model")
     token = image_token_id(config)
     steps: Any = model.language_model if language_model_steps(model) else model
     if not takes(steps, "inputs_embeds") or not takes(steps, "position_ids"):
         raise InputError(f"{type(model).__name__}'s forward takes no inputs_embeds and position_ids")
-    if is_grid_tower(model):
+    if vision is not None:
+        vision_spec = vision
+    elif is_grid_tower(model):
         grid = vision_inputs(model, config, 1, "meta")
         unit = merge_size(model) ** 2
         tokens = torch.export.Dim(IMAGE_TOKENS, min=1, max=1 << 20)
@@ -616,9 +631,12 @@ def image_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
+        pixel_axes: dict[int, Any] = {}
+        if own_pixels(config):
+            pixels, pixel_axes = pixel_example(config, "meta"), pixel_dims(config)
         encoder = VisionEncoderWithSizes(model) if "image_sizes" in names else VisionEncoder(model)
         vision_spec = GraphSpec(
-            encoder, (pixels,), {"pixel_values": {}}, ["pixel_values"], ["image_features"]
+            encoder, (pixels,), {"pixel_values": pixel_axes}, ["pixel_values"], ["image_features"]
         )
         if extras := [n for n in names if n in VISION_EXTRAS]:
             vision_spec = extras_spec(model, config, pixels, extras, image_features)
