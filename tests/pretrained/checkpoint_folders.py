@@ -45,6 +45,11 @@ DECODERS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "granite": ("granite", "GraniteForCausalLM", {}),
     "olmo": ("olmo", "OlmoForCausalLM", {"initializer_range": 0.3}),
     "mixtral": ("mixtral", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "gpt_oss": (
+        "gpt_oss",
+        "GptOssForCausalLM",
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 8},
+    ),
 }
 
 
