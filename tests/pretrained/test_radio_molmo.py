@@ -14,6 +14,7 @@ the architecture sweep's own tiny config:
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from typing import Any
 
@@ -34,7 +35,7 @@ IN_CI = {"molmo2"}
 CASES = sampled(["nemotron_h_omni", "molmo2"], lambda name: name in IN_CI)
 ADAPTER_SCALE = 6.0
 
-_sweep = architecture_sweep
+_sweep = functools.cache(architecture_sweep)  # the script loaded once
 
 
 def _model(model_type: str) -> Any:

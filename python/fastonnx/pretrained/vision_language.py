@@ -14,7 +14,8 @@ transformers.js use, each graph captured from transformers' own model:
   their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
   Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
   ``spatial_shapes``: tile_towers.py; DeepSeek-OCR 2, Unlimited-OCR and Step3p7 a global view and its
-  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py;
+  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py; Nemotron-H Omni packed
+  images' patches and ``image_grid_hw`` (images x 2, their number dynamic): radio_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -78,6 +79,7 @@ from fastonnx.pretrained.local_patch_towers import (
     local_spec,
 )
 from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
+from fastonnx.pretrained.radio_towers import NAMES as RADIO_NAMES
 from fastonnx.pretrained.radio_towers import radio_inputs, radio_spec, radio_tower
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
@@ -165,7 +167,7 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
     if local_patch_tower(model):
         return local_names(model)
     if radio_tower(model):
-        return list(radio_inputs(model, (), "meta"))
+        return list(RADIO_NAMES)
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
