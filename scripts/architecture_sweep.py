@@ -264,6 +264,12 @@ _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     # class none; the window merger follows vision layer 6 of 27 (insert_layer_id), inside the tiny 2 here
     "minicpmv4_6": {"image_token_id": VOCAB - 1, "insert_layer_id": 0},
     "minicpm_ocr": {"image_token_id": VOCAB - 1},
+    # nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-BF16 names its image token (img_context_token_id, the
+    # tokenizer's <image>), the config class none
+    "nemotron_h_omni": {"image_token_id": VOCAB - 1},
+    # allenai/Molmo2-8B's image patch token (151938) is an added token, past the text's vocabulary (151936) in
+    # the additional one (additional_vocab_size 128): the tiny vocabulary's 128 + 2 alike
+    "molmo2": {"image_patch_id": VOCAB + 2},
     # openbmb/MiniCPM-V-4.7 names its image token and the markers around each crop, where its canvas
     # M-RoPE anchors (the config class: None)
     "minicpmv4_7": {

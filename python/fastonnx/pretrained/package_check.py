@@ -310,6 +310,10 @@ def _check_vision_language(
 
     if minicpm_vlms.own_layout(model):
         return minicpm_vlms.check_package(sessions, model, config, specs, sys.modules[__name__])
+    from fastonnx.pretrained import molmo_vlms
+
+    if molmo_vlms.own_layout(model):
+        return molmo_vlms.check_package(sessions, model, config, specs, sys.modules[__name__])
     decoder_spec = specs[vl.DECODER_FILE]
     images = vl.vision_inputs(model, config, 1, "cpu")
     vision_names = specs[vl.VISION_FILE].input_names

@@ -717,6 +717,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
 
         if minicpm_vlms.own_layout(model):  # MiniCPM-V's NaViT-packed slices
             return minicpm_vlms.minicpm_graphs(model, config)
+        from fastonnx.pretrained import molmo_vlms
+
+        if molmo_vlms.own_layout(model):  # Molmo 2's pooled crops, its image rows added
+            return molmo_vlms.molmo_graphs(model, config)
         return image_text_to_text(model, config)
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them

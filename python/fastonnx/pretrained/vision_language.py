@@ -14,7 +14,8 @@ transformers.js use, each graph captured from transformers' own model:
   their pixel mask (``pixel_values`` tiles x 3 x height x width, ``pixel_attention_mask``), Granite
   Docling its tiles alone (and gives deepstack rows where it taps layers), LFM2-VL one tile's patches and
   ``spatial_shapes``: tile_towers.py; DeepSeek-OCR 2, Unlimited-OCR and Step3p7 a global view and its
-  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py;
+  crops (``pixel_values_local``, their number dynamic): local_patch_towers.py; Nemotron-H Omni packed
+  images' patches and ``image_grid_hw`` (images x 2, their number dynamic): radio_towers.py;
 - ``embed_tokens.onnx``: ``input_ids`` and ``image_features`` to ``inputs_embeds``: the token embeddings
   with the image features put at the image token's positions, in order, as transformers' merge does
   (``masked_scatter``). A step without an image passes ``image_features`` of 0 rows;
@@ -78,6 +79,8 @@ from fastonnx.pretrained.local_patch_towers import (
     local_spec,
 )
 from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
+from fastonnx.pretrained.radio_towers import NAMES as RADIO_NAMES
+from fastonnx.pretrained.radio_towers import radio_inputs, radio_spec, radio_tower
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
     tile_feeds,
@@ -163,6 +166,8 @@ def vision_arguments(model: torch.nn.Module) -> list[str]:
         return list(anyres_inputs(model, "meta"))
     if local_patch_tower(model):
         return local_names(model)
+    if radio_tower(model):
+        return list(RADIO_NAMES)
     get: Any = feature_model(model).get_image_features
     params = inspect.signature(get).parameters
     unsupported = [n for n in _needed(get) if n not in VISION_EXTRAS]
@@ -578,6 +583,8 @@ def vision_inputs(
         return anyres_inputs(model, device)
     if local_patch_tower(model):  # a global view and 2 crops side by side
         return local_inputs(model, EXAMPLE_GRID, device)  # type: ignore[return-value]
+    if radio_tower(model):  # packed patches of non-square grids (radio_towers.py)
+        return radio_inputs(model, ((4, 6),) * images, device)
     if own_pixels(config):  # Fuyu's patch rows, Perception LM's tiles (one image)
         return {"pixel_values": pixel_example(config, device)}
     pixels = as_frames(config, image_inputs(config, images, device)["pixel_values"])
@@ -628,6 +635,8 @@ def image_text_to_text(
         vision_spec = anyres_spec(model)
     elif local_patch_tower(model):
         vision_spec = local_spec(model)
+    elif radio_tower(model):
+        vision_spec = radio_spec(model)
     else:
         names = vision_arguments(model)
         pixels = as_frames(config, image_inputs(config, 1, "meta")["pixel_values"])  # the processor's size
