@@ -101,27 +101,56 @@ def _head_size(path: str) -> int:
     return int(config["model"]["decoder"]["head_size"])
 
 
-def profile_once(path: str, past: int, runs: int) -> tuple[dict[str, float], float]:
-    """ms a step by op type, and the median wall ms of a step."""
+def bound_step(path: str, past: int, options: ort.SessionOptions) -> tuple[ort.InferenceSession, Any]:
+    """A session of ``path`` and its IOBinding of one step at ``past`` (kept alive with its values)."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    buffer = shared_length(path)
+    feeds = step_feeds(session, path, past, buffer)
+    binding = session.io_binding()
+    values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in feeds.items()}
+    for name, value in values.items():
+        binding.bind_ortvalue_input(name, value)
+    for out in session.get_outputs():
+        shared = out.name.replace("present.", "past_key_values.", 1)
+        if buffer is not None and out.name.startswith("present.") and shared in values:
+            binding.bind_ortvalue_output(out.name, values[shared])  # written in place, as genai does
+        else:
+            binding.bind_output(out.name)
+    binding.values = values  # the bound buffers live as long as it
+    return session, binding
+
+
+def one_thread() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    return options
+
+
+def unprofiled_walls(paths: dict[str, str], past: int, runs: int, turns: int) -> dict[str, float]:
+    """Median wall ms of a step of each package without the profiler (whose events cost per node), the
+    packages' sessions open together and timed in turns of ``runs`` steps."""
+    bound = {label: bound_step(path, past, one_thread()) for label, path in paths.items()}
+    times: dict[str, list[float]] = {label: [] for label in paths}
+    for session, binding in bound.values():
+        for _ in range(2):
+            session.run_with_iobinding(binding)
+    for _ in range(turns):
+        for label, (session, binding) in bound.items():
+            t = time.perf_counter()
+            for _ in range(runs):
+                session.run_with_iobinding(binding)
+            times[label].append((time.perf_counter() - t) * 1000 / runs)
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def profile_once(path: str, past: int, runs: int) -> tuple[dict[str, float], float]:
+    """ms a step by op type, and the median wall ms of a step."""
+    options = one_thread()
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
-        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        buffer = shared_length(path)
-        feeds = step_feeds(session, path, past, buffer)
-        binding = session.io_binding()
-        values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in feeds.items()}
-        for name, value in values.items():
-            binding.bind_ortvalue_input(name, value)
-        for out in session.get_outputs():
-            shared = out.name.replace("present.", "past_key_values.", 1)
-            if buffer is not None and out.name.startswith("present.") and shared in values:
-                binding.bind_ortvalue_output(out.name, values[shared])  # written in place, as genai does
-            else:
-                binding.bind_output(out.name)
+        session, binding = bound_step(path, past, options)
         for _ in range(2):
             session.run_with_iobinding(binding)
         walls = []
@@ -169,7 +198,11 @@ def main() -> None:
     )
     rows = [[op, *(f"{medians[label].get(op, 0.0):.2f}" for label in paths)] for op in ranked[: args.top]]
     rows.append(["all nodes", *(f"{sum(medians[label].values()):.2f}" for label in paths)])
-    rows.append(["step (wall)", *(f"{statistics.median(walls[label]):.2f}" for label in paths)])
+    rows.append(["step (wall, profiled)", *(f"{statistics.median(walls[label]):.2f}" for label in paths)])
+    plain = unprofiled_walls(paths, args.past, args.runs, 4 * args.turns)
+    first = next(iter(paths))
+    rows.append(["step (wall, not profiled)", *(f"{plain[label]:.2f}" for label in paths)])
+    rows.append([f"not profiled / {first}", *(f"{plain[label] / plain[first]:.3f}x" for label in paths)])
     body = "\n".join(
         [
             "## One decode step, op type by op type (benches/decode_profile.py)",
@@ -179,7 +212,9 @@ def main() -> None:
             f"{os.getloadavg()[0]:.1f} at the end. onnxruntime {ort.__version__}'s profiler, 1 intra-op and 1 "
             f"inter-op thread, one token after a past of {args.past}; ms a step (node time summed by op type, "
             f"medians of {args.turns} turns of {args.runs} steps). Shared cache buffers (genai's "
-            "past_present_share_buffer) are bound as genai binds them. " + args.note,
+            "past_present_share_buffer) are bound as genai binds them. The last rows time the same steps "
+            f"without the profiler (its events cost per node): medians of {4 * args.turns} turns of "
+            f"{args.runs} steps, the sessions open together. " + args.note,
             "",
             ledger.table(["op type", *paths], rows),
         ]

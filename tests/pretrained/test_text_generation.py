@@ -125,7 +125,8 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
     reading each cache input alone, and genai_config.json shares the past and present buffers: genai then
     hands every layer one buffer of max_length positions and the kernel writes each step into it. The
     package still verifies in onnxruntime (caches of the exact length, as the default level's) and genai's
-    greedy generation over the shared buffers is transformers' (tokens, logits within 1e-4)."""
+    greedy generation over the shared buffers is transformers' (tokens, logits within 1e-4): the kernel
+    also rotates the queries and keys, from cos / sin tables of the context's positions."""
     import onnx
 
     written = _check_package(
@@ -141,6 +142,11 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
     assert not any(
         name in past for n in proto.graph.node if n.op_type != "GroupQueryAttention" for name in n.input
     )
+    # the rotary embedding runs in the kernel, from tables of the context's positions and position_ids
+    for n in fused:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        assert attrs.get("do_rotary") == 1 and n.input[9] == "position_ids"
+    assert not any(n.op_type == "RotaryEmbedding" for n in proto.graph.node)
     assert (
         "GroupQueryAttention writing into its cache in place"
         in (tmp_path / "package" / "fastonnx_report.md").read_text()

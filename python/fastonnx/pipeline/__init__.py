@@ -51,6 +51,8 @@ def run(
         builder.set_metadata(guards.METADATA_KEY, proven.to_json())
     # the weights stage around the passes: its plan before them, the weights placed after them
     planned = stages.plan_weights(converted, model, options)
+    if options.shared_cache_positions is not None and options.level == "onnxruntime":
+        stages.hand_known_values(builder, planned)
     optimized = stages.run_optimize(converted, options, bars)
     placed = stages.place_weights(builder, planned)
     stats.update(stages.optimize_stats(converted, optimized, placed))

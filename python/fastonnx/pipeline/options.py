@@ -58,6 +58,9 @@ class ExportOptions:
     # outputs: the onnxruntime level fuses attention over them into GroupQueryAttention (set by the
     # text-generation package, pretrained/shared_cache.py; not a keyword of to_onnx)
     shared_cache_mask: str | None = None
+    # the most positions those caches hold (the package's context length): the rows of the cos / sin
+    # tables GroupQueryAttention then rotates with itself (not a keyword of to_onnx)
+    shared_cache_positions: int | None = None
 
     @classmethod
     def from_keywords(
@@ -163,6 +166,10 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "None or a dict of output -> {axis: name}",
     ),
     "shared_cache_mask": (lambda v: v is None or isinstance(v, str), "None or an input name"),
+    "shared_cache_positions": (
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
+        "None or a positive int",
+    ),
 }
 
 

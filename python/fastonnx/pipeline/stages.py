@@ -258,6 +258,22 @@ def plan_weights(converted: Converted, model: Any, options: ExportOptions) -> We
     return WeightsPlanned(plan, deferred, quantized, read_as_stored, time.perf_counter() - t0)
 
 
+KNOWN_VALUES_BYTES = 1 << 16
+"""The largest float32 tensor of the shards whose values the passes are handed (rotary frequencies)."""
+
+
+def hand_known_values(builder: GraphBuilder, planned: WeightsPlanned) -> None:
+    """The values of the small float32 tensors the plan reads from the shards, for the passes that need
+    them (GroupQueryAttention's rotary tables from the frequencies; the file still references them)."""
+    if planned.plan is None:
+        return
+    for name, (tensor, _) in planned.plan.entries.items():
+        if tensor.dtype in (torch.float32, "F32") and tensor.length <= KNOWN_VALUES_BYTES:
+            with open(tensor.shard, "rb") as f:
+                f.seek(tensor.offset)
+                builder.set_known_values(name, f.read(tensor.length))
+
+
 def place_weights(builder: GraphBuilder, planned: WeightsPlanned) -> WeightsPlaced:
     """The weights stage after the passes: the planned initializers that survived pointed at the
     shards; the weights still without bytes that the graph reads listed in the file's metadata
@@ -298,6 +314,8 @@ def run_optimize(converted: Converted, options: ExportOptions, bars: Progress | 
     metadata_s = 0.0
     if options.shared_cache_mask is not None and options.level == "onnxruntime":
         builder.set_shared_cache_mask(options.shared_cache_mask)
+        if options.shared_cache_positions is not None:
+            builder.set_shared_cache_positions(options.shared_cache_positions)
     with bars.stage("optimize", unit="pass") as stage:
         progress = stage.update if stage.enabled else None
         scopes = interp.scopes

@@ -91,9 +91,7 @@ def build_genai_config(
     kv = next((layer.heads_and_size for layer in layout if layer.heads_and_size), None)
     kv_heads, head_size = kv or (kv_shape(config) if hasattr(config, "num_attention_heads") else (0, 0))
     layers = len(layout) if layout else int(config.num_hidden_layers)
-    context = int(
-        getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
-    )
+    context = context_length(config)
     names = set(spec.input_names)
     inputs: dict[str, str] = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in names:
@@ -158,6 +156,14 @@ def build_genai_config(
     }
     search["max_length"] = min(search["max_length"], context)
     return {"model": model, "search": search}
+
+
+def context_length(config: Any) -> int:
+    """The decoder's context length as genai_config.json gives it: the most positions of a sequence
+    (and of the rotary tables a shared-cache package's GroupQueryAttention reads)."""
+    return int(
+        getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
+    )
 
 
 def write_genai_config(

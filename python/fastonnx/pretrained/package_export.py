@@ -28,7 +28,7 @@ from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained import shared_cache, targets
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
-from fastonnx.pretrained.genai_config import write_genai_config, write_whisper_genai_config
+from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
@@ -334,6 +334,7 @@ def _export(spec: GraphSpec, dynamic_shapes: Any, export_args: dict[str, Any]) -
     keywords["dynamic_shapes"] = dynamic_shapes
     if keywords.get("shared_cache_mask") is None:
         keywords.pop("shared_cache_mask", None)
+        keywords.pop("shared_cache_positions", None)
     return run_export(
         spec.module,
         spec.args,
@@ -425,6 +426,7 @@ def export_pretrained(
             if chosen.name == "text-generation" and filename == MODEL_FILE:
                 shared_mask = shared_cache.wanted(config, spec, options, dtype, keep_io_types)
                 export_args["shared_cache_mask"] = shared_mask
+                export_args["shared_cache_positions"] = context_length(config)
             try:
                 result = _export(spec, spec.dynamic_shapes, export_args)
             except CaptureError as e:

@@ -107,7 +107,10 @@ def report(unshared: str | None) -> str:
         return (
             "KV caches: every layer's attention is one com.microsoft.GroupQueryAttention writing into its cache "
             "in place; genai_config.json shares the past and present buffers (past_present_share_buffer). The "
-            "lengths come from attention_mask (right-padded rows, as genai gives them)."
+            "lengths come from attention_mask (right-padded rows, as genai gives them). Where the rotary embedding is "
+            "the default position_ids x inv_freq form, the kernel rotates the queries and keys itself from cos / sin "
+            "tables of the context's positions (onnxruntime refuses a longer sequence) and reads the packed "
+            "query-key-value product."
         )
     return (
         f"KV caches: concatenated at every step, past_present_share_buffer false: {unshared} (the fusion into "

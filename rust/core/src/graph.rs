@@ -132,6 +132,13 @@ pub struct Graph {
     /// Set by the package layer; the onnxruntime level then fuses attention over the caches into
     /// `com.microsoft.GroupQueryAttention` (`passes::attention::shared_cache`).
     pub shared_cache_mask: Option<String>,
+    /// The most positions those shared caches hold (the package's context length): the rows of the
+    /// cos / sin tables `GroupQueryAttention` rotates with (`passes::attention::gqa_rotary`).
+    pub shared_cache_positions: Option<usize>,
+    /// The bytes of small initializers written later from a file (deferred: a checkpoint's or the
+    /// package's own tensors), handed in for the passes that read values (`set_known_values`); the
+    /// writer still references the file.
+    pub known_values: HashMap<String, Vec<u8>>,
     /// The scope new nodes are made in (set per FX node by the walker).
     current_scope: Option<(u32, Arc<Scope>)>,
     init_index: HashMap<String, usize>,

@@ -65,6 +65,18 @@ impl GraphBuilder {
         self.model.graph.shared_cache_mask = Some(name.to_owned());
     }
 
+    /// With `set_shared_cache_mask`: the most positions the shared caches hold (the package's context
+    /// length), the rows of the cos / sin tables GroupQueryAttention then rotates with itself.
+    fn set_shared_cache_positions(&mut self, positions: usize) {
+        self.model.graph.shared_cache_positions = Some(positions);
+    }
+
+    /// Before `optimize`: the bytes of a small initializer the writer takes from a file later, for the
+    /// passes that read values (the rotary frequencies GroupQueryAttention's tables are made from).
+    fn set_known_values(&mut self, name: &str, data: Vec<u8>) {
+        self.model.graph.known_values.insert(name.to_owned(), data);
+    }
+
     /// `progress(stages_done, stages)` is called between stages (at most every 0.1 s); pending
     /// signals are handled there too, so a Ctrl-C stops the optimization between two passes.
     ///

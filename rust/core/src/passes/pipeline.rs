@@ -154,6 +154,12 @@ pub(crate) const STAGES: &[Stage] = &[
         ORT_ONLY,
         below(ROTARY_EMBEDDING),
     ),
+    stage(
+        "group_query_attention_rotary_folded",
+        attention::gqa_rotary::fold_rotary,
+        ORT_ONLY,
+        ANY,
+    ),
     stage("noops_removed", noops::mark_noops, BOTH, ANY),
     stage(
         "initializers_deduplicated",
@@ -185,6 +191,12 @@ pub(crate) const STAGES: &[Stage] = &[
         packed_products::pack_products,
         ORT_ONLY,
         from(SPLIT_SIZES_INPUT),
+    ),
+    stage(
+        "group_query_attention_qkv_packed",
+        attention::gqa_rotary::pack_qkv,
+        ORT_ONLY,
+        ANY,
     ),
     stage(
         "unused_nodes_removed",

@@ -14,12 +14,15 @@
 //! - [`shared_cache`]: at the onnxruntime level, in a decoder whose caches the runtime shares with
 //!   its present outputs (`Graph::shared_cache_mask`), `GroupQueryAttention` after all: there it
 //!   spares the copy of the whole cache each step's Concat makes (any opset; it runs first).
+//! - [`gqa_rotary`]: after the rotary fusions, the query's and key's rotary embedding moves into that
+//!   kernel, and once the products are packed it reads the packed query-key-value product.
 //!
 //! A Llama's rotated 4-D queries stay decomposed below opset 23: the contrib operator takes a 3-D query,
 //! and transposing back would cost what the fusion saves. The passes run before the peephole rewrites,
 //! which would compose the key's two Transposes into one the matcher does not know.
 
 mod chain;
+pub(crate) mod gqa_rotary;
 pub(crate) mod grouped;
 pub(crate) mod multi_head;
 pub(crate) mod open_masks;
