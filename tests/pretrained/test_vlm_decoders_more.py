@@ -6,7 +6,11 @@ verified (the image features, then a greedy generation over the three files agai
 - ShieldGemma 2 (Gemma3ForConditionalGeneration under a ShieldGemma 2 config): transformers' own
   ``save_pretrained`` writes its language model under key names its ``from_pretrained`` does not read
   back (the ``shieldgemma2`` conversion mapping is ShieldGemma2ForImageClassification's), which then loads
-  random weights, a new draw at each load; the sweep saves such a model under its own key names.
+  random weights, a new draw at each load; the sweep saves such a model under its own key names;
+- Unlimited-OCR's reference sliding-window cache keeps every prompt position and a window of the
+  generated ones, its mask reading the prompt's length from the cache as a Python int: the decoder takes
+  it as an input (``prefill_length``, reference_windows.py) and keeps every position, the mask hiding the
+  dropped ones (the sweep's tiny window of 3 slides within a verification's 6 steps).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import fastonnx
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["shieldgemma2"]
-IN_CI: set[str] = set()  # the unit test below covers ShieldGemma 2 in CI (its export: Gemma 3's)
+FIXED = ["shieldgemma2", "unlimited_ocr"]
+IN_CI = {"unlimited_ocr"}  # the prefill_length input end to end; ShieldGemma 2 by the unit test below
 CASES = sampled(FIXED, lambda name: name in IN_CI)
 
 _sweep = architecture_sweep
@@ -68,3 +72,43 @@ def test_transformers_does_not_reload_its_own_shieldgemma2_save(tmp_path: pathli
     built = model.state_dict()
     for name, value in reloaded.state_dict().items():
         torch.testing.assert_close(value, built[name], rtol=0, atol=0, msg=name)
+
+
+def test_the_prompt_length_mask_is_transformers_reference_window() -> None:
+    """A prefill then single-token steps past the window: the text model over full layers with the mask
+    reading ``prefill_length`` gives transformers' states over its own reference sliding-window cache."""
+    from transformers import DynamicCache, UnlimitedOcrForConditionalGeneration
+    from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrTextModel
+
+    from fastonnx.pretrained.reference_windows import prefill_length_read
+
+    sweep = _sweep()
+    defaults = sweep._tokens_in_vocabulary(sweep._defaults("unlimited_ocr"))
+    composite = sweep.tiny_config("unlimited_ocr", defaults)
+    config = sweep._model_config(UnlimitedOcrForConditionalGeneration, composite).text_config
+    torch.manual_seed(0)
+    model = UnlimitedOcrTextModel(config).eval()
+    prompt, steps = 5, 2 * int(config.sliding_window)
+    embeds = torch.randn(1, prompt + steps, int(config.hidden_size))
+
+    def run(cache: object) -> list[torch.Tensor]:
+        states, bounds = [], [(0, prompt)] + [(prompt + i, prompt + i + 1) for i in range(steps)]
+        with torch.no_grad():
+            for start, end in bounds:
+                out = model(
+                    inputs_embeds=embeds[:, start:end],
+                    attention_mask=torch.ones(1, end, dtype=torch.int64),
+                    position_ids=torch.arange(start, end)[None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                states.append(out.last_hidden_state)
+        return states
+
+    reference = DynamicCache(config=config)
+    assert type(reference.layers[0]).__name__ == "UnlimitedOcrDynamicReferenceSlidingWindowLayer"
+    expected = run(reference)
+    with prefill_length_read(model, torch.tensor(prompt)):
+        got = run(DynamicCache())  # full layers: every position kept
+    for want, have in zip(expected, got, strict=True):
+        torch.testing.assert_close(have, want)

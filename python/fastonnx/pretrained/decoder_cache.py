@@ -89,6 +89,9 @@ def _full_attention_kind(kind: type) -> type:
     full = {
         "DynamicSlidingWindowLayer": "DynamicLayer",
         "LinearAttentionAndSlidingWindowAttentionLayer": "LinearAttentionAndFullAttentionLayer",
+        # every prompt position and a window of the generated ones: all kept, the mask hides the rest
+        # (reference_windows.py), where check_cache_layers lets it through
+        "UnlimitedOcrDynamicReferenceSlidingWindowLayer": "DynamicLayer",
     }
     name = full.get(kind.__name__)
     return getattr(cache_utils, name) if name and hasattr(cache_utils, name) else kind
@@ -126,9 +129,27 @@ KNOWN_LAYERS = (
 )
 
 
-def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
+REFERENCE_WINDOW = "reference_sliding_attention"
+"""The layer type of Unlimited-OCR's reference sliding-window attention: every prompt position and a
+window over the generated ones, its mask reading the prompt's length (reference_windows.py)."""
+
+
+def reference_windowed(config: Any) -> bool:
+    """Whether ``config``'s decoder has reference sliding-window layers (``REFERENCE_WINDOW``)."""
+    return REFERENCE_WINDOW in (getattr(text_config(config), "layer_types", None) or [])
+
+
+def check_cache_layers(model: torch.nn.Module, config: Any, *, reads_prefill_length: bool = False) -> None:
     """Refuses an architecture whose cache transformers makes of layers this module does not know (an
-    InputError naming the layer's class): static, offloaded or quantized layers are no package's cache."""
+    InputError naming the layer's class): static, offloaded or quantized layers are no package's cache.
+    Reference sliding-window layers only where the graph takes the prompt's length their mask reads
+    (``reads_prefill_length``): kept whole without it, they would attend past their window."""
+    if reference_windowed(config) and not reads_prefill_length:
+        raise InputError(
+            f"{type(model).__name__}: its {REFERENCE_WINDOW} layers attend to every prompt position and a "
+            "window of the generated ones, a mask that reads the prompt's length: only image-text-to-text's "
+            "decoder takes it (prefill_length)"
+        )
     for i, layer in enumerate(config_cache(config).layers):
         if type(layer).__name__ not in KNOWN_LAYERS:
             raise InputError(
