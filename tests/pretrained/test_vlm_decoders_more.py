@@ -10,7 +10,12 @@ verified (the image features, then a greedy generation over the three files agai
 - Unlimited-OCR's reference sliding-window cache keeps every prompt position and a window of the
   generated ones, its mask reading the prompt's length from the cache as a Python int: the decoder takes
   it as an input (``prefill_length``, reference_windows.py) and keeps every position, the mask hiding the
-  dropped ones (the sweep's tiny window of 3 slides within a verification's 6 steps).
+  dropped ones (the sweep's tiny window of 3 slides within a verification's 6 steps);
+- T5Gemma 2 is an encoder-decoder (its encoder merges the image's rows into the prompt, its decoder
+  cross-attends the states): it took the decoder-only layout, whose step's embeddings went to its
+  encoder with the decoder's mask over past and new positions, two lengths ("The size of tensor a (s29)
+  must match the size of tensor b (s53)"); it now takes the encoder-decoders' layout
+  (image_encoder_decoders.py) with Florence-2's inputs.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import fastonnx
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["shieldgemma2", "unlimited_ocr"]
+FIXED = ["shieldgemma2", "unlimited_ocr", "t5gemma2"]
 IN_CI = {"unlimited_ocr"}  # the prefill_length input end to end; ShieldGemma 2 by the unit test below
 CASES = sampled(FIXED, lambda name: name in IN_CI)
 
@@ -112,3 +117,25 @@ def test_the_prompt_length_mask_is_transformers_reference_window() -> None:
         got = run(DynamicCache())  # full layers: every position kept
     for want, have in zip(expected, got, strict=True):
         torch.testing.assert_close(have, want)
+
+
+def test_t5gemma2s_encoder_states_are_its_own_merge() -> None:
+    """The encoder file's states (the image's rows merged as Florence-2's are) equal T5Gemma 2's own
+    encoder on the prompt and pixels, a padded position included."""
+    from transformers import T5Gemma2ForConditionalGeneration
+
+    from fastonnx.pretrained.image_encoder_decoders import image_kind
+
+    sweep = _sweep()
+    defaults = sweep._tokens_in_vocabulary(sweep._defaults("t5gemma2"))
+    config = sweep._model_config(T5Gemma2ForConditionalGeneration, sweep.tiny_config("t5gemma2", defaults))
+    torch.manual_seed(0)
+    model = T5Gemma2ForConditionalGeneration(config).eval()
+    kind = image_kind(model)
+    assert kind is not None
+    inputs = kind.pad(kind.example(model, 2, "cpu"))
+    with torch.no_grad():
+        states, mask = kind.encode(model, inputs)
+        expected = model.get_encoder()(**inputs).last_hidden_state
+    torch.testing.assert_close(states, expected)
+    assert torch.equal(mask, inputs["attention_mask"])
