@@ -15,7 +15,13 @@ verified (the image features, then a greedy generation over the three files agai
   cross-attends the states): it took the decoder-only layout, whose step's embeddings went to its
   encoder with the decoder's mask over past and new positions, two lengths ("The size of tensor a (s29)
   must match the size of tensor b (s53)"); it now takes the encoder-decoders' layout
-  (image_encoder_decoders.py) with Florence-2's inputs.
+  (image_encoder_decoders.py) with Florence-2's inputs;
+- GLM-5 Next's sparse-attention indexer keeps the pools some row can select, a count read from the
+  values, so the fake prefill that reads the cache's layout failed and its hybrid cache (linear-attention
+  states, indexed keys) was taken for plain keys and values ("Cannot get conv state for non linear
+  attention layer 0"); capture/pooled_indexers.py keeps every pool (and the budget's unselectable ones),
+  the same selection; its rotary part of no width then needed ``allowzero`` on a view beside symbolic
+  dims.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import fastonnx
 from support.matrix import sampled
 
 TASK = "image-text-to-text"
-FIXED = ["shieldgemma2", "unlimited_ocr", "t5gemma2"]
+FIXED = ["shieldgemma2", "unlimited_ocr", "t5gemma2", "glm5_next"]
 IN_CI = {"unlimited_ocr"}  # the prefill_length input end to end; ShieldGemma 2 by the unit test below
 CASES = sampled(FIXED, lambda name: name in IN_CI)
 
@@ -139,3 +145,52 @@ def test_t5gemma2s_encoder_states_are_its_own_merge() -> None:
         expected = model.get_encoder()(**inputs).last_hidden_state
     torch.testing.assert_close(states, expected)
     assert torch.equal(mask, inputs["attention_mask"])
+
+
+class _EmptyDimView(torch.nn.Module):
+    """GLM-5 Next's rotary part of no width (``qk_rope_head_dim`` 0): a view to a static 0 beside
+    symbolic dims, which ONNX's Reshape reads as "copy the input dim" without ``allowzero``."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        empty = x[..., :0]
+        return empty.view(x.shape[0], 1, x.shape[1], 0), empty.flatten(1)
+
+
+def test_a_view_to_an_empty_dim_beside_symbolic_ones() -> None:
+    from support.export_check import check_export
+
+    x = torch.randn(2, 5, 4)
+    dims = {"x": {0: torch.export.Dim("b", min=1, max=64), 1: torch.export.Dim("s", min=1, max=64)}}
+    check_export(
+        _EmptyDimView(), (x,), dynamic_shapes=dims, run_args=[(torch.randn(3, 7, 4),)], atol=0, rtol=0
+    )
+
+
+def test_glm5_next_pools_kept_whole_select_transformers_keys() -> None:
+    """GLM-5 Next's indexer with every pool kept (and the budget's unselectable ones) selects the keys
+    transformers' selects, a left-padded row and lengths below and above the budget's pools included
+    (the indices feed a mask by scattering: compared as sets)."""
+    from transformers import Glm5NextForConditionalGeneration
+    from transformers.models.glm5_next.modeling_glm5_next import Glm5NextTextIndexer
+
+    from fastonnx.capture.pooled_indexers import pools_of_fixed_count
+
+    sweep = _sweep()
+    defaults = sweep._tokens_in_vocabulary(sweep._defaults("glm5_next"))
+    composite = sweep.tiny_config("glm5_next", defaults)
+    text = sweep._model_config(Glm5NextForConditionalGeneration, composite).text_config
+    torch.manual_seed(0)
+    indexer = Glm5NextTextIndexer(text, 0).eval()
+    with torch.no_grad():
+        for p in indexer.parameters():  # zeros at initialization: every pool alike
+            p.copy_(torch.randn(p.shape))
+    for length in (3, 6, 11, 23):
+        hidden = torch.randn(2, length, int(text.hidden_size))
+        resid = torch.randn(2, length, int(text.q_lora_rank))
+        mask = torch.ones(2, length, dtype=torch.bool)
+        mask[1, : length // 3] = False  # left padding
+        want = indexer(hidden, resid, mask, None)
+        with pools_of_fixed_count():
+            got = indexer(hidden, resid, mask, None)
+        assert got.shape == want.shape
+        assert torch.equal(got.sort(-1).values, want.sort(-1).values), length

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from fastonnx.capture.expert_loops import every_expert
+from fastonnx.capture.pooled_indexers import pools_of_fixed_count
 from fastonnx.capture.transformers_caches import (
     LayerContext,
     layer_arguments,
@@ -175,15 +176,16 @@ def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -
     """The layout of the cache ``model`` fills from a prefill of 3 tokens run on fake tensors (no values,
     no memory); [] where the model returns no cache, None where that prefill fails (the capture then
     reports the model's own error). The prefill runs as the capture runs the model, with torch's
-    compiling flags set (transformers' mask code takes the traceable path then instead of reading values)
-    and the experts loops over every expert (capture/expert_loops.py)."""
+    compiling flags set (transformers' mask code takes the traceable path then instead of reading values),
+    the experts loops over every expert (capture/expert_loops.py) and GLM-5 Next's indexer pools of a
+    count the length gives (capture/pooled_indexers.py)."""
     from fastonnx.capture import TRACE_LOCK
 
     batch, sequence = 2, 3
     # the forward may replace buffers (a rotary table grown for a longer input): put them back after
     buffers = [(m, dict(module_buffers(m))) for m in model.modules()]
     try:
-        with TRACE_LOCK, torch.no_grad(), compiling_state(), every_expert(model):
+        with TRACE_LOCK, torch.no_grad(), compiling_state(), every_expert(model), pools_of_fixed_count():
             with fake_mode_with_shape_env():
                 ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
                 kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
