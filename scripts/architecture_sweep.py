@@ -722,11 +722,38 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _unit_batch_norm_scales(model)
     _spread_keypoint_scores(model)
     _eager_check(task, model)
-    model.save_pretrained(folder)
+    save_reloadable(model, folder)
     vocab = getattr(model.config.get_text_config(), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
     return params
+
+
+def _lost_on_reload(model: Any, folder: pathlib.Path) -> list[str]:
+    """The weights transformers' ``from_pretrained`` does not read back from ``folder`` into
+    ``type(model)`` (left newly initialized: random, a different draw at each load)."""
+    try:
+        _, info = type(model).from_pretrained(folder, output_loading_info=True)
+    except Exception:  # a class that cannot load itself: the export's verification reports it
+        return []
+    return sorted(info["missing_keys"])
+
+
+def save_reloadable(model: Any, folder: pathlib.Path) -> None:
+    """``model.save_pretrained(folder)``, in the keys its own ``from_pretrained`` reads back. The default
+    save writes the checkpoint's original key names (transformers' conversion mapping reverted), which
+    for some classes its loading does not map back: Gemma3ForConditionalGeneration under a ShieldGemma 2
+    config (image-text-to-text's class for ``shieldgemma2``) gets the ``shieldgemma2`` mapping meant for
+    ShieldGemma2ForImageClassification, whose language model then loads as random weights, a new draw at
+    each load, so no export could match what a user's ``from_pretrained`` gives. There the weights are
+    saved under the model's own names (``save_original_format=False``), which load back whole."""
+    model.save_pretrained(folder)
+    lost = _lost_on_reload(model, folder)
+    if not lost:
+        return
+    model.save_pretrained(folder, save_original_format=False)
+    if len(_lost_on_reload(model, folder)) >= len(lost):  # weights never saved (none of a naming's doing)
+        model.save_pretrained(folder)
 
 
 def _spread_keypoint_scores(model: Any) -> None:

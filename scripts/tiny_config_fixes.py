@@ -74,9 +74,11 @@ FIXES: dict[str, dict[str, Any]] = {
     "step3p7": {"text_config": {"sliding_window": 512}},
     # baidu/Unlimited-OCR: its SAM's last downsampling is the CLIP encoder's width (1024) too; a 64-pixel
     # global view (and the processor's 640/1024 tiles: 40 pixels) so that each view gives 2 x 2 queries,
-    # whose rows the grid's newlines interleave
+    # whose rows the grid's newlines interleave; a window of 3 generated tokens (128 by default), which a
+    # verification's 6 steps slide
     "unlimited_ocr": {
-        "vision_config": {"sam_config": {"downsample_channels": [64, 64], "image_size": 64, "mlp_dim": 128}}
+        "vision_config": {"sam_config": {"downsample_channels": [64, 64], "image_size": 64, "mlp_dim": 128}},
+        "text_config": {"sliding_window": 3},
     },
     # facebook/Perception-LM-1B: a timm Perception Encoder tower (vit_pe_core_large_patch14_336, width 1024)
     # whose width the projector reads from model_args; the resnet50 default has none. PE's tiny variant,

@@ -84,6 +84,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fastonnx.capture.pooled_indexers import pools_kept_whole
 from fastonnx.torch_internals import scan
 
 
@@ -711,6 +712,7 @@ KERNELS = {
     "RecurrentGemmaRglru._rnn_scan": rglru_scan_by_steps,
     "DogeAttention.prepare_dynamic_mask": dynamic_mask_by_length,
     "Qwen4ExpTextQSAIndexer.forward": qsa_indexer_by_masks,
+    "Glm5NextTextIndexer.get_pooled_states": pools_kept_whole,  # capture/pooled_indexers.py
     "MiniMaxLightningAttention.forward": lightning_attention_by_blocks,
     "T5GemmaPreTrainedModel._shift_right": shift_right_by_concat,
     "T5Gemma2PreTrainedModel.prepare_decoder_input_ids_from_labels": shift_right_by_concat,

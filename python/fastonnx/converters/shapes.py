@@ -43,12 +43,27 @@ def reshape(ctx: ConversionContext, x: Any, dims: Sequence[Any], sources: Sequen
     """Reshape ``x`` to ``dims`` (torch sizes, no -1) read from FX metadata."""
     if tuple(getattr(x, "shape", ())) == tuple(dims) and isinstance(x, Value):
         return ctx.op("Identity", x)
-    shape = shape_of(ctx, dims, (*sources, *([x] if isinstance(x, Value) else [])))
+    # a 0 in a torch shape is a real 0, not "copy the input dim"; with it, no -1 (allowzero forbids both)
+    zero = _empty_dim(dims)
+    shape = shape_of(
+        ctx, dims, (*sources, *([x] if isinstance(x, Value) else [])), unknown_ok=0 if zero else 1
+    )
     if shape is None:
-        raise ctx.error(f"cannot build the runtime shape {list(dims)}: two symbolic dims are not available")
-    # a 0 in a torch shape is a real 0, not "copy the input dim"
-    zero = any(isinstance(d, int) and d == 0 for d in dims)
+        raise ctx.error(f"cannot build the runtime shape {list(dims)}: a symbolic dim is not available")
     return ctx.op("Reshape", x, shape, allowzero=1 if zero else None)
+
+
+def _empty_dim(dims: Sequence[Any]) -> bool:
+    """Whether a torch shape has a static 0 (an empty dim): ONNX's Reshape reads a 0 as "copy the input
+    dim" unless ``allowzero``."""
+    return any(isinstance(d, int) and d == 0 for d in dims)
+
+
+def _empty_reshape(ctx: ConversionContext, x: Value, out: Sequence[Any]) -> str | None:
+    """The Reshape to ``out``, an empty dim beside symbolic ones, with ``allowzero`` and every dim found
+    (no -1 beside it); None where ``out`` has no empty dim or a dim is not found."""
+    shape = shape_of(ctx, out, (x,), unknown_ok=0) if _empty_dim(out) else None
+    return None if shape is None else ctx.op("Reshape", x, shape, allowzero=1)
 
 
 def cast_all(ctx: ConversionContext, tensors: Sequence[Any], dtype: torch.dtype) -> list[str]:
@@ -64,6 +79,8 @@ def convert_view(ctx: ConversionContext, x: Value, size: Sequence[Any]) -> str:
     out = ctx.out_shape
     if is_static(out):
         return reshape(ctx, x, out)
+    if (empty := _empty_reshape(ctx, x, out)) is not None:
+        return empty
     shape = shape_of(ctx, out, (x,))
     if shape is None:
         # the requested sizes themselves: ints (one may be -1) and symbolic values
@@ -74,13 +91,16 @@ def convert_view(ctx: ConversionContext, x: Value, size: Sequence[Any]) -> str:
 def convert_view_as(ctx: ConversionContext, x: Value, other: Value) -> str:
     if is_static(ctx.out_shape):
         return reshape(ctx, x, ctx.out_shape)
-    return ctx.op("Reshape", x, ctx.op("Shape", other))
+    zero = _empty_dim(ctx.out_shape)  # a shape read at runtime has no -1: allowzero is safe
+    return ctx.op("Reshape", x, ctx.op("Shape", other), allowzero=1 if zero else None)
 
 
 def convert_flatten(ctx: ConversionContext, x: Value, start_dim: int = 0, end_dim: int = -1) -> str:
     out = ctx.out_shape
     if is_static(out):
         return reshape(ctx, x, out)
+    if (empty := _empty_reshape(ctx, x, out)) is not None:
+        return empty
     shape = shape_of(ctx, out, (x,))
     if shape is None:
         start = normalize_axis(start_dim, x.rank)

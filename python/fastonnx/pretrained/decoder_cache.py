@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from fastonnx.capture.expert_loops import every_expert
+from fastonnx.capture.pooled_indexers import pools_of_fixed_count
 from fastonnx.capture.transformers_caches import (
     LayerContext,
     layer_arguments,
@@ -89,6 +90,9 @@ def _full_attention_kind(kind: type) -> type:
     full = {
         "DynamicSlidingWindowLayer": "DynamicLayer",
         "LinearAttentionAndSlidingWindowAttentionLayer": "LinearAttentionAndFullAttentionLayer",
+        # every prompt position and a window of the generated ones: all kept, the mask hides the rest
+        # (reference_windows.py), where check_cache_layers lets it through
+        "UnlimitedOcrDynamicReferenceSlidingWindowLayer": "DynamicLayer",
     }
     name = full.get(kind.__name__)
     return getattr(cache_utils, name) if name and hasattr(cache_utils, name) else kind
@@ -126,9 +130,27 @@ KNOWN_LAYERS = (
 )
 
 
-def check_cache_layers(model: torch.nn.Module, config: Any) -> None:
+REFERENCE_WINDOW = "reference_sliding_attention"
+"""The layer type of Unlimited-OCR's reference sliding-window attention: every prompt position and a
+window over the generated ones, its mask reading the prompt's length (reference_windows.py)."""
+
+
+def reference_windowed(config: Any) -> bool:
+    """Whether ``config``'s decoder has reference sliding-window layers (``REFERENCE_WINDOW``)."""
+    return REFERENCE_WINDOW in (getattr(text_config(config), "layer_types", None) or [])
+
+
+def check_cache_layers(model: torch.nn.Module, config: Any, *, reads_prefill_length: bool = False) -> None:
     """Refuses an architecture whose cache transformers makes of layers this module does not know (an
-    InputError naming the layer's class): static, offloaded or quantized layers are no package's cache."""
+    InputError naming the layer's class): static, offloaded or quantized layers are no package's cache.
+    Reference sliding-window layers only where the graph takes the prompt's length their mask reads
+    (``reads_prefill_length``): kept whole without it, they would attend past their window."""
+    if reference_windowed(config) and not reads_prefill_length:
+        raise InputError(
+            f"{type(model).__name__}: its {REFERENCE_WINDOW} layers attend to every prompt position and a "
+            "window of the generated ones, a mask that reads the prompt's length: only image-text-to-text's "
+            "decoder takes it (prefill_length)"
+        )
     for i, layer in enumerate(config_cache(config).layers):
         if type(layer).__name__ not in KNOWN_LAYERS:
             raise InputError(
@@ -154,15 +176,16 @@ def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -
     """The layout of the cache ``model`` fills from a prefill of 3 tokens run on fake tensors (no values,
     no memory); [] where the model returns no cache, None where that prefill fails (the capture then
     reports the model's own error). The prefill runs as the capture runs the model, with torch's
-    compiling flags set (transformers' mask code takes the traceable path then instead of reading values)
-    and the experts loops over every expert (capture/expert_loops.py)."""
+    compiling flags set (transformers' mask code takes the traceable path then instead of reading values),
+    the experts loops over every expert (capture/expert_loops.py) and GLM-5 Next's indexer pools of a
+    count the length gives (capture/pooled_indexers.py)."""
     from fastonnx.capture import TRACE_LOCK
 
     batch, sequence = 2, 3
     # the forward may replace buffers (a rotary table grown for a longer input): put them back after
     buffers = [(m, dict(module_buffers(m))) for m in model.modules()]
     try:
-        with TRACE_LOCK, torch.no_grad(), compiling_state(), every_expert(model):
+        with TRACE_LOCK, torch.no_grad(), compiling_state(), every_expert(model), pools_of_fixed_count():
             with fake_mode_with_shape_env():
                 ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
                 kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -1,6 +1,6 @@
-"""image-text-to-text for the encoder-decoders over an image: BLIP, Pix2Struct, Florence-2, UDOP and
-PP-FormulaNet. Their images go through an encoder that the decoder cross-attends; no image features are
-merged into a decoder prompt, so the three-file layout of decoder-only vision-language models
+"""image-text-to-text for the encoder-decoders over an image: BLIP, Pix2Struct, Florence-2, UDOP,
+PP-FormulaNet and T5Gemma 2. Their images go through an encoder that the decoder cross-attends; no image
+features are merged into a decoder prompt, so the three-file layout of decoder-only vision-language models
 (vision_language.py: vision encoder, embeddings, decoder) does not fit them.
 
 Decision: they take text2text's layout, as vision encoder-decoders (TrOCR, Donut) do, and transformers'
@@ -9,11 +9,11 @@ own ``generate`` is the reference (package_check.py runs a greedy generation ove
 - ``encoder_model.onnx``: what the class's encoder reads to ``last_hidden_state``, the states the
   decoder cross-attends: BLIP's and PP-FormulaNet's ``pixel_values`` (PP-FormulaNet's states are its
   vision model's ``pooler_output``); Pix2Struct's ``flattened_patches`` (row, column, then the patch's
-  pixels; its processor makes them) and their ``attention_mask``; Florence-2's prompt (``input_ids`` with
-  an image token a feature row, ``attention_mask``) and ``pixel_values``: the image's features merged
-  into the prompt's embeddings, which its language model's encoder reads; UDOP's prompt, its words'
-  ``bbox`` (x0, y0, x1, y1 in 0..1) and ``pixel_values``, to the states of the words and the image
-  patches no word lies on, with the ``encoder_attention_mask`` it makes over them (a second output);
+  pixels; its processor makes them) and their ``attention_mask``; Florence-2's and T5Gemma 2's prompt
+  (``input_ids`` with an image token a feature row, ``attention_mask``) and ``pixel_values``: the image's
+  features merged into the prompt's embeddings, which its language model's encoder reads; UDOP's prompt,
+  its words' ``bbox`` (x0, y0, x1, y1 in 0..1) and ``pixel_values``, to the states of the words and the
+  image patches no word lies on, with the ``encoder_attention_mask`` it makes over them (a second output);
 - ``decoder_model.onnx``: ``decoder_input_ids`` (the decoder's prompt: its start token; BLIP's bos and
   the text prompt), ``encoder_hidden_states``, ``encoder_attention_mask`` (ones for the states of an
   image; the prompt's or UDOP's mask otherwise) to ``logits`` and ``present.%d.decoder`` / ``.encoder``;
@@ -200,10 +200,13 @@ class Florence2(ImageKind):
         pixels = image_inputs(config, batch, device)["pixel_values"]
         rows = image_rows(model, pixels)
         token = int(config.image_token_id)
-        text = _random_text(int(config.text_config.vocab_size), batch, 4, {token})
+        text = _random_text(self.vocab(config), batch, 4, {token})
         ids = torch.cat([torch.full((batch, rows), token), text], dim=1)
         mask = torch.ones_like(ids)
         return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "pixel_values": pixels}
+
+    def vocab(self, config: Any) -> int:
+        return int(config.text_config.vocab_size)
 
     def dims(self, b: Any, e: Any) -> dict[str, dict[int, Any]]:
         return {"input_ids": {0: b, 1: e}, "attention_mask": {0: b, 1: e}, "pixel_values": {0: b}}
@@ -227,6 +230,15 @@ class Florence2(ImageKind):
 
     def encode(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.states(model, inputs), inputs["attention_mask"]
+
+
+class T5Gemma2(Florence2):
+    """T5Gemma 2: Florence-2's inputs and merge (its encoder's own merge checks the image tokens' count
+    with an ``item()``), its text sizes in its encoder's config; its decoder attends to itself and the
+    states in one (merged) attention, whose cross-attention keys and values the cache holds as others'."""
+
+    def vocab(self, config: Any) -> int:
+        return int(config.encoder.text_config.vocab_size)
 
 
 def image_rows(model: Any, pixels: torch.Tensor) -> int:
@@ -285,6 +297,7 @@ KINDS: dict[str, ImageKind] = {
     "Florence2ForConditionalGeneration": Florence2(),
     "UdopForConditionalGeneration": Udop(),
     "PPFormulaNetForConditionalGeneration": PPFormulaNet(),
+    "T5Gemma2ForConditionalGeneration": T5Gemma2(),
 }
 """The image-text-to-text classes exported as encoder-decoders over an image, by class name."""
 

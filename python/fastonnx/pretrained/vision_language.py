@@ -56,6 +56,7 @@ from fastonnx.pretrained.decoder_cache import (
     config_layout,
     filled_cache,
     produced_layout,
+    reference_windowed,
     returned_cache,
     text_config,
 )
@@ -81,6 +82,7 @@ from fastonnx.pretrained.local_patch_towers import (
 from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
 from fastonnx.pretrained.radio_towers import NAMES as RADIO_NAMES
 from fastonnx.pretrained.radio_towers import radio_inputs, radio_spec, radio_tower
+from fastonnx.pretrained.reference_windows import prefill_length_step
 from fastonnx.pretrained.tile_towers import (
     tile_deepstack_layers,
     tile_feeds,
@@ -677,7 +679,7 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
     ids = torch.randint(0, vocab, (2, 3), device="meta")
-    check_cache_layers(model, config)
+    check_cache_layers(model, config, reads_prefill_length=True)  # reference windows: the last branch
     layout = produced_layout(model, config, True)
     if layout == []:
         raise InputError(f"{type(model).__name__} returns no cache: a multimodal decoder without one")
@@ -714,4 +716,6 @@ def embeds_decoder(model: torch.nn.Module, config: Any, token: int) -> GraphSpec
         step, args = EmbedsStepWithTokenTypes(model), (*args, torch.zeros_like(ids))
         dims["token_type_ids"] = {0: b, 1: s}
         names.append("token_type_ids")
+    elif reference_windowed(config):
+        step, args = prefill_length_step(model, args, dims, names)
     return GraphSpec(step, args, dims, names, ["logits", *cache_names(layout, "present")], layout)
