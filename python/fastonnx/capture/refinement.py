@@ -32,6 +32,7 @@ from fastonnx.capture import (
 )
 from fastonnx.capture.audio_windows import masked_audio_windows
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.depth_patches import symbolic_depth_patches
 from fastonnx.capture.diarization_chunks import one_chunk_diarization
 from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.capture.expert_loops import every_expert
@@ -213,6 +214,7 @@ def _export(
         one_chunk_diarization(),  # diarization_chunks.py
         masked_audio_windows(),  # audio_windows.py: Qwen3-ASR's windows as one masked attention
         pooling_by_comparison(),  # Gemma 4's pooled rows following the patches (pooling_by_positions.py)
+        symbolic_depth_patches(),  # DepthPro's patch counts following the batch (depth_patches.py)
         symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
         every_expert(model),
         stored_grouped_linear(),

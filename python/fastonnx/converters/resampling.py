@@ -45,6 +45,13 @@ def _resize(
                     f"upsample with output_size {list(output_size)} and scales {list(scales)} that do not "
                     f"give that size from input size {list(spatial)} is not supported"
                 )
+    if attrs.get("mode") == "linear" and (steps := _odd_strides(x, nd, output_size, scales, attrs)):
+        # each output's source is one input pixel: a strided Slice is exact, as torch is, where
+        # Resize's float scale (out/in: 32/224 is not 1/7) blends in a neighbour at ~1e-5
+        starts = [(k - 1) // 2 for k in steps]
+        ends = [int(d) for d in x.shape[-nd:]]
+        axes = list(range(-nd, 0))
+        return ctx.op("Slice", x, ctx.i64(starts), ctx.i64(ends), ctx.i64(axes), ctx.i64(steps))
     xin, added = batched(ctx, x, nd)
     dtype = x.dtype
     work = xin if dtype == torch.float32 else ctx.cast(xin, torch.float32)
@@ -64,6 +71,32 @@ def _resize(
             y = ctx.op("Round", y) if attrs.get("mode") != "nearest" else y
         y = ctx.cast(y, dtype)
     return unbatch(ctx, y, added)
+
+
+def _odd_strides(
+    x: Value,
+    nd: int,
+    output_size: Sequence[Any] | None,
+    scales: Sequence[float | None] | None,
+    attrs: dict[str, Any],
+) -> list[int] | None:
+    """Per spatial dim, the odd factor ``in / out`` of a linear downscale by output size without
+    align_corners, where every dim's is such a whole number (and one above 1); else None. torch's
+    source coordinate is then ``k * dst + (k - 1) / 2``, a whole pixel, with weights of exactly 1 and 0."""
+    if (
+        scales is not None
+        or output_size is None
+        or attrs.get("coordinate_transformation_mode") != "half_pixel"
+    ):
+        return None
+    steps: list[int] = []
+    for size, out in zip(x.shape[-nd:], output_size, strict=True):
+        if not (isinstance(size, int) and isinstance(out, int)) or out <= 0 or size % out:
+            return None
+        if (k := size // out) % 2 == 0:
+            return None
+        steps.append(k)
+    return steps if any(k > 1 for k in steps) else None
 
 
 def _scales_from(
