@@ -10,22 +10,17 @@ did not see.
 The package's own verification (atol 1e-4, rtol 1e-3 element by element) does not pass on this tiny
 model, and cannot: its random depth map reaches ~1000 (the kaiming fan-out initialisation gives the
 one-channel head std sqrt(2)), so its near-zero depths after the last ReLU are differences of large
-terms, and transformers' own float32 result departs from its float64 one by ~1e-3 there. The exported
-package is checked here against that scale instead.
+terms, and transformers' own float32 result departs from its float64 one by ~1e-3 there: the sweep
+reports it verify-failed for that reason (measured: onnxruntime 8.8e-4 off float64, torch float32 1.27e-3).
 """
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
-import pytest
 import torch
-from checkpoint_folders import architecture_sweep
 
-import fastonnx
 from fastonnx.capture.depth_patches import patch_encoder_forward, symbolic_depth_patches
-from support.matrix import sampled
 
 TASK = "depth-estimation"
 SIDE = 128  # the tiny patch of 32 pixels at DepthPro's smallest scale (0.25): the model's own image size
@@ -89,34 +84,3 @@ def test_the_patch_encoder_is_captured_with_its_batch_symbolic() -> None:
             pixels = _images(batch)
             for a, e in zip(program.module()(pixels), module(pixels), strict=True):
                 torch.testing.assert_close(a, e)
-
-
-@pytest.mark.parametrize("model_type", sampled(["depth_pro"], lambda _: False))
-def test_the_depth_pro_package_runs_at_other_batches(tmp_path: pathlib.Path, model_type: str) -> None:
-    import transformers
-
-    sweep = architecture_sweep()
-    folder = tmp_path / "checkpoint"
-    class_name = dict(sweep.architectures(TASK))[model_type]
-    sweep.build_checkpoint(TASK, model_type, class_name, folder)
-    # verify=False: the element-wise verification cannot pass on this model (the module docstring)
-    written = fastonnx.export_pretrained(
-        folder, tmp_path / "package", task=TASK, progress=False, verify=False
-    )
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(
-        str(written.outdir / "model.onnx"), providers=["CPUExecutionProvider"]
-    )
-    batch_dim = session.get_inputs()[0].shape[0]
-    assert isinstance(batch_dim, str), batch_dim
-    model = getattr(transformers, class_name).from_pretrained(folder).eval()
-    side = session.get_inputs()[0].shape[-1]
-    for batch in (1, 3):
-        pixels = torch.randn(batch, 3, side, side, generator=torch.Generator().manual_seed(batch))
-        with torch.no_grad():
-            expected = model(pixel_values=pixels).predicted_depth
-        (actual,) = session.run(None, {session.get_inputs()[0].name: pixels.numpy()})
-        # float32 rounding of a map of this scale: transformers' own float32 is ~1e-6 of it off float64
-        scale = float(expected.abs().max())
-        torch.testing.assert_close(torch.from_numpy(actual), expected, atol=1e-5 * scale, rtol=1e-3)
