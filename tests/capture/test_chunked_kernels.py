@@ -30,6 +30,7 @@ transformers = pytest.importorskip("transformers")  # a test dependency, pinned 
 from transformers import masking_utils  # noqa: E402
 from transformers.models.canine import modeling_canine  # noqa: E402
 from transformers.models.doge import modeling_doge  # noqa: E402
+from transformers.models.glm5_next import modeling_glm5_next  # noqa: E402
 from transformers.models.mamba import modeling_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2  # noqa: E402
 from transformers.models.minimax import modeling_minimax  # noqa: E402
@@ -84,6 +85,7 @@ def test_the_swap_is_undone() -> None:
         modeling_t5gemma,
         modeling_t5gemma2,
         modeling_canine,
+        modeling_glm5_next,
     )
     places = {key: found for m in modules for key in KERNELS if (found := _owned(m, key)) is not None}
     assert set(places) == set(KERNELS)

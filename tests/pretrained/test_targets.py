@@ -110,8 +110,14 @@ def test_target_package(
     assert targets.missing_kernels(model, target) == []
     contrib = {op for domain, op in _ops(out / "model.onnx") if domain == "com.microsoft"}
     if level == "onnxruntime":
-        # GPT-OSS rotates its two halves by chunk and Concat, a form the rotary fusion does not match
-        assert ("RotaryEmbedding" in contrib) == (family != "gpt_oss")
+        # the rotary embedding fused: into GroupQueryAttention over genai's shared caches (do_rotary),
+        # else RotaryEmbedding; GPT-OSS rotates its two halves by chunk and Concat, a form not matched
+        rotating = {
+            n.op_type
+            for n in model.graph.node
+            if n.op_type == "RotaryEmbedding" or any(a.name == "do_rotary" and a.i == 1 for a in n.attribute)
+        }
+        assert bool(rotating) == (family != "gpt_oss"), rotating
         # WebGPU has no FusedMatMul: the weights' products are MatMuls there
         assert ("FusedMatMul" in contrib) == (target != "webgpu")
     else:
@@ -210,12 +216,12 @@ def test_fused_matmul_lowered_computes_the_same() -> None:
 def test_export_refused_for_a_missing_kernel_leaves_nothing(
     llama: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # DirectML's list less RotaryEmbedding: the onnxruntime level's rotary op is then one it lacks
+    # DirectML's list less GroupQueryAttention: the onnxruntime level's attention is then one it lacks
     data = json.loads(targets.KERNELS_FILE.read_text(encoding="utf-8"))
-    del data["kernels"]["dml"]["com.microsoft"]["RotaryEmbedding"]
+    del data["kernels"]["dml"]["com.microsoft"]["GroupQueryAttention"]
     monkeypatch.setattr(targets, "_kernel_data", lambda: data)
     out = tmp_path / "out"
-    with pytest.raises(fastonnx.InputError, match=r"no kernel for com\.microsoft\.RotaryEmbedding") as e:
+    with pytest.raises(fastonnx.InputError, match=r"no kernel for com\.microsoft\.GroupQueryAttention") as e:
         fastonnx.export_pretrained(llama, out, target="dml", optimize="onnxruntime", progress=False)
     assert "'dml'" in str(e.value) and "--optimize default" in str(e.value)
     assert not out.exists() and not list(tmp_path.glob("*.partial"))

@@ -28,6 +28,7 @@ import torch
 from fastonnx.pretrained.axial_grid_forms import MuseGlimmerGridEncoder, _blocks, _table
 from fastonnx.pretrained.grid_forms import GridForm
 from fastonnx.pretrained.grid_towers import axis_taps
+from fastonnx.torch_internals import check_size
 
 
 def _attention(attn: Any, x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -125,7 +126,7 @@ class HunYuanVlGridEncoder(GridForm):
         x = torch.nn.functional.linear(x, merger.proj_out.weight.flatten(1), merger.proj_out.bias)
         # a newline after each row of tokens: rows · (columns + 1) rows, then the begin and end rows
         rows = cast(int, (h // merge).item())
-        torch._check(rows >= 1)
+        check_size(rows >= 1)
         at = torch.arange(tokens.shape[0] + rows, device=x.device)
         token_row, token_column = at // (columns + 1), at % (columns + 1)
         newline = (token_column == columns)[:, None]
