@@ -477,7 +477,7 @@ def test_heatmaps_to_keypoints_traceable() -> None:
     assert empty[0].shape == (0, 17, 3) and empty[1].shape == (0, 17)
 
 
-def test_maskrcnn_resnet50_fpn() -> None:
+def _check_masks() -> None:
     # features ~10 (fpn_scale): eager float32 and float64 boxes then differ by ~7e-5 pixel, ONNX and
     # float64 by ~7e-5
     model = _detector("maskrcnn_resnet50_fpn", 10.0, fpn_scale=0.01)
@@ -490,7 +490,7 @@ def test_maskrcnn_resnet50_fpn() -> None:
     torch.testing.assert_close(got["masks"], expected["masks"], atol=2e-5, rtol=0)
 
 
-def test_keypointrcnn_resnet50_fpn() -> None:
+def _check_keypoints() -> None:
     # 10 detections: the keypoint decoding holds ROIs x 17 x the largest ROI's area at once
     model = _detector("keypointrcnn_resnet50_fpn", 3.0, fpn_scale=0.01, box_detections_per_img=10)
     expected, got = _check_detector(model, box_atol=5e-4)
@@ -500,6 +500,16 @@ def test_keypointrcnn_resnet50_fpn() -> None:
     # heatmap values ~1.5 after 8 convolutions, a transposed convolution and a bicubic resize: ~3e-6
     # from float64
     torch.testing.assert_close(got["keypoints_scores"], expected["keypoints_scores"], atol=2e-5, rtol=1e-5)
+
+
+# Keypoint R-CNN (the same backbone, RPN and box head as Mask R-CNN; its own keypoint head) under
+# FASTONNX_FULL_MATRIX=1
+RCNN_HEADS = sampled(["maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"], lambda n: n.startswith("mask"))
+
+
+@pytest.mark.parametrize("name", RCNN_HEADS)
+def test_rcnn_with_a_head(name: str) -> None:
+    (_check_masks if name.startswith("mask") else _check_keypoints)()
 
 
 def test_ssdlite320_mobilenet_v3_large() -> None:
