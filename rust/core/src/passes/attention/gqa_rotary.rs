@@ -19,7 +19,8 @@
 //! `position_ids · inv_freq` the models' default rotary computes (`[Mul(] Cos | Sin(Mul(Cast<float>(
 //! Unsqueeze(position_ids, -1)), inv_freq)) [, scale)]`, inv_freq a constant: Llama's scaled kinds
 //! too), in float32 as the graph does, for `Graph::shared_cache_positions` rows (the package's context
-//! length). Dynamic scalings (angles from the sequence length) keep the graph's form. The position
+//! length; at most 256 MiB of tables, else the graph's form stays). Dynamic scalings (angles from the
+//! sequence length) keep the graph's form. The position
 //! ids stay an input of the kernel: with them it rotates each row at its own positions while decoding,
 //! and a prompt from its first row's start, as right-padded rows (genai's) have it.
 //!
@@ -210,9 +211,17 @@ fn unreshaped(g: &Graph, ix: &Index, v3: &str) -> (String, Vec<usize>) {
     (best, dead)
 }
 
-/// The (cos, sin) tables of `a`, `rows` positions (made once per angles).
+/// The most bytes the two tables may take: a context of millions of positions (Llama 4's 10M) would
+/// make the package larger than its weights; such a graph keeps its rotary nodes.
+const MAX_TABLE_BYTES: usize = 256 << 20;
+
+/// The (cos, sin) tables of `a`, `rows` positions (made once per angles); None past
+/// [`MAX_TABLE_BYTES`].
 fn tables(g: &mut Graph, a: &Angles, rows: usize) -> Option<(String, String)> {
     let half = a.inv_freq.len();
+    if rows.checked_mul(half)?.checked_mul(8)? > MAX_TABLE_BYTES {
+        return None;
+    }
     let (mut cos, mut sin) = (
         Vec::with_capacity(rows * half * 4),
         Vec::with_capacity(rows * half * 4),
@@ -466,6 +475,10 @@ mod tests {
     fn no_positions_no_fold_and_other_angles_stay() {
         let (mut g, _) = graph();
         g.shared_cache_positions = None;
+        assert_eq!(fold_rotary(&mut g), 0);
+        // a context whose tables would pass MAX_TABLE_BYTES keeps the rotary nodes
+        let (mut g, _) = graph();
+        g.shared_cache_positions = Some(10 << 20);
         assert_eq!(fold_rotary(&mut g), 0);
         // angles that are not position_ids · constant (frequencies computed at run time) stay
         let (mut g, _) = graph();
