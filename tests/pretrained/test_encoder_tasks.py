@@ -127,3 +127,16 @@ def test_a_waveform_starts_at_two_frames(tmp_path: pathlib.Path) -> None:
         want = eager(input_values=wave).logits
     assert want.shape[1] == 2
     torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-4, rtol=1e-3)
+
+
+def test_a_two_tower_base_model_extracts_its_embeddings(tmp_path: pathlib.Path) -> None:
+    """feature-extraction of a base model without states (CLIP's two towers) returns its text and image
+    embeddings, as optimum's does; the package verifies against transformers' CLIPModel."""
+    from checkpoint_folders import architecture_sweep
+
+    sweep = architecture_sweep()
+    folder = tmp_path / "checkpoint"
+    sweep.build_checkpoint("feature-extraction", "clip", "CLIPModel", folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", "feature-extraction", progress=False)
+    assert written.verified is True, written.verify_note
+    assert written.output_names == ["text_embeds", "image_embeds"]

@@ -71,6 +71,9 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
+    # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
+    # feature-extraction of them does; a pooled encoder (DPR's) its pooled output
+    "feature-extraction": ("text_embeds", "image_embeds", "pooler_output"),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
