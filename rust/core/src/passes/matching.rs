@@ -58,6 +58,26 @@ pub(crate) fn int_attr(name: &str, v: i64) -> Attribute {
     }
 }
 
+/// The value of an int attribute (None when absent or of another type).
+pub(crate) fn int_of(n: &Node, name: &str) -> Option<i64> {
+    match n.attr(name) {
+        Some(AttrValue::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// The axes of an Unsqueeze (attribute below opset 13, constant input from 13).
+pub(crate) fn unsqueeze_axes(g: &Graph, n: &Node) -> Option<Vec<i64>> {
+    match (n.attr("axes"), n.inputs.get(1)) {
+        (Some(AttrValue::Ints(a)), _) => Some(a.clone()),
+        (None, Some(name)) => {
+            let t = g.initializer(name)?;
+            (t.dtype == dtype::INT64).then(|| le_i64s(t.data.as_slice().unwrap_or_default()))
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn float_attr(name: &str, v: f32) -> Attribute {
     Attribute {
         name: name.into(),

@@ -24,10 +24,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::matching::{int_attr, Index};
+use super::matching::{int_attr, int_of, Index};
 use super::rewrite::{apply, i64_constant, new_node, Rewrite};
 use super::MS_DOMAIN;
-use crate::graph::{AttrValue, Dim, Graph, Node, ValueType};
+use crate::graph::{Dim, Graph, ValueType};
 use crate::tensor::quantize::{BlockQuant, FloatMatrix, Form, Part, Quantized};
 use crate::tensor::{Tensor, TensorData};
 
@@ -49,13 +49,6 @@ struct Product {
     n: i64,
     /// codes, scales and zero points
     parts: Vec<Arc<Quantized>>,
-}
-
-fn int_of(n: &Node, name: &str) -> Option<i64> {
-    match n.attr(name) {
-        Some(AttrValue::Int(v)) => Some(*v),
-        _ => None,
-    }
 }
 
 /// The quantized tensor `name`, read by one node only, of the `part` wanted.

@@ -20,13 +20,12 @@
 //! angles otherwise): each row is the step's own angles, exact for any rotary type whose cos and sin
 //! have this form.
 
-use super::matching::{f32_scalar, fixed, int_attr, is_float, is_op, shape, Index};
+use super::matching::{f32_scalar, fixed, int_attr, is_float, is_op, shape, unsqueeze_axes, Index};
 use super::rewrite::{fuse, i64_constant, new_node, Rewrite};
 use super::rotary::match_parts;
 use super::MS_DOMAIN;
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
-use crate::tensor::le_i64s;
 
 struct Live {
     x: String,
@@ -47,18 +46,6 @@ pub(crate) fn fuse_live(g: &mut Graph) -> usize {
 /// it fused.
 pub(crate) fn fuse_live_contrib(g: &mut Graph) -> usize {
     fuse(g, &["Concat"], match_live, emit_contrib)
-}
-
-/// The axes of an Unsqueeze (attribute below opset 13, constant input from 13).
-fn unsqueeze_axes(g: &Graph, n: &Node) -> Option<Vec<i64>> {
-    match (n.attr("axes"), n.inputs.get(1)) {
-        (Some(AttrValue::Ints(a)), _) => Some(a.clone()),
-        (None, Some(name)) => {
-            let t = g.initializer(name)?;
-            (t.dtype == dtype::INT64).then(|| le_i64s(t.data.as_slice().unwrap_or_default()))
-        }
-        _ => None,
-    }
 }
 
 /// (angles, scale) for `Unsqueeze([Cast to float |] [Mul(] op(Concat(f, f, last axis)) [, scalar)],

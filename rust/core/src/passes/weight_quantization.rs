@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::expert_quantization::{experts, quantized_experts};
-use super::matching::int_attr;
+use super::matching::{int_attr, int_of};
 use super::noops::ints_attr;
 use super::{MS_DOMAIN, MS_DOMAIN_VERSION};
 use crate::dtype;
@@ -59,13 +59,6 @@ fn float_attr_is(n: &Node, name: &str, want: f32) -> bool {
     }
 }
 
-fn int_attr_of(n: &Node, name: &str) -> Option<i64> {
-    match n.attr(name) {
-        Some(AttrValue::Int(v)) => Some(*v),
-        _ => None,
-    }
-}
-
 fn products(g: &Graph) -> Vec<Product> {
     let producers: HashMap<&str, usize> = g
         .nodes
@@ -96,10 +89,10 @@ fn products(g: &Graph) -> Vec<Product> {
                 }
             }
             "Gemm" => {
-                let plain = int_attr_of(n, "transA").unwrap_or(0) == 0
+                let plain = int_of(n, "transA").unwrap_or(0) == 0
                     && float_attr_is(n, "alpha", 1.0)
                     && float_attr_is(n, "beta", 1.0);
-                let trans_b = int_attr_of(n, "transB").unwrap_or(0) != 0;
+                let trans_b = int_of(n, "transB").unwrap_or(0) != 0;
                 (plain && g.is_initializer(b)).then(|| (b.clone(), !trans_b))
             }
             _ => None,
@@ -534,9 +527,9 @@ mod tests {
         assert_eq!(ops(&m.graph), ["MatMulNBits"]);
         let n = &m.graph.nodes[0];
         assert_eq!(n.inputs.len(), 3);
-        assert_eq!(int_attr_of(n, "K"), Some(40));
-        assert_eq!(int_attr_of(n, "N"), Some(4));
-        assert_eq!(int_attr_of(n, "accuracy_level"), Some(4));
+        assert_eq!(int_of(n, "K"), Some(40));
+        assert_eq!(int_of(n, "N"), Some(4));
+        assert_eq!(int_of(n, "accuracy_level"), Some(4));
         assert_eq!(m.opsets.get(MS_DOMAIN), Some(&MS_DOMAIN_VERSION));
         let b = m.graph.initializer(&n.inputs[1]).expect("codes");
         assert_eq!(b.dims, [4, 3, 8]);

@@ -28,10 +28,11 @@
 
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
-use crate::passes::matching::{f32_scalar, f32_values, int_attr, is_op, shape, Index};
+use crate::passes::matching::{
+    f32_scalar, f32_values, int_attr, int_of, is_op, shape, unsqueeze_axes, Index,
+};
 use crate::passes::rewrite::{apply, Rewrite};
 use crate::passes::MS_DOMAIN;
-use crate::tensor::le_i64s;
 
 /// The rotary angles `position_ids · inv_freq` (times `scale` for cos and sin).
 #[derive(Clone, PartialEq)]
@@ -66,15 +67,7 @@ fn is_swap(n: &Node) -> bool {
 }
 
 fn unsqueezed_last(g: &Graph, n: &Node) -> bool {
-    let axes = match (n.attr("axes"), n.inputs.get(1)) {
-        (Some(AttrValue::Ints(a)), _) => a.clone(),
-        (None, Some(name)) => match g.initializer(name) {
-            Some(t) if t.dtype == dtype::INT64 => le_i64s(t.data.as_slice().unwrap_or_default()),
-            _ => return false,
-        },
-        _ => return false,
-    };
-    is_op(n, "Unsqueeze") && (axes == [-1] || axes == [2])
+    is_op(n, "Unsqueeze") && unsqueeze_axes(g, n).is_some_and(|a| a == [-1] || a == [2])
 }
 
 /// The angles of a cos or sin table (`op`), rows `Reshape`d (contrib) or 3-D (standard).
@@ -267,9 +260,8 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
             .and_then(|s| s.last().cloned())
             .and_then(|d| if let Dim::Fixed(w) = d { Some(w) } else { None });
         let half = q.angles.inv_freq.len();
-        let heads = n.attrs.iter().find(|a| a.name == "num_heads");
-        let head_size = match (head, heads.map(|a| &a.value)) {
-            (Some(w), Some(AttrValue::Int(h))) if *h > 0 => Some(w / h),
+        let head_size = match (head, int_of(n, "num_heads")) {
+            (Some(w), Some(h)) if h > 0 => Some(w / h),
             _ => None,
         };
         if !float || q.angles != k.angles || half % 8 != 0 || head_size != Some(2 * half as i64) {
@@ -284,7 +276,7 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
         let known = made
             .iter()
             .find(|(a, _)| *a == q.angles)
-            .map(|(_, t)| t.clone());
+            .map(|(_, pair)| pair.clone());
         let Some((cos, sin)) = known.or_else(|| tables(g, &q.angles, rows)) else {
             continue;
         };
