@@ -47,6 +47,16 @@ CASES = [
     ("audio-xvector", "wavlm", "WavLMForXVector", ["logits", "embeddings"]),
     ("automatic-speech-recognition", "hubert", "HubertForCTC", ["logits"]),
     ("automatic-speech-recognition", "parakeet_ctc", "ParakeetForCTC", ["logits"]),
+    # encoder-decoder base models: the decoder's states and the encoder's, from decoder tokens beside
+    # the text or the audio
+    ("feature-extraction", "t5", "T5Model", ["last_hidden_state", "encoder_last_hidden_state"]),
+    ("feature-extraction", "marian", "MarianModel", ["last_hidden_state", "encoder_last_hidden_state"]),
+    (
+        "feature-extraction",
+        "speech_to_text",
+        "Speech2TextModel",
+        ["last_hidden_state", "encoder_last_hidden_state"],
+    ),
 ]
 
 
@@ -66,12 +76,15 @@ def _other_sizes(model: Any, task: str) -> dict[str, torch.Tensor]:
         inputs["input_values"] = torch.randn(3, 23_456, generator=g)  # not the 16000 verified
     if "input_features" in inputs:
         inputs["input_features"] = torch.randn(3, 57, inputs["input_features"].shape[-1], generator=g)
+    if "decoder_input_ids" in inputs:  # 3 decoder tokens a row of the encoder's
+        rows = len(next(iter(inputs.values())))
+        inputs["decoder_input_ids"] = inputs["decoder_input_ids"][:rows, :3]
     return inputs
 
 
-# CI runs one case a kind of input (text choices, images and the detector, image and text, frames; the
-# waveform in the test below it); every task under FASTONNX_FULL_MATRIX=1
-IN_CI = {"bert", "detr", "clip", "parakeet_ctc"}
+# CI runs one case a kind of input (text choices, images and the detector, image and text, frames, text
+# and decoder tokens; the waveform in the test below it); every task under FASTONNX_FULL_MATRIX=1
+IN_CI = {"bert", "detr", "clip", "parakeet_ctc", "t5"}
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,10 @@ Inputs, by what the forward takes:
 - audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
-  (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic.
+  (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic;
+- an encoder-decoder base model (feature-extraction of T5Model, BartModel, WhisperModel...): also
+  ``decoder_input_ids``, ``batch_size`` x ``decoder_sequence_length``, which its decoder runs on; it returns
+  the decoder's ``last_hidden_state`` and ``encoder_last_hidden_state``.
 
 Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
@@ -38,11 +41,12 @@ from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
-TEXT_BATCH, CHOICES, AUDIO, FEATURES = (
+TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
     "text_batch_size",
     "num_choices",
     "audio_sequence_length",
     "feature_length",
+    "decoder_sequence_length",
 )
 
 ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -210,6 +214,28 @@ class TextEncoderWithTypes(_Encoder):
         return out
 
 
+class Seq2SeqTextEncoder(_Encoder):
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        )
+        return out
+
+
+class Seq2SeqFeaturesEncoder(_Encoder):
+    def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_features=input_features, decoder_input_ids=decoder_input_ids)
+        return out
+
+
+class Seq2SeqWaveformEncoder(_Encoder):
+    def forward(self, input_values: torch.Tensor, decoder_input_ids: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_values=input_values, decoder_input_ids=decoder_input_ids)
+        return out
+
+
 class ImageEncoder(_Encoder):
     def forward(self, pixel_values: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values=pixel_values)
@@ -252,6 +278,9 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_values",): WaveformEncoder,
     ("past_values",): SeriesEncoder,
     ("input_features",): FeaturesEncoder,
+    ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
+    ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
+    ("input_values", "decoder_input_ids"): Seq2SeqWaveformEncoder,
 }
 
 
@@ -413,7 +442,42 @@ def encoder_inputs(
     model: torch.nn.Module, config: Any, task: str, batch: int, device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     """The inputs of ``task``'s graph for ``model`` (``batch`` rows; a text batch one larger beside images)
-    and the names of their dynamic dims."""
+    and the names of their dynamic dims; an encoder-decoder base model's (feature-extraction) with its
+    decoder's tokens (``decoder_inputs``)."""
+    inputs, names = _task_inputs(model, config, task, batch, device)
+    if task == "feature-extraction" and reads_decoder(model, config) and "decoder_input_ids" not in inputs:
+        inputs["decoder_input_ids"] = decoder_inputs(config, batch, device)
+        names["decoder_input_ids"] = {0: BATCH, 1: DECODER_SEQUENCE}
+    return inputs, names
+
+
+DECODER_TOKENS = 5
+SEQ2SEQ_FEATURES = ("last_hidden_state", "encoder_last_hidden_state")
+"""What an encoder-decoder base model's feature-extraction returns: its decoder's states and its encoder's."""
+
+
+def reads_decoder(model: torch.nn.Module, config: Any) -> bool:
+    """Whether the bare model is an encoder-decoder whose forward runs its decoder (T5Model, BartModel,
+    WhisperModel...): it then needs the decoder's tokens, as transformers' own seq2seq base models do (only
+    the BART family derives them from ``input_ids`` when none come, which a user's decoder prompt never is)."""
+    return bool(getattr(config, "is_encoder_decoder", False)) and takes(model, "decoder_input_ids")
+
+
+def decoder_inputs(config: Any, batch: int, device: str | torch.device) -> torch.Tensor:
+    """``batch`` decoder prompts of ``DECODER_TOKENS`` tokens starting with the decoder's start token, as
+    generation begins them."""
+    g = torch.Generator().manual_seed(2)
+    vocab = vocab_bound(config.get_text_config(decoder=True))
+    ids = torch.randint(min(3, vocab - 1), vocab, (batch, DECODER_TOKENS), generator=g)
+    start = getattr(config, "decoder_start_token_id", None)
+    if isinstance(start, int) and 0 <= start < vocab:
+        ids[:, 0] = start
+    return ids.to(device)
+
+
+def _task_inputs(
+    model: torch.nn.Module, config: Any, task: str, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     if takes(model, "past_values"):
         return series_inputs(config, batch, device), {"past_values": {0: BATCH}}
     if takes(model, "pixel_values") and task not in TEXT_TASKS:
@@ -492,6 +556,8 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = one_image_outputs(model, task) or output_fields(model, task)
+    if "decoder_input_ids" in inputs:  # a seq2seq base model (Speech2Text's annotation names its LM output)
+        fields = SEQ2SEQ_FEATURES
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))

@@ -16,6 +16,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +218,10 @@ def learned_position_tables(module: torch.nn.Module) -> set[int]:
 
 
 def within_positions(
-    error: CaptureError, config: Any, dynamic_shapes: Any, module: torch.nn.Module | None = None
+    error: CaptureError | types.SimpleNamespace,
+    config: Any,
+    dynamic_shapes: Any,
+    module: torch.nn.Module | None = None,
 ) -> Any:
     """``dynamic_shapes`` with the lengths bounded where ``error`` refused them for a bound the model
     declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
@@ -256,7 +260,25 @@ def within_positions(
     return map_dims(dynamic_shapes, bound)
 
 
-def within_frames(error: CaptureError, config: Any, dynamic_shapes: Any) -> Any:
+def within_declared(
+    error: CaptureError, config: Any, dynamic_shapes: Any, module: torch.nn.Module | None = None
+) -> Any:
+    """``dynamic_shapes`` bounded where ``error`` refused sizes only at bounds the model declares: its
+    audio lengths' by ``within_frames``, its other lengths' by ``within_positions`` (Speech2Text's base
+    model refuses both at once: its frames past its source table, its decoder tokens past its target
+    table); None when either refuses its part."""
+    narrowed = getattr(error, "narrowed", None) or []
+    audio = [n for n in narrowed if n.name in (AUDIO, FEATURES)]
+    others = [n for n in narrowed if n.name not in (AUDIO, FEATURES)]
+    shapes = dynamic_shapes if narrowed else None
+    if shapes is not None and audio:
+        shapes = within_frames(types.SimpleNamespace(narrowed=audio), config, shapes)
+    if shapes is not None and others:
+        shapes = within_positions(types.SimpleNamespace(narrowed=others), config, shapes, module)
+    return shapes
+
+
+def within_frames(error: CaptureError | types.SimpleNamespace, config: Any, dynamic_shapes: Any) -> Any:
     """``dynamic_shapes`` with an audio length bounded where ``error`` refused only the sizes below some
     length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9) and, for a
     model declaring ``max_source_positions`` (its position table), the sizes above the ones proven right
@@ -430,8 +452,7 @@ def export_pretrained(
             try:
                 result = _export(spec, spec.dynamic_shapes, export_args)
             except CaptureError as e:
-                bounded = within_positions(e, config, spec.dynamic_shapes, spec.module)
-                bounded = bounded if bounded is not None else within_frames(e, config, spec.dynamic_shapes)
+                bounded = within_declared(e, config, spec.dynamic_shapes, spec.module)
                 if bounded is None:
                     raise
                 result = _export(spec, bounded, export_args)

@@ -146,7 +146,11 @@ TASKS: dict[str, Task] = {
             ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES",),
             "speaker embeddings (x-vectors): logits and embeddings",
         ),
-        Task("feature-extraction", ("MODEL_MAPPING_NAMES",), "the bare encoder: last_hidden_state"),
+        Task(
+            "feature-extraction",
+            ("MODEL_MAPPING_NAMES",),
+            "the bare model: last_hidden_state (an encoder-decoder's also takes decoder_input_ids)",
+        ),
     )
 }
 
