@@ -21,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_JSON = os.path.join(ROOT, "docs", "data", "optimum_onnx_tasks.json")
 HEADING = "### Compared with Hugging Face optimum's ONNX exporter"
 NOT_SWEPT = "not swept"
+SERVED_BY = {"image-to-text": "image-text-to-text"}
+"""optimum's tasks that a fastonnx task of another name exports (fastonnx.pretrained.tasks.ALIASES)."""
 
 
 def load(path: str = DEFAULT_JSON) -> dict[str, Any]:
@@ -90,11 +92,13 @@ def render(
     ]
     for task in tasks:
         theirs = _names(optimum.get(task, []))
-        lines.append(_row(task, theirs, _names(verified.get(task, [])) if task in swept else None))
+        ours = SERVED_BY.get(task, task)
+        label = task if ours == task else f"{task} (fastonnx: {ours})"
+        lines.append(_row(label, theirs, _names(verified.get(ours, [])) if ours in swept else None))
 
     all_theirs = _names({m for ms in optimum.values() for m in ms})
     all_ours = _names({m for t in swept for m in verified.get(t, [])})
-    swept_theirs = _names({m for t in swept for m in optimum.get(t, [])})
+    swept_theirs = _names({m for t, ms in optimum.items() if SERVED_BY.get(t, t) in swept for m in ms})
     lines.append(_row("**any task** (distinct model types)", all_theirs, all_ours))
     lines.append(_row("**any swept task** (distinct model types)", swept_theirs, all_ours))
     lines.append("")

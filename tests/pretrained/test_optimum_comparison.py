@@ -136,7 +136,8 @@ def test_render_counts_on_the_committed_json() -> None:
         assert rows[task] == [str(n) for n in expected]
     assert rows["text-generation"][2] == "3" and rows["fill-mask"][2] == "2"
     for task in set(DATA["tasks"]) - set(verified):
-        assert rows[task][1:] == ["not swept"] * 4
+        served = comparison.SERVED_BY.get(task)
+        assert rows[task if served is None else f"{task} (fastonnx: {served})"][1:] == ["not swept"] * 4
     theirs_all = norm([m for ms in DATA["tasks"].values() for m in ms])
     mine_all = norm([m for ms in verified.values() for m in ms])
     assert rows["**any task** (distinct model types)"][:3] == [
@@ -179,3 +180,29 @@ def test_parse_resolves_constants_and_normalizes_tasks() -> None:
 def test_parse_refuses_what_it_cannot_resolve() -> None:
     with pytest.raises(tasks_script.ParseError):
         tasks_script.parse('@register_tasks_manager_onnx("x", *tasks_for("x"))\nclass A: ...\n')
+
+
+def test_image_to_text_is_compared_with_image_text_to_text() -> None:
+    """optimum's image-to-text (transformers 4's Vision2Seq mapping) is what fastonnx's image-text-to-text
+    exports in transformers 5: its row compares with that task's verified types, and counts as swept."""
+    data = {
+        "source": "huggingface/optimum-onnx",
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "file": "optimum/exporters/onnx/model_configs.py",
+        "tasks": {"image-to-text": ["pix2struct", "vision-encoder-decoder"]},
+    }
+    verified = {"image-text-to-text": ["vision-encoder-decoder", "llava"]}
+    rows = _rows(comparison.render(verified, list(verified), data=data))
+    assert rows["image-to-text (fastonnx: image-text-to-text)"] == ["2", "2", "1", "1", "1"]
+    assert rows["**any swept task** (distinct model types)"][0] == "2"
+
+
+def test_image_to_text_exports_as_image_text_to_text() -> None:
+    from fastonnx.errors import InputError
+    from fastonnx.pretrained.tasks import choose
+
+    config = {"model_type": "vision-encoder-decoder", "architectures": ["VisionEncoderDecoderModel"]}
+    task, cls = choose(config, "image-to-text")
+    assert (task.name, cls) == ("image-text-to-text", "VisionEncoderDecoderModel")
+    with pytest.raises(InputError, match="image-to-text"):  # the known names include the alias
+        choose(config, "image-to-txt")

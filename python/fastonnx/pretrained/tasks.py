@@ -155,6 +155,14 @@ TASKS: dict[str, Task] = {
 }
 
 
+ALIASES: dict[str, str] = {
+    # transformers 5 folded its image-to-text mapping (AutoModelForVision2Seq: VisionEncoderDecoder,
+    # Pix2Struct, BLIP...) into image-text-to-text's; optimum's and the pipelines' name for it
+    "image-to-text": "image-text-to-text",
+}
+"""Task names that other tools use for one of ``TASKS``: they export as that task."""
+
+
 def task_mapping(task: Task) -> dict[str, Any]:
     """The task's mappings merged: model type -> class names (a type in several keeps them all)."""
     from transformers.models.auto import modeling_auto
@@ -248,8 +256,10 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
             f"cannot tell the task of {arch or model_type}: none of {', '.join(TASKS)} lists it; "
             "pass task= explicitly"
         )
+    task = ALIASES.get(task, task)
     if task not in TASKS:
-        raise InputError(f"unknown task {task!r}: one of auto, {', '.join(TASKS)}")
+        known = ", ".join([*TASKS, *ALIASES])
+        raise InputError(f"unknown task {task!r}: one of auto, {known}")
     cls = _has(TASKS[task], model_type, arch)
     if cls is None:
         raise InputError(
@@ -261,4 +271,5 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
 
 def tasks_help() -> str:
     """One line a task, for ``fastonnx export --help``."""
-    return "\n".join(f"  {t.name:22s} {t.summary}" for t in TASKS.values())
+    lines = [f"  {t.name:22s} {t.summary}" for t in TASKS.values()]
+    return "\n".join(lines + [f"  {a:22s} the same as {t}" for a, t in ALIASES.items()])
