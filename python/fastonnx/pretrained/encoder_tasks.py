@@ -67,13 +67,16 @@ ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 """The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
+CROSS_MODAL_OUTPUTS = ("language_output", "vision_output")
+"""LXMERT's states of its two streams after the cross-modality encoder (it has no last_hidden_state)."""
+
 FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
     # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
     # feature-extraction of them does; a pooled encoder (DPR's) its pooled output
-    "feature-extraction": ("text_embeds", "image_embeds", "pooler_output"),
+    "feature-extraction": ("text_embeds", "image_embeds", "pooler_output", *CROSS_MODAL_OUTPUTS),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
@@ -425,7 +428,7 @@ def encoder_inputs(
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
-            return images, {"pixel_values": {0: BATCH}}
+            return _with_side_inputs(model, config, images, {"pixel_values": {0: BATCH}}, device)
         text = text_inputs(config, batch + 1, 7, device, False)
         dims = {"input_ids": {0: TEXT_BATCH, 1: SEQUENCE}, "attention_mask": {0: TEXT_BATCH, 1: SEQUENCE}}
         return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
@@ -434,7 +437,23 @@ def encoder_inputs(
     choices = 3 if task == "multiple-choice" else 0
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
-    return text, {name: names for name in text}
+    return _with_side_inputs(model, config, text, {name: names for name in text}, device)
+
+
+def _with_side_inputs(
+    model: torch.nn.Module,
+    config: Any,
+    inputs: dict[str, torch.Tensor],
+    names: dict[str, dict[int, str]],
+    device: str | torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """``inputs`` and the side inputs the forward cannot do without (side_inputs.py: BROS's boxes, LXMERT's
+    regions, ViTMAE's noise)."""
+    from fastonnx.pretrained import side_inputs
+
+    make = side_inputs.text_side_inputs if "input_ids" in inputs else side_inputs.image_side_inputs
+    extra, extra_names = make(model, config, inputs, device)
+    return {**inputs, **extra}, {**names, **extra_names}
 
 
 def _declared_features(model: torch.nn.Module, used: set[str]) -> dict[str, tuple[int, int]]:
@@ -488,13 +507,19 @@ def _fewest(lengths: Any, least: int) -> int:
 
 def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     inputs, names = encoder_inputs(model, config, task, 2, "meta")
-    module_cls = ENCODERS.get(tuple(inputs))
+    module_cls = ENCODERS.get(tuple(inputs)) or _side_encoder(tuple(inputs))
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = one_image_outputs(model, task) or output_fields(model, task)
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+
+
+def _side_encoder(names: tuple[str, ...]) -> type[_Encoder] | None:
+    from fastonnx.pretrained.side_inputs import SIDE_ENCODERS
+
+    return SIDE_ENCODERS.get(names)
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
