@@ -247,6 +247,46 @@ class FeaturesEncoder(_Encoder):
         return out
 
 
+# side inputs (side_inputs.py): BROS's boxes, LXMERT's regions, ViTMAE's noise
+class BoxedTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        bbox: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, bbox=bbox
+        )
+        return out
+
+
+class RegionTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        visual_feats: torch.Tensor,
+        visual_pos: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_feats=visual_feats,
+            visual_pos=visual_pos,
+        )
+        return out
+
+
+class NoisedImageEncoder(_Encoder):
+    def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
+        return out
+
+
 ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask"): TextEncoder,
     ("input_ids", "attention_mask", "token_type_ids"): TextEncoderWithTypes,
@@ -255,6 +295,9 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_values",): WaveformEncoder,
     ("past_values",): SeriesEncoder,
     ("input_features",): FeaturesEncoder,
+    ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
+    ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
+    ("pixel_values", "noise"): NoisedImageEncoder,
 }
 
 
@@ -507,19 +550,13 @@ def _fewest(lengths: Any, least: int) -> int:
 
 def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     inputs, names = encoder_inputs(model, config, task, 2, "meta")
-    module_cls = ENCODERS.get(tuple(inputs)) or _side_encoder(tuple(inputs))
+    module_cls = ENCODERS.get(tuple(inputs))
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = one_image_outputs(model, task) or output_fields(model, task)
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
-
-
-def _side_encoder(names: tuple[str, ...]) -> type[_Encoder] | None:
-    from fastonnx.pretrained.side_inputs import SIDE_ENCODERS
-
-    return SIDE_ENCODERS.get(names)
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:

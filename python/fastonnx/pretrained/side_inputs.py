@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from fastonnx.pretrained.encoder_tasks import Outputs, _Encoder
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, takes
 
 REGIONS = "num_regions"
@@ -65,49 +64,3 @@ def image_side_inputs(
     rows, cols = (pixels.shape[-2] // patch, pixels.shape[-1] // patch) if isinstance(patch, int) else (0, 0)
     noise = torch.rand(pixels.shape[0], rows * cols, generator=torch.Generator().manual_seed(1))
     return {"noise": noise.to(device)}, {"noise": {0: BATCH}}
-
-
-class BoxedTextEncoder(_Encoder):
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor,
-        bbox: torch.Tensor,
-    ) -> Outputs:
-        out: Outputs = self.inner(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, bbox=bbox
-        )
-        return out
-
-
-class RegionTextEncoder(_Encoder):
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor,
-        visual_feats: torch.Tensor,
-        visual_pos: torch.Tensor,
-    ) -> Outputs:
-        out: Outputs = self.inner(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_feats=visual_feats,
-            visual_pos=visual_pos,
-        )
-        return out
-
-
-class NoisedImageEncoder(_Encoder):
-    def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
-        out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
-        return out
-
-
-SIDE_ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
-    ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
-    ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
-    ("pixel_values", "noise"): NoisedImageEncoder,
-}
