@@ -477,10 +477,29 @@ def encoder_inputs(
         return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
     if takes(model, "input_values") or takes(model, "input_features"):
         return audio_inputs(model, config, batch, device)
+    if (codebooks := _codebook_text(model, config, batch, device)) is not None:
+        return codebooks
     choices = 3 if task == "multiple-choice" else 0
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
     return _with_side_inputs(model, config, text, {name: names for name in text}, device)
+
+
+def _codebook_text(
+    model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]] | None:
+    """MusicGen's ids, one row a codebook (``codebooks`` x ``batch_size`` rows), its mask one a sequence;
+    None for a model of one row a sequence."""
+    from fastonnx.pretrained.side_inputs import codebook_rows, rows_of
+
+    books = codebook_rows(model, config)
+    if books == 1:
+        return None
+    length = text_length(config)
+    ids = text_inputs(config, batch * books, length, device, False)["input_ids"]
+    mask = text_inputs(config, batch, length, device, False)["attention_mask"]
+    names = {"input_ids": {0: rows_of(BATCH, books), 1: SEQUENCE}, "attention_mask": {0: BATCH, 1: SEQUENCE}}
+    return {"input_ids": ids, "attention_mask": mask}, names
 
 
 def _with_side_inputs(
@@ -595,5 +614,11 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
     declared = _declared_features(model, used)
     least.update({d: low for d, (low, _) in declared.items()})
     most = {d: high for d, (_, high) in declared.items()}
-    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in used}
+    bases = {
+        d.partition("*")[2] or d for d in used
+    }  # "4*batch_size": 4 rows a batch row (side_inputs.rows_of)
+    dims: dict[str, Any] = {
+        d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in bases
+    }
+    dims.update({d: int(d.partition("*")[0]) * dims[d.partition("*")[2]] for d in used - bases})
     return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}

@@ -64,3 +64,26 @@ def image_side_inputs(
     rows, cols = (pixels.shape[-2] // patch, pixels.shape[-1] // patch) if isinstance(patch, int) else (0, 0)
     noise = torch.rand(pixels.shape[0], rows * cols, generator=torch.Generator().manual_seed(1))
     return {"noise": noise.to(device)}, {"noise": {0: BATCH}}
+
+
+def codebook_rows(model: torch.nn.Module, config: Any) -> int:
+    """Rows of ``input_ids`` a sequence takes: MusicGen's decoder (its base model too) reads one a codebook,
+    ``(batch * num_codebooks, length)``, one embedding table each; others 1 (task_inputs.codebooks, which
+    imports encoder_tasks, is the same test for the text-generation graph)."""
+    text = getattr(config, "text_config", None) or config
+    books = getattr(getattr(config, "decoder", None) or text, "num_codebooks", None)
+    get = getattr(model, "get_input_embeddings", None)
+    tables = get() if callable(get) else None
+    if (
+        isinstance(books, int)
+        and books > 1
+        and isinstance(tables, torch.nn.ModuleList)
+        and len(tables) == books
+    ):
+        return books
+    return 1
+
+
+def rows_of(dim: str, rows: int) -> str:
+    """The name of a dim ``rows`` times ``dim`` (``encoder_tasks.dynamic_shapes`` derives it from ``dim``)."""
+    return f"{rows}*{dim}"
