@@ -6,7 +6,9 @@ against transformers eager:
   CPM-Ant's padding positions from a Python list, FSMT's ``.any()`` of its padding mask and its guarded
   shift, Longformer's window padding read by ``.item()``;
 - inputs the forward cannot do without (pretrained/side_inputs.py): BROS's boxes, LXMERT's regions,
-  ViTMAE's masking noise (drawn at random on every call without it), MusicGen's ids one row a codebook.
+  ViTMAE's masking noise (drawn at random on every call without it), MusicGen's ids one row a codebook;
+- outputs named other than last_hidden_state: LXMERT's two streams, MaskFormer's and Mask2Former's pixel
+  and transformer decoder states.
 """
 
 from __future__ import annotations
@@ -25,7 +27,18 @@ from fastonnx.pretrained.side_inputs import rows_of
 from support.matrix import sampled
 
 TASK = "feature-extraction"
-FIXED = ["bros", "cpmant", "fsmt", "longformer", "lxmert", "musicgen", "musicgen_melody", "vit_mae"]
+FIXED = [
+    "bros",
+    "cpmant",
+    "fsmt",
+    "longformer",
+    "lxmert",
+    "mask2former",
+    "maskformer",
+    "musicgen",
+    "musicgen_melody",
+    "vit_mae",
+]
 
 
 @pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "cpmant"))

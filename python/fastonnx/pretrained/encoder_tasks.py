@@ -70,13 +70,23 @@ ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
 CROSS_MODAL_OUTPUTS = ("language_output", "vision_output")
 """LXMERT's states of its two streams after the cross-modality encoder (it has no last_hidden_state)."""
 
+MASK_DECODER_OUTPUTS = ("pixel_decoder_last_hidden_state", "transformer_decoder_last_hidden_state")
+"""MaskFormer's and Mask2Former's per-pixel embeddings and query states, which their heads read (their
+base models name no last_hidden_state)."""
+
 FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
     # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
     # feature-extraction of them does; a pooled encoder (DPR's) its pooled output
-    "feature-extraction": ("text_embeds", "image_embeds", "pooler_output", *CROSS_MODAL_OUTPUTS),
+    "feature-extraction": (
+        "text_embeds",
+        "image_embeds",
+        "pooler_output",
+        *CROSS_MODAL_OUTPUTS,
+        *MASK_DECODER_OUTPUTS,
+    ),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
