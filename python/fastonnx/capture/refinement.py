@@ -43,6 +43,7 @@ from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
 from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.capture.symbolic_take_along import symbolic_take_along_dims
+from fastonnx.capture.text_encoder_swaps import guard_free_text_encoders
 from fastonnx.capture.traceable_detection import traceable_detection_ops
 from fastonnx.errors import CaptureError
 from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
@@ -216,6 +217,7 @@ def _export(
         pooling_by_comparison(),  # Gemma 4's pooled rows following the patches (pooling_by_positions.py)
         symbolic_depth_patches(),  # DepthPro's patch counts following the batch (depth_patches.py)
         symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
+        guard_free_text_encoders(),  # CPM-Ant, FSMT, Longformer (text_encoder_swaps.py)
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

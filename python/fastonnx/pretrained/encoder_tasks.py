@@ -71,13 +71,26 @@ ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 """The output fields an encoder task's graph returns, as transformers names them (else ``logits``)."""
 
+CROSS_MODAL_OUTPUTS = ("language_output", "vision_output")
+"""LXMERT's states of its two streams after the cross-modality encoder (it has no last_hidden_state)."""
+
+MASK_DECODER_OUTPUTS = ("pixel_decoder_last_hidden_state", "transformer_decoder_last_hidden_state")
+"""MaskFormer's and Mask2Former's per-pixel embeddings and query states, which their heads read (their
+base models name no last_hidden_state)."""
+
 FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
     # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
     # feature-extraction of them does; a pooled encoder (DPR's) its pooled output
-    "feature-extraction": ("text_embeds", "image_embeds", "pooler_output"),
+    "feature-extraction": (
+        "text_embeds",
+        "image_embeds",
+        "pooler_output",
+        *CROSS_MODAL_OUTPUTS,
+        *MASK_DECODER_OUTPUTS,
+    ),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
@@ -270,6 +283,46 @@ class FeaturesEncoder(_Encoder):
         return out
 
 
+# side inputs (side_inputs.py): BROS's boxes, LXMERT's regions, ViTMAE's noise
+class BoxedTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        bbox: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, bbox=bbox
+        )
+        return out
+
+
+class RegionTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        visual_feats: torch.Tensor,
+        visual_pos: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_feats=visual_feats,
+            visual_pos=visual_pos,
+        )
+        return out
+
+
+class NoisedImageEncoder(_Encoder):
+    def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
+        return out
+
+
 ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask"): TextEncoder,
     ("input_ids", "attention_mask", "token_type_ids"): TextEncoderWithTypes,
@@ -281,6 +334,9 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
     ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
     ("input_values", "decoder_input_ids"): Seq2SeqWaveformEncoder,
+    ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
+    ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
+    ("pixel_values", "noise"): NoisedImageEncoder,
 }
 
 
@@ -489,16 +545,51 @@ def _task_inputs(
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
-            return images, {"pixel_values": {0: BATCH}}
+            return _with_side_inputs(model, config, images, {"pixel_values": {0: BATCH}}, device)
         text = text_inputs(config, batch + 1, 7, device, False)
         dims = {"input_ids": {0: TEXT_BATCH, 1: SEQUENCE}, "attention_mask": {0: TEXT_BATCH, 1: SEQUENCE}}
         return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
     if takes(model, "input_values") or takes(model, "input_features"):
         return audio_inputs(model, config, batch, device)
+    if (codebooks := _codebook_text(model, config, batch, device)) is not None:
+        return codebooks
     choices = 3 if task == "multiple-choice" else 0
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
-    return text, {name: names for name in text}
+    return _with_side_inputs(model, config, text, {name: names for name in text}, device)
+
+
+def _codebook_text(
+    model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]] | None:
+    """MusicGen's ids, one row a codebook (``codebooks`` x ``batch_size`` rows), its mask one a sequence;
+    None for a model of one row a sequence."""
+    from fastonnx.pretrained.side_inputs import codebook_rows, rows_of
+
+    books = codebook_rows(model, config)
+    if books == 1:
+        return None
+    length = text_length(config)
+    ids = text_inputs(config, batch * books, length, device, False)["input_ids"]
+    mask = text_inputs(config, batch, length, device, False)["attention_mask"]
+    names = {"input_ids": {0: rows_of(BATCH, books), 1: SEQUENCE}, "attention_mask": {0: BATCH, 1: SEQUENCE}}
+    return {"input_ids": ids, "attention_mask": mask}, names
+
+
+def _with_side_inputs(
+    model: torch.nn.Module,
+    config: Any,
+    inputs: dict[str, torch.Tensor],
+    names: dict[str, dict[int, str]],
+    device: str | torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """``inputs`` and the side inputs the forward cannot do without (side_inputs.py: BROS's boxes, LXMERT's
+    regions, ViTMAE's noise)."""
+    from fastonnx.pretrained import side_inputs
+
+    make = side_inputs.text_side_inputs if "input_ids" in inputs else side_inputs.image_side_inputs
+    extra, extra_names = make(model, config, inputs, device)
+    return {**inputs, **extra}, {**names, **extra_names}
 
 
 def _declared_features(model: torch.nn.Module, used: set[str]) -> dict[str, tuple[int, int]]:
@@ -599,5 +690,11 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
     declared = _declared_features(model, used)
     least.update({d: low for d, (low, _) in declared.items()})
     most = {d: high for d, (_, high) in declared.items()}
-    dims = {d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in used}
+    bases = {
+        d.partition("*")[2] or d for d in used
+    }  # "4*batch_size": 4 rows a batch row (side_inputs.rows_of)
+    dims: dict[str, Any] = {
+        d: torch.export.Dim(d, min=least.get(d, 1), max=most.get(d, _MAX.get(d, 1 << 20))) for d in bases
+    }
+    dims.update({d: int(d.partition("*")[0]) * dims[d.partition("*")[2]] for d in used - bases})
     return {name: {axis: dims[d] for axis, d in axes.items()} for name, axes in names.items()}

@@ -1,0 +1,89 @@
+"""Inputs beside the text or the image that a base model's forward cannot run without, or draws at random
+where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
+
+- BROS's ``bbox``: each token's box, four normalised corner coordinates (x0, y0, x1, y1), dims
+  ``batch_size`` x ``sequence_length`` like the ids';
+- LXMERT's ``visual_feats`` and ``visual_pos``: its image's regions (their detector features and boxes),
+  ``batch_size`` x ``num_regions`` (36 in the checkpoints, any count in the model);
+- ViTMAE's ``noise``: the per-patch values whose argsort picks the patches it keeps (``mask_ratio`` of
+  them masked). transformers draws them with ``torch.rand`` on every call where none is given, so a graph
+  without them would be a different function on every run and match transformers on none; with them the
+  graph is transformers' function of the pixels and the noise (uniform noise: its random masking; noise
+  increasing along the patches: the first patches kept, in order). Not ``mask_ratio`` 0 instead: the patches
+  would still be shuffled by the noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, takes
+
+REGIONS = "num_regions"
+REGION_COUNT = 3  # the example's regions (LXMERT's checkpoints see 36; 3 is no special size)
+
+Dims = dict[str, dict[int, str]]
+
+
+def _masks_patches(model: torch.nn.Module) -> bool:
+    """Whether the model masks random patches in eval (ViTMAE's ``random_masking``; Hiera's only as MAE)."""
+    return any(
+        callable(getattr(m, "random_masking", None)) and getattr(m, "is_mae", True) for m in model.modules()
+    )
+
+
+def text_side_inputs(
+    model: torch.nn.Module, config: Any, text: dict[str, torch.Tensor], device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """BROS's boxes or LXMERT's regions for the ``text`` ids, with their dims' names; none for others."""
+    g = torch.Generator().manual_seed(1)
+    batch, length = text["input_ids"].shape[:2]
+    if takes(model, "bbox") and type(model).__name__.startswith("Bros"):
+        corners = torch.rand(batch, length, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
+        bbox = corners.transpose(2, 3).reshape(batch, length, 4)
+        return {"bbox": bbox.to(device)}, {"bbox": {0: BATCH, 1: SEQUENCE}}
+    dim = getattr(config, "visual_feat_dim", None)
+    if takes(model, "visual_feats") and isinstance(dim, int):
+        feats = torch.randn(batch, REGION_COUNT, dim, generator=g)
+        pos = torch.rand(batch, REGION_COUNT, int(getattr(config, "visual_pos_dim", 4)), generator=g)
+        inputs = {"visual_feats": feats.to(device), "visual_pos": pos.to(device)}
+        return inputs, {name: {0: BATCH, 1: REGIONS} for name in inputs}
+    return {}, {}
+
+
+def image_side_inputs(
+    model: torch.nn.Module, config: Any, images: dict[str, torch.Tensor], device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """ViTMAE's ``noise`` for the ``images``' pixels, one value a patch; none for other models."""
+    pixels = images["pixel_values"]
+    if not (takes(model, "noise") and _masks_patches(model)):
+        return {}, {}
+    patch = config.patch_size
+    rows, cols = (pixels.shape[-2] // patch, pixels.shape[-1] // patch) if isinstance(patch, int) else (0, 0)
+    noise = torch.rand(pixels.shape[0], rows * cols, generator=torch.Generator().manual_seed(1))
+    return {"noise": noise.to(device)}, {"noise": {0: BATCH}}
+
+
+def codebook_rows(model: torch.nn.Module, config: Any) -> int:
+    """Rows of ``input_ids`` a sequence takes: MusicGen's decoder (its base model too) reads one a codebook,
+    ``(batch * num_codebooks, length)``, one embedding table each; others 1 (task_inputs.codebooks, which
+    imports encoder_tasks, is the same test for the text-generation graph)."""
+    text = getattr(config, "text_config", None) or config
+    books = getattr(getattr(config, "decoder", None) or text, "num_codebooks", None)
+    get = getattr(model, "get_input_embeddings", None)
+    tables = get() if callable(get) else None
+    if (
+        isinstance(books, int)
+        and books > 1
+        and isinstance(tables, torch.nn.ModuleList)
+        and len(tables) == books
+    ):
+        return books
+    return 1
+
+
+def rows_of(dim: str, rows: int) -> str:
+    """The name of a dim ``rows`` times ``dim`` (``encoder_tasks.dynamic_shapes`` derives it from ``dim``)."""
+    return f"{rows}*{dim}"
