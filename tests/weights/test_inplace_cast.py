@@ -174,3 +174,42 @@ def test_a_cast_onnxruntime_would_not_fold_is_written_converted(
     w = r.stats["file"]["weights"]
     assert w["converted_tensors"] == 1 and w["referenced_tensors"] > 0, w
     _matches_fp32_eager(path, bf16_checkpoint)
+
+
+def test_a_large_table_read_by_gathers_alone_casts_its_rows(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An untied embedding table past onnxruntime's folding limit (lowered here to below its float32
+    size) is read by its Gather alone: it stays referenced in bf16, a Cast after the Gather makes the
+    gathered rows float32 (neither a float32 copy written nor the whole table cast at every run). The
+    head's weight of the same size, read by a product, is still written converted."""
+    from transformers import LlamaForCausalLM
+
+    from fastonnx.stored_weights import checkpoints
+
+    config = tied_llama_config()
+    config.tie_word_embeddings = False
+    folder = tmp_path / "untied"
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).eval().to(torch.bfloat16).save_pretrained(folder)
+    embedding = 256 * 64 * 4  # vocabulary x hidden, float32 bytes
+    monkeypatch.setattr(checkpoints, "ORT_FOLD_LIMIT", embedding - 1)
+    with torch.device("meta"):
+        meta = LlamaForCausalLM(config).eval()
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    meta.model.rotary_emb = LlamaRotaryEmbedding(config)
+    path = str(tmp_path / "model.onnx")
+    r = fastonnx.to_onnx(Logits(meta), _inputs("meta"), filename=path, weights=str(folder))
+    w = r.stats["file"]["weights"]
+    assert (w["gathered_cast_tensors"], w["converted_tensors"]) == (1, 1), w
+    graph = onnx.load(path, load_external_data=False).graph
+    tables = [
+        t for t in graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16 and list(t.dims) == [256, 64]
+    ]
+    assert len(tables) == 1
+    (gather,) = [n for n in graph.node if n.input and n.input[0] == tables[0].name]
+    assert gather.op_type == "Gather"
+    (cast,) = [n for n in graph.node if n.input and n.input[0] == gather.output[0]]
+    assert cast.op_type == "Cast" and cast.attribute[0].i == onnx.TensorProto.FLOAT
+    _matches_fp32_eager(path, str(folder))

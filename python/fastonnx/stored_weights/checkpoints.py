@@ -26,7 +26,9 @@ the meta device. The shards are matched (``plan``) before the optimizer runs, an
   folds it at load), unless its cast is larger than onnxruntime folds (``ORT_FOLD_LIMIT``, 1 GiB: a
   Qwen3.5-MoE layer's stacked experts, a large vocabulary's embedding), which onnxruntime would cast at
   every run (a decode step of benches/moe_vs_builder.py took 836 ms so): such a tensor is written cast,
-  as with ``cast_weights``. ``cast_weights=True`` writes every such tensor cast into ``<model>.onnx.data``: a meta-device
+  as with ``cast_weights``; except a table read by Gathers alone (an untied embedding, or a tied one
+  whose head is quantized), which stays referenced as stored with a Cast after each Gather: only the
+  gathered rows are cast at run time, and the package holds the table at its stored size, not twice it. ``cast_weights=True`` writes every such tensor cast into ``<model>.onnx.data``: a meta-device
   weight is read from the shard and converted piece by piece as the writer streams
   (``TensorData::Converted``); a real module's weight is its own, already cast bytes, written as usual.
 - Keys that transformers' loading renames are found through the model's own mapping: the
@@ -121,6 +123,8 @@ class Referenced:
     # referenced behind a Cast to the graph's dtype / written converted from the shard (cast_weights)
     cast: int = 0
     converted: int = 0
+    # of cast: tables read by Gathers alone, their gathered rows cast (past onnxruntime's folding limit)
+    gathered_cast: int = 0
     # Linear products rewritten to read their weight as stored (Gemm / FusedMatMul with transB)
     read_as_stored: int = 0
 
@@ -144,6 +148,9 @@ class ReferencePlan:
     # meta-device weights written converted from the shard as the writer streams (cast_weights=True, or
     # a cast larger than onnxruntime folds: ORT_FOLD_LIMIT)
     convert_names: set[str] = field(default_factory=set)
+    # those of convert_names converted only for onnxruntime's folding limit (not cast_weights): an
+    # embedding table read by Gathers alone is referenced as stored instead, its rows cast after them
+    too_large: set[str] = field(default_factory=set)
 
     def as_stored(self) -> list[str]:
         """The initializers whose bytes will come from the shards as stored: the passes must keep them so
@@ -331,6 +338,8 @@ def plan_references(
             continue
         if convert:
             done.convert_names.add(name)
+            if too_large and not cast_weights:
+                done.too_large.add(name)
         done.entries[name] = (entry, dtype)
     return done
 
@@ -346,6 +355,16 @@ def reference(builder: Any, plan: ReferencePlan, read_as_stored: int) -> Referen
         if not builder.has_initializer(name):
             # gone: the optimizer replaced it by another form (a pre-transposed Linear weight), written
             done.written.add((entry.shard, entry.offset))
+        elif name in plan.too_large and builder.reference_gathered_cast(
+            name, os.path.basename(entry.shard), entry.offset, stored
+        ):
+            done.tensors += 1
+            done.cast += 1
+            done.gathered_cast += 1
+            done.referenced_names.add(name)
+            done.filled_names.add(name)
+            done.shards_used[entry.shard] = done.shards_used.get(entry.shard, 0) + entry.length
+            builder.set_reference_source(os.path.basename(entry.shard), entry.shard)
         elif name in plan.convert_names:
             if builder.convert_initializer(name, entry.shard, entry.offset, stored):
                 done.converted += 1
@@ -375,6 +394,7 @@ def file_stats(done: Referenced, model_folder: str, written_bytes: int) -> dict[
     return {
         "cast_tensors": done.cast,
         "converted_tensors": done.converted,
+        "gathered_cast_tensors": done.gathered_cast,
         "read_as_stored": done.read_as_stored,
         "referenced_tensors": done.tensors,
         "referenced_bytes": sum(done.shards_used.values()),

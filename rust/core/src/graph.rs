@@ -373,6 +373,90 @@ impl Graph {
         self.reference_initializer(&raw, location, offset, len)
     }
 
+    /// Whether every reader of `name` is a (standard) `Gather` taking it as its data, in this graph's
+    /// own nodes: none in a subgraph, none a graph output.
+    pub fn gathered_only(&self, name: &str) -> bool {
+        fn read_below(g: &Graph, name: &str) -> bool {
+            g.nodes.iter().any(|n| {
+                n.inputs.iter().any(|i| i == name) || n.subgraphs().any(|s| read_below(s, name))
+            })
+        }
+        let mut any = false;
+        for n in &self.nodes {
+            if n.subgraphs().any(|s| read_below(s, name)) {
+                return false;
+            }
+            for (k, i) in n.inputs.iter().enumerate() {
+                if i == name {
+                    if n.op_type != "Gather" || !n.domain.is_empty() || k != 0 {
+                        return false;
+                    }
+                    any = true;
+                }
+            }
+        }
+        any && !self.outputs.iter().any(|o| o == name)
+    }
+
+    /// Initializer `name`, held in a checkpoint as float type `stored` and read only by `Gather`s
+    /// (`gathered_only`: an embedding table), referenced there as stored with each Gather's rows cast
+    /// to its own type after it: a table too large for onnxruntime to fold its Cast at load
+    /// (checkpoints.py's `ORT_FOLD_LIMIT`) is neither cast at every run nor written converted (twice
+    /// the bytes of a bf16 table). Returns false where it does not apply (then nothing changed).
+    pub fn reference_gathered_cast(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        stored: i32,
+    ) -> Result<bool> {
+        let (dtype, _) = self.stored_as(name, stored)?;
+        if dtype == stored || !self.gathered_only(name) {
+            return Ok(false);
+        }
+        if !self.reference_cast_initializer(name, location, offset, stored)? {
+            return Ok(false);
+        }
+        // the Cast reference_cast_initializer put first: its input is the stored table
+        let Some(at) = self
+            .nodes
+            .iter()
+            .position(|n| n.op_type == "Cast" && n.outputs.first().is_some_and(|o| o == name))
+        else {
+            return Ok(true);
+        };
+        let cast = self.nodes.remove(at);
+        let raw = cast.inputs[0].clone();
+        let mut i = 0;
+        while i < self.nodes.len() {
+            if self.nodes[i].op_type == "Gather"
+                && self.nodes[i].inputs.first().is_some_and(|x| x == name)
+            {
+                let out = self.nodes[i].outputs[0].clone();
+                let ty = ValueType {
+                    dtype: Some(stored),
+                    shape: self.types.get(&out).and_then(|t| t.shape.clone()),
+                    sequence: false,
+                };
+                let rows = self.new_value(&format!("{out}_stored"), ty);
+                self.nodes[i].inputs[0].clone_from(&raw);
+                self.nodes[i].outputs[0].clone_from(&rows);
+                let after = Node {
+                    name: self.names.unique_node(&format!("{out}_cast")),
+                    inputs: vec![rows],
+                    outputs: vec![out],
+                    scope: self.nodes[i].scope,
+                    ..cast.clone()
+                };
+                self.nodes.insert(i + 1, after);
+                i += 1;
+            }
+            i += 1;
+        }
+        self.types.remove(name);
+        Ok(true)
+    }
+
     /// Initializer `name` (of float type) written from `count` elements of float type `stored` at
     /// `offset` of `file` (a checkpoint shard), converted as they are written (see
     /// [`TensorData::Converted`]). Returns false for an initializer whose bytes are not as stored.

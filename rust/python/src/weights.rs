@@ -185,6 +185,21 @@ impl GraphBuilder {
             .map_err(py_err)
     }
 
+    /// The initializer `name`, held in a checkpoint as float type `stored` and read only by Gathers,
+    /// referenced there as stored with the gathered rows cast (false where that does not apply).
+    fn reference_gathered_cast(
+        &mut self,
+        name: &str,
+        location: &str,
+        offset: u64,
+        stored: i32,
+    ) -> PyResult<bool> {
+        self.model
+            .graph
+            .reference_gathered_cast(name, location, offset, stored)
+            .map_err(py_err)
+    }
+
     /// The initializer `name` written from the elements of float type `stored` at `offset` of the file
     /// `path`, converted to its own type as they are written.
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the path as an owned value
