@@ -13,7 +13,14 @@ Inputs, by what the forward takes:
 - audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
-  (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic.
+  (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic;
+- feature-extraction of an audio-language base model (Voxtral's, Qwen2-Audio's... bare ``XModel``) reads
+  its audio and its prompt as its automatic-speech-recognition package does: ``input_features`` (and the
+  frames' mask its forward needs) and ``input_ids`` / ``attention_mask`` holding the audio placeholder
+  tokens its processor writes for those frames, to the language model's ``last_hidden_state``; a
+  transducer (RNN-T, TDT) reads ``input_features`` and its prediction network's one step of
+  ``decoder_input_ids``, to the encoder's states, their projection and the joint's logits. Both graphs
+  are audio_base_models.py's.
 
 Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
