@@ -25,7 +25,8 @@ Inputs, by what the forward takes:
 Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
 Mask2Former's ``class_queries_logits``, ``masks_queries_logits``), else those of ``FALLBACK_OUTPUTS``
-it declares (PP-OCR's text detectors: ``last_hidden_state``). The output class is the one the forward's
+it declares (PP-OCR's text detectors: ``last_hidden_state``), else, for feature-extraction of a CTC head
+transformers lists as a base model (Parakeet's, LASR's), its ``logits``. The output class is the one the forward's
 return annotation names, else the one its source returns (RF-DETR's segmentation forward is annotated
 ``dict``).
 """
@@ -145,10 +146,20 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     if cls is None:
         return wanted
     declared = {f.name for f in dataclasses.fields(cls)}
-    for fields in (wanted, FALLBACK_OUTPUTS.get(task, ())):
+    for fields in (wanted, FALLBACK_OUTPUTS.get(task, ()), ctc_outputs(model, task)):
         if kept := tuple(f for f in fields if f in declared):
             return kept
     return wanted
+
+
+def ctc_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
+    """A CTC head transformers lists as a base model (Parakeet's, LASR's ``XForCTC`` in MODEL_MAPPING):
+    in feature-extraction, the ``logits`` per frame its output declares (not a fallback for every model
+    declaring logits: a vision-language base model's would be its language model's)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CTC_MAPPING_NAMES
+
+    ctc = type(model).__name__ in MODEL_FOR_CTC_MAPPING_NAMES.values()
+    return ("logits",) if task == "feature-extraction" and ctc else ()
 
 
 STATE_FLAGS = ("use_cache", "use_mems_eval")
