@@ -44,6 +44,7 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
+from fastonnx.pretrained.frame_widths import first_layer_width
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES = (
@@ -416,7 +417,8 @@ def audio_inputs(
     if whisper is not None:
         features = torch.randn(batch, *whisper, generator=g)
         return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
-    size = frame_size(config) or embedded_frame_size(model, config)
+    # the model's own first layer over the frames first: Granite Speech 5's reads 4 x its mel bins
+    size = first_layer_width(model) or frame_size(config) or embedded_frame_size(model, config)
     if size is None:
         raise InputError(
             f"{type(model).__name__} reads input_features, but its config (nor its encoder_config or "
