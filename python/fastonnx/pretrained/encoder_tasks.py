@@ -26,9 +26,9 @@ Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS`
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
 Mask2Former's ``class_queries_logits``, ``masks_queries_logits``), else those of ``FALLBACK_OUTPUTS``
 it declares (PP-OCR's text detectors: ``last_hidden_state``), else, for feature-extraction of a CTC head
-transformers lists as a base model (Parakeet's, LASR's), its ``logits``. The output class is the one the forward's
-return annotation names, else the one its source returns (RF-DETR's segmentation forward is annotated
-``dict``).
+transformers lists as a base model (Parakeet's, LASR's), its ``logits``. The output class is the one the
+forward's return annotation names, else the one its source returns (RF-DETR's segmentation forward is
+annotated ``dict``).
 """
 
 from __future__ import annotations
