@@ -72,6 +72,11 @@ FIXES: dict[str, dict[str, Any]] = {
     # Step3p7: its text model builds a sliding-window mask whatever its layers' kinds, which fails without
     # the window its checkpoints set (None by default)
     "step3p7": {"text_config": {"sliding_window": 512}},
+    # Granite Speech 5's encoder projects keys and values to num_attention_heads heads whatever its
+    # num_key_value_heads, which it still divides into the heads to repeat them: None, as its checkpoints
+    # leave it, is one key-value head a head (shrunk alone to 2 of 4, the repeat doubles them)
+    "granite_speech5_encoder": {"num_key_value_heads": None},
+    "granite_speech5_ctc": {"encoder_config": {"num_key_value_heads": None}},
     # baidu/Unlimited-OCR: its SAM's last downsampling is the CLIP encoder's width (1024) too; a 64-pixel
     # global view (and the processor's 640/1024 tiles: 40 pixels) so that each view gives 2 x 2 queries,
     # whose rows the grid's newlines interleave; a window of 3 generated tokens (128 by default), which a

@@ -158,6 +158,10 @@ def audio_arguments(model: torch.nn.Module) -> list[str]:
         for n, p in inspect.signature(get).parameters.items()
         if n != "self" and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
     ]
+    # what the forward passes as None when not given (a base model's own MOSS-Transcribe-Diarize
+    # padding_mask): not an input
+    passed_none = set(_forward_defaults(model, {})) - {"input_features", MASK, PROMPT}
+    names = [n for n in names if n not in passed_none]
     # MusicFlamingo's: the prompt's ids, where its audio tokens sit (the windows' rotary timestamps)
     unsupported = [
         n for n in names if n not in ("input_features", MASK, PROMPT) or n == PROMPT and MASK not in names
@@ -261,11 +265,16 @@ def prompt_ids(model: torch.nn.Module, config: Any, mask: torch.Tensor) -> torch
     """A prompt (1, length) holding the audio's tokens, as many as the tower keeps rows of the windows
     ``mask`` marks, between 2 and 4 text tokens."""
     _, rows = _tower(model)._get_feat_extract_output_lengths(mask.sum(-1))  # type: ignore[operator]
+    return prompt_holding(config, int(rows.sum()))
+
+
+def prompt_holding(config: Any, count: int) -> torch.Tensor:
+    """A prompt (1, length) holding ``count`` audio tokens in one run, between 2 and 4 text tokens."""
     token = audio_token_id(config)
     _, vocab = text_sizes(config)
     text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=torch.Generator().manual_seed(1))
     text[text == token] = 3  # the audio's tokens only where the audio goes
-    return torch.cat([text[:, :2], torch.full((1, int(rows.sum())), token), text[:, 2:]], dim=1)
+    return torch.cat([text[:, :2], torch.full((1, count), token), text[:, 2:]], dim=1)
 
 
 def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
@@ -280,7 +289,8 @@ def _forward_defaults(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -
     """The arguments the inner ``get_audio_features`` requires beyond ``inputs`` that the forward passes it
     from its own parameters of default None (MOSS-Transcribe-Diarize's ``padding_mask``, which it only
     documents): None, as the forward passes them when not given."""
-    inner = getattr(getattr(model, "model", None), "get_audio_features", None)
+    # the inner model's, or a base model's own (MOSS-Transcribe-Diarize's bare model)
+    inner = getattr(getattr(model, "model", model), "get_audio_features", None)
     if inner is None:
         return {}
     forward = inspect.signature(model.forward).parameters

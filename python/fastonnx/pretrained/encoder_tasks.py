@@ -16,14 +16,22 @@ Inputs, by what the forward takes:
   (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic;
 - an encoder-decoder base model (feature-extraction of T5Model, BartModel, WhisperModel...): also
   ``decoder_input_ids``, ``batch_size`` x ``decoder_sequence_length``, which its decoder runs on; it returns
-  the decoder's ``last_hidden_state`` and ``encoder_last_hidden_state``.
+  the decoder's ``last_hidden_state`` and ``encoder_last_hidden_state``;
+- feature-extraction of an audio-language base model (Voxtral's, Qwen2-Audio's... bare ``XModel``) reads
+  its audio and its prompt as its automatic-speech-recognition package does: ``input_features`` (and the
+  frames' mask its forward needs) and ``input_ids`` / ``attention_mask`` holding the audio placeholder
+  tokens its processor writes for those frames, to the language model's ``last_hidden_state``; a
+  transducer (RNN-T, TDT) reads ``input_features`` and its prediction network's one step of
+  ``decoder_input_ids``, to the encoder's states, their projection and the joint's logits. Both graphs
+  are audio_base_models.py's.
 
 Outputs: the fields of the task transformers' pipelines read (``ENCODER_OUTPUTS``), those of them the
 model's output class declares (image segmentation: DETR's ``logits``, ``pred_boxes``, ``pred_masks``;
 Mask2Former's ``class_queries_logits``, ``masks_queries_logits``), else those of ``FALLBACK_OUTPUTS``
-it declares (PP-OCR's text detectors: ``last_hidden_state``). The output class is the one the forward's
-return annotation names, else the one its source returns (RF-DETR's segmentation forward is annotated
-``dict``).
+it declares (PP-OCR's text detectors: ``last_hidden_state``), else, for feature-extraction of a CTC head
+transformers lists as a base model (Parakeet's, LASR's), its ``logits``. The output class is the one the
+forward's return annotation names, else the one its source returns (RF-DETR's segmentation forward is
+annotated ``dict``).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
+from fastonnx.pretrained.frame_widths import first_layer_width
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
@@ -155,10 +164,20 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     if cls is None:
         return wanted
     declared = {f.name for f in dataclasses.fields(cls)}
-    for fields in (wanted, FALLBACK_OUTPUTS.get(task, ())):
+    for fields in (wanted, FALLBACK_OUTPUTS.get(task, ()), ctc_outputs(model, task)):
         if kept := tuple(f for f in fields if f in declared):
             return kept
     return wanted
+
+
+def ctc_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
+    """A CTC head transformers lists as a base model (Parakeet's, LASR's ``XForCTC`` in MODEL_MAPPING):
+    in feature-extraction, the ``logits`` per frame its output declares (not a fallback for every model
+    declaring logits: a vision-language base model's would be its language model's)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CTC_MAPPING_NAMES
+
+    ctc = type(model).__name__ in MODEL_FOR_CTC_MAPPING_NAMES.values()
+    return ("logits",) if task == "feature-extraction" and ctc else ()
 
 
 STATE_FLAGS = ("use_cache", "use_mems_eval")
@@ -483,7 +502,8 @@ def audio_inputs(
     if whisper is not None:
         features = torch.randn(batch, *whisper, generator=g)
         return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
-    size = frame_size(config) or embedded_frame_size(model, config)
+    # the model's own first layer over the frames first: Granite Speech 5's reads 4 x its mel bins
+    size = first_layer_width(model) or frame_size(config) or embedded_frame_size(model, config)
     if size is None:
         raise InputError(
             f"{type(model).__name__} reads input_features, but its config (nor its encoder_config or "

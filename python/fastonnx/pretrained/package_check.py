@@ -437,7 +437,7 @@ def _check_audio_language(
 def _check_encoder(
     session: Any, model: Any, config: Any, task: str, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
-    inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
+    inputs = _encoder_feeds(model, config, task)
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
         out = model(**inputs)
@@ -445,6 +445,17 @@ def _check_encoder(
         compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
         for name, a in zip(spec.output_names, got, strict=True)
     ]
+
+
+def _encoder_feeds(model: Any, config: Any, task: str) -> dict[str, torch.Tensor]:
+    """A one-graph task's inputs of 2 rows: encoder_tasks', or an audio base model's prompts and audios
+    (audio_base_models.py)."""
+    from fastonnx.pretrained import audio_base_models
+
+    if audio_base_models.owns(model, task):
+        return audio_base_models.base_inputs(model, config, 2, "cpu")
+    inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
+    return inputs
 
 
 def verify_package(

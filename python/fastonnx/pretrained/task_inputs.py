@@ -726,4 +726,11 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
         return {**text2text(model, config, speech=True), **genai_whisper(model, config)}
     # CTC speech recognition (frames to logits) and the other tasks: one graph
-    return {"model.onnx": encoder(model, config, task)}
+    return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
+
+
+def _audio_base_graph(model: torch.nn.Module, config: Any, task: str) -> GraphSpec | None:
+    """feature-extraction of an audio-language base model or a transducer (audio_base_models.py)."""
+    from fastonnx.pretrained import audio_base_models
+
+    return audio_base_models.base_graph(model, config) if audio_base_models.owns(model, task) else None
