@@ -180,7 +180,7 @@ class Named(torch.nn.Module):
         for (_, flag), c in switched.items():
             setattr(c, flag, False)
         try:
-            out = self.model(**inputs)
+            out = self.run(inputs)
         finally:
             for (_, flag), c in switched.items():
                 setattr(c, flag, True)
@@ -194,6 +194,9 @@ class Named(torch.nn.Module):
                 )
             found.append(value)
         return tuple(found) if len(found) > 1 else found[0]
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return self.model(**inputs)
 
 
 # one module a set of inputs: torch.export binds dynamic shapes to the forward's parameter names
@@ -534,7 +537,12 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     fields = one_image_outputs(model, task) or output_fields(model, task)
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
-    return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+    module = module_cls(model, fields)
+    from fastonnx.pretrained.multimodal_features import DecoderStates, states_from_decoder
+
+    if states_from_decoder(model, config, task, fields):  # Llama 4's: logits alone
+        module.inner = DecoderStates(model, fields)
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:

@@ -15,9 +15,12 @@ alone, and the video input of the video encoders.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
+
+from fastonnx.pretrained.encoder_tasks import Named, _output_class, reads_text_alone
 
 PLACEHOLDER_KEYS = (
     "image_token_id",
@@ -51,3 +54,33 @@ def as_video(images: dict[str, torch.Tensor], frames: int) -> dict[str, torch.Te
     g = torch.Generator().manual_seed(0)
     video = torch.randn(pixels.shape[0], frames, *pixels.shape[1:], generator=g)
     return {"pixel_values": video.to(pixels.device)}
+
+
+def bare_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare language model under ``get_decoder()`` (Llama 4's is its causal LM, logits alone: the
+    model under it)."""
+    decoder: Any = model.get_decoder()  # type: ignore[operator]
+    bare = getattr(decoder, "model", None)
+    return bare if isinstance(bare, torch.nn.Module) else decoder
+
+
+def states_from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> bool:
+    """Whether a text-alone model's ``fields`` come from its decoder: its own output declares none of them
+    (Llama 4's ``Llama4ForConditionalGeneration``, which transformers' base mapping lists: logits alone)."""
+    cls = _output_class(model)
+    if not reads_text_alone(config, task) or cls is None or not callable(getattr(model, "get_decoder", None)):
+        return False
+    return not {f.name for f in dataclasses.fields(cls)} & set(fields)
+
+
+def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
+    """What the package is checked against: the model, or its bare decoder where that gives ``fields``."""
+    return bare_decoder(model) if states_from_decoder(model, config, task, fields) else model
+
+
+class DecoderStates(Named):
+    """The bare decoder's output of a model whose own has none of the fields (``states_from_decoder``),
+    run under the model's own paths (the checkpoint's names)."""
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return bare_decoder(self.model)(**inputs)

@@ -39,6 +39,7 @@ from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
 from fastonnx.pretrained.image_encoder_decoders import check_package as check_image_encoder_decoder
 from fastonnx.pretrained.image_encoder_decoders import image_kind
+from fastonnx.pretrained.multimodal_features import reference as encoder_reference
 from fastonnx.pretrained.reference_windows import prefill_length_feed
 from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
@@ -440,7 +441,7 @@ def _check_encoder(
     inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
-        out = model(**inputs)
+        out = encoder_reference(model, config, task, tuple(spec.output_names))(**inputs)
     return [
         compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
         for name, a in zip(spec.output_names, got, strict=True)
