@@ -45,6 +45,13 @@ import torch
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+from fastonnx.pretrained.multimodal_features import (
+    as_video,
+    bare_decoder,
+    merges_at_placeholders,
+    states_from_decoder,
+    video_frames,
+)
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES = (
     "text_batch_size",
@@ -467,15 +474,31 @@ def pairs_rows(model: torch.nn.Module) -> bool:
 def reads_text_alone(config: Any, task: str) -> bool:
     """Whether a base model taking ``pixel_values`` reads text alone in ``task``: feature-extraction of a
     model merging image features at placeholder tokens (multimodal_features.py)."""
-    from fastonnx.pretrained.multimodal_features import merges_at_placeholders
-
     return task == "feature-extraction" and merges_at_placeholders(config)
+
+
+class DecoderStates(Named):
+    """The bare decoder's output of a text-alone model whose own has none of the fields
+    (``from_decoder``), run under the model's own paths (the checkpoint's names)."""
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return bare_decoder(self.model)(**inputs)
+
+
+def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> bool:
+    """Whether a text-alone model's ``fields`` come from its bare decoder (multimodal_features.py)."""
+    cls = _output_class(model)
+    declared = {f.name for f in dataclasses.fields(cls)} if cls is not None else None
+    return reads_text_alone(config, task) and states_from_decoder(model, declared, fields)
+
+
+def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
+    """What a package of ``task`` is checked against: the model, or its bare decoder (``from_decoder``)."""
+    return bare_decoder(model) if from_decoder(model, config, task, fields) else model
 
 
 def video_input(config: Any, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A video encoder's frames of ``images`` (multimodal_features.py), else them."""
-    from fastonnx.pretrained.multimodal_features import as_video, video_frames
-
     frames = video_frames(config)
     return images if frames is None else as_video(images, frames)
 
@@ -538,9 +561,7 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
     module = module_cls(model, fields)
-    from fastonnx.pretrained.multimodal_features import DecoderStates, states_from_decoder
-
-    if states_from_decoder(model, config, task, fields):  # Llama 4's: logits alone
+    if from_decoder(model, config, task, fields):  # Llama 4's: logits alone
         module.inner = DecoderStates(model, fields)
     return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
 

@@ -7,7 +7,8 @@ alone, and the video input of the video encoders.
   text tasks do for such models' classifiers. Its images need their placeholder tokens in the text, as
   many as the image has feature rows, which the processor expands; they go through the image-text-to-text
   package's ``vision_encoder.onnx`` instead. Two-tower models (CLIP, SigLIP, BridgeTower...) name no image
-  token and keep images and text.
+  token and keep images and text. Llama 4's base class (``Llama4ForConditionalGeneration``, which
+  transformers' base mapping lists) returns logits alone: its states are its bare language model's.
 - A video encoder whose forward reads 5-D ``pixel_values`` (TimeSformer, VideoMAE, ViViT, X-CLIP: batch x
   frames x channels x height x width) takes the config's ``num_frames`` frames of its image size: the batch
   dynamic, the frames fixed, as the models' position embeddings (or frame embeddings) are one a frame.
@@ -15,12 +16,9 @@ alone, and the video input of the video encoders.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
-
-from fastonnx.pretrained.encoder_tasks import Named, _output_class, reads_text_alone
 
 PLACEHOLDER_KEYS = (
     "image_token_id",
@@ -64,23 +62,9 @@ def bare_decoder(model: torch.nn.Module) -> torch.nn.Module:
     return bare if isinstance(bare, torch.nn.Module) else decoder
 
 
-def states_from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> bool:
-    """Whether a text-alone model's ``fields`` come from its decoder: its own output declares none of them
-    (Llama 4's ``Llama4ForConditionalGeneration``, which transformers' base mapping lists: logits alone)."""
-    cls = _output_class(model)
-    if not reads_text_alone(config, task) or cls is None or not callable(getattr(model, "get_decoder", None)):
-        return False
-    return not {f.name for f in dataclasses.fields(cls)} & set(fields)
-
-
-def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
-    """What the package is checked against: the model, or its bare decoder where that gives ``fields``."""
-    return bare_decoder(model) if states_from_decoder(model, config, task, fields) else model
-
-
-class DecoderStates(Named):
-    """The bare decoder's output of a model whose own has none of the fields (``states_from_decoder``),
-    run under the model's own paths (the checkpoint's names)."""
-
-    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
-        return bare_decoder(self.model)(**inputs)
+def states_from_decoder(model: torch.nn.Module, declared: set[str] | None, fields: tuple[str, ...]) -> bool:
+    """Whether a text-alone model's ``fields`` come from its bare decoder: its own output (fields
+    ``declared``) has none of them (Llama 4's ``Llama4ForConditionalGeneration``, which transformers' base
+    mapping lists: logits alone)."""
+    decoder = callable(getattr(model, "get_decoder", None))
+    return decoder and declared is not None and not declared & set(fields)

@@ -34,12 +34,12 @@ from fastonnx.pretrained.decoder_cache import (
 )
 from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import reference as encoder_reference
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
 from fastonnx.pretrained.image_encoder_decoders import check_package as check_image_encoder_decoder
 from fastonnx.pretrained.image_encoder_decoders import image_kind
-from fastonnx.pretrained.multimodal_features import reference as encoder_reference
 from fastonnx.pretrained.reference_windows import prefill_length_feed
 from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
