@@ -40,7 +40,7 @@ TEXT_ALONE = (
     *("ultravbert", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava"),
 )
 VIDEO = ("timesformer", "videomae", "vivit", "xclip")
-PAIRS = ("bridgetower",)
+PAIRS = ("bridgetower", "git", "layoutlmv3")  # GIT, LayoutLMv3: their batch mismatched too
 MROPE_TEXT = (
     *("glm4v_moe_text", "glm4v_text", "glm_image_text", "glm_ocr_text", "qwen2_5_vl_text", "qwen2_vl_text"),
 )
