@@ -374,6 +374,25 @@ FIXES.update(
     }
 )
 
+# The text models of the M-RoPE vision-language models (feature-extraction's bare XTextModel): their
+# mrope_section splits head_dim 128's rotary frequencies over the temporal, row and column planes (Qwen2-VL's
+# [16, 24, 24] of 64; GLM-4V's [8, 12, 12] of 32 at partial_rotary_factor 0.5); the tiny head_dim 16 has 8
+# (GLM-4.5V's 4), split alike, as their composite models' entries in architecture_sweep.py split them
+FIXES.update(
+    {
+        **dict.fromkeys(
+            ("qwen2_vl_text", "qwen2_5_vl_text"),
+            {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}},
+        ),
+        **dict.fromkeys(
+            ("glm4v_text", "glm_ocr_text", "glm_image_text"),
+            {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+        ),
+        "glm4v_moe_text": {"rope_parameters": {"mrope_section": [1, 1, 2]}},
+        "glm_image": {"text_config": {"rope_parameters": {"mrope_section": [2, 3, 3]}}},
+    }
+)
+
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""

@@ -6,7 +6,15 @@ Inputs, by what the forward takes:
   ``batch_size`` x ``sequence_length``; multiple-choice adds ``num_choices`` between them;
 - images: ``pixel_values`` at the config's ``image_size`` (224 where it has none), ``batch_size`` dynamic;
 - image and text (zero-shot image classification: CLIP, SigLIP): ``input_ids``, ``attention_mask`` of
-  ``text_batch_size`` prompts and ``pixel_values`` of ``batch_size`` images;
+  ``text_batch_size`` prompts and ``pixel_values`` of ``batch_size`` images; a model reading them as pairs,
+  row by row (BridgeTower, ViLT: its output has no contrastive embeddings), ``batch_size`` of each;
+- feature-extraction of a base model that merges image features into its text at placeholder tokens (its
+  config names an image token: ``image_token_id``, ``image_token_index``, ``image_token``, or a video
+  token): text alone, ``input_ids``, ``attention_mask`` to the language model's ``last_hidden_state``, as
+  the text tasks read such models' classifiers; its images go through image-text-to-text's
+  ``vision_encoder.onnx`` (multimodal_features.py). Two towers (CLIP, SigLIP, BridgeTower) keep both;
+- video (TimeSformer, VideoMAE, ViViT, X-CLIP: 5-D ``pixel_values``): the config's ``num_frames`` frames
+  of its image size, ``batch_size`` dynamic, the frames fixed as the models' frame embeddings fix them;
 - zero-shot object detection: OWL-ViT's queries flattened as its processor makes them (``text_batch_size``
   rows = images x queries) beside ``batch_size`` images; Grounding DINO's one prompt an image;
 - time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels``;
@@ -49,6 +57,13 @@ from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.frame_widths import first_layer_width
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+from fastonnx.pretrained.multimodal_features import (
+    as_video,
+    bare_decoder,
+    merges_at_placeholders,
+    states_from_decoder,
+    video_frames,
+)
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
     "text_batch_size",
@@ -92,10 +107,13 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
     # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
-    # feature-extraction of them does; a pooled encoder (DPR's) its pooled output
+    # feature-extraction of them does; a fusion model (BridgeTower) its text and image features and their
+    # pooled output; a pooled encoder (DPR's) its pooled output
     "feature-extraction": (
         "text_embeds",
         "image_embeds",
+        "text_features",
+        "image_features",
         "pooler_output",
         *CROSS_MODAL_OUTPUTS,
         *MASK_DECODER_OUTPUTS,
@@ -207,7 +225,7 @@ class Named(torch.nn.Module):
         for (_, flag), c in switched.items():
             setattr(c, flag, False)
         try:
-            out = self.model(**inputs)
+            out = self.run(inputs)
         finally:
             for (_, flag), c in switched.items():
                 setattr(c, flag, True)
@@ -221,6 +239,9 @@ class Named(torch.nn.Module):
                 )
             found.append(value)
         return tuple(found) if len(found) > 1 else found[0]
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return self.model(**inputs)
 
 
 # one module a set of inputs: torch.export binds dynamic shapes to the forward's parameter names
@@ -556,20 +577,24 @@ def _task_inputs(
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     if takes(model, "past_values"):
         return series_inputs(config, batch, device), {"past_values": {0: BATCH}}
-    if takes(model, "pixel_values") and task not in TEXT_TASKS:
+    text_alone = reads_text_alone(config, task)  # a vision-language model's features: its text's
+    if takes(model, "pixel_values") and task not in TEXT_TASKS and not text_alone:
         # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)
         pose = task == "keypoint-detection" and not hasattr(config, "image_size")
         if one_image_outputs(model, task):  # SuperPoint: one image a run, no dim dynamic
             return image_inputs(_sub(config, "backbone_config") if pose else config, 1, device), {}
         images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
+        images = video_input(config, images)
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
             return _with_side_inputs(model, config, images, {"pixel_values": {0: BATCH}}, device)
-        text = text_inputs(config, batch + 1, 7, device, False)
-        dims = {"input_ids": {0: TEXT_BATCH, 1: SEQUENCE}, "attention_mask": {0: TEXT_BATCH, 1: SEQUENCE}}
+        paired = pairs_rows(model)
+        text = text_inputs(config, batch if paired else batch + 1, 7, device, False)
+        rows = BATCH if paired else TEXT_BATCH
+        dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
-    if takes(model, "input_values") or takes(model, "input_features"):
+    if (takes(model, "input_values") or takes(model, "input_features")) and not text_alone:
         return audio_inputs(model, config, batch, device)
     if (codebooks := _codebook_text(model, config, batch, device)) is not None:
         return codebooks
@@ -610,6 +635,49 @@ def _with_side_inputs(
     make = side_inputs.text_side_inputs if "input_ids" in inputs else side_inputs.image_side_inputs
     extra, extra_names = make(model, config, inputs, device)
     return {**inputs, **extra}, {**names, **extra_names}
+
+
+CONTRASTIVE = ("logits_per_image", "logits_per_video", "text_embeds", "image_embeds")
+"""Output fields of a two-tower model that embeds its texts and images apart (CLIP, SigLIP, X-CLIP)."""
+
+
+def pairs_rows(model: torch.nn.Module) -> bool:
+    """Whether a model of images and text reads them as pairs, row by row (BridgeTower's cross-modal layers,
+    ViLT's joint sequence): its output declares none of ``CONTRASTIVE``; then its text batch is the images'."""
+    cls = _output_class(model)
+    return cls is not None and not {f.name for f in dataclasses.fields(cls)} & set(CONTRASTIVE)
+
+
+def reads_text_alone(config: Any, task: str) -> bool:
+    """Whether a base model taking ``pixel_values`` reads text alone in ``task``: feature-extraction of a
+    model merging image features at placeholder tokens (multimodal_features.py)."""
+    return task == "feature-extraction" and merges_at_placeholders(config)
+
+
+class DecoderStates(Named):
+    """The bare decoder's output of a text-alone model whose own has none of the fields
+    (``from_decoder``), run under the model's own paths (the checkpoint's names)."""
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return bare_decoder(self.model)(**inputs)
+
+
+def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> bool:
+    """Whether a text-alone model's ``fields`` come from its bare decoder (multimodal_features.py)."""
+    cls = _output_class(model)
+    declared = {f.name for f in dataclasses.fields(cls)} if cls is not None else None
+    return reads_text_alone(config, task) and states_from_decoder(model, declared, fields)
+
+
+def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
+    """What a package of ``task`` is checked against: the model, or its bare decoder (``from_decoder``)."""
+    return bare_decoder(model) if from_decoder(model, config, task, fields) else model
+
+
+def video_input(config: Any, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A video encoder's frames of ``images`` (multimodal_features.py), else them."""
+    frames = video_frames(config)
+    return images if frames is None else as_video(images, frames)
 
 
 def _declared_features(model: torch.nn.Module, used: set[str]) -> dict[str, tuple[int, int]]:
@@ -671,7 +739,10 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
         fields = SEQ2SEQ_FEATURES
     _refuse_variable_counts(model, task, fields)
     shapes = dynamic_shapes(model, names)
-    return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+    module = module_cls(model, fields)
+    if from_decoder(model, config, task, fields):  # Llama 4's: logits alone
+        module.inner = DecoderStates(model, fields)
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:

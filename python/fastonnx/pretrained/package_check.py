@@ -34,6 +34,7 @@ from fastonnx.pretrained.decoder_cache import (
 )
 from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import reference as encoder_reference
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
@@ -440,7 +441,7 @@ def _check_encoder(
     inputs = _encoder_feeds(model, config, task)
     got = _run(session, list(inputs), list(inputs.values()))
     with torch.no_grad():
-        out = model(**inputs)
+        out = encoder_reference(model, config, task, tuple(spec.output_names))(**inputs)
     return [
         compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
         for name, a in zip(spec.output_names, got, strict=True)
