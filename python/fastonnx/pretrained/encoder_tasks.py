@@ -40,6 +40,7 @@ import torch
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+from fastonnx.pretrained.tuple_outputs import NESTED_FIELDS, TUPLE_FIELDS, flattened, output_names, read
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
     "text_batch_size",
@@ -90,6 +91,8 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         "pooler_output",
         *CROSS_MODAL_OUTPUTS,
         *MASK_DECODER_OUTPUTS,
+        *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone)
+        *NESTED_FIELDS,  # BLIP-2's Q-Former states
     ),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
@@ -156,7 +159,7 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
         return wanted
     declared = {f.name for f in dataclasses.fields(cls)}
     for fields in (wanted, FALLBACK_OUTPUTS.get(task, ())):
-        if kept := tuple(f for f in fields if f in declared):
+        if kept := tuple(f for f in fields if f.partition(".")[0] in declared):
             return kept
     return wanted
 
@@ -194,7 +197,10 @@ class Named(torch.nn.Module):
                 setattr(c, flag, True)
         found: list[torch.Tensor] = []
         for f in self.fields:
-            value = getattr(out, f, None)
+            value = read(out, f)
+            if f in TUPLE_FIELDS and (tensors := flattened(value)) is not None:
+                found.extend(tensors)
+                continue
             if not isinstance(value, torch.Tensor):
                 raise InputError(
                     f"{type(self.model).__name__} returned no {f!r} tensor ({type(value).__name__}): its "
@@ -650,8 +656,10 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if "decoder_input_ids" in inputs:  # a seq2seq base model (Speech2Text's annotation names its LM output)
         fields = SEQ2SEQ_FEATURES
     _refuse_variable_counts(model, task, fields)
+    _refuse_no_features(model, task, fields)
     shapes = dynamic_shapes(model, names)
-    return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), list(fields))
+    outputs = list(output_names(model, fields))
+    return GraphSpec(module_cls(model, fields), tuple(inputs.values()), shapes, list(inputs), outputs)
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
@@ -662,6 +670,20 @@ def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     if not counted or not set(counted) <= set(declared):
         return ()
     return tuple(f for f in ONE_IMAGE_OUTPUTS if f in declared)
+
+
+def _refuse_no_features(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:
+    """A base model whose output class declares none of the states a feature user reads (VITS's: a
+    waveform drawn with random noise and its lengths) has no feature-extraction graph."""
+    cls = _output_class(model)
+    if task != "feature-extraction" or cls is None:
+        return
+    declared = [f.name for f in dataclasses.fields(cls)]
+    if not any(f.partition(".")[0] in declared for f in fields):
+        raise InputError(
+            f"{type(model).__name__} returns {cls.__name__} ({', '.join(declared)}): none of the states "
+            f"a feature-extraction user reads ({', '.join(fields + FALLBACK_OUTPUTS[task])})"
+        )
 
 
 def _refuse_variable_counts(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:
