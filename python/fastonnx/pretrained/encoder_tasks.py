@@ -64,6 +64,7 @@ from fastonnx.pretrained.multimodal_features import (
     states_from_decoder,
     video_frames,
 )
+from fastonnx.pretrained.tuple_outputs import NESTED_FIELDS, TUPLE_FIELDS, flattened, output_names, read
 
 TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
     "text_batch_size",
@@ -117,6 +118,8 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         "pooler_output",
         *CROSS_MODAL_OUTPUTS,
         *MASK_DECODER_OUTPUTS,
+        *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone)
+        *NESTED_FIELDS,  # BLIP-2's Q-Former states
     ),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
@@ -183,7 +186,7 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
         return wanted
     declared = {f.name for f in dataclasses.fields(cls)}
     for fields in (wanted, FALLBACK_OUTPUTS.get(task, ()), ctc_outputs(model, task)):
-        if kept := tuple(f for f in fields if f in declared):
+        if kept := tuple(f for f in fields if f.partition(".")[0] in declared):
             return kept
     return wanted
 
@@ -231,7 +234,10 @@ class Named(torch.nn.Module):
                 setattr(c, flag, True)
         found: list[torch.Tensor] = []
         for f in self.fields:
-            value = getattr(out, f, None)
+            value = read(out, f)
+            if f in TUPLE_FIELDS and (tensors := flattened(value)) is not None:
+                found.extend(tensors)
+                continue
             if not isinstance(value, torch.Tensor):
                 raise InputError(
                     f"{type(self.model).__name__} returned no {f!r} tensor ({type(value).__name__}): its "
@@ -738,11 +744,14 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if "decoder_input_ids" in inputs:  # a seq2seq base model (Speech2Text's annotation names its LM output)
         fields = SEQ2SEQ_FEATURES
     _refuse_variable_counts(model, task, fields)
+    if not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
+        _refuse_no_features(model, task, fields)
     shapes = dynamic_shapes(model, names)
     module = module_cls(model, fields)
     if from_decoder(model, config, task, fields):  # Llama 4's: logits alone
         module.inner = DecoderStates(model, fields)
-    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(fields))
+    outputs = list(output_names(model, fields))
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), outputs)
 
 
 def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
@@ -753,6 +762,20 @@ def one_image_outputs(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     if not counted or not set(counted) <= set(declared):
         return ()
     return tuple(f for f in ONE_IMAGE_OUTPUTS if f in declared)
+
+
+def _refuse_no_features(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:
+    """A base model whose output class declares none of the states a feature user reads (VITS's: a
+    waveform drawn with random noise and its lengths) has no feature-extraction graph."""
+    cls = _output_class(model)
+    if task != "feature-extraction" or cls is None:
+        return
+    declared = [f.name for f in dataclasses.fields(cls)]
+    if not any(f.partition(".")[0] in declared for f in fields):
+        raise InputError(
+            f"{type(model).__name__} returns {cls.__name__} ({', '.join(declared)}): none of the states "
+            f"a feature-extraction user reads ({', '.join(fields + FALLBACK_OUTPUTS[task])})"
+        )
 
 
 def _refuse_variable_counts(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> None:

@@ -49,6 +49,7 @@ from fastonnx.pretrained.task_inputs import (
     no_cache_flags,
     seq2seq_sides,
 )
+from fastonnx.pretrained.tuple_outputs import read
 from fastonnx.progress_bars import Progress
 
 Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
@@ -443,7 +444,7 @@ def _check_encoder(
     with torch.no_grad():
         out = encoder_reference(model, config, task, tuple(spec.output_names))(**inputs)
     return [
-        compare(name, getattr(out, name), a, *tolerance(getattr(out, name)))
+        compare(name, read(out, name), a, *tolerance(read(out, name)))
         for name, a in zip(spec.output_names, got, strict=True)
     ]
 

@@ -72,16 +72,11 @@ def codebook_rows(model: torch.nn.Module, config: Any) -> int:
     imports encoder_tasks, is the same test for the text-generation graph)."""
     text = getattr(config, "text_config", None) or config
     books = getattr(getattr(config, "decoder", None) or text, "num_codebooks", None)
+    if not isinstance(books, int) or books <= 1:
+        return 1  # before asking for the tables: some models (VITS) raise rather than name none
     get = getattr(model, "get_input_embeddings", None)
     tables = get() if callable(get) else None
-    if (
-        isinstance(books, int)
-        and books > 1
-        and isinstance(tables, torch.nn.ModuleList)
-        and len(tables) == books
-    ):
-        return books
-    return 1
+    return books if isinstance(tables, torch.nn.ModuleList) and len(tables) == books else 1
 
 
 def rows_of(dim: str, rows: int) -> str:

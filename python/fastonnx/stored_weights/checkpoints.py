@@ -214,6 +214,10 @@ def index_shards(files: Sequence[str]) -> dict[str, ShardTensor]:
         for key in keys:
             entry = header[key]
             begin, end = entry["data_offsets"]
+            if end == begin:
+                # no bytes to point at: onnxruntime fails reading 0 bytes at the shard's end (DINOv3's
+                # register_tokens where it has none); such a tensor is written as without weights=
+                continue
             if key in found:
                 earlier = found[key].shard in superseders
                 if earlier == superseding:

@@ -1,0 +1,56 @@
+"""Output fields that hold a tuple of tensors, returned as one named graph output each, and fields of a
+nested output.
+
+A backbone base model (HGNetV2Backbone, feature-extraction) returns ``feature_maps``, a tuple of one map a
+stage it was asked for (``out_features``), and no ``last_hidden_state``. Its graph returns them as
+``feature_maps.0``, ``feature_maps.1``... in the tuple's order, which :func:`read` looks up in an eager
+output for the verification.
+
+BLIP-2's base model (Blip2Model) returns its language model's logits and its towers' outputs as nested
+outputs, no states of its own: its graph returns the Q-Former's query states,
+``qformer_outputs.last_hidden_state`` (what ``Blip2Model.get_qformer_features`` gives a feature user).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+TUPLE_FIELDS = ("feature_maps",)
+"""Fields that hold a tuple: their count is the model's ``out_features``' (a backbone's stages kept)."""
+
+
+def output_names(model: torch.nn.Module, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """``fields`` with each tuple field spelled one name an element (``feature_maps.0``...)."""
+    names: list[str] = []
+    for f in fields:
+        if f in TUPLE_FIELDS:
+            count = len(getattr(model, "out_features", ()) or ())
+            names.extend(f"{f}.{i}" for i in range(count))
+        else:
+            names.append(f)
+    return tuple(names)
+
+
+def flattened(value: Any) -> list[torch.Tensor] | None:
+    """The tensors of a tuple field's value, or None where it is no tuple of tensors."""
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    return None
+
+
+NESTED_FIELDS = ("qformer_outputs.last_hidden_state",)
+"""Fields of a nested output, ``outer.inner``, a base model without states of its own returns."""
+
+
+def read(out: Any, name: str) -> Any:
+    """The value of output ``name`` in a model output: a field, ``field.i`` the i-th of a tuple field, or
+    ``outer.inner`` a field of a nested output (None where a part is missing)."""
+    field, _, rest = name.partition(".")
+    value = getattr(out, field, None)
+    if not rest:
+        return value
+    if rest.isdigit() and field in TUPLE_FIELDS:
+        return value[int(rest)] if value is not None else None
+    return read(value, rest) if value is not None else None
