@@ -149,3 +149,15 @@ def architecture_sweep() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def export_swept(tmp_path: pathlib.Path, task: str, model_type: str, class_name: str | None = None) -> Any:
+    """The architecture sweep's tiny checkpoint of ``model_type`` for ``task`` (its mapping's class unless
+    ``class_name``), exported by ``export_pretrained`` with its verification: the written package."""
+    import fastonnx
+
+    sweep = architecture_sweep()
+    folder = tmp_path / "checkpoint"
+    cls = class_name or dict(sweep.architectures(task))[model_type]
+    sweep.build_checkpoint(task, model_type, cls, folder)
+    return fastonnx.export_pretrained(folder, tmp_path / "package", task, progress=False)

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_folders import architecture_sweep
+from checkpoint_folders import architecture_sweep, export_swept
 
-import fastonnx
 from fastonnx.pretrained import audio_base_models as abm
 from fastonnx.pretrained import audio_language as al
 from fastonnx.pretrained.encoder_tasks import ctc_outputs
@@ -63,9 +62,7 @@ def _tiny(model_type: str, class_name: str) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "glmasr"))
 def test_exported_and_verified(tmp_path: pathlib.Path, model_type: str) -> None:
-    folder = tmp_path / "checkpoint"
-    architecture_sweep().build_checkpoint(TASK, model_type, FIXED[model_type], folder)
-    written = fastonnx.export_pretrained(folder, tmp_path / "package", TASK, progress=False)
+    written = export_swept(tmp_path, TASK, model_type, FIXED[model_type])
     assert written.verified is True, written.verify_note
 
 

@@ -18,9 +18,8 @@ import types
 
 import pytest
 import torch
-from checkpoint_folders import architecture_sweep
+from checkpoint_folders import export_swept
 
-import fastonnx
 from fastonnx.capture.text_encoder_swaps import cpmant_attention_mask, padding_mask_always
 from fastonnx.pretrained.encoder_tasks import dynamic_shapes
 from fastonnx.pretrained.side_inputs import rows_of
@@ -43,11 +42,7 @@ FIXED = [
 
 @pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "cpmant"))
 def test_the_base_model_exports_and_verifies(tmp_path: pathlib.Path, model_type: str) -> None:
-    sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(TASK))[model_type]
-    folder = tmp_path / "checkpoint"
-    sweep.build_checkpoint(TASK, model_type, class_name, folder)
-    written = fastonnx.export_pretrained(folder, tmp_path / "package", TASK, progress=False)
+    written = export_swept(tmp_path, TASK, model_type)
     assert written.verified is True, written.verify_note
 
 

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_folders import architecture_sweep
+from checkpoint_folders import export_swept
 
-import fastonnx
 from fastonnx.errors import InputError
 from fastonnx.pretrained.side_inputs import codebook_rows
 from fastonnx.pretrained.tuple_outputs import output_names, read
@@ -32,11 +31,7 @@ FIXED = ["blip-2", "dinov3_vit", "hgnet_v2"]
 
 
 def _export(tmp_path: pathlib.Path, model_type: str) -> Any:
-    sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(TASK))[model_type]
-    folder = tmp_path / "checkpoint"
-    sweep.build_checkpoint(TASK, model_type, class_name, folder)
-    return fastonnx.export_pretrained(folder, tmp_path / "package", TASK, progress=False)
+    return export_swept(tmp_path, TASK, model_type)
 
 
 @pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "dinov3_vit"))

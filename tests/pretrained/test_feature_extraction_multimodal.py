@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_folders import architecture_sweep
+from checkpoint_folders import architecture_sweep, export_swept
 
-import fastonnx
 from fastonnx.pretrained.encoder_tasks import BATCH, DecoderStates, encoder, encoder_inputs, from_decoder
 from fastonnx.pretrained.multimodal_features import bare_decoder
 from support.matrix import sampled
@@ -57,10 +56,7 @@ def _sweep_model(model_type: str) -> Any:
     "model_type", sampled([*TEXT_ALONE, *VIDEO, *PAIRS, *MROPE_TEXT], lambda name: name == "llava")
 )
 def test_multimodal_base_model_exports_verified(tmp_path: pathlib.Path, model_type: str) -> None:
-    sweep = architecture_sweep()
-    folder = tmp_path / "checkpoint"
-    sweep.build_checkpoint(TASK, model_type, dict(sweep.architectures(TASK))[model_type], folder)
-    written = fastonnx.export_pretrained(folder, tmp_path / "package", TASK, progress=False)
+    written = export_swept(tmp_path, TASK, model_type)
     assert written.verified is True, written.verify_note
 
 
