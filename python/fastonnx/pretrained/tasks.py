@@ -283,6 +283,10 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
             f"model type {model_type!r} ({arch or 'no architectures entry'}) has no {task} model in "
             "transformers"
         )
+    if task == "text-to-audio":
+        from fastonnx.pretrained.speech_synthesis import refuse
+
+        refuse(cls)  # a model generating its audio in a loop, refused before its weights are read
     return TASKS[task], cls
 
 
