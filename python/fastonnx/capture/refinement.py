@@ -38,6 +38,7 @@ from fastonnx.capture.document_patches import gathered_document_patches
 from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
+from fastonnx.capture.length_regulators import gathered_length_regulators
 from fastonnx.capture.pooling_by_positions import pooling_by_comparison
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
@@ -218,6 +219,7 @@ def _export(
         symbolic_depth_patches(),  # DepthPro's patch counts following the batch (depth_patches.py)
         symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
         guard_free_text_encoders(),  # CPM-Ant, FSMT, Longformer (text_encoder_swaps.py)
+        gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),

@@ -131,6 +131,11 @@ def encoder_feeds(model: Any, config: Any, task: str) -> Iterator[dict[str, Any]
     """An encoder's calibration inputs: the verification's (a batch of 2, text right-padded)."""
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
 
+    if task == "text-to-audio":  # speech_synthesis.py's inputs (VITS' noise scales at 0)
+        from fastonnx.pretrained.speech_synthesis import TOKENS, speech_inputs
+
+        yield {name: t.numpy() for name, t in speech_inputs(config, CALIBRATION[0], TOKENS, "cpu").items()}
+        return
     inputs, _ = encoder_inputs(model, config, task, CALIBRATION[0], "cpu")
     yield {name: t.numpy() for name, t in inputs.items()}
 

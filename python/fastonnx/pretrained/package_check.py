@@ -502,6 +502,10 @@ def verify_package(
                 infos = check_image_encoder_decoder(sessions, model, _run)
             elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs)
+            elif task == "text-to-audio":
+                from fastonnx.pretrained.speech_synthesis import check_speech
+
+                infos = check_speech(sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance)
             elif "audio_encoder.onnx" in specs:
                 infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:

@@ -725,6 +725,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     if task == "automatic-speech-recognition" and takes(model, "decoder_input_ids"):
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
         return {**text2text(model, config, speech=True), **genai_whisper(model, config)}
+    if task == "text-to-audio":
+        from fastonnx.pretrained.speech_synthesis import speech_graph
+
+        return {"model.onnx": speech_graph(model, config)}  # VITS, FastSpeech2 (speech_synthesis.py)
     # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
 

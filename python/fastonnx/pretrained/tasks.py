@@ -2,7 +2,9 @@
 
 Each task names the transformers auto mapping (model type -> class name) that lists the architectures
 having it; ``task="auto"`` takes the first task whose mapping holds the class the config's
-``architectures`` names.
+``architectures`` names. text-to-audio (speech_synthesis.py) exports only the models synthesizing in one
+forward; ``auto`` takes no other class there (those generating their audio in a loop keep their other
+tasks).
 """
 
 from __future__ import annotations
@@ -147,6 +149,12 @@ TASKS: dict[str, Task] = {
             "speaker embeddings (x-vectors): logits and embeddings",
         ),
         Task(
+            "text-to-audio",
+            ("MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES", "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES"),
+            "text to speech in one forward (VITS, FastSpeech2Conformer): waveform or spectrogram of a "
+            "data-dependent length",
+        ),
+        Task(
             "feature-extraction",
             ("MODEL_MAPPING_NAMES",),
             "the bare model: last_hidden_state (an encoder-decoder's also takes decoder_input_ids)",
@@ -205,6 +213,13 @@ def _generates_text(arch: str, model_type: str) -> bool:
     return arch in _class_names(vision.get(model_type, []))
 
 
+def _synthesizes(arch: str | None) -> bool:
+    """Whether text-to-audio exports ``arch`` (one forward: VITS, FastSpeech2Conformer)."""
+    from fastonnx.pretrained.speech_synthesis import one_forward
+
+    return arch is not None and one_forward(arch)
+
+
 def _three_files(arch: str) -> bool:
     """Whether the vision-language class takes its images as image-text-to-text exports them: plain
     ``pixel_values`` (LLaVA, InternVL), Qwen-VL's patch grids, or a vision encoder-decoder's images (its
@@ -246,11 +261,13 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
         for t in TASKS.values():
             if t.name == "image-text-to-text" and arch is not None and not _three_files(arch):
                 continue  # images as tiles: the text path's package (text-generation) below
+            if t.name == "text-to-audio" and not _synthesizes(arch):
+                continue  # a model generating its audio in a loop: its other tasks' packages
             if arch is not None and any(arch in _class_names(v) for v in task_mapping(t).values()):
                 return t, arch
         for t in TASKS.values():  # the architecture in no task's mapping: the first task the type has
             cls = _has(t, model_type, arch)
-            if cls is not None:
+            if cls is not None and (t.name != "text-to-audio" or _synthesizes(cls)):
                 return t, cls
         raise InputError(
             f"cannot tell the task of {arch or model_type}: none of {', '.join(TASKS)} lists it; "
@@ -266,6 +283,10 @@ def choose(config: dict[str, Any], task: str) -> tuple[Task, str]:
             f"model type {model_type!r} ({arch or 'no architectures entry'}) has no {task} model in "
             "transformers"
         )
+    if task == "text-to-audio":
+        from fastonnx.pretrained.speech_synthesis import refuse
+
+        refuse(cls)  # a model generating its audio in a loop, refused before its weights are read
     return TASKS[task], cls
 
 

@@ -1,0 +1,190 @@
+"""text-to-audio: the text-to-speech models that synthesize in one forward, each one graph ``model.onnx``,
+and the refusal of those that generate their audio in a loop.
+
+Inputs: ``input_ids``, ``attention_mask`` (``batch_size`` x ``sequence_length``, right-padded rows).
+Outputs, per class:
+
+- VITS (``VitsModel``): ``waveform`` (``batch_size`` x samples) and ``sequence_lengths`` (each row's
+  samples); VITS draws noise in its flow prior and its stochastic duration predictor (``randn_like``
+  scaled by ``config.noise_scale`` / ``noise_scale_duration``). The graph draws it too (ONNX
+  RandomNormalLike) and takes the scales as float32 scalar inputs ``noise_scale`` and
+  ``noise_scale_duration`` (the latter only with ``use_stochastic_duration_prediction``): the config's
+  values synthesize as transformers does, 0 makes the run deterministic, which is how it is verified
+  (random draws are never compared). The speaking rate is the config's; multi-speaker checkpoints
+  synthesize without a speaker embedding (transformers' ``speaker_id=None``).
+- FastSpeech2Conformer (``FastSpeech2ConformerModel``): ``spectrogram`` (``batch_size`` x frames x mel
+  bins) and ``duration_outputs`` (frames per token: a row's frames are their sum);
+  ``FastSpeech2ConformerWithHifiGan``: ``waveform`` and ``duration_outputs``. Its length regulator is
+  swapped for a gather (capture/length_regulators.py).
+
+The output length (VITS' ceiled and summed durations, FastSpeech2's repeats) is data-dependent: an unbacked
+size in torch.export, a dynamic dim of the ONNX output, the batch's longest row (shorter rows padded as
+transformers pads them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fastonnx.diagnostics.verdicts import VerificationInfo, compare
+from fastonnx.errors import InputError
+from fastonnx.pretrained.encoder_tasks import TextEncoder
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec
+
+OUTPUTS: dict[str, tuple[str, ...]] = {
+    "VitsModel": ("waveform", "sequence_lengths"),
+    "FastSpeech2ConformerModel": ("spectrogram", "duration_outputs"),
+    "FastSpeech2ConformerWithHifiGan": ("waveform", "duration_outputs"),
+}
+"""The one-forward classes and the outputs of their graph."""
+
+LOOPS: dict[str, str] = {
+    "SpeechT5ForTextToSpeech": "generates its spectrogram frame by frame in a loop (a decoder with a cache "
+    "and a stop threshold), its vocoder a separate checkpoint",
+    "BarkModel": "generates semantic, coarse and fine audio tokens in three loops, then decodes them with "
+    "EnCodec",
+    "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
+    "then decodes them with Mimi",
+    "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
+    "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
+    "MusicgenForConditionalGeneration": "generates its EnCodec codebook tokens in a loop (a decoder with a "
+    "cache over the text encoder's states), then decodes them with EnCodec",
+    "MusicgenMelodyForConditionalGeneration": "generates its EnCodec codebook tokens in a loop, then decodes "
+    "them with EnCodec",
+    "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
+    "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
+    "then waveforms (token2wav)",
+    "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
+    "code predictor), then waveforms",
+    "SeamlessM4TForTextToSpeech": "translates the text and generates its unit tokens in loops, then a vocoder",
+    "SeamlessM4Tv2ForTextToSpeech": "translates the text and generates its unit tokens in loops, then a "
+    "vocoder",
+    "VibeVoiceForConditionalGeneration": "generates its speech latents in a loop (a language model and a "
+    "diffusion head)",
+}
+"""Why each other class of the task's mappings is no one-forward graph."""
+
+TOKENS = 7
+
+
+def one_forward(class_name: str) -> bool:
+    """Whether text-to-audio exports ``class_name`` (``task="auto"`` takes no other there)."""
+    return class_name in OUTPUTS
+
+
+def refuse(class_name: str) -> None:
+    """An InputError naming why ``class_name`` has no text-to-audio graph; nothing for those it has."""
+    if one_forward(class_name):
+        return
+    why = LOOPS.get(class_name, "generates its audio in a loop")
+    raise InputError(
+        f"text-to-audio of {class_name} {why}: not a one-forward graph; not supported yet (text-to-audio "
+        f"exports {', '.join(OUTPUTS)})"
+    )
+
+
+class VitsSynthesis(torch.nn.Module):
+    """VITS with its noise scales as inputs (0-d tensors standing for the config's floats)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def synthesize(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, scales: tuple[Any, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        model: Any = self.model
+        kept = model.noise_scale, model.noise_scale_duration
+        model.noise_scale, model.noise_scale_duration = scales  # read by its forward only
+        try:
+            out = model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        finally:
+            model.noise_scale, model.noise_scale_duration = kept
+        return out.waveform, out.sequence_lengths
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, noise_scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # a deterministic duration predictor draws nothing: its scale is never read
+        return self.synthesize(input_ids, attention_mask, (noise_scale, 0.0))
+
+
+class StochasticVitsSynthesis(VitsSynthesis):
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        noise_scale: torch.Tensor,
+        noise_scale_duration: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.synthesize(input_ids, attention_mask, (noise_scale, noise_scale_duration))
+
+
+def _text_config(config: Any) -> Any:
+    """The config holding the vocabulary (FastSpeech2ConformerWithHifiGan's ``model_config``)."""
+    return getattr(config, "model_config", None) or config
+
+
+def speech_inputs(
+    config: Any, batch: int, tokens: int, device: str | torch.device
+) -> dict[str, torch.Tensor]:
+    """``batch`` rows of ``tokens`` ids, the second right-padded from its middle; for VITS the noise
+    scales at 0 (what verification feeds: no random draw compared)."""
+    g = torch.Generator().manual_seed(0)
+    vocab = int(_text_config(config).vocab_size)
+    inputs = {
+        "input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, tokens), generator=g),
+        "attention_mask": torch.ones(batch, tokens, dtype=torch.int64),
+    }
+    if batch > 1:
+        inputs["attention_mask"][1, max(1, tokens // 2) :] = 0
+    if getattr(config, "model_type", None) == "vits":
+        inputs["noise_scale"] = torch.tensor(0.0)
+        if config.use_stochastic_duration_prediction:
+            inputs["noise_scale_duration"] = torch.tensor(0.0)
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def speech_graph(model: torch.nn.Module, config: Any) -> GraphSpec:
+    """text-to-audio's one graph for ``model`` (an InputError for a class that generates in a loop)."""
+    name = type(model).__name__
+    refuse(name)
+    inputs = speech_inputs(config, 2, TOKENS, "meta")
+    batch = torch.export.Dim(BATCH, max=1024)
+    sequence = torch.export.Dim(SEQUENCE, max=1 << 20)
+    shapes: dict[str, Any] = {k: {} for k in inputs}
+    shapes["input_ids"] = shapes["attention_mask"] = {0: batch, 1: sequence}
+    module: torch.nn.Module
+    if name == "VitsModel":
+        stochastic = "noise_scale_duration" in inputs
+        module = (StochasticVitsSynthesis if stochastic else VitsSynthesis)(model)
+    else:
+        module = TextEncoder(model, OUTPUTS[name])
+    return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), list(OUTPUTS[name]))
+
+
+CHECKED = ((2, TOKENS), (1, 3))
+"""The (batch, tokens) of the verification's runs: the example's, and another size of both."""
+
+
+def check_speech(
+    session: Any, model: Any, spec: GraphSpec, run: Any, tolerance: Any
+) -> list[VerificationInfo]:
+    """The graph against transformers' forward at the sizes of ``CHECKED``, VITS' noise scales at 0
+    (``run(session, names, tensors)`` gives the session's outputs)."""
+    infos: list[VerificationInfo] = []
+    for batch, tokens in CHECKED:
+        inputs = speech_inputs(model.config, batch, tokens, "cpu")
+        got = run(session, list(inputs), list(inputs.values()))
+        with torch.no_grad():
+            if isinstance(spec.module, VitsSynthesis):
+                ids, mask = inputs["input_ids"], inputs["attention_mask"]
+                expected = VitsSynthesis(model).synthesize(ids, mask, (0.0, 0.0))
+            else:
+                out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+                expected = tuple(getattr(out, f) for f in spec.output_names)
+        for name, e, a in zip(spec.output_names, expected, got, strict=True):
+            infos.append(compare(f"{name} ({batch}x{tokens})", e, a, *tolerance(e)))
+    return infos
