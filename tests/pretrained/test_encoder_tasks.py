@@ -57,6 +57,8 @@ CASES = [
         "Speech2TextModel",
         ["last_hidden_state", "encoder_last_hidden_state"],
     ),
+    # its forward returns an LM output: the encoder's states alone are features
+    ("feature-extraction", "seamless_m4t", "SeamlessM4TModel", ["encoder_last_hidden_state"]),
 ]
 
 

@@ -35,6 +35,7 @@ from fastonnx.pretrained.encoder_tasks import (
     audio_inputs,
     dynamic_shapes,
     output_fields,
+    reads_text_alone,
 )
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
@@ -59,7 +60,9 @@ def is_audio_prompted(model: torch.nn.Module) -> bool:
 
 def owns(model: torch.nn.Module, task: str) -> bool:
     """Whether this module makes ``task``'s graph of ``model``."""
-    return task == TASK and (is_transducer(model) or is_audio_prompted(model))
+    if task != TASK or reads_text_alone(getattr(model, "config", None), task):
+        return False  # an omni model also naming image tokens (Gemma 4, Qwen2.5-Omni) reads text alone
+    return is_transducer(model) or is_audio_prompted(model)
 
 
 def base_inputs(model: torch.nn.Module, config: Any, batch: int, device: str | torch.device) -> Inputs:

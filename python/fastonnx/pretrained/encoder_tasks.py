@@ -559,6 +559,17 @@ SEQ2SEQ_FEATURES = ("last_hidden_state", "encoder_last_hidden_state")
 """What an encoder-decoder base model's feature-extraction returns: its decoder's states and its encoder's."""
 
 
+def seq2seq_fields(model: torch.nn.Module) -> tuple[str, ...]:
+    """Those of ``SEQ2SEQ_FEATURES`` the class an encoder-decoder base model's forward returns declares
+    (read from its source, not its annotation: Speech2TextModel's names an LM output it does not return;
+    SeamlessM4TModel's does return one, its encoder's states then alone)."""
+    returned = _returned_class(model)
+    declared = (
+        {f.name for f in dataclasses.fields(returned)} if returned is not None else set(SEQ2SEQ_FEATURES)
+    )
+    return tuple(f for f in SEQ2SEQ_FEATURES if f in declared)
+
+
 def reads_decoder(model: torch.nn.Module, config: Any) -> bool:
     """Whether the bare model is an encoder-decoder whose forward runs its decoder (T5Model, BartModel,
     WhisperModel...): it then needs the decoder's tokens, as transformers' own seq2seq base models do (only
@@ -741,8 +752,8 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if module_cls is None:
         raise InputError(f"{type(model).__name__}: no {task} graph takes {', '.join(inputs)}")
     fields = one_image_outputs(model, task) or output_fields(model, task)
-    if "decoder_input_ids" in inputs:  # a seq2seq base model (Speech2Text's annotation names its LM output)
-        fields = SEQ2SEQ_FEATURES
+    if "decoder_input_ids" in inputs:
+        fields = seq2seq_fields(model) or fields
     _refuse_variable_counts(model, task, fields)
     if not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
         _refuse_no_features(model, task, fields)
