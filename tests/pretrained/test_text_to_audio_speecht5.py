@@ -15,7 +15,7 @@ from checkpoint_folders import architecture_sweep
 
 import fastonnx
 from fastonnx.pretrained import spectrogram_loops as loops
-from fastonnx.pretrained.speech_synthesis import speech_inputs
+from fastonnx.pretrained.encoder_tasks import text_inputs
 from fastonnx.pretrained.tasks import choose
 from support.matrix import sampled
 
@@ -82,7 +82,7 @@ def _modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
 def test_step_loop_is_generate_speech(batch: int, ratios: tuple[float, float]) -> None:
     model = _tiny_model()
     model.config.speech_decoder_prenet_dropout = 0.0
-    inputs = speech_inputs(model.config, batch, 6, "cpu")
+    inputs = text_inputs(model.config, batch, 6, "cpu", False)
     inputs["speaker_embeddings"] = loops.speaker_embeddings(model.config, batch)
     sessions, run = _modules_as_sessions(model)
     _, got, lengths = loops.generated_by_sessions(sessions, run, model.config, inputs, ratios)

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
+from fastonnx.pretrained.encoder_tasks import text_inputs
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
-
-LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech"})
-"""The text-to-audio classes exported as a frame loop over three graphs."""
+from fastonnx.pretrained.speech_synthesis import LOOP_CLASSES
+from fastonnx.pretrained.task_inputs import cache_of, empty_layers
 
 ENCODER_FILE, DECODER_FILE, POSTNET_FILE = (
     "encoder_model.onnx",
@@ -105,8 +105,6 @@ class TextToSpeechStep(torch.nn.Module):
         past_key_values: list[torch.Tensor],
     ) -> tuple[torch.Tensor, ...]:
         from transformers import EncoderDecoderCache
-
-        from fastonnx.pretrained.task_inputs import cache_of, empty_layers
 
         model: Any = self.model
         config = model.config
@@ -264,8 +262,6 @@ def check_package(
     """The frame loop over the sessions against transformers' ``generate_speech`` (threshold 0.5, the
     ratios of ``CHECKED``), the prenet's dropout at 0 on both sides: the encoder's states, the
     spectrograms and their lengths."""
-    from fastonnx.pretrained.speech_synthesis import speech_inputs
-
     del specs
     config = model.config
     infos: list[VerificationInfo] = []
@@ -273,7 +269,7 @@ def check_package(
     config.speech_decoder_prenet_dropout = 0.0  # read by the prenet's forward: no random draw
     try:
         for (batch, tokens), ratios in CHECKED:
-            inputs = speech_inputs(config, batch, tokens, "cpu")
+            inputs = text_inputs(config, batch, tokens, "cpu", False)
             inputs["speaker_embeddings"] = speaker_embeddings(config, batch)
             states, spectrogram, lengths = generated_by_sessions(sessions, run, config, inputs, ratios)
             with torch.no_grad():

@@ -64,6 +64,9 @@ LOOPS: dict[str, str] = {
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
+LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech"})
+"""The classes exported as their frame loop's three graphs (spectrogram_loops.py)."""
+
 TOKENS = 7
 
 
@@ -75,8 +78,6 @@ def one_forward(class_name: str) -> bool:
 def exported(class_name: str) -> bool:
     """Whether text-to-audio exports ``class_name``: in one forward, or SpeechT5's frame loop over three
     graphs (spectrogram_loops.py)."""
-    from fastonnx.pretrained.spectrogram_loops import LOOP_CLASSES
-
     return one_forward(class_name) or class_name in LOOP_CLASSES
 
 
@@ -84,8 +85,6 @@ def refuse(class_name: str) -> None:
     """An InputError naming why ``class_name`` has no text-to-audio graph; nothing for those it has."""
     if exported(class_name):
         return
-    from fastonnx.pretrained.spectrogram_loops import LOOP_CLASSES
-
     why = LOOPS.get(class_name, "generates its audio in a loop")
     raise InputError(
         f"text-to-audio of {class_name} {why}: not a one-forward graph; not supported yet (text-to-audio "

@@ -726,11 +726,7 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         # onnxruntime's three files, and onnxruntime-genai's two beside them where genai can run them
         return {**text2text(model, config, speech=True), **genai_whisper(model, config)}
     if task == "text-to-audio":
-        from fastonnx.pretrained.spectrogram_loops import loop_graphs, own_layout
         from fastonnx.pretrained.speech_synthesis import speech_graph
-
-        if own_layout(model):  # SpeechT5's frame loop: encoder, decoder step, postnet
-            return loop_graphs(model, config)
 
         return {"model.onnx": speech_graph(model, config)}  # VITS, FastSpeech2 (speech_synthesis.py)
     # CTC speech recognition (frames to logits) and the other tasks: one graph
