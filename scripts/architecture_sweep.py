@@ -818,6 +818,8 @@ def _eager_check(task: str, model: Any) -> None:
         with torch.no_grad():
             if task == "image-text-to-text":  # a prompt holding the image's tokens
                 _vision_language_check(model)
+            elif task == "text-to-audio" and hasattr(model, "generate_speech"):
+                _speech_loop_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -843,6 +845,17 @@ def _eager_check(task: str, model: Any) -> None:
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+def _speech_loop_check(model: Any) -> None:
+    """SpeechT5's text-to-speech: its forward needs the spectrogram so far (``decoder_input_values``),
+    which only its own loop makes: ``generate_speech`` on a short text and a speaker embedding."""
+    import torch
+
+    config = model.config
+    ids = torch.randint(3, int(config.vocab_size), (1, 8), generator=torch.Generator().manual_seed(0))
+    speaker = torch.zeros(1, int(config.speaker_embedding_dim))
+    model.generate_speech(ids, speaker, maxlenratio=2.0)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

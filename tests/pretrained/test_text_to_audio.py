@@ -117,7 +117,6 @@ def test_relative_positions_and_shift_are_transformers() -> None:
     [
         ("bark", "BarkModel"),
         ("musicgen", "MusicgenForConditionalGeneration"),
-        ("speecht5", "SpeechT5ForTextToSpeech"),
     ],
 )
 def test_generating_models_are_refused_with_the_reason(model_type: str, class_name: str) -> None:

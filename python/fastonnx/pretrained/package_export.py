@@ -26,7 +26,7 @@ from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import folder as folder_mod
-from fastonnx.pretrained import shared_cache, targets
+from fastonnx.pretrained import shared_cache, spectrogram_loops, targets
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
@@ -169,6 +169,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
         if task == "image-text-to-text" and image_kind(built) is not None:
             # BLIP, Pix2Struct, Florence-2...: an encoder over the image (image_encoder_decoders.py)
             return image_encoder_decoder(built)
+        if task == "text-to-audio" and spectrogram_loops.own_layout(built):
+            return spectrogram_loops.loop_graphs(built, config)  # SpeechT5's frame loop: three files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

@@ -41,8 +41,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 """The one-forward classes and the outputs of their graph."""
 
 LOOPS: dict[str, str] = {
-    "SpeechT5ForTextToSpeech": "generates its spectrogram frame by frame in a loop (a decoder with a cache "
-    "and a stop threshold), its vocoder a separate checkpoint",
     "BarkModel": "generates semantic, coarse and fine audio tokens in three loops, then decodes them with "
     "EnCodec",
     "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
@@ -66,6 +64,9 @@ LOOPS: dict[str, str] = {
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
+LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech"})
+"""The classes exported as their frame loop's three graphs (spectrogram_loops.py)."""
+
 TOKENS = 7
 
 
@@ -74,14 +75,20 @@ def one_forward(class_name: str) -> bool:
     return class_name in OUTPUTS
 
 
+def exported(class_name: str) -> bool:
+    """Whether text-to-audio exports ``class_name``: in one forward, or SpeechT5's frame loop over three
+    graphs (spectrogram_loops.py)."""
+    return one_forward(class_name) or class_name in LOOP_CLASSES
+
+
 def refuse(class_name: str) -> None:
     """An InputError naming why ``class_name`` has no text-to-audio graph; nothing for those it has."""
-    if one_forward(class_name):
+    if exported(class_name):
         return
     why = LOOPS.get(class_name, "generates its audio in a loop")
     raise InputError(
         f"text-to-audio of {class_name} {why}: not a one-forward graph; not supported yet (text-to-audio "
-        f"exports {', '.join(OUTPUTS)})"
+        f"exports {', '.join([*OUTPUTS, *sorted(LOOP_CLASSES)])})"
     )
 
 

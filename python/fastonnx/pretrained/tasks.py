@@ -214,10 +214,10 @@ def _generates_text(arch: str, model_type: str) -> bool:
 
 
 def _synthesizes(arch: str | None) -> bool:
-    """Whether text-to-audio exports ``arch`` (one forward: VITS, FastSpeech2Conformer)."""
-    from fastonnx.pretrained.speech_synthesis import one_forward
+    """Whether text-to-audio exports ``arch`` (one forward: VITS, FastSpeech2Conformer; SpeechT5's loop)."""
+    from fastonnx.pretrained.speech_synthesis import exported
 
-    return arch is not None and one_forward(arch)
+    return arch is not None and exported(arch)
 
 
 def _three_files(arch: str) -> bool:

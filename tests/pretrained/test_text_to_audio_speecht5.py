@@ -1,0 +1,118 @@
+"""text-to-audio of SpeechT5ForTextToSpeech (pretrained/spectrogram_loops.py): transformers' frame loop
+(``generate_speech``) as an encoder, a decoder step with its self-attention cache and a postnet, the loop
+the runtime's; verified by that loop over onnxruntime against ``generate_speech``, the prenet's dropout
+(drawn in evaluation too) at 0 on both sides."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import onnx
+import pytest
+import torch
+from checkpoint_folders import architecture_sweep
+
+import fastonnx
+from fastonnx.pretrained import spectrogram_loops as loops
+from fastonnx.pretrained.encoder_tasks import text_inputs
+from fastonnx.pretrained.tasks import choose
+from support.matrix import sampled
+
+
+def _tiny_model() -> Any:
+    from transformers import SpeechT5Config, SpeechT5ForTextToSpeech
+
+    config = SpeechT5Config(
+        vocab_size=32,
+        hidden_size=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        num_mel_bins=8,
+        speech_decoder_prenet_units=16,
+        speaker_embedding_dim=4,
+        speech_decoder_postnet_units=16,
+        speech_decoder_postnet_layers=2,
+    )
+    torch.manual_seed(0)
+    return SpeechT5ForTextToSpeech(config).eval()
+
+
+@pytest.mark.parametrize("model_type", sampled(["speecht5"], lambda _: True))
+def test_speecht5_frame_loop_is_verified(tmp_path: pathlib.Path, model_type: str) -> None:
+    folder = tmp_path / "checkpoint"
+    # the sweep's own check runs generate_speech (its forward needs decoder_input_values)
+    architecture_sweep().build_checkpoint("text-to-audio", model_type, "SpeechT5ForTextToSpeech", folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", task="text-to-audio", progress=False)
+    assert written.verified is True, written.verify_note
+    graph = onnx.load(str(written.outdir / loops.DECODER_FILE), load_external_data=False).graph
+    assert [i.name for i in graph.input][:5] == [*loops.STEP_INPUTS, loops.DROPOUT]
+    assert [o.name for o in graph.output][:3] == ["output_sequence_out", "spectrum", "prob"]
+    assert {loops.ENCODER_FILE, loops.POSTNET_FILE} <= set(written.files)
+
+
+def test_auto_takes_speecht5_text_to_speech_to_text_to_audio() -> None:
+    task, chosen = choose({"model_type": "speecht5", "architectures": ["SpeechT5ForTextToSpeech"]}, "auto")
+    assert (task.name, chosen) == ("text-to-audio", "SpeechT5ForTextToSpeech")
+
+
+def _modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
+    """The three graphs' modules, run as the check runs sessions."""
+    step = loops.TextToSpeechStep(model)
+    sessions = {
+        loops.ENCODER_FILE: loops.TextToSpeechEncoder(model),
+        loops.DECODER_FILE: lambda *t: step(*t[:5], list(t[5:])),
+        loops.POSTNET_FILE: loops.TextToSpeechPostnet(model),
+    }
+
+    def run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        del names
+        with torch.no_grad():
+            out = session(*tensors)
+        return list(out) if isinstance(out, tuple) else [out]
+
+    return sessions, run
+
+
+@pytest.mark.parametrize(("batch", "ratios"), [(1, (0.0, 20.0)), (2, (1.0, 3.0))])
+def test_step_loop_is_generate_speech(batch: int, ratios: tuple[float, float]) -> None:
+    model = _tiny_model()
+    model.config.speech_decoder_prenet_dropout = 0.0
+    inputs = text_inputs(model.config, batch, 6, "cpu", False)
+    inputs["speaker_embeddings"] = loops.speaker_embeddings(model.config, batch)
+    sessions, run = _modules_as_sessions(model)
+    _, got, lengths = loops.generated_by_sessions(sessions, run, model.config, inputs, ratios)
+    want, want_lengths = model.generate_speech(
+        inputs["input_ids"],
+        inputs["speaker_embeddings"],
+        attention_mask=inputs["attention_mask"],
+        minlenratio=ratios[0],
+        maxlenratio=ratios[1],
+        return_output_lengths=True,
+    )
+    assert lengths == want_lengths
+    torch.testing.assert_close(got, want)
+
+
+def test_consistent_dropout_is_transformers() -> None:
+    from transformers.models.speecht5.modeling_speecht5 import SpeechT5SpeechDecoderPrenet
+
+    prenet = SpeechT5SpeechDecoderPrenet(_tiny_model().config)
+    embeds = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(0)) + 10  # no zero
+    # at 0 transformers' drops every element (kept where bernoulli(0) draws 1)
+    torch.testing.assert_close(
+        loops.consistent_dropout(embeds, torch.tensor(0.0)), prenet._consistent_dropout(embeds, 0.0)
+    )
+    out = loops.consistent_dropout(embeds, torch.tensor(0.5))
+    kept = out != 0
+    assert torch.equal(kept, kept[:1].expand_as(kept))  # one mask for every row
+    torch.testing.assert_close(out[kept], embeds[kept] * 2)
+    assert 0 < kept[0].float().mean() < 1
+    # at the tensor p inside the block, the config's float after it
+    with loops.dropout_of(prenet, torch.tensor(0.0)):
+        assert not prenet._consistent_dropout(embeds, 0.5).any()
+    assert "_consistent_dropout" not in vars(prenet)
