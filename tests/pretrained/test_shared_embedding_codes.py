@@ -67,3 +67,15 @@ def test_a_tied_embedding_gathers_its_heads_codes(tmp_path: pathlib.Path, bits: 
     with torch.no_grad():
         want = model(input_ids=torch.from_numpy(ids)).logits
     torch.testing.assert_close(torch.from_numpy(outputs["logits"]), want, atol=1e-4, rtol=1e-4)
+
+
+def test_only_a_provider_with_the_kernel_gathers_codes() -> None:
+    """DirectML registers no GatherBlockQuantized: its packages keep the float table; the CPU, CUDA and
+    WebGPU providers run the kernel."""
+    from fastonnx.pretrained import targets
+
+    for target in ("cpu", "cuda", "webgpu"):
+        assert targets.quantize_for(target, "int4") == "int4"
+    dml = targets.quantize_for("dml", "int4")
+    assert isinstance(dml, WeightQuantization) and (dml.bits, dml.gather_codes) == (4, False)
+    assert targets.quantize_for("dml", None) is None
