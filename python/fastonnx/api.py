@@ -340,7 +340,10 @@ def to_onnx(
             of the standard form uses by default; 0 exact; None leaves it out), and for mixed
             precision ``bits_for`` (patterns to 4 or 8 bits for the products they match, a matched LM
             head quantized too: ``{"lm_head": 8}`` is an int4 model with an int8 head) and
-            ``accuracy_level_for`` (patterns to an accuracy level, "onnxruntime" level only). Every
+            ``accuracy_level_for`` (patterns to an accuracy level, "onnxruntime" level only), and
+            ``gather_codes`` (True, default: at the "onnxruntime" level an embedding tied to a quantized
+            head gathers the head's codes by ``com.microsoft.GatherBlockQuantized``, the same bytes, and
+            no float table is written; False keeps the table). Every
             2-D float weight a MatMul / Gemm / Linear reads is quantized round-to-nearest per block (half
             to even) by the writer while it streams: standard level, ``DequantizeLinear(axis=0,
             block_size)`` of ``[in, out]`` codes then ``MatMul`` (needs opset >= 21: the default opset

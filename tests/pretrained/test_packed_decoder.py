@@ -23,18 +23,28 @@ PROMPT = [[1, 17, 42, 99, 5], [3, 8, 13, 21, 34]]
 
 
 def _dequantized(node: onnx.NodeProto, tensors: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-    """The float weight [N, K] a symmetric 4-bit MatMulNBits reads (codes shifted by 8, the default zero
-    point)."""
+    """The float weight [N, K] a symmetric MatMulNBits reads (4-bit codes shifted by 8, 8-bit by 128: the
+    default zero points)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    k, n, block = attrs["K"], attrs["N"], attrs["block_size"]
+    k, n, block, bits = attrs["K"], attrs["N"], attrs["block_size"], attrs["bits"]
     codes, scales = tensors[node.input[1]], tensors[node.input[2]].reshape(n, -1)
-    nibbles = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, codes.shape[1], block)
-    return ((nibbles.astype(np.float32) - 8) * scales[:, :, None]).reshape(n, -1)[:, :k]
+    return _blocks(codes.reshape(n, -1), scales, bits, block)[:, :k]
+
+
+def _blocks(
+    codes: np.ndarray[Any, Any], scales: np.ndarray[Any, Any], bits: int, block: int
+) -> np.ndarray[Any, Any]:
+    """Rows of uint8 codes (two 4-bit values a byte, low nibble first) times their blocks' scales."""
+    n = codes.shape[0]
+    values = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, -1) if bits == 4 else codes
+    values = values.reshape(n, -1, block).astype(np.float32) - (1 << (bits - 1))
+    return (values * scales[:, :, None]).reshape(n, -1)
 
 
 def _load_dequantized(model: Any, proto: onnx.ModelProto) -> None:
     """Puts the package's dequantized weights into ``model``: a packed product's rows are its parts'
-    (q, k, v or gate, up) one after another."""
+    (q, k, v or gate, up) one after another; the embedding's rows where GatherBlockQuantized reads them
+    from codes (a tied head's), after the products (the same values for a tied table)."""
     tensors = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     state = model.state_dict()
     for node in (n for n in proto.graph.node if n.op_type == "MatMulNBits"):
@@ -52,6 +62,12 @@ def _load_dequantized(model: Any, proto: onnx.ModelProto) -> None:
                 model.get_parameter(part + ".weight").copy_(torch.from_numpy(weight[at : at + rows]))
             at += rows
         assert at == weight.shape[0], parts
+    for node in (n for n in proto.graph.node if n.op_type == "GatherBlockQuantized"):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert len(node.input) == 3, "symmetric codes: no zero points"
+        rows = _blocks(tensors[node.input[0]], tensors[node.input[2]], attrs["bits"], attrs["block_size"])
+        with torch.no_grad():
+            model.get_input_embeddings().weight.copy_(torch.from_numpy(rows))
 
 
 def _feeds(

@@ -411,6 +411,8 @@ def export_pretrained(
         options.pop("quantize", None)
     # the half-precision conversion is the package's (after the float32 export and its calibration)
     target_of, target_note = _target(task, options)
+    if "quantize" in options:
+        options["quantize"] = targets.quantize_for(target_of.name, options["quantize"])
     dtype, keep_io_types = target_of.dtype, options.pop("keep_io_types", False)
     half_package.check_options(task, dtype, keep_io_types, options)
     # to_onnx's checks of the options, with its messages, before the folder is read or anything

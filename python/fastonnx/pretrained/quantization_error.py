@@ -78,6 +78,10 @@ def report(error: dict[str, float] | None, note: str, stats: dict[str, Any]) -> 
     lines = ["## Quantization: bytes and logits on the verification prompt", ""]
     for precision, (products, nbytes) in bytes_by_precision(stats).items():
         lines.append(f"- {precision}: {products} weights, {nbytes / 2**20:.2f} MiB")
+    for embedding, head in stats.get("embeddings_from_codes", {}).items():
+        lines.append(
+            f"- {embedding}: shares the head's codes ({head}), read by GatherBlockQuantized; no float table"
+        )
     if stats.get("float"):
         lines.append(f"- float: {len(stats['float'])} weights or embeddings (listed above, with why)")
     lines.append("")

@@ -10,6 +10,7 @@ scripts/ep_kernels.py from onnxruntime's kernel lists) and writes the provider's
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -278,6 +279,18 @@ def lower_package(folder: pathlib.Path, files: list[str], target: str) -> str:
     if not total:
         return ""
     return f"{total} com.microsoft.FusedMatMul written as MatMul of the transposed weight: {PROVIDERS[target]} has no FusedMatMul"
+
+
+def quantize_for(target: str, quantize: Any) -> Any:
+    """``quantize`` (to_onnx's option) for the target's provider: a tied embedding keeps its float table,
+    rather than gathering its quantized head's codes, where the provider has no GatherBlockQuantized
+    kernel (DirectML)."""
+    from fastonnx.stored_weights.weight_quantization import resolve_scheme
+
+    if quantize is None or "GatherBlockQuantized" in kernels(target).get("com.microsoft", {}):
+        return quantize
+    settings = resolve_scheme(quantize)
+    return quantize if settings is None else dataclasses.replace(settings, gather_codes=False)
 
 
 def _has(target: str, m: Missing) -> bool:

@@ -4,7 +4,9 @@ Which weights: every 2-D float weight a MatMul / Gemm / Linear reads (``GraphBui
 except those left in float: by default the LM head (a Linear named ``lm_head``, one tied to an
 embedding, or one outside numbered layers whose ``out_features`` is an ``nn.Embedding``'s
 ``num_embeddings``: the vocabulary projection); ``exclude=`` patterns replace that rule. Embeddings are
-Gathers, never products: they stay float and ``stats["quantize"]["float"]`` says so.
+Gathers, never products: they stay float and ``stats["quantize"]["float"]`` says so, except one tied to a
+head quantized at the "onnxruntime" level, which gathers the head's codes (``gather_codes``;
+``stats["quantize"]["embeddings_from_codes"]``).
 
 How: the builder rewrites the products before the passes (``GraphBuilder.quantize_weights``) into
 ``DequantizeLinear -> MatMul`` (standard level, opset >= 21) or ``com.microsoft.MatMulNBits``
@@ -55,6 +57,12 @@ class WeightQuantization:
     MatMulNBits' ``accuracy_level`` (0-4) for the products they match (the onnxruntime level; the standard
     level has no per-product setting, so it is an ``InputError`` there). A pattern matching no module is an
     ``InputError``, as in ``exclude``; ``exclude`` wins over both.
+
+    gather_codes: at the "onnxruntime" level, an embedding tied to a quantized head (the head's weight is
+    the embedding's table) reads the head's MatMulNBits codes through ``com.microsoft.GatherBlockQuantized``
+    (as the onnxruntime-genai builder's int4 tied embeddings do): the package holds the table once, as
+    codes, and no float copy of it. False keeps the float table for the embedding (a provider without
+    that kernel: DirectML).
     """
 
     bits: int = 4
@@ -64,6 +72,7 @@ class WeightQuantization:
     accuracy_level: int | None = 4
     bits_for: Mapping[str, int] | None = None
     accuracy_level_for: Mapping[str, int] | None = None
+    gather_codes: bool = True
 
     def check(self) -> WeightQuantization:
         """Self, validated: an ``InputError`` names each bad setting."""
@@ -74,6 +83,8 @@ class WeightQuantization:
             raise InputError(f"quantize: block_size must be a power of two from 16 to 256, got {b!r}")
         if not isinstance(self.symmetric, bool):
             raise InputError(f"quantize: symmetric must be True or False, got {self.symmetric!r}")
+        if not isinstance(self.gather_codes, bool):
+            raise InputError(f"quantize: gather_codes must be True or False, got {self.gather_codes!r}")
         if self.exclude is not None and (
             isinstance(self.exclude, str) or not all(isinstance(p, str) and p for p in self.exclude)
         ):
@@ -204,12 +215,14 @@ def quantize_weights(
     from_checkpoint: set[str] = set()
     experts = _expert_weights(builder, settings, level)
     labels: dict[str, str] = {}
+    owners_of: dict[str, list[str]] = {}
     for name, n, k, _products in builder.quantizable_weights():
         key = weights_read.get(name, (name, None, None))[0]
         keys = [key, *tied.get(key, [])]
         owners = [_module_of(k) for k in keys]
         label = key if name in experts else owners[0] or key  # an experts module holds two weights
         labels[name] = label
+        owners_of[name] = owners
         shapes[label] = [n, k]
         reason = None
         if experts.get(name) is not None:
@@ -251,14 +264,25 @@ def quantize_weights(
 
     form = "matmulnbits" if level == "onnxruntime" else "dequantize"
     quantized: dict[str, Any] = {}
-    done: list[tuple[str, int, int]] = []
+    done: list[tuple[str, int, int, int]] = []
+    gathered: dict[str, str] = {}
     for (bits, accuracy), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         chosen.extend(members)
         made = builder.quantize_weights(
-            members, bits, settings.block_size, settings.symmetric, form, accuracy
+            members,
+            bits,
+            settings.block_size,
+            settings.symmetric,
+            form,
+            accuracy,
+            settings.gather_codes and form == "matmulnbits",
         )
         done.extend(made)
-        for name, nbytes, products in made:
+        for name, nbytes, products, gathers in made:
+            if gathers:  # the tied embedding reads this weight's codes: no float table of its own
+                for owner in owners_of[name]:
+                    if owner in embedding_names:
+                        gathered[owner] = labels[name]
             label = labels[name]
             quantized[label] = {
                 "shape": shapes.get(label),
@@ -268,7 +292,7 @@ def quantize_weights(
                 "bits": bits,
                 **({"accuracy_level": accuracy} if form == "matmulnbits" else {}),
             }
-    missing = {name for name, _ in chosen} - {name for name, _, _ in done}
+    missing = {name for name, _ in chosen} - {name for name, *_ in done}
     for name in sorted(missing):
         left[labels[name]] = "its bytes are not in host memory (device weight)"
     stats = {
@@ -278,9 +302,9 @@ def quantize_weights(
         "form": "MatMulNBits" if form == "matmulnbits" else "DequantizeLinear",
         "quantized": quantized,
         "quantized_bytes": sum(v["bytes"] for v in quantized.values()),
-        "float": left,
+        "float": {k: v for k, v in left.items() if k not in gathered},
+        # embedding module -> the quantized weight whose codes it gathers (GatherBlockQuantized)
+        **({"embeddings_from_codes": gathered} if gathered else {}),
     }
     # a weight another node still reads (a tied head's embedding Gather) stays referenced
-    return stats, {
-        name for name, _, _ in done if name in from_checkpoint and not builder.has_initializer(name)
-    }
+    return stats, {name for name, *_ in done if name in from_checkpoint and not builder.has_initializer(name)}

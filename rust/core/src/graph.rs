@@ -139,6 +139,10 @@ pub struct Graph {
     /// package's own tensors), handed in for the passes that read values (`set_known_values`); the
     /// writer still references the file.
     pub known_values: HashMap<String, Vec<u8>>,
+    /// Initializers whose bytes are another initializer's, read in other dims (a tied embedding's
+    /// 2-D view of its head's MatMulNBits codes): the writer points both at the same external data
+    /// (`writer::plan`), and writes the bytes twice only where there is no data file to share.
+    pub shared_bytes: HashMap<String, String>,
     /// The scope new nodes are made in (set per FX node by the walker).
     current_scope: Option<(u32, Arc<Scope>)>,
     init_index: HashMap<String, usize>,

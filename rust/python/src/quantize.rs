@@ -32,9 +32,12 @@ impl GraphBuilder {
     /// Quantizes the weights `chosen` per block: each is (initializer, None or (shard path, offset,
     /// stored ONNX float type)) — its bytes are read from its own memory or from the shard as the file
     /// is written. `form` is "dequantize" (DequantizeLinear -> MatMul, opset 21) or "matmulnbits"
-    /// (com.microsoft.MatMulNBits). Returns (weight, bytes of its quantized tensors, products).
-    #[pyo3(signature = (chosen, bits, block_size, symmetric, form, accuracy_level = None))]
+    /// (com.microsoft.MatMulNBits). `gather_codes`: in the MatMulNBits form, a tied table's Gathers read
+    /// its head's codes (GatherBlockQuantized) and the float table goes. Returns (weight, bytes of its
+    /// quantized tensors, products, Gathers reading its codes).
+    #[pyo3(signature = (chosen, bits, block_size, symmetric, form, accuracy_level = None, gather_codes = false))]
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts the list as an owned value
+    #[allow(clippy::too_many_arguments)] // the Python method's keywords, one by one
     fn quantize_weights(
         &mut self,
         chosen: Vec<Chosen>,
@@ -43,7 +46,8 @@ impl GraphBuilder {
         symmetric: bool,
         form: &str,
         accuracy_level: Option<i64>,
-    ) -> PyResult<Vec<(String, usize, usize)>> {
+        gather_codes: bool,
+    ) -> PyResult<Vec<(String, usize, usize, usize)>> {
         let form = match form {
             "dequantize" => Form::Dequantize,
             "matmulnbits" => Form::MatMulNBits,
@@ -78,6 +82,7 @@ impl GraphBuilder {
             quant,
             form,
             accuracy_level,
+            gather_codes,
         };
         quantize_weights(&mut self.model, items, &settings).map_err(py_err)
     }

@@ -360,6 +360,7 @@ mod tests {
             quant: BlockQuant::new(4, 16, true).expect("settings"),
             form: Form::MatMulNBits,
             accuracy_level: Some(4),
+            gather_codes: true,
         };
         let done = quantize_weights(
             &mut m,
@@ -377,7 +378,7 @@ mod tests {
         assert_eq!(dims(&q.inputs[5]), Some(vec![2, 32, 8])); // fc2 codes: 16 int4 a row
         assert_eq!(dims(&q.inputs[6]), Some(vec![2, 32, 1])); // one block of 16 a row
                                                               // fc1 codes [2, 32, 16] and scales [2, 32, 2]: 1024 + 512 bytes; fc2 512 + 256
-        assert_eq!(done, [(w1, 1024 + 512, 1), (w2, 512 + 256, 1)]);
+        assert_eq!(done, [(w1, 1024 + 512, 1, 0), (w2, 512 + 256, 1, 0)]);
         assert!(q
             .attrs
             .iter()
@@ -391,6 +392,7 @@ mod tests {
             quant: BlockQuant::new(4, 32, true).expect("settings"),
             form: Form::MatMulNBits,
             accuracy_level: None,
+            gather_codes: true,
         };
         let err = quantize_weights(&mut m, vec![(w1, None), (w2, None)], &settings);
         assert!(err.is_err_and(|e| e.to_string().contains("multiples of the block size 32")));

@@ -16,6 +16,7 @@ mod noops;
 mod packed_products;
 mod peephole;
 mod pipeline;
+mod quantized_gathers;
 mod rewrite;
 mod rms_norm;
 mod rotary;

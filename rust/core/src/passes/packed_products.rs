@@ -251,6 +251,7 @@ mod tests {
                 quant: BlockQuant::new(4, 16, symmetric).expect("settings"),
                 form: Form::MatMulNBits,
                 accuracy_level: levels.next().flatten(),
+                gather_codes: true,
             };
             quantize_weights(&mut m, vec![(w, shard)], &settings).expect("quantize");
         }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use super::expert_quantization::{experts, quantized_experts};
 use super::matching::{int_attr, int_of};
 use super::noops::ints_attr;
+use super::quantized_gathers::{gather_from_codes, HeadCodes};
 use super::{MS_DOMAIN, MS_DOMAIN_VERSION};
 use crate::dtype;
 use crate::error::{graph_err, Result};
@@ -34,6 +35,10 @@ pub struct QuantizeSettings {
     pub form: Form,
     /// MatMulNBits' `accuracy_level` (None leaves the attribute out)
     pub accuracy_level: Option<i64>,
+    /// In the MatMulNBits form, a table both gathered and quantized for a product (a tied embedding
+    /// and its head) gathered from the product's codes by GatherBlockQuantized, the float table gone
+    /// (see [`super::quantized_gathers`]); false keeps the float table for the Gathers.
+    pub gather_codes: bool,
 }
 
 /// Where to read a weight's float bytes instead of its initializer: a checkpoint shard.
@@ -179,13 +184,14 @@ struct Made {
 
 /// Quantizes the weights `chosen` (initializer names, each with a checkpoint shard to read its bytes
 /// from instead of its own memory) wherever a product reads them (see the module doc). Returns, for
-/// each weight, (name, bytes its quantized tensors take, products changed). A chosen weight that
-/// has no bytes (meta device) and no shard, or that no product reads, is an error.
+/// each weight, (name, bytes its quantized tensors take, products changed, Gathers now reading its
+/// codes: `QuantizeSettings::gather_codes`). A chosen weight that has no bytes (meta device) and no
+/// shard, or that no product reads, is an error.
 pub fn quantize_weights(
     model: &mut Model,
     chosen: Vec<(String, Option<ShardSource>)>,
     settings: &QuantizeSettings,
-) -> Result<Vec<(String, usize, usize)>> {
+) -> Result<Vec<(String, usize, usize, usize)>> {
     let g = &mut model.graph;
     let mut sources: HashMap<String, Option<(FloatBytes, i32)>> = HashMap::new();
     for (name, shard) in chosen {
@@ -247,7 +253,7 @@ pub fn quantize_weights(
     }
     let q = settings.quant;
     let mut made: HashMap<(String, bool), Made> = HashMap::new();
-    let mut per_weight: Vec<(String, usize, usize)> = Vec::new();
+    let mut per_weight: Vec<(String, usize, usize, usize)> = Vec::new();
     // node index -> the nodes replacing it
     let mut replaced: HashMap<usize, Vec<Node>> = HashMap::new();
     for p in &found {
@@ -346,7 +352,7 @@ pub fn quantize_weights(
             );
             match per_weight.iter_mut().find(|e| e.0 == p.w) {
                 Some(e) => e.1 += bytes_total,
-                None => per_weight.push((p.w.clone(), bytes_total, 0)),
+                None => per_weight.push((p.w.clone(), bytes_total, 0, 0)),
             }
         }
         let Some(m) = made.get(&key) else { continue };
@@ -434,8 +440,8 @@ pub fn quantize_weights(
         };
         let (fc1, fc2) = (source(&e.fc1)?, source(&e.fc2)?);
         let (nodes, (a, b)) = quantized_experts(g, e, &node, fc1, fc2, q, settings.accuracy_level)?;
-        per_weight.push((e.fc1.clone(), a, 1));
-        per_weight.push((e.fc2.clone(), b, 1));
+        per_weight.push((e.fc1.clone(), a, 1, 0));
+        per_weight.push((e.fc2.clone(), b, 1, 0));
         replaced.insert(e.at, nodes);
     }
     let old = std::mem::take(&mut g.nodes);
@@ -449,6 +455,25 @@ pub fn quantize_weights(
     let read = reads(g);
     g.nodes
         .retain(|n| !(n.op_type == "Transpose" && n.outputs.iter().all(|o| !read.contains(o))));
+    if settings.gather_codes && settings.form == Form::MatMulNBits {
+        for ((w, k_major), m) in &made {
+            if *k_major || m.dequantized.is_some() {
+                continue; // a `[K, N]` weight's rows are not the table's; DequantizeLinear has no codes
+            }
+            let head = HeadCodes {
+                weight: w,
+                codes: &m.codes,
+                scales: &m.scales,
+                zero_points: m.zero_points.as_deref(),
+                n: m.n,
+                k: m.k,
+            };
+            let gathers = gather_from_codes(g, &head, q);
+            if let Some(e) = per_weight.iter_mut().find(|e| &e.0 == w) {
+                e.3 += gathers;
+            }
+        }
+    }
     let chains: HashSet<&String> = moes.iter().flat_map(|e| &e.chain).collect();
     for _ in 0..3 {
         let read = reads(g);
@@ -466,9 +491,13 @@ pub fn quantize_weights(
         .collect();
     g.retain_initializers(|name| !dropped.contains(name));
     if settings.form == Form::MatMulNBits
-        && g.nodes
-            .iter()
-            .any(|n| n.domain == MS_DOMAIN && matches!(n.op_type.as_str(), "MatMulNBits" | "QMoE"))
+        && g.nodes.iter().any(|n| {
+            n.domain == MS_DOMAIN
+                && matches!(
+                    n.op_type.as_str(),
+                    "MatMulNBits" | "QMoE" | "GatherBlockQuantized"
+                )
+        })
     {
         model
             .opsets
@@ -492,6 +521,7 @@ mod tests {
             quant: BlockQuant::new(4, 16, symmetric).expect("settings"),
             form,
             accuracy_level: Some(4),
+            gather_codes: true,
         }
     }
 
@@ -520,7 +550,7 @@ mod tests {
         assert_eq!(ops(&m.graph), ["DequantizeLinear", "MatMul"]);
         assert!(!m.graph.is_initializer(&w));
         // codes [40, 4] uint4 = 80 bytes, scales [3, 4] f32 = 48, zero points [3, 4] uint4 = 6
-        assert_eq!(done, [(w.clone(), 80 + 48 + 6, 1)]);
+        assert_eq!(done, [(w.clone(), 80 + 48 + 6, 1, 0)]);
         let (mut m, w) = model(4, 40);
         quantize_weights(&mut m, vec![(w, None)], &settings(Form::MatMulNBits, true))
             .expect("quantize");

@@ -2,6 +2,8 @@
 //! the skeleton, each initializer's header and where its bytes go (inline, at an aligned offset of the
 //! data file, or referenced in another file).
 
+use std::collections::HashMap;
+
 use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
 
@@ -27,12 +29,14 @@ pub(super) struct TensorPlan<'a> {
     pub(super) offset: Option<u64>,
     /// External data in another file: nothing of it is written.
     pub(super) referenced: bool,
+    /// External data at another initializer's offset (`Graph::shared_bytes`): nothing of it is written.
+    pub(super) shared: bool,
 }
 
 impl TensorPlan<'_> {
     pub(super) fn message_len(&self) -> u64 {
         let h = self.header.len() as u64;
-        if self.offset.is_some() || self.referenced {
+        if self.offset.is_some() || self.referenced || self.shared {
             h
         } else {
             let n = self.tensor.data.len() as u64;
@@ -65,7 +69,23 @@ pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>>
     let skeleton = Skeleton::new(&m.graph, inferred.as_ref())?;
     let mut data_len = 0u64;
     let mut tensors = Vec::with_capacity(m.graph.initializers.len());
-    for t in &m.graph.initializers {
+    // initializers sharing another's bytes come last, once the offsets they share are known
+    let shares = |t: &Tensor| {
+        m.graph
+            .shared_bytes
+            .get(&t.name)
+            .and_then(|of| m.graph.initializer(of))
+            .filter(|of| {
+                of.data.len() == t.data.len() && !m.graph.shared_bytes.contains_key(&of.name)
+            })
+    };
+    let (sharing, own): (Vec<&Tensor>, Vec<&Tensor>) = m
+        .graph
+        .initializers
+        .iter()
+        .partition(|t| shares(t).is_some());
+    let mut placed: HashMap<&str, u64> = HashMap::new();
+    for t in own.into_iter().chain(sharing) {
         let mut header = tensor_header(t);
         header.metadata_props = value_metadata(&m.graph, &t.name);
         let n = t.data.len() as u64;
@@ -74,6 +94,23 @@ pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>>
             key: Some(k.to_owned()),
             value: Some(v),
         };
+        let at = shares(t).and_then(|of| placed.get(of.name.as_str()).copied());
+        if let (Some(start), Some(loc)) = (at, location) {
+            header.external_data = vec![
+                entry("location", loc.to_owned()),
+                entry("offset", start.to_string()),
+                entry("length", n.to_string()),
+            ];
+            header.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+            tensors.push(TensorPlan {
+                tensor: t,
+                header: header.encode_to_vec(),
+                offset: None,
+                referenced: false,
+                shared: true,
+            });
+            continue;
+        }
         if let TensorData::Referenced {
             location: file,
             offset: at,
@@ -99,6 +136,7 @@ pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>>
                 ];
                 header.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
                 offset = Some(start);
+                placed.insert(t.name.as_str(), start);
                 data_len = start + n;
             }
         }
@@ -107,6 +145,7 @@ pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>>
             header: header.encode_to_vec(),
             offset,
             referenced: t.data.is_referenced(),
+            shared: false,
         });
     }
     let graph_len = skeleton.len
@@ -135,7 +174,7 @@ pub(super) fn plan<'a>(m: &'a Model, location: Option<&str>) -> Result<Plan<'a>>
 pub(super) fn inline_tensors<'p, 'a>(p: &'p Plan<'a>) -> impl Iterator<Item = &'p TensorPlan<'a>> {
     p.tensors
         .iter()
-        .filter(|t| t.offset.is_none() && !t.referenced)
+        .filter(|t| t.offset.is_none() && !t.referenced && !t.shared)
 }
 
 pub(super) fn graph_head_len(p: &Plan<'_>) -> u64 {

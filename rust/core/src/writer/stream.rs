@@ -48,7 +48,7 @@ pub(super) fn write_initializers<W: Write>(
         encode_key(INITIALIZER_TAG, WireType::LengthDelimited, &mut buf);
         encode_varint(t.message_len(), &mut buf);
         buf.extend_from_slice(&t.header);
-        if t.offset.is_none() && !t.referenced {
+        if t.offset.is_none() && !t.referenced && !t.shared {
             encode_key(RAW_DATA_TAG, WireType::LengthDelimited, &mut buf);
             encode_varint(t.tensor.data.len() as u64, &mut buf);
             w.write_all(&buf)?;
