@@ -44,11 +44,13 @@ annotated ``dict``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
 import types
 import typing
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -205,6 +207,30 @@ STATE_FLAGS = ("use_cache", "use_mems_eval")
 """Config flags that make a forward keep state for later calls (a cache, XLNet's mems)."""
 
 
+@contextlib.contextmanager
+def states_off(model: torch.nn.Module) -> Iterator[None]:
+    """``model``'s configs' ``STATE_FLAGS`` off for the duration. A decoder run as a classifier builds the
+    cache its configs ask for (use_cache; XLNet's mems, use_mems_eval), which the graph never returns: its
+    sliding-window and conv-state layers slice it by the length, guards on it (XLNet's mems: length <
+    512); FSMT's decoder even drops its causal mask under use_cache, expecting one token a call. Not
+    use_cache=False: a head may take no such argument, or pass its own beside its **kwargs. The package
+    check runs transformers so too: the function the graph is."""
+    switched = {
+        (id(c), flag): c
+        for m in model.modules()
+        if (c := getattr(m, "config", None)) is not None
+        for flag in STATE_FLAGS
+        if getattr(c, flag, None) is True
+    }  # by identity: the submodules share configs
+    for (_, flag), c in switched.items():
+        setattr(c, flag, False)
+    try:
+        yield
+    finally:
+        for (_, flag), c in switched.items():
+            setattr(c, flag, True)
+
+
 class Named(torch.nn.Module):
     """An encoder called with keyword inputs, returning fields of its output: one tensor, or a tuple of
     several (question answering's start and end logits)."""
@@ -214,24 +240,8 @@ class Named(torch.nn.Module):
         self.model, self.fields = model, fields
 
     def forward(self, **inputs: torch.Tensor) -> Outputs:
-        # a decoder run as a classifier builds the cache its configs ask for (use_cache; XLNet's mems,
-        # use_mems_eval), which the graph never returns: its sliding-window and conv-state layers slice it
-        # by the length, guards on it (XLNet's mems: length < 512). Not use_cache=False: a head may take
-        # no such argument, or pass its own beside its **kwargs
-        switched = {
-            (id(c), flag): c
-            for m in self.model.modules()
-            if (c := getattr(m, "config", None)) is not None
-            for flag in STATE_FLAGS
-            if getattr(c, flag, None) is True
-        }  # by identity: the submodules share configs
-        for (_, flag), c in switched.items():
-            setattr(c, flag, False)
-        try:
+        with states_off(self.model):
             out = self.run(inputs)
-        finally:
-            for (_, flag), c in switched.items():
-                setattr(c, flag, True)
         found: list[torch.Tensor] = []
         for f in self.fields:
             value = read(out, f)

@@ -33,7 +33,7 @@ from fastonnx.pretrained.decoder_cache import (
     text_config,
 )
 from fastonnx.pretrained.embedded_features import encoder_states
-from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, text_inputs
+from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, states_off, text_inputs
 from fastonnx.pretrained.encoder_tasks import reference as encoder_reference
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
@@ -441,7 +441,7 @@ def _check_encoder(
 ) -> list[VerificationInfo]:
     inputs = _encoder_feeds(model, config, task)
     got = _run(session, list(inputs), list(inputs.values()))
-    with torch.no_grad():
+    with torch.no_grad(), states_off(model):  # as the graph runs it (encoder_tasks.Named)
         out = encoder_reference(model, config, task, tuple(spec.output_names))(**inputs)
     return [
         compare(name, read(out, name), a, *tolerance(read(out, name)))

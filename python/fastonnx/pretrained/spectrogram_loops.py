@@ -40,6 +40,7 @@ from fastonnx.pretrained.encoder_tasks import text_inputs
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
 from fastonnx.pretrained.speech_synthesis import LOOP_CLASSES
 from fastonnx.pretrained.task_inputs import cache_of, empty_layers
+from fastonnx.torch_internals import pytree
 
 ENCODER_FILE, DECODER_FILE, POSTNET_FILE = (
     "encoder_model.onnx",
@@ -184,7 +185,7 @@ def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     )
     step = GraphSpec(
         TextToSpeechStep(model),
-        tuple(torch.utils._pytree.tree_map(lambda t: t.to("meta"), step_args)),
+        tuple(pytree.tree_map(lambda t: t.to("meta"), step_args)),
         {
             "output_sequence": {0: b, 1: f},
             "speaker_embeddings": {0: b},
