@@ -16,7 +16,6 @@ import os
 import pathlib
 import shutil
 import tempfile
-import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,15 +219,12 @@ def learned_position_tables(module: torch.nn.Module) -> set[int]:
 
 
 def within_positions(
-    error: CaptureError | types.SimpleNamespace,
-    config: Any,
-    dynamic_shapes: Any,
-    module: torch.nn.Module | None = None,
+    narrowed: list[Any], config: Any, dynamic_shapes: Any, module: torch.nn.Module | None = None
 ) -> Any:
-    """``dynamic_shapes`` with the lengths bounded where ``error`` refused them for a bound the model
-    declares itself (its position embeddings: BERT's 512, RoBERTa's 514 less its padding offset), or
-    None when it refused anything else. A package keeps the bound (its files' metadata, the report)."""
-    narrowed = getattr(error, "narrowed", None)
+    """``dynamic_shapes`` with the lengths bounded where a capture refused them (``narrowed``, a
+    ``CaptureError``'s) for a bound the model declares itself (its position embeddings: BERT's 512,
+    RoBERTa's 514 less its padding offset), or None when it refused anything else. A package keeps the
+    bound (its files' metadata, the report)."""
     # a composite config (CLIP's, SigLIP's) declares them in its text config; EncoderDecoderModel's and
     # T5Gemma's in its encoder and decoder configs
     configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
@@ -274,19 +270,18 @@ def within_declared(
     others = [n for n in narrowed if n.name not in (AUDIO, FEATURES)]
     shapes = dynamic_shapes if narrowed else None
     if shapes is not None and audio:
-        shapes = within_frames(types.SimpleNamespace(narrowed=audio), config, shapes)
+        shapes = within_frames(audio, config, shapes)
     if shapes is not None and others:
-        shapes = within_positions(types.SimpleNamespace(narrowed=others), config, shapes, module)
+        shapes = within_positions(others, config, shapes, module)
     return shapes
 
 
-def within_frames(error: CaptureError | types.SimpleNamespace, config: Any, dynamic_shapes: Any) -> Any:
-    """``dynamic_shapes`` with an audio length bounded where ``error`` refused only the sizes below some
+def within_frames(narrowed: list[Any], config: Any, dynamic_shapes: Any) -> Any:
+    """``dynamic_shapes`` with an audio length bounded where a capture refused only the sizes below some
     length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9) and, for a
     model declaring ``max_source_positions`` (its position table), the sizes above the ones proven right
     (Speech2Text: 5 to 16385 frames); None when it refused anything else. The file refuses other lengths
     at run time."""
-    narrowed = getattr(error, "narrowed", None)
     if not narrowed:
         return None
     table = isinstance(getattr(config, "max_source_positions", None), int)
