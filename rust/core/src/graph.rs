@@ -340,12 +340,29 @@ impl Graph {
         if dtype == stored {
             return self.reference_initializer(name, location, offset, len);
         }
+        let Some(raw) = self.retype_as_stored(name, stored, &dims, len) else {
+            return Ok(false);
+        };
+        let cast = self.cast_node(name, &raw, name, dtype, None);
+        self.nodes.insert(0, cast);
+        self.reference_initializer(&raw, location, offset, len)
+    }
+
+    /// Initializer `name` renamed to a fresh `{name}_stored` of float type `stored`, its `len` bytes
+    /// deferred (to be referenced); None (nothing changed) where its bytes are not as stored.
+    fn retype_as_stored(
+        &mut self,
+        name: &str,
+        stored: i32,
+        dims: &[i64],
+        len: u64,
+    ) -> Option<String> {
         let i = self.init_index[name];
         if !matches!(
             self.initializers[i].data,
             TensorData::Borrowed(_) | TensorData::Deferred { .. }
         ) {
-            return Ok(false);
+            return None;
         }
         let raw = self.names.unique_value(&format!("{name}_stored"));
         self.types.insert(
@@ -361,20 +378,30 @@ impl Graph {
         t.dtype = stored;
         t.data = TensorData::Deferred { len: len as usize };
         self.retain_initializers(|_| true); // the index knows the new name
-        let cast = Node {
-            name: self.names.unique_node(&format!("{name}_cast")),
+        Some(raw)
+    }
+
+    /// A `Cast` of `input` to type `to` writing `output`, named after `hint`.
+    fn cast_node(
+        &self,
+        hint: &str,
+        input: &str,
+        output: &str,
+        to: i32,
+        scope: Option<u32>,
+    ) -> Node {
+        Node {
+            name: self.names.unique_node(&format!("{hint}_cast")),
             op_type: "Cast".to_owned(),
             domain: String::new(),
-            inputs: vec![raw.clone()],
-            outputs: vec![name.to_owned()],
+            inputs: vec![input.to_owned()],
+            outputs: vec![output.to_owned()],
             attrs: vec![Attribute {
                 name: "to".to_owned(),
-                value: AttrValue::Int(i64::from(dtype)),
+                value: AttrValue::Int(i64::from(to)),
             }],
-            scope: None,
-        };
-        self.nodes.insert(0, cast);
-        self.reference_initializer(&raw, location, offset, len)
+            scope,
+        }
     }
 
     /// Whether every reader of `name` is a (standard) `Gather` taking it as its data, in this graph's
@@ -414,23 +441,15 @@ impl Graph {
         offset: u64,
         stored: i32,
     ) -> Result<bool> {
-        let (dtype, _) = self.stored_as(name, stored)?;
+        let (dtype, dims) = self.stored_as(name, stored)?;
         if dtype == stored || !self.gathered_only(name) {
             return Ok(false);
         }
-        if !self.reference_cast_initializer(name, location, offset, stored)? {
+        let numel = dims.iter().product::<i64>().max(0) as usize;
+        let len = dtype::data_len(stored, numel).unwrap_or(0) as u64;
+        let Some(raw) = self.retype_as_stored(name, stored, &dims, len) else {
             return Ok(false);
-        }
-        // the Cast reference_cast_initializer put first: its input is the stored table
-        let Some(at) = self
-            .nodes
-            .iter()
-            .position(|n| n.op_type == "Cast" && n.outputs.first().is_some_and(|o| o == name))
-        else {
-            return Ok(true);
         };
-        let cast = self.nodes.remove(at);
-        let raw = cast.inputs[0].clone();
         let mut i = 0;
         while i < self.nodes.len() {
             if self.nodes[i].op_type == "Gather"
@@ -445,20 +464,14 @@ impl Graph {
                 let rows = self.new_value(&format!("{out}_stored"), ty);
                 self.nodes[i].inputs[0].clone_from(&raw);
                 self.nodes[i].outputs[0].clone_from(&rows);
-                let after = Node {
-                    name: self.names.unique_node(&format!("{out}_cast")),
-                    inputs: vec![rows],
-                    outputs: vec![out],
-                    scope: self.nodes[i].scope,
-                    ..cast.clone()
-                };
+                let after = self.cast_node(&out, &rows, &out, dtype, self.nodes[i].scope);
                 self.nodes.insert(i + 1, after);
                 i += 1;
             }
             i += 1;
         }
         self.types.remove(name);
-        Ok(true)
+        self.reference_initializer(&raw, location, offset, len)
     }
 
     /// Initializer `name` (of float type) written from `count` elements of float type `stored` at
