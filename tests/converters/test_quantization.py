@@ -455,3 +455,7 @@ def test_int_mm() -> None:
     # torch's CPU kernel takes a uint8 activation too (torchao quantizes to it on CPUs with VNNI)
     u = torch.randint(0, 256, (17, 64), generator=g, dtype=torch.uint8)
     check_export(Fn(torch._int_mm), (u, b), opsets=ENDS)
+    # the extremes: pairs of products past int16, which a saturating uint8 x int8 kernel clips
+    hi = torch.full((17, 64), 255, dtype=torch.uint8)
+    check_export(Fn(torch._int_mm), (hi, torch.full((64, 24), 127, dtype=torch.int8)), opsets=ENDS)
+    check_export(Fn(torch._int_mm), (hi, torch.full((64, 24), -128, dtype=torch.int8)), opsets=ENDS)

@@ -865,11 +865,23 @@ def _min_max_elementwise(ctx: ConversionContext, xf: str) -> tuple[str, str]:
 def convert_int_mm(ctx: ConversionContext, a: Value, b: Value) -> str:
     """int8 x int8 → int32 matrix product (torchao's dynamic int8 activation x int8 weight Linears):
     MatMulInteger, exact as torch's (int32 accumulation). On CPUs with VNNI torchao quantizes the
-    activation to uint8 (with a zero point) and torch's CPU kernel takes uint8 x int8: so does
-    MatMulInteger."""
+    activation to uint8 (with a zero point) and torch's CPU kernel takes uint8 x int8. onnxruntime's
+    uint8 x int8 kernel on AVX2 without VNNI sums pairs of products in int16 and saturates (255 x 127 x 2
+    > 32767: off by up to 1e6 on such a CPU), so that product runs as uint8 x uint8 instead: the int8
+    operand shifted by 128 into uint8 with a zero point of 128 (folded at load for a weight), exact on
+    every CPU."""
     if a.dtype not in (torch.int8, torch.uint8) or b.dtype != torch.int8:
         raise ctx.error(f"_int_mm of {a.dtype} x {b.dtype}: torch defines it for int8 or uint8 x int8")
-    return ctx.op("MatMulInteger", a, b)
+    if a.dtype == torch.int8:
+        return ctx.op("MatMulInteger", a, b)
+    shifted = ctx.op("Add", ctx.cast(b, torch.int16), ctx.const(128, torch.int16))
+    return ctx.op(
+        "MatMulInteger",
+        a,
+        ctx.cast(shifted, torch.uint8),
+        ctx.const(0, torch.uint8),
+        ctx.const(128, torch.uint8),
+    )
 
 
 # ---- tensor subclasses (torchao's quantized weights) ----------------------------------------------
