@@ -199,6 +199,15 @@ def test_max_pool2d_with_indices(kwargs: dict) -> None:
     check_export(Fn(lambda t: F.max_pool2d(t, return_indices=True, **kwargs)), (x,))
 
 
+@pytest.mark.parametrize("padding", [0, 1])
+def test_zero_pad_then_max_pool_keeps_the_zeros(padding: int) -> None:
+    # onnxruntime's PadFusion would fold the zero Pad into MaxPool's -inf pads (opsets 11-21): the
+    # inputs are all negative, so every window touching the border differs if it does
+    x = -1.0 - torch.rand(2, 3, 9, 8, generator=torch.Generator().manual_seed(0))
+    model = Fn(lambda t: F.max_pool2d(F.pad(t, (1, 1, 1, 1)), 3, 2, padding))
+    check_export(model, (x,), opsets=(17, 20, 21, MAX_OPSET), optimize=(False, True))
+
+
 def test_max_pool2d_indices_with_ties() -> None:
     x = torch.randint(0, 3, (2, 3, 9, 8)).float()
     check_export(Fn(lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True)), (x,))

@@ -104,12 +104,29 @@ def _max_pool(
         "dilations": d,
         "ceil_mode": int(ceil_mode),
     }
-    if not with_indices:
+    if not with_indices and not _made_by_pad(ctx, xin):
         y = ctx.op("MaxPool", xin, **attrs)
+        return unbatch(ctx, ctx.cast(y, x.dtype), added)
+    if not with_indices:
+        # onnxruntime's PadFusion (Pad-11..19 into MaxPool-8..12, at load) moves a zero Pad into the
+        # MaxPool's pads, which pool as -inf: values below 0 beside the border change (BiT's stem: 0.04
+        # off). It leaves a MaxPool with an indices output alone: so this one gets one, unread.
+        y, _ = ctx.op("MaxPool", xin, outputs=2, **attrs)
         return unbatch(ctx, ctx.cast(y, x.dtype), added)
     y, flat = ctx.op("MaxPool", xin, outputs=2, **attrs)
     indices = _plane_indices(ctx, flat, xin)
     return [unbatch(ctx, ctx.cast(y, x.dtype), added), unbatch(ctx, indices, added)]
+
+
+_PRODUCER_WINDOW = 256
+"""How many of the last emitted nodes ``_made_by_pad`` looks through: a Pad feeding a pool is emitted
+just before it (constant_pad_nd, then max_pool)."""
+
+
+def _made_by_pad(ctx: ConversionContext, value: str) -> bool:
+    """Whether ``value`` is the output of a Pad among the last emitted nodes."""
+    n = ctx.g.num_nodes
+    return any(op == "Pad" and value in outs for _, op, _, outs in ctx.g.nodes(max(0, n - _PRODUCER_WINDOW)))
 
 
 def _plane_indices(ctx: ConversionContext, flat: str, xin: str) -> str:
