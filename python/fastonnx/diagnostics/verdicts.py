@@ -95,7 +95,7 @@ def table(infos: list[VerificationInfo]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for i in infos:
-        verdict = "pass" if i.passed else "**FAIL**" + (f" ({i.note})" if i.note else "")
+        verdict = ("pass" if i.passed else "**FAIL**") + (f" ({i.note})" if i.note else "")
         rows.append(
             f"| `{i.name}` | {i.dtype} | {list(i.shape)} | {i.max_abs_diff:.3g} | {i.max_rel_diff:.3g} | "
             f"{i.atol:g} | {i.rtol:g} | {verdict} |"

@@ -35,6 +35,7 @@ from fastonnx.pretrained.decoder_cache import (
 from fastonnx.pretrained.embedded_features import encoder_states
 from fastonnx.pretrained.encoder_tasks import audio_inputs, encoder_inputs, states_off, text_inputs
 from fastonnx.pretrained.encoder_tasks import reference as encoder_reference
+from fastonnx.pretrained.float64_referee import referee
 from fastonnx.pretrained.folder import CheckpointFolder
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
@@ -439,14 +440,18 @@ def _check_audio_language(
 def _check_encoder(
     session: Any, model: Any, config: Any, task: str, spec: GraphSpec, tolerance: Tolerance
 ) -> list[VerificationInfo]:
+    names = tuple(spec.output_names)
     inputs = _encoder_feeds(model, config, task)
-    got = _run(session, list(inputs), list(inputs.values()))
-    with torch.no_grad(), states_off(model):  # as the graph runs it (encoder_tasks.Named)
-        out = encoder_reference(model, config, task, tuple(spec.output_names))(**inputs)
-    return [
-        compare(name, read(out, name), a, *tolerance(read(out, name)))
-        for name, a in zip(spec.output_names, got, strict=True)
-    ]
+    got = dict(zip(names, _run(session, list(inputs), list(inputs.values())), strict=True))
+
+    def forward(m: Any, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with torch.no_grad(), states_off(m):  # as the graph runs it (encoder_tasks.Named)
+            out = encoder_reference(m, m.config, task, names)(**feeds)
+        return {name: read(out, name) for name in names}
+
+    expected = forward(model, inputs)
+    infos = [compare(name, expected[name], got[name], *tolerance(expected[name])) for name in names]
+    return referee(infos, model, inputs, expected, got, forward, available_memory())
 
 
 def _encoder_feeds(model: Any, config: Any, task: str) -> dict[str, torch.Tensor]:
