@@ -42,6 +42,7 @@ from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half
 from fastonnx.pretrained.image_encoder_decoders import check_package as check_image_encoder_decoder
 from fastonnx.pretrained.image_encoder_decoders import image_kind
 from fastonnx.pretrained.reference_windows import prefill_length_feed
+from fastonnx.pretrained.stable_sorts import StableSorts
 from fastonnx.pretrained.task_inputs import (
     decoder_inputs,
     decoder_start,
@@ -445,7 +446,8 @@ def _check_encoder(
     got = dict(zip(names, _run(session, list(inputs), list(inputs.values())), strict=True))
 
     def forward(m: Any, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        with torch.no_grad(), states_off(m):  # as the graph runs it (encoder_tasks.Named)
+        # as the graph runs it (encoder_tasks.Named), ties sorted as its TopK sorts them
+        with torch.no_grad(), states_off(m), StableSorts():
             out = encoder_reference(m, m.config, task, names)(**feeds)
         return {name: read(out, name) for name in names}
 
