@@ -24,7 +24,7 @@ import torch
 
 from fastonnx import half_precision
 from fastonnx.errors import InputError
-from fastonnx.pretrained.decoder_cache import config_layout, flat_tensors, text_config
+from fastonnx.pretrained.decoder_cache import config_layout, filled_cache, flat_tensors, text_config
 from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.task_inputs import decoder_inputs, decoder_start
 
@@ -67,27 +67,46 @@ def check_options(task: str, dtype: Any, keep_io_types: Any, options: dict[str, 
             "Casts; leave cast_weights off (the stored tensors are then read through a Cast to the half "
             "type, folded at load)"
         )
-    if task in MULTI_FILE_TASKS:
-        raise InputError(
-            f"dtype={dtype!r} is supported for one-graph packages and text2text's three files only so far, "
-            f"not {task}"
-        )
 
-
-MULTI_FILE_TASKS = ("image-text-to-text",)
-"""Tasks whose packages hold several graphs feeding each other that are not converted yet, refused
-before the folder is read (Whisper's genai files too, by check_specs once its graphs are known)."""
 
 SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
+VISION_LANGUAGE_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
+"""image-text-to-text's three files (vision_language.py's VISION_FILE, EMBED_FILE, DECODER_FILE)."""
 
 
-def check_specs(dtype: str, task: str, specs: dict[str, GraphSpec]) -> None:
-    """A package of several graphs other than text2text's three (vision-language, Whisper's genai files)
-    is refused once its task is known."""
-    if len(specs) != 1 and tuple(specs) != SEQ2SEQ_FILES:
+def converts(specs: dict[str, GraphSpec], model: Any = None) -> bool:
+    """Whether a package of ``specs`` is converted to a half type: one graph, text2text's three files, or
+    image-text-to-text's three in their common form (a model with a layout of its own, one of the
+    ``own_layout`` modules', has files that feed one another otherwise: not yet)."""
+    if len(specs) == 1 or tuple(specs) == SEQ2SEQ_FILES:
+        return True
+    return tuple(specs) == VISION_LANGUAGE_FILES and model is not None and not _own_vision_layout(model)
+
+
+def _own_vision_layout(model: Any) -> bool:
+    from fastonnx.pretrained import (
+        cross_attention_vlms,
+        gated_cross_attention,
+        image_prefix,
+        minicpm_vlms,
+        molmo_vlms,
+        padded_patch_vlms,
+    )
+
+    kinds = (cross_attention_vlms, gated_cross_attention, image_prefix, minicpm_vlms, molmo_vlms)
+    return any(k.own_layout(model) for k in (*kinds, padded_patch_vlms))
+
+
+def check_specs(dtype: str, task: str, specs: dict[str, GraphSpec], model: Any = None) -> None:
+    """A package of several graphs other than text2text's three and image-text-to-text's common three
+    (Whisper's genai files, a vision-language model of its own layout) is refused once its graphs are
+    known."""
+    if not converts(specs, model):
+        name = type(model).__name__ if model is not None else task
         raise InputError(
-            f"dtype={dtype!r} is supported for one-graph packages and text2text's three files only so far, "
-            f"not {task} ({', '.join(specs)})"
+            f"dtype={dtype!r} is supported for one-graph packages, text2text's three files and "
+            f"image-text-to-text's three in their common form only so far, not {name}'s {task} package "
+            f"({', '.join(specs)})"
         )
 
 
@@ -125,6 +144,62 @@ def seq2seq_feeds(
     for name in step_spec.input_names[3:]:
         step[name] = got[name.replace("past_key_values", "present")]
     return {SEQ2SEQ_FILES[0]: [encoder], SEQ2SEQ_FILES[1]: [first], SEQ2SEQ_FILES[2]: [step]}
+
+
+def vision_language_feeds(
+    folder: pathlib.Path, specs: dict[str, GraphSpec], config: Any, model: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """Calibration inputs of image-text-to-text's three float32 files, as verification runs them: the
+    vision encoder on one image, the embeddings on the check's prompt holding its features and on one
+    token, the decoder on the prompt's embeddings and one step on the cache that returned."""
+    import onnxruntime as ort
+
+    from fastonnx.pretrained import vision_language as vl
+    from fastonnx.pretrained.reference_windows import prefill_length_feed
+
+    def session(name: str) -> Any:
+        return ort.InferenceSession(os.fspath(folder / name), providers=["CPUExecutionProvider"])
+
+    def named(spec: GraphSpec, values: dict[str, Any]) -> dict[str, Any]:
+        return {n: np.asarray(values[n]) for n in spec.input_names}
+
+    images = vl.vision_inputs(model, config, 1, "cpu")
+    vision_spec, embed_spec, decoder_spec = (specs[f] for f in VISION_LANGUAGE_FILES)
+    tensors = vl.vision_feeds(model, images, vision_spec.input_names)
+    vision = {n: t.numpy() for n, t in zip(vision_spec.input_names, tensors, strict=True)}
+    features, *deepstack = session(vl.VISION_FILE).run(None, vision)
+    ids = vl.verification_prompt(config, features.shape[0])
+    positions, offset, _ = vl.prompt_positions(model, ids, images)
+    embed_session, decoder_session = session(vl.EMBED_FILE), session(vl.DECODER_FILE)
+    layout = decoder_spec.cache_layout or config_layout(text_config(config))
+    cache = [t.numpy() for t in flat_tensors(filled_cache(layout, 1, 0, "cpu", torch.Generator()))]
+    embed_feeds, decoder_feeds, past = [], [], 0
+    step_ids, rows = ids, features
+    for step in range(2):  # the prompt, then one token
+        more: dict[str, Any] = {"input_ids": step_ids.numpy(), "image_features": rows}
+        more["token_type_ids"] = np.full(step_ids.shape, int(step > 0), np.int64)
+        more.update({k: v.numpy() for k, v in prefill_length_feed(ids).items()})
+        if deepstack:
+            more["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
+        embed_feeds.append(named(embed_spec, more))
+        (embeds,) = embed_session.run(None, embed_feeds[-1])
+        length = embeds.shape[1]
+        at = positions if step == 0 else vl.step_positions(model, past, length, offset)
+        values = dict(zip(decoder_spec.input_names[3:], cache, strict=False))
+        values.update(more)
+        values |= {"inputs_embeds": embeds, "attention_mask": np.ones((1, past + length), np.int64)}
+        values["position_ids"] = at.numpy()
+        feed = {n: np.asarray(values[n]) for n in decoder_spec.input_names}
+        decoder_feeds.append(feed)
+        logits, *cache = decoder_session.run(None, feed)
+        past += length
+        step_ids = torch.tensor([[int(np.asarray(logits)[0, -1].argmax())]])
+        rows = np.zeros((0, features.shape[-1]), features.dtype)
+    return {
+        vl.VISION_FILE: [vision],
+        vl.EMBED_FILE: embed_feeds,
+        vl.DECODER_FILE: decoder_feeds,
+    }
 
 
 def encoder_feeds(model: Any, config: Any, task: str) -> Iterator[dict[str, Any]]:
@@ -177,10 +252,12 @@ def convert_package(
 ) -> None:
     """Every graph of the package converted: one-graph packages on their own inputs, text2text's three
     files on inputs computed by the float32 files before any is converted."""
-    check_specs(dtype, task, specs)
+    check_specs(dtype, task, specs, model)
     every: dict[str, list[dict[str, Any]]] = {}
     if tuple(specs) == SEQ2SEQ_FILES and dtype == "fp16":
         every = seq2seq_feeds(folder, specs, config)
+    elif tuple(specs) == VISION_LANGUAGE_FILES and dtype == "fp16":
+        every = vision_language_feeds(folder, specs, config, model)
     for filename, spec in specs.items():
         convert_package_file(
             folder, filename, spec, config, dtype, keep_io_types, task, model, every.get(filename)
@@ -220,8 +297,9 @@ def convert_package_file(
     flops = half_precision.matmul_flops(
         converted.model, {"batch_size": batch, "sequence_length": prompt, "total_sequence_length": prompt}
     )
-    share = half_precision.half_share(flops, dtype)
-    converted_share = share
+    # a graph without products (image-text-to-text's embeddings: Gathers) has no share to report
+    share = half_precision.half_share(flops, dtype) if sum(flops.values()) else None
+    converted_share = share or 0.0
     log.info(
         "%s: %s, %.1f%% of the MatMul work in it, %d nodes kept float32",
         filename,
@@ -229,11 +307,12 @@ def convert_package_file(
         100 * converted_share,
         len(converted.kept),
     )
-    what = (
-        f"a prefill of {prompt} tokens (batch {batch}) and one decode step"
-        if task == "text-generation"
-        else f"the verification's inputs (batch {batch}; text2text: 7 tokens, the first step and one with past)"
-    )
+    if task == "text-generation":
+        what = f"a prefill of {prompt} tokens (batch {batch}) and one decode step"
+    elif task == "image-text-to-text":
+        what = "one image, the verification's prompt holding its features and one token after it"
+    else:
+        what = f"the verification's inputs (batch {batch}; text2text: 7 tokens, the first step and one with past)"
     notes = [
         f"Calibration: {what}, run in float32 by onnxruntime with every intermediate value an output."
         if ranges is not None

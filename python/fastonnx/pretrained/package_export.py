@@ -425,8 +425,10 @@ def export_pretrained(
         specs = _graph_specs(chosen.name, built, config, class_name)
         shards, missing = weights.files(next(iter(specs.values())).module, built), weights.missing
         if not target_note:  # the task and its graphs known now
-            target_of, target_note = targets.settle(target_of, chosen.name, specs)
+            target_of, target_note = targets.settle(target_of, chosen.name, specs, model=built)
         dtype = target_of.dtype
+        if dtype is not None:  # refused before any graph is exported
+            half_package.check_specs(dtype, chosen.name, specs, built)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -85,19 +85,18 @@ def resolve(target: Any, dtype: Any, given: bool) -> Target:
 
 
 def settle(
-    target: Target, task: str, specs: dict[str, Any] | None, options: Any = None
+    target: Target, task: str, specs: dict[str, Any] | None, options: Any = None, model: Any = None
 ) -> tuple[Target, str]:
     """``target`` with float32 where its precision is the target's default and the package cannot be
-    written in it yet (half_package's limits: packages of several graphs other than text2text's,
-    ``cast_weights``), and the report's note saying so; an asked-for precision is left to half_package's
-    checks, which refuse it."""
-    from fastonnx.pretrained.half_package import MULTI_FILE_TASKS, SEQ2SEQ_FILES
+    written in it yet (half_package's limits: ``half_package.converts``, ``cast_weights``), and the
+    report's note saying so; an asked-for precision is left to half_package's checks, which refuse it."""
+    from fastonnx.pretrained.half_package import converts
 
     if not (target.defaulted and target.dtype):
         return target, ""
     why = ""
-    if task in MULTI_FILE_TASKS or (specs is not None and len(specs) != 1 and tuple(specs) != SEQ2SEQ_FILES):
-        why = f"{task}'s packages are written in float32 only so far"
+    if specs is not None and not converts(specs, model):
+        why = f"{type(model).__name__ if model is not None else task}'s {task} packages are written in float32 only so far"
     elif options is not None and options.get("cast_weights"):
         why = "cast_weights writes float32 weights"
     if not why:

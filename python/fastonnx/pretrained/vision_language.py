@@ -525,6 +525,25 @@ def image_prompt(config: Any, before: torch.Tensor, rows: int, after: torch.Tens
     return torch.cat([before, *block, after], dim=1)
 
 
+def verification_prompt(config: Any, rows: int) -> torch.Tensor:
+    """The check's prompt (one row): 2 random tokens, an image of ``rows`` feature rows, 4 random tokens;
+    no special token of any modality among the random ones, so the image's tokens are only where the
+    image goes (Qwen-Omni's get_rope_index reads an audio token's audio). The half calibration
+    (half_package.vision_language_feeds) runs the same prompt."""
+    _, vocab = text_sizes(config)
+    g = torch.Generator().manual_seed(1)
+    text = torch.randint(min(3, vocab - 1), vocab, (1, 6), generator=g)
+    special = {
+        image_token_id(config),
+        *(getattr(config, f"vision_{k}_token_id", None) for k in ("start", "end")),
+    }
+    kinds = ("video", "audio", "audio_start", "audio_end")
+    special |= {getattr(config, f"{k}_token_{e}", None) for k in kinds for e in ("id", "index")}
+    for t in special - {None}:
+        text[text == t] = 3
+    return image_prompt(config, text[:, :2], rows, text[:, 2:])
+
+
 def prompt_positions(
     model: torch.nn.Module, ids: torch.Tensor, images: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
