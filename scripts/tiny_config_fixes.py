@@ -411,7 +411,8 @@ FIXES.update(
                 "pad_token_id": _MUSICGEN_CODES,
                 "bos_token_id": _MUSICGEN_CODES,
             },
-            "audio_encoder": {"codebook_size": _MUSICGEN_CODES},
+            # EnCodec's code vectors are its decoder's input: as wide as its (shrunk) hidden size
+            "audio_encoder": {"codebook_size": _MUSICGEN_CODES, "codebook_dim": 64},
         },
     )
 )
