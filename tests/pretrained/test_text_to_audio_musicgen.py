@@ -2,6 +2,8 @@
 ``generate`` as a text encoder, a merged decoder step with its self- and cross-attention cache and
 EnCodec's decode, the loop (delay pattern, classifier-free guidance) the runtime's; verified by that loop
 over onnxruntime against ``generate(do_sample=False)`` at guidance 1 and the generation config's 3.
+MusicgenMelodyForConditionalGeneration (pretrained/melody_code_loops.py) likewise, its conditioning a
+prefix (the chroma's rows and the text's) prepended on the first step, with and without a melody.
 
 The tiny model's decoder is drawn at a larger scale (``initializer_factor`` 1) than transformers' 0.02, so
 its codes depend on the text and on the guidance (at 0.02 every row generates the same codes)."""
@@ -17,20 +19,19 @@ import torch
 
 import fastonnx
 from fastonnx.pretrained import audio_code_loops as loops
+from fastonnx.pretrained import melody_code_loops as melody_loops
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
+from support.matrix import sampled
 
 CODES = 32  # the decoder's vocabulary: EnCodec's codebook; its pad / start token the extra row past it
 
 
-def _tiny_model(channels: int = 1) -> Any:
-    from transformers import (
-        EncodecConfig,
-        MusicgenConfig,
-        MusicgenDecoderConfig,
-        MusicgenForConditionalGeneration,
-        T5Config,
-    )
+def _tiny_model(channels: int = 1, melody: bool = False) -> Any:
+    import transformers
+    from transformers import EncodecConfig, T5Config
+
+    kind = "MusicgenMelody" if melody else "Musicgen"
 
     text = T5Config(
         vocab_size=40,
@@ -53,7 +54,7 @@ def _tiny_model(channels: int = 1) -> Any:
         sampling_rate=800,
         target_bandwidths=[8.0],
     )
-    decoder = MusicgenDecoderConfig(
+    decoder = getattr(transformers, f"{kind}DecoderConfig")(
         vocab_size=CODES,
         hidden_size=16,  # narrower than the text encoder's 24: MusicGen projects its states
         num_hidden_layers=2,
@@ -66,7 +67,10 @@ def _tiny_model(channels: int = 1) -> Any:
         pad_token_id=CODES,
         bos_token_id=CODES,
     )
-    config = MusicgenConfig(
+    # Melody's chroma of 12 pitch classes, its prefix 6 rows (chroma_length; 235 in musicgen-melody)
+    chroma = {"num_chroma": 12, "chroma_length": 6} if melody else {}
+    config = getattr(transformers, f"{kind}Config")(
+        **chroma,
         text_encoder=text.to_dict(),
         audio_encoder=audio.to_dict(),
         decoder=decoder.to_dict(),
@@ -75,15 +79,21 @@ def _tiny_model(channels: int = 1) -> Any:
         decoder_start_token_id=CODES,
     )
     torch.manual_seed(0)
-    model = MusicgenForConditionalGeneration(config).eval()
+    model = getattr(transformers, f"{kind}ForConditionalGeneration")(config).eval()
     model.generation_config.guidance_scale = 3.0  # musicgen-small's generation_config.json
     return model
 
 
-def test_auto_takes_musicgen_to_text_to_audio() -> None:
-    config = {"model_type": "musicgen", "architectures": ["MusicgenForConditionalGeneration"]}
-    task, chosen = choose(config, "auto")
-    assert (task.name, chosen) == ("text-to-audio", "MusicgenForConditionalGeneration")
+CLASSES = {
+    "musicgen": "MusicgenForConditionalGeneration",
+    "musicgen_melody": "MusicgenMelodyForConditionalGeneration",
+}
+
+
+@pytest.mark.parametrize("model_type", CLASSES)
+def test_auto_takes_musicgen_to_text_to_audio(model_type: str) -> None:
+    task, chosen = choose({"model_type": model_type, "architectures": [CLASSES[model_type]]}, "auto")
+    assert (task.name, chosen) == ("text-to-audio", CLASSES[model_type])
 
 
 @pytest.mark.parametrize("channels", [1, 2])
@@ -121,9 +131,8 @@ def _modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
 
 
 # 8 new tokens: the delay pattern applies (9 columns >= 2 * 4 - 1); 3: it does not (transformers then
-# generates every codebook from the first column)
-@pytest.mark.parametrize("new_tokens", [8, 3])
-@pytest.mark.parametrize("guidance", [1.0, 3.0])
+# generates every codebook from the first column); the package's check runs 8 at guidance 1 and 3
+@pytest.mark.parametrize(("new_tokens", "guidance"), [(3, 1.0), (8, 3.0)])
 def test_step_loop_is_generate(new_tokens: int, guidance: float) -> None:
     model = _tiny_model()
     ids, mask = loops.check_inputs(model)
@@ -157,23 +166,73 @@ def test_stereo_step_loop_is_generate() -> None:
     torch.testing.assert_close(audio, want)
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    tmp = tmp_path_factory.mktemp("musicgen")
-    model = _tiny_model()
+def _melody_modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
+    step = melody_loops.MelodyStep(model)
+    sessions = {
+        melody_loops.TEXT_ENCODER_FILE: melody_loops.MelodyTextEncoder(model),
+        melody_loops.CHROMA_FILE: melody_loops.ChromaPrefix(model),
+        melody_loops.DECODER_FILE: lambda *t: step(*t[:2], list(t[2:])),
+        melody_loops.DECODE_FILE: loops.CodecDecode(model),
+    }
+    return sessions, _modules_as_sessions(model)[1]
+
+
+@pytest.mark.parametrize(("melody", "guidance"), [(False, 1.0), (True, 3.0)])
+def test_melody_step_loop_is_generate(melody: bool, guidance: float) -> None:
+    model = _tiny_model(melody=True)
+    inputs = melody_loops.check_inputs(model)
+    if not melody:  # transformers' null chroma
+        del inputs["input_features"]
+    sessions, run = _melody_modules_as_sessions(model)
+    _, codes, audio = melody_loops.generated_by_sessions(sessions, run, model, inputs, 8, guidance)
+    with torch.no_grad(), loops.recorded_codes(model) as seen:
+        want = model.generate(**inputs, do_sample=False, guidance_scale=guidance, max_new_tokens=8)
+    assert torch.equal(codes, seen[-1])
+    assert not torch.equal(codes[0, 0], codes[0, 1])
+    torch.testing.assert_close(audio, want)
+
+
+@pytest.mark.parametrize("frames", [4, 9])
+def test_chroma_prefix_is_transformers(frames: int) -> None:
+    # transformers repeats the frames up to chroma_length (6) rows and truncates: also past it
+    model = _tiny_model(melody=True)
+    features = torch.randn(2, frames, 12, generator=torch.Generator().manual_seed(frames))
+    ids, mask = loops.check_inputs(model)
+    with torch.no_grad():
+        out = model(
+            input_ids=ids, attention_mask=mask, input_features=features, decoder_input_ids=ids.new_zeros(8, 1)
+        )
+        got = melody_loops.ChromaPrefix(model)(features)
+    torch.testing.assert_close(got, out.encoder_hidden_states[:, :6])
+
+
+# CI: MusicGen's package; MusicGen Melody's (four files) under FASTONNX_FULL_MATRIX=1 (its modules' loop is
+# compared with generate in CI above)
+@pytest.fixture(scope="module", params=sampled(["musicgen", "musicgen_melody"], lambda t: t == "musicgen"))
+def package(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, str]:
+    tmp = tmp_path_factory.mktemp(request.param)
+    model = _tiny_model(melody=request.param == "musicgen_melody")
     model.save_pretrained(tmp / "checkpoint")
     written = fastonnx.export_pretrained(
         tmp / "checkpoint", tmp / "package", task="text-to-audio", progress=False
     )
-    return written, model
+    return written, model, request.param
 
 
-def test_musicgen_package_is_verified(package: tuple[Any, Any]) -> None:
-    written, _ = package
+def test_musicgen_package_is_verified(package: tuple[Any, Any, str]) -> None:
+    written, _, model_type = package
     assert written.verified is True, written.verify_note
     report = written.report_path.read_text()
-    assert "audio codes (guidance 3)" in report and "audio_values (guidance 1)" in report
     graph = onnx.load(str(written.outdir / loops.DECODER_FILE), load_external_data=False).graph
+    if model_type == "musicgen_melody":
+        assert (
+            "audio codes (melody, guidance 3)" in report and "audio_values (no melody, guidance 1)" in report
+        )
+        want = [*melody_loops.STEP_INPUTS, "past_key_values.0.key", "past_key_values.0.value"]
+        assert [i.name for i in graph.input][:4] == want
+        assert melody_loops.CHROMA_FILE in written.files
+        return
+    assert "audio codes (guidance 3)" in report and "audio_values (guidance 1)" in report
     names = [f"past_key_values.0.{side}.{kv}" for side in ("decoder", "encoder") for kv in ("key", "value")]
     assert [i.name for i in graph.input][:7] == [*loops.STEP_INPUTS, *names]
     assert [o.name for o in graph.output][:2] == ["logits", "present.0.decoder.key"]
@@ -181,27 +240,30 @@ def test_musicgen_package_is_verified(package: tuple[Any, Any]) -> None:
 
 
 @pytest.mark.parametrize("perturbed", [loops.DECODER_FILE, loops.DECODE_FILE])
-def test_musicgen_check_fails_on_a_wrong_session(package: tuple[Any, Any], perturbed: str) -> None:
-    written, model = package
+def test_musicgen_check_fails_on_a_wrong_session(package: tuple[Any, Any, str], perturbed: str) -> None:
+    written, model, model_type = package
+    melody = model_type == "musicgen_melody"
+    files = [melody_loops.CHROMA_FILE] if melody else []
     sessions = {
         name: ort.InferenceSession(str(written.outdir / name), providers=["CPUExecutionProvider"])
-        for name in (loops.TEXT_ENCODER_FILE, loops.DECODER_FILE, loops.DECODE_FILE)
+        for name in (loops.TEXT_ENCODER_FILE, loops.DECODER_FILE, loops.DECODE_FILE, *files)
     }
 
     def run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         out = _run(session, names, tensors)
         if session is sessions[perturbed]:
             # a decoder favouring code 0 of every codebook; audio off by 1e-3
-            out[0] = out[0] + (
-                torch.nn.functional.one_hot(torch.tensor(0), CODES) * 100
-                if perturbed == loops.DECODER_FILE
-                else 1e-3
-            )
+            wrong = torch.nn.functional.one_hot(torch.tensor(0), CODES) * 100
+            out[0] = out[0] + (wrong if perturbed == loops.DECODER_FILE else 1e-3)
         return out
 
-    infos = loops.check_package(sessions, model, {}, run, lambda e: (None, None))
+    check = melody_loops.check_package if melody else loops.check_package
+    infos = check(sessions, model, {}, run, lambda e: (None, None))
     failed = {i.name for i in infos if not i.passed}
+    cases = ["no melody, ", "melody, "] if melody else [""]
+    codes = {f"audio codes ({case}guidance {g})" for case in cases for g in (1, 3)}
+    audio = {f"audio_values ({case}guidance {g})" for case in cases for g in (1, 3)}
     if perturbed == loops.DECODER_FILE:
-        assert {"audio codes (guidance 1)", "audio codes (guidance 3)"} <= failed
+        assert codes <= failed
     else:
-        assert failed == {"audio_values (guidance 1)", "audio_values (guidance 3)"}
+        assert failed == audio

@@ -192,7 +192,7 @@ class CodecDecode(torch.nn.Module):
         return torch.cat([left, right], dim=1)
 
 
-def _sizes(model: Any) -> tuple[int, int, int, int]:
+def sizes(model: Any) -> tuple[int, int, int, int]:
     """(decoder layers, heads, head size, codebooks)."""
     decoder = model.config.decoder
     heads = int(decoder.num_attention_heads)
@@ -209,7 +209,7 @@ def step_cache_names(layers: int, prefix: str) -> list[str]:
     return seq2seq_cache_names(layers, prefix)
 
 
-def _refuse_unsupported(model: Any) -> None:
+def refuse_unsupported(model: Any) -> None:
     if type(model.audio_encoder).__name__ != "EncodecModel":
         raise InputError(
             f"{type(model).__name__}: its audio encoder is {type(model.audio_encoder).__name__}; the "
@@ -220,15 +220,15 @@ def _refuse_unsupported(model: Any) -> None:
 def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The three graphs of the module docstring, at examples on the meta device."""
     del config
-    _refuse_unsupported(model)
-    layers, heads, size, books = _sizes(model)
+    refuse_unsupported(model)
+    layers, heads, size, books = sizes(model)
     m: Any = model
     text_vocab = int(m.config.text_encoder.vocab_size)
     codes = int(m.config.decoder.vocab_size)
     width = int(m.config.decoder.hidden_size)
     g = torch.Generator().manual_seed(0)
     # the cross past's example is the first step's (0): its size then stays symbolic (size-oblivious)
-    batch, source, target, past, cross_past, frames = 2, 6, 3, 4, 0, 5
+    batch, source, target, past, cross_past = 2, 6, 3, 4, 0
     b = torch.export.Dim(BATCH, min=1, max=1024)
     e = torch.export.Dim(ENCODER_SEQUENCE, min=1, max=1 << 20)
     # positions past the decoder's sinusoidal table are computed as transformers extends it (its rows'
@@ -268,14 +268,27 @@ def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         [*STEP_INPUTS, *step_cache_names(layers, "past_key_values")],
         ["logits", *step_cache_names(layers, "present")],
     )
-    decode = GraphSpec(
+    decode = loop_graphs_decode(model)
+    return {TEXT_ENCODER_FILE: encoder, DECODER_FILE: step, DECODE_FILE: decode}
+
+
+def loop_graphs_decode(model: torch.nn.Module) -> GraphSpec:
+    """``encodec_decode.onnx``'s graph (MusicGen's and MusicGen Melody's)."""
+    m: Any = model
+    books, codes = int(m.config.decoder.num_codebooks), int(m.config.decoder.vocab_size)
+    example = torch.randint(0, codes, (1, 2, books, 5), generator=torch.Generator().manual_seed(0))
+    return GraphSpec(
         CodecDecode(model),
-        (torch.randint(0, codes, (1, batch, books, frames), generator=g).to("meta"),),
-        {"audio_codes": {1: b, 3: torch.export.Dim(FRAMES, min=1, max=1 << 20)}},
+        (example.to("meta"),),
+        {
+            "audio_codes": {
+                1: torch.export.Dim(BATCH, min=1, max=1024),
+                3: torch.export.Dim(FRAMES, min=1, max=1 << 20),
+            }
+        },
         ["audio_codes"],
         ["audio_values"],
     )
-    return {TEXT_ENCODER_FILE: encoder, DECODER_FILE: step, DECODE_FILE: decode}
 
 
 def start_token(generation: Any) -> int:
@@ -302,6 +315,30 @@ def delay_pattern(codebooks: int, channels: int, length: int, start: int) -> tor
     return pattern
 
 
+def generated_codes(step: Any, model: Any, batch: int, new_tokens: int, guidance: float) -> torch.Tensor:
+    """The codes (1 x ``batch`` x codebooks x frames) of the loop's steps 2 to 4 (module docstring):
+    ``step(ids, first)`` runs the decoder on the new column(s) of ids (repeated for guidance) and gives
+    the last position's logits, ``first`` on the first step."""
+    books = int(model.config.decoder.num_codebooks)
+    generation = model.generation_config
+    start, pad = start_token(generation), generation.pad_token_id
+    channels = int(model.config.decoder.audio_channels)
+    pattern = delay_pattern(books, channels, new_tokens + 1, start).repeat(batch, 1)
+    sequence = torch.full((batch * books, 1), start)  # the prompt: one start token a row
+    guided = guidance > 1
+    fed = sequence
+    for i in range(new_tokens):
+        scores = step(fed.repeat(2, 1) if guided else fed, i == 0)
+        if guided:
+            cond, uncond = scores.split(batch * books)
+            scores = uncond + (cond - uncond) * guidance
+        column = pattern[:, sequence.shape[1]]
+        token = torch.where(column == -1, scores.argmax(-1), column)
+        sequence = torch.cat([sequence, token[:, None]], dim=1)
+        fed = token[:, None]
+    return sequence[sequence != pad].reshape(batch, books, -1)[None]
+
+
 def generated_by_sessions(
     sessions: dict[str, Any],
     run: Any,
@@ -313,35 +350,23 @@ def generated_by_sessions(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The loop of the module docstring over the package's sessions (``run(session, names, tensors)``):
     the text encoder's states, the codes (1 x batch x codebooks x frames) and the audio."""
-    layers, heads, size, books = _sizes(model)
-    generation = model.generation_config
-    start, pad = start_token(generation), generation.pad_token_id
+    layers, heads, size, _ = sizes(model)
     (states,) = run(sessions[TEXT_ENCODER_FILE], ["input_ids", "attention_mask"], [input_ids, attention_mask])
-    batch = input_ids.shape[0]
     fed_states, fed_mask = states, attention_mask
-    guided = guidance > 1
-    if guided:  # the unconditional rows: zeroed states and mask
+    if guidance > 1:  # the unconditional rows: zeroed states and mask
         fed_states = torch.cat([states, torch.zeros_like(states)])
         fed_mask = torch.cat([attention_mask, torch.zeros_like(attention_mask)])
-    rows = fed_states.shape[0]
-    channels = int(model.config.decoder.audio_channels)
-    pattern = delay_pattern(books, channels, new_tokens + 1, start).repeat(batch, 1)
-    sequence = torch.full((batch * books, 1), start)  # the prompt: one start token a row
-    cache = [torch.zeros(rows, heads, 0, size) for _ in range(4 * layers)]
+    cache = [torch.zeros(fed_states.shape[0], heads, 0, size) for _ in range(4 * layers)]
     names = [*STEP_INPUTS, *step_cache_names(layers, "past_key_values")]
-    fed = sequence
-    for _ in range(new_tokens):
-        ids = fed.repeat(2, 1) if guided else fed
+
+    def step(ids: torch.Tensor, first: bool) -> torch.Tensor:
+        del first  # the cross past's length tells the graph
+        nonlocal cache
         logits, *cache = run(sessions[DECODER_FILE], names, [ids, fed_states, fed_mask, *cache])
-        scores = logits[:, -1]
-        if guided:
-            cond, uncond = scores.split(batch * books)
-            scores = uncond + (cond - uncond) * guidance
-        column = pattern[:, sequence.shape[1]]
-        token = torch.where(column == -1, scores.argmax(-1), column)
-        sequence = torch.cat([sequence, token[:, None]], dim=1)
-        fed = token[:, None]
-    codes = sequence[sequence != pad].reshape(batch, books, -1)[None]
+        last: torch.Tensor = logits[:, -1]
+        return last
+
+    codes = generated_codes(step, model, input_ids.shape[0], new_tokens, guidance)
     (audio,) = run(sessions[DECODE_FILE], ["audio_codes"], [codes])
     return states, codes, audio
 
