@@ -721,9 +721,10 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _untie_zero_matrices(model)
     _unit_batch_norm_scales(model)
     _spread_keypoint_scores(model)
+    _released_generation(model)
     _eager_check(task, model)
     save_reloadable(model, folder)
-    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
+    vocab = getattr(text_config(model.config, encoder=True), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
     return params
@@ -754,6 +755,23 @@ def save_reloadable(model: Any, folder: pathlib.Path) -> None:
     model.save_pretrained(folder, save_original_format=False)
     if len(_lost_on_reload(model, folder)) >= len(lost):  # weights never saved (none of a naming's doing)
         model.save_pretrained(folder)
+
+
+# generation settings the released checkpoints' generation_config.json sets and no config default has
+_RELEASED_GENERATION: dict[str, dict[str, Any]] = {
+    # facebook/musicgen-small's and musicgen-melody's: classifier-free guidance at 3
+    **dict.fromkeys(("musicgen", "musicgen_melody"), {"guidance_scale": 3.0}),
+}
+
+
+def _released_generation(model: Any) -> None:
+    """The released checkpoints' generation settings (``_RELEASED_GENERATION``) on a composite model's
+    generation config, which ``save_pretrained`` writes to ``generation_config.json``."""
+    settings = _RELEASED_GENERATION.get(getattr(model.config, "model_type", ""), {})
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and getattr(model.config, "is_encoder_decoder", False):
+        for key, value in settings.items():
+            setattr(generation, key, value)
 
 
 def _spread_keypoint_scores(model: Any) -> None:
@@ -831,7 +849,7 @@ def _eager_check(task: str, model: Any) -> None:
                     **_required_side_inputs(model, inputs["input_ids"]) if "input_ids" in inputs else {},
                 )
             else:
-                text = config.get_text_config()
+                text = text_config(config)
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
                 rows = codebooks if _is_int(codebooks) and codebooks > 0 else 1
                 vocab = getattr(text, "vocab_size", None)  # none for CANINE's characters: code points
@@ -841,10 +859,25 @@ def _eager_check(task: str, model: Any) -> None:
                 # shifts input_ids into its decoder (BART's classifier pools the decoder at input_ids' eos)
                 feeds = takes(model, "decoder_input_ids") and task not in _DERIVED_DECODER_IDS
                 extra = {"decoder_input_ids": ids[:, :2]} if feeds else {}
+                if feeds and rows > 1:
+                    # MusicGen's text-to-audio: one row of text, its decoder a row a codebook (batch *
+                    # num_codebooks rows of codes, below the decoder's vocabulary: its codebook)
+                    extra["decoder_input_ids"] = ids[:, :2]
+                    text_vocab = getattr(text_config(config, encoder=True), "vocab_size", VOCAB)
+                    ids = torch.randint(3, int(text_vocab), (1, 8), generator=g)
                 extra.update(_required_side_inputs(model, ids))
                 model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+def text_config(config: Any, encoder: bool = False) -> Any:
+    """``config.get_text_config()``; where a config holds several text configs (MusicGen's text_encoder and
+    decoder), its decoder's, or with ``encoder`` its text encoder's (the tokenizer's vocabulary)."""
+    try:
+        return config.get_text_config()
+    except ValueError:
+        return config.get_text_config(encoder=True) if encoder else config.get_text_config(decoder=True)
 
 
 def _speech_loop_check(model: Any) -> None:
@@ -982,7 +1015,7 @@ def _plain_image_forward(model: Any) -> None:
     config = model.config
     encoder = getattr(config, "encoder", None)  # a vision encoder-decoder's image size is its encoder's
     vision = encoder if hasattr(encoder, "image_size") else config
-    vocab = getattr(config.get_text_config(), "vocab_size", None)
+    vocab = getattr(text_config(config), "vocab_size", None)
     g = torch.Generator().manual_seed(0)
     latent = getattr(config, "latent_query_num", 0)  # Kosmos-2: the image's features, as many tokens
     image = int(latent) if _is_int(latent) else 0

@@ -394,6 +394,30 @@ FIXES.update(
 )
 
 
+# MusicGen's decoder predicts EnCodec codes: its vocabulary is the codebook (2048 both in facebook/musicgen-*),
+# its pad, start and bos token the extra embedding row past it (2048); the shrunk vocabulary (128) past the
+# shrunk codebook would index codes EnCodec has no entry for. The top-level ids are what the generation
+# config is made from (generate's pad and start token), as musicgen-small's generation_config.json has them
+_MUSICGEN_CODES = 64
+_MUSICGEN_IDS = dict.fromkeys(("pad_token_id", "bos_token_id", "decoder_start_token_id"), _MUSICGEN_CODES)
+FIXES.update(
+    dict.fromkeys(
+        ("musicgen", "musicgen_melody"),
+        {
+            **_MUSICGEN_IDS,
+            "eos_token_id": None,
+            "decoder": {
+                "vocab_size": _MUSICGEN_CODES,
+                "pad_token_id": _MUSICGEN_CODES,
+                "bos_token_id": _MUSICGEN_CODES,
+            },
+            # EnCodec's code vectors are its decoder's input: as wide as its (shrunk) hidden size
+            "audio_encoder": {"codebook_size": _MUSICGEN_CODES, "codebook_dim": 64},
+        },
+    )
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

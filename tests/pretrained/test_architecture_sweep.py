@@ -93,6 +93,20 @@ def test_a_composite_config_gives_the_class_its_text_config() -> None:
     assert sum(p.numel() for p in model.parameters()) < sweep.MAX_PARAMS
 
 
+def test_a_config_of_several_text_configs_gives_its_decoders() -> None:
+    # MusicGen's config holds text_encoder and decoder: get_text_config() raises on it ("Multiple valid
+    # text configs"); the sweep reads the decoder's (its codes: the EnCodec codebook) and, for the
+    # tokenizer, the text encoder's
+    sweep = _sweep()
+    for model_type in ("musicgen", "musicgen_melody"):
+        config = sweep.tiny_config(model_type)
+        assert sweep.text_config(config) is config.decoder
+        assert sweep.text_config(config, encoder=True) is config.text_encoder
+        assert config.decoder.vocab_size == config.audio_encoder.codebook_size == config.pad_token_id
+    llama = sweep.tiny_config("llama")
+    assert sweep.text_config(llama) is llama
+
+
 def test_sizes_left_none_are_filled() -> None:
     sweep = _sweep()
     assert sweep.tiny_config("hunyuan_v1_dense").head_dim == 16  # its attention computes head_dim ** -0.5

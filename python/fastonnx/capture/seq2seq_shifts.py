@@ -17,7 +17,9 @@ M2M100's, NLLB-MoE's, SeamlessM4Tv2's and Kosmos-2's (2.5's) sinusoidal position
 and rebuild it larger when ``padding_idx + 1 + L + past`` exceeds it: a branch on the length (the guard
 ``L <= 129`` for a table of 128 positions; where torch does not keep it, a graph gathering past its
 table). ``sinusoidal_positions_by_formula`` computes each position's row from the
-table's own formula instead, the same function at every length. ProphetNet's positions after the past
+table's own formula instead, the same function at every length; ``musicgen_positions_by_formula`` does
+the same for MusicGen's and MusicGen Melody's decoders (cosines first, positions ``past..past + L - 1``, no padding row), whose
+table of ``max_position_embeddings`` rows is rebuilt past ``L + past``. ProphetNet's positions after the past
 go through ``int(padding_idx + past + length)``, which specialises the past length;
 ``prophetnet_positions`` makes the same position from the sizes as a tensor.
 
@@ -120,6 +122,35 @@ def sinusoidal_positions_by_formula(
     if self.padding_idx is not None:  # the table's padding row is zeros
         rows = rows.masked_fill((positions == self.padding_idx).unsqueeze(-1), 0.0)
     return rows.to(self.weights.dtype)
+
+
+def _sinusoidal_rows(embedding_dim: int, positions: torch.Tensor) -> torch.Tensor:
+    """``get_embedding``'s rows of MusicGen's table (cosines, then sines) at ``positions`` alone."""
+    half = embedding_dim // 2
+    step = math.log(10000) / (half - 1)
+    frequencies = torch.exp(torch.arange(half, dtype=torch.int64, device=positions.device).float() * -step)
+    angles = positions.float().unsqueeze(-1) * frequencies
+    rows = torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+    return torch.nn.functional.pad(rows, (0, 1)) if embedding_dim % 2 == 1 else rows
+
+
+def musicgen_positions_by_formula(
+    self: Any, input_ids: torch.Tensor, past_key_values_length: int | torch.Tensor = 0
+) -> torch.Tensor:
+    """``MusicgenSinusoidalPositionalEmbedding.forward``: the table's rows at positions ``past .. past +
+    L - 1`` (``input_ids``: batch x codebooks x L), computed for those positions alone, so no table has to
+    cover the length."""
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device) + past_key_values_length
+    return _sinusoidal_rows(self.embedding_dim, positions).to(self.weights.dtype)
+
+
+def melody_positions_by_formula(
+    self: Any, inputs_embeds: torch.Tensor, past_key_values_length: int | torch.Tensor = 0
+) -> torch.Tensor:
+    """``MusicgenMelodySinusoidalPositionalEmbedding.forward`` (``inputs_embeds``: batch x L x width)
+    likewise."""
+    positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_key_values_length
+    return _sinusoidal_rows(self.embedding_dim, positions).to(self.weights.dtype)
 
 
 def prophetnet_positions(
@@ -309,6 +340,8 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
         "SeamlessM4Tv2SinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula
     },
     "prophetnet": {"ProphetNetPositionalEmbeddings.forward": prophetnet_positions},
+    "musicgen": {"MusicgenSinusoidalPositionalEmbedding.forward": musicgen_positions_by_formula},
+    "musicgen_melody": {"MusicgenMelodySinusoidalPositionalEmbedding.forward": melody_positions_by_formula},
     "longt5": {
         "_split_into_blocks": split_into_padded_blocks,
         "LongT5LocalAttention.forward": longt5_local_attention,

@@ -525,6 +525,14 @@ def verify_package(
                 infos = check_image_encoder_decoder(sessions, model, _run)
             elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs, half)
+            elif task == "text-to-audio" and "chroma_prefix.onnx" in specs:
+                from fastonnx.pretrained.melody_code_loops import check_package as check_melody
+
+                infos = check_melody(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "encodec_decode.onnx" in specs:
+                from fastonnx.pretrained.audio_code_loops import check_package as check_codes
+
+                infos = check_codes(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

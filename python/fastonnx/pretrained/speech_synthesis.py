@@ -47,10 +47,6 @@ LOOPS: dict[str, str] = {
     "then decodes them with Mimi",
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
-    "MusicgenForConditionalGeneration": "generates its EnCodec codebook tokens in a loop (a decoder with a "
-    "cache over the text encoder's states), then decodes them with EnCodec",
-    "MusicgenMelodyForConditionalGeneration": "generates its EnCodec codebook tokens in a loop, then decodes "
-    "them with EnCodec",
     "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
     "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
     "then waveforms (token2wav)",
@@ -64,8 +60,11 @@ LOOPS: dict[str, str] = {
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
-LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech"})
-"""The classes exported as their frame loop's three graphs (spectrogram_loops.py)."""
+LOOP_CLASSES = frozenset(
+    {"SpeechT5ForTextToSpeech", "MusicgenForConditionalGeneration", "MusicgenMelodyForConditionalGeneration"}
+)
+"""The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
+MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py)."""
 
 TOKENS = 7
 
@@ -76,8 +75,8 @@ def one_forward(class_name: str) -> bool:
 
 
 def exported(class_name: str) -> bool:
-    """Whether text-to-audio exports ``class_name``: in one forward, or SpeechT5's frame loop over three
-    graphs (spectrogram_loops.py)."""
+    """Whether text-to-audio exports ``class_name``: in one forward, or a generation loop over three
+    graphs (SpeechT5's: spectrogram_loops.py; MusicGen's: audio_code_loops.py, melody_code_loops.py)."""
     return one_forward(class_name) or class_name in LOOP_CLASSES
 
 

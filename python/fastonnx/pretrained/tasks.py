@@ -2,9 +2,9 @@
 
 Each task names the transformers auto mapping (model type -> class name) that lists the architectures
 having it; ``task="auto"`` takes the first task whose mapping holds the class the config's
-``architectures`` names. text-to-audio (speech_synthesis.py) exports only the models synthesizing in one
-forward; ``auto`` takes no other class there (those generating their audio in a loop keep their other
-tasks).
+``architectures`` names. text-to-audio (speech_synthesis.py) exports the models synthesizing in one
+forward and the loops of SpeechT5 (spectrogram_loops.py) and MusicGen (audio_code_loops.py); ``auto``
+takes no other class there (the others generating their audio in a loop keep their other tasks).
 """
 
 from __future__ import annotations
@@ -214,7 +214,8 @@ def _generates_text(arch: str, model_type: str) -> bool:
 
 
 def _synthesizes(arch: str | None) -> bool:
-    """Whether text-to-audio exports ``arch`` (one forward: VITS, FastSpeech2Conformer; SpeechT5's loop)."""
+    """Whether text-to-audio exports ``arch`` (one forward: VITS, FastSpeech2Conformer; SpeechT5's and
+    MusicGen's loops)."""
     from fastonnx.pretrained.speech_synthesis import exported
 
     return arch is not None and exported(arch)
