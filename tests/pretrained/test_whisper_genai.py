@@ -132,6 +132,10 @@ def test_package_holds_genai_layout(exported: tuple[pathlib.Path, pathlib.Path])
         "genai_decoder.onnx",
     )
     assert (package / "audio_processor_config.json").is_file()
+    # the package's own check compared genai's two files with transformers too, both decoder steps
+    report = (package / "fastonnx_report.md").read_text()
+    for value in ("genai_encoder: present_value_cross_1", "genai_decoder step with past: logits"):
+        assert f"| `{value}` |" in report
     # onnxruntime's three files are still there
     for name in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"):
         assert (package / name).is_file()
@@ -175,3 +179,24 @@ def test_genai_greedy_matches_transformers(
         torch.testing.assert_close(
             torch.tensor(logits), want, atol=1e-4, rtol=1e-4, msg=lambda m, s=step: f"step {s}: {m}"
         )
+
+
+def test_half_package_holds_float16_genai_files(
+    exported: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    # all five files calibrated on what the float32 ones give one another (the audio's states, the
+    # genai encoder's cross caches, the first step's presents), converted and checked against
+    # transformers' float32 at the half tolerance
+    import onnx
+
+    from fastonnx import half_precision
+
+    folder, _ = exported
+    written = fastonnx.export_pretrained(folder, tmp_path / "half", dtype="fp16", progress=False)
+    assert written.verified is True, written.verify_note
+    for name in written.graphs:
+        model = onnx.load(str(tmp_path / "half" / name), load_external_data=False)
+        flops = half_precision.matmul_flops(model, {"batch_size": 2, "sequence_length": 5})
+        assert half_precision.half_share(flops, "fp16") == 1.0, name
+    decoder = onnx.load(str(tmp_path / "half" / "genai_decoder.onnx"), load_external_data=False)
+    assert decoder.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16

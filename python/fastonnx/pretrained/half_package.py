@@ -70,6 +70,8 @@ def check_options(task: str, dtype: Any, keep_io_types: Any, options: dict[str, 
 
 
 SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
+WHISPER_GENAI_FILES = ("genai_encoder.onnx", "genai_decoder.onnx")
+"""Whisper's onnxruntime-genai files beside its three (task_inputs.GENAI_WHISPER_ENCODER / _DECODER)."""
 VISION_LANGUAGE_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx")
 """image-text-to-text's three files (vision_language.py's VISION_FILE, EMBED_FILE, DECODER_FILE)."""
 
@@ -78,7 +80,7 @@ def converts(specs: dict[str, GraphSpec], model: Any = None) -> bool:
     """Whether a package of ``specs`` is converted to a half type: one graph, text2text's three files, or
     image-text-to-text's three in their common form (a model with a layout of its own, one of the
     ``own_layout`` modules', has files that feed one another otherwise: not yet)."""
-    if len(specs) == 1 or tuple(specs) == SEQ2SEQ_FILES:
+    if len(specs) == 1 or tuple(specs) in (SEQ2SEQ_FILES, SEQ2SEQ_FILES + WHISPER_GENAI_FILES):
         return True
     return tuple(specs) == VISION_LANGUAGE_FILES and model is not None and not _own_vision_layout(model)
 
@@ -111,28 +113,35 @@ def check_specs(dtype: str, task: str, specs: dict[str, GraphSpec], model: Any =
 
 
 def seq2seq_feeds(
-    folder: pathlib.Path, specs: dict[str, GraphSpec], config: Any
+    folder: pathlib.Path, specs: dict[str, GraphSpec], config: Any, model: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """Calibration inputs of text2text's three float32 files, as verification runs them: the encoder on
     a batch of 2 (right-padded text, or audio features), the first decoder step on its states, one step
-    with past on the cache the first returned (both run in onnxruntime for it)."""
+    with past on the cache the first returned (both run in onnxruntime for it); Whisper's genai files
+    beside them likewise (whisper_genai_steps.py)."""
     import onnxruntime as ort
 
-    from fastonnx.pretrained.encoder_tasks import text_inputs
+    from fastonnx.pretrained.encoder_tasks import audio_inputs, text_inputs
     from fastonnx.pretrained.task_inputs import seq2seq_sides
 
     def session(name: str) -> Any:
         return ort.InferenceSession(os.fspath(folder / name), providers=["CPUExecutionProvider"])
 
     encoder_names = specs[SEQ2SEQ_FILES[0]].input_names
+    mask = None
     if encoder_names == ["input_ids", "attention_mask"]:
         sides = seq2seq_sides(config)
         text = text_inputs(config if sides is None else sides[0], CALIBRATION[0], 7, "cpu", False)
         encoder = {k: v.numpy() for k, v in text.items()}
         mask = encoder["attention_mask"]
+    elif encoder_names in (["input_features"], ["input_values"]):  # speech: the check's audio
+        audio, _ = audio_inputs(model, config, CALIBRATION[0], "cpu")
+        encoder = {k: v.numpy() for k, v in audio.items()}
     else:
         raise InputError(f"dtype= for a seq2seq encoder reading {encoder_names} is not supported yet")
     (states,) = session(SEQ2SEQ_FILES[0]).run(None, encoder)
+    if mask is None:
+        mask = np.ones(states.shape[:2], np.int64)
     dec = np.full((CALIBRATION[0], 1), decoder_start(config), np.int64)
     first_spec = specs[SEQ2SEQ_FILES[1]]
     first = dict(zip(first_spec.input_names, [dec, states, mask], strict=False))
@@ -143,7 +152,13 @@ def seq2seq_feeds(
     step = dict(zip(step_spec.input_names[:3], [ids, states, mask], strict=True))
     for name in step_spec.input_names[3:]:
         step[name] = got[name.replace("past_key_values", "present")]
-    return {SEQ2SEQ_FILES[0]: [encoder], SEQ2SEQ_FILES[1]: [first], SEQ2SEQ_FILES[2]: [step]}
+    feeds = {SEQ2SEQ_FILES[0]: [encoder], SEQ2SEQ_FILES[1]: [first], SEQ2SEQ_FILES[2]: [step]}
+    if WHISPER_GENAI_FILES[0] in specs:
+        from fastonnx.pretrained import whisper_genai_steps
+
+        genai = {name: session(name) for name in WHISPER_GENAI_FILES}
+        feeds.update(whisper_genai_steps.calibration_feeds(genai, model, config, specs))
+    return feeds
 
 
 def vision_language_feeds(
@@ -254,8 +269,8 @@ def convert_package(
     files on inputs computed by the float32 files before any is converted."""
     check_specs(dtype, task, specs, model)
     every: dict[str, list[dict[str, Any]]] = {}
-    if tuple(specs) == SEQ2SEQ_FILES and dtype == "fp16":
-        every = seq2seq_feeds(folder, specs, config)
+    if tuple(specs)[:3] == SEQ2SEQ_FILES and dtype == "fp16":
+        every = seq2seq_feeds(folder, specs, config, model)
     elif tuple(specs) == VISION_LANGUAGE_FILES and dtype == "fp16":
         every = vision_language_feeds(folder, specs, config, model)
     for filename, spec in specs.items():

@@ -23,6 +23,7 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.half_precision import feeds_as_session_types
+from fastonnx.pretrained import whisper_genai_steps
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -44,6 +45,7 @@ from fastonnx.pretrained.image_encoder_decoders import image_kind
 from fastonnx.pretrained.reference_windows import prefill_length_feed
 from fastonnx.pretrained.stable_sorts import StableSorts
 from fastonnx.pretrained.task_inputs import (
+    GENAI_WHISPER_ENCODER,
     decoder_inputs,
     decoder_start,
     encoder_images,
@@ -545,6 +547,8 @@ def verify_package(
                 infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs, tolerance)
+                if GENAI_WHISPER_ENCODER in specs:  # Whisper's onnxruntime-genai files beside them
+                    infos += whisper_genai_steps.check(sessions, model, model.config, specs, _run, tolerance)
             else:
                 infos = _check_encoder(
                     sessions["model.onnx"], model, model.config, task, specs["model.onnx"], tolerance
