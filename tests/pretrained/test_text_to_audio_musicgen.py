@@ -169,7 +169,7 @@ def test_stereo_step_loop_is_generate() -> None:
 def _melody_modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
     step = melody_loops.MelodyStep(model)
     sessions = {
-        melody_loops.TEXT_ENCODER_FILE: melody_loops.MelodyTextEncoder(model),
+        melody_loops.TEXT_ENCODER_FILE: melody_loops.text_encoder(model),
         melody_loops.CHROMA_FILE: melody_loops.ChromaPrefix(model),
         melody_loops.DECODER_FILE: lambda *t: step(*t[:2], list(t[2:])),
         melody_loops.DECODE_FILE: loops.CodecDecode(model),

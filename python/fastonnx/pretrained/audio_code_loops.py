@@ -92,19 +92,21 @@ def projects(model: Any) -> bool:
 
 
 class TextEncoder(torch.nn.Module):
-    """The T5 encoder's states as the decoder reads them: projected where the model projects, padded rows
-    zeroed (MusicGen's forward multiplies them by the mask)."""
+    """The T5 encoder's states as the decoder reads them: projected where the model projects (``project``,
+    by default ``projects``: MusicGen Melody's rule is its own), padded rows zeroed (MusicGen's forward
+    multiplies them by the mask)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, project: bool | None = None) -> None:
         super().__init__()
         self.model = model
+        self.project = project
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         model: Any = self.model
         states: torch.Tensor = model.text_encoder(
             input_ids=input_ids, attention_mask=attention_mask
         ).last_hidden_state
-        if projects(model):
+        if projects(model) if self.project is None else self.project:
             states = model.enc_to_dec_proj(states)
         return states * attention_mask[..., None]
 

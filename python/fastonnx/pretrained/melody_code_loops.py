@@ -55,22 +55,11 @@ def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ == CLASS
 
 
-class MelodyTextEncoder(torch.nn.Module):
+def text_encoder(model: torch.nn.Module) -> codes.TextEncoder:
     """The T5 encoder's states as the decoder's prefix holds them: projected where the widths differ,
     padded rows zeroed."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        model: Any = self.model
-        states: torch.Tensor = model.text_encoder(
-            input_ids=input_ids, attention_mask=attention_mask
-        ).last_hidden_state
-        if model.text_encoder.config.hidden_size != model.decoder.config.hidden_size:
-            states = model.enc_to_dec_proj(states)
-        return states * attention_mask[..., None]
+    m: Any = model
+    return codes.TextEncoder(model, m.text_encoder.config.hidden_size != m.decoder.config.hidden_size)
 
 
 class ChromaPrefix(torch.nn.Module):
@@ -137,7 +126,7 @@ def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     ids = torch.randint(min(3, text_vocab - 1), text_vocab, (batch, source), generator=g)
     mask = torch.ones(batch, source, dtype=torch.int64)
     text = GraphSpec(
-        MelodyTextEncoder(model),
+        text_encoder(model),
         (ids.to("meta"), mask.to("meta")),
         {"input_ids": {0: b, 1: e}, "attention_mask": {0: b, 1: e}},
         ["input_ids", "attention_mask"],
