@@ -27,6 +27,7 @@ def _emu3_vocabulary(codebook: int) -> dict[str, int]:
     return {**names, "<|extra_200|>": VOCAB - 2, "<image>": VOCAB - 1}
 
 
+_TINY_HIDDEN = 64  # the sweep's tiny hidden size (architecture_sweep._SIZES)
 _CODEBOOK = 32  # the tiny VQ tokenizers' codes, inside the 128-token vocabulary
 
 FIXES: dict[str, dict[str, Any]] = {
@@ -415,6 +416,81 @@ FIXES.update(
             "audio_encoder": {"codebook_size": _MUSICGEN_CODES, "codebook_dim": 64},
         },
     )
+)
+
+
+# Feature extraction's bare models that the generic shrinking left inconsistent (issue 42)
+FIXES.update(
+    {
+        # huggingface/time-series-transformer-tourism-monthly (and Autoformer's, Informer's): the forecast's
+        # length, which the config classes leave None and their decoders size themselves by; the context
+        # as long (context_length defaults to it)
+        **dict.fromkeys(("autoformer", "informer", "time_series_transformer"), {"prediction_length": 24}),
+        # suno/bark-small: each of its three GPT-like models 12 heads of 64 (768 wide); the tiny width 64
+        # takes 4 heads of 16
+        "bark": {
+            k: {"num_heads": 4}
+            for k in ("semantic_config", "coarse_acoustics_config", "fine_acoustics_config")
+        },
+        # facebook/vjepa2-vitl-fpc64-256: the predictor's 12 heads of 32 (384 wide), shrunk as the encoder's
+        # width and heads are; clips of 256-pixel crops and 64 frames: 32-pixel crops of 4 frames (2 x 2
+        # tubelets of 2 frames), as the shrunk image and patch sizes make them
+        "vjepa2": {
+            "pred_hidden_size": 64,
+            "pred_num_attention_heads": 4,
+            "pred_num_hidden_layers": 2,
+            "crop_size": 32,
+            "frames_per_clip": 4,
+        },
+        # nari-labs/Dia-1.6B's decoder predicts 9 codebooks, one delay of delay_pattern each: the decoder's
+        # num_channels is the codebook count (the vision shrinking set it to 3 image channels)
+        "dia": {"decoder_config": {"num_channels": 9}},
+        # zju-community/efficientloftr: the backbone's stages (widths out_features, their last the
+        # attention's hidden_size) and its fine fusion's widths back down, shrunk together: one block a
+        # stage, each stage's input the previous one's output
+        "efficientloftr": {
+            "stage_num_blocks": [1, 1, 1, 1],
+            "stage_block_stride": [[2], [1], [2], [2]],
+            "stage_in_channels": [1, 16, 16, 32],
+            "stage_block_in_channels": [[1], [16], [16], [32]],
+            "stage_block_out_channels": [[16], [16], [32], [64]],
+            "out_features": [16, 16, 32, 64],
+            "fine_fusion_dims": [64, 32, 16],
+        },
+        # FunAudioLLM/Fun-ASR-Nano: the adaptor's intermediate width is the text's hidden size // 4 (256 of
+        # 1024), which its validator checks
+        "fun_asr_nano": {"adaptor_config": {"intermediate_size": _TINY_HIDDEN // 4}},
+        # nvidia's Nemotron 3.5 Transcribe: the word-timestamp CTC head's blank is its last class (23862 of
+        # 23863), inside the tiny vocabulary
+        "nemo_speechlm": {"word_timestamp_config": {"blank_token_id": VOCAB - 1}},
+        # alibaba-damo/mgp-str-base reads 32 x 128 text-line images (a list its validator requires) in
+        # patches of 4, which the generic shrinking made a square's side
+        "mgp-str": {"image_size": [32, 128]},
+        # Muse Spark's audio pyramid, alone as in the composite above
+        "muse_spark_audio": {
+            "patch_sizes": [16, 6],
+            "hidden_sizes": [32, 64],
+            "depths": [1, 1],
+            "num_hidden_layers": 2,
+        },
+        # kyutai/mimi's SEANet doubles its base width (num_filters 64) at each of its 4 strides, to 1024
+        # channels: a base of 16 doubles to 256 (Mimi under CSM and Pocket TTS alike)
+        **dict.fromkeys(
+            (
+                "mimi",
+                "mimi_decoder",
+                "mimi_encoder",
+                "pocket_tts_audio_tokenizer",
+                "pocket_tts_audio_tokenizer_decoder",
+                "pocket_tts_audio_tokenizer_encoder",
+            ),
+            {"num_filters": 16},
+        ),
+        "csm": {"codec_config": {"num_filters": 16}},
+        # the bare text models of composites above: Cosmos 3 Edge's mrope_section, GLM-5 Next's NoPE DSA
+        "cosmos3_edge_text": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+        "glm5_next_text": FIXES["glm5_next"]["text_config"],
+    }
 )
 
 
