@@ -494,6 +494,43 @@ FIXES.update(
 )
 
 
+# facebook/sam2.1-hiera-tiny's Hiera: 4 stages doubling the width (96 x [1, 2, 4, 8]) and heads on a
+# 1024-pixel image (stride 4, then 2 a stage), attention windows tiling each stage, global attention in some
+# blocks. Its widths shrunk to 16 x [1, 2, 4, 8] (heads of 16), a block a stage and two in the third, whose
+# second attends globally (a stage's first block pools its queries in the previous stage's windows, as the
+# checkpoint's global blocks 5, 7, 9 are none of its stages' first); its windows kept. The image is the
+# 224 pixels fastonnx feeds a config naming no image size of its own (Sam2Config's is its backbone's):
+# stages of 56, 28, 14, 7 a side, which the windows 8, 4, 14, 7 tile
+_SAM2_HIERA = {
+    "hidden_size": 16,
+    "image_size": [224, 224],
+    "embed_dim_per_stage": [16, 32, 64, 128],
+    "num_attention_heads_per_stage": [1, 2, 4, 8],
+    "blocks_per_stage": [1, 1, 2, 1],
+    "global_attention_blocks": [3],
+}
+# its neck: the stages' widths (last first), the three finest stages' sizes, its FPN's width (256); the
+# prompt encoder's and mask decoder's image (in 16-pixel patches: the coarsest fed stage) and widths alike
+_SAM2_VISION = {
+    "backbone_config": _SAM2_HIERA,
+    "backbone_channel_list": [128, 64, 32, 16],
+    "backbone_feature_sizes": [[56, 56], [28, 28], [14, 14]],
+    "fpn_hidden_size": 64,
+}
+_SAM2 = {
+    "vision_config": _SAM2_VISION,
+    "prompt_encoder_config": {"hidden_size": 64, "image_size": 224, "patch_size": 16},
+    "mask_decoder_config": {"hidden_size": 64, "mlp_dim": 128, "iou_head_hidden_dim": 64},
+}
+FIXES.update(
+    {
+        "sam2_hiera_det_model": _SAM2_HIERA,
+        "sam2_vision_model": _SAM2_VISION,
+        **dict.fromkeys(("sam2", "sam2_video"), _SAM2),
+    }
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})
