@@ -531,6 +531,39 @@ FIXES.update(
 )
 
 
+# facebook/pe-av's audio embedder is DAC's encoder: its width doubles at each of its 4 strides from
+# encoder_hidden_size (64) to the DAC hidden size (1024, shrunk to 64): from 4 alike; the decoder's 1536
+# halves 4 times, shrunk as wide. Its video tower is timm's Perception Encoder (large, 1024 wide): PE's tiny
+# variant at the sweep's widths, on 2 x 2 patches of 16 (as Perception LM's entry above)
+_PE_DAC = {"dac_config": {"encoder_hidden_size": 4, "decoder_hidden_size": 64}}
+_PE_VIDEO = {
+    "vision_config": {
+        "architecture": "vit_pe_core_tiny_patch16_384",
+        "model_args": {
+            "embed_dim": 64,
+            "depth": 2,
+            "num_heads": 4,
+            "img_size": [32, 32],
+            "ref_feat_shape": [2, 2],
+        },
+    }
+}
+_PE_AUDIO_VIDEO = {"audio_config": _PE_DAC, "video_config": _PE_VIDEO}
+FIXES.update(
+    {
+        "pe_audio_encoder": _PE_DAC,
+        "pe_audio": {"audio_config": _PE_DAC},
+        "pe_video_encoder": _PE_VIDEO,
+        "pe_video": {"video_config": _PE_VIDEO},
+        "pe_audio_video_encoder": _PE_AUDIO_VIDEO,
+        "pe_audio_video": {"audio_video_config": _PE_AUDIO_VIDEO},
+        # neuphonic/neucodec, HKUSTAudio/xcodec2: the acoustic encoder doubles its width at each of its 5
+        # strides from encoder_hidden_size (48: 1536 channels): from 8 (256)
+        **dict.fromkeys(("xcodec2", "neucodec"), {"encoder_hidden_size": 8}),
+    }
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})
