@@ -564,6 +564,29 @@ FIXES.update(
 )
 
 
+# microsoft/VibeVoice-1.5B's acoustic and semantic tokenizers: a convolutional encoder doubling its width
+# from num_filters (32) at each of its 6 strides (to 2048 channels), [3, 3, 3, 3, 3, 3, 8] blocks a stage;
+# from 4 (to 256), one block a stage
+_VIBEVOICE_CODEC = {"num_filters": 4, "depths": [1] * 7}
+FIXES.update(
+    {
+        **dict.fromkeys(
+            (
+                "vibevoice_acoustic_tokenizer",
+                "vibevoice_acoustic_tokenizer_encoder",
+                "vibevoice_acoustic_tokenizer_decoder",
+            ),
+            _VIBEVOICE_CODEC,
+        ),
+        "vibevoice": {"audio_config": _VIBEVOICE_CODEC, "semantic_model_config": _VIBEVOICE_CODEC},
+        "vibevoice_asr": {
+            "acoustic_tokenizer_encoder_config": _VIBEVOICE_CODEC,
+            "semantic_tokenizer_encoder_config": _VIBEVOICE_CODEC,
+        },
+    }
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})
