@@ -487,6 +487,14 @@ FIXES.update(
             {"num_filters": 16},
         ),
         "csm": {"codec_config": {"num_filters": 16}},
+        # Diffusion Gemma's text layers route to experts as Gemma 4's MoE checkpoints do (google/gemma-4-26B-A4B:
+        # 128 experts, 8 a token); the config class leaves their count, top-k and width None, which its router's and
+        # experts' widths read: the sweep's tiny expert count and width
+        "diffusion_gemma": {
+            "text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 128}
+        },
+        # TimmBackbone wraps the timm model its checkpoint names (backbone: None by default): timm's test ResNet
+        "timm_backbone": {"backbone": "test_resnet"},
         # the bare text models of composites above: Cosmos 3 Edge's mrope_section, GLM-5 Next's NoPE DSA
         "cosmos3_edge_text": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
         "glm5_next_text": FIXES["glm5_next"]["text_config"],
