@@ -462,7 +462,17 @@ FIXES.update(
         "fun_asr_nano": {"adaptor_config": {"intermediate_size": _TINY_HIDDEN // 4}},
         # nvidia's Nemotron 3.5 Transcribe: the word-timestamp CTC head's blank is its last class (23862 of
         # 23863), inside the tiny vocabulary
-        "nemo_speechlm": {"word_timestamp_config": {"blank_token_id": VOCAB - 1}},
+        # its Nemotron-H text model's Mamba 2 mixers (64 heads of 64, 8 groups, a state of 128: in_proj
+        # 10304 wide), which the generic shrinking leaves full: 4 heads of 16, one group, a state of 16
+        "nemo_speechlm": {
+            "word_timestamp_config": {"blank_token_id": VOCAB - 1},
+            "text_config": {
+                "mamba_num_heads": 4,
+                "mamba_head_dim": 16,
+                "n_groups": 1,
+                "ssm_state_size": 16,
+            },
+        },
         # alibaba-damo/mgp-str-base reads 32 x 128 text-line images (a list its validator requires) in
         # patches of 4, which the generic shrinking made a square's side
         "mgp-str": {"image_size": [32, 128]},
@@ -497,6 +507,8 @@ FIXES.update(
         "timm_backbone": {"backbone": "test_resnet"},
         # the bare text models of composites above: Cosmos 3 Edge's mrope_section, GLM-5 Next's NoPE DSA
         "cosmos3_edge_text": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+        # tencent/HunyuanOCR's text model: its xdrope_section's four planes, as the composite's (above)
+        "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 2, 2, 2]}},
         "glm5_next_text": FIXES["glm5_next"]["text_config"],
     }
 )
