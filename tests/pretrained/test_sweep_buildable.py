@@ -79,6 +79,21 @@ BUILT = [
     ("question-answering", "longformer"),
     ("multiple-choice", "longformer"),
     ("question-answering", "lxmert"),
+    ("feature-extraction", "autoformer"),
+    ("feature-extraction", "bark"),
+    ("feature-extraction", "vjepa2"),
+    ("feature-extraction", "mimi_decoder"),
+    ("feature-extraction", "csm"),
+    ("feature-extraction", "sam2"),
+    ("feature-extraction", "sam2_video"),
+    ("feature-extraction", "pe_audio"),
+    ("feature-extraction", "pe_video_encoder"),
+    ("feature-extraction", "xcodec2"),
+    ("feature-extraction", "vibevoice_asr"),
+    ("feature-extraction", "nemo_speechlm"),
+    ("feature-extraction", "diffusion_gemma"),
+    ("feature-extraction", "mgp-str"),
+    ("feature-extraction", "qwen3_vl_vision"),  # its forward's grid_thw: not run by the eager check
 ]
 
 # built and exported, verified against transformers eager
@@ -119,6 +134,9 @@ EXPORTED = [
     ("object-detection", "deimv2"),
     ("object-detection", "pp_doclayout_v3"),
     ("object-detection", "pp_doclayout_v4"),
+    ("feature-extraction", "sam2_hiera_det_model"),
+    ("feature-extraction", "sam2_vision_model"),
+    ("feature-extraction", "cosmos3_edge_text"),
 ]
 
 
