@@ -137,6 +137,7 @@ EXPORTED = [
     ("feature-extraction", "sam2_hiera_det_model"),
     ("feature-extraction", "sam2_vision_model"),
     ("feature-extraction", "cosmos3_edge_text"),
+    ("feature-extraction", "hunyuan_vl_text"),
 ]
 
 
