@@ -413,6 +413,8 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
             out[key] = {**value, **_shrunk(value, vision, hiddens)}
         elif key in _NONE_FILLED and value is None:
             out[key] = _NONE_FILLED[key]
+        elif key.endswith("_groups") and _is_int(value) and value > 1 and value == hidden:
+            out[key] = _SIZES["hidden_size"]  # depthwise convolutions, a group a channel (Mimi's upsampling)
         elif key.endswith("_dim_factor") and isinstance(value, float) and value < 1:
             out[key] = 1.0  # xLSTM's cache rounds hidden x factor up to 64s, its layers do not: whole
         elif key == "backbone" and isinstance(value, str) and defaults.get("model_type") == "timm_backbone":
@@ -824,7 +826,9 @@ _DERIVED_DECODER_IDS = frozenset({"text-classification", "question-answering", "
 
 
 def _eager_check(task: str, model: Any) -> None:
-    """One eager forward on a small input: a tiny config the model itself cannot run is not buildable."""
+    """One eager forward on a small input: a tiny config the model itself cannot run is not buildable. A
+    forward needing inputs that fastonnx's task graphs do not make (``_unmade_inputs``), or whose inputs
+    fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
@@ -841,13 +845,18 @@ def _eager_check(task: str, model: Any) -> None:
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
-                inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
+                if _unmade_inputs(model):
+                    return  # inputs no task graph makes: the export says so (an export error)
+                try:
+                    inputs, _ = encoder_inputs(model, config, task, 1, "cpu")  # the task's own inputs
+                except Exception:  # fastonnx cannot make them (Bark's, V-JEPA 2's): the export says so
+                    return
                 if takes(model, "decoder_input_ids"):  # speech-to-text: the decoder's first token
                     inputs["decoder_input_ids"] = torch.ones(1, 1, dtype=torch.int64)
-                model(
-                    **inputs,
-                    **_required_side_inputs(model, inputs["input_ids"]) if "input_ids" in inputs else {},
-                )
+                if "input_ids" in inputs:
+                    inputs.update(_required_side_inputs(model, inputs["input_ids"]))
+                if not _unmade_inputs(model, inputs):
+                    model(**inputs)
             else:
                 text = text_config(config)
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
@@ -866,9 +875,48 @@ def _eager_check(task: str, model: Any) -> None:
                     text_vocab = getattr(text_config(config, encoder=True), "vocab_size", VOCAB)
                     ids = torch.randint(3, int(text_vocab), (1, 8), generator=g)
                 extra.update(_required_side_inputs(model, ids))
-                model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
+                if not _unmade_inputs(model, {"input_ids": ids, "attention_mask": ids, **extra}):
+                    model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
     except Exception as e:
         raise RuntimeError(f"eager forward fails: {type(e).__name__}: {_first_line(str(e))}") from e
+
+
+# the inputs fastonnx's task graphs make (encoder_tasks.encoder_inputs) and the side inputs the eager check
+# adds (_required_side_inputs)
+_MADE_INPUTS = frozenset(
+    {
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "pixel_values",
+        "pixel_values_videos",
+        "input_values",
+        "input_features",
+        "past_values",
+        "decoder_input_ids",
+        "bbox",
+        "global_attention_mask",
+        "visual_feats",
+        "visual_pos",
+    }
+)
+
+
+def _required_inputs(model: Any) -> set[str]:
+    """The arguments ``model.forward`` cannot be called without (no default)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(model.forward).parameters.values()
+    return {p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty}
+
+
+def _unmade_inputs(model: Any, inputs: dict[str, Any] | None = None) -> set[str]:
+    """The required arguments of the forward that no task graph of fastonnx makes (Qwen-VL's towers' packed
+    patches and grid_thw, SegGPT's prompts, TimesFM's frequency): without ``inputs``, those outside every
+    task's inputs; with them, those the task's inputs lack. Such a forward is not run by the eager check: a
+    TypeError on its missing arguments says nothing of whether transformers runs the tiny model, and the
+    export then refuses it with its reason (an export error, not "not buildable")."""
+    required = _required_inputs(model)
+    return required - set(inputs) if inputs is not None else required - _MADE_INPUTS
 
 
 def text_config(config: Any, encoder: bool = False) -> Any:

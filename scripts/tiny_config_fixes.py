@@ -27,6 +27,7 @@ def _emu3_vocabulary(codebook: int) -> dict[str, int]:
     return {**names, "<|extra_200|>": VOCAB - 2, "<image>": VOCAB - 1}
 
 
+_TINY_HIDDEN = 64  # the sweep's tiny hidden size (architecture_sweep._SIZES)
 _CODEBOOK = 32  # the tiny VQ tokenizers' codes, inside the 128-token vocabulary
 
 FIXES: dict[str, dict[str, Any]] = {
@@ -415,6 +416,194 @@ FIXES.update(
             "audio_encoder": {"codebook_size": _MUSICGEN_CODES, "codebook_dim": 64},
         },
     )
+)
+
+
+# Feature extraction's bare models that the generic shrinking left inconsistent (issue 42)
+FIXES.update(
+    {
+        # huggingface/time-series-transformer-tourism-monthly (and Autoformer's, Informer's): the forecast's
+        # length, which the config classes leave None and their decoders size themselves by; the context
+        # as long (context_length defaults to it)
+        **dict.fromkeys(("autoformer", "informer", "time_series_transformer"), {"prediction_length": 24}),
+        # suno/bark-small: each of its three GPT-like models 12 heads of 64 (768 wide); the tiny width 64
+        # takes 4 heads of 16
+        "bark": {
+            k: {"num_heads": 4}
+            for k in ("semantic_config", "coarse_acoustics_config", "fine_acoustics_config")
+        },
+        # facebook/vjepa2-vitl-fpc64-256: the predictor's 12 heads of 32 (384 wide), shrunk as the encoder's
+        # width and heads are; clips of 256-pixel crops and 64 frames: 32-pixel crops of 4 frames (2 x 2
+        # tubelets of 2 frames), as the shrunk image and patch sizes make them
+        "vjepa2": {
+            "pred_hidden_size": 64,
+            "pred_num_attention_heads": 4,
+            "pred_num_hidden_layers": 2,
+            "crop_size": 32,
+            "frames_per_clip": 4,
+        },
+        # nari-labs/Dia-1.6B's decoder predicts 9 codebooks, one delay of delay_pattern each: the decoder's
+        # num_channels is the codebook count (the vision shrinking set it to 3 image channels)
+        "dia": {"decoder_config": {"num_channels": 9}},
+        # zju-community/efficientloftr: the backbone's stages (widths out_features, their last the
+        # attention's hidden_size) and its fine fusion's widths back down, shrunk together: one block a
+        # stage, each stage's input the previous one's output
+        "efficientloftr": {
+            "stage_num_blocks": [1, 1, 1, 1],
+            "stage_block_stride": [[2], [1], [2], [2]],
+            "stage_in_channels": [1, 16, 16, 32],
+            "stage_block_in_channels": [[1], [16], [16], [32]],
+            "stage_block_out_channels": [[16], [16], [32], [64]],
+            "out_features": [16, 16, 32, 64],
+            "fine_fusion_dims": [64, 32, 16],
+        },
+        # FunAudioLLM/Fun-ASR-Nano: the adaptor's intermediate width is the text's hidden size // 4 (256 of
+        # 1024), which its validator checks
+        "fun_asr_nano": {"adaptor_config": {"intermediate_size": _TINY_HIDDEN // 4}},
+        # nvidia's Nemotron 3.5 Transcribe: the word-timestamp CTC head's blank is its last class (23862 of
+        # 23863), inside the tiny vocabulary
+        # its Nemotron-H text model's Mamba 2 mixers (64 heads of 64, 8 groups, a state of 128: in_proj
+        # 10304 wide), which the generic shrinking leaves full: 4 heads of 16, one group, a state of 16
+        "nemo_speechlm": {
+            "word_timestamp_config": {"blank_token_id": VOCAB - 1},
+            "text_config": {
+                "mamba_num_heads": 4,
+                "mamba_head_dim": 16,
+                "n_groups": 1,
+                "ssm_state_size": 16,
+            },
+        },
+        # alibaba-damo/mgp-str-base reads 32 x 128 text-line images (a list its validator requires) in
+        # patches of 4, which the generic shrinking made a square's side
+        "mgp-str": {"image_size": [32, 128]},
+        # Muse Spark's audio pyramid, alone as in the composite above
+        "muse_spark_audio": {
+            "patch_sizes": [16, 6],
+            "hidden_sizes": [32, 64],
+            "depths": [1, 1],
+            "num_hidden_layers": 2,
+        },
+        # kyutai/mimi's SEANet doubles its base width (num_filters 64) at each of its 4 strides, to 1024
+        # channels: a base of 16 doubles to 256 (Mimi under CSM and Pocket TTS alike)
+        **dict.fromkeys(
+            (
+                "mimi",
+                "mimi_decoder",
+                "mimi_encoder",
+                "pocket_tts_audio_tokenizer",
+                "pocket_tts_audio_tokenizer_decoder",
+                "pocket_tts_audio_tokenizer_encoder",
+            ),
+            {"num_filters": 16},
+        ),
+        "csm": {"codec_config": {"num_filters": 16}},
+        # Diffusion Gemma's text layers route to experts as Gemma 4's MoE checkpoints do (google/gemma-4-26B-A4B:
+        # 128 experts, 8 a token); the config class leaves their count, top-k and width None, which its router's and
+        # experts' widths read: the sweep's tiny expert count and width
+        "diffusion_gemma": {
+            "text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 128}
+        },
+        # TimmBackbone wraps the timm model its checkpoint names (backbone: None by default): timm's test ResNet
+        "timm_backbone": {"backbone": "test_resnet"},
+        # the bare text models of composites above: Cosmos 3 Edge's mrope_section, GLM-5 Next's NoPE DSA
+        "cosmos3_edge_text": {"rope_parameters": {"mrope_section": [2, 3, 3]}},
+        # tencent/HunyuanOCR's text model: its xdrope_section's four planes, as the composite's (above)
+        "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 2, 2, 2]}},
+        "glm5_next_text": FIXES["glm5_next"]["text_config"],
+    }
+)
+
+
+# facebook/sam2.1-hiera-tiny's Hiera: 4 stages doubling the width (96 x [1, 2, 4, 8]) and heads on a
+# 1024-pixel image (stride 4, then 2 a stage), attention windows tiling each stage, global attention in some
+# blocks. Its widths shrunk to 16 x [1, 2, 4, 8] (heads of 16), a block a stage and two in the third, whose
+# second attends globally (a stage's first block pools its queries in the previous stage's windows, as the
+# checkpoint's global blocks 5, 7, 9 are none of its stages' first); its windows kept. The image is the
+# 224 pixels fastonnx feeds a config naming no image size of its own (Sam2Config's is its backbone's):
+# stages of 56, 28, 14, 7 a side, which the windows 8, 4, 14, 7 tile
+_SAM2_HIERA = {
+    "hidden_size": 16,
+    "image_size": [224, 224],
+    "embed_dim_per_stage": [16, 32, 64, 128],
+    "num_attention_heads_per_stage": [1, 2, 4, 8],
+    "blocks_per_stage": [1, 1, 2, 1],
+    "global_attention_blocks": [3],
+}
+# its neck: the stages' widths (last first), the three finest stages' sizes, its FPN's width (256); the
+# prompt encoder's and mask decoder's image (in 16-pixel patches: the coarsest fed stage) and widths alike
+_SAM2_VISION = {
+    "backbone_config": _SAM2_HIERA,
+    "backbone_channel_list": [128, 64, 32, 16],
+    "backbone_feature_sizes": [[56, 56], [28, 28], [14, 14]],
+    "fpn_hidden_size": 64,
+}
+_SAM2 = {
+    "vision_config": _SAM2_VISION,
+    "prompt_encoder_config": {"hidden_size": 64, "image_size": 224, "patch_size": 16},
+    "mask_decoder_config": {"hidden_size": 64, "mlp_dim": 128, "iou_head_hidden_dim": 64},
+}
+FIXES.update(
+    {
+        "sam2_hiera_det_model": _SAM2_HIERA,
+        "sam2_vision_model": _SAM2_VISION,
+        **dict.fromkeys(("sam2", "sam2_video"), _SAM2),
+    }
+)
+
+
+# facebook/pe-av's audio embedder is DAC's encoder: its width doubles at each of its 4 strides from
+# encoder_hidden_size (64) to the DAC hidden size (1024, shrunk to 64): from 4 alike; the decoder's 1536
+# halves 4 times, shrunk as wide. Its video tower is timm's Perception Encoder (large, 1024 wide): PE's tiny
+# variant at the sweep's widths, on 2 x 2 patches of 16 (as Perception LM's entry above)
+_PE_DAC = {"dac_config": {"encoder_hidden_size": 4, "decoder_hidden_size": 64}}
+_PE_VIDEO = {
+    "vision_config": {
+        "architecture": "vit_pe_core_tiny_patch16_384",
+        "model_args": {
+            "embed_dim": 64,
+            "depth": 2,
+            "num_heads": 4,
+            "img_size": [32, 32],
+            "ref_feat_shape": [2, 2],
+        },
+    }
+}
+_PE_AUDIO_VIDEO = {"audio_config": _PE_DAC, "video_config": _PE_VIDEO}
+FIXES.update(
+    {
+        "pe_audio_encoder": _PE_DAC,
+        "pe_audio": {"audio_config": _PE_DAC},
+        "pe_video_encoder": _PE_VIDEO,
+        "pe_video": {"video_config": _PE_VIDEO},
+        "pe_audio_video_encoder": _PE_AUDIO_VIDEO,
+        "pe_audio_video": {"audio_video_config": _PE_AUDIO_VIDEO},
+        # neuphonic/neucodec, HKUSTAudio/xcodec2: the acoustic encoder doubles its width at each of its 5
+        # strides from encoder_hidden_size (48: 1536 channels): from 8 (256)
+        **dict.fromkeys(("xcodec2", "neucodec"), {"encoder_hidden_size": 8}),
+    }
+)
+
+
+# microsoft/VibeVoice-1.5B's acoustic and semantic tokenizers: a convolutional encoder doubling its width
+# from num_filters (32) at each of its 6 strides (to 2048 channels), [3, 3, 3, 3, 3, 3, 8] blocks a stage;
+# from 4 (to 256), one block a stage
+_VIBEVOICE_CODEC = {"num_filters": 4, "depths": [1] * 7}
+FIXES.update(
+    {
+        **dict.fromkeys(
+            (
+                "vibevoice_acoustic_tokenizer",
+                "vibevoice_acoustic_tokenizer_encoder",
+                "vibevoice_acoustic_tokenizer_decoder",
+            ),
+            _VIBEVOICE_CODEC,
+        ),
+        "vibevoice": {"audio_config": _VIBEVOICE_CODEC, "semantic_model_config": _VIBEVOICE_CODEC},
+        "vibevoice_asr": {
+            "acoustic_tokenizer_encoder_config": _VIBEVOICE_CODEC,
+            "semantic_tokenizer_encoder_config": _VIBEVOICE_CODEC,
+        },
+    }
 )
 
 

@@ -79,6 +79,21 @@ BUILT = [
     ("question-answering", "longformer"),
     ("multiple-choice", "longformer"),
     ("question-answering", "lxmert"),
+    ("feature-extraction", "autoformer"),
+    ("feature-extraction", "bark"),
+    ("feature-extraction", "vjepa2"),
+    ("feature-extraction", "mimi_decoder"),
+    ("feature-extraction", "csm"),
+    ("feature-extraction", "sam2"),
+    ("feature-extraction", "sam2_video"),
+    ("feature-extraction", "pe_audio"),
+    ("feature-extraction", "pe_video_encoder"),
+    ("feature-extraction", "xcodec2"),
+    ("feature-extraction", "vibevoice_asr"),
+    ("feature-extraction", "nemo_speechlm"),
+    ("feature-extraction", "diffusion_gemma"),
+    ("feature-extraction", "mgp-str"),
+    ("feature-extraction", "qwen3_vl_vision"),  # its forward's grid_thw: not run by the eager check
 ]
 
 # built and exported, verified against transformers eager
@@ -119,6 +134,10 @@ EXPORTED = [
     ("object-detection", "deimv2"),
     ("object-detection", "pp_doclayout_v3"),
     ("object-detection", "pp_doclayout_v4"),
+    ("feature-extraction", "sam2_hiera_det_model"),
+    ("feature-extraction", "sam2_vision_model"),
+    ("feature-extraction", "cosmos3_edge_text"),
+    ("feature-extraction", "hunyuan_vl_text"),
 ]
 
 
@@ -219,3 +238,56 @@ def test_shieldgemma2s_image_tokens_attend_as_gemma3s() -> None:
     ids = torch.tensor([[5, token, token, 6]])
     _, _, placed = vl.prompt_positions(model, ids, {})
     torch.testing.assert_close(placed["token_type_ids"], torch.tensor([[0, 1, 1, 0]]))
+
+
+def test_depthwise_groups_shrink_with_the_hidden_size() -> None:
+    """Mimi's upsampling convolution takes a group a channel (upsample_groups = hidden_size, 512): left full
+    beside the shrunk width, torch refused the layer (in_channels not divisible by groups)."""
+    sweep = architecture_sweep()
+    config = sweep.tiny_config("mimi_decoder")
+    assert config.upsample_groups == config.hidden_size == sweep._SIZES["hidden_size"]
+    from transformers import MimiDecoderModel
+
+    with torch.device("meta"):
+        model = MimiDecoderModel(config)
+    assert sum(p.numel() for p in model.parameters()) <= sweep.MAX_PARAMS
+
+
+class _GridTower(torch.nn.Module):
+    """A vision tower as Qwen-VL's: packed patches and their grid, no input a task graph of fastonnx makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import Qwen3VLVisionConfig
+
+        self.config = Qwen3VLVisionConfig()
+
+    def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("not run: its inputs are none fastonnx makes")
+
+
+class _BrokenImageModel(torch.nn.Module):
+    """A model fed what fastonnx makes (pixel_values) whose forward fails: a tiny config transformers
+    cannot run, which stays not buildable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import ViTConfig
+
+        self.config = ViTConfig(image_size=32, patch_size=8)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        raise ValueError("sizes disagree")
+
+
+def test_the_eager_check_runs_what_fastonnx_feeds_and_skips_what_it_cannot() -> None:
+    """The eager check's forward needs fastonnx's own inputs: a forward requiring others (grid_thw) is not
+    run (its TypeError said nothing of the tiny config; the export reports the gap), while one on
+    fastonnx's inputs still fails the build when transformers' forward fails."""
+    sweep = architecture_sweep()
+    assert sweep._unmade_inputs(_GridTower()) == {"hidden_states", "grid_thw"}
+    assert sweep._unmade_inputs(_BrokenImageModel()) == set()
+    assert sweep._unmade_inputs(_BrokenImageModel(), {"pixel_values": None}) == set()
+    sweep._eager_check("feature-extraction", _GridTower())
+    with pytest.raises(RuntimeError, match="eager forward fails: ValueError: sizes disagree"):
+        sweep._eager_check("feature-extraction", _BrokenImageModel())
