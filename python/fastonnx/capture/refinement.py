@@ -32,6 +32,7 @@ from fastonnx.capture import (
 )
 from fastonnx.capture.audio_windows import masked_audio_windows
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.codec_paddings import guard_free_codec_paddings
 from fastonnx.capture.depth_patches import symbolic_depth_patches
 from fastonnx.capture.diarization_chunks import one_chunk_diarization
 from fastonnx.capture.document_patches import gathered_document_patches
@@ -220,6 +221,7 @@ def _export(
         symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
         guard_free_text_encoders(),  # CPM-Ant, FSMT, Longformer (text_encoder_swaps.py)
         gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
+        guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),
