@@ -123,7 +123,7 @@ def test_relative_positions_and_shift_are_transformers() -> None:
 @pytest.mark.parametrize(
     ("model_type", "class_name"),
     [
-        ("bark", "BarkModel"),
+        ("pocket_tts", "PocketTTSForConditionalGeneration"),
         ("musicgen", "MusicgenForConditionalGeneration"),
     ],
 )

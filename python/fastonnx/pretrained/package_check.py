@@ -509,6 +509,10 @@ def verify_package(
                 infos = check_image_encoder_decoder(sessions, model, _run)
             elif task == "image-text-to-text" and "encoder_model.onnx" not in specs:
                 infos = _check_vision_language(sessions, model, model.config, specs)
+            elif task == "text-to-audio" and "semantic_model.onnx" in specs:
+                from fastonnx.pretrained.bark_stages import check_package as check_bark
+
+                infos = check_bark(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

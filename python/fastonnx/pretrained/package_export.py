@@ -24,8 +24,8 @@ import torch
 from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
+from fastonnx.pretrained import bark_stages, shared_cache, spectrogram_loops, targets
 from fastonnx.pretrained import folder as folder_mod
-from fastonnx.pretrained import shared_cache, spectrogram_loops, targets
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
@@ -170,6 +170,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return image_encoder_decoder(built)
         if task == "text-to-audio" and spectrogram_loops.own_layout(built):
             return spectrogram_loops.loop_graphs(built, config)  # SpeechT5's frame loop: three files
+        if task == "text-to-audio" and bark_stages.own_layout(built):
+            return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

@@ -38,7 +38,6 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained.encoder_tasks import text_inputs
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
-from fastonnx.pretrained.speech_synthesis import LOOP_CLASSES
 from fastonnx.pretrained.task_inputs import cache_of, empty_layers
 from fastonnx.torch_internals import pytree
 
@@ -52,12 +51,13 @@ ENCODER_SEQUENCE, FRAMES, PAST_FRAMES = (
     "decoder_sequence_length",
     "past_decoder_sequence_length",
 )
+CLASS = "SpeechT5ForTextToSpeech"
 STEP_INPUTS = ["output_sequence", "speaker_embeddings", "encoder_hidden_states", "encoder_attention_mask"]
 DROPOUT = "prenet_dropout"
 
 
 def own_layout(model: torch.nn.Module) -> bool:
-    return type(model).__name__ in LOOP_CLASSES
+    return type(model).__name__ == CLASS
 
 
 def consistent_dropout(inputs_embeds: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -41,8 +41,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 """The one-forward classes and the outputs of their graph."""
 
 LOOPS: dict[str, str] = {
-    "BarkModel": "generates semantic, coarse and fine audio tokens in three loops, then decodes them with "
-    "EnCodec",
     "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
     "then decodes them with Mimi",
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
@@ -64,8 +62,9 @@ LOOPS: dict[str, str] = {
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
-LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech"})
-"""The classes exported as their frame loop's three graphs (spectrogram_loops.py)."""
+LOOP_CLASSES = frozenset({"SpeechT5ForTextToSpeech", "BarkModel"})
+"""The classes exported as their loop's graphs: SpeechT5's frame loop (spectrogram_loops.py), Bark's stages
+(bark_stages.py)."""
 
 TOKENS = 7
 
