@@ -783,6 +783,11 @@ def _untie_zero_matrices(model: Any) -> None:
         for p in model.parameters():
             if p.dim() >= 2 and p.is_floating_point() and not p.any():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        # EnCodec's code vectors (buffers, learned by k-means in training) start at zero: every code
+        # would decode alike, and a codec's output would not depend on the codes it is checked on
+        for name, b in model.named_buffers():
+            if name.endswith("codebook.embed") and b.is_floating_point() and not b.any():
+                b.copy_(torch.randn(b.shape, generator=g))
 
 
 def _unit_batch_norm_scales(model: Any) -> None:
