@@ -24,6 +24,7 @@ from fastonnx.pretrained.tasks import choose
 
 CODES = 16  # the codec's codebook
 SEMANTIC = 100  # semantic tokens; the eos is the next id
+INIT = 0.2  # wide enough that the text and the codes steer the argmaxes
 
 GENERATION = {
     "semantic_config": {
@@ -50,7 +51,7 @@ def _tiny_model() -> Any:
     from transformers import BarkConfig, BarkModel, GenerationConfig
     from transformers.models.bark.generation_configuration_bark import BarkGenerationConfig
 
-    causal = {"num_layers": 2, "num_heads": 2, "hidden_size": 16, "block_size": 64}
+    causal = {"num_layers": 2, "num_heads": 2, "hidden_size": 16, "block_size": 64, "initializer_range": INIT}
     config = BarkConfig(
         semantic_config={**causal, "input_vocab_size": 224, "output_vocab_size": 120},
         coarse_acoustics_config={**causal, "input_vocab_size": 136, "output_vocab_size": 136},
@@ -68,6 +69,8 @@ def _tiny_model() -> Any:
     with torch.no_grad():  # EnCodec's code vectors start at zero: every code would decode alike
         for layer in model.codec_model.quantizer.layers:
             layer.codebook.embed.normal_()
+        # the eos more likely, so that a generation ends early and the second's rows differ in length
+        model.semantic.lm_head.weight[SEMANTIC] *= 2
     model.generation_config = GenerationConfig.from_dict(BarkGenerationConfig(**GENERATION).to_dict())
     return model
 
@@ -111,12 +114,15 @@ def test_loop_runs_several_windows_and_the_check_fails_on_perturbed_sessions(pac
     sessions = _sessions(package.outdir)
     semantic, coarse, fine, codec = (sessions[n] for n in sorted(sessions, key=list(sessions).index))
     starts = {"semantic": 0, "coarse": 0, "fine": 0}
+    decoded: list[int] = []  # each waveform's frames
 
     def perturbed(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         # a generation starts the semantic model from an empty cache, a coarse window the coarse one
         for name, causal in (("semantic", semantic), ("coarse", coarse)):
             starts[name] += session is causal and tensors[-1].shape[2] == 0
         starts["fine"] += session is fine
+        if session is codec:
+            decoded.append(tensors[0].shape[2])
         out = _run(session, names, tensors)
         if starts["semantic"] == 1 and session is fine and int(tensors[0]) == 3:
             out[0][..., 0] += 100.0  # the first generation's third codebook: code 0 everywhere
@@ -128,6 +134,10 @@ def test_loop_runs_several_windows_and_the_check_fails_on_perturbed_sessions(pac
     # the first generation's fine tokens (and so its waveform) differ, the second's waveform alone
     failed = {i.name for i in infos if not i.passed}
     assert failed == {"fine tokens (1x5)", "waveform (1x5)", "waveform (2x7)"}
-    # 6 and 12 semantic tokens (no eos drawn): 2 x floor(n x 75 / 49.9 / 2) coarse tokens, 18 and 36, in
-    # windows of 8; 9 and 18 frames, fine windows of 16 (18 frames: two), 6 codebooks predicted each
-    assert starts == {"semantic": 2, "coarse": 3 + 5, "fine": 6 * (1 + 2)}
+    # the first generation: 5 semantic tokens then the eos, 2 x floor(5 x 75 / 49.9 / 2) = 14 coarse tokens
+    # in windows of 8, 7 frames in one fine window of 16; the second: its longer row's 24 semantic tokens
+    # make 72 coarse tokens (nine windows), 36 frames (fine windows start every 8: four); 6 codebooks
+    # predicted in each fine window
+    assert starts == {"semantic": 2, "coarse": 2 + 9, "fine": 6 * (1 + 4)}
+    # a row decoded alone at its own length: the second's shorter row gave 13 semantic tokens, then its eos
+    assert decoded == [7, 36, 19]
