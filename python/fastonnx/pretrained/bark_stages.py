@@ -54,7 +54,11 @@ values, ``semantic_config`` ``s``, ``coarse_acoustics_config`` ``c``, ``fine_aco
    LSTMs would read a shorter row's padding).
 
 Sampling (the checkpoints' do_sample and temperatures: the fine stage samples whenever its temperature is
-not 1) is the runtime's choice over the same logits; the check runs greedy, the fine temperature at 1.
+not 1) is the runtime's choice over the same logits; the check runs greedy, the fine temperature at 1. A
+voice preset (``history_prompt``) changes only the loop's inputs: its semantic prompt's last N ids as the
+first step's ``history_ids`` (right-padded with the semantic pad), its coarse and fine prompts prepended
+as transformers' ``BarkCoarseModel.preprocess_histories`` and ``BarkFineModel.generate`` do; the check
+runs without one.
 """
 
 from __future__ import annotations
