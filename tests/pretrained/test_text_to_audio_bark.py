@@ -62,6 +62,8 @@ def _tiny_model() -> Any:
             "codebook_size": CODES,
             "codebook_dim": 16,
             "num_lstm_layers": 1,
+            # 320 samples a frame as suno/bark's EnCodec (75 frames a second at 24 kHz), in two upsamplings
+            "upsampling_ratios": [20, 16],
         },
     )
     torch.manual_seed(0)
