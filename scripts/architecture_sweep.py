@@ -720,6 +720,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
         )
     torch.manual_seed(0)
     model = cls(config).eval()
+    _bark_generation_config(model)
     _untie_zero_matrices(model)
     _unit_batch_norm_scales(model)
     _spread_keypoint_scores(model)
@@ -802,6 +803,11 @@ def _untie_zero_matrices(model: Any) -> None:
         for p in model.parameters():
             if p.dim() >= 2 and p.is_floating_point() and not p.any():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        # EnCodec's code vectors (buffers, learned by k-means in training) start at zero: every code
+        # would decode alike, and a codec's output would not depend on the codes it is checked on
+        for name, b in model.named_buffers():
+            if name.endswith("codebook.embed") and b.is_floating_point() and not b.any():
+                b.copy_(torch.randn(b.shape, generator=g))
 
 
 def _unit_batch_norm_scales(model: Any) -> None:
@@ -842,6 +848,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _vision_language_check(model)
             elif task == "text-to-audio" and hasattr(model, "generate_speech"):
                 _speech_loop_check(model)
+            elif task == "text-to-audio" and type(model).__name__ == "BarkModel":
+                _bark_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -937,6 +945,31 @@ def _speech_loop_check(model: Any) -> None:
     ids = torch.randint(3, int(config.vocab_size), (1, 8), generator=torch.Generator().manual_seed(0))
     speaker = torch.zeros(1, int(config.speaker_embedding_dim))
     model.generate_speech(ids, speaker, maxlenratio=2.0)
+
+
+def _bark_generation_config(model: Any) -> None:
+    """Bark's nested generation config (BarkGenerationConfig's defaults: its vocabulary offsets, windows
+    and lengths), which its ``generate`` reads and a model built from a config lacks. Set as
+    ``from_pretrained`` loads suno/bark's generation_config.json: a GenerationConfig holding the stages'
+    settings as dicts."""
+    if type(model).__name__ != "BarkModel":
+        return
+    from transformers import GenerationConfig
+    from transformers.models.bark.generation_configuration_bark import BarkGenerationConfig
+
+    model.generation_config = GenerationConfig.from_dict(BarkGenerationConfig().to_dict())
+
+
+def _bark_check(model: Any) -> None:
+    """Bark has no forward: ``generate`` greedy on a short text (the processor pads it to the semantic
+    model's 256 input tokens), a few semantic tokens (which bound the coarse and fine stages' lengths)."""
+    import torch
+
+    ids = torch.zeros(1, 256, dtype=torch.int64)
+    mask = torch.zeros(1, 256, dtype=torch.int64)
+    ids[0, :8] = torch.randint(0, 100, (8,), generator=torch.Generator().manual_seed(0))
+    mask[0, :8] = 1
+    model.generate(ids, attention_mask=mask, do_sample=False, semantic_max_new_tokens=4, fine_temperature=1.0)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

@@ -375,6 +375,37 @@ FIXES.update(
     }
 )
 
+# Bark: its sub-models' heads (12) divide no tiny hidden size; its generate indexes fixed vocabulary offsets
+# (BarkGenerationConfig's: the text at 10048 up to its pad 129595 and infer token 129599 in the semantic
+# model's input, 10000 semantic tokens + eos out; coarse: 10000 semantic + 2 x 1024 codebook ids, its pad
+# 12048 and infer token 12050; fine: a 1024-code codebook + its pad), so the vocabularies keep the sizes of
+# suno/bark's checkpoints. EnCodec's code vectors are its decoder's input: as wide as its hidden size, and
+# its filters few (the 512 channels of its LSTMs are most of its parameters)
+_BARK_HEADS = 4
+FIXES.update(
+    {
+        "bark": {
+            "semantic_config": {
+                "num_heads": _BARK_HEADS,
+                "input_vocab_size": 129_600,
+                "output_vocab_size": 10_048,
+            },
+            "coarse_acoustics_config": {
+                "num_heads": _BARK_HEADS,
+                "input_vocab_size": 12_096,
+                "output_vocab_size": 12_096,
+            },
+            "fine_acoustics_config": {
+                "num_heads": _BARK_HEADS,
+                "input_vocab_size": 1056,
+                "output_vocab_size": 1056,
+            },
+            "codec_config": {"codebook_dim": 64, "num_filters": 8},
+        }
+    }
+)
+
+
 # The text models of the M-RoPE vision-language models (feature-extraction's bare XTextModel): their
 # mrope_section splits head_dim 128's rotary frequencies over the temporal, row and column planes (Qwen2-VL's
 # [16, 24, 24] of 64; GLM-4V's [8, 12, 12] of 32 at partial_rotary_factor 0.5); the tiny head_dim 16 has 8

@@ -535,6 +535,10 @@ def verify_package(
                 from fastonnx.pretrained.audio_code_loops import check_package as check_codes
 
                 infos = check_codes(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "semantic_model.onnx" in specs:
+                from fastonnx.pretrained.bark_stages import check_package as check_bark
+
+                infos = check_bark(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

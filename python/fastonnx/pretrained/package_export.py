@@ -24,7 +24,14 @@ import torch
 from fastonnx.capture.dynamic_dims import map_dims
 from fastonnx.errors import CaptureError, InputError, RuntimeCheckError
 from fastonnx.pipeline.options import ExportOptions
-from fastonnx.pretrained import audio_code_loops, melody_code_loops, shared_cache, spectrogram_loops, targets
+from fastonnx.pretrained import (
+    audio_code_loops,
+    bark_stages,
+    melody_code_loops,
+    shared_cache,
+    spectrogram_loops,
+    targets,
+)
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
@@ -174,6 +181,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return audio_code_loops.loop_graphs(built, config)  # MusicGen's codebook loop: three files
         if task == "text-to-audio" and melody_code_loops.own_layout(built):
             return melody_code_loops.loop_graphs(built, config)  # MusicGen Melody's: four files
+        if task == "text-to-audio" and bark_stages.own_layout(built):
+            return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

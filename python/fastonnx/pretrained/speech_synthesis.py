@@ -41,8 +41,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 """The one-forward classes and the outputs of their graph."""
 
 LOOPS: dict[str, str] = {
-    "BarkModel": "generates semantic, coarse and fine audio tokens in three loops, then decodes them with "
-    "EnCodec",
     "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
     "then decodes them with Mimi",
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
@@ -61,10 +59,16 @@ LOOPS: dict[str, str] = {
 """Why each other class of the task's mappings is no one-forward graph."""
 
 LOOP_CLASSES = frozenset(
-    {"SpeechT5ForTextToSpeech", "MusicgenForConditionalGeneration", "MusicgenMelodyForConditionalGeneration"}
+    {
+        "SpeechT5ForTextToSpeech",
+        "MusicgenForConditionalGeneration",
+        "MusicgenMelodyForConditionalGeneration",
+        "BarkModel",
+    }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
-MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py)."""
+MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
+(bark_stages.py)."""
 
 TOKENS = 7
 
