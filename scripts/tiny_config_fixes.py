@@ -457,12 +457,7 @@ FIXES.update(
         # length, which the config classes leave None and their decoders size themselves by; the context
         # as long (context_length defaults to it)
         **dict.fromkeys(("autoformer", "informer", "time_series_transformer"), {"prediction_length": 24}),
-        # suno/bark-small: each of its three GPT-like models 12 heads of 64 (768 wide); the tiny width 64
-        # takes 4 heads of 16
-        "bark": {
-            k: {"num_heads": 4}
-            for k in ("semantic_config", "coarse_acoustics_config", "fine_acoustics_config")
-        },
+        # (Bark: its heads and vocabularies above, with its generate's offsets)
         # facebook/vjepa2-vitl-fpc64-256: the predictor's 12 heads of 32 (384 wide), shrunk as the encoder's
         # width and heads are; clips of 256-pixel crops and 64 frames: 32-pixel crops of 4 frames (2 x 2
         # tubelets of 2 frames), as the shrunk image and patch sizes make them
