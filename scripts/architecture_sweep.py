@@ -137,6 +137,11 @@ _NONE_FILLED = {
 # model reads from a sub-config whose class lacks it): these architectures' released config.json
 _CHECKPOINT_VALUES: dict[str, dict[str, Any]] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # LiquidAI/LFM2-8B-A1B: convolutions, attention
+    # Qwen/Qwen3-Omni-30B-A3B-Instruct's talker: its config.json sets a shared expert's width and the
+    # vision merge (2 x 2 patches), which its config class does not define and its model reads
+    "qwen3_omni_moe": {
+        "talker_config": {"spatial_merge_size": 2, "text_config": {"shared_expert_intermediate_size": 128}}
+    },
     # IDEA-Research/grounding-dino-tiny keeps the top 900 of its encoder's proposal scores: at random weights
     # the 900th and 901st of the tiny image's 4165 lie 2e-5 apart, within float32 rounding, so which one
     # makes the cut (and the order of near-equal ones) says nothing of the export: the top 20 are far apart
