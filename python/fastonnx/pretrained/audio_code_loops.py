@@ -122,6 +122,24 @@ def cross_keys(
     return torch.cat([past, new.unflatten(-1, (heads, -1)).permute(1, 2, 0, 3)], dim=2)
 
 
+def text_encoder_spec(
+    module: torch.nn.Module, vocab: int, shape: tuple[int, int], dims: tuple[Any, Any], g: torch.Generator
+) -> tuple[GraphSpec, torch.Tensor]:
+    """``text_encoder.onnx``'s spec (MusicGen's and Melody's): ids and mask of ``shape`` (batch, tokens)
+    over the ``dims`` (batch, encoder sequence) to ``encoder_hidden_states``; and the example mask."""
+    ids = torch.randint(min(3, vocab - 1), vocab, shape, generator=g)
+    mask = torch.ones(shape, dtype=torch.int64)
+    text = {0: dims[0], 1: dims[1]}
+    spec = GraphSpec(
+        module,
+        (ids.to("meta"), mask.to("meta")),
+        {"input_ids": text, "attention_mask": text},
+        ["input_ids", "attention_mask"],
+        ["encoder_hidden_states"],
+    )
+    return spec, mask
+
+
 class DecoderStep(torch.nn.Module):
     """One step of the decoder (``MusicgenForCausalLM``) over the text encoder's states: the self- and
     cross-attention cache in (empty on the first step), logits and the grown cache out."""
@@ -238,15 +256,7 @@ def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     d = torch.export.Dim(DECODER_SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST_DECODER, min=0, max=1 << 20)
     pe = torch.export.Dim(PAST_ENCODER, min=0, max=1 << 20)
-    ids = torch.randint(min(3, text_vocab - 1), text_vocab, (batch, source), generator=g)
-    mask = torch.ones(batch, source, dtype=torch.int64)
-    encoder = GraphSpec(
-        TextEncoder(model),
-        (ids.to("meta"), mask.to("meta")),
-        {"input_ids": {0: b, 1: e}, "attention_mask": {0: b, 1: e}},
-        ["input_ids", "attention_mask"],
-        ["encoder_hidden_states"],
-    )
+    encoder, mask = text_encoder_spec(TextEncoder(model), text_vocab, (batch, source), (b, e), g)
     cache: list[torch.Tensor] = []
     for _ in range(layers):
         cache += [torch.randn(batch, heads, past, size, generator=g) for _ in range(2)]

@@ -123,15 +123,7 @@ def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     e = torch.export.Dim(codes.ENCODER_SEQUENCE, min=1, max=1 << 20)
     d = torch.export.Dim(codes.DECODER_SEQUENCE, min=1, max=1 << 20)
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
-    ids = torch.randint(min(3, text_vocab - 1), text_vocab, (batch, source), generator=g)
-    mask = torch.ones(batch, source, dtype=torch.int64)
-    text = GraphSpec(
-        text_encoder(model),
-        (ids.to("meta"), mask.to("meta")),
-        {"input_ids": {0: b, 1: e}, "attention_mask": {0: b, 1: e}},
-        ["input_ids", "attention_mask"],
-        ["encoder_hidden_states"],
-    )
+    text, _ = codes.text_encoder_spec(text_encoder(model), text_vocab, (batch, source), (b, e), g)
     chroma_prefix = GraphSpec(
         ChromaPrefix(model),
         (torch.randn(batch, frames, chroma, generator=g).to("meta"),),
