@@ -23,6 +23,7 @@ from fastonnx.pretrained import melody_code_loops as melody_loops
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
 from support.matrix import sampled
+from support.module_sessions import run_module
 
 CODES = 32  # the decoder's vocabulary: EnCodec's codebook; its pad / start token the extra row past it
 
@@ -120,14 +121,7 @@ def _modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
         loops.DECODER_FILE: lambda *t: step(*t[:3], list(t[3:])),
         loops.DECODE_FILE: loops.CodecDecode(model),
     }
-
-    def run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        del names
-        with torch.no_grad():
-            out = session(*tensors)
-        return list(out) if isinstance(out, tuple) else [out]
-
-    return sessions, run
+    return sessions, run_module
 
 
 # 8 new tokens: the delay pattern applies (9 columns >= 2 * 4 - 1); 3: it does not (transformers then

@@ -13,6 +13,7 @@ import torch
 from fastonnx.pretrained import spectrogram_loops as loops
 from fastonnx.pretrained.encoder_tasks import text_inputs
 from fastonnx.pretrained.tasks import choose
+from support.module_sessions import run_module
 
 
 def _tiny_model() -> Any:
@@ -50,14 +51,7 @@ def _modules_as_sessions(model: Any) -> tuple[dict[str, Any], Any]:
         loops.DECODER_FILE: lambda *t: step(*t[:5], list(t[5:])),
         loops.POSTNET_FILE: loops.TextToSpeechPostnet(model),
     }
-
-    def run(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        del names
-        with torch.no_grad():
-            out = session(*tensors)
-        return list(out) if isinstance(out, tuple) else [out]
-
-    return sessions, run
+    return sessions, run_module
 
 
 @pytest.mark.parametrize(("batch", "ratios"), [(1, (0.0, 20.0)), (2, (1.0, 3.0))])
