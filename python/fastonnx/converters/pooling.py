@@ -104,16 +104,15 @@ def _max_pool(
         "dilations": d,
         "ceil_mode": int(ceil_mode),
     }
+    # onnxruntime's PadFusion (Pad-11..19 into MaxPool-8..12, at load) moves a zero Pad into the
+    # MaxPool's pads, which pool as -inf: values below 0 beside the border change (BiT's stem: 0.04 off).
+    # It leaves a MaxPool with an indices output alone: one after a Pad gets one, unread.
     if not with_indices and not _made_by_pad(ctx, xin):
         y = ctx.op("MaxPool", xin, **attrs)
         return unbatch(ctx, ctx.cast(y, x.dtype), added)
-    if not with_indices:
-        # onnxruntime's PadFusion (Pad-11..19 into MaxPool-8..12, at load) moves a zero Pad into the
-        # MaxPool's pads, which pool as -inf: values below 0 beside the border change (BiT's stem: 0.04
-        # off). It leaves a MaxPool with an indices output alone: so this one gets one, unread.
-        y, _ = ctx.op("MaxPool", xin, outputs=2, **attrs)
-        return unbatch(ctx, ctx.cast(y, x.dtype), added)
     y, flat = ctx.op("MaxPool", xin, outputs=2, **attrs)
+    if not with_indices:
+        return unbatch(ctx, ctx.cast(y, x.dtype), added)
     indices = _plane_indices(ctx, flat, xin)
     return [unbatch(ctx, ctx.cast(y, x.dtype), added), unbatch(ctx, indices, added)]
 
