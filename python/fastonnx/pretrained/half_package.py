@@ -170,7 +170,6 @@ def vision_language_feeds(
     import onnxruntime as ort
 
     from fastonnx.pretrained import vision_language as vl
-    from fastonnx.pretrained.reference_windows import prefill_length_feed
 
     def session(name: str) -> Any:
         return ort.InferenceSession(os.fspath(folder / name), providers=["CPUExecutionProvider"])
@@ -191,11 +190,8 @@ def vision_language_feeds(
     embed_feeds, decoder_feeds, past = [], [], 0
     step_ids, rows = ids, features
     for step in range(2):  # the prompt, then one token
-        more: dict[str, Any] = {"input_ids": step_ids.numpy(), "image_features": rows}
-        more["token_type_ids"] = np.full(step_ids.shape, int(step > 0), np.int64)
-        more.update({k: v.numpy() for k, v in prefill_length_feed(ids).items()})
-        if deepstack:
-            more["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
+        extras = vl.step_extras(step, step_ids, rows.shape[0], ids, deepstack[0] if deepstack else None)
+        more: dict[str, Any] = {"image_features": rows, **extras}
         embed_feeds.append(named(embed_spec, more))
         (embeds,) = embed_session.run(None, embed_feeds[-1])
         length = embeds.shape[1]
@@ -204,7 +200,7 @@ def vision_language_feeds(
         values.update(more)
         values |= {"inputs_embeds": embeds, "attention_mask": np.ones((1, past + length), np.int64)}
         values["position_ids"] = at.numpy()
-        feed = {n: np.asarray(values[n]) for n in decoder_spec.input_names}
+        feed = named(decoder_spec, values)
         decoder_feeds.append(feed)
         logits, *cache = decoder_session.run(None, feed)
         past += length

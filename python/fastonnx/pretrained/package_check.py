@@ -42,7 +42,6 @@ from fastonnx.pretrained.graph_spec import GraphSpec
 from fastonnx.pretrained.half_package import as_float32, float32_tolerance, half_tolerance
 from fastonnx.pretrained.image_encoder_decoders import check_package as check_image_encoder_decoder
 from fastonnx.pretrained.image_encoder_decoders import image_kind
-from fastonnx.pretrained.reference_windows import prefill_length_feed
 from fastonnx.pretrained.stable_sorts import StableSorts
 from fastonnx.pretrained.task_inputs import (
     GENAI_WHISPER_ENCODER,
@@ -362,11 +361,7 @@ def _check_vision_language(
         return positions if step == 0 else vl.step_positions(model, past, length, offset)
 
     def extra(step: int, step_ids: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        more = {"input_ids": step_ids, "token_type_ids": torch.full_like(step_ids, int(step > 0))}
-        more.update(prefill_length_feed(ids))  # fed where the decoder declares it
-        if deepstack:  # the deepstack rows in the prefill only, as generate adds them
-            more["deepstack_features"] = deepstack[0][:, : rows.shape[0]]
-        return more
+        return vl.step_extras(step, step_ids, rows.shape[0], ids, deepstack[0] if deepstack else None)
 
     steps = _greedy_over_files(
         sessions,

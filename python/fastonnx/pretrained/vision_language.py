@@ -544,6 +544,26 @@ def verification_prompt(config: Any, rows: int) -> torch.Tensor:
     return image_prompt(config, text[:, :2], rows, text[:, 2:])
 
 
+def step_extras(
+    step: int, step_ids: torch.Tensor, rows: int, prompt: torch.Tensor, deepstack: Any
+) -> dict[str, Any]:
+    """A step's inputs beyond the embeddings, mask, positions and cache, by name (each file takes those it
+    declares): its ids, the token types (image blocks in the prompt only), the prompt's length
+    (reference_windows.py) and, with ``deepstack`` (the vision encoder's deepstack output), its first
+    ``rows`` rows, which generate adds in the prefill only. The check's loop and the half calibration
+    (half_package.vision_language_feeds) feed the same."""
+    from fastonnx.pretrained.reference_windows import prefill_length_feed
+
+    extras: dict[str, Any] = {
+        "input_ids": step_ids,
+        "token_type_ids": torch.full_like(step_ids, int(step > 0)),
+    }
+    extras.update(prefill_length_feed(prompt))
+    if deepstack is not None:
+        extras["deepstack_features"] = deepstack[:, :rows]
+    return extras
+
+
 def prompt_positions(
     model: torch.nn.Module, ids: torch.Tensor, images: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
