@@ -16,7 +16,8 @@ ruff format --check python tests benches scripts examples
 mypy
 
 set +e
-python -m pytest -q -n 2 "$@"
+# one compute thread a worker: two workers are the parallelism (tests/support/worker_threads.py)
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q -n 2 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
