@@ -480,7 +480,7 @@ def test_heatmaps_to_keypoints_traceable() -> None:
 def _check_masks() -> None:
     # features ~10 (fpn_scale): eager float32 and float64 boxes then differ by ~7e-5 pixel, ONNX and
     # float64 by ~7e-5
-    model = _detector("maskrcnn_resnet50_fpn", 10.0, fpn_scale=0.01)
+    model = _detector("maskrcnn_resnet50_fpn", 10.0, fpn_scale=0.01, box_detections_per_img=10)
     expected, got = _check_detector(model, box_atol=5e-4)
     # the masks are pasted into integer boxes: the same ones (else the comparison is not well defined)
     assert torch.equal(_pasted_boxes(got["boxes"]), _pasted_boxes(expected["boxes"]))
