@@ -633,6 +633,13 @@ FIXES.update(
 )
 
 
+# zai-org/GLM-4.1V's bare vision tower: 24 blocks of 12 heads into the text's 4096; the sweep shrinks these
+# keys in the vision_config of the whole model, not at the top of the tower's own config
+FIXES.update(
+    dict.fromkeys(("glm4v_vision", "glm4v_moe_vision"), {"depth": 2, "num_heads": 4, "out_hidden_size": 64})
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

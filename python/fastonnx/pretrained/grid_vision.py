@@ -66,6 +66,8 @@ def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
     visual = getattr(inner, "visual", None) or getattr(model, "visual", None)
     if visual is None and hasattr(getattr(inner, "vision_model", None), "merger"):
         visual = inner.vision_model  # HyperCLOVA X's Qwen2.5-VL tower, under a projector
+    if visual is None and hasattr(model, "patch_embed") and hasattr(model, "merger"):
+        visual = model  # a bare tower (tower_features.py: feature-extraction of Qwen2.5-VL's vision model)
     if not isinstance(visual, torch.nn.Module):
         raise InputError(f"{type(model).__name__} has no vision tower at .model.visual")
     return visual

@@ -23,7 +23,7 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.half_precision import feeds_as_session_types
-from fastonnx.pretrained import whisper_genai_steps
+from fastonnx.pretrained import tower_features, whisper_genai_steps
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -548,6 +548,10 @@ def verify_package(
                 infos = _check_text2text(sessions, model, model.config, specs, tolerance)
                 if GENAI_WHISPER_ENCODER in specs:  # Whisper's onnxruntime-genai files beside them
                     infos += whisper_genai_steps.check(sessions, model, model.config, specs, _run, tolerance)
+            elif tower_features.owns(model, task):
+                infos = tower_features.check(
+                    sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance
+                )
             else:
                 infos = _check_encoder(
                     sessions["model.onnx"], model, model.config, task, specs["model.onnx"], tolerance

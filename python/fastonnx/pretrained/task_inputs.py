@@ -729,6 +729,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         from fastonnx.pretrained.speech_synthesis import speech_graph
 
         return {"model.onnx": speech_graph(model, config)}  # VITS, FastSpeech2 (speech_synthesis.py)
+    from fastonnx.pretrained import tower_features
+
+    if tower_features.owns(model, task):  # a bare image-grid vision tower
+        return {"model.onnx": tower_features.tower_graph(model)}
     # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
 

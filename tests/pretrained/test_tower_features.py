@@ -1,0 +1,73 @@
+"""feature-extraction of bare image-grid vision towers (tower_features.py): the sweep's tiny tower exported
+and verified against the tower's own forward on two grids, and the check failing on a file that is off."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from checkpoint_folders import architecture_sweep
+
+import fastonnx
+from fastonnx.pretrained import tower_features
+from fastonnx.pretrained.half_package import float32_tolerance
+from support.matrix import sampled
+
+# CI: Qwen2.5-VL's (attention windows, the merged tokens reordered) and Qwen3-VL's (a learned position
+# table resampled, deepstack features); GLM-4V's (its sampled table, a merging convolution) and the rest
+# under FASTONNX_FULL_MATRIX=1
+TOWERS = {
+    "qwen2_5_vl_vision": "Qwen2_5_VisionTransformerPretrainedModel",
+    "qwen3_vl_vision": "Qwen3VLVisionModel",
+    "glm4v_vision": "Glm4vVisionModel",
+    "exaone4_5_vision": "Exaone4_5_VisionModel",
+    "glm_ocr_vision": "GlmOcrVisionModel",
+}
+IN_CI = ("qwen2_5_vl_vision", "qwen3_vl_vision")
+
+
+class _Off:
+    """An onnxruntime session whose first output is 1% off in one row."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        out = self.session.run(names, feeds)
+        out[0] = out[0].copy()
+        out[0][-1] *= 1.01
+        return out
+
+
+def _run(s: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    feeds = {n: t.numpy() for n, t in zip(names, tensors, strict=True)}
+    return [torch.from_numpy(v) for v in s.run(None, feeds)]
+
+
+@pytest.mark.parametrize("model_type", sampled(sorted(TOWERS), lambda name: name in IN_CI))
+def test_the_tower_exports_verified_and_the_check_can_fail(tmp_path: pathlib.Path, model_type: str) -> None:
+    import transformers
+
+    folder = tmp_path / "checkpoint"
+    architecture_sweep().build_checkpoint("feature-extraction", model_type, TOWERS[model_type], folder)
+    written = fastonnx.export_pretrained(
+        folder, tmp_path / "package", task="feature-extraction", progress=False
+    )
+    assert written.verified is True, written.verify_note
+    session = ort.InferenceSession(str(tmp_path / "package" / "model.onnx"))
+    assert [i.name for i in session.get_inputs()] == ["pixel_values", "image_grid_thw"]
+    outputs = [o.name for o in session.get_outputs()]
+    assert outputs[0] == "pooler_output"
+    assert ("deepstack_features" in outputs) == (model_type == "qwen3_vl_vision")
+
+    # the check itself: both grids pass on the file, and fail on a file 1% off in one row
+    model = getattr(transformers, TOWERS[model_type]).from_pretrained(folder).eval()
+    spec = tower_features.tower_graph(model)
+    good = tower_features.check(session, model, spec, _run, float32_tolerance)
+    assert len(good) == 2 * len(outputs) and all(i.passed for i in good), good
+    bad = tower_features.check(_Off(session), model, spec, _run, float32_tolerance)
+    assert [i.passed for i in bad if i.name.startswith("pooler_output")] == [False, False], bad
