@@ -455,8 +455,12 @@ FIXES.update(
     {
         # huggingface/time-series-transformer-tourism-monthly (and Autoformer's, Informer's): the forecast's
         # length, which the config classes leave None and their decoders size themselves by; the context
-        # as long (context_length defaults to it)
-        **dict.fromkeys(("autoformer", "informer", "time_series_transformer"), {"prediction_length": 24}),
+        # as long (context_length defaults to it); its two time features (month of year, age: the config
+        # classes' default 0 makes past_time_features an empty tensor)
+        **dict.fromkeys(
+            ("autoformer", "informer", "time_series_transformer"),
+            {"prediction_length": 24, "num_time_features": 2},
+        ),
         # (Bark: its heads and vocabularies above, with its generate's offsets)
         # facebook/vjepa2-vitl-fpc64-256: the predictor's 12 heads of 32 (384 wide), shrunk as the encoder's
         # width and heads are; clips of 256-pixel crops and 64 frames: 32-pixel crops of 4 frames (2 x 2

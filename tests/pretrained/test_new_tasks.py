@@ -41,9 +41,26 @@ CASES = [
         ["past_values"],
         ["prediction_outputs"],
     ),
+    # feature-extraction of the forecasters reading more than their values: the lagged ones' time features
+    # and observed mask (a missing stretch), TimesFM's padding and frequency class
+    (
+        "feature-extraction",
+        "time_series_transformer",
+        "TimeSeriesTransformerModel",
+        ["past_values", "past_time_features", "past_observed_mask"],
+        ["last_hidden_state", "encoder_last_hidden_state", "loc", "scale"],
+    ),
+    (
+        "feature-extraction",
+        "timesfm",
+        "TimesFmModel",
+        ["past_values", "past_values_padding", "freq"],
+        ["last_hidden_state", "loc", "scale"],
+    ),
 ]
 
-IN_CI = {"owlvit", "vitpose", "patchtst"}  # one a task; every case under FASTONNX_FULL_MATRIX=1
+# one a task (and the lagged forecasters' inputs); every case under FASTONNX_FULL_MATRIX=1
+IN_CI = {"owlvit", "vitpose", "patchtst", "time_series_transformer"}
 
 
 @pytest.mark.parametrize(

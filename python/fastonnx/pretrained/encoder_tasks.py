@@ -17,7 +17,9 @@ Inputs, by what the forward takes:
   of its image size, ``batch_size`` dynamic, the frames fixed as the models' frame embeddings fix them;
 - zero-shot object detection: OWL-ViT's queries flattened as its processor makes them (``text_batch_size``
   rows = images x queries) beside ``batch_size`` images; Grounding DINO's one prompt an image;
-- time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels``;
+- time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels`` (the lagged
+  forecasters' with their time features and observed mask, TimesFM's with its padding and frequency:
+  ``series_inputs``);
 - audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
@@ -327,6 +329,26 @@ class SeriesEncoder(_Encoder):
         return out
 
 
+class DatedSeriesEncoder(_Encoder):
+    def forward(
+        self, past_values: torch.Tensor, past_time_features: torch.Tensor, past_observed_mask: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            past_values=past_values,
+            past_time_features=past_time_features,
+            past_observed_mask=past_observed_mask,
+        )
+        return out
+
+
+class PaddedSeriesEncoder(_Encoder):
+    def forward(
+        self, past_values: torch.Tensor, past_values_padding: torch.Tensor, freq: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(past_values=past_values, past_values_padding=past_values_padding, freq=freq)
+        return out
+
+
 class WaveformEncoder(_Encoder):
     def forward(self, input_values: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(input_values=input_values)
@@ -386,6 +408,8 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "pixel_values"): ImageTextEncoder,
     ("input_values",): WaveformEncoder,
     ("past_values",): SeriesEncoder,
+    ("past_values", "past_time_features", "past_observed_mask"): DatedSeriesEncoder,
+    ("past_values", "past_values_padding", "freq"): PaddedSeriesEncoder,
     ("input_features",): FeaturesEncoder,
     ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
     ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
@@ -493,12 +517,37 @@ def detection_inputs(
     return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
 
 
-def series_inputs(config: Any, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+def series_inputs(
+    model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
+) -> dict[str, torch.Tensor]:
     """A forecaster's ``past_values``: ``batch`` series of the config's ``context_length`` steps of
-    ``num_input_channels`` channels (its patching takes exactly that many steps)."""
-    shape = (batch, int(config.context_length), int(getattr(config, "num_input_channels", 1)))
-    values = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
-    return {"past_values": values.to(device)}
+    ``num_input_channels`` channels (its patching takes exactly that many steps). The lagged models
+    (Time Series Transformer, Informer, Autoformer) read ``context_length`` plus their largest lag steps of
+    ``input_size`` values, each step's ``num_time_features`` and whether it was observed (the first
+    series' first 5 steps missing); TimesFM its steps' padding (the first series' first 16) and the
+    series' frequency class (0, high)."""
+    g = torch.Generator().manual_seed(0)
+    if takes(model, "past_time_features"):
+        steps = int(config.context_length) + max(int(lag) for lag in config.lags_sequence)
+        size = int(config.input_size)
+        values = torch.randn(batch, steps, *((size,) if size > 1 else ()), generator=g)
+        features = torch.randn(batch, steps, int(config.num_time_features), generator=g)
+        observed = torch.ones(values.shape)
+        observed[0, :5] = 0
+        inputs = {"past_values": values, "past_time_features": features, "past_observed_mask": observed}
+    elif takes(model, "past_values_padding"):
+        values = torch.randn(batch, int(config.context_length), generator=g)
+        padding = torch.zeros(values.shape, dtype=torch.int64)
+        padding[0, :16] = 1
+        inputs = {
+            "past_values": values,
+            "past_values_padding": padding,
+            "freq": torch.zeros(batch, 1, dtype=torch.int64),
+        }
+    else:
+        shape = (batch, int(config.context_length), int(getattr(config, "num_input_channels", 1)))
+        inputs = {"past_values": torch.randn(*shape, generator=g)}
+    return {k: v.to(device) for k, v in inputs.items()}
 
 
 def whisper_frames(config: Any) -> tuple[int, int] | None:
@@ -569,6 +618,18 @@ SEQ2SEQ_FEATURES = ("last_hidden_state", "encoder_last_hidden_state")
 """What an encoder-decoder base model's feature-extraction returns: its decoder's states and its encoder's."""
 
 
+SERIES_FEATURES = ("last_hidden_state", "encoder_last_hidden_state", "loc", "scale")
+"""What a lagged or padded forecaster's feature-extraction returns: its states (the decoder's and the
+encoder's, where it has both) in the scaled space, and the ``loc`` and ``scale`` that undo the scaling."""
+
+
+def series_fields(model: torch.nn.Module) -> tuple[str, ...]:
+    """Those of ``SERIES_FEATURES`` the class the forecaster's forward returns declares."""
+    returned = _returned_class(model)
+    declared = {f.name for f in dataclasses.fields(returned)} if returned is not None else set()
+    return tuple(f for f in SERIES_FEATURES if f in declared)
+
+
 def seq2seq_fields(model: torch.nn.Module) -> tuple[str, ...]:
     """Those of ``SEQ2SEQ_FEATURES`` the class an encoder-decoder base model's forward returns declares
     (read from its source, not its annotation: Speech2TextModel's names an LM output it does not return;
@@ -603,7 +664,8 @@ def _task_inputs(
     model: torch.nn.Module, config: Any, task: str, batch: int, device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     if takes(model, "past_values"):
-        return series_inputs(config, batch, device), {"past_values": {0: BATCH}}
+        series = series_inputs(model, config, batch, device)
+        return series, {name: {0: BATCH} for name in series}
     text_alone = reads_text_alone(config, task)  # a vision-language model's features: its text's
     if takes(model, "pixel_values") and task not in TEXT_TASKS and not text_alone:
         # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)
@@ -764,6 +826,8 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     fields = one_image_outputs(model, task) or output_fields(model, task)
     if "decoder_input_ids" in inputs:
         fields = seq2seq_fields(model) or fields
+    if task == "feature-extraction" and module_cls in (DatedSeriesEncoder, PaddedSeriesEncoder):
+        fields = series_fields(model) or fields
     _refuse_variable_counts(model, task, fields)
     if not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
         _refuse_no_features(model, task, fields)
