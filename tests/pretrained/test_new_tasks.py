@@ -57,10 +57,20 @@ CASES = [
         ["past_values", "past_values_padding", "freq"],
         ["last_hidden_state", "loc", "scale"],
     ),
+    # video towers alone: V-JEPA 2's clips of its frames_per_clip; Perception Encoder's of any number of
+    # frames (checked at another count below)
+    ("feature-extraction", "vjepa2", "VJEPA2Model", ["pixel_values_videos"], ["last_hidden_state"]),
+    (
+        "feature-extraction",
+        "pe_video_encoder",
+        "PeVideoEncoder",
+        ["pixel_values_videos"],
+        ["last_hidden_state"],
+    ),
 ]
 
 # one a task (and the lagged forecasters' inputs); every case under FASTONNX_FULL_MATRIX=1
-IN_CI = {"owlvit", "vitpose", "patchtst", "time_series_transformer"}
+IN_CI = {"owlvit", "vitpose", "patchtst", "time_series_transformer", "pe_video_encoder"}
 
 
 @pytest.mark.parametrize(
@@ -79,6 +89,23 @@ def test_task_package_matches_transformers(
     assert (written.input_names, written.output_names) == (inputs, outputs)
     if model_type == "owlvit":
         _owl_at_other_sizes(folder, written.model_path)
+    if model_type == "pe_video_encoder":
+        _frames_at_another_count(folder, written.model_path)
+
+
+def _frames_at_another_count(folder: pathlib.Path, model_path: pathlib.Path) -> None:
+    """Clips of 5 frames (the export's example had 3), one clip and two, against transformers eager."""
+    import transformers
+
+    eager = transformers.PeVideoEncoder.from_pretrained(folder).eval()
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(3)
+    for clips in (1, 2):
+        video = torch.randn(clips, 5, 3, 32, 32, generator=g)
+        with torch.no_grad():
+            expected = eager(pixel_values_videos=video).last_hidden_state
+        (got,) = session.run(None, {"pixel_values_videos": video.numpy()})
+        torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-4, rtol=1e-4)
 
 
 def _owl_at_other_sizes(folder: pathlib.Path, model_path: pathlib.Path) -> None:

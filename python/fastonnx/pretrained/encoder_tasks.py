@@ -395,6 +395,12 @@ class RegionTextEncoder(_Encoder):
         return out
 
 
+class VideoEncoder(_Encoder):
+    def forward(self, pixel_values_videos: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values_videos=pixel_values_videos)
+        return out
+
+
 class NoisedImageEncoder(_Encoder):
     def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
@@ -417,6 +423,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
+    ("pixel_values_videos",): VideoEncoder,
 }
 
 
@@ -683,6 +690,10 @@ def _task_inputs(
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
+    if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
+        # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
+        clips, fixed = video_clips(config, batch, device)
+        return clips, {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
     if (takes(model, "input_values") or takes(model, "input_features")) and not text_alone:
         return audio_inputs(model, config, batch, device)
     if (codebooks := _codebook_text(model, config, batch, device)) is not None:
@@ -761,6 +772,25 @@ def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[s
 def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
     """What a package of ``task`` is checked against: the model, or its bare decoder (``from_decoder``)."""
     return bare_decoder(model) if from_decoder(model, config, task, fields) else model
+
+
+VIDEO_FRAMES = "num_frames"
+
+
+def video_clips(config: Any, batch: int, device: str | torch.device) -> tuple[dict[str, torch.Tensor], bool]:
+    """A video tower's ``pixel_values_videos``: ``batch`` clips of its frames (``num_frames``, V-JEPA 2's
+    ``frames_per_clip``) of its image size (V-JEPA 2's ``crop_size``, a timm tower's ``img_size``), batch x
+    frames x channels x height x width; and whether the frames' count is the config's (else 3 frames, the count a dynamic dim:
+    Perception Encoder's video tower encodes each frame, then attends across any number of them)."""
+    declared = video_frames(config) or getattr(config, "frames_per_clip", None)
+    frames = declared if isinstance(declared, int) else 3
+    vision = _vision_config(config)
+    timm = (getattr(vision, "model_args", None) or {}).get("img_size")
+    size = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or timm or 224
+    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    channels = int(getattr(vision, "num_channels", 3))
+    clips = torch.randn(batch, frames, channels, h, w, generator=torch.Generator().manual_seed(0))
+    return {"pixel_values_videos": clips.to(device)}, isinstance(declared, int)
 
 
 def video_input(config: Any, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
