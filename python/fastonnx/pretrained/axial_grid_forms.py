@@ -106,6 +106,8 @@ def _angles(inv_freq: torch.Tensor, *positions: torch.Tensor) -> torch.Tensor:
 
 
 class Inkling2GridEncoder(GridForm):
+    BARE_OUTPUT = "pooler_output"  # its merger is the tower's
+
     @staticmethod
     def merge_size(config: Any) -> int:
         return 1  # a row of pixel_values is an image token
@@ -116,7 +118,7 @@ class Inkling2GridEncoder(GridForm):
         return side, side, int(config.num_channels)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        visual = self.inner.vision_tower
+        visual = self.tower
         embeddings = visual.embeddings
         merge, patch = int(visual.config.spatial_merge_size), int(visual.config.patch_size)
         h, w = image_grid_thw[0, 1] * merge, image_grid_thw[0, 2] * merge  # in patches
@@ -157,7 +159,7 @@ class KimiK25GridEncoder(GridForm):
         return 3, int(config.patch_size), int(config.patch_size)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        visual = self.inner.vision_tower
+        visual = self.tower
         embed, positions = visual.patch_embed, visual.patch_embed.pos_emb
         t, h, w = image_grid_thw[0, 0], image_grid_thw[0, 1], image_grid_thw[0, 2]
         x = embed.proj(pixel_values).reshape(pixel_values.shape[0], -1)
@@ -182,6 +184,9 @@ class KimiK25GridEncoder(GridForm):
             hidden = hidden + attn.proj(_attend(attn, _rotate(q, cos, sin), _rotate(k, cos, sin), v))
             hidden = hidden + layer.mlp(layer.norm2(hidden))
         hidden = visual.final_layernorm(hidden)
+        if self.bare:
+            states: torch.Tensor = hidden
+            return states
         # each merge block's patches (one frame: the pooling over frames is the identity)
         kh, kw = (int(s) for s in visual.merge_kernel_size)
         tokens = torch.arange(hidden.shape[0] // (kh * kw), device=hidden.device)
@@ -203,7 +208,7 @@ class Lfm3VlGridEncoder(GridForm):
         return (int(config.in_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2,)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        visual = self.inner.vision_tower
+        visual = self.tower
         merge = int(visual.config.spatial_merge_size)
         h, w = image_grid_thw[0, 1], image_grid_thw[0, 2]
         hidden = visual.embedding_norm(visual.patch_embed(pixel_values))
@@ -224,6 +229,9 @@ class Lfm3VlGridEncoder(GridForm):
             else:
                 hidden = hidden + self._convolution(layer.conv, x, neighbours)
             hidden = hidden + layer.feed_forward(layer.ffn_norm(hidden))
+        if self.bare:
+            states: torch.Tensor = hidden
+            return states
         result: torch.Tensor = self.inner.multi_modal_projector(hidden)
         return result
 
@@ -271,7 +279,7 @@ class MiniMaxM3VlGridEncoder(GridForm):
         return (int(config.num_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2,)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        visual = self.inner.vision_tower
+        visual = self.tower
         merge = int(visual.config.spatial_merge_size)
         h, w = image_grid_thw[0, 1], image_grid_thw[0, 2]
         x = visual.embeddings(pixel_values).to(visual.pre_layrnorm.weight.dtype)
@@ -300,8 +308,7 @@ class MuseGlimmerGridEncoder(GridForm):
         return (int(config.patch_temporal) * 3 * int(config.patch_size) ** 2,)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        inner = self.inner
-        visual = inner.vision_tower
+        visual = self.tower
         embedder = visual.patch_embedder
         h, w = image_grid_thw[0, 1], image_grid_thw[0, 2]
         x = embedder.patch_embedding(pixel_values.to(embedder.patch_embedding.weight.dtype))
@@ -341,6 +348,10 @@ class MuseGlimmerGridEncoder(GridForm):
             + within % merge
         )
         blocks = hidden[index].transpose(1, 2).reshape(tokens.shape[0], -1)
+        if self.bare:  # the tower's pixel_shuffle
+            shuffled: torch.Tensor = blocks
+            return shuffled
+        inner = self.inner
         features = inner.vision_projection(inner.vision_adapter(blocks))
         result: torch.Tensor = inner.perception_emb_norm(features)
         return result

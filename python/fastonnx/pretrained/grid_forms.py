@@ -25,19 +25,26 @@ class GridForm(torch.nn.Module):
     """A tower's grid form; its class says where the tower is and what its inputs look like."""
 
     TOWER = "vision_tower"
+    BARE_OUTPUT = "last_hidden_state"  # the field of the tower's own forward the form computes when bare
 
     @classmethod
     def tower_of(cls, model: torch.nn.Module) -> torch.nn.Module:
         found: torch.nn.Module = getattr(getattr(model, "model", model), cls.TOWER)
         return found
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, bare: bool = False) -> None:
         super().__init__()
         self.model = model  # the model's own paths: the checkpoint's names
+        # the tower alone (tower_features.py): its own output, before the vision-language model's projector
+        self.bare = bare
 
     @property
     def inner(self) -> Any:
         return getattr(self.model, "model", self.model)
+
+    @property
+    def tower(self) -> Any:
+        return self.model if self.bare else getattr(self.inner, self.TOWER)
 
     @staticmethod
     def merge_size(config: Any) -> int:
@@ -103,8 +110,7 @@ class VideoLlama3GridEncoder(GridForm):
         return {"image_merge_sizes": torch.ones(images, dtype=torch.int64)}
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        inner = self.inner
-        visual = inner.vision_model
+        visual = self.tower
         frame, row, column = _raster(pixel_values, image_grid_thw[0])
         hidden = visual.embeddings(pixel_values.to(visual.embeddings.patch_embedding.weight.dtype))
         rotary = visual.rotary_pos_emb
@@ -118,7 +124,10 @@ class VideoLlama3GridEncoder(GridForm):
             attn = layer.self_attn
             hidden = hidden + _attention(attn, attn.out_proj, layer.layer_norm1(hidden), mask, (cos, sin))
             hidden = hidden + layer.mlp(layer.layer_norm2(hidden))
-        result: torch.Tensor = inner.projector(visual.post_layernorm(hidden))
+        states: torch.Tensor = visual.post_layernorm(hidden)
+        if self.bare:  # pixel_unshuffle by its images' merge size of 1: the identity
+            return states
+        result: torch.Tensor = self.inner.projector(states)
         return result
 
 

@@ -56,8 +56,7 @@ class Cosmos3EdgeGridEncoder(GridForm):
     TOWER = "visual"
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        inner = self.inner
-        visual = inner.visual
+        visual = self.tower
         embeddings = visual.embeddings
         merge = int(visual.config.spatial_merge_size)
         h, w = image_grid_thw[0, 1], image_grid_thw[0, 2]
@@ -76,17 +75,22 @@ class Cosmos3EdgeGridEncoder(GridForm):
                 _attention(attn, layer.layer_norm1(hidden), mask, float(attn.scale))
             )
             hidden = hidden + layer.mlp(layer.layer_norm2(hidden))
-        result: torch.Tensor = inner.projector(visual.post_layernorm(hidden))
+        states: torch.Tensor = visual.post_layernorm(hidden)
+        if self.bare:
+            return states
+        result: torch.Tensor = self.inner.projector(states)
         return result
 
 
 class HunYuanVlGridEncoder(GridForm):
+    BARE_OUTPUT = "pooler_output"  # its patch merger is the tower's
+
     @staticmethod
     def patch_shape(config: Any) -> tuple[int, ...]:
         return (int(config.num_channels) * int(config.patch_size) ** 2,)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        visual = self.inner.vision_tower
+        visual = self.tower
         embeddings, merger = visual.embeddings, visual.patch_merger
         config = visual.config
         merge, patch = int(config.spatial_merge_size), int(config.patch_size)

@@ -2,6 +2,13 @@
 EXAONE 4.5's ``XVisionModel`` in transformers' MODEL mapping): the tower alone, as the vision-language
 package's ``vision_encoder.onnx`` computes it (grid_vision.py's form, for any grid).
 
+The towers whose vision-language model has a form of its own (grid_forms.py, axial_grid_forms.py,
+more_grid_forms.py: VideoLLaMA3's, Kimi-K2.5's, LFM3-VL's, Muse Glimmer's...; the bare type is the
+model's type with ``_vision``) run that form ``bare``: it stops where the tower's own forward does,
+before the model's projector, and gives the field that forward returns (``GridForm.BARE_OUTPUT``: the
+merged ``pooler_output`` of Inkling2's and HunYuan-VL's, whose merger is the tower's, else
+``last_hidden_state``).
+
 transformers' forward of these towers takes ``hidden_states`` (the processor's patches) and ``grid_thw``
 and returns ``pooler_output``, the merged tokens' features (in the image's order), beside
 ``last_hidden_state``, the patches' states before the merge (Qwen2.5-VL's in its attention windows'
@@ -22,6 +29,7 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.grid_forms import GridForm
 
 TASK = "feature-extraction"
 OUTPUT = "pooler_output"
@@ -32,53 +40,96 @@ Run = Callable[[Any, list[str], list[torch.Tensor]], list[torch.Tensor]]
 Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
 
 
+def bare_form(model: torch.nn.Module) -> type[GridForm] | None:
+    """The grid form of the vision-language model whose bare tower ``model`` is (by its type less
+    ``_vision``), or None."""
+    from fastonnx.pretrained import axial_grid_forms, grid_forms, more_grid_forms
+
+    kind = str(getattr(getattr(model, "config", None), "model_type", ""))
+    if not kind.endswith("_vision"):
+        return None
+    return {**grid_forms.FORMS, **axial_grid_forms.FORMS, **more_grid_forms.FORMS}.get(
+        kind.removesuffix("_vision")
+    )
+
+
 def owns(model: torch.nn.Module, task: str) -> bool:
-    """Whether ``model`` is a bare grid tower (its own ``patch_embed`` and ``merger``) exported for
-    ``task``; the towers of grid_forms.py's kinds (their forms include the model's projector) are not."""
+    """Whether ``model`` is a bare grid tower (its own ``patch_embed`` and ``merger``, or a form's tower)
+    exported for ``task``."""
     from fastonnx.pretrained.grid_vision import grid_form, is_grid_tower
 
+    if task != TASK:
+        return False
+    if bare_form(model) is not None:
+        return True
     return (
-        task == TASK
-        and hasattr(model, "patch_embed")
+        hasattr(model, "patch_embed")
         and hasattr(model, "merger")
         and grid_form(model) is None
         and is_grid_tower(model)
     )
 
 
+def _merge(model: torch.nn.Module) -> int:
+    from fastonnx.pretrained.grid_vision import merge_size
+
+    form = bare_form(model)
+    return form.merge_size(model.config) if form else merge_size(model)
+
+
+def _encoder(model: torch.nn.Module) -> torch.nn.Module:
+    from fastonnx.pretrained.grid_vision import grid_encoder
+
+    form = bare_form(model)
+    return form(model, bare=True) if form else grid_encoder(model)
+
+
 def _grids(model: torch.nn.Module) -> list[tuple[int, int, int]]:
     """The check's grids (frames, rows, columns in patches): the example's (vision_language.image_grid),
     then two frames of a square grid of another size; for GLM-4V's towers (their position table sampled
-    by ``embeddings``) one frame taller than wide, as transformers' own forward indexes the grid by frame
-    (GLM-4V's processor gives a video one grid row a frame)."""
-    from fastonnx.pretrained.grid_vision import merge_size
+    by ``embeddings``) and ``STILL_TOWERS`` one frame taller than wide, as transformers' own forward
+    indexes the grid by frame (GLM-4V's processor gives a video one grid row a frame). A bare form's
+    first grid is one frame wider than tall."""
     from fastonnx.pretrained.vision_language import image_grid
 
-    merge = merge_size(model)
-    other = (1, 4 * merge, 2 * merge) if hasattr(model, "embeddings") else (2, 2 * merge, 2 * merge)
+    merge = _merge(model)
+    kind = getattr(model.config, "model_type", None)
+    frames = not hasattr(model, "embeddings") and kind not in STILL_TOWERS
+    other = (2, 2 * merge, 2 * merge) if frames else (1, 4 * merge, 2 * merge)
+    if bare_form(model) is not None:  # one frame wider than tall, whatever the form's windows
+        return [(1, 2 * merge, 3 * merge), other]
     return [image_grid(model), other]
+
+
+STILL_TOWERS = ("hunyuan_vl_vision",)
+"""Bare towers whose own forward takes no grid of several frames (HunYuan-VL's merger reshapes each
+grid row to its rows x columns): their check's second grid is one frame taller than wide."""
 
 
 def _patches(model: torch.nn.Module, grid: tuple[int, int, int], seed: int) -> torch.Tensor:
     from fastonnx.pretrained.grid_vision import patch_shape
 
+    form = bare_form(model)
+    shape = form.patch_shape(model.config) if form else patch_shape(model)
     t, h, w = grid
-    return torch.randn(t * h * w, *patch_shape(model), generator=torch.Generator().manual_seed(seed))
+    return torch.randn(t * h * w, *shape, generator=torch.Generator().manual_seed(seed))
 
 
 def tower_graph(model: torch.nn.Module) -> GraphSpec:
     """The one graph of a bare grid tower's feature-extraction package."""
-    from fastonnx.pretrained.grid_vision import deepstack_layers, grid_encoder, merge_size
+    from fastonnx.pretrained.grid_vision import deepstack_layers
 
     t, h, w = _grids(model)[0]
     pixels = _patches(model, (t, h, w), 0)
     tokens = torch.export.Dim(TOKENS, min=1, max=1 << 20)
+    form = bare_form(model)
+    outputs = [form.BARE_OUTPUT] if form else [OUTPUT, *([DEEPSTACK] if deepstack_layers(model) else [])]
     return GraphSpec(
-        grid_encoder(model),
+        _encoder(model),
         (pixels, torch.tensor([[t, h, w]])),
-        {"pixel_values": {0: merge_size(model) ** 2 * tokens}, "image_grid_thw": {}},
+        {"pixel_values": {0: _merge(model) ** 2 * tokens}, "image_grid_thw": {}},
         ["pixel_values", "image_grid_thw"],
-        [OUTPUT, *([DEEPSTACK] if deepstack_layers(model) else [])],
+        outputs,
     )
 
 
@@ -86,9 +137,14 @@ def _expected(
     model: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, names: list[str]
 ) -> list[Any]:
     """transformers' forward of the tower: its merged features, and its deepstack features stacked."""
+    form = bare_form(model)
+    extra = list(form.generate_inputs(1).values()) if form else []  # VideoLLaMA3's merge sizes
     with torch.no_grad():
-        out = model(pixels, grid)
-    values = [out.pooler_output]
+        out = model(pixels, grid, *extra)
+    first = getattr(out, names[0])
+    if first.dim() == 3 and first.shape[0] == 1:  # HunYuan-VL's tower keeps a batch of 1
+        first = first[0]
+    values = [first]
     if DEEPSTACK in names:
         values.append(torch.stack(list(out.deepstack_features)))
     return values
