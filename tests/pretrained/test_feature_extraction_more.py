@@ -3,7 +3,9 @@ own tiny config with random weights, exported by ``export_pretrained`` and verif
 eager:
 
 - outputs that are no single tensor field (pretrained/tuple_outputs.py): HGNetV2Backbone's tuple of
-  feature maps, one output each; BLIP-2's Q-Former states in its nested output;
+  feature maps, one output each; BLIP-2's Q-Former states in its nested output (its images and text
+  both: its forward requires the images, though its config names an image token); InstructBLIP's with
+  its Q-Former prompt;
 - DINOv3 without register tokens: its empty ``register_tokens`` written, not pointed at in the shard
   (stored_weights/checkpoints.py);
 - VITS: refused with an InputError naming what it returns (a waveform, no states), no longer a crash in
@@ -27,14 +29,14 @@ from fastonnx.stored_weights.checkpoints import index_shards
 from support.matrix import sampled
 
 TASK = "feature-extraction"
-FIXED = ["blip-2", "dinov3_vit", "hgnet_v2"]
+FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip"]
 
 
 def _export(tmp_path: pathlib.Path, model_type: str) -> Any:
     return export_swept(tmp_path, TASK, model_type)
 
 
-@pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "dinov3_vit"))
+@pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name in ("dinov3_vit", "blip-2")))
 def test_the_base_model_exports_and_verifies(tmp_path: pathlib.Path, model_type: str) -> None:
     written = _export(tmp_path, model_type)
     assert written.verified is True, written.verify_note

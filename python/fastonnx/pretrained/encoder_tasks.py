@@ -395,6 +395,25 @@ class RegionTextEncoder(_Encoder):
         return out
 
 
+class PromptedImageTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        qformer_input_ids: torch.Tensor,
+        qformer_attention_mask: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            qformer_input_ids=qformer_input_ids,
+            qformer_attention_mask=qformer_attention_mask,
+        )
+        return out
+
+
 class VideoEncoder(_Encoder):
     def forward(self, pixel_values_videos: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values_videos=pixel_values_videos)
@@ -424,6 +443,13 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
+    (
+        "input_ids",
+        "attention_mask",
+        "pixel_values",
+        "qformer_input_ids",
+        "qformer_attention_mask",
+    ): PromptedImageTextEncoder,
 }
 
 
@@ -673,7 +699,7 @@ def _task_inputs(
     if takes(model, "past_values"):
         series = series_inputs(model, config, batch, device)
         return series, {name: {0: BATCH} for name in series}
-    text_alone = reads_text_alone(config, task)  # a vision-language model's features: its text's
+    text_alone = model_reads_text_alone(model, config, task)  # a vision-language model's features: its text's
     if takes(model, "pixel_values") and task not in TEXT_TASKS and not text_alone:
         # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)
         pose = task == "keypoint-detection" and not hasattr(config, "image_size")
@@ -689,7 +715,8 @@ def _task_inputs(
         text = text_inputs(config, batch if paired else batch + 1, 7, device, False)
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
-        return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
+        prompt, prompt_dims = qformer_prompt(model, config, text["input_ids"].shape[0], rows, device)
+        return {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
         clips, fixed = video_clips(config, batch, device)
@@ -702,6 +729,23 @@ def _task_inputs(
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
     return _with_side_inputs(model, config, text, {name: names for name in text}, device)
+
+
+QFORMER_SEQUENCE = "qformer_sequence_length"
+
+
+def qformer_prompt(
+    model: torch.nn.Module, config: Any, rows: int, rows_dim: str, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """InstructBLIP's Q-Former prompt (``qformer_input_ids``: the instruction in the Q-Former's own
+    vocabulary, 5 tokens a row, its mask), which its forward requires beside the text; none for a model
+    not taking one."""
+    if not takes(model, "qformer_input_ids"):
+        return {}, {}
+    vocab = int(config.qformer_config.vocab_size)
+    ids = torch.randint(min(3, vocab - 1), vocab, (rows, 5), generator=torch.Generator().manual_seed(4))
+    inputs = {"qformer_input_ids": ids.to(device), "qformer_attention_mask": torch.ones_like(ids).to(device)}
+    return inputs, {name: {0: rows_dim, 1: QFORMER_SEQUENCE} for name in inputs}
 
 
 def _codebook_text(
@@ -748,6 +792,18 @@ def pairs_rows(model: torch.nn.Module) -> bool:
     return cls is not None and not {f.name for f in dataclasses.fields(cls)} & set(CONTRASTIVE)
 
 
+def _requires(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``model``'s forward takes ``name`` with no default."""
+    parameter = inspect.signature(model.forward).parameters.get(name)
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def model_reads_text_alone(model: torch.nn.Module, config: Any, task: str) -> bool:
+    """``reads_text_alone``, unless the model's forward cannot run without its images (BLIP-2's,
+    InstructBLIP's: the Q-Former's states are their features, ``qformer_outputs.last_hidden_state``)."""
+    return reads_text_alone(config, task) and not _requires(model, "pixel_values")
+
+
 def reads_text_alone(config: Any, task: str) -> bool:
     """Whether a base model taking ``pixel_values`` reads text alone in ``task``: feature-extraction of a
     model merging image features at placeholder tokens (multimodal_features.py)."""
@@ -766,7 +822,7 @@ def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[s
     """Whether a text-alone model's ``fields`` come from its bare decoder (multimodal_features.py)."""
     cls = _output_class(model)
     declared = {f.name for f in dataclasses.fields(cls)} if cls is not None else None
-    return reads_text_alone(config, task) and states_from_decoder(model, declared, fields)
+    return model_reads_text_alone(model, config, task) and states_from_decoder(model, declared, fields)
 
 
 def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
