@@ -6,6 +6,7 @@ eager:
   feature maps, one output each; BLIP-2's Q-Former states in its nested output (its images and text
   both: its forward requires the images, though its config names an image token); InstructBLIP's with
   its Q-Former prompt;
+- Diffusion Gemma: its canvas an input (its forward draws one at random when none comes);
 - DINOv3 without register tokens: its empty ``register_tokens`` written, not pointed at in the shard
   (stored_weights/checkpoints.py);
 - VITS: refused with an InputError naming what it returns (a waveform, no states), no longer a crash in
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_folders import export_swept
+from checkpoint_folders import architecture_sweep, export_swept
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.side_inputs import codebook_rows
@@ -29,7 +30,7 @@ from fastonnx.stored_weights.checkpoints import index_shards
 from support.matrix import sampled
 
 TASK = "feature-extraction"
-FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip"]
+FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip", "diffusion_gemma"]
 
 
 def _export(tmp_path: pathlib.Path, model_type: str) -> Any:
@@ -40,6 +41,21 @@ def _export(tmp_path: pathlib.Path, model_type: str) -> Any:
 def test_the_base_model_exports_and_verifies(tmp_path: pathlib.Path, model_type: str) -> None:
     written = _export(tmp_path, model_type)
     assert written.verified is True, written.verify_note
+
+
+def test_a_diffusion_lms_canvas_is_an_input() -> None:
+    """Diffusion Gemma's decoder refines a canvas its forward draws with torch.randint when none is given:
+    the graph would draw another, so the canvas is an input beside the prompt."""
+    import transformers
+
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+
+    config = architecture_sweep().tiny_config("diffusion_gemma")
+    with torch.device("meta"):
+        model = transformers.DiffusionGemmaModel(config)
+    inputs, dims = encoder_inputs(model, config, TASK, 2, "meta")
+    assert list(inputs) == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert dims["decoder_input_ids"] == {0: "batch_size", 1: "decoder_sequence_length"}
 
 
 def test_a_base_model_without_states_is_refused() -> None:

@@ -677,8 +677,13 @@ def seq2seq_fields(model: torch.nn.Module) -> tuple[str, ...]:
 def reads_decoder(model: torch.nn.Module, config: Any) -> bool:
     """Whether the bare model is an encoder-decoder whose forward runs its decoder (T5Model, BartModel,
     WhisperModel...): it then needs the decoder's tokens, as transformers' own seq2seq base models do (only
-    the BART family derives them from ``input_ids`` when none come, which a user's decoder prompt never is)."""
-    return bool(getattr(config, "is_encoder_decoder", False)) and takes(model, "decoder_input_ids")
+    the BART family derives them from ``input_ids`` when none come, which a user's decoder prompt never is).
+    A diffusion LM's (Diffusion Gemma's) decoder refines a canvas, which its forward draws at random when
+    none comes: the canvas is an input too."""
+    canvas = isinstance(getattr(config, "canvas_length", None), int)
+    return (bool(getattr(config, "is_encoder_decoder", False)) or canvas) and takes(
+        model, "decoder_input_ids"
+    )
 
 
 def decoder_inputs(config: Any, batch: int, device: str | torch.device) -> torch.Tensor:
