@@ -3,7 +3,7 @@ own tiny config with random weights, exported by ``export_pretrained`` and verif
 eager:
 
 - outputs that are no single tensor field (pretrained/tuple_outputs.py): HGNetV2Backbone's tuple of
-  feature maps, one output each; BLIP-2's Q-Former states in its nested output (its images and text
+  feature maps, one output each; SAM 2's image embeddings, one a level; BLIP-2's Q-Former states in its nested output (its images and text
   both: its forward requires the images, though its config names an image token); InstructBLIP's with
   its Q-Former prompt;
 - Diffusion Gemma: its canvas an input (its forward draws one at random when none comes);
@@ -30,7 +30,7 @@ from fastonnx.stored_weights.checkpoints import index_shards
 from support.matrix import sampled
 
 TASK = "feature-extraction"
-FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip", "diffusion_gemma"]
+FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip", "diffusion_gemma", "sam2"]
 
 
 def _export(tmp_path: pathlib.Path, model_type: str) -> Any:
@@ -56,6 +56,17 @@ def test_a_diffusion_lms_canvas_is_an_input() -> None:
     inputs, dims = encoder_inputs(model, config, TASK, 2, "meta")
     assert list(inputs) == ["input_ids", "attention_mask", "decoder_input_ids"]
     assert dims["decoder_input_ids"] == {0: "batch_size", 1: "decoder_sequence_length"}
+
+
+def test_sam2s_image_embeddings_are_one_output_a_level() -> None:
+    """SAM 2's image embeddings are a list of its vision config's num_feature_levels levels; SAM's one
+    tensor keeps its one name."""
+    model = types.SimpleNamespace(
+        config=types.SimpleNamespace(vision_config=types.SimpleNamespace(num_feature_levels=3))
+    )
+    sam = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=types.SimpleNamespace()))
+    assert output_names(model, ("image_embeddings",)) == tuple(f"image_embeddings.{i}" for i in range(3))  # type: ignore[arg-type]
+    assert output_names(sam, ("image_embeddings",)) == ("image_embeddings",)  # type: ignore[arg-type]
 
 
 def test_a_base_model_without_states_is_refused() -> None:

@@ -122,7 +122,7 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         "pooler_output",
         *CROSS_MODAL_OUTPUTS,
         *MASK_DECODER_OUTPUTS,
-        *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone)
+        *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone), SAM 2's image embeddings
         *NESTED_FIELDS,  # BLIP-2's Q-Former states
     ),
 }

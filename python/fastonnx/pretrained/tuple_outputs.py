@@ -6,6 +6,10 @@ stage it was asked for (``out_features``), and no ``last_hidden_state``. Its gra
 ``feature_maps.0``, ``feature_maps.1``... in the tuple's order, which :func:`read` looks up in an eager
 output for the verification.
 
+SAM 2's base model (Sam2Model) returns ``image_embeddings``, its image encoder's features at each of its
+``num_feature_levels`` levels (a list), which its mask decoder reads for every prompt: ``image_embeddings.0``
+(the finest)... SAM's (one tensor) keeps its one name.
+
 BLIP-2's base model (Blip2Model) returns its language model's logits and its towers' outputs as nested
 outputs, no states of its own: its graph returns the Q-Former's query states,
 ``qformer_outputs.last_hidden_state`` (what ``Blip2Model.get_qformer_features`` gives a feature user).
@@ -17,16 +21,26 @@ from typing import Any
 
 import torch
 
-TUPLE_FIELDS = ("feature_maps",)
-"""Fields that hold a tuple: their count is the model's ``out_features``' (a backbone's stages kept)."""
+TUPLE_FIELDS = ("feature_maps", "image_embeddings")
+"""Fields that may hold a tuple: a backbone's ``feature_maps`` (a stage each of its ``out_features``), SAM
+2's ``image_embeddings`` (a level each of its vision config's ``num_feature_levels``)."""
+
+
+def tuple_count(model: torch.nn.Module, field: str) -> int | None:
+    """How many tensors ``model``'s tuple ``field`` holds; None where it holds one tensor."""
+    if field == "feature_maps":
+        return len(getattr(model, "out_features", ()) or ())
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    levels = getattr(vision, "num_feature_levels", None)
+    return int(levels) if isinstance(levels, int) else None
 
 
 def output_names(model: torch.nn.Module, fields: tuple[str, ...]) -> tuple[str, ...]:
     """``fields`` with each tuple field spelled one name an element (``feature_maps.0``...)."""
     names: list[str] = []
     for f in fields:
-        if f in TUPLE_FIELDS:
-            count = len(getattr(model, "out_features", ()) or ())
+        count = tuple_count(model, f) if f in TUPLE_FIELDS else None
+        if count is not None:
             names.extend(f"{f}.{i}" for i in range(count))
         else:
             names.append(f)
