@@ -5,7 +5,7 @@ eager:
 - outputs that are no single tensor field (pretrained/tuple_outputs.py): HGNetV2Backbone's tuple of
   feature maps, one output each; SAM 2's image embeddings, one a level; BLIP-2's Q-Former states in its nested output (its images and text
   both: its forward requires the images, though its config names an image token); InstructBLIP's with
-  its Q-Former prompt;
+  its Q-Former prompt, InstructBLIP-Video's over its 4 frames;
 - Diffusion Gemma: its canvas an input (its forward draws one at random when none comes);
 - DINOv3 without register tokens: its empty ``register_tokens`` written, not pointed at in the shard
   (stored_weights/checkpoints.py);
@@ -30,7 +30,7 @@ from fastonnx.stored_weights.checkpoints import index_shards
 from support.matrix import sampled
 
 TASK = "feature-extraction"
-FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip", "diffusion_gemma", "sam2"]
+FIXED = ["blip-2", "dinov3_vit", "hgnet_v2", "instructblip", "instructblipvideo", "diffusion_gemma", "sam2"]
 
 
 def _export(tmp_path: pathlib.Path, model_type: str) -> Any:

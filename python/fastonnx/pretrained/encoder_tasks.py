@@ -712,6 +712,10 @@ def _task_inputs(
             return image_inputs(_sub(config, "backbone_config") if pose else config, 1, device), {}
         images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
         images = video_input(config, images)
+        from fastonnx.pretrained.vision_extras import as_frames  # imports this module
+
+        # InstructBLIP-Video's frames (its processor's 4), which its forward reads as a 5-D video
+        images = {**images, "pixel_values": as_frames(config, images["pixel_values"])}
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
