@@ -8,7 +8,9 @@ transformers eager (a batch of 2 prompts, the last audio padded where the model 
 - transducers: their features and one step of the prediction network's ids; Nemotron ASR's frames
   bounded where its position encoding raises;
 - CTC heads transformers lists as base models: their logits ("returned no 'last_hidden_state'");
-- Granite Speech 5: frames as wide as its first linear layer reads (4 x its mel bins).
+- Granite Speech 5: frames as wide as its first linear layer reads (4 x its mel bins);
+- FunASR-Nano's encoder: frames of 7 stacked mel frames (its low-frame-rate frontend's), its mask, the
+  frames bounded by its position table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ FIXED = {
     # CTC heads in MODEL_MAPPING
     "parakeet_ctc": "ParakeetForCTC",
     "lasr_ctc": "LasrForCTC",
+    # an encoder alone with its frames' mask: FunASR-Nano's, 7 stacked mel frames a frame, bounded by its
+    # position table
+    "fun_asr_nano_encoder": "FunAsrNanoEncoder",
 }
 
 
@@ -60,7 +65,9 @@ def _tiny(model_type: str, class_name: str) -> tuple[Any, Any]:
     return cls, config
 
 
-@pytest.mark.parametrize("model_type", sampled(FIXED, lambda name: name == "glmasr"))
+@pytest.mark.parametrize(
+    "model_type", sampled(FIXED, lambda name: name in ("glmasr", "fun_asr_nano_encoder"))
+)
 def test_exported_and_verified(tmp_path: pathlib.Path, model_type: str) -> None:
     written = export_swept(tmp_path, TASK, model_type, FIXED[model_type])
     assert written.verified is True, written.verify_note

@@ -361,6 +361,12 @@ class FeaturesEncoder(_Encoder):
         return out
 
 
+class MaskedFeaturesEncoder(_Encoder):
+    def forward(self, input_features: torch.Tensor, input_features_mask: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_features=input_features, input_features_mask=input_features_mask)
+        return out
+
+
 # side inputs (side_inputs.py): BROS's boxes, LXMERT's regions, ViTMAE's noise
 class BoxedTextEncoder(_Encoder):
     def forward(
@@ -436,6 +442,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("past_values", "past_time_features", "past_observed_mask"): DatedSeriesEncoder,
     ("past_values", "past_values_padding", "freq"): PaddedSeriesEncoder,
     ("input_features",): FeaturesEncoder,
+    ("input_features", "input_features_mask"): MaskedFeaturesEncoder,
     ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
     ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
     ("input_values", "decoder_input_ids"): Seq2SeqWaveformEncoder,
@@ -598,7 +605,8 @@ def frame_size(config: Any) -> int | None:
     for c in (config, getattr(config, "encoder_config", None), getattr(config, "audio_config", None)):
         for key in ("feature_projection_input_dim", "num_mel_bins"):
             if isinstance(value := getattr(c, key, None), int):
-                return value
+                # FunASR's low-frame-rate frontend stacks num_stacked_frames mel frames into one (7 x 80)
+                return value * int(getattr(c, "num_stacked_frames", 1) or 1)
         per_channel = getattr(c, "input_feat_per_channel", None)
         if isinstance(per_channel, int):
             return per_channel * int(getattr(c, "input_channels", 1))
@@ -630,7 +638,14 @@ def audio_inputs(
             "the size of a frame is unknown"
         )
     features = torch.randn(batch, FEATURE_FRAMES, size, generator=g)
-    return {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
+    inputs, dims = {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
+    if takes(
+        model, "input_features_mask"
+    ):  # FunASR-Nano's encoder: its padded frames (the last row's last 5)
+        mask = torch.ones(features.shape[:2], dtype=torch.int64)
+        mask[-1, -5:] = 0
+        inputs["input_features_mask"], dims["input_features_mask"] = mask.to(device), {0: BATCH, 1: FEATURES}
+    return inputs, dims
 
 
 def encoder_inputs(

@@ -292,12 +292,17 @@ def within_declared(
 def within_frames(narrowed: list[Any], config: Any, dynamic_shapes: Any) -> Any:
     """``dynamic_shapes`` with an audio length bounded where a capture refused only the sizes below some
     length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9) and, for a
-    model declaring ``max_source_positions`` (its position table), the sizes above the ones proven right
-    (Speech2Text: 5 to 16385 frames); None when it refused anything else. The file refuses other lengths
+    model declaring ``max_source_positions`` or ``max_position_embeddings`` (its position table), the sizes
+    above the ones proven right (Speech2Text: 5 to 16385 frames; FunASR-Nano's encoder: 2 to 127); None
+    when it refused anything else. The file refuses other lengths
     at run time."""
     if not narrowed:
         return None
-    table = isinstance(getattr(config, "max_source_positions", None), int)
+    # a table of the frames' positions: Speech2Text's max_source_positions, FunASR-Nano's encoder's
+    # max_position_embeddings (its sinusoidal table)
+    table = any(
+        isinstance(getattr(config, k, None), int) for k in ("max_source_positions", "max_position_embeddings")
+    )
     bounds: dict[str, tuple[int, int | None]] = {}
     for n in narrowed:
         if n.name not in (AUDIO, FEATURES) or not n.admitted:
