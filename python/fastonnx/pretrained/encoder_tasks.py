@@ -62,6 +62,7 @@ from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.frame_widths import first_layer_width
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 from fastonnx.pretrained.multimodal_features import (
+    as_frames,
     as_video,
     bare_decoder,
     merges_at_placeholders,
@@ -727,8 +728,6 @@ def _task_inputs(
             return image_inputs(_sub(config, "backbone_config") if pose else config, 1, device), {}
         images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
         images = video_input(config, images)
-        from fastonnx.pretrained.vision_extras import as_frames  # imports this module
-
         # InstructBLIP-Video's frames (its processor's 4), which its forward reads as a 5-D video
         images = {**images, "pixel_values": as_frames(config, images["pixel_values"])}
         if task == "zero-shot-object-detection":

@@ -68,3 +68,22 @@ def states_from_decoder(model: torch.nn.Module, declared: set[str] | None, field
     mapping lists: logits alone)."""
     decoder = callable(getattr(model, "get_decoder", None))
     return decoder and declared is not None and not declared & set(fields)
+
+
+VIDEO_TYPES = ("instructblipvideo",)
+"""Model types whose images are a video's frames (``get_video_features``)."""
+FRAMES = 4
+"""InstructBLIP-Video's frames a video: its processor's, and what its ``generate`` expects."""
+
+
+def is_video(config: Any) -> bool:
+    return getattr(config, "model_type", None) in VIDEO_TYPES
+
+
+def as_frames(config: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """One image's ``pixels`` as a video of ``FRAMES`` frames where the model reads videos."""
+    if not is_video(config):
+        return pixels
+    g = torch.Generator().manual_seed(3)
+    frames = torch.randn(pixels.shape[0], FRAMES, *pixels.shape[1:], generator=g)
+    return frames.to(pixels.device)

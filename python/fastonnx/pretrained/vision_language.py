@@ -79,6 +79,7 @@ from fastonnx.pretrained.local_patch_towers import (
     local_patch_tower,
     local_spec,
 )
+from fastonnx.pretrained.multimodal_features import as_frames, is_video
 from fastonnx.pretrained.pixel_layouts import own_pixels, pixel_dims, pixel_example
 from fastonnx.pretrained.radio_towers import NAMES as RADIO_NAMES
 from fastonnx.pretrained.radio_towers import radio_inputs, radio_spec, radio_tower
@@ -94,10 +95,8 @@ from fastonnx.pretrained.vision_extras import (
     VIDEO_TOKENS,
     VISION_EXTRAS,
     VideoFrames,
-    as_frames,
     extra_vision_inputs,
     extras_spec,
-    is_video,
     vision_extras,
 )
 
