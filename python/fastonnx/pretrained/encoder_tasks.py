@@ -640,9 +640,8 @@ def audio_inputs(
         )
     features = torch.randn(batch, FEATURE_FRAMES, size, generator=g)
     inputs, dims = {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
-    if takes(
-        model, "input_features_mask"
-    ):  # FunASR-Nano's encoder: its padded frames (the last row's last 5)
+    # FunASR-Nano's encoder reads which frames are padding: the last row's last 5 here
+    if takes(model, "input_features_mask"):
         mask = torch.ones(features.shape[:2], dtype=torch.int64)
         mask[-1, -5:] = 0
         inputs["input_features_mask"], dims["input_features_mask"] = mask.to(device), {0: BATCH, 1: FEATURES}
@@ -672,22 +671,24 @@ SERIES_FEATURES = ("last_hidden_state", "encoder_last_hidden_state", "loc", "sca
 encoder's, where it has both) in the scaled space, and the ``loc`` and ``scale`` that undo the scaling."""
 
 
+def _returned_fields(model: torch.nn.Module) -> set[str] | None:
+    """The fields of the class ``model``'s forward returns (read from its source), None where none is found."""
+    returned = _returned_class(model)
+    return {f.name for f in dataclasses.fields(returned)} if returned is not None else None
+
+
 def series_fields(model: torch.nn.Module) -> tuple[str, ...]:
     """Those of ``SERIES_FEATURES`` the class the forecaster's forward returns declares."""
-    returned = _returned_class(model)
-    declared = {f.name for f in dataclasses.fields(returned)} if returned is not None else set()
+    declared = _returned_fields(model) or set()
     return tuple(f for f in SERIES_FEATURES if f in declared)
 
 
 def seq2seq_fields(model: torch.nn.Module) -> tuple[str, ...]:
     """Those of ``SEQ2SEQ_FEATURES`` the class an encoder-decoder base model's forward returns declares
     (read from its source, not its annotation: Speech2TextModel's names an LM output it does not return;
-    SeamlessM4TModel's does return one, its encoder's states then alone)."""
-    returned = _returned_class(model)
-    declared = (
-        {f.name for f in dataclasses.fields(returned)} if returned is not None else set(SEQ2SEQ_FEATURES)
-    )
-    return tuple(f for f in SEQ2SEQ_FEATURES if f in declared)
+    SeamlessM4TModel's does return one, its encoder's states then alone); all where no class is found."""
+    declared = _returned_fields(model)
+    return tuple(f for f in SEQ2SEQ_FEATURES if declared is None or f in declared)
 
 
 def reads_decoder(model: torch.nn.Module, config: Any) -> bool:
@@ -856,6 +857,12 @@ def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str,
 VIDEO_FRAMES = "num_frames"
 
 
+def timm_image_size(vision: Any) -> Any:
+    """The ``img_size`` a timm tower's config passes its model (``model_args``: Perception Encoder's,
+    Perception LM's), or None."""
+    return (getattr(vision, "model_args", None) or {}).get("img_size")
+
+
 def video_clips(config: Any, batch: int, device: str | torch.device) -> tuple[dict[str, torch.Tensor], bool]:
     """A video tower's ``pixel_values_videos``: ``batch`` clips of its frames (``num_frames``, V-JEPA 2's
     ``frames_per_clip``) of its image size (V-JEPA 2's ``crop_size``, a timm tower's ``img_size``), batch x
@@ -864,7 +871,7 @@ def video_clips(config: Any, batch: int, device: str | torch.device) -> tuple[di
     declared = video_frames(config) or getattr(config, "frames_per_clip", None)
     frames = declared if isinstance(declared, int) else 3
     vision = _vision_config(config)
-    timm = (getattr(vision, "model_args", None) or {}).get("img_size")
+    timm = timm_image_size(vision)
     size = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or timm or 224
     h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     channels = int(getattr(vision, "num_channels", 3))

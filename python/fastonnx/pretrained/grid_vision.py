@@ -50,13 +50,17 @@ GRID_TYPES = (
 image-text-to-text); another tower of the same parts is tried, and the package check judges it."""
 
 
-def grid_form(model: torch.nn.Module) -> type[GridForm] | None:
-    """The form of a tower whose layout is its own (grid_forms.py, axial_grid_forms.py,
+def form_of_type(kind: str) -> type[GridForm] | None:
+    """The grid form of the vision-language model type ``kind`` (grid_forms.py, axial_grid_forms.py,
     more_grid_forms.py), or None."""
     from fastonnx.pretrained import axial_grid_forms, grid_forms, more_grid_forms
 
-    kind = getattr(getattr(model, "config", None), "model_type", None)
-    return {**grid_forms.FORMS, **axial_grid_forms.FORMS, **more_grid_forms.FORMS}.get(str(kind))
+    return {**grid_forms.FORMS, **axial_grid_forms.FORMS, **more_grid_forms.FORMS}.get(kind)
+
+
+def grid_form(model: torch.nn.Module) -> type[GridForm] | None:
+    """The form of a tower whose layout is its own, or None."""
+    return form_of_type(str(getattr(getattr(model, "config", None), "model_type", None)))
 
 
 def vision_tower(model: torch.nn.Module) -> torch.nn.Module:

@@ -294,8 +294,7 @@ def within_frames(narrowed: list[Any], config: Any, dynamic_shapes: Any) -> Any:
     length (a speech encoder's subsampling convolutions need that many frames: Parakeet's 9) and, for a
     model declaring ``max_source_positions`` or ``max_position_embeddings`` (its position table), the sizes
     above the ones proven right (Speech2Text: 5 to 16385 frames; FunASR-Nano's encoder: 2 to 127); None
-    when it refused anything else. The file refuses other lengths
-    at run time."""
+    when it refused anything else. The file refuses other lengths at run time."""
     if not narrowed:
         return None
     # a table of the frames' positions: Speech2Text's max_source_positions, FunASR-Nano's encoder's

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fastonnx.pretrained.encoder_tasks import image_inputs
+from fastonnx.pretrained.encoder_tasks import image_inputs, timm_image_size
 
 PATCH_ROW_TYPES = ("fuyu",)
 TILE_TYPES = ("perception_lm",)
@@ -29,7 +29,7 @@ def own_pixels(config: Any) -> bool:
 def _tile_size(config: Any) -> tuple[int, int]:
     """A tile's height and width: the timm tower's ``img_size`` where its config sets one (Perception LM's
     encoder is a timm model), else the vision config's ``image_size``."""
-    size = (getattr(config.vision_config, "model_args", None) or {}).get("img_size")
+    size = timm_image_size(config.vision_config)
     if size is None:
         pixels = image_inputs(config, 1, "cpu")["pixel_values"]
         return int(pixels.shape[-2]), int(pixels.shape[-1])

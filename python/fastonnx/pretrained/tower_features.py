@@ -43,14 +43,10 @@ Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
 def bare_form(model: torch.nn.Module) -> type[GridForm] | None:
     """The grid form of the vision-language model whose bare tower ``model`` is (by its type less
     ``_vision``), or None."""
-    from fastonnx.pretrained import axial_grid_forms, grid_forms, more_grid_forms
+    from fastonnx.pretrained.grid_vision import form_of_type
 
     kind = str(getattr(getattr(model, "config", None), "model_type", ""))
-    if not kind.endswith("_vision"):
-        return None
-    return {**grid_forms.FORMS, **axial_grid_forms.FORMS, **more_grid_forms.FORMS}.get(
-        kind.removesuffix("_vision")
-    )
+    return form_of_type(kind.removesuffix("_vision")) if kind.endswith("_vision") else None
 
 
 def owns(model: torch.nn.Module, task: str) -> bool:
