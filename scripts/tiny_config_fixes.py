@@ -642,6 +642,8 @@ FIXES.update(
 FIXES.update(
     dict.fromkeys(("glm4v_vision", "glm4v_moe_vision"), {"depth": 2, "num_heads": 4, "out_hidden_size": 64})
 )
+# zai-org/GLM-Image's bare vision tower: 40 blocks of 16 heads, shrunk as GLM-4V's
+FIXES["glm_image_vision"] = {"depth": 2, "num_heads": 4}
 
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from support.matrix import sampled
 # CI: Qwen2.5-VL's (attention windows, the merged tokens reordered) and a form's bare (LFM3-VL's: its
 # states before the model's projector); Qwen3-VL's (a learned position table resampled, deepstack
 # features), GLM-4V's (its sampled table, a merging convolution), the forms whose tower merges
-# (Inkling2's, HunYuan-VL's pooler_output) and the rest under FASTONNX_FULL_MATRIX=1
+# (Inkling2's, HunYuan-VL's pooler_output) and the rest under FASTONNX_FULL_MATRIX=1; GLM-Image's plain
+# tower (no merger, no rotary: its patches' states) in CI
 TOWERS = {
     "qwen2_5_vl_vision": ("Qwen2_5_VisionTransformerPretrainedModel", "pooler_output"),
     "qwen3_vl_vision": ("Qwen3VLVisionModel", "pooler_output"),
@@ -33,8 +34,9 @@ TOWERS = {
     "video_llama_3_vision": ("VideoLlama3VisionModel", "last_hidden_state"),
     "inkling2_vision": ("Inkling2VisionModel", "pooler_output"),
     "hunyuan_vl_vision": ("HunYuanVLVisionTransformer", "pooler_output"),
+    "glm_image_vision": ("GlmImageVisionModel", "last_hidden_state"),
 }
-IN_CI = ("qwen2_5_vl_vision", "lfm3_vl_vision")
+IN_CI = ("qwen2_5_vl_vision", "lfm3_vl_vision", "glm_image_vision")
 
 
 class _Off:

@@ -16,6 +16,14 @@ order, an internal layout). A feature user reads the merged features: the graph'
 ``pooler_output`` (with Qwen3-VL's ``deepstack_features``, one row of merged features a deepstack
 layer), for one image a run (``image_grid_thw`` 1 x 3), as the vision-language package's file.
 
+GLM-Image's tower (``GlmImageVisionModel``) is a plain grid tower: patches embedded by a convolution, its
+learned table sampled at each patch (GLM-4V's ``embeddings``, fed tensors), blocks attending within a
+frame with no rotary and no merger. Its forward returns the patches' states (``pooler_output`` is the
+same tensor): the graph's output is ``last_hidden_state``, patches x hidden in the processor's order,
+computed here (``PlainGridEncoder``) from the grid's values as grid_vision.py computes the others'. Its
+forward indexes the grid by frame segment, so it takes one frame (an image) a run, as its processor
+gives; the check's second grid is one frame taller than wide.
+
 The check runs the tower's own forward on two grids against the file: the example's (one frame wider
 than tall, split by the attention windows) and another (two frames, or GLM-4V's one taller frame).
 """
@@ -28,13 +36,14 @@ from typing import Any
 import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
-from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.graph_spec import GraphSpec, takes
 from fastonnx.pretrained.grid_forms import GridForm
 
 TASK = "feature-extraction"
 OUTPUT = "pooler_output"
 DEEPSTACK = "deepstack_features"
 TOKENS = "num_image_tokens"
+STATES = "last_hidden_state"
 
 Run = Callable[[Any, list[str], list[torch.Tensor]], list[torch.Tensor]]
 Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
@@ -49,14 +58,30 @@ def bare_form(model: torch.nn.Module) -> type[GridForm] | None:
     return form_of_type(kind.removesuffix("_vision")) if kind.endswith("_vision") else None
 
 
+def plain_tower(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a plain grid tower (GLM-Image's): ``patch_embed``, a sampled position table
+    (``embeddings``) and blocks of fused ``qkv`` attention, no merger and no rotary, its forward taking
+    ``grid_thw``."""
+    blocks = getattr(model, "blocks", None)
+    return (
+        hasattr(model, "patch_embed")
+        and hasattr(model, "embeddings")
+        and not hasattr(model, "merger")
+        and not hasattr(model, "rotary_pos_emb")
+        and isinstance(blocks, torch.nn.ModuleList)
+        and all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks)
+        and takes(model, "grid_thw")
+    )
+
+
 def owns(model: torch.nn.Module, task: str) -> bool:
-    """Whether ``model`` is a bare grid tower (its own ``patch_embed`` and ``merger``, or a form's tower)
-    exported for ``task``."""
+    """Whether ``model`` is a bare grid tower (its own ``patch_embed`` and ``merger``, a form's tower, or a
+    plain tower) exported for ``task``."""
     from fastonnx.pretrained.grid_vision import grid_form, is_grid_tower
 
     if task != TASK:
         return False
-    if bare_form(model) is not None:
+    if bare_form(model) is not None or plain_tower(model):
         return True
     return (
         hasattr(model, "patch_embed")
@@ -69,6 +94,8 @@ def owns(model: torch.nn.Module, task: str) -> bool:
 def _merge(model: torch.nn.Module) -> int:
     from fastonnx.pretrained.grid_vision import merge_size
 
+    if plain_tower(model):
+        return int(getattr(model.config, "spatial_merge_size", 1))
     form = bare_form(model)
     return form.merge_size(model.config) if form else merge_size(model)
 
@@ -76,6 +103,8 @@ def _merge(model: torch.nn.Module) -> int:
 def _encoder(model: torch.nn.Module) -> torch.nn.Module:
     from fastonnx.pretrained.grid_vision import grid_encoder
 
+    if plain_tower(model):
+        return PlainGridEncoder(model)
     form = bare_form(model)
     return form(model, bare=True) if form else grid_encoder(model)
 
@@ -84,15 +113,15 @@ def _grids(model: torch.nn.Module) -> list[tuple[int, int, int]]:
     """The check's grids (frames, rows, columns in patches): the example's (vision_language.image_grid),
     then two frames of a square grid of another size; for GLM-4V's towers (their position table sampled
     by ``embeddings``) and ``STILL_TOWERS`` one frame taller than wide, as transformers' own forward
-    indexes the grid by frame (GLM-4V's processor gives a video one grid row a frame). A bare form's
-    first grid is one frame wider than tall."""
+    indexes the grid by frame (GLM-4V's processor gives a video one grid row a frame; GLM-Image's takes
+    images alone). A bare form's or a plain tower's first grid is one frame wider than tall."""
     from fastonnx.pretrained.vision_language import image_grid
 
     merge = _merge(model)
     kind = getattr(model.config, "model_type", None)
     frames = not hasattr(model, "embeddings") and kind not in STILL_TOWERS
     other = (2, 2 * merge, 2 * merge) if frames else (1, 4 * merge, 2 * merge)
-    if bare_form(model) is not None:  # one frame wider than tall, whatever the form's windows
+    if bare_form(model) is not None or plain_tower(model):  # one frame wider than tall
         return [(1, 2 * merge, 3 * merge), other]
     return [image_grid(model), other]
 
@@ -106,7 +135,11 @@ def _patches(model: torch.nn.Module, grid: tuple[int, int, int], seed: int) -> t
     from fastonnx.pretrained.grid_vision import patch_shape
 
     form = bare_form(model)
-    shape = form.patch_shape(model.config) if form else patch_shape(model)
+    if plain_tower(model):  # GLM-Image's: channels x patch², no temporal patch
+        c: Any = model.config
+        shape: tuple[int, ...] = (int(c.in_channels) * int(c.patch_size) ** 2,)
+    else:
+        shape = form.patch_shape(model.config) if form else patch_shape(model)
     t, h, w = grid
     return torch.randn(t * h * w, *shape, generator=torch.Generator().manual_seed(seed))
 
@@ -119,7 +152,10 @@ def tower_graph(model: torch.nn.Module) -> GraphSpec:
     pixels = _patches(model, (t, h, w), 0)
     tokens = torch.export.Dim(TOKENS, min=1, max=1 << 20)
     form = bare_form(model)
-    outputs = [form.BARE_OUTPUT] if form else [OUTPUT, *([DEEPSTACK] if deepstack_layers(model) else [])]
+    if plain_tower(model):
+        outputs = [STATES]
+    else:
+        outputs = [form.BARE_OUTPUT] if form else [OUTPUT, *([DEEPSTACK] if deepstack_layers(model) else [])]
     return GraphSpec(
         _encoder(model),
         (pixels, torch.tensor([[t, h, w]])),
@@ -159,3 +195,44 @@ def check(
         ):
             infos.append(compare(f"{name} (grid {t}x{h}x{w})", want, have, *tolerance(want)))
     return infos
+
+
+class PlainGridEncoder(torch.nn.Module):
+    """GLM-Image's tower over one image's patches (the module docstring): each patch's row and column
+    laid out block by block of merge² patches, as ``get_vision_position_ids`` lays them; its table sampled
+    there; attention within a frame, as the tower's ``cu_seqlens`` splits it."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model  # the model's own paths: the checkpoint's names
+        self.merge = int(getattr(model.config, "spatial_merge_size", 1))
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        tower: Any = self.model
+        m = self.merge
+        grid = image_grid_thw[0]
+        at = torch.arange(pixel_values.shape[0], device=pixel_values.device)
+        frame, at = at // (grid[1] * grid[2]), at % (grid[1] * grid[2])
+        block, within = at // (m * m), at % (m * m)
+        rows = (block // (grid[2] // m)) * m + within // m
+        columns = (block % (grid[2] // m)) * m + within % m
+        hidden = tower.patch_embed(pixel_values)
+        count = (grid[0] * grid[1] * grid[2]).reshape(1)  # one image: every patch reads its grid
+        hidden = tower.embeddings(hidden, count, image_grid_thw, rows, columns)
+        same_frame = (frame[:, None] == frame[None, :])[None, None]
+        for block_module in tower.blocks:
+            hidden = hidden + _plain_attention(block_module.attn, block_module.norm1(hidden), same_frame)
+            hidden = hidden + block_module.mlp(block_module.norm2(hidden))
+        states: torch.Tensor = hidden
+        return states
+
+
+def _plain_attention(attn: Any, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A fused-``qkv`` attention over ``x`` (length x width) under ``mask``, unrotated (GLM-Image's)."""
+    length = x.shape[0]
+    q, k, v = attn.qkv(x).reshape(length, 3, int(attn.num_heads), -1).unbind(1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask
+    )
+    result: torch.Tensor = attn.proj(out[0].transpose(0, 1).reshape(length, -1))
+    return result
