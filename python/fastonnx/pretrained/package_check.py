@@ -23,7 +23,7 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.half_precision import feeds_as_session_types
-from fastonnx.pretrained import tower_features, whisper_genai_steps
+from fastonnx.pretrained import tower_features, towers_alone, whisper_genai_steps
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -550,6 +550,10 @@ def verify_package(
                     infos += whisper_genai_steps.check(sessions, model, model.config, specs, _run, tolerance)
             elif tower_features.owns(model, task):
                 infos = tower_features.check(
+                    sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance
+                )
+            elif towers_alone.owns(model, task):
+                infos = towers_alone.check(
                     sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance
                 )
             else:

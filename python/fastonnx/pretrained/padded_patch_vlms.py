@@ -47,6 +47,11 @@ def patch_sizes(config: Any) -> tuple[int, int]:
     vision = config.vision_config
     if _unified(config):
         return 3 * int(vision.model_patch_size) ** 2, 1
+    return tower_patch_sizes(vision)
+
+
+def tower_patch_sizes(vision: Any) -> tuple[int, int]:
+    """Gemma 4's tower's (its vision config's) pixels of one patch and patches a row pools."""
     return 3 * int(vision.patch_size) ** 2, int(vision.pooling_kernel_size) ** 2
 
 
@@ -55,7 +60,18 @@ def image_example(
 ) -> dict[str, torch.Tensor]:
     """One image as the processor gives it: ``rows`` x ``columns`` soft tokens' patches, row by row with
     their (x, y), padded with zeros at (-1, -1) to ``soft_tokens`` soft tokens' patches."""
-    width, pooled = patch_sizes(config)
+    return _padded_image(patch_sizes(config), device, rows, columns, soft_tokens)
+
+
+def tower_image(vision: Any, rows: int, columns: int, soft_tokens: int) -> dict[str, torch.Tensor]:
+    """``image_example``'s image for Gemma 4's tower alone (its vision config; towers_alone.py)."""
+    return _padded_image(tower_patch_sizes(vision), "cpu", rows, columns, soft_tokens)
+
+
+def _padded_image(
+    sizes: tuple[int, int], device: str | torch.device, rows: int, columns: int, soft_tokens: int
+) -> dict[str, torch.Tensor]:
+    width, pooled = sizes
     k = int(round(pooled**0.5))
     high, wide = rows * k, columns * k
     real = high * wide

@@ -729,10 +729,12 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         from fastonnx.pretrained.speech_synthesis import speech_graph
 
         return {"model.onnx": speech_graph(model, config)}  # VITS, FastSpeech2 (speech_synthesis.py)
-    from fastonnx.pretrained import tower_features
+    from fastonnx.pretrained import tower_features, towers_alone
 
     if tower_features.owns(model, task):  # a bare image-grid vision tower
         return {"model.onnx": tower_features.tower_graph(model)}
+    if towers_alone.owns(model, task):  # SigLIP 2's, Gemma 4's, Pixtral's towers, BLIP-2's Q-Former
+        return {"model.onnx": towers_alone.tower_graph(model)}
     # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
 

@@ -212,7 +212,8 @@ class GraniteTileEncoder(torch.nn.Module):
 def antialiased_taps(index: torch.Tensor, size: torch.Tensor, side: int) -> torch.Tensor:
     """The weights of a ``side``-long table's rows at positions ``index`` of an axis of ``size``:
     ``F.interpolate``'s bilinear sampling with ``antialias=True`` (corners not aligned): a triangle as wide
-    as the scale where it shrinks, cut to the kernel's window and normalized. index x side."""
+    as the scale where it shrinks, cut to the kernel's window and normalized. index x side. ``size``: the
+    axis' one size, or one a position (towers_alone.py's batch of images, each of its own shape)."""
     scale = side / size.to(torch.float32)
     center = scale * (index.to(torch.float32) + 0.5)
     shrinks = scale >= 1
@@ -221,7 +222,7 @@ def antialiased_taps(index: torch.Tensor, size: torch.Tensor, side: int) -> torc
     low = torch.clamp(torch.trunc(center - support + 0.5), min=0)
     high = torch.clamp(torch.trunc(center + support + 0.5), max=side)
     k = torch.arange(side, dtype=torch.float32, device=index.device)[None, :]
-    weights = torch.clamp(1 - ((k - center[:, None] + 0.5) * inverse).abs(), min=0)
+    weights = torch.clamp(1 - ((k - center[:, None] + 0.5) * inverse[..., None]).abs(), min=0)
     weights = torch.where((k >= low[:, None]) & (k < high[:, None]), weights, 0)
     return weights / weights.sum(-1, keepdim=True)
 
