@@ -64,7 +64,8 @@ def plain_tower(model: torch.nn.Module) -> bool:
     ``grid_thw``."""
     blocks = getattr(model, "blocks", None)
     return (
-        hasattr(model, "patch_embed")
+        bare_form(model) is None  # a form's tower runs its form, whatever its parts
+        and hasattr(model, "patch_embed")
         and hasattr(model, "embeddings")
         and not hasattr(model, "merger")
         and not hasattr(model, "rotary_pos_emb")
