@@ -53,10 +53,6 @@ Run = Callable[[Any, list[str], list[torch.Tensor]], list[torch.Tensor]]
 Tolerance = Callable[[torch.Tensor], tuple[float | None, float | None]]
 
 
-def _kind(model: torch.nn.Module) -> str:
-    return str(getattr(getattr(model, "config", None), "model_type", ""))
-
-
 def owns(model: torch.nn.Module, task: str) -> bool:
     """Whether ``model`` is one of this module's towers exported for ``task``."""
     return task == TASK and type(model).__name__ in TOWERS
@@ -69,7 +65,7 @@ def _dim(name: str, low: int = 1, high: int = 1 << 16) -> Any:
 # SigLIP 2's NaFlex tower
 
 
-def siglip2_example(config: Any, shapes: list[tuple[int, int]], patches: int) -> dict[str, torch.Tensor]:
+def _siglip2_example(config: Any, shapes: list[tuple[int, int]], patches: int) -> dict[str, torch.Tensor]:
     """Images of ``shapes`` (rows x columns in patches) as the processor pads them to ``patches``."""
     width = int(config.num_channels) * int(config.patch_size) ** 2
     g = torch.Generator().manual_seed(patches)
@@ -122,7 +118,7 @@ class NaflexTower(torch.nn.Module):
 
 
 def _siglip2_spec(model: torch.nn.Module) -> GraphSpec:
-    example = siglip2_example(model.config, [(4, 6), (3, 5)], 32)
+    example = _siglip2_example(model.config, [(4, 6), (3, 5)], 32)
     patches = {0: _dim(BATCH, high=1024), 1: _dim(PATCHES)}
     outputs = ["last_hidden_state", *(["pooler_output"] if getattr(model, "use_head", False) else [])]
     return GraphSpec(
@@ -138,8 +134,8 @@ def _siglip2_checks(model: torch.nn.Module) -> list[dict[str, torch.Tensor]]:
     # a padded batch of two (the example's sizes), then one image filling its patches, wider than the
     # position table (16 a side at 256 patches): resampled up along it
     return [
-        siglip2_example(model.config, [(4, 6), (3, 5)], 32),
-        siglip2_example(model.config, [(2, 18)], 36),
+        _siglip2_example(model.config, [(4, 6), (3, 5)], 32),
+        _siglip2_example(model.config, [(2, 18)], 36),
     ]
 
 
