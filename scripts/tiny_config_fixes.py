@@ -644,6 +644,16 @@ FIXES.update(
 )
 
 
+# nvidia/Nemotron-3-Diarization's and Nemotron 3.5 Transcribe's audio encoders leave num_key_value_heads
+# unset (as many as the heads): their v_proj has num_attention_heads heads, which the tiny 2 key-value
+# heads do not repeat to (the sweep's fix of the whole nemotron3_diarization, for the encoders alone)
+FIXES.update(
+    dict.fromkeys(
+        ("nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio"), {"num_key_value_heads": 4}
+    )
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

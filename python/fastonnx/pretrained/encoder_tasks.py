@@ -907,7 +907,13 @@ def min_samples(model: torch.nn.Module) -> int:
 def min_features(model: torch.nn.Module) -> int:
     """The fewest feature frames: 1, unless the model's subsampling (``_get_subsampling_output_length``)
     makes no frame of 1 (LASR's unpadded convolutions fail below their kernel): then, as for a waveform,
-    the fewest that make 2 frames."""
+    the fewest that make 2 frames; a stacking encoder's (Nemotron 3 Diarization's, Nemotron 3.5
+    Transcribe's: ``subsampling_factor`` frames a row) the fewest that make 2 rows."""
+    from fastonnx.capture.diarization_chunks import stacking_factor
+
+    factor = stacking_factor(model)
+    if factor is not None:
+        return factor + 1
     method = _length_function(model, "_get_subsampling_output_length")
     if method is None:
         return 1
