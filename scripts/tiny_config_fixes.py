@@ -653,6 +653,13 @@ FIXES.update(
     )
 )
 
+# google/gemma-3n-E4B's audio encoder: 12 conformer blocks of 8 heads, which the sweep's shrinking (it
+# knows no conf_* keys) leaves as they are: 2 blocks, the tiny 4 heads
+FIXES["gemma3n_audio"] = {"conf_num_hidden_layers": 2, "conf_num_attention_heads": 4}
+# Qwen/Qwen3-ASR-1.7B-hf's encoder alone: its convolutions' 480 channels over 128 mel bins, which the
+# sweep's shrinking leaves as they are (the whole qwen3_asr's audio_config alike): 8
+FIXES["qwen3_asr_encoder"] = {"downsample_hidden_size": 8}
+
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""

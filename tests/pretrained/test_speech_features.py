@@ -3,7 +3,9 @@ sweep's tiny config, exported by ``export_pretrained`` with its verification, th
 onnxruntime against transformers eager at another number of frames than the verification's:
 
 - Nemotron 3 Diarization's and Nemotron 3.5 Transcribe's audio encoders: frames x mel bins, stacked
-  ``subsampling_factor`` frames a row (the fewest frames those that make 2 rows).
+  ``subsampling_factor`` frames a row (the fewest frames those that make 2 rows);
+- Qwen3-ASR's encoder: mel bins x whole chunks of frames and their mask, to the kept frames' rows packed;
+- Gemma 3n's audio encoder: ``audio_mel`` and its mask (True at padding), from 2 attention blocks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import pytest
 import torch
 from checkpoint_folders import export_swept
 
-from support.matrix import sampled
+from fastonnx.capture.speech_encoders import guard_free_speech_encoders
+from fastonnx.pretrained.speech_features import least_frames
+from support.matrix import FULL, sampled
 
 TASK = "feature-extraction"
 
@@ -61,3 +65,66 @@ def test_stacking_encoder_at_another_length(tmp_path: pathlib.Path, model_type: 
             want = eager(input_features=features).last_hidden_state
         assert want.shape[1] == -(-frames // factor)
         _close(got, want)
+
+
+def test_qwen3_asr_encoder_packs_the_rows_of_its_audios(tmp_path: pathlib.Path) -> None:
+    """3 chunks of frames a row (the verification's 2), three audios of 300, 150 and 37 frames."""
+    written = export_swept(tmp_path, TASK, "qwen3_asr_encoder", "Qwen3ASREncoder")
+    assert written.verified is True, written.verify_note
+    assert written.input_names == ["input_features", "input_features_mask"]
+    eager = _eager(tmp_path / "checkpoint", "Qwen3ASREncoder")
+    chunk, bins = 2 * int(eager.config.n_window), int(eager.config.num_mel_bins)
+    features = torch.randn(3, bins, 3 * chunk, generator=torch.Generator().manual_seed(5))
+    mask = torch.zeros(3, 3 * chunk, dtype=torch.int64)
+    for row, kept in enumerate((3 * chunk, chunk + chunk // 2, 37)):
+        mask[row, :kept] = 1
+    (got,) = _session(written).run(
+        None, {"input_features": features.numpy(), "input_features_mask": mask.numpy()}
+    )
+    with torch.no_grad():
+        want = eager(input_features=features, input_features_mask=mask).last_hidden_state
+    assert want.dim() == 2  # the rows of the three audios, packed
+    _close(got, want)
+
+
+@pytest.mark.skipif(not FULL, reason="a 9 s capture: the full matrix (the swap is checked below in CI)")
+def test_gemma3n_audio_encoder_at_another_length(tmp_path: pathlib.Path) -> None:
+    """The fewest frames (2 blocks of its attention) and 157, the last audio padded (True in its mask)."""
+    written = export_swept(tmp_path, TASK, "gemma3n_audio", "Gemma3nAudioEncoder")
+    assert written.verified is True, written.verify_note
+    assert written.input_names == ["audio_mel", "audio_mel_mask"]
+    eager = _eager(tmp_path / "checkpoint", "Gemma3nAudioEncoder")
+    session = _session(written)
+    g = torch.Generator().manual_seed(5)
+    for frames in (least_frames(eager), 157):
+        mel = torch.randn(3, frames, int(eager.config.input_feat_size), generator=g)
+        padding = torch.zeros(3, frames, dtype=torch.bool)
+        padding[2, frames // 2 :] = True
+        (got,) = session.run(None, {"audio_mel": mel.numpy(), "audio_mel_mask": padding.numpy()})
+        with torch.no_grad():
+            want = eager(audio_mel=mel, audio_mel_mask=padding).last_hidden_state
+        _close(got, want)
+
+
+def test_gemma3n_attention_form_is_transformers(tmp_path: pathlib.Path) -> None:
+    """The captured form of Gemma 3n's attention (whole blocks always padded, the frames read by index)
+    gives transformers' encoder output at one block, at a partial last block and at whole blocks."""
+    from checkpoint_folders import architecture_sweep
+
+    sweep = architecture_sweep()
+    config = sweep.tiny_config("gemma3n_audio")
+    import transformers
+
+    torch.manual_seed(0)
+    eager = transformers.Gemma3nAudioEncoder(config).eval()
+    g = torch.Generator().manual_seed(5)
+    for frames in (9, 100, 4 * 12 * 3):
+        mel = torch.randn(2, frames, int(config.input_feat_size), generator=g)
+        padding = torch.zeros(2, frames, dtype=torch.bool)
+        padding[1, frames // 3 :] = True
+        with torch.no_grad():
+            want = eager(audio_mel=mel, audio_mel_mask=padding).last_hidden_state
+            with guard_free_speech_encoders():
+                got = eager(audio_mel=mel, audio_mel_mask=padding).last_hidden_state
+        assert float(want.abs().max()) > 1e-3
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
