@@ -6,6 +6,9 @@ onnxruntime against transformers eager at another number of frames than the veri
   ``subsampling_factor`` frames a row (the fewest frames those that make 2 rows);
 - Qwen3-ASR's encoder: mel bins x whole chunks of frames and their mask, to the kept frames' rows packed;
 - Gemma 3n's audio encoder: ``audio_mel`` and its mask (True at padding), from 2 attention blocks.
+
+The Nemotron and Gemma 3n exports run under ``FASTONNX_FULL_MATRIX=1`` (their captures are slow); CI
+checks the forms their captures swap in against transformers eager, and Qwen3-ASR's export.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from checkpoint_folders import export_swept
 
 from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.pretrained.speech_features import least_frames
-from support.matrix import FULL, sampled
+from support.matrix import FULL
 
 TASK = "feature-extraction"
 
@@ -47,8 +50,10 @@ STACKING = {
 }
 
 
-# CI runs Nemotron 3.5 Transcribe's (its stacking swapped as Diarization's is); both in the full matrix
-@pytest.mark.parametrize("model_type", sampled(STACKING, lambda t: t == "nemotron3_5_transcribe_asr_audio"))
+@pytest.mark.skipif(
+    not FULL, reason="~4 s each past the imports: the full matrix (the form is checked below)"
+)
+@pytest.mark.parametrize("model_type", list(STACKING))
 def test_stacking_encoder_at_another_length(tmp_path: pathlib.Path, model_type: str) -> None:
     """Frames of mel bins, 2 rows at the fewest and 61 frames (not a multiple of the 8 stacked)."""
     written = export_swept(tmp_path, TASK, model_type, STACKING[model_type])
@@ -128,3 +133,27 @@ def test_gemma3n_attention_form_is_transformers(tmp_path: pathlib.Path) -> None:
                 got = eager(audio_mel=mel, audio_mel_mask=padding).last_hidden_state
         assert float(want.abs().max()) > 1e-3
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_stacking_form_and_fewest_frames() -> None:
+    """Nemotron 3.5 Transcribe's encoder under the capture's stacking form gives transformers' states at
+    a number of frames that is no multiple of the 8 stacked, and its graph's frames start at 2 rows."""
+    import transformers
+    from checkpoint_folders import architecture_sweep
+
+    from fastonnx.capture.diarization_chunks import one_chunk_diarization
+    from fastonnx.pretrained.encoder_tasks import min_features
+
+    config = architecture_sweep().tiny_config("nemotron3_5_transcribe_asr_audio")
+    torch.manual_seed(0)
+    eager = transformers.Nemotron3_5TranscribeAsrAudioModel(config).eval()
+    factor = int(config.subsampling_factor)
+    assert min_features(eager) == factor + 1
+    g = torch.Generator().manual_seed(5)
+    features = torch.randn(2, 3 * factor + 5, int(config.num_mel_bins), generator=g)
+    with torch.no_grad():
+        want = eager(input_features=features).last_hidden_state
+        with one_chunk_diarization():
+            got = eager(input_features=features).last_hidden_state
+    assert want.shape[1] == 4 and float(want.abs().max()) > 1e-3
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
