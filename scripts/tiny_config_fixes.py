@@ -646,6 +646,23 @@ FIXES.update(
 FIXES["glm_image_vision"] = {"depth": 2, "num_heads": 4}
 
 
+# nvidia/Nemotron-3-Diarization's and Nemotron 3.5 Transcribe's audio encoders leave num_key_value_heads
+# unset (as many as the heads): their v_proj has num_attention_heads heads, which the tiny 2 key-value
+# heads do not repeat to (the sweep's fix of the whole nemotron3_diarization, for the encoders alone)
+FIXES.update(
+    dict.fromkeys(
+        ("nemotron3_diarization_audio", "nemotron3_5_transcribe_asr_audio"), {"num_key_value_heads": 4}
+    )
+)
+
+# google/gemma-3n-E4B's audio encoder: 12 conformer blocks of 8 heads, which the sweep's shrinking (it
+# knows no conf_* keys) leaves as they are: 2 blocks, the tiny 4 heads
+FIXES["gemma3n_audio"] = {"conf_num_hidden_layers": 2, "conf_num_attention_heads": 4}
+# Qwen/Qwen3-ASR-1.7B-hf's encoder alone: its convolutions' 480 channels over 128 mel bins, which the
+# sweep's shrinking leaves as they are (the whole qwen3_asr's audio_config alike): 8
+FIXES["qwen3_asr_encoder"] = {"downsample_hidden_size": 8}
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

@@ -156,3 +156,49 @@ def test_a_two_tower_base_model_extracts_its_embeddings(tmp_path: pathlib.Path) 
     written = fastonnx.export_pretrained(folder, tmp_path / "package", "feature-extraction", progress=False)
     assert written.verified is True, written.verify_note
     assert written.output_names == ["text_embeds", "image_embeds"]
+
+
+# text and audio or video towers (media_text_towers.py): CI runs PE's video model (frames of any number);
+# PE's audio model and VideoPrism's (each ~30 s: its capture narrows the waveform's or the prompt's
+# length, then captures again) under FASTONNX_FULL_MATRIX=1
+MEDIA_TOWERS = {
+    "pe_video": ("PeVideoModel", ["text_video_embeds", "video_embeds"]),
+    "pe_audio": ("PeAudioModel", ["text_audio_embeds", "audio_embeds"]),
+    "videoprism": ("VideoPrismClipModel", ["text_embeds", "video_embeds"]),
+}
+
+
+@pytest.mark.parametrize("model_type", sampled(MEDIA_TOWERS, lambda t: t == "pe_video"))
+def test_text_and_media_towers_extract_their_embeddings(tmp_path: pathlib.Path, model_type: str) -> None:
+    """feature-extraction of two towers of text and audio or video returns both embeddings, as CLIP's
+    does; run again on 3 waveforms or clips (a longer waveform, 5 frames where any number is taken) and
+    2 prompts of 5 tokens."""
+    import transformers
+    from checkpoint_folders import export_swept
+
+    class_name, outputs = MEDIA_TOWERS[model_type]
+    written = export_swept(tmp_path, "feature-extraction", model_type, class_name)
+    assert written.verified is True, written.verify_note
+    assert written.output_names == outputs
+    eager = getattr(transformers, class_name).from_pretrained(tmp_path / "checkpoint").eval()
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(3, 128, (2, 5), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 3:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if model_type == "pe_audio":
+        inputs["input_values"] = torch.randn(3, 1, 23_456, generator=g)
+    else:
+        size = 32  # the tiny towers' image size
+        frames = 5 if model_type == "pe_video" else int(eager.config.vision_config.num_frames)
+        inputs["pixel_values_videos"] = torch.randn(3, frames, 3, size, size, generator=g)
+    assert list(inputs) == written.input_names
+    session = ort.InferenceSession(str(written.model_path), providers=["CPUExecutionProvider"])
+    results = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+    with torch.no_grad():
+        out = eager(**inputs)
+    for name, got in zip(outputs, results, strict=True):
+        want = getattr(out, name)
+        assert want.shape[0] == (2 if name.startswith("text") else 3)
+        assert float(want.abs().max()) > 1e-3, name
+        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want, atol=1e-4, rtol=1e-3, msg=name)

@@ -9,6 +9,9 @@ empty queue and cache: the encoder and the classifier over all frames, the logit
 frames. That is the form here, checked (``torch._check``) to hold no more than one chunk; the graph's
 feature length is bounded by the same rule (``offline_chunk_features``) and refuses longer audio at run
 time, which would need the cross-chunk state.
+
+The feature stacking alone (``stacked_features``) is swapped for Nemotron 3.5 Transcribe's audio encoder
+too (the same embedder), and ``stacking_factor`` tells an encoder exported alone what its stacking needs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from fastonnx.capture.model_swaps import swapped_forms
 from fastonnx.torch_internals import check_size
 
 MODEL_TYPE = "nemotron3_diarization"
+STACKING = {
+    MODEL_TYPE: "Nemotron3DiarizationFeatureStacking",
+    "nemotron3_5_transcribe": "Nemotron3_5TranscribeFeatureStacking",
+}
+"""transformers' model types whose audio encoder stacks feature frames, and the embedder's class."""
 
 
 def one_chunk_forward(
@@ -88,6 +96,17 @@ def offline_chunk_features(model: torch.nn.Module) -> tuple[int, int] | None:
     return None
 
 
+def stacking_factor(model: torch.nn.Module) -> int | None:
+    """The ``subsampling_factor`` of a ``STACKING`` embedder in ``model`` (frames a row of the encoder),
+    else None."""
+    names = set(STACKING.values())
+    for module in model.modules():
+        if type(module).__name__ in names:
+            factor: Any = module.subsampling_factor  # a plain int attribute, not a submodule
+            return int(factor)
+    return None
+
+
 @contextlib.contextmanager
 def one_chunk_diarization() -> Iterator[None]:
     """While active, Nemotron 3 Diarization's frame classifier (if loaded) has ``one_chunk_forward``."""
@@ -99,6 +118,6 @@ def one_chunk_diarization() -> Iterator[None]:
         return method
 
     chunks = {MODEL_TYPE: {"Nemotron3DiarizationForAudioFrameClassification.forward": one_chunk_forward}}
-    stacking = {MODEL_TYPE: {"Nemotron3DiarizationFeatureStacking.forward": stacked_features}}
+    stacking = {t: {f"{cls}.forward": stacked_features} for t, cls in STACKING.items()}
     with swapped_forms(chunks, wrap), swapped_forms(stacking):
         yield

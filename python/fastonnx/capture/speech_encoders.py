@@ -20,6 +20,11 @@ Granite Speech's conformer attends within blocks of ``context_size`` frames and 
 block under ``if frames % context_size > 0``: a guard on the frames. The form here always pads to whole
 blocks (none when they divide) and masks the padded keys.
 
+Gemma 3n's audio encoder cuts its queries into blocks of ``chunk_size`` frames and pads the last under
+``if blocks * chunk_size - frames > 0``: the same guard on the frames; it then slices the padded frames'
+attention back to ``frames``, a length sympy writes ``min(frames, blocks * chunk_size)``. The form here
+always pads (by zero frames when they divide) and reads the first ``frames`` rows by index.
+
 Only the modules of ``SWAPS`` already imported are swapped, for the duration of the capture; in training
 (LayerDrop) SEW's encoders run transformers' own forward.
 """
@@ -168,7 +173,52 @@ def granite_conformer_attention_forward(
     return result
 
 
+def gemma3n_blocks(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``Gemma3nAudioAttention._convert_to_block``: ``[batch, blocks, chunk_size, ...]``, the frames always
+    padded with zeros to whole blocks (none where they divide)."""
+    batch, frames = hidden_states.shape[:2]
+    size = int(self.chunk_size)
+    # written as the keys' unfold counts its blocks ((frames + pads - context) // size + 1), so that
+    # torch.export sees the two counts as one
+    blocks = (frames - 1) // size + 1
+    inner = [0, 0] * (hidden_states.dim() - 2)  # F.pad's pairs start at the last dim
+    padded = torch.nn.functional.pad(hidden_states, (*inner, 0, blocks * size - frames))
+    return padded.reshape(batch, blocks, size, *hidden_states.shape[2:]).contiguous()
+
+
+def gemma3n_attention_forward(self: Any, hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``Gemma3nAudioAttention.forward``: each block's queries against its context's keys (the module's own
+    ``_extract_block_context`` and relative position embedding), masked where the key is padding
+    (``mask`` True) or outside the local window, with ``gemma3n_blocks``' queries and the frames' rows
+    read by index."""
+    shape = (*hidden_states.shape[:-1], self.num_heads, self.head_dim)
+    query, key, value = (p(hidden_states).reshape(shape) for p in (self.q_proj, self.k_proj, self.v_proj))
+    scale = torch.nn.functional.softplus(self.per_dim_scale).view(1, 1, 1, self.head_dim)
+    query = query * self.q_scale * scale
+    batch, frames = query.shape[:2]
+    queries = gemma3n_blocks(self, query)
+    keys, values = self._extract_block_context(key), self._extract_block_context(value)
+    valid = self._extract_block_context(~mask)  # [batch, blocks, context]
+    window = self.local_causal_valid_mask.to(valid.device)  # [chunk, context]
+    allowed = valid[:, None, :, None, :] & window[None, None, None]
+    logits = self.relative_position_embedding(queries, keys)  # [batch, heads, blocks, chunk, context]
+    cap = self.softcap.to(logits.device)
+    logits = torch.tanh(logits / cap) * cap
+    logits = torch.where(allowed, logits, torch.finfo(logits.dtype).min)
+    weights = torch.nn.functional.softmax(logits, dim=-1, dtype=torch.float32).to(values.dtype)
+    # per block and head (one bmm over batch x blocks x heads), weights [chunk, context] x values
+    # [context, head_dim]
+    _, heads, blocks, chunk, width = weights.shape
+    flat_weights = weights.permute(0, 2, 1, 3, 4).reshape(-1, chunk, width)
+    flat_values = values.permute(0, 1, 3, 2, 4).reshape(-1, width, self.head_dim)
+    context = torch.bmm(flat_weights, flat_values).reshape(batch, blocks, heads, chunk, self.head_dim)
+    context = context.permute(0, 1, 3, 2, 4).reshape(batch, blocks * chunk, heads, self.head_dim)
+    out: torch.Tensor = context.index_select(1, torch.arange(frames, device=context.device))
+    return out
+
+
 SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "gemma3n": {"Gemma3nAudioAttention.forward": gemma3n_attention_forward},
     "sew": {"SEWEncoder.forward": sew_encoder_forward},
     "sew_d": {"SEWDEncoder.forward": sew_d_encoder_forward},
     "wav2vec2_conformer": {"_apply_relative_position_encoding": conformer_relative_position_encoding},

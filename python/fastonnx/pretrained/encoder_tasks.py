@@ -61,6 +61,7 @@ from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
 from fastonnx.pretrained.frame_widths import first_layer_width
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
+from fastonnx.pretrained.graph_spec import FEATURES as FEATURES  # its users import it from here
 from fastonnx.pretrained.multimodal_features import (
     as_frames,
     as_video,
@@ -71,11 +72,10 @@ from fastonnx.pretrained.multimodal_features import (
 )
 from fastonnx.pretrained.tuple_outputs import NESTED_FIELDS, TUPLE_FIELDS, flattened, output_names, read
 
-TEXT_BATCH, CHOICES, AUDIO, FEATURES, DECODER_SEQUENCE = (
+TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
     "text_batch_size",
     "num_choices",
     "audio_sequence_length",
-    "feature_length",
     "decoder_sequence_length",
 )
 
@@ -368,6 +368,12 @@ class MaskedFeaturesEncoder(_Encoder):
         return out
 
 
+class MelEncoder(_Encoder):  # Gemma 3n's audio encoder (speech_features.py)
+    def forward(self, audio_mel: torch.Tensor, audio_mel_mask: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(audio_mel=audio_mel, audio_mel_mask=audio_mel_mask)
+        return out
+
+
 # side inputs (side_inputs.py): BROS's boxes, LXMERT's regions, ViTMAE's noise
 class BoxedTextEncoder(_Encoder):
     def forward(
@@ -444,6 +450,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("past_values", "past_values_padding", "freq"): PaddedSeriesEncoder,
     ("input_features",): FeaturesEncoder,
     ("input_features", "input_features_mask"): MaskedFeaturesEncoder,
+    ("audio_mel", "audio_mel_mask"): MelEncoder,
     ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
     ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
     ("input_values", "decoder_input_ids"): Seq2SeqWaveformEncoder,
@@ -745,6 +752,10 @@ def _task_inputs(
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
         clips, fixed = video_clips(config, batch, device)
         return clips, {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
+    from fastonnx.pretrained.speech_features import speech_inputs
+
+    if (speech := speech_inputs(model, config, batch, device)) is not None:
+        return speech  # Qwen3-ASR's chunked encoder, Gemma 3n's (speech_features.py)
     if (takes(model, "input_values") or takes(model, "input_features")) and not text_alone:
         return audio_inputs(model, config, batch, device)
     if (codebooks := _codebook_text(model, config, batch, device)) is not None:
@@ -907,7 +918,16 @@ def min_samples(model: torch.nn.Module) -> int:
 def min_features(model: torch.nn.Module) -> int:
     """The fewest feature frames: 1, unless the model's subsampling (``_get_subsampling_output_length``)
     makes no frame of 1 (LASR's unpadded convolutions fail below their kernel): then, as for a waveform,
-    the fewest that make 2 frames."""
+    the fewest that make 2 frames; a stacking encoder's (Nemotron 3 Diarization's, Nemotron 3.5
+    Transcribe's: ``subsampling_factor`` frames a row) the fewest that make 2 rows."""
+    from fastonnx.capture.diarization_chunks import stacking_factor
+    from fastonnx.pretrained.speech_features import least_frames
+
+    factor = stacking_factor(model)
+    if factor is not None:
+        return factor + 1
+    if (least := least_frames(model)) is not None:
+        return least  # Gemma 3n's audio encoder: 2 blocks of its attention (speech_features.py)
     method = _length_function(model, "_get_subsampling_output_length")
     if method is None:
         return 1

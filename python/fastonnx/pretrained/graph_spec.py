@@ -17,6 +17,7 @@ BATCH, SEQUENCE, PAST, TOTAL = (
     "past_sequence_length",
     "total_sequence_length",
 )
+FEATURES = "feature_length"  # the frames of a speech model's features (encoder_tasks, speech_features)
 
 
 @dataclass

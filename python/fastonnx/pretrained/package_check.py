@@ -472,10 +472,12 @@ def _check_encoder(
 def _encoder_feeds(model: Any, config: Any, task: str) -> dict[str, torch.Tensor]:
     """A one-graph task's inputs of 2 rows: encoder_tasks', or an audio base model's prompts and audios
     (audio_base_models.py)."""
-    from fastonnx.pretrained import audio_base_models
+    from fastonnx.pretrained import audio_base_models, media_text_towers
 
     if audio_base_models.owns(model, task):
         return audio_base_models.base_inputs(model, config, 2, "cpu")
+    if media_text_towers.owns(model, task):  # PE's audio and video models, VideoPrism's clip model
+        return media_text_towers.tower_inputs(model, config, 2, "cpu")[0]
     inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     return inputs
 

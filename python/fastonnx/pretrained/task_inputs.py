@@ -735,6 +735,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         return {"model.onnx": tower_features.tower_graph(model)}
     if towers_alone.owns(model, task):  # SigLIP 2's, Gemma 4's, Pixtral's towers, BLIP-2's Q-Former
         return {"model.onnx": towers_alone.tower_graph(model)}
+    from fastonnx.pretrained import media_text_towers
+
+    if media_text_towers.owns(model, task):  # text and audio or video towers (PE's, VideoPrism's)
+        return {"model.onnx": media_text_towers.tower_graph(model, config)}
     # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
 
