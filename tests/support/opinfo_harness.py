@@ -434,10 +434,7 @@ def check_sample(
             ep = torch.export.export(module, _clone(tensors), strict=False)
     except Exception as e:
         return [Outcome(CAPTURE_FAILED, f"{type(e).__name__}: {str(e)[:300]}")]
-    # an op's own tolerance widens the dtype's, never narrows it (float16 keeps its 1e-2)
-    base = TOLERANCE.get(dtype, (1e-4, 1e-4))
-    extra = OP_TOLERANCE.get(op_name, base)
-    atol, rtol = max(base[0], extra[0]), max(base[1], extra[1])
+    atol, rtol = _tolerance(op_name, dtype)
     outcomes = []
     for opset in opsets:
         try:
@@ -459,16 +456,83 @@ def check_sample(
         except Exception as e:
             outcomes.append(Outcome(ORT_REFUSED, f"{type(e).__name__}: {str(e)[:400]}", opset))
             continue
-        if op_name in UNDEFINED_VALUES:
-            problem = _compare_layout(got, expected)
-        elif op_name in SIGN_AMBIGUOUS:
-            problem = SIGN_AMBIGUOUS[op_name](got, expected, atol, rtol)
-        elif op_name in RANDOM_VALUES:
-            problem = _compare_layout(got, expected) or RANDOM_VALUES[op_name](sample, got, expected)
-        else:
-            problem = _compare(got, expected, atol, rtol)
+        problem = _problem(op_name, sample, got, expected, atol, rtol)
         outcomes.append(Outcome(WRONG, problem, opset) if problem else Outcome(PASS, "", opset))
     return outcomes
+
+
+def _tolerance(op_name: str, dtype: torch.dtype) -> tuple[float, float]:
+    # an op's own tolerance widens the dtype's, never narrows it (float16 keeps its 1e-2)
+    base = TOLERANCE.get(dtype, (1e-4, 1e-4))
+    extra = OP_TOLERANCE.get(op_name, base)
+    return max(base[0], extra[0]), max(base[1], extra[1])
+
+
+def _problem(op_name: str, sample: Any, got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    """What is wrong with ``got`` against eager's ``expected`` for one sample, or None."""
+    if op_name in UNDEFINED_VALUES:
+        return _compare_layout(got, expected)
+    if op_name in SIGN_AMBIGUOUS:
+        return SIGN_AMBIGUOUS[op_name](got, expected, atol, rtol)
+    if op_name in RANDOM_VALUES:
+        return _compare_layout(got, expected) or RANDOM_VALUES[op_name](sample, got, expected)
+    return _compare(got, expected, atol, rtol)
+
+
+class SampleOps(torch.nn.Module):
+    """One op called on several samples in one graph: forward takes every sample's tensors in turn and
+    returns a tuple of each sample's result."""
+
+    def __init__(self, ops: list[OneOp], counts: list[int]) -> None:
+        super().__init__()
+        self.ops = torch.nn.ModuleList(ops)
+        self.counts = counts
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[Any, ...]:
+        results, at = [], 0
+        for one, n in zip(self.ops, self.counts):
+            results.append(one(*tensors[at : at + n]))
+            at += n
+        return tuple(results)
+
+
+def check_samples_together(
+    op_name: str, op: Any, samples_: Sequence[Any], opsets: Iterable[int], dtype: torch.dtype = torch.float32
+) -> bool:
+    """Whether every sample passes at every opset when the samples are captured and converted as one
+    graph: one torch.export and one conversion an opset, where ``check_sample`` takes one of each per
+    sample (the capture is most of a test's time). False means "not known": any sample that does not
+    capture, convert, run or match sends the caller to ``check_sample``, sample by sample, for the
+    outcome and its detail, so a failure is never reported from the combined graph."""
+    calls = [sample_call(s) for s in samples_]
+    ops = [OneOp(op.op, args, kwargs) for args, kwargs, _ in calls]
+    tensors = tuple(t for _, _, ts in calls for t in ts)
+    module = SampleOps(ops, [len(ts) for _, _, ts in calls])
+    atol, rtol = _tolerance(op_name, dtype)
+    try:
+        with torch.no_grad():
+            expected = module(*_clone(tensors))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ep = torch.export.export(module, _clone(tensors), strict=False)
+        for opset in opsets:
+            result = fastonnx.to_onnx(ep, _clone(tensors), opset=opset)
+            if dtype == torch.bfloat16 or any(t.dtype == torch.bfloat16 for t in _leaves(expected)):
+                flat = pytree.tree_leaves(_run_reference(result, tensors))
+            else:
+                flat = pytree.tree_leaves(result(*_clone(tensors)))
+            at = 0
+            for sample, want in zip(samples_, expected):
+                leaves, spec = pytree.tree_flatten(want)
+                got = pytree.tree_unflatten(flat[at : at + len(leaves)], spec)
+                at += len(leaves)
+                if _problem(op_name, sample, got, want, atol, rtol) is not None:
+                    return False
+            if at != len(flat):
+                return False
+    except Exception:  # any failure: check_sample says which sample and why
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -547,7 +611,10 @@ def assert_op_converts(
     checked = 0
     failures = []
     capture_reason = ""
-    for i, sample in enumerate(samples(op, dtype, limit)):
+    chosen = samples(op, dtype, limit)
+    if len(chosen) > 1 and check_samples_together(op_name, op, chosen, opsets, dtype):
+        return
+    for i, sample in enumerate(chosen):
         for o in check_sample(op_name, op, sample, opsets, dtype):
             if o.status in (CAPTURE_FAILED, EAGER_FAILED):
                 capture_reason = o.detail
