@@ -37,7 +37,7 @@ from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converte
 from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
-from fastonnx.pretrained.graph_spec import GraphSpec
+from fastonnx.pretrained.graph_spec import PAST, SEQUENCE, TOTAL, GraphSpec
 from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
 from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
 from fastonnx.pretrained.shipped_bytes import ship
@@ -271,6 +271,62 @@ def within_positions(
     return map_dims(dynamic_shapes, bound)
 
 
+def table_bounded(spec: GraphSpec, config: Any) -> Any:
+    """``spec.dynamic_shapes`` with its token lengths (``sequence_length``) bounded up front by the model's
+    position table, or None where no table bounds them so.
+
+    BERT's embeddings (DistilBERT's, ELECTRA's...) hold a ``position_ids`` buffer, ``arange`` over a
+    learned table of positions as many as the config declares, and slice it to the tokens: past the
+    table the slice is short. The capture finds that bound after the fact (``within_positions``, from
+    the slice's guard), at the price of three refused or narrowed captures first; asking for it at once
+    captures once, the same bound. Only that layout is bounded here: a table indexed otherwise (from a
+    padding id up, RoBERTa's; clamped, TAPAS' cells; another table, LUKE's entities) is left to the
+    capture's guards."""
+    configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
+    declared = {int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)}
+    bounds = set()
+    for module in spec.module.modules():
+        ids = getattr(module, "position_ids", None)
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() == 0:
+            continue
+        rows = int(ids.shape[-1])
+        tables = [
+            m
+            for name, m in module.named_children()
+            if isinstance(m, torch.nn.Embedding) and "position" in name and m.padding_idx is None
+        ]
+        if rows in declared and any(m.num_embeddings == rows for m in tables):
+            bounds.add(rows)
+    if len(bounds) != 1:  # none, or two sizes: which bounds the tokens is the capture's to find
+        return None
+    (top,) = bounds
+    names = [getattr(d, "__name__", None) for d in _dims(spec.dynamic_shapes)]
+    if PAST in names or TOTAL in names:  # a decoder step: the table bounds the whole, not the new tokens
+        return None
+    dims = [d for d in _dims(spec.dynamic_shapes) if getattr(d, "__name__", None) == SEQUENCE]
+    if not dims or any(getattr(d, "max", 0) <= top for d in dims):
+        return None
+
+    def bound(d: Any) -> Any:
+        if getattr(d, "__name__", None) != SEQUENCE:
+            return d
+        return torch.export.Dim(SEQUENCE, min=getattr(d, "min", 0), max=top)
+
+    log.info("the model's position table bounds %s to %d", SEQUENCE, top)
+    return map_dims(spec.dynamic_shapes, bound)
+
+
+def _dims(dynamic_shapes: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def keep(d: Any) -> Any:
+        found.append(d)
+        return d
+
+    map_dims(dynamic_shapes, keep)
+    return found
+
+
 def within_declared(
     error: CaptureError, config: Any, dynamic_shapes: Any, module: torch.nn.Module | None = None
 ) -> Any:
@@ -467,10 +523,11 @@ def export_pretrained(
                 shared_mask = shared_cache.wanted(config, spec, options, dtype, keep_io_types)
                 export_args["shared_cache_mask"] = shared_mask
                 export_args["shared_cache_positions"] = context_length(config)
+            shapes = table_bounded(spec, config) or spec.dynamic_shapes
             try:
-                result = _export(spec, spec.dynamic_shapes, export_args)
+                result = _export(spec, shapes, export_args)
             except CaptureError as e:
-                bounded = within_declared(e, config, spec.dynamic_shapes, spec.module)
+                bounded = within_declared(e, config, shapes, spec.module)
                 if bounded is None:
                     raise
                 result = _export(spec, bounded, export_args)
