@@ -43,6 +43,7 @@ from fastonnx.capture.length_regulators import gathered_length_regulators
 from fastonnx.capture.pooling_by_positions import pooling_by_comparison
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
+from fastonnx.capture.series_masks import unmasked_series_encoders
 from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.capture.symbolic_take_along import symbolic_take_along_dims
 from fastonnx.capture.text_encoder_swaps import guard_free_text_encoders
@@ -207,7 +208,8 @@ def _export(
     # rnn_custom_ops.py, traceable_detection.py, chunked_kernels.py, expert_loops.py, seq2seq_shifts.py,
     # speech_encoders.py); UDOP's merge of words and patches without data-dependent sizes
     # (document_patches.py)
-    with (
+    # one ExitStack: a with statement of that many managers nests past Python's 20 static blocks
+    forms = (
         rnn_as_custom_ops(),
         traceable_detection_ops(),
         length_following_kernels(),
@@ -222,11 +224,15 @@ def _export(
         guard_free_text_encoders(),  # CPM-Ant, FSMT, Longformer (text_encoder_swaps.py)
         gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
         guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
+        unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
         every_expert(model),
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),
-    ):
+    )
+    with contextlib.ExitStack() as stack:
+        for form in forms:
+            stack.enter_context(form)
         if layers is None:
             return whole(), None
         from fastonnx.capture import stamping
