@@ -19,9 +19,7 @@ def test_samples_pass_together() -> None:
 
 def test_a_wrong_converter_is_reported_per_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     # mul converted as add: wrong on every sample
-    monkeypatch.setitem(
-        elementwise.CONVERTERS, "aten.mul.Tensor", elementwise.CONVERTERS["aten.add.Tensor"]
-    )
+    monkeypatch.setitem(elementwise.CONVERTERS, "aten.mul.Tensor", elementwise.CONVERTERS["aten.add.Tensor"])
     op = op_db_by_name()["mul"]
     assert not check_samples_together("mul", op, samples(op, torch.float32, 3), (18,))
     with pytest.raises(AssertionError, match=r"mul \(torch.float32\): sample 0 opset 18: wrong"):
