@@ -58,6 +58,14 @@ CASES = [
         ["past_values", "past_time_features", "past_observed_mask"],
         ["last_hidden_state", "encoder_last_hidden_state", "loc", "scale"],
     ),
+    # Autoformer's too, and its decoder runs only on future values: the encoder's states alone
+    (
+        "feature-extraction",
+        "autoformer",
+        "AutoformerModel",
+        ["past_values", "past_time_features", "past_observed_mask"],
+        ["encoder_last_hidden_state", "loc", "scale"],
+    ),
     (
         "feature-extraction",
         "timesfm",
@@ -77,9 +85,10 @@ CASES = [
     ),
 ]
 
-# one a task (and the lagged forecasters' inputs: Informer's, whose encoder also needs its masks left
-# out, over Time Series Transformer's); every case under FASTONNX_FULL_MATRIX=1
-IN_CI = {"owlvit", "vitpose", "patchtst", "informer", "pe_video_encoder"}
+# one a task (and the lagged forecasters' inputs: Autoformer's, whose encoder also needs its masks left
+# out and whose decoder does not run, over Time Series Transformer's and Informer's); every case under
+# FASTONNX_FULL_MATRIX=1
+IN_CI = {"owlvit", "vitpose", "patchtst", "autoformer", "pe_video_encoder"}
 
 
 @pytest.mark.parametrize(

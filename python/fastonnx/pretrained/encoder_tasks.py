@@ -684,10 +684,20 @@ def _returned_fields(model: torch.nn.Module) -> set[str] | None:
     return {f.name for f in dataclasses.fields(returned)} if returned is not None else None
 
 
-def series_fields(model: torch.nn.Module) -> tuple[str, ...]:
-    """Those of ``SERIES_FEATURES`` the class the forecaster's forward returns declares."""
+def series_fields(model: torch.nn.Module, inputs: dict[str, torch.Tensor] | None = None) -> tuple[str, ...]:
+    """Those of ``SERIES_FEATURES`` the class the forecaster's forward returns declares and, where
+    ``inputs`` (on the meta device) are given, returns for them: Autoformer's decoder runs only on future
+    values, so its past values alone give no ``last_hidden_state`` (None), only the encoder's."""
     declared = _returned_fields(model) or set()
-    return tuple(f for f in SERIES_FEATURES if f in declared)
+    fields = tuple(f for f in SERIES_FEATURES if f in declared)
+    if inputs is None:
+        return fields
+    try:
+        with torch.no_grad():
+            out = model(**inputs)
+    except Exception:  # a forward the meta device cannot run: the capture reads the fields instead
+        return fields
+    return tuple(f for f in fields if getattr(out, f, None) is not None)
 
 
 def seq2seq_fields(model: torch.nn.Module) -> tuple[str, ...]:
@@ -963,7 +973,7 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if "decoder_input_ids" in inputs:
         fields = seq2seq_fields(model) or fields
     if task == "feature-extraction" and module_cls in (DatedSeriesEncoder, PaddedSeriesEncoder):
-        fields = series_fields(model) or fields
+        fields = series_fields(model, inputs) or fields
     _refuse_variable_counts(model, task, fields)
     if not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
         _refuse_no_features(model, task, fields)
