@@ -6,7 +6,6 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
@@ -16,6 +15,7 @@ import fastonnx
 from fastonnx.pretrained import tower_features
 from fastonnx.pretrained.half_package import float32_tolerance
 from support.matrix import sampled
+from support.off_sessions import OffSession
 
 # CI: Qwen2.5-VL's (attention windows, the merged tokens reordered) and a form's bare (LFM3-VL's: its
 # states before the model's projector); Qwen3-VL's (a learned position table resampled, deepstack
@@ -37,19 +37,6 @@ TOWERS = {
     "glm_image_vision": ("GlmImageVisionModel", "last_hidden_state"),
 }
 IN_CI = ("qwen2_5_vl_vision", "lfm3_vl_vision")
-
-
-class _Off:
-    """An onnxruntime session whose first output is off in one row (1% and 0.01)."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        out = self.session.run(names, feeds)
-        out[0] = out[0].copy()
-        out[0][-1] = out[0][-1] * 1.01 + 1e-2  # past both the relative and the absolute tolerance
-        return out
 
 
 def _run(s: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -79,7 +66,7 @@ def test_the_tower_exports_verified_and_the_check_can_fail(tmp_path: pathlib.Pat
     spec = tower_features.tower_graph(model)
     good = tower_features.check(session, model, spec, _run, float32_tolerance)
     assert len(good) == 2 * len(outputs) and all(i.passed for i in good), good
-    bad = tower_features.check(_Off(session), model, spec, _run, float32_tolerance)
+    bad = tower_features.check(OffSession(session), model, spec, _run, float32_tolerance)
     assert [i.passed for i in bad if i.name.startswith(output)] == [False, False], bad
 
 

@@ -8,7 +8,6 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
@@ -18,6 +17,7 @@ import fastonnx
 from fastonnx.pretrained import towers_alone
 from fastonnx.pretrained.half_package import float32_tolerance
 from support.matrix import sampled
+from support.off_sessions import OffSession
 
 
 def _naflex(config: Any) -> dict[str, torch.Tensor]:
@@ -73,19 +73,6 @@ CASES: dict[str, tuple[str, Callable[[Any], dict[str, torch.Tensor]], list[str]]
 IN_CI = ("siglip2_vision_model", "pixtral")
 
 
-class _Off:
-    """An onnxruntime session whose first output is off in its last value (1% and 0.01)."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        out = self.session.run(names, feeds)
-        out[0] = out[0].copy()
-        out[0].reshape(-1)[-1] = out[0].reshape(-1)[-1] * 1.01 + 1e-2
-        return out
-
-
 def _run(s: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     feeds = {n: t.numpy() for n, t in zip(names, tensors, strict=True)}
     return [torch.from_numpy(v) for v in s.run(None, feeds)]
@@ -118,5 +105,5 @@ def test_the_tower_alone_exports_verified_and_matches_at_other_sizes(
 
     # the check itself: fails on a file off in one value, in each of its two examples
     spec = towers_alone.tower_graph(model)
-    bad = towers_alone.check(_Off(session), model, spec, _run, float32_tolerance)
+    bad = towers_alone.check(OffSession(session), model, spec, _run, float32_tolerance)
     assert [i.passed for i in bad if i.name.startswith(outputs[0])] == [False, False], bad
