@@ -119,3 +119,21 @@ def test_cli_int8_and_accuracy_levels(
     )
     assert cli.main(["export", str(folder), str(tmp_path / "d"), "--int8", "lm_head"]) == 2
     assert cli.main(argv[:2] + [str(tmp_path / "e"), "--quantize", "int4", "--accuracy-level", "x=9"]) == 2
+
+
+def test_cli_block_size(
+    folder: pathlib.Path, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--block-size sets MatMulNBits' block along K; the package verifies and its report gives the logits'
+    error at that size; a size that is no power of two from 16 to 256 is named."""
+    package = tmp_path / "b64"
+    argv = ["export", str(folder), str(package), "--quantize", "int4", "--optimize", "onnxruntime"]
+    assert cli.main([*argv, "--block-size", "64"]) == 0
+    products = _products(package)
+    assert products and {a["block_size"] for a in products.values()} == {64}
+    assert "## Quantization: bytes and logits on the verification prompt" in (
+        package / "fastonnx_report.md"
+    ).read_text(encoding="utf-8")
+    assert cli.main([*argv[:2], str(tmp_path / "b48"), *argv[3:], "--block-size", "48"]) == 2
+    assert "block_size must be a power of two from 16 to 256, got 48" in capsys.readouterr().err
+    assert cli.main(["export", str(folder), str(tmp_path / "b"), "--block-size", "64"]) == 2

@@ -65,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
         "(mixed precision; 'lm_head' quantizes the head in int8, 'model.layers.0.*' a layer)",
     )
     export.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --quantize: values per quantization block along a product's input axis (a power of two "
+        "from 16 to 256; default 32, as the onnxruntime-genai builder's): larger blocks ship fewer scales "
+        "and decode faster, with a larger logits error (the report gives both)",
+    )
+    export.add_argument(
         "--accuracy-level",
         metavar="[PATTERN=]N",
         action="append",
@@ -145,8 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["dtype"] = args.dtype
     if args.keep_io_types:
         options["keep_io_types"] = True
-    if (args.int8 or args.accuracy_level) and args.quantize is None:
-        print("fastonnx export: error: --int8 and --accuracy-level need --quantize", file=sys.stderr)
+    if (args.int8 or args.accuracy_level or args.block_size is not None) and args.quantize is None:
+        print(
+            "fastonnx export: error: --int8, --accuracy-level and --block-size need --quantize",
+            file=sys.stderr,
+        )
         return 2
     if args.quantize is not None:
         from fastonnx.stored_weights.weight_quantization import resolve_scheme
@@ -173,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = dataclasses.replace(
                 settings, accuracy_level=overall, accuracy_level_for=levels or None
             )
+        if args.block_size is not None:
+            settings = dataclasses.replace(settings, block_size=args.block_size)  # checked by to_onnx
         if settings != resolve_scheme(args.quantize):
             options["quantize"] = settings
     try:
