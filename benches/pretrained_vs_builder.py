@@ -148,6 +148,18 @@ def write_size(size: str, folder: str) -> None:
     write_folder(folder, layers)
 
 
+def builder_args(precision: str, extra: list[str]) -> list[str]:
+    """The builder's -p and extra options for ``precision``, with fastonnx's ``--block-size N`` (in
+    ``extra``) as its ``block_size=N``: both tools quantize at one block size."""
+    args = list(PRECISIONS[precision][1])
+    if "--block-size" not in extra or not precision.startswith("int"):
+        return args
+    option = f"block_size={extra[extra.index('--block-size') + 1]}"
+    if "--extra_options" in args:
+        return [*args, option]  # nargs="+": one more KEY=VALUE after the others
+    return [*args, "--extra_options", option]
+
+
 def child_export(tool: str, precision: str, folder: str, out: str, extra: list[str]) -> dict[str, Any]:
     """One tool in this fresh process: import seconds, then the work."""
     t0 = time.perf_counter()
@@ -158,7 +170,18 @@ def child_export(tool: str, precision: str, folder: str, out: str, extra: list[s
 
         imports = time.perf_counter() - t0
         cache = out + ".cache"  # beside OUT: the package's size is the package's
-        sys.argv = ["builder", "-i", folder, "-o", out, "-e", "cpu", "-c", cache, *PRECISIONS[precision][1]]
+        sys.argv = [
+            "builder",
+            "-i",
+            folder,
+            "-o",
+            out,
+            "-e",
+            "cpu",
+            "-c",
+            cache,
+            *builder_args(precision, extra),
+        ]
         t1 = time.perf_counter()
         try:
             runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__", alter_sys=True)
@@ -380,6 +403,7 @@ def report(
     passed = "" if a.opset is None else f" --opset {a.opset}"
     passed += "" if a.optimize is None else f" --optimize {a.optimize}"
     passed += " --quantize-head" if a.quantize_head else ""
+    passed += "" if a.block_size is None else f" --block-size {a.block_size}"
     defaults = "" if passed else " (the command's defaults)"
     decodes = [r["decode"] for r in results.values() if "step_cpu_s" in r.get("decode", {})]
     threads = max((d["step_cpu_s"] / d["step_s"] for d in decodes), default=0.0)
@@ -467,6 +491,13 @@ def main() -> None:
         action="store_true",
         help="fastonnx export's --quantize-head at int4 (the builder quantizes its LM head by default)",
     )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="int4 / int8 block size for both tools (fastonnx's --block-size, the builder's block_size; "
+        "default: their 32)",
+    )
     p.add_argument("--no-ledger", action="store_true", help="print only, leave docs/benchmarks.md alone")
     p.add_argument("--child", nargs=4, metavar=("TOOL", "PRECISION", "FOLDER", "OUT"), help=argparse.SUPPRESS)
     p.add_argument("--decode", nargs=3, metavar=("PACKAGE", "STEPS", "VOCAB"), help=argparse.SUPPRESS)
@@ -476,6 +507,8 @@ def main() -> None:
         extra = [] if a.opset is None else ["--opset", str(a.opset)]
         extra += [] if a.optimize is None else ["--optimize", a.optimize]
         extra += ["--quantize-head"] if a.quantize_head and a.child[1] == "int4" else []
+        quantized = a.child[1].startswith("int")
+        extra += ["--block-size", str(a.block_size)] if a.block_size is not None and quantized else []
         print(json.dumps(child_export(*a.child, extra)))
         return
     if a.decode:
@@ -514,6 +547,7 @@ def main() -> None:
                         passed = [] if a.opset is None else ["--opset", str(a.opset)]
                         passed += [] if a.optimize is None else ["--optimize", a.optimize]
                         passed += ["--quantize-head"] if a.quantize_head else []
+                        passed += [] if a.block_size is None else ["--block-size", str(a.block_size)]
                         r = run_child(["--child", tool, precision, folder, out, *passed], a.min_free, log)
                         print(f"{size} {precision} {tool} run {run + 1}: {r}", flush=True)
                         if "failed" not in r:
