@@ -221,6 +221,15 @@ POSITION_LIMITS = (
 """Config keys that declare how many positions a model's position embeddings hold."""
 
 
+def declared_positions(config: Any, sides: bool = False) -> list[int]:
+    """The position counts ``config`` declares (``POSITION_LIMITS``), its text config's too (a composite's:
+    CLIP's, SigLIP's) and, with ``sides``, its encoder's and decoder's (EncoderDecoderModel's, T5Gemma's)."""
+    configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
+    if sides:
+        configs += seq2seq_sides(config) or ()
+    return [int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)]
+
+
 def learned_position_tables(module: torch.nn.Module) -> set[int]:
     """The sizes of ``module``'s learned position tables (an ``nn.Embedding`` named for positions,
     indexed by the position itself: BigBird-Pegasus' ``embed_positions``)."""
@@ -238,11 +247,7 @@ def within_positions(
     ``CaptureError``'s) for a bound the model declares itself (its position embeddings: BERT's 512,
     RoBERTa's 514 less its padding offset), or None when it refused anything else. A package keeps the
     bound (its files' metadata, the report)."""
-    # a composite config (CLIP's, SigLIP's) declares them in its text config; EncoderDecoderModel's and
-    # T5Gemma's in its encoder and decoder configs
-    configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
-    configs += seq2seq_sides(config) or ()
-    declared = [int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)]
+    declared = declared_positions(config, sides=True)
     if not narrowed or not declared:
         return None
     tops: dict[str, int] = {}
@@ -282,8 +287,7 @@ def table_bounded(spec: GraphSpec, config: Any) -> Any:
     captures once, the same bound. Only that layout is bounded here: a table indexed otherwise (from a
     padding id up, RoBERTa's; clamped, TAPAS' cells; another table, LUKE's entities) is left to the
     capture's guards."""
-    configs = [config, *(c for c in (getattr(config, "text_config", None),) if c is not None)]
-    declared = {int(v) for c in configs for k in POSITION_LIMITS if isinstance(v := getattr(c, k, None), int)}
+    declared = set(declared_positions(config))
     bounds = set()
     for module in spec.module.modules():
         ids = getattr(module, "position_ids", None)
@@ -300,10 +304,11 @@ def table_bounded(spec: GraphSpec, config: Any) -> Any:
     if len(bounds) != 1:  # none, or two sizes: which bounds the tokens is the capture's to find
         return None
     (top,) = bounds
-    names = [getattr(d, "__name__", None) for d in _dims(spec.dynamic_shapes)]
+    every = _dims(spec.dynamic_shapes)
+    names = [getattr(d, "__name__", None) for d in every]
     if PAST in names or TOTAL in names:  # a decoder step: the table bounds the whole, not the new tokens
         return None
-    dims = [d for d in _dims(spec.dynamic_shapes) if getattr(d, "__name__", None) == SEQUENCE]
+    dims = [d for d, name in zip(every, names, strict=True) if name == SEQUENCE]
     if not dims or any(getattr(d, "max", 0) <= top for d in dims):
         return None
 
