@@ -41,8 +41,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 """The one-forward classes and the outputs of their graph."""
 
 LOOPS: dict[str, str] = {
-    "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
-    "then decodes them with Mimi",
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
     "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
@@ -64,11 +62,12 @@ LOOP_CLASSES = frozenset(
         "MusicgenForConditionalGeneration",
         "MusicgenMelodyForConditionalGeneration",
         "BarkModel",
+        "CsmForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
-(bark_stages.py)."""
+(bark_stages.py), CSM's backbone and depth decoder (csm_stages.py)."""
 
 TOKENS = 7
 

@@ -1,0 +1,130 @@
+"""text-to-audio of CsmForConditionalGeneration (pretrained/csm_stages.py): its backbone and depth decoder
+(a step each, with their cache) and Mimi's decode as three graphs, the frame loop the runtime's; verified
+by that loop over onnxruntime against ``generate`` (greedy): equal codes from both decoders, each row's
+waveform within fastonnx's tolerances.
+
+The tiny checkpoint keeps CSM's layout at small numbers: 4 codebooks of 32 codes (Mimi's codebook as large
+as the decoders' vocabulary, so that any code decodes), the special text ids at the vocabulary's end as in
+sesame/csm-1b, and Mimi's code vectors drawn (they start at zero: every code would decode alike)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import fastonnx
+from fastonnx.pretrained import csm_stages as stages
+from fastonnx.pretrained.package_check import _run
+
+BOOKS, CODES = 4, 32
+
+
+def _tiny_model() -> Any:
+    from transformers import CsmConfig, CsmForConditionalGeneration
+
+    decoder = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = CsmConfig(
+        **decoder,
+        num_hidden_layers=2,
+        num_codebooks=BOOKS,
+        vocab_size=CODES,
+        text_vocab_size=40,
+        audio_eos_token_id=36,
+        audio_token_id=37,
+        bos_token_id=38,
+        pad_token_id=39,
+        codebook_pad_token_id=CODES - 1,
+        codebook_eos_token_id=0,
+        eos_token_id=2,
+        max_position_embeddings=64,
+        depth_decoder_config={
+            **decoder,
+            "num_hidden_layers": 1,
+            "num_codebooks": BOOKS,
+            "vocab_size": CODES,
+            "backbone_hidden_size": 32,
+            "max_position_embeddings": BOOKS + 1,
+        },
+        codec_config={
+            "model_type": "mimi",
+            "hidden_size": 16,
+            "num_filters": 4,
+            "codebook_size": CODES,
+            "codebook_dim": 16,
+            "num_quantizers": BOOKS,
+            "vector_quantization_hidden_dimension": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "intermediate_size": 32,
+            "upsampling_ratios": [4, 2],
+            "upsample_groups": 16,
+            "num_residual_layers": 1,
+            "sliding_window": 16,
+            "max_position_embeddings": 64,
+        },
+    )
+    torch.manual_seed(0)
+    model = CsmForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for module in model.codec_model.quantizer.modules():
+            if hasattr(module, "embed_sum"):
+                module.embed_sum.normal_()
+    return model
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("csm")
+    _tiny_model().save_pretrained(tmp / "checkpoint")
+    return fastonnx.export_pretrained(
+        tmp / "checkpoint", tmp / "package", task="text-to-audio", progress=False
+    )
+
+
+def test_csm_package_is_verified(package: Any) -> None:
+    assert package.verified is True, package.verify_note
+    assert {stages.BACKBONE_FILE, stages.DEPTH_FILE, stages.CODEC_FILE} <= set(package.files)
+    backbone = onnx.load(str(package.outdir / stages.BACKBONE_FILE), load_external_data=False).graph
+    assert [i.name for i in backbone.input][:5] == [*stages.BACKBONE_INPUTS, "past_key_values.0.key"]
+    assert [o.name for o in backbone.output][:3] == ["logits", "hidden_states", "present.0.key"]
+
+
+def test_the_check_fails_on_perturbed_sessions(package: Any) -> None:
+    from transformers import CsmForConditionalGeneration
+
+    from fastonnx.pretrained.half_package import float32_tolerance
+
+    model = CsmForConditionalGeneration.from_pretrained(package.outdir.parent / "checkpoint").eval()
+    names = (stages.BACKBONE_FILE, stages.DEPTH_FILE, stages.CODEC_FILE)
+    sessions = {
+        n: ort.InferenceSession(str(package.outdir / n), providers=["CPUExecutionProvider"]) for n in names
+    }
+    backbone, depth, codec = (sessions[n] for n in names)
+    calls = {"prefills": 0, "frames": 0, "depth": 0, "decoded": 0}
+
+    def perturbed(session: Any, feeds: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        if session is backbone:
+            calls["prefills"] += tensors[-1].shape[2] == 0  # a generation starts from an empty cache
+            calls["frames"] += 1
+        calls["depth"] += session is depth
+        calls["decoded"] += session is codec
+        out = _run(session, feeds, tensors)
+        past = tensors[-1].shape[2]
+        if calls["prefills"] == 1 and calls["frames"] == 3 and session is depth and past == 2:
+            # the first generation's last frame: its codebook 2 the second-best code
+            out[0][:, -1].scatter_(-1, out[0][:, -1].argmax(-1, keepdim=True), -1e9)
+        if calls["prefills"] == 2 and session is codec and calls["decoded"] == 3:
+            out[0] += 1e-3  # the second generation's second row off by 10 x atol
+        return out
+
+    infos = stages.check_package(sessions, model, {}, perturbed, float32_tolerance)
+    failed = {i.name for i in infos if not i.passed}
+    assert failed == {"depth decoder codes (1x5)", "waveform (1x5, row 0)", "waveform (2x7, row 1)"}
+    # 3 then 4 frames (no frame of eos codes), K - 1 depth steps each, each row decoded alone
+    assert calls == {"prefills": 2, "frames": 7, "depth": 7 * (BOOKS - 1), "decoded": 3}
