@@ -808,10 +808,11 @@ def _untie_zero_matrices(model: Any) -> None:
         for p in model.parameters():
             if p.dim() >= 2 and p.is_floating_point() and not p.any():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-        # EnCodec's code vectors (buffers, learned by k-means in training) start at zero: every code
-        # would decode alike, and a codec's output would not depend on the codes it is checked on
+        # EnCodec's code vectors (buffers, learned by k-means in training) start at zero, Mimi's sums of
+        # them too: every code would decode alike, and a codec's output would not depend on the codes
         for name, b in model.named_buffers():
-            if name.endswith("codebook.embed") and b.is_floating_point() and not b.any():
+            vectors = name.endswith(("codebook.embed", "codebook.embed_sum"))
+            if vectors and b.is_floating_point() and not b.any():
                 b.copy_(torch.randn(b.shape, generator=g))
 
 
@@ -855,6 +856,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _speech_loop_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "BarkModel":
                 _bark_check(model)
+            elif task == "text-to-audio" and type(model).__name__ == "CsmForConditionalGeneration":
+                _csm_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -975,6 +978,16 @@ def _bark_check(model: Any) -> None:
     ids[0, :8] = torch.randint(0, 100, (8,), generator=torch.Generator().manual_seed(0))
     mask[0, :8] = 1
     model.generate(ids, attention_mask=mask, do_sample=False, semantic_max_new_tokens=4, fine_temperature=1.0)
+
+
+def _csm_check(model: Any) -> None:
+    """CSM's text-to-audio is its ``generate``: greedy frames (the backbone's codebook 0, the depth
+    decoder's others) from a short text, decoded by Mimi."""
+    import torch
+
+    vocab = min(100, int(model.config.text_vocab_size))
+    ids = torch.randint(3, vocab, (1, 8), generator=torch.Generator().manual_seed(0))
+    model.generate(ids, do_sample=False, depth_decoder_do_sample=False, max_new_tokens=2, output_audio=True)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

@@ -526,7 +526,15 @@ FIXES.update(
             ),
             {"num_filters": 16},
         ),
-        "csm": {"codec_config": {"num_filters": 16}},
+        # CSM's backbone and depth decoder choose among vocab_size codes (2051 in sesame/csm-1b, Mimi's 2048
+        # and three special ones a trained model does not emit): at random weights any code comes, and Mimi
+        # decodes only its own; its codebook as large as the tiny vocabulary (128). 8 codebooks, not 32:
+        # each frame runs the depth decoder once a codebook, and the check generates several frames
+        "csm": {
+            "num_codebooks": 8,
+            "depth_decoder_config": {"num_codebooks": 8},
+            "codec_config": {"num_filters": 16, "codebook_size": 128, "num_quantizers": 8},
+        },
         # Diffusion Gemma's text layers route to experts as Gemma 4's MoE checkpoints do (google/gemma-4-26B-A4B:
         # 128 experts, 8 a token); the config class leaves their count, top-k and width None, which its router's and
         # experts' widths read: the sweep's tiny expert count and width
