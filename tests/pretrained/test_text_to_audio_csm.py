@@ -19,6 +19,7 @@ import torch
 import fastonnx
 from fastonnx.pretrained import csm_stages as stages
 from fastonnx.pretrained.package_check import _run
+from fastonnx.pretrained.tasks import choose
 
 BOOKS, CODES = 4, 32
 
@@ -85,6 +86,12 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return fastonnx.export_pretrained(
         tmp / "checkpoint", tmp / "package", task="text-to-audio", progress=False
     )
+
+
+def test_auto_takes_csm_to_text_to_audio() -> None:
+    config = {"model_type": "csm", "architectures": ["CsmForConditionalGeneration"]}
+    task, chosen = choose(config, "auto")
+    assert (task.name, chosen) == ("text-to-audio", "CsmForConditionalGeneration")
 
 
 def test_csm_package_is_verified(package: Any) -> None:
