@@ -3,9 +3,10 @@
 by that loop over onnxruntime against ``generate`` (greedy): equal codes from both decoders, each row's
 waveform within fastonnx's tolerances.
 
-The tiny checkpoint keeps CSM's layout at small numbers: 4 codebooks of 32 codes (Mimi's codebook as large
+The tiny checkpoint keeps CSM's layout at small numbers: 3 codebooks of 8 codes (Mimi's codebook as large
 as the decoders' vocabulary, so that any code decodes), the special text ids at the vocabulary's end as in
-sesame/csm-1b, and Mimi's code vectors drawn (they start at zero: every code would decode alike)."""
+sesame/csm-1b, and Mimi's code vectors drawn (they start at zero: every code would decode alike). Its
+codebook eos is a code one row of the check's padded batch reaches, so that the loop's end of a row runs."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from fastonnx.pretrained import csm_stages as stages
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
 
-BOOKS, CODES = 4, 32
+BOOKS, CODES = 3, 8
+# the draw and the eos code at which the padded batch's first row ends: its third frame's codes all 3, the
+# frames after it padded and the row decoded up to it, as generate does (the other row runs on)
+SEED, EOS, PAD = 2, 3, CODES - 1
 
 
 def _tiny_model() -> Any:
@@ -38,8 +42,8 @@ def _tiny_model() -> Any:
         audio_token_id=37,
         bos_token_id=38,
         pad_token_id=39,
-        codebook_pad_token_id=CODES - 1,
-        codebook_eos_token_id=0,
+        codebook_pad_token_id=PAD,
+        codebook_eos_token_id=EOS,
         eos_token_id=2,
         max_position_embeddings=64,
         depth_decoder_config={
@@ -70,7 +74,7 @@ def _tiny_model() -> Any:
             "max_position_embeddings": 64,
         },
     )
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     model = CsmForConditionalGeneration(config).eval()
     with torch.no_grad():
         for module in model.codec_model.quantizer.modules():
@@ -115,22 +119,25 @@ def test_the_check_fails_on_perturbed_sessions(package: Any, monkeypatch: pytest
         n: ort.InferenceSession(str(package.outdir / n), providers=["CPUExecutionProvider"]) for n in names
     }
     backbone, depth, codec = (sessions[n] for n in names)
-    calls = {"frames": 0, "depth": 0, "decoded": 0}
+    calls = {"frames": 0, "depth": 0}
+    decoded: list[int] = []  # each row's frames
 
     def perturbed(session: Any, feeds: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         calls["frames"] += session is backbone
         calls["depth"] += session is depth
-        calls["decoded"] += session is codec
+        if session is codec:
+            decoded.append(tensors[0].shape[2])
         out = _run(session, feeds, tensors)
         if calls["frames"] == 4 and session is depth and tensors[-1].shape[2] == 2:
-            # the last frame's codebook 2, first row: the second-best code
-            out[0][0, -1, out[0][0, -1].argmax()] = -1e9
-        if session is codec and calls["decoded"] == 2:
-            out[0] += 1e-3  # the second row's waveform off by 10 x atol
+            # the last frame's codebook 2, second row (the first has ended): the second-best code
+            out[0][1, -1, out[0][1, -1].argmax()] = -1e9
+        if session is codec and len(decoded) == 1:
+            out[0] += 1e-3  # the first row's waveform off by 10 x atol
         return out
 
     infos = stages.check_package(sessions, model, {}, perturbed, float32_tolerance)
     failed = {i.name for i in infos if not i.passed}
     assert failed == {"depth decoder codes (2x7)", "waveform (2x7, row 0)", "waveform (2x7, row 1)"}
-    # 4 frames (none of eos codes), K - 1 depth steps each, each row decoded alone
-    assert calls == {"frames": 4, "depth": 4 * (BOOKS - 1), "decoded": 2}
+    # 4 frames, K - 1 depth steps each; each row decoded alone, the first up to its eos frame
+    assert calls == {"frames": 4, "depth": 4 * (BOOKS - 1)}
+    assert decoded == [2, 4]
