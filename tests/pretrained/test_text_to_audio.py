@@ -124,7 +124,7 @@ def test_relative_positions_and_shift_are_transformers() -> None:
     ("model_type", "class_name"),
     [
         ("csm", "CsmForConditionalGeneration"),
-        ("pocket_tts", "PocketTTSForConditionalGeneration"),
+        ("seamless_m4t", "SeamlessM4TForTextToSpeech"),
     ],
 )
 def test_generating_models_are_refused_with_the_reason(model_type: str, class_name: str) -> None:

@@ -45,7 +45,6 @@ LOOPS: dict[str, str] = {
     "then decodes them with Mimi",
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
-    "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
     "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
     "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
@@ -64,11 +63,12 @@ LOOP_CLASSES = frozenset(
         "MusicgenForConditionalGeneration",
         "MusicgenMelodyForConditionalGeneration",
         "BarkModel",
+        "PocketTTSForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
-(bark_stages.py)."""
+(bark_stages.py), Pocket TTS's backbone step and flow head (pocket_tts_stages.py)."""
 
 TOKENS = 7
 
