@@ -842,6 +842,7 @@ def _eager_check(task: str, model: Any) -> None:
     fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
+    from fastonnx.pretrained import pocket_tts_stages
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
     from fastonnx.pretrained.graph_spec import takes
 
@@ -855,6 +856,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _speech_loop_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "BarkModel":
                 _bark_check(model)
+            elif task == "text-to-audio" and pocket_tts_stages.own_layout(model):
+                pocket_tts_stages.eager_generate(model)  # its generate: latents from the flow head
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
