@@ -1,5 +1,5 @@
-"""text-to-audio of PocketTTSForConditionalGeneration: transformers' ``generate`` as two graphs, one a stage,
-the loop the runtime's.
+"""text-to-audio of PocketTTSForConditionalGeneration: transformers' ``generate`` and its processor's decode as
+three graphs, one a stage, the loop the runtime's.
 
 Files (``b`` the batch, ``D`` the latent size ``config.latent_dim``, ``H`` the backbone's hidden size, ``L``
 its layers, ``K`` x ``d`` its key-value heads and head size):
@@ -23,6 +23,14 @@ its layers, ``K`` x ``d`` its key-value heads and head size):
   backbone reads) and ``audio_latents`` (``next_latents * latent_std + latent_mean``: the audio tokenizer's
   space). A "drifting" head maps the noise to the latent in one call: the graph takes ``condition`` and
   ``latents`` (the noise) only.
+- ``latent_decoder.onnx``: the audio tokenizer's decode (``PocketTTSAudioTokenizerModel.decode``: the
+  latent projection, the upsampling, its transformer and SEANet decoder). ``audio_latents`` (``b`` x
+  ``frames`` x D, the tokenizer's space) to ``waveform`` (``b`` x ``frames * frame_size`` samples at its
+  ``sampling_rate``). The audio tokenizer is a checkpoint of its own, which the model's
+  ``processor_config.json`` names (``audio_tokenizer_name_or_path``: a folder, beside the model's files or
+  elsewhere, or a Hub id): the file is written where that names one it can load (its weights copied into
+  the package) and left out, with a warning, where it names one it cannot; without one the package has the
+  first two files.
 
 The loop (``generated_by_sessions``; what ``generate(input_ids, attention_mask, frames_after_eos=F,
 max_new_tokens=N)`` does with a cache; ``n`` = ``num_flow_steps``, ``eos_threshold``, ``min_frames_before_eos``
@@ -46,9 +54,10 @@ longest row's text tokens, the four placeholder ids and padding not counted):
 4. The next step: ``input_ids`` = ``audio_latent_token_id`` (``b`` x 1), ``audio_latents`` = the frame's
    ``next_latents`` (``b`` x 1 x D), the mask with a column of ones appended, ``position_ids`` = the last ones
    + 1, the cache the previous ``present.*``.
-5. The output: ``b`` x frames x D latents, zero past each row's count (``audio_latents_mask``), which the
-   audio tokenizer (``PocketTTSAudioTokenizerModel``, the processor's, a separate checkpoint not in the
-   package) decodes to 24 kHz audio, ``config.frame_size`` samples a frame.
+5. The output: ``b`` x frames x D latents, zero past each row's count (``audio_latents_mask``);
+   ``latent_decoder`` on the whole batch (the decoder is causal: a row's padding leaves its samples alone),
+   each row cut to its count x ``frame_size`` samples and faded in over its first
+   ``processor.fade_in_duration`` seconds (linearly from 0), as ``PocketTTSProcessor.decode`` does.
 
 A shipped voice (the cache of a voice prefix, the prompt then the text alone) is the prefill's
 ``past_key_values``: the mask then starts with ones over its positions, and ``position_ids`` are the prompt's
@@ -57,7 +66,10 @@ columns of ``cumsum(mask) - 1``, as transformers builds them.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import pathlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,12 +79,16 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
+from fastonnx.pretrained.folder import resolve_folder
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
+log = logging.getLogger("fastonnx")
+
 CLASS = "PocketTTSForConditionalGeneration"
-STEP_FILE, FLOW_FILE = "decoder_model_merged.onnx", "flow_head.onnx"
+CODEC = "PocketTTSAudioTokenizerModel"
+STEP_FILE, FLOW_FILE, DECODER_FILE = "decoder_model_merged.onnx", "flow_head.onnx", "latent_decoder.onnx"
 STEP_INPUTS = ["input_ids", "audio_latents", "attention_mask", "position_ids"]
 DEFAULTS = {"num_flow_steps": 1, "eos_threshold": -4.0, "min_frames_before_eos": 6}
 """transformers' values where neither the call nor the generation config sets them (the released ones)."""
@@ -173,6 +189,64 @@ class DriftingFlow(torch.nn.Module):
         return following, model.denormalize_latents(following)
 
 
+class LatentDecoder(torch.nn.Module):
+    """The audio tokenizer's decode of a batch of latents, its one channel."""
+
+    def __init__(self, codec: torch.nn.Module) -> None:
+        super().__init__()
+        self.codec = codec
+
+    def forward(self, audio_latents: torch.Tensor) -> torch.Tensor:
+        codec: Any = self.codec
+        out: torch.Tensor = codec.decode(audio_latents).audio_values[:, 0]
+        return out
+
+
+def audio_tokenizer_folder(config: Any) -> pathlib.Path | None:
+    """The folder of the audio tokenizer the checkpoint's ``processor_config.json`` names (its
+    ``audio_tokenizer_name_or_path``: a folder beside the checkpoint's files or elsewhere, or a Hub id), or
+    None where it names none; one it names but that cannot be had is logged and left out."""
+    folder = pathlib.Path(str(getattr(config, "_name_or_path", "") or "."))
+    processor = folder / "processor_config.json"
+    if not processor.is_file():
+        return None
+    entry = json.loads(processor.read_text(encoding="utf-8")).get("audio_tokenizer")
+    if not isinstance(entry, dict) or not entry.get("audio_tokenizer_name_or_path"):
+        return None
+    if entry.get("audio_tokenizer_class", CODEC) != CODEC:
+        raise InputError(
+            f"{processor} names a {entry['audio_tokenizer_class']} audio tokenizer, not a {CODEC}"
+        )
+    name = str(entry["audio_tokenizer_name_or_path"])
+    for candidate in (folder / name, pathlib.Path(name).expanduser()):
+        if (candidate / "config.json").is_file():
+            return candidate.resolve()
+    try:
+        return resolve_folder(name)
+    except InputError as e:
+        log.warning("%s is left out of the package: its audio tokenizer %s: %s", DECODER_FILE, name, e)
+        return None
+
+
+def load_audio_tokenizer(config: Any) -> Any:
+    """The audio tokenizer ``audio_tokenizer_folder`` finds, loaded as transformers loads it (float32), or
+    None."""
+    folder = audio_tokenizer_folder(config)
+    if folder is None:
+        return None
+    import transformers
+
+    codec = getattr(transformers, CODEC).from_pretrained(folder, dtype=torch.float32).eval()
+    if codec.config.decoder_config is None:
+        raise InputError(f"the audio tokenizer at {folder} has no decoder (decoder_config null)")
+    if int(codec.config.latent_dim) != int(config.latent_dim):
+        raise InputError(
+            f"the audio tokenizer at {folder} decodes {codec.config.latent_dim}-dim latents; "
+            f"{CLASS} makes {config.latent_dim}"
+        )
+    return codec
+
+
 def _sizes(config: Any) -> tuple[int, int, int]:
     """(layers, key-value heads, head size) of the backbone's cache."""
     heads = int(config.num_key_value_heads or config.num_attention_heads)
@@ -239,7 +313,17 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         flow_inputs(config),
         ["next_latents", "audio_latents"],
     )
-    return {STEP_FILE: step, FLOW_FILE: flow}
+    specs = {STEP_FILE: step, FLOW_FILE: flow}
+    codec = load_audio_tokenizer(config)
+    if codec is not None:  # a real model: its weights written into the package (none are the checkpoint's)
+        specs[DECODER_FILE] = GraphSpec(
+            LatentDecoder(codec),
+            (torch.randn(batch, 5, dim, generator=g),),
+            {"audio_latents": {0: b, 1: torch.export.Dim("frames", min=1, max=1 << 16)}},
+            ["audio_latents"],
+            ["waveform"],
+        )
+    return specs
 
 
 def generation_settings(model: Any, **given: Any) -> dict[str, Any]:
@@ -414,9 +498,11 @@ def check_package(
     sessions: dict[str, Any], model: Any, specs: dict[str, GraphSpec], run: Any, tolerance: Any
 ) -> list[VerificationInfo]:
     """The loop over the sessions against ``model.generate`` at the sizes of ``CHECKED``, both from the
-    same seed: equal frame counts, the latents and end-of-speech logits within ``tolerance``."""
+    same seed: equal frame counts, the latents and end-of-speech logits within ``tolerance``; with the
+    decoder, its waveforms against the audio tokenizer's decode of transformers' latents."""
     del specs
     infos: list[VerificationInfo] = []
+    codec = load_audio_tokenizer(model.config) if DECODER_FILE in sessions else None
     temperature = float(getattr(model.generation_config, "temperature", None) or 1.0)
     for n, case in enumerate(CHECKED):
         prompt = _prompt(model.config, case.texts, case.voices, torch.Generator().manual_seed(n))
@@ -460,6 +546,11 @@ def check_package(
         e = torch.stack(want.scores, dim=1)
         a = got["eos_logits"]
         infos.append(compare(f"eos logits ({size})", e, a, *(tolerance(e) if e.shape == a.shape else ())))
+        if codec is not None:  # the batch decoded at once, as PocketTTSProcessor.decode does
+            with torch.no_grad():
+                e = codec.decode(want.audio_latents).audio_values[:, 0]
+            (a,) = run(sessions[DECODER_FILE], ["audio_latents"], [got["audio_latents"]])
+            infos.append(compare(f"waveform ({size})", e, a, *(tolerance(e) if e.shape == a.shape else ())))
     return infos
 
 
