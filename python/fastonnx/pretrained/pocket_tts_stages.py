@@ -29,8 +29,8 @@ its layers, ``K`` x ``d`` its key-value heads and head size):
   ``sampling_rate``). The audio tokenizer is a checkpoint of its own, which the model's
   ``processor_config.json`` names (``audio_tokenizer_name_or_path``: a folder, beside the model's files or
   elsewhere, or a Hub id): the file is written where that names one it can load (its weights copied into
-  the package) and left out, with a warning, where it names one it cannot; without one the package has the
-  first two files.
+  the package) and left out, with a warning, where it names none or one it cannot load (a Hub id's folder:
+  the export fetches no processor_config.json): the package then has the first two files.
 
 The loop (``generated_by_sessions``; what ``generate(input_ids, attention_mask, frames_after_eos=F,
 max_new_tokens=N)`` does with a cache; ``n`` = ``num_flow_steps``, ``eos_threshold``, ``min_frames_before_eos``
@@ -205,13 +205,18 @@ class LatentDecoder(torch.nn.Module):
 def audio_tokenizer_folder(config: Any) -> pathlib.Path | None:
     """The folder of the audio tokenizer the checkpoint's ``processor_config.json`` names (its
     ``audio_tokenizer_name_or_path``: a folder beside the checkpoint's files or elsewhere, or a Hub id), or
-    None where it names none; one it names but that cannot be had is logged and left out."""
+    None (with a warning) where it names none or one that cannot be had."""
     folder = pathlib.Path(str(getattr(config, "_name_or_path", "") or "."))
     processor = folder / "processor_config.json"
-    if not processor.is_file():
-        return None
-    entry = json.loads(processor.read_text(encoding="utf-8")).get("audio_tokenizer")
+    entry = json.loads(processor.read_text(encoding="utf-8")) if processor.is_file() else {}
+    entry = entry.get("audio_tokenizer")
     if not isinstance(entry, dict) or not entry.get("audio_tokenizer_name_or_path"):
+        log.warning(
+            "%s names no audio tokenizer (processor_config.json's audio_tokenizer): %s is left out, the "
+            "package gives latents, not waveforms",
+            folder,
+            DECODER_FILE,
+        )
         return None
     if entry.get("audio_tokenizer_class", CODEC) != CODEC:
         raise InputError(
