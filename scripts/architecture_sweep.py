@@ -732,6 +732,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _released_generation(model)
     _eager_check(task, model)
     save_reloadable(model, folder)
+    _pocket_audio_tokenizer(model, folder)
     vocab = getattr(text_config(model.config, encoder=True), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
@@ -843,6 +844,7 @@ def _eager_check(task: str, model: Any) -> None:
     fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
+    from fastonnx.pretrained import pocket_tts_stages
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
     from fastonnx.pretrained.graph_spec import takes
 
@@ -858,6 +860,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _bark_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "CsmForConditionalGeneration":
                 _csm_check(model)
+            elif task == "text-to-audio" and pocket_tts_stages.own_layout(model):
+                pocket_tts_stages.eager_generate(model)  # its generate: latents from the flow head
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -966,6 +970,24 @@ def _bark_generation_config(model: Any) -> None:
     from transformers.models.bark.generation_configuration_bark import BarkGenerationConfig
 
     model.generation_config = GenerationConfig.from_dict(BarkGenerationConfig().to_dict())
+
+
+def _pocket_audio_tokenizer(model: Any, folder: pathlib.Path) -> None:
+    """Pocket TTS's waveform decoder is its processor's audio tokenizer, a checkpoint of its own which
+    processor_config.json names: a tiny one saved beside the weights, named so."""
+    import torch
+    import transformers
+
+    if type(model).__name__ != "PocketTTSForConditionalGeneration":
+        return
+    torch.manual_seed(0)
+    config = tiny_config("pocket_tts_audio_tokenizer", {"latent_dim": int(model.config.latent_dim)})
+    transformers.PocketTTSAudioTokenizerModel(config).eval().save_pretrained(folder / "audio_tokenizer")
+    named = {
+        "audio_tokenizer_class": "PocketTTSAudioTokenizerModel",
+        "audio_tokenizer_name_or_path": "audio_tokenizer",
+    }
+    (folder / "processor_config.json").write_text(json.dumps({"audio_tokenizer": named}))
 
 
 def _bark_check(model: Any) -> None:

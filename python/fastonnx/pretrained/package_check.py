@@ -540,6 +540,10 @@ def verify_package(
                 from fastonnx.pretrained.csm_stages import check_package as check_csm
 
                 infos = check_csm(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "flow_head.onnx" in specs:
+                from fastonnx.pretrained.pocket_tts_stages import check_package as check_pocket
+
+                infos = check_pocket(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

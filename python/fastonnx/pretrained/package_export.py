@@ -29,6 +29,7 @@ from fastonnx.pretrained import (
     bark_stages,
     csm_stages,
     melody_code_loops,
+    pocket_tts_stages,
     shared_cache,
     spectrogram_loops,
     targets,
@@ -186,6 +187,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
         if task == "text-to-audio" and csm_stages.own_layout(built):
             return csm_stages.stage_graphs(built, config)  # CSM's backbone, depth decoder, Mimi: three
+        if task == "text-to-audio" and pocket_tts_stages.own_layout(built):
+            return pocket_tts_stages.stage_graphs(built, config)  # Pocket TTS's step and flow head
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:
