@@ -27,6 +27,7 @@ from fastonnx.pipeline.options import ExportOptions
 from fastonnx.pretrained import (
     audio_code_loops,
     bark_stages,
+    higgs_audio_stages,
     melody_code_loops,
     shared_cache,
     spectrogram_loops,
@@ -183,6 +184,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return melody_code_loops.loop_graphs(built, config)  # MusicGen Melody's: four files
         if task == "text-to-audio" and bark_stages.own_layout(built):
             return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
+        if task == "text-to-audio" and higgs_audio_stages.own_layout(built):
+            return higgs_audio_stages.stage_graphs(built, config)  # Higgs Audio V2's: two files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:
