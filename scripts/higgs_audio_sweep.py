@@ -51,6 +51,8 @@ def tokenizer_config(model_config: Any) -> Any:
             "num_hidden_layers": 1,
             "num_attention_heads": 2,
             "intermediate_size": 16,
+            "num_conv_pos_embedding_groups": 2,
+            "conv_dim": [8] * 7,
         },
     )
 

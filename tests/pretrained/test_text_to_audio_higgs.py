@@ -46,6 +46,8 @@ def _tiny_tokenizer() -> stages.TokenizerDecode:
             "num_hidden_layers": 1,
             "num_attention_heads": 2,
             "intermediate_size": 16,
+            "num_conv_pos_embedding_groups": 2,
+            "conv_dim": [8] * 7,
         },
     )
     torch.manual_seed(1)

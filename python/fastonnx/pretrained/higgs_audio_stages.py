@@ -406,6 +406,8 @@ def generated_frames(
     """Steps 1 to 5 of the module docstring over ``step(input_ids, audio_input_ids, attention_mask,
     position_ids)`` (the last position's logits, the cache kept by ``step``): the audio frames ``generate``
     returns (the voice prompt's, then the generated ones: ``b`` x frames x K)."""
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be 1 or more, got {max_new_tokens}")
     c, gen = model.config, model.generation_config
     batch = input_ids.shape[0]
     books = int(c.num_codebooks)
@@ -422,14 +424,18 @@ def generated_frames(
     delays = DelayPattern(c)
     ras = getattr(gen, "ras_win_len", None), getattr(gen, "ras_win_max_num_repeat", None)
     stops, eos = _ids(gen.eos_token_id), c.eos_token_id
-    text, frames, mask = input_ids, audio_input_ids, attention_mask
+    text, mask = input_ids, attention_mask
+    frames = (
+        audio_input_ids if audio_input_ids is not None else torch.zeros(batch, 0, books, dtype=torch.int64)
+    )
+    prompted = audio_input_ids is not None  # transformers' audio_input_ids: None until a frame is made
     unfinished = torch.ones(batch, dtype=torch.bool)
     fed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = (input_ids, aligned, positions)
     bos, stream_eos = int(c.audio_stream_bos_id), int(c.audio_stream_eos_id)
     for generated in range(max_new_tokens):
         logits = step(fed[0], fed[1], mask, fed[2]).float()
         new = delays(text, logits).argmax(-1)  # b x K
-        if ras[0] is not None and ras[1] is not None and frames is not None:
+        if ras[0] is not None and ras[1] is not None and (prompted or generated > 0):
             window = frames[:, -int(ras[0]) :, :]
             repeats = ((window == new.unsqueeze(1)) & (window != bos) & (window != stream_eos)).sum(1)
             redraw = repeats >= int(ras[1])
@@ -438,19 +444,19 @@ def generated_frames(
         if stops:
             new = torch.where(unfinished.unsqueeze(1), new, stream_eos)
         some_eos, all_eos = (new == stream_eos).any(-1), (new == stream_eos).all(-1)
-        frames = new.unsqueeze(1) if frames is None else torch.cat([frames, new.unsqueeze(1)], dim=1)
+        frames = torch.cat([frames, new.unsqueeze(1)], dim=1)
         token = torch.full((batch,), int(c.audio_token_id))
         token[some_eos | (text[:, -1] == int(c.audio_delay_token_id))] = int(c.audio_delay_token_id)
         if eos is not None:
             token[all_eos] = int(eos)
         text = torch.cat([text, token.unsqueeze(1)], dim=1)
-        unfinished &= ~torch.isin(token, torch.tensor(stops)) if stops else unfinished
+        if stops:
+            unfinished &= ~torch.isin(token, torch.tensor(stops))
         if not bool(unfinished.any()) or generated + 1 == max_new_tokens:
             break
         mask = torch.cat([mask, torch.ones(batch, 1, dtype=mask.dtype)], dim=1)
         position = fed[2][:, -1:] + 1
         fed = (torch.full((batch, 1), int(c.audio_token_id)), new.unsqueeze(1), position)
-    assert frames is not None
     return frames
 
 
@@ -519,11 +525,8 @@ def reference_decode(path: pathlib.Path) -> tuple[Any, str]:
         tokenizer: Any = HiggsAudioV2TokenizerModel.from_pretrained(path, dtype=torch.float32)
         tokenizer.eval()
         return (lambda codes: tokenizer.decode(codes, return_dict=False)), "HiggsAudioV2TokenizerModel.decode"
-    decode = load_tokenizer_decode(path)
-    return (
-        decode,
-        "the tokenizer's decode in torch (torchaudio, which HiggsAudioV2TokenizerModel imports, is missing)",
-    )
+    # transformers' class imports torchaudio: its decode's modules run here with the checkpoint's weights
+    return load_tokenizer_decode(path), "the decode's modules in torch: no torchaudio"
 
 
 def check_inputs(model: Any) -> list[dict[str, torch.Tensor]]:
