@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import fastonnx
+from fastonnx.errors import InputError
 from fastonnx.pretrained import higgs_audio_stages as stages
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
@@ -65,7 +66,7 @@ def _tiny_model() -> Any:
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=16,
@@ -86,6 +87,9 @@ def _tiny_model() -> Any:
     # repetition-aware sampling (the released generation config's): a codebook repeating a code of the
     # last 4 frames is drawn anew, in the check from the seeded generator on both sides
     model.generation_config.ras_win_len, model.generation_config.ras_win_max_num_repeat = 4, 1
+    # a generation config of its own, as released: from_pretrained rebuilds one marked as made from the
+    # model's config from that config, without the keys above
+    model.generation_config._from_model_config = False
     return model
 
 
@@ -104,6 +108,16 @@ def test_auto_takes_higgs_to_text_to_audio() -> None:
         {"model_type": "higgs_audio_v2", "architectures": ["HiggsAudioV2ForConditionalGeneration"]}, "auto"
     )
     assert (task.name, chosen) == ("text-to-audio", "HiggsAudioV2ForConditionalGeneration")
+
+
+def test_a_checkpoint_naming_no_audio_tokenizer_is_refused(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(InputError, match="no processor_config.json naming it"):
+        stages.audio_tokenizer_path(tmp_path)
+    (tmp_path / stages.PROCESSOR_FILE).write_text(
+        '{"audio_tokenizer": {"audio_tokenizer_name_or_path": "./gone"}}'
+    )
+    with pytest.raises(InputError, match="no checkpoint folder at ./gone"):
+        stages.audio_tokenizer_path(tmp_path)
 
 
 def test_higgs_package_is_verified(package: Any) -> None:
@@ -130,19 +144,21 @@ def test_check_fails_on_perturbed_sessions(package: Any) -> None:
         out = _run(session, names, tensors)
         if session is decoder:
             calls["steps"] += 1
-            if calls["steps"] == 7:  # the second row's codebook 1 picks code 3 at frame 7
-                out[0][1, -1, CODES + 2 + 3] += 100.0
+            if calls["steps"] == stages.NEW_TOKENS:
+                # the last step's logits of the first row reversed: its free codebooks pick other codes (the
+                # last step: no later draw of the repetition-aware sampling shifts for the second row)
+                out[0][0, -1] *= -1
         if session is decode:
             calls["decodes"] += 1
-            if calls["decodes"] == 1:
-                out[0] += 1e-3  # the first row's waveform off by 10 x atol
+            if calls["decodes"] == 2:
+                out[0] += 1e-3  # the second row's waveform off by 10 x atol
         return out
 
     text = stages.check_inputs(model)[0]
     reference = stages.reference_decode(stages.audio_tokenizer_path(package.outdir.parent / "checkpoint"))
     infos = stages.check_prompt(sessions, model, perturbed, float32_tolerance, text, 0, reference)
     frames, first, second = infos
-    assert not frames.passed and not second.passed
-    # the first row's codes are unchanged: its waveform fails by the offset alone
-    assert not first.passed and first.max_abs_diff == pytest.approx(1e-3, rel=1e-2)
-    assert calls["decodes"] == 2 and calls["steps"] >= 7
+    assert not frames.passed and not first.passed
+    # the second row's codes are unchanged: its waveform fails by the offset alone
+    assert not second.passed and second.max_abs_diff == pytest.approx(1e-3, rel=1e-2)
+    assert calls == {"steps": stages.NEW_TOKENS, "decodes": 2}
