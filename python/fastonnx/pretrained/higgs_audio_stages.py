@@ -43,13 +43,15 @@ max_new_tokens=N)`` does; ``cfg`` the model's config, ``gen`` its generation con
    ``eos[b, k] = k + 1``, less ``K - j`` likewise for ``audio_delay_token_id``. Each step, on the last
    position's logits as ``b`` x K x C: where ``bos >= 0`` only ``cfg.audio_stream_bos_id`` is allowed,
    then those ``bos`` decrease by 1; where the last text token is ``audio_delay_token_id`` the row's
-   ``eos`` decrease by 1; where ``eos <= 0`` only ``cfg.audio_stream_eos_id`` is allowed. The argmax of
-   each codebook is the new frame (``b`` x K).
+   ``eos`` decrease by 1; where ``eos <= 0`` only ``cfg.audio_stream_eos_id`` is allowed (where both
+   hold, nothing: every score -inf, the argmax 0, as in transformers). The argmax of each codebook is the
+   new frame (``b`` x K).
 3. Repetition-aware sampling, only where ``gen`` sets ``ras_win_len`` and ``ras_win_max_num_repeat``
    and audio frames precede: in the last ``ras_win_len`` frames (the voice prompt's padded frames
-   included), a codebook whose new code came ``ras_win_max_num_repeat`` times or more (stream bos and
-   eos not counted) is drawn anew from softmax(its raw logits) (``torch.multinomial``, one draw each,
-   batch-major): a random draw, from torch's global generator as transformers draws it.
+   included), a codebook whose new code is there ``ras_win_max_num_repeat`` times or more (stream bos
+   and eos not counted) is drawn anew from softmax(its raw logits) (``torch.multinomial``, one draw
+   each, batch-major, a call each step even with none to draw): a random draw, from torch's global
+   generator as transformers draws it.
 4. A finished row's frame is K times ``audio_stream_eos_id``. The frame is appended to the audio
    frames; the text token appended is ``audio_token_id``, ``audio_delay_token_id`` where the frame holds
    a stream eos or the last text token was the delay token, ``cfg.eos_token_id`` where the frame is all
@@ -65,6 +67,13 @@ max_new_tokens=N)`` does; ``cfg`` the model's config, ``gen`` its generation con
 
 Sampling (``do_sample``, temperature, top-k, top-p: applied per codebook after step 2) is the runtime's
 choice over the same logits; the check runs greedy.
+
+The check (``check_package``) runs this loop over the onnxruntime sessions and transformers' ``generate``
+then HiggsAudioV2Processor's ``batch_decode``, each from torch's generator seeded alike (step 3's draws),
+on a text prompt and a voice prompt (``check_inputs``): the frames equal, each row's waveform within the
+tolerances. The waveform's reference is transformers' HiggsAudioV2TokenizerModel where torchaudio is
+installed, else ``TokenizerDecode`` run in torch (transformers' DAC decoder, the checkpoint's weights),
+which the report names.
 """
 
 from __future__ import annotations
