@@ -249,7 +249,7 @@ def audio_tokenizer_path(checkpoint: pathlib.Path) -> pathlib.Path:
 
 def load_tokenizer_decode(path: pathlib.Path) -> TokenizerDecode:
     """``TokenizerDecode`` with the tokenizer checkpoint's weights (every one its decode reads)."""
-    from safetensors.torch import load_file
+    from safetensors import safe_open
     from transformers import AutoConfig
 
     from fastonnx.pretrained.folder import read_folder
@@ -262,8 +262,9 @@ def load_tokenizer_decode(path: pathlib.Path) -> TokenizerDecode:
     decode = TokenizerDecode(config).eval()
     wanted = decode.state_dict()
     found: dict[str, torch.Tensor] = {}
-    for shard in read_folder(path).shards:
-        found.update({k: v for k, v in load_file(os.fspath(shard)).items() if k in wanted})
+    for shard in read_folder(path).shards:  # only the decode's tensors read (not the encoders')
+        with safe_open(os.fspath(shard), framework="pt") as f:
+            found.update({k: f.get_tensor(k) for k in f.keys() if k in wanted})
     missing = sorted(set(wanted) - set(found))
     if missing:
         raise InputError(
