@@ -41,6 +41,7 @@ SECTION = "transformers-architectures"
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import higgs_audio_sweep  # noqa: E402
 from fastonnx.pretrained import tasks as _tasks  # noqa: E402  (after the path: a checkout's own package)
 from tiny_config_fixes import tiny_fixes  # noqa: E402
 
@@ -733,6 +734,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _eager_check(task, model)
     save_reloadable(model, folder)
     _pocket_audio_tokenizer(model, folder)
+    higgs_audio_sweep.save_audio_tokenizer(model, folder)  # its audio tokenizer: a checkpoint beside
     vocab = getattr(text_config(model.config, encoder=True), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
@@ -862,6 +864,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _csm_check(model)
             elif task == "text-to-audio" and pocket_tts_stages.own_layout(model):
                 pocket_tts_stages.eager_generate(model)  # its generate: latents from the flow head
+            elif task == "text-to-audio" and type(model).__name__ == higgs_audio_sweep.CLASS:
+                higgs_audio_sweep.generate_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image

@@ -670,6 +670,10 @@ FIXES["gemma3n_audio"] = {"conf_num_hidden_layers": 2, "conf_num_attention_heads
 # sweep's shrinking leaves as they are (the whole qwen3_asr's audio_config alike): 8
 FIXES["qwen3_asr_encoder"] = {"downsample_hidden_size": 8}
 
+# bosonai's Higgs Audio V2: codebook_size counts the codes and the stream's bos and eos after them (its
+# config's defaults, 1024 with the bos at 1024, leave them outside): 32 codes, bos 32, eos 33
+FIXES["higgs_audio_v2"] = {"codebook_size": 34, "audio_stream_bos_id": 32, "audio_stream_eos_id": 33}
+
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""

@@ -544,6 +544,10 @@ def verify_package(
                 from fastonnx.pretrained.pocket_tts_stages import check_package as check_pocket
 
                 infos = check_pocket(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "audio_tokenizer_decode.onnx" in specs:
+                from fastonnx.pretrained.higgs_audio_stages import check_package as check_higgs
+
+                infos = check_higgs(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

@@ -28,6 +28,7 @@ from fastonnx.pretrained import (
     audio_code_loops,
     bark_stages,
     csm_stages,
+    higgs_audio_stages,
     melody_code_loops,
     pocket_tts_stages,
     shared_cache,
@@ -189,6 +190,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return csm_stages.stage_graphs(built, config)  # CSM's backbone, depth decoder, Mimi: three
         if task == "text-to-audio" and pocket_tts_stages.own_layout(built):
             return pocket_tts_stages.stage_graphs(built, config)  # Pocket TTS's step and flow head
+        if task == "text-to-audio" and higgs_audio_stages.own_layout(built):
+            return higgs_audio_stages.stage_graphs(built, config)  # Higgs Audio V2's: two files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

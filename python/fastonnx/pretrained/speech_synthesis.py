@@ -42,7 +42,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 
 LOOPS: dict[str, str] = {
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
-    "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
     "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
     "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
@@ -63,12 +62,13 @@ LOOP_CLASSES = frozenset(
         "BarkModel",
         "CsmForConditionalGeneration",
         "PocketTTSForConditionalGeneration",
+        "HiggsAudioV2ForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
 (bark_stages.py), CSM's backbone and depth decoder (csm_stages.py), Pocket TTS's backbone step and flow head
-(pocket_tts_stages.py)."""
+(pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py)."""
 
 TOKENS = 7
 
