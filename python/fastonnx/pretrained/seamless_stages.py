@@ -521,10 +521,10 @@ def through_sessions(model: Any, sessions: dict[str, Any], run: Any, calls: Coun
         logits, padding = ran(T2U_FILE, names, feeds)
         return SeamlessM4Tv2TextToUnitOutput(last_hidden_state=logits, padding_mask=padding)
 
-    def vocoder(input_ids: Any, *args: Any, **kwargs: Any) -> Any:
-        speaker, lang = (*args, *kwargs.values())[:2]
+    def vocoder(input_ids: Any, lang_id: Any, **kwargs: Any) -> Any:
+        speaker = kwargs["speaker_id" if is_v2(model) else "spkr_id"]  # v1 names it spkr_id
         waveform, lengths = ran(
-            VOCODER_FILE, ["input_ids", "speaker_id", "lang_id"], [input_ids, speaker, lang]
+            VOCODER_FILE, ["input_ids", "speaker_id", "lang_id"], [input_ids, speaker, lang_id]
         )
         return waveform, lengths.squeeze()  # transformers' squeeze: a batch of one's length a scalar
 
