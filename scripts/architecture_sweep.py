@@ -727,6 +727,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     torch.manual_seed(0)
     model = cls(config).eval()
     _bark_generation_config(model)
+    _seamless_generation(model)
     _untie_zero_matrices(model)
     _unit_batch_norm_scales(model)
     _spread_keypoint_scores(model)
@@ -866,6 +867,8 @@ def _eager_check(task: str, model: Any) -> None:
                 pocket_tts_stages.eager_generate(model)  # its generate: latents from the flow head
             elif task == "text-to-audio" and type(model).__name__ == higgs_audio_sweep.CLASS:
                 higgs_audio_sweep.generate_check(model)
+            elif task == "text-to-audio" and type(model).__name__ in _SEAMLESS_SPEECH:
+                _seamless_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -1014,6 +1017,47 @@ def _csm_check(model: Any) -> None:
     vocab = min(100, int(model.config.text_vocab_size))
     ids = torch.randint(3, vocab, (1, 8), generator=torch.Generator().manual_seed(0))
     model.generate(ids, do_sample=False, depth_decoder_do_sample=False, max_new_tokens=2, output_audio=True)
+
+
+_SEAMLESS_SPEECH = frozenset({"SeamlessM4TForTextToSpeech", "SeamlessM4Tv2ForTextToSpeech"})
+_SUBWORDS = ["▁he", "llo", ",", "▁wor", "ld", ".", "▁a", "b", "?", "▁c"]
+
+
+def _seamless_generation(model: Any) -> None:
+    """SeamlessM4T's generate reads its generation_config.json's maps (the target language's text, unit
+    and vocoder ids; v2's subword of every text id and id of every character), which a model built from a
+    config lacks: two languages at the tiny vocabularies' ends, subwords and characters of a few letters.
+    Its unit decoder's head rows of the control ids below the vocoder's offset (but its pad) zeroed: a
+    random one predicts them, which transformers would offset to a negative vocoder unit."""
+    if type(model).__name__ not in _SEAMLESS_SPEECH:
+        return
+    import torch
+    from transformers import GenerationConfig
+
+    config = model.config
+    generation = GenerationConfig.from_dict(model.generation_config.to_dict())
+    generation._from_model_config = False  # saved as it is: from_pretrained would remake a derived one
+    generation.text_decoder_lang_to_code_id = {"eng": config.vocab_size - 2, "fra": config.vocab_size - 1}
+    generation.t2u_lang_code_to_id = {"eng": config.t2u_vocab_size - 2, "fra": config.t2u_vocab_size - 1}
+    generation.vocoder_lang_code_to_id = {"eng": 0, "fra": 1}
+    if config.model_type == "seamless_m4t_v2":
+        generation.id_to_text = {str(i): _SUBWORDS[i % len(_SUBWORDS)] for i in range(config.vocab_size)}
+        generation.char_to_id = {c: 4 + i for i, c in enumerate(sorted(set("".join(_SUBWORDS))))}
+    model.generation_config = generation
+    with torch.no_grad():
+        for i in range(int(config.vocoder_offset)):
+            if i != config.t2u_pad_token_id:
+                model.t2u_model.lm_head.weight[i] = 0.0
+
+
+def _seamless_check(model: Any) -> None:
+    """SeamlessM4T's text-to-speech: ``generate`` (text, then units, then the vocoder) greedy on a short
+    text, a few tokens of each."""
+    import torch
+
+    ids = torch.randint(4, 100, (1, 8), generator=torch.Generator().manual_seed(0))
+    lengths = {} if model.config.model_type == "seamless_m4t_v2" else {"speech_max_new_tokens": 8}
+    model.generate(ids, tgt_lang="eng", do_sample=False, text_max_new_tokens=6, **lengths)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

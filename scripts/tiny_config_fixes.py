@@ -675,6 +675,23 @@ FIXES["qwen3_asr_encoder"] = {"downsample_hidden_size": 8}
 FIXES["higgs_audio_v2"] = {"codebook_size": 34, "audio_stream_bos_id": 32, "audio_stream_eos_id": 33}
 
 
+# facebook/hf-seamless-m4t-medium's and seamless-m4t-v2-large's text-to-unit model and unit HiFi-GAN: sizes
+# under t2u_* and vocoder names the sweep's shrinking does not know (6 + 6 layers of 16 heads, 8192-wide
+# FFNs; 512 HiFi-GAN channels over 1280-wide unit embeddings and 256-wide language and speaker ones): the
+# text model's tiny 2 layers, 4 heads, 128-wide FFNs, and a 32-channel HiFi-GAN over 64-wide units
+_SEAMLESS_UNITS = {
+    **{f"t2u_{side}_layers": 2 for side in ("encoder", "decoder")},
+    **{f"t2u_{side}_ffn_dim": 128 for side in ("encoder", "decoder")},
+    **{f"t2u_{side}_attention_heads": 4 for side in ("encoder", "decoder")},
+    "upsample_initial_channel": 32,
+    "unit_embed_dim": 64,
+    "lang_embed_dim": 16,
+    "spkr_embed_dim": 16,
+}
+FIXES["seamless_m4t"] = _SEAMLESS_UNITS
+FIXES["seamless_m4t_v2"] = {**_SEAMLESS_UNITS, "t2u_variance_predictor_hidden_dim": 64}
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

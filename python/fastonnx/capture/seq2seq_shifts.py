@@ -13,7 +13,7 @@ is left as transformers writes it: torch.export keeps its data-dependent size un
 transformers' function on every input it accepts (as many eos tokens in every row, at least one); its
 checks of the counts become runtime asserts, which ONNX drops (converters/checks.py).
 
-M2M100's, NLLB-MoE's, SeamlessM4Tv2's and Kosmos-2's (2.5's) sinusoidal position embeddings read a table sized at init
+M2M100's, NLLB-MoE's, SeamlessM4T's (v2's) and Kosmos-2's (2.5's) sinusoidal position embeddings read a table sized at init
 and rebuild it larger when ``padding_idx + 1 + L + past`` exceeds it: a branch on the length (the guard
 ``L <= 129`` for a table of 128 positions; where torch does not keep it, a graph gathering past its
 table). ``sinusoidal_positions_by_formula`` computes each position's row from the
@@ -336,6 +336,7 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "nllb_moe": {"NllbMoeSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "kosmos2": {"Kosmos2TextSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "kosmos2_5": {"Kosmos2_5TextSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
+    "seamless_m4t": {"SeamlessM4TSinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula},
     "seamless_m4t_v2": {
         "SeamlessM4Tv2SinusoidalPositionalEmbedding.forward": sinusoidal_positions_by_formula
     },

@@ -548,6 +548,10 @@ def verify_package(
                 from fastonnx.pretrained.higgs_audio_stages import check_package as check_higgs
 
                 infos = check_higgs(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "vocoder.onnx" in specs:
+                from fastonnx.pretrained.seamless_stages import check_package as check_seamless
+
+                infos = check_seamless(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

@@ -31,6 +31,7 @@ from fastonnx.pretrained import (
     higgs_audio_stages,
     melody_code_loops,
     pocket_tts_stages,
+    seamless_stages,
     shared_cache,
     spectrogram_loops,
     targets,
@@ -192,6 +193,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return pocket_tts_stages.stage_graphs(built, config)  # Pocket TTS's step and flow head
         if task == "text-to-audio" and higgs_audio_stages.own_layout(built):
             return higgs_audio_stages.stage_graphs(built, config)  # Higgs Audio V2's: two files
+        if task == "text-to-audio" and seamless_stages.own_layout(built):
+            return seamless_stages.stage_graphs(built, config)  # SeamlessM4T's stages: four or five files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

@@ -46,9 +46,6 @@ LOOPS: dict[str, str] = {
     "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
     "code predictor), then waveforms",
-    "SeamlessM4TForTextToSpeech": "translates the text and generates its unit tokens in loops, then a vocoder",
-    "SeamlessM4Tv2ForTextToSpeech": "translates the text and generates its unit tokens in loops, then a "
-    "vocoder",
     "VibeVoiceForConditionalGeneration": "generates its speech latents in a loop (a language model and a "
     "diffusion head)",
 }
@@ -63,12 +60,15 @@ LOOP_CLASSES = frozenset(
         "CsmForConditionalGeneration",
         "PocketTTSForConditionalGeneration",
         "HiggsAudioV2ForConditionalGeneration",
+        "SeamlessM4TForTextToSpeech",
+        "SeamlessM4Tv2ForTextToSpeech",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
 (bark_stages.py), CSM's backbone and depth decoder (csm_stages.py), Pocket TTS's backbone step and flow head
-(pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py)."""
+(pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py),
+SeamlessM4T's and v2's (seamless_stages.py)."""
 
 TOKENS = 7
 
