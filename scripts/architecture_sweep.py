@@ -855,6 +855,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _speech_loop_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "BarkModel":
                 _bark_check(model)
+            elif task == "text-to-audio" and type(model).__name__.startswith("GradiumPhononTTS"):
+                _phonon_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -975,6 +977,15 @@ def _bark_check(model: Any) -> None:
     ids[0, :8] = torch.randint(0, 100, (8,), generator=torch.Generator().manual_seed(0))
     mask[0, :8] = 1
     model.generate(ids, attention_mask=mask, do_sample=False, semantic_max_new_tokens=4, fine_temperature=1.0)
+
+
+def _phonon_check(model: Any) -> None:
+    """Gradium Phonon generates latents in a loop: ``generate`` greedy on a short left-padded prompt ending
+    with its audio BOS (PocketTTSProcessor's), a few frames."""
+    from fastonnx.pretrained.phonon_latent_loops import check_inputs
+
+    ids, mask = check_inputs(model, 2, 6)
+    model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=4, frames_after_eos=1)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

@@ -43,7 +43,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 LOOPS: dict[str, str] = {
     "CsmForConditionalGeneration": "generates its audio codebooks in a loop (a backbone and a depth decoder), "
     "then decodes them with Mimi",
-    "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
     "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
     "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
@@ -64,11 +63,12 @@ LOOP_CLASSES = frozenset(
         "MusicgenForConditionalGeneration",
         "MusicgenMelodyForConditionalGeneration",
         "BarkModel",
+        "GradiumPhononTTSForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
-(bark_stages.py)."""
+(bark_stages.py), Gradium Phonon's latent loop (phonon_latent_loops.py)."""
 
 TOKENS = 7
 
