@@ -27,7 +27,7 @@ def _tiny_model() -> Any:
     config = GradiumPhononTTSConfig(
         vocab_size=64,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=4,
         intermediate_size=64,
         latent_dim=8,
