@@ -27,7 +27,8 @@ Files (``b`` the batch, ``L`` layers, ``H`` x ``D`` the key/value heads and head
 
 The loop (``generated_by_sessions``; ``generate(input_ids, attention_mask, max_new_tokens=N, ...)``;
 ``num_flow_steps`` S, ``eos_threshold``, ``min_frames_before_eos`` and ``frames_after_eos`` from the call,
-else the generation config, else 1, -4.0, 6 and 1):
+else the generation config, else 1, -4.0, 6 and 1; N the call's, else ``ceil((T / 3 + 2) * frame_rate)``
+with T the longest row's text tokens, as ``generate`` sets it):
 
 1. The prompt (PocketTTSProcessor's: left-padded, each row ending with ``audio_bos_token_id``) with its
    mask; ``position_ids`` = cumsum(mask) - 1, 0 where the mask is 0; ``audio_latents`` zeros; an empty
