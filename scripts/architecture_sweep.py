@@ -869,6 +869,8 @@ def _eager_check(task: str, model: Any) -> None:
                 higgs_audio_sweep.generate_check(model)
             elif task == "text-to-audio" and type(model).__name__ in _SEAMLESS_SPEECH:
                 _seamless_check(model)
+            elif task == "text-to-audio" and type(model).__name__.startswith("GradiumPhononTTS"):
+                _phonon_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -1058,6 +1060,15 @@ def _seamless_check(model: Any) -> None:
     ids = torch.randint(4, 100, (1, 8), generator=torch.Generator().manual_seed(0))
     lengths = {} if model.config.model_type == "seamless_m4t_v2" else {"speech_max_new_tokens": 8}
     model.generate(ids, tgt_lang="eng", do_sample=False, text_max_new_tokens=6, **lengths)
+
+
+def _phonon_check(model: Any) -> None:
+    """Gradium Phonon generates latents in a loop: ``generate`` greedy on a short left-padded prompt ending
+    with its audio BOS (PocketTTSProcessor's), a few frames."""
+    from fastonnx.pretrained.phonon_latent_loops import check_inputs
+
+    ids, mask = check_inputs(model, 2, 6)
+    model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=4, frames_after_eos=1)
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

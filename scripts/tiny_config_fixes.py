@@ -535,6 +535,9 @@ FIXES.update(
             "depth_decoder_config": {"num_codebooks": 8},
             "codec_config": {"num_filters": 16, "codebook_size": 128, "num_quantizers": 8},
         },
+        # transformers' load-time conversion of Gradium Phonon's fused in_proj chunks it into three equal
+        # q / k / v parts: grouped key/value heads (the sweep's 2 of 4) fail to load back
+        "gradium_phonon_tts": {"num_key_value_heads": 4},
         # Diffusion Gemma's text layers route to experts as Gemma 4's MoE checkpoints do (google/gemma-4-26B-A4B:
         # 128 experts, 8 a token); the config class leaves their count, top-k and width None, which its router's and
         # experts' widths read: the sweep's tiny expert count and width

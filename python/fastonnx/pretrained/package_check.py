@@ -23,7 +23,7 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.half_precision import feeds_as_session_types
-from fastonnx.pretrained import tower_features, towers_alone, whisper_genai_steps
+from fastonnx.pretrained import phonon_latent_loops, tower_features, towers_alone, whisper_genai_steps
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -552,6 +552,8 @@ def verify_package(
                 from fastonnx.pretrained.seamless_stages import check_package as check_seamless
 
                 infos = check_seamless(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and phonon_latent_loops.own_layout(model):
+                infos = phonon_latent_loops.check_package(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

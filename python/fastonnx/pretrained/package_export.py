@@ -30,6 +30,7 @@ from fastonnx.pretrained import (
     csm_stages,
     higgs_audio_stages,
     melody_code_loops,
+    phonon_latent_loops,
     pocket_tts_stages,
     seamless_stages,
     shared_cache,
@@ -195,6 +196,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return higgs_audio_stages.stage_graphs(built, config)  # Higgs Audio V2's: two files
         if task == "text-to-audio" and seamless_stages.own_layout(built):
             return seamless_stages.stage_graphs(built, config)  # SeamlessM4T's stages: four or five files
+        if task == "text-to-audio" and phonon_latent_loops.own_layout(built):
+            return phonon_latent_loops.loop_graphs(built, config)  # Gradium Phonon's: three files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

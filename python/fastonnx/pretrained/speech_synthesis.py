@@ -41,7 +41,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 """The one-forward classes and the outputs of their graph."""
 
 LOOPS: dict[str, str] = {
-    "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
     "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
@@ -62,13 +61,14 @@ LOOP_CLASSES = frozenset(
         "HiggsAudioV2ForConditionalGeneration",
         "SeamlessM4TForTextToSpeech",
         "SeamlessM4Tv2ForTextToSpeech",
+        "GradiumPhononTTSForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
 (bark_stages.py), CSM's backbone and depth decoder (csm_stages.py), Pocket TTS's backbone step and flow head
 (pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py),
-SeamlessM4T's and v2's (seamless_stages.py)."""
+SeamlessM4T's and v2's (seamless_stages.py), Gradium Phonon's latent loop (phonon_latent_loops.py)."""
 
 TOKENS = 7
 
