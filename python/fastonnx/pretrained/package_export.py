@@ -31,6 +31,7 @@ from fastonnx.pretrained import (
     shared_cache,
     spectrogram_loops,
     targets,
+    vibevoice_stages,
 )
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
@@ -183,6 +184,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return melody_code_loops.loop_graphs(built, config)  # MusicGen Melody's: four files
         if task == "text-to-audio" and bark_stages.own_layout(built):
             return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
+        if task == "text-to-audio" and vibevoice_stages.own_layout(built):
+            return vibevoice_stages.stage_graphs(built, config)  # VibeVoice's stages: seven files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

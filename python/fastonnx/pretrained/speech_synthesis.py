@@ -53,8 +53,6 @@ LOOPS: dict[str, str] = {
     "SeamlessM4TForTextToSpeech": "translates the text and generates its unit tokens in loops, then a vocoder",
     "SeamlessM4Tv2ForTextToSpeech": "translates the text and generates its unit tokens in loops, then a "
     "vocoder",
-    "VibeVoiceForConditionalGeneration": "generates its speech latents in a loop (a language model and a "
-    "diffusion head)",
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
@@ -64,11 +62,12 @@ LOOP_CLASSES = frozenset(
         "MusicgenForConditionalGeneration",
         "MusicgenMelodyForConditionalGeneration",
         "BarkModel",
+        "VibeVoiceForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
-(bark_stages.py)."""
+(bark_stages.py), VibeVoice's (vibevoice_stages.py)."""
 
 TOKENS = 7
 
