@@ -731,6 +731,7 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _untie_zero_matrices(model)
     _unit_batch_norm_scales(model)
     _spread_keypoint_scores(model)
+    _spread_speech_token_rows(model)
     _released_generation(model)
     _eager_check(task, model)
     save_reloadable(model, folder)
@@ -799,6 +800,22 @@ def _spread_keypoint_scores(model: Any) -> None:
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 2 if p.dim() > 1 else torch.zeros_like(p))
+
+
+def _spread_speech_token_rows(model: Any) -> None:
+    """Redraws VibeVoice's head rows for the four tokens its generate picks among (N(0, 1)): a tiny random
+    head scores them alike and picks the same one every step, never the audio token that runs the
+    diffusion head and the codec, and the package check refuses a generation that runs no stage."""
+    import torch
+
+    if type(model).__name__ != "VibeVoiceForConditionalGeneration":
+        return
+    config = model.config
+    rows = [config.audio_bos_token_id, config.audio_eos_token_id, config.audio_token_id, config.eos_token_id]
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for row in rows:
+            model.lm_head.weight[row].normal_(generator=g)
 
 
 def _untie_zero_matrices(model: Any) -> None:
@@ -871,6 +888,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _seamless_check(model)
             elif task == "text-to-audio" and type(model).__name__.startswith("GradiumPhononTTS"):
                 _phonon_check(model)
+            elif task == "text-to-audio" and type(model).__name__ == "VibeVoiceForConditionalGeneration":
+                _vibevoice_check(model)
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -1069,6 +1088,14 @@ def _phonon_check(model: Any) -> None:
 
     ids, mask = check_inputs(model, 2, 6)
     model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=4, frames_after_eos=1)
+
+
+def _vibevoice_check(model: Any) -> None:
+    """VibeVoice generates with a noise scheduler (diffusers' by default, not installed): ``generate``
+    greedy on a short prompt with the package check's scheduler and inputs."""
+    from fastonnx.pretrained import vibevoice_stages
+
+    vibevoice_stages.generate(model, *vibevoice_stages.check_inputs(model))
 
 
 def _required_side_inputs(model: Any, ids: Any) -> dict[str, Any]:

@@ -122,7 +122,7 @@ def test_relative_positions_and_shift_are_transformers() -> None:
 
 @pytest.mark.parametrize(
     ("model_type", "class_name"),
-    [("vibevoice", "VibeVoiceForConditionalGeneration")],
+    [("qwen3_omni_moe", "Qwen3OmniMoeForConditionalGeneration")],
 )
 def test_generating_models_are_refused_with_the_reason(model_type: str, class_name: str) -> None:
     # before anything is read: the class alone says it

@@ -554,6 +554,10 @@ def verify_package(
                 infos = check_seamless(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and phonon_latent_loops.own_layout(model):
                 infos = phonon_latent_loops.check_package(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "diffusion_head.onnx" in specs:
+                from fastonnx.pretrained.vibevoice_stages import check_package as check_vibevoice
+
+                infos = check_vibevoice(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 

@@ -36,6 +36,7 @@ from fastonnx.pretrained import (
     shared_cache,
     spectrogram_loops,
     targets,
+    vibevoice_stages,
 )
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
@@ -198,6 +199,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return seamless_stages.stage_graphs(built, config)  # SeamlessM4T's stages: four or five files
         if task == "text-to-audio" and phonon_latent_loops.own_layout(built):
             return phonon_latent_loops.loop_graphs(built, config)  # Gradium Phonon's: three files
+        if task == "text-to-audio" and vibevoice_stages.own_layout(built):
+            return vibevoice_stages.stage_graphs(built, config)  # VibeVoice's stages: seven files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

@@ -45,8 +45,6 @@ LOOPS: dict[str, str] = {
     "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
     "code predictor), then waveforms",
-    "VibeVoiceForConditionalGeneration": "generates its speech latents in a loop (a language model and a "
-    "diffusion head)",
 }
 """Why each other class of the task's mappings is no one-forward graph."""
 
@@ -62,13 +60,15 @@ LOOP_CLASSES = frozenset(
         "SeamlessM4TForTextToSpeech",
         "SeamlessM4Tv2ForTextToSpeech",
         "GradiumPhononTTSForConditionalGeneration",
+        "VibeVoiceForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
 (bark_stages.py), CSM's backbone and depth decoder (csm_stages.py), Pocket TTS's backbone step and flow head
 (pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py),
-SeamlessM4T's and v2's (seamless_stages.py), Gradium Phonon's latent loop (phonon_latent_loops.py)."""
+SeamlessM4T's and v2's (seamless_stages.py), Gradium Phonon's latent loop (phonon_latent_loops.py),
+VibeVoice's (vibevoice_stages.py)."""
 
 TOKENS = 7
 
