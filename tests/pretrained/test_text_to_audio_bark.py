@@ -22,6 +22,10 @@ from fastonnx.pretrained import bark_stages as stages
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
 
+# a full-matrix family (deselected in CI, the suite being over its 12 minutes): MusicGen's test runs
+# EnCodec's decode and a cached decoder step in CI
+pytestmark = pytest.mark.full_matrix
+
 CODES = 16  # the codec's codebook
 SEMANTIC = 100  # semantic tokens; the eos is the next id
 INIT = 0.2  # wide enough that the text and the codes steer the argmaxes

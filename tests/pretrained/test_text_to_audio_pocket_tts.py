@@ -24,6 +24,10 @@ from fastonnx.pretrained import pocket_tts_stages as stages
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
 
+# a full-matrix family (deselected in CI, the suite being over its 12 minutes): Gradium Phonon's test runs
+# the same backbone-step and flow-head loop in CI
+pytestmark = pytest.mark.full_matrix
+
 VOCAB = 64
 MIN_FRAMES = 2
 

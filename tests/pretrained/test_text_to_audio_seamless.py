@@ -21,6 +21,10 @@ import fastonnx
 from fastonnx.pretrained import seamless_stages as stages
 from fastonnx.pretrained.package_check import _run
 
+# a full-matrix family (deselected in CI, the suite being over its 12 minutes): the text2text and MusicGen
+# tests run its encoder, merged decoder steps and a vocoder-like decode in CI
+pytestmark = pytest.mark.full_matrix
+
 SUBWORDS = ["▁he", "llo", ",", "▁wor", "ld", ".", "▁a", "b", "?", "▁c"]
 CHARACTERS = "▁helowrd,.abc?"
 
