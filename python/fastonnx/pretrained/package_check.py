@@ -540,7 +540,8 @@ def verify_package(
                 from fastonnx.pretrained.csm_stages import check_package as check_csm
 
                 infos = check_csm(sessions, model, specs, _run, tolerance)
-            elif task == "text-to-audio" and "flow_head.onnx" in specs:
+            elif task == "text-to-audio" and type(model).__name__ == "PocketTTSForConditionalGeneration":
+                # by class: Gradium Phonon's package also holds a flow_head.onnx
                 from fastonnx.pretrained.pocket_tts_stages import check_package as check_pocket
 
                 infos = check_pocket(sessions, model, specs, _run, tolerance)
