@@ -28,6 +28,7 @@ from fastonnx.pretrained import (
     audio_code_loops,
     bark_stages,
     melody_code_loops,
+    omni_speech_stages,
     shared_cache,
     spectrogram_loops,
     targets,
@@ -183,6 +184,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return melody_code_loops.loop_graphs(built, config)  # MusicGen Melody's: four files
         if task == "text-to-audio" and bark_stages.own_layout(built):
             return bark_stages.stage_graphs(built, config)  # Bark's stages: four files
+        if task == "text-to-audio" and omni_speech_stages.own_layout(built):
+            return omni_speech_stages.stage_graphs(built, config)  # Qwen2.5-Omni's stages: four files
         return graph_specs(task, built, config)
     except AttributeError as e:
         if getattr(e, "obj", None) is not config:

@@ -46,8 +46,6 @@ LOOPS: dict[str, str] = {
     "GradiumPhononTTSForConditionalGeneration": "generates its audio tokens in a loop",
     "HiggsAudioV2ForConditionalGeneration": "generates its audio tokens in a loop",
     "PocketTTSForConditionalGeneration": "generates its audio latents in a loop",
-    "Qwen2_5OmniForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker), "
-    "then waveforms (token2wav)",
     "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
     "code predictor), then waveforms",
     "SeamlessM4TForTextToSpeech": "translates the text and generates its unit tokens in loops, then a vocoder",
@@ -64,11 +62,12 @@ LOOP_CLASSES = frozenset(
         "MusicgenForConditionalGeneration",
         "MusicgenMelodyForConditionalGeneration",
         "BarkModel",
+        "Qwen2_5OmniForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
 MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_loops.py), Bark's stages
-(bark_stages.py)."""
+(bark_stages.py), Qwen2.5-Omni's (omni_speech_stages.py)."""
 
 TOKENS = 7
 
