@@ -185,7 +185,8 @@ class DitStep(torch.nn.Module):
         speaker_embedding: torch.Tensor,
         time_step: torch.Tensor,
     ) -> torch.Tensor:
-        dit: Any = self.model.token2wav.code2wav_dit_model
+        model: Any = self.model
+        dit = model.token2wav.code2wav_dit_model
         out: torch.Tensor = dit(
             hidden_states=hidden_states,
             condition_vector=reference_mel,
@@ -205,7 +206,8 @@ class Vocoder(torch.nn.Module):
         self.model = model
 
     def forward(self, mel_spectrogram: torch.Tensor) -> torch.Tensor:
-        vocoder: Any = self.model.token2wav.code2wav_bigvgan_model
+        model: Any = self.model
+        vocoder = model.token2wav.code2wav_bigvgan_model
         hidden = vocoder.conv_pre(vocoder.process_mel_spectrogram(mel_spectrogram))
         blocks = vocoder.num_residual_blocks
         for i in range(vocoder.num_upsample_layers):
