@@ -149,6 +149,7 @@ def test_omni_package_is_verified(package: Any) -> None:
     assert package.verified is True, package.verify_note
     files = {stages.THINKER_FILE, stages.TALKER_FILE, stages.DIT_FILE, stages.VOCODER_FILE}
     assert files <= set(package.files)
+    assert (package.outdir / "spk_dict.pt").is_file()  # the speakers the runtime's loop reads
     talker = onnx.load(str(package.outdir / stages.TALKER_FILE), load_external_data=False).graph
     assert [i.name for i in talker.input][:5] == [*stages.TALKER_INPUTS, "past_key_values.0.key"]
     thinker = onnx.load(str(package.outdir / stages.THINKER_FILE), load_external_data=False).graph

@@ -37,25 +37,26 @@ own loop with each stage's forward replaced by its session, which is how the pac
    ``inputs_embeds`` and ``hidden_states`` kept.
 2. Talker, from the speaker's ``bos_token`` (the checkpoint's ``spk_dict.pt``: ``bos_token``, ``cond``,
    ``ref_mel`` a speaker). With ``E``/``S`` the thinker's embeddings/states of the prompt (step 1's first)
-   and ``R_i = S_i + E_i`` of the generated tokens (one a later step): the first talker step reads
+   and ``R_0``, ``R_1``... their ``S + E`` at the thinker's later steps (its generated tokens fed back,
+   the last never): the first talker step reads
    ``thinker_embeds`` = [``S + E`` of the prompt, the embedding of ``bos_token``, ``R_0``], ``input_ids`` -1
    but the last two positions, ``tts_codec_pad_token_id`` then ``tts_codec_start_token_id``; its mask the
    prompt's then two 1s. Positions as step 1 over the prompt's mask, then ``delta`` less the row's padded
-   positions. Each later step feeds its last code with the next of [``R_1`` ... ``R_n``, the embedding of
+   positions. Each later step feeds its last code with the next of [``R_1``, ``R_2``..., the embedding of
    ``tts_text_end_token_id``, then that of ``tts_text_pad_token_id``] (the last one repeated once they run
-   out); a row whose thinker gave its eos at ``k`` has the end embedding at ``k - 1`` and the pad from
-   ``k``. Greedy after the generation's repetition penalty (``talker_repetition_penalty``, 1.05) and with
+   out); a row whose thinker gave its eos as its ``k``-th generated token (from 0; clamped to 1 to ``n -
+   1``, ``n`` the tokens generated) has the end embedding at ``k - 1`` of that list and the pad from ``k``. Greedy after the generation's repetition penalty (``talker_repetition_penalty``, 1.05) and with
    ``tts_codec_start_token_id`` suppressed, until ``talker_eos_token_id`` (the pad and end codes) or
    ``talker_max_new_tokens``. A row's codes are those before its first eos.
 3. token2wav, a row at a time over its codes: ``mel_frames = repeats * codes`` (at most the DiT's
-   ``max_position_embeddings``); the state ``x`` drawn N(0, 1) (``b`` x ``mel_frames`` x ``mel_dim``: the
+   ``max_position_embeddings``); the state ``x`` drawn N(0, 1) (1 x ``mel_frames`` x ``mel_dim``: the
    runtime's draw, torch's ``randn`` in the check, seeded); ``t`` = ``linspace(0, 1, num_steps)`` then
    ``t + sway * (cos(pi / 2 * t) - 1 + t)`` (sway -1); ``f(t, x)`` = ``c + (c - u) * guidance`` (0.5) with
    ``c``, ``u`` the halves of ``dit_model(x, codes, ref_mel, cond repeated, t)``; over each interval
    ``[t0, t1]`` (``h = t1 - t0``) the 3/8 Runge-Kutta step: ``k1 = f(t0, x)``, ``k2 = f(t0 + h / 3, x + h *
    k1 / 3)``, ``k3 = f(t0 + 2h / 3, x + h * (k2 - k1 / 3))``, ``k4 = f(t1, x + h * (k1 - k2 + k3))``, ``x +=
-   (k1 + 3 (k2 + k3) + k4) * h / 8``. The last ``x`` transposed (``b`` x ``mel_dim`` x frames) is
-   ``bigvgan_model``'s ``mel_spectrogram``.
+   (k1 + 3 (k2 + k3) + k4) * h / 8``. The last ``x`` transposed (1 x ``mel_dim`` x frames) is
+   ``bigvgan_model``'s ``mel_spectrogram``; the package carries the checkpoint's ``spk_dict.pt``.
 
 Sampling (the checkpoints' talker samples: top-k 40, top-p 0.8, temperature 0.9) is the runtime's choice
 over the same logits; the check runs greedy.
