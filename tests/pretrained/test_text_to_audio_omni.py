@@ -20,6 +20,7 @@ import torch
 import fastonnx
 from fastonnx.pretrained import omni_speech_stages as stages
 from fastonnx.pretrained.package_check import _run
+from fastonnx.pretrained.tasks import choose
 
 TEXT, CODES, MEL = 96, 40, 8  # the thinker's and the talker's vocabularies, the mel bins
 ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
@@ -143,6 +144,13 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return fastonnx.export_pretrained(
         tmp / "checkpoint", tmp / "package", task="text-to-audio", progress=False
     )
+
+
+def test_auto_takes_qwen2_5_omni_to_text_to_audio() -> None:
+    # its only task: before, auto could tell none
+    config = {"model_type": "qwen2_5_omni", "architectures": ["Qwen2_5OmniForConditionalGeneration"]}
+    task, chosen = choose(config, "auto")
+    assert (task.name, chosen) == ("text-to-audio", "Qwen2_5OmniForConditionalGeneration")
 
 
 def test_omni_package_is_verified(package: Any) -> None:
