@@ -733,10 +733,13 @@ def build_checkpoint(task: str, model_type: str, class_name: str, folder: pathli
     _spread_keypoint_scores(model)
     _spread_speech_token_rows(model)
     _released_generation(model)
+    _omni_speaker(model)
     _eager_check(task, model)
     save_reloadable(model, folder)
     _pocket_audio_tokenizer(model, folder)
     higgs_audio_sweep.save_audio_tokenizer(model, folder)  # its audio tokenizer: a checkpoint beside
+    if getattr(model, "speaker_map", None):  # Qwen2.5-Omni's from_pretrained reads its spk_dict.pt
+        torch.save(model.speaker_map, folder / "spk_dict.pt")
     vocab = getattr(text_config(model.config, encoder=True), "vocab_size", None)
     if "input_ids" in inspect.signature(model.forward).parameters and isinstance(vocab, int):
         _save_tokenizer(folder, vocab)
@@ -890,6 +893,10 @@ def _eager_check(task: str, model: Any) -> None:
                 _phonon_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "VibeVoiceForConditionalGeneration":
                 _vibevoice_check(model)
+            elif task == "text-to-audio" and type(model).__name__ == "Qwen2_5OmniForConditionalGeneration":
+                from fastonnx.pretrained import omni_speech_stages as omni
+
+                omni.generated(model, *omni.check_inputs(model), next(iter(model.speaker_map)))
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image
@@ -1016,6 +1023,19 @@ def _pocket_audio_tokenizer(model: Any, folder: pathlib.Path) -> None:
         "audio_tokenizer_name_or_path": "audio_tokenizer",
     }
     (folder / "processor_config.json").write_text(json.dumps({"audio_tokenizer": named}))
+
+
+def _omni_speaker(model: Any) -> None:
+    """Qwen2.5-Omni's generate reads a speaker (its checkpoints' spk_dict.pt: the thinker's text token it
+    starts the talker with, its DiT's speaker vector and reference mel spectrogram), which a model built
+    from a config lacks: one drawn at random."""
+    import torch
+
+    if type(model).__name__ != "Qwen2_5OmniForConditionalGeneration" or not model.has_talker:
+        return
+    dit, g = model.config.token2wav_config.dit_config, torch.Generator().manual_seed(0)
+    cond, mel = torch.randn(1, dit.enc_emb_dim, generator=g), torch.randn(1, 30, dit.mel_dim, generator=g)
+    model.speaker_map["Chelsie"] = {"bos_token": VOCAB - 24, "cond": cond, "ref_mel": mel}
 
 
 def _bark_check(model: Any) -> None:

@@ -694,6 +694,32 @@ _SEAMLESS_UNITS = {
 FIXES["seamless_m4t"] = _SEAMLESS_UNITS
 FIXES["seamless_m4t_v2"] = {**_SEAMLESS_UNITS, "t2u_variance_predictor_hidden_dim": 64}
 
+# Qwen/Qwen2.5-Omni-7B's talker reads its codec tokens (8292 to 8296) from its 8448 codes and the thinker's
+# text tokens (151859 to 151861), both past the tiny vocabularies: the last of each instead; its DiT's
+# codec table (8193 codes) the talker's codes; its BigVGAN's 1536 channels in six upsamplings (most of the
+# tiny model's parameters) 32 in two. Its thinker_config sets the vision start token (151652), which
+# get_rope_index reads and the config class has no default for, and both decoders' mrope_section ([16, 24,
+# 24] of head_dim 128) split the tiny head_dim 16's 8 frequencies: as the sweep's qwen2_5_omni_thinker's
+_OMNI_ROPE = {"rope_parameters": {"mrope_section": [2, 3, 3]}}
+FIXES["qwen2_5_omni"] = {
+    "thinker_config": {"vision_start_token_id": VOCAB - 7, "text_config": _OMNI_ROPE},
+    "talker_config": {
+        **_OMNI_ROPE,
+        **{f"tts_codec_{k}_token_id": VOCAB - i for i, k in enumerate(("mask", "end", "start", "pad"), 1)},
+        **{f"tts_text_{k}_token_id": VOCAB - i for i, k in enumerate(("end", "start", "pad"), 20)},
+    },
+    "token2wav_config": {
+        "dit_config": {"num_embeds": VOCAB},
+        "bigvgan_config": {
+            "upsample_initial_channel": 32,
+            "upsample_rates": [2, 2],
+            "upsample_kernel_sizes": [4, 4],
+            "resblock_kernel_sizes": [3],
+            "resblock_dilation_sizes": [[1, 3, 5]],
+        },
+    },
+}
+
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""

@@ -28,6 +28,7 @@ SIDE_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
     "preprocessor_config.json",
+    "spk_dict.pt",  # Qwen2.5-Omni's speakers, which its text-to-audio loop reads (omni_speech_stages.py)
 )
 
 

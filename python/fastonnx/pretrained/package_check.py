@@ -559,6 +559,10 @@ def verify_package(
                 from fastonnx.pretrained.vibevoice_stages import check_package as check_vibevoice
 
                 infos = check_vibevoice(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "talker_model.onnx" in specs:
+                from fastonnx.pretrained.omni_speech_stages import check_package as check_omni
+
+                infos = check_omni(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "model.onnx" not in specs:
                 from fastonnx.pretrained.spectrogram_loops import check_package as check_loop
 
