@@ -74,6 +74,8 @@ from fastonnx.capture.model_swaps import swapped_forms
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
+from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -119,14 +121,6 @@ def causal_masks() -> Any:
     return swapped_forms(
         {"bark": {"BarkSelfAttention._attn": _attention, "create_bidirectional_mask": _no_padding}}
     )
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-
-
-def _present(cache: Any) -> list[torch.Tensor]:
-    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
 class SemanticStep(torch.nn.Module):

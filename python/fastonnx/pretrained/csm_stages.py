@@ -61,6 +61,9 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
+from fastonnx.pretrained.loop_caches import decoder_sizes as _sizes
+from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -73,14 +76,6 @@ DEPTH_INPUTS = ["input_ids", "backbone_last_hidden_state"]
 
 def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ == "CsmForConditionalGeneration"
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-
-
-def _present(cache: Any) -> list[torch.Tensor]:
-    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
 class BackboneStep(torch.nn.Module):
@@ -163,14 +158,6 @@ class CodecDecode(torch.nn.Module):
             for book in books:
                 book._embed = None
         return out
-
-
-def _sizes(config: Any) -> tuple[int, int, int]:
-    """(layers, kv heads, head size) of a decoder config."""
-    heads = int(config.num_attention_heads)
-    size = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    return int(config.num_hidden_layers), int(kv), int(size)
 
 
 def refuse_unsupported(model: Any) -> None:

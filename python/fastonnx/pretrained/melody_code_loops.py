@@ -37,6 +37,7 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained import audio_code_loops as codes
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -103,10 +104,6 @@ class MelodyStep(torch.nn.Module):
         )
         logits: torch.Tensor = out.logits[:, encoder_hidden_states.shape[1] :]
         return (logits, *(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)))
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
 
 
 def loop_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:

@@ -74,6 +74,8 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
+from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -96,14 +98,6 @@ DIT_INPUTS = ["hidden_states", "quantized_code", "reference_mel", "speaker_embed
 
 def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ in CLASSES
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-
-
-def _present(cache: Any) -> list[torch.Tensor]:
-    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
 def decoder_sizes(config: Any) -> tuple[int, int, int]:

@@ -64,6 +64,8 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
+from fastonnx.pretrained.loop_caches import decoder_sizes as _sizes
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -78,17 +80,6 @@ DEFAULTS = {"num_flow_steps": 1, "eos_threshold": -4.0, "min_frames_before_eos":
 
 def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ == "GradiumPhononTTSForConditionalGeneration"
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-
-
-def _sizes(config: Any) -> tuple[int, int, int]:
-    """(layers, key/value heads, head size) of the backbone's cache."""
-    heads = int(config.num_key_value_heads or config.num_attention_heads)
-    size = int(config.head_dim or config.hidden_size // config.num_attention_heads)
-    return int(config.num_hidden_layers), heads, size
 
 
 def _lsd(config: Any) -> bool:

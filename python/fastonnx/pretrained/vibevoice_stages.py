@@ -75,6 +75,7 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
 
@@ -95,10 +96,6 @@ LATENTS = "latents"
 
 def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ == "VibeVoiceForConditionalGeneration"
-
-
-def cache_names(layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
 
 
 class ConvStates:
