@@ -209,14 +209,29 @@ class PredictorStep(torch.nn.Module):
         return (logits, embeds, *_present(out.past_key_values))
 
 
+def _causal_padding(conv: Any, hidden_state: torch.Tensor) -> Any:
+    """A causal convolution's right padding to whole strides, in integers: transformers' float ``ceil``
+    of the frames leaves guards on them torch.export cannot prove (each convolution's ``ceil`` nested in the
+    next), which fail the dynamic capture. Its padding is ``kernel - stride``, so the frames' overshoot
+    ``(length - stride) / stride`` rounds up by ``-length mod stride``."""
+    return (-hidden_state.shape[-1]) % conv.stride
+
+
 class Code2Wav(torch.nn.Module):
+    """code2wav, its causal convolutions' padding computed in integers."""
+
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         model: Any = self.model
-        out: torch.Tensor = model.code2wav(codes)
+        convs = [m for m in model.code2wav.modules() if hasattr(m, "_get_extra_padding_for_conv1d")]
+        with ExitStack() as stack:
+            for conv in convs:
+                padding = functools.partial(_causal_padding, conv)
+                stack.enter_context(_swapped(conv, "_get_extra_padding_for_conv1d", padding))
+            out: torch.Tensor = model.code2wav(codes)
         return out
 
 
