@@ -897,6 +897,12 @@ def _eager_check(task: str, model: Any) -> None:
                 from fastonnx.pretrained import omni_speech_stages as omni
 
                 omni.generated(model, *omni.check_inputs(model), next(iter(model.speaker_map)))
+            elif task == "text-to-audio" and type(model).__name__ == "Qwen3OmniMoeForConditionalGeneration":
+                from fastonnx.pretrained import omni3_speech_stages as omni3
+
+                omni3.generated(
+                    model, *omni3.check_inputs(model), next(iter(model.config.talker_config.speaker_id))
+                )
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image

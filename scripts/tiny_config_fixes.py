@@ -720,6 +720,33 @@ FIXES["qwen2_5_omni"] = {
     },
 }
 
+# Qwen/Qwen3-Omni-30B-A3B-Instruct's talker: generate suppresses its last 1024 codec ids (but its eos), so
+# its vocabulary is 1024 past the codebook (3072 of 2048); its codec ids (4196 to 4205) and speakers sit in
+# that range, past the tiny 128: the last of 64 + 1024 instead. It reads the thinker's hidden states 18 of 48
+# layers (one of the tiny 2) and 16 code groups, code2wav's quantizers: 4 each. Its thinker_config sets the
+# vision start token (151652), which get_rope_index reads: below the top-level special tokens the sweep puts
+# at the tiny vocabulary's last 8 ids
+_OMNI3_CODES = 64 + 1024
+FIXES["qwen3_omni_moe"] = {
+    "thinker_config": {"vision_start_token_id": VOCAB - 20},
+    "talker_config": {
+        "text_config": {"vocab_size": _OMNI3_CODES},
+        "code_predictor_config": {"vocab_size": 64, "num_code_groups": 4},
+        "num_code_groups": 4,
+        "accept_hidden_layer": 1,
+        **{
+            k: _OMNI3_CODES - i
+            for i, k in enumerate(
+                ("codec_eos_token_id", "codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id"), 1
+            )
+        },
+        "codec_pad_id": _OMNI3_CODES - 5,
+        "codec_bos_id": _OMNI3_CODES - 6,
+        "speaker_id": {"ethan": _OMNI3_CODES - 7},
+    },
+    "code2wav_config": {"codebook_size": 64, "num_quantizers": 4},
+}
+
 
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""

@@ -14,8 +14,9 @@ one_thread_per_worker()  # before any test imports numpy's BLAS
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the ``full_matrix`` cases unless FASTONNX_FULL_MATRIX=1 (support.matrix.FULL): they are
-    reported as deselected, never as passed or skipped."""
+    """Deselect the ``full_matrix`` cases unless FASTONNX_FULL_MATRIX=1 (support.matrix.FULL): neither
+    passed nor skipped. pytest's summary counts them as deselected (under xdist the workers deselect, and
+    the summary leaves them out); ``--collect-only`` names them."""
     from support.matrix import FULL
 
     if FULL:

@@ -74,7 +74,7 @@ import torch
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
-from fastonnx.pretrained.loop_caches import cache_names
+from fastonnx.pretrained.loop_caches import cache_names, decoder_sizes
 from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.task_inputs import cache_of
 from fastonnx.torch_internals import pytree
@@ -98,13 +98,6 @@ DIT_INPUTS = ["hidden_states", "quantized_code", "reference_mel", "speaker_embed
 
 def own_layout(model: torch.nn.Module) -> bool:
     return type(model).__name__ in CLASSES
-
-
-def decoder_sizes(config: Any) -> tuple[int, int, int]:
-    """(layers, key-value heads, head size) of a decoder's config."""
-    heads = int(config.num_attention_heads)
-    size = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
-    return int(config.num_hidden_layers), int(config.num_key_value_heads), int(size)
 
 
 class ThinkerStep(torch.nn.Module):

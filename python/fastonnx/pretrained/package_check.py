@@ -559,6 +559,10 @@ def verify_package(
                 from fastonnx.pretrained.vibevoice_stages import check_package as check_vibevoice
 
                 infos = check_vibevoice(sessions, model, specs, _run, tolerance)
+            elif task == "text-to-audio" and "code_predictor_model.onnx" in specs:
+                from fastonnx.pretrained.omni3_speech_stages import check_package as check_omni3
+
+                infos = check_omni3(sessions, model, specs, _run, tolerance)
             elif task == "text-to-audio" and "talker_model.onnx" in specs:
                 from fastonnx.pretrained.omni_speech_stages import check_package as check_omni
 

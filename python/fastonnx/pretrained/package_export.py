@@ -30,6 +30,7 @@ from fastonnx.pretrained import (
     csm_stages,
     higgs_audio_stages,
     melody_code_loops,
+    omni3_speech_stages,
     omni_speech_stages,
     phonon_latent_loops,
     pocket_tts_stages,
@@ -202,6 +203,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return phonon_latent_loops.loop_graphs(built, config)  # Gradium Phonon's: three files
         if task == "text-to-audio" and vibevoice_stages.own_layout(built):
             return vibevoice_stages.stage_graphs(built, config)  # VibeVoice's stages: seven files
+        if task == "text-to-audio" and omni3_speech_stages.own_layout(built):
+            return omni3_speech_stages.stage_graphs(built, config)  # Qwen3-Omni-MoE's stages: four files
         if task == "text-to-audio" and omni_speech_stages.own_layout(built):
             return omni_speech_stages.stage_graphs(built, config)  # Qwen2.5-Omni's stages: four files
         return graph_specs(task, built, config)

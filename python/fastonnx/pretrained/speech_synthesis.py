@@ -40,10 +40,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 """The one-forward classes and the outputs of their graph."""
 
-LOOPS: dict[str, str] = {
-    "Qwen3OmniMoeForConditionalGeneration": "generates text, then audio tokens in loops (thinker, talker, "
-    "code predictor), then waveforms",
-}
+LOOPS: dict[str, str] = {}
 """Why each other class of the task's mappings is no one-forward graph."""
 
 LOOP_CLASSES = frozenset(
@@ -60,6 +57,7 @@ LOOP_CLASSES = frozenset(
         "GradiumPhononTTSForConditionalGeneration",
         "VibeVoiceForConditionalGeneration",
         "Qwen2_5OmniForConditionalGeneration",
+        "Qwen3OmniMoeForConditionalGeneration",
     }
 )
 """The classes exported as their generation loop's graphs: SpeechT5's frame loop (spectrogram_loops.py),
@@ -67,7 +65,7 @@ MusicGen's codebook loop (audio_code_loops.py), MusicGen Melody's (melody_code_l
 (bark_stages.py), CSM's backbone and depth decoder (csm_stages.py), Pocket TTS's backbone step and flow head
 (pocket_tts_stages.py), Higgs Audio V2's decoder step and audio tokenizer decode (higgs_audio_stages.py),
 SeamlessM4T's and v2's (seamless_stages.py), Gradium Phonon's latent loop (phonon_latent_loops.py),
-VibeVoice's (vibevoice_stages.py), Qwen2.5-Omni's (omni_speech_stages.py)."""
+VibeVoice's (vibevoice_stages.py), Qwen2.5-Omni's (omni_speech_stages.py), Qwen3-Omni-MoE's (omni3_speech_stages.py)."""
 
 TOKENS = 7
 
