@@ -69,12 +69,11 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
-from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
-from fastonnx.pretrained.loop_caches import cache_names, decoder_sizes
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names, cached_step_spec, decoder_sizes
 from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.omni_speech_stages import NO_CODE, _refuse_media, _swapped
 from fastonnx.pretrained.task_inputs import cache_of
-from fastonnx.torch_internals import pytree
 
 CLASSES = frozenset({"Qwen3OmniMoeForConditionalGeneration"})
 """The classes exported as their stages' graphs."""
@@ -238,25 +237,6 @@ def refuse_unsupported(model: Any) -> None:
         )
 
 
-def _decoder_spec(
-    step: torch.nn.Module, config: Any, inputs: list[Any], dims: dict[str, Any], b: Any
-) -> GraphSpec:
-    layers, heads, size = decoder_sizes(config)
-    g = torch.Generator().manual_seed(1)
-    p = torch.export.Dim(PAST, min=0, max=1 << 20)
-    cache = [torch.randn(2, heads, 4, size, generator=g) for _ in range(2 * layers)]
-    shapes = dict(dims)
-    shapes["past_key_values"] = [{0: b, 2: p} for _ in range(2 * layers)]
-    names = [n for n in shapes if n != "past_key_values"]
-    return GraphSpec(
-        step,
-        tuple(pytree.tree_map(lambda t: t.to("meta"), [*inputs, cache])),
-        shapes,
-        [*names, *cache_names(layers, "past_key_values")],
-        [],
-    )
-
-
 def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The four files' graphs, at examples on the meta device."""
     refuse_unsupported(model)
@@ -270,7 +250,7 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     positions = torch.arange(past, past + tokens).expand(3, batch, tokens)
     mask = torch.ones(batch, past + tokens, dtype=torch.int64)
     step_dims = {"attention_mask": {0: b, 1: total}, "position_ids": {1: b, 2: s}}
-    thinker = _decoder_spec(
+    thinker = cached_step_spec(
         ThinkerStep(model),
         text,
         [torch.randint(0, int(text.vocab_size), (batch, tokens), generator=g), mask, positions],
@@ -287,7 +267,7 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     predictor_config = talker_config.code_predictor_config
     codes = torch.randint(0, int(predictor_config.vocab_size), (batch, tokens, groups), generator=g)
     codes[0, 0] = NO_CODE
-    talker = _decoder_spec(
+    talker = cached_step_spec(
         TalkerStep(model),
         talker_config.text_config,
         [torch.randn(batch, tokens, int(text.hidden_size), generator=g), codes, mask, positions],
@@ -297,7 +277,7 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     talker_layers = decoder_sizes(talker_config.text_config)[0]
     talker.output_names = ["logits", "hidden_states", *cache_names(talker_layers, "present")]
     width = int(predictor_config.hidden_size)
-    predictor = _decoder_spec(
+    predictor = cached_step_spec(
         PredictorStep(model),
         predictor_config,
         [

@@ -73,11 +73,10 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.errors import InputError
-from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec
-from fastonnx.pretrained.loop_caches import cache_names, decoder_sizes
+from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.loop_caches import cache_names, cached_step_spec, decoder_sizes
 from fastonnx.pretrained.loop_caches import present as _present
 from fastonnx.pretrained.task_inputs import cache_of
-from fastonnx.torch_internals import pytree
 
 CLASSES = frozenset({"Qwen2_5OmniForConditionalGeneration"})
 """The classes exported as their stages' graphs."""
@@ -213,24 +212,6 @@ def refuse_unsupported(model: Any) -> None:
         )
 
 
-def _decoder_spec(step: torch.nn.Module, config: Any, inputs: list[Any], dims: dict[str, Any]) -> GraphSpec:
-    layers, heads, size = decoder_sizes(config)
-    g = torch.Generator().manual_seed(1)
-    b = dims["b"]
-    p = torch.export.Dim(PAST, min=0, max=1 << 20)
-    cache = [torch.randn(2, heads, 4, size, generator=g) for _ in range(2 * layers)]
-    shapes = {k: v for k, v in dims.items() if k != "b"}
-    shapes["past_key_values"] = [{0: b, 2: p} for _ in range(2 * layers)]
-    names = [n for n in shapes if n != "past_key_values"]
-    return GraphSpec(
-        step,
-        tuple(pytree.tree_map(lambda t: t.to("meta"), [*inputs, cache])),
-        shapes,
-        [*names, *cache_names(layers, "past_key_values")],
-        [],
-    )
-
-
 def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     """The four files' graphs, at examples on the meta device."""
     refuse_unsupported(model)
@@ -242,17 +223,18 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
     text = config.thinker_config.text_config
     positions = torch.arange(past, past + tokens).expand(3, batch, tokens)
     mask = torch.ones(batch, past + tokens, dtype=torch.int64)
-    step_dims = {"b": b, "attention_mask": {0: b, 1: total}, "position_ids": {1: b, 2: s}}
-    thinker = _decoder_spec(
+    step_dims = {"attention_mask": {0: b, 1: total}, "position_ids": {1: b, 2: s}}
+    thinker = cached_step_spec(
         ThinkerStep(model),
         text,
         [torch.randint(0, int(text.vocab_size), (batch, tokens), generator=g), mask, positions],
         {"input_ids": {0: b, 1: s}, **step_dims},
+        b,
     )
     layers = decoder_sizes(text)[0]
     thinker.output_names = ["logits", "inputs_embeds", "hidden_states", *cache_names(layers, "present")]
     talker_config = config.talker_config
-    talker = _decoder_spec(
+    talker = cached_step_spec(
         TalkerStep(model),
         talker_config,
         [
@@ -262,6 +244,7 @@ def stage_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
             positions,
         ],
         {"input_ids": {0: b, 1: s}, "thinker_embeds": {0: b, 1: s}, **step_dims},
+        b,
     )
     talker.output_names = ["logits", *cache_names(decoder_sizes(talker_config)[0], "present")]
     dit_config = config.token2wav_config.dit_config
