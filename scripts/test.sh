@@ -16,8 +16,10 @@ ruff format --check python tests benches scripts examples
 mypy
 
 set +e
-# one compute thread a worker: two workers are the parallelism (tests/support/worker_threads.py)
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q -n 2 "$@"
+# one compute thread a worker: two workers are the parallelism (tests/support/worker_threads.py);
+# worksteal: an idle worker takes queued tests from the busy one (under `load` one worker finished
+# 145 s before the other at 6691f30)
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q -n 2 --dist worksteal "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -24,7 +24,7 @@ import torch
 from torch.export import Dim
 
 import fastonnx
-from support.matrix import rotated_conversions
+from support.matrix import rotated_conversions, sampled
 from support.model_zoo import TEXT, DecodeStep, _build, _config
 
 MODELS = {
@@ -88,7 +88,8 @@ def _export(step: DecodeStep) -> Any:
     return torch.export.export(step, args, dynamic_shapes=spec, strict=False), args
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+# CI: Llama (grouped-query attention) and Phi (partial rotary); Qwen2, Mistral and Phi-3 are Llama's step
+@pytest.mark.parametrize("name", sampled(sorted(MODELS), lambda name: name in ("llama", "phi")))
 def test_prefill_then_decode_from_one_file(name: str) -> None:
     model_type, cls_name = MODELS[name]
     model = _build(cls_name, _config(model_type, **{**TEXT, "use_cache": True}))

@@ -23,6 +23,7 @@ from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
 
 import fastonnx
 from fastonnx.errors import ConversionError
+from support.matrix import sampled
 
 qd = torch.ops.quantized_decomposed
 
@@ -305,7 +306,9 @@ def _output_step(model: torch.nn.Module) -> float:
     return float(nodes[last_q].args[1])
 
 
-@pytest.mark.parametrize("name", ["squeezenet1_0", "shufflenet_v2_x0_5"])
+@pytest.mark.parametrize(
+    "name", sampled(["squeezenet1_0", "shufflenet_v2_x0_5"], lambda name: name == "squeezenet1_0")
+)
 def test_torchvision_models_the_x86_quantizer_annotates(name: str) -> None:
     """torchvision models through torchao's X86InductorQuantizer (it raises inside torchao on ResNets:
     docs/guides/quantization.md lists which it annotates), against the converted torch model within one

@@ -83,6 +83,7 @@ def test_the_package_verifies(tmp_path: pathlib.Path, model_type: str) -> None:
         assert f"image_features of {crops} crops" in report
 
 
+@pytest.mark.full_matrix  # the module runs in CI with step3p7; Aria's tile form by its unit test
 @pytest.mark.parametrize("model_type", ["aria"])
 def test_aria_tiles_and_pixel_mask(tmp_path: pathlib.Path, model_type: str) -> None:
     import onnxruntime as ort

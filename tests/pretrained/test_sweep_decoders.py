@@ -192,6 +192,7 @@ def test_a_decoder_reading_a_row_a_codebook_is_packaged(tmp_path: pathlib.Path) 
     assert config.num_codebooks > 1 and codebooks(moshi, config) == 1
 
 
+@pytest.mark.full_matrix  # one architecture's fix; Mamba's scan runs in CI (test_hybrid_caches)
 def test_a_mixer_scanning_head_by_head_starts_each_from_its_state(tmp_path: pathlib.Path) -> None:
     """Zamba's Mamba mixer reads the recurrent state of every head and scans them one by one: the capture
     refused it ("a selective scan over part of the recurrent state read"); each scan now starts from its
@@ -201,6 +202,7 @@ def test_a_mixer_scanning_head_by_head_starts_each_from_its_state(tmp_path: path
     assert any(n.endswith(".recurrent_state") for n in written.input_names)
 
 
+@pytest.mark.full_matrix  # one architecture's fix; an indexed cache runs in CI (test_hybrid_caches)
 def test_indexed_positions_are_a_cache_field(tmp_path: pathlib.Path) -> None:
     """Qwen4-Exp's indexed layer keeps the positions of the keys it indexed ([3, batch, past]: its
     multimodal rotary's history) beside the indexer keys, and its indexer loops over every row and

@@ -181,6 +181,7 @@ def test_genai_greedy_matches_transformers(
         )
 
 
+@pytest.mark.full_matrix  # the float32 layout runs in CI; half packages in test_half_precision
 def test_half_package_holds_float16_genai_files(
     exported: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
