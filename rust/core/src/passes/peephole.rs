@@ -1,13 +1,14 @@
 //! Pattern rewrites, each visiting only the nodes of its op type (an index by op type, built once):
-//! Reshape∘Reshape, Transpose∘Transpose, lossless Cast∘Cast, Squeeze∘Unsqueeze on the same axes, and
-//! MatMul + Add → Gemm on 2-D operands. Rewired producers left without readers are removed by the
-//! clean-up that runs after.
+//! Reshape∘Reshape, Transpose∘Transpose (through same-shape Reshapes), Reshapes back to a shape
+//! already held, lossless Cast∘Cast, Squeeze∘Unsqueeze on the same axes, and MatMul + Add → Gemm on
+//! 2-D operands. Rewired producers left without readers are removed by the clean-up that runs after.
 
 use super::matching::{producers, readers};
 use super::rewrite::{apply, Rewrite};
 use crate::dtype;
-use crate::graph::{AttrValue, Attribute, Graph, Node};
+use crate::graph::{AttrValue, Attribute, Dim, Graph, Node};
 use crate::tensor::le_i64s;
+use std::collections::HashMap;
 
 fn by_op(g: &Graph, op: &str) -> Vec<usize> {
     g.nodes
@@ -57,12 +58,42 @@ fn reshape_chains(g: &mut Graph) -> usize {
     count
 }
 
-/// Transpose(Transpose(x, p), q) → Transpose(x, p∘q), or Identity when that is the identity.
+/// A value's shape as recorded when every dim is known (a size or a symbol: one symbol, one size).
+fn known_shape<'a>(g: &'a Graph, v: &str) -> Option<&'a [Dim]> {
+    let s = g.value_type(v)?.shape.as_deref()?;
+    s.iter().all(|d| !matches!(d, Dim::Unknown)).then_some(s)
+}
+
+/// Whether node `n` is an Identity, or a Reshape whose output has its input's known shape: either
+/// hands its input on unchanged.
+fn passes_through(g: &Graph, n: &Node) -> bool {
+    n.domain.is_empty()
+        && (n.op_type == "Identity"
+            || (n.op_type == "Reshape"
+                && known_shape(g, &n.inputs[0]).is_some()
+                && known_shape(g, &n.inputs[0]) == known_shape(g, &n.outputs[0])))
+}
+
+/// The producer of `v`, looking through nodes that hand their input on unchanged.
+fn producer_through(g: &Graph, prod: &HashMap<String, usize>, v: &str) -> Option<usize> {
+    let mut j = *prod.get(v)?;
+    for _ in 0..8 {
+        if !passes_through(g, &g.nodes[j]) {
+            return Some(j);
+        }
+        j = *prod.get(&g.nodes[j].inputs[0])?;
+    }
+    None
+}
+
+/// Transpose(Transpose(x, p), q) → Transpose(x, p∘q), or Identity when that is the identity; Identities
+/// and same-shape Reshapes between the two are looked through (GroupQueryAttention's output back to
+/// heads-first, then the model's own transpose to heads-last: a round trip).
 fn transpose_chains(g: &mut Graph) -> usize {
     let prod = producers(g);
     let mut count = 0;
     for i in by_op(g, "Transpose") {
-        let Some(&j) = prod.get(&g.nodes[i].inputs[0]) else {
+        let Some(j) = producer_through(g, &prod, &g.nodes[i].inputs[0]) else {
             continue;
         };
         if g.nodes[j].op_type != "Transpose" || !g.nodes[j].domain.is_empty() {
@@ -89,6 +120,42 @@ fn transpose_chains(g: &mut Graph) -> usize {
             }];
         }
         count += 1;
+    }
+    count
+}
+
+/// Reshape(…Reshape(x)…) whose output has x's known shape → Identity(x): a Reshape keeps the elements'
+/// row-major order, so a chain of them (and Identities) back to a shape it started from changes nothing.
+/// The attention's output split into heads and merged again after the round trip of Transposes above
+/// is one.
+fn reshape_round_trips(g: &mut Graph) -> usize {
+    let prod = producers(g);
+    let mut count = 0;
+    for i in by_op(g, "Reshape") {
+        let Some(want) = known_shape(g, &g.nodes[i].outputs[0]) else {
+            continue;
+        };
+        let mut v = g.nodes[i].inputs[0].clone();
+        let mut found = None;
+        for _ in 0..8 {
+            if known_shape(g, &v) == Some(want) {
+                found = Some(v);
+                break;
+            }
+            let Some(&j) = prod.get(&v) else { break };
+            let n = &g.nodes[j];
+            if !n.domain.is_empty() || !matches!(n.op_type.as_str(), "Reshape" | "Identity") {
+                break;
+            }
+            v = n.inputs[0].clone();
+        }
+        if let Some(src) = found {
+            let n = &mut g.nodes[i];
+            n.op_type = "Identity".to_owned();
+            n.inputs = vec![src];
+            n.attrs.clear();
+            count += 1;
+        }
     }
     count
 }
@@ -241,6 +308,7 @@ fn matmul_add_to_gemm(g: &mut Graph) -> usize {
 pub(crate) fn rewrite_patterns(g: &mut Graph) -> usize {
     reshape_chains(g)
         + transpose_chains(g)
+        + reshape_round_trips(g)
         + cast_chains(g)
         + squeeze_pairs(g)
         + matmul_add_to_gemm(g)
@@ -274,5 +342,87 @@ mod tests {
         assert!(!lossless(dtype::FLOAT, dtype::FLOAT16));
         assert!(!lossless(dtype::INT64, dtype::FLOAT));
         assert!(lossless(dtype::FLOAT16, dtype::FLOAT));
+    }
+
+    /// `dims` with "b" and "s" symbolic.
+    fn sym(dims: &[&str]) -> Vec<Dim> {
+        dims.iter()
+            .map(|d| {
+                d.parse()
+                    .map_or_else(|_| Dim::Sym((*d).to_owned()), Dim::Fixed)
+            })
+            .collect()
+    }
+
+    fn typed_sym(g: &mut Graph, v: &str, dims: &[&str]) {
+        let ty = crate::graph::ValueType {
+            dtype: Some(dtype::FLOAT),
+            shape: Some(sym(dims)),
+            sequence: false,
+        };
+        g.set_type(v, ty).expect("test type");
+    }
+
+    #[test]
+    fn an_attention_outputs_round_trip_of_layouts_is_dropped() {
+        // GroupQueryAttention's [b, s, 64] split into heads, back to heads-first, through a same-shape
+        // Reshape, the model's transpose to heads-last and its merge: x itself
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, Some(sym(&["b", "s", "64"])));
+        let heads = g.i64s(&[4], &[0, 0, 4, 16]);
+        let merged = g.i64s(&[3], &[0, 0, 64]);
+        let swap = || vec![ints_attr("perm", &[0, 2, 1, 3])];
+        let r1 = g.op("Reshape", &[&x, &heads]);
+        let t1 = g.op_with("Transpose", &[&r1], swap());
+        let shape = g.op("Shape", &[&t1]); // a run-time shape: no constant to compose
+        let r2 = g.op("Reshape", &[&t1, &shape]);
+        let t2 = g.op_with("Transpose", &[&r2], swap());
+        let r3 = g.op("Reshape", &[&t2, &merged]);
+        let y = g.op("Relu", &[&r3]);
+        g.outputs.push(y);
+        for (v, dims) in [
+            (&r1, &["b", "s", "4", "16"]),
+            (&t1, &["b", "4", "s", "16"]),
+            (&r2, &["b", "4", "s", "16"]),
+            (&t2, &["b", "s", "4", "16"]),
+        ] {
+            typed_sym(&mut g, v, dims);
+        }
+        typed_sym(&mut g, &r3, &["b", "s", "64"]);
+        rewrite_patterns(&mut g);
+        let relu = g.nodes.iter().find(|n| n.op_type == "Relu").expect("relu");
+        let at = producers(&g)[&relu.inputs[0]];
+        assert_eq!(g.nodes[at].op_type, "Identity");
+        assert_eq!(g.nodes[at].inputs, vec![x.clone()]);
+        // the second Transpose composed with the first: the identity permutation
+        let t2_node = &g.nodes[producers(&g)[&t2]];
+        assert_eq!(t2_node.op_type, "Identity");
+    }
+
+    #[test]
+    fn a_reshape_to_another_shape_or_an_unknown_one_stays() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, Some(sym(&["b", "s", "64"])));
+        let heads = g.i64s(&[4], &[0, 0, 4, 16]);
+        let r1 = g.op("Reshape", &[&x, &heads]);
+        typed_sym(&mut g, &r1, &["b", "s", "4", "16"]);
+        let flat = g.i64s(&[1], &[-1]);
+        let r2 = g.op("Reshape", &[&r1, &flat]);
+        let ty = crate::graph::ValueType {
+            dtype: Some(dtype::FLOAT),
+            shape: Some(vec![Dim::Unknown]),
+            sequence: false,
+        };
+        g.set_type(&r2, ty).expect("test type");
+        g.outputs.push(r1.clone());
+        g.outputs.push(r2.clone());
+        assert_eq!(reshape_round_trips(&mut g), 0);
+    }
+
+    fn ints_attr(name: &str, v: &[i64]) -> Attribute {
+        Attribute {
+            name: name.to_owned(),
+            value: AttrValue::Ints(v.to_vec()),
+        }
     }
 }
