@@ -748,6 +748,46 @@ FIXES["qwen3_omni_moe"] = {
 }
 
 
+# issue #42's "not buildable" rows of every task but feature-extraction (eomt, eomt_dinov3, gemma3n, fast_vlm,
+# and the others named below)
+# tue/eomt-vit-large (and its DINOv3 variant): its last num_blocks (4) of 24 layers read the queries, which the
+# layer num_layers - num_blocks prepends: at 2 layers none would, and the mask head reads no query. The last
+# of the tiny 2
+FIXES.update(dict.fromkeys(("eomt", "eomt_dinov3"), {"num_blocks": 1}))
+FIXES.update(
+    {
+        # google/gemma-3n-E4B's MobileNetV5 tower (timm's mobilenetv5_300m_enc): stages up to 1280 channels
+        # on a 768-pixel image; its fusion adapter's output is always 2048 wide (timm fixes it), which
+        # hidden_size must be, and its 16 x 16 grid the 256 image tokens. Its channels a sixteenth, a 2 x 2
+        # grid (4 image tokens)
+        "gemma3n": {
+            "vision_config": {
+                "hidden_size": 2048,
+                "model_args": {"channel_multiplier": 0.0625, "msfa_output_resolution": 2},
+            },
+            "vision_soft_tokens_per_image": 4,
+        },
+        # apple/FastVLM's FastViT-MCi3 tower (timm's fastvit_mci3): 5 stages of (2, 12, 24, 4, 2) blocks, 96
+        # to 1536 wide, its head conv twice the last (hidden_size 3072). A block a stage, 16 to 64 wide (its
+        # attention stages' heads are 32 wide), the head 128
+        "fast_vlm": {
+            "vision_config": {
+                "hidden_size": 128,
+                "model_args": {"layers": [1, 1, 1, 1, 1], "embed_dims": [16, 16, 32, 32, 64]},
+            }
+        },
+        # kyutai/stt-1b-en_fr's Mimi codec: as Mimi's own (above), a base of 16 doubling to 256
+        "kyutai_speech_to_text": {"codec_config": {"num_filters": 16}},
+        # UsefulSensors/moonshine-streaming-tiny: its decoder layers read num_key_value_heads, which the
+        # config class does not define and the checkpoints set (as many as the heads, as the encoder's)
+        "moonshine_streaming": {"num_key_value_heads": 4},
+        # facebook/detr-resnet-50-panoptic: the mask head reads d_model + the encoder's heads channels
+        # (256 + 8), in GroupNorms of 8 groups: the tiny 64 takes 8 heads (of 8) too
+        "detr": {"encoder_attention_heads": 8},
+    }
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})
