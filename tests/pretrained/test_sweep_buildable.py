@@ -94,6 +94,19 @@ BUILT = [
     ("feature-extraction", "diffusion_gemma"),
     ("feature-extraction", "mgp-str"),
     ("feature-extraction", "qwen3_vl_vision"),  # its forward's grid_thw: not run by the eager check
+    ("image-segmentation", "eomt"),
+    ("image-segmentation", "eomt_dinov3"),
+    ("image-segmentation", "detr"),
+    ("text-generation", "gemma3n"),
+    ("image-text-to-text", "gemma3n"),
+    ("image-text-to-text", "fast_vlm"),
+    ("image-text-to-text", "ernie4_5_vl_moe"),
+    ("image-text-to-text", "dots3_note"),  # its tower's image_grid_thw: not run by the eager check
+    ("image-classification", "shieldgemma2"),
+    ("automatic-speech-recognition", "moonshine_streaming"),
+    ("automatic-speech-recognition", "dia"),
+    ("time-series-forecasting", "timesfm"),
+    ("time-series-forecasting", "timesfm2_5"),
 ]
 
 # built and exported, verified against transformers eager
@@ -138,6 +151,10 @@ EXPORTED = [
     ("feature-extraction", "sam2_vision_model"),
     ("feature-extraction", "cosmos3_edge_text"),
     ("feature-extraction", "hunyuan_vl_text"),
+    ("image-segmentation", "detr"),
+    ("text-generation", "gemma3n"),
+    ("image-text-to-text", "gemma3n"),
+    ("image-text-to-text", "fast_vlm"),
 ]
 
 
@@ -291,3 +308,28 @@ def test_the_eager_check_runs_what_fastonnx_feeds_and_skips_what_it_cannot() -> 
     sweep._eager_check("feature-extraction", _GridTower())
     with pytest.raises(RuntimeError, match="eager forward fails: ValueError: sizes disagree"):
         sweep._eager_check("feature-extraction", _BrokenImageModel())
+
+
+def test_a_univariate_forecasters_series_are_batch_by_steps() -> None:
+    """TimesFM's prediction models read batch x steps (a config naming no num_input_channels): the
+    channel axis other forecasters take made its forward fail (its concatenation of 3-D and 2-D series)."""
+    from transformers import TimesFmConfig, TimesFmModelForPrediction
+
+    from fastonnx.pretrained.encoder_tasks import series_inputs
+
+    config = TimesFmConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        head_dim=8,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        context_length=64,
+        horizon_length=32,
+    )
+    torch.manual_seed(0)
+    model = TimesFmModelForPrediction(config).eval()
+    inputs = series_inputs(model, config, 2, "cpu")
+    assert inputs["past_values"].shape == torch.Size([2, 64])
+    with torch.no_grad():
+        out = model(**inputs)
+    assert out.mean_predictions.shape == torch.Size([2, 32])
