@@ -417,6 +417,8 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
             continue  # after the global sizes, which it scales
         if _is_sub_config(key, value):
             out[key] = {**value, **_shrunk(value, vision, hiddens)}
+            if out[key].get("backbone") == TINY_TIMM != value.get("backbone"):
+                out[key] = _timm_stand_in(out[key])
         elif key in _NONE_FILLED and value is None:
             out[key] = _NONE_FILLED[key]
         elif key.endswith("_groups") and _is_int(value) and value > 1 and value == hidden:
@@ -514,6 +516,13 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
     if isinstance(defaults.get("per_layer_config"), dict):  # last: it scales as the global sizes scale
         out["per_layer_config"] = _per_layer_config(defaults, {**defaults, **out}, kept)
     return out
+
+
+def _timm_stand_in(backbone: dict[str, Any]) -> dict[str, Any]:
+    """A timm backbone's config with timm's test ResNet standing in for its model: without the arguments
+    of the model it replaces that the config carries for ``timm.create_model`` (OmDet-Turbo's Swin:
+    img_size, always_partition, its config's timm_kwargs), which the ResNet does not take."""
+    return {k: v for k, v in backbone.items() if k not in ("img_size", "always_partition")}
 
 
 def _backbone_outputs(defaults: dict[str, Any], layers: int | None) -> dict[str, Any]:

@@ -790,6 +790,9 @@ FIXES.update(
         # google/shieldgemma-2-4b-it reads its verdict from the logits of "Yes" and "No" (ids 10784 and 3771,
         # which the model defaults to when the config names none): two ordinary words of the tiny vocabulary
         "shieldgemma2": {**FIXES["shieldgemma2"], "yes_token_index": 4, "no_token_index": 5},
+        # omlab/omdet-turbo-swin-tiny-hf: its encoder reads the timm Swin-T's stages 1 to 3 (192, 384 and 768
+        # channels); the sweep's stand-in, timm's test ResNet, gives 32, 48 and 192 there
+        "omdet-turbo": {"encoder_in_channels": [32, 48, 192]},
         "ernie4_5_vl_moe": {
             "text_config": {"rope_parameters": {"mrope_section": [3, 3, 2]}},
             "vision_config": {"depth": 2, "num_heads": 4},

@@ -107,6 +107,7 @@ BUILT = [
     ("automatic-speech-recognition", "dia"),
     ("time-series-forecasting", "timesfm"),
     ("time-series-forecasting", "timesfm2_5"),
+    ("zero-shot-object-detection", "omdet-turbo"),
 ]
 
 # built and exported, verified against transformers eager
@@ -333,3 +334,20 @@ def test_a_univariate_forecasters_series_are_batch_by_steps() -> None:
     with torch.no_grad():
         out = model(**inputs)
     assert out.mean_predictions.shape == torch.Size([2, 32])
+
+
+def test_timms_test_resnet_stands_in_without_the_replaced_models_arguments() -> None:
+    """OmDet-Turbo's config carries its Swin's timm arguments (img_size, always_partition) into
+    timm.create_model: with the sweep's test ResNet standing in, timm refused them; detectors without such
+    arguments (DETR's) keep their backbone config as it was."""
+    sweep = architecture_sweep()
+    config = sweep.tiny_config("omdet-turbo")
+    assert config.backbone_config.backbone == sweep.TINY_TIMM
+    assert config.timm_kwargs == {}
+    from transformers import OmDetTurboForObjectDetection
+
+    with torch.device("meta"):
+        model = OmDetTurboForObjectDetection(config)
+    assert sum(p.numel() for p in model.parameters()) <= sweep.MAX_PARAMS
+    detr = sweep.tiny_config("detr").backbone_config
+    assert detr.backbone == sweep.TINY_TIMM and hasattr(detr, "use_pretrained_backbone")
