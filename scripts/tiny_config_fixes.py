@@ -793,6 +793,21 @@ FIXES.update(
         # omlab/omdet-turbo-swin-tiny-hf: its encoder reads the timm Swin-T's stages 1 to 3 (192, 384 and 768
         # channels); the sweep's stand-in, timm's test ResNet, gives 32, 48 and 192 there
         "omdet-turbo": {"encoder_in_channels": [32, 48, 192]},
+        # nvidia's Nemotron 3.5 Transcribe: its ASR and diarization encoders and its word-timestamp encoder
+        # leave num_key_value_heads unset (as many as their heads), and transformers' load-time conversion
+        # splits their fused projections in three equal parts: the tiny 2 key-value heads of 4 do not load
+        # back (as the encoders' own entries above)
+        "nemo_speechlm": {
+            **FIXES["nemo_speechlm"],
+            "audio_config": {
+                "asr_config": {"num_key_value_heads": 4},
+                "diarization_config": {"audio_config": {"num_key_value_heads": 4}},
+            },
+            "word_timestamp_config": {
+                **FIXES["nemo_speechlm"]["word_timestamp_config"],
+                "num_key_value_heads": 4,
+            },
+        },
         "ernie4_5_vl_moe": {
             "text_config": {"rope_parameters": {"mrope_section": [3, 3, 2]}},
             "vision_config": {"depth": 2, "num_heads": 4},
