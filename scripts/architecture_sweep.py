@@ -1279,6 +1279,9 @@ def _plain_image_forward(model: Any) -> None:
 
     if not takes(model, "pixel_values"):
         return  # its images come as other inputs (Fuyu's patches, Pix2Struct's flattened patches)
+    inner = getattr(model, "model", None)
+    if hasattr(inner, "get_image_features") and _required_args(inner.get_image_features) - {"pixel_values"}:
+        return  # its tower's own inputs (Dots 3 Note's image_grid_thw), which a plain image does not make
     config = model.config
     encoder = getattr(config, "encoder", None)  # a vision encoder-decoder's image size is its encoder's
     vision = encoder if hasattr(encoder, "image_size") else config
