@@ -417,6 +417,8 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
             continue  # after the global sizes, which it scales
         if _is_sub_config(key, value):
             out[key] = {**value, **_shrunk(value, vision, hiddens)}
+            if out[key].get("backbone") == TINY_TIMM != value.get("backbone"):
+                out[key] = _timm_stand_in(out[key])
         elif key in _NONE_FILLED and value is None:
             out[key] = _NONE_FILLED[key]
         elif key.endswith("_groups") and _is_int(value) and value > 1 and value == hidden:
@@ -514,6 +516,13 @@ def _shrunk(defaults: dict[str, Any], vision: bool, hiddens: set[int] | None = N
     if isinstance(defaults.get("per_layer_config"), dict):  # last: it scales as the global sizes scale
         out["per_layer_config"] = _per_layer_config(defaults, {**defaults, **out}, kept)
     return out
+
+
+def _timm_stand_in(backbone: dict[str, Any]) -> dict[str, Any]:
+    """A timm backbone's config with timm's test ResNet standing in for its model: without the arguments
+    of the model it replaces that the config carries for ``timm.create_model`` (OmDet-Turbo's Swin:
+    img_size, always_partition, its config's timm_kwargs), which the ResNet does not take."""
+    return {k: v for k, v in backbone.items() if k not in ("img_size", "always_partition")}
 
 
 def _backbone_outputs(defaults: dict[str, Any], layers: int | None) -> dict[str, Any]:
@@ -877,6 +886,8 @@ def _eager_check(task: str, model: Any) -> None:
         with torch.no_grad():
             if task == "image-text-to-text":  # a prompt holding the image's tokens
                 _vision_language_check(model)
+            elif task == "image-classification" and takes(model, "input_ids") and _image_prompted(model):
+                _vision_language_check(model, classifier=True)  # ShieldGemma 2's: the image of its prompt
             elif task == "text-to-audio" and hasattr(model, "generate_speech"):
                 _speech_loop_check(model)
             elif task == "text-to-audio" and type(model).__name__ == "BarkModel":
@@ -921,6 +932,8 @@ def _eager_check(task: str, model: Any) -> None:
             else:
                 text = text_config(config)
                 codebooks = getattr(text, "num_codebooks", 1)  # Musicgen's decoder: a row a codebook
+                if isinstance(delays := getattr(config, "delay_pattern", None), list):
+                    codebooks = len(delays)  # Dia's decoder: a channel a delay
                 rows = codebooks if _is_int(codebooks) and codebooks > 0 else 1
                 vocab = getattr(text, "vocab_size", None)  # none for CANINE's characters: code points
                 ids = torch.randint(3, int(vocab) if _is_int(vocab) else VOCAB, (rows, 8), generator=g)
@@ -935,6 +948,8 @@ def _eager_check(task: str, model: Any) -> None:
                     extra["decoder_input_ids"] = ids[:, :2]
                     text_vocab = getattr(text_config(config, encoder=True), "vocab_size", VOCAB)
                     ids = torch.randint(3, int(text_vocab), (1, 8), generator=g)
+                    if isinstance(delays, list):  # Dia's: batch x steps x channels, as its generate makes
+                        extra["decoder_input_ids"] = extra["decoder_input_ids"].T[None].contiguous()
                 extra.update(_required_side_inputs(model, ids))
                 if not _unmade_inputs(model, {"input_ids": ids, "attention_mask": ids, **extra}):
                     model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
@@ -965,8 +980,13 @@ _MADE_INPUTS = frozenset(
 
 def _required_inputs(model: Any) -> set[str]:
     """The arguments ``model.forward`` cannot be called without (no default)."""
+    return _required_args(model.forward)
+
+
+def _required_args(method: Any) -> set[str]:
+    """The arguments ``method`` cannot be called without (no default)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    params = inspect.signature(model.forward).parameters.values()
+    params = inspect.signature(method).parameters.values()
     return {p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty}
 
 
@@ -1157,17 +1177,18 @@ def _tokens_in_vocabulary(defaults: dict[str, Any]) -> dict[str, Any]:
     return {k: VOCAB - 1 - i for i, k in enumerate(keys)}
 
 
-def _vision_language_check(model: Any) -> None:
+def _vision_language_check(model: Any, classifier: bool = False) -> None:
     """The forward on one image and a prompt holding its tokens; skipped where fastonnx cannot make the
     image's inputs or tell its token (grids, tiles, no image_token_id): the export then says so, as an
-    export error, not a model that cannot be built."""
+    export error, not a model that cannot be built. ``classifier``: a classifier over a vision-language
+    model (``_image_prompted``), whose base model makes the image's rows."""
     import torch
 
     from fastonnx.errors import InputError
     from fastonnx.pretrained import vision_language as vl
     from fastonnx.pretrained.graph_spec import takes
 
-    if not hasattr(model, "get_image_features"):
+    if not hasattr(model, "get_image_features") and not classifier:
         _plain_image_forward(model)
         return
     try:
@@ -1175,6 +1196,12 @@ def _vision_language_check(model: Any) -> None:
             _anyres_images(model) or _packed_slices(model) or vl.vision_inputs(model, model.config, 1, "cpu")
         )
         vl.image_token_id(model.config)
+        owners = (model, getattr(model, "model", None))
+        wanted = set().union(
+            *(_required_args(o.get_image_features) for o in owners if hasattr(o, "get_image_features"))
+        )
+        if wanted - set(images):
+            return  # the tower's own inputs (Dots 3 Note's image_grid_thw) fastonnx does not make for it
         rows = vl.image_features(model, **images).shape[0]  # Llama 4's are the tower's, not projected
     except InputError:
         return
@@ -1191,6 +1218,13 @@ def _vision_language_check(model: Any) -> None:
     # an encoder-decoder's decoder (T5Gemma 2's) reads its own first token
     start = {"decoder_input_ids": ids[:, :1]} if takes(model, "decoder_input_ids") else {}
     model(input_ids=ids, attention_mask=torch.ones_like(ids), **images, **placed, **start)
+
+
+def _image_prompted(model: Any) -> bool:
+    """A classifier over a vision-language model (ShieldGemma 2's over Gemma 3): its base model makes the
+    image's rows, which its prompt's image tokens take."""
+    inner = getattr(model, "model", None)
+    return not hasattr(model, "get_image_features") and hasattr(inner, "get_image_features")
 
 
 def _anyres_images(model: Any) -> dict[str, Any] | None:
@@ -1245,6 +1279,9 @@ def _plain_image_forward(model: Any) -> None:
 
     if not takes(model, "pixel_values"):
         return  # its images come as other inputs (Fuyu's patches, Pix2Struct's flattened patches)
+    inner = getattr(model, "model", None)
+    if hasattr(inner, "get_image_features") and _required_args(inner.get_image_features) - {"pixel_values"}:
+        return  # its tower's own inputs (Dots 3 Note's image_grid_thw), which a plain image does not make
     config = model.config
     encoder = getattr(config, "encoder", None)  # a vision encoder-decoder's image size is its encoder's
     vision = encoder if hasattr(encoder, "image_size") else config

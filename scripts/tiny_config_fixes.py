@@ -748,6 +748,74 @@ FIXES["qwen3_omni_moe"] = {
 }
 
 
+# issue #42's "not buildable" rows of every task but feature-extraction (eomt, eomt_dinov3, gemma3n, fast_vlm,
+# and the others named below)
+# tue/eomt-vit-large (and its DINOv3 variant): its last num_blocks (4) of 24 layers read the queries, which the
+# layer num_layers - num_blocks prepends: at 2 layers none would, and the mask head reads no query. The last
+# of the tiny 2
+FIXES.update(dict.fromkeys(("eomt", "eomt_dinov3"), {"num_blocks": 1}))
+FIXES.update(
+    {
+        # google/gemma-3n-E4B's MobileNetV5 tower (timm's mobilenetv5_300m_enc): stages up to 1280 channels
+        # on a 768-pixel image; its fusion adapter's output is always 2048 wide (timm fixes it), which
+        # hidden_size must be, and its 16 x 16 grid the 256 image tokens. Its channels a sixteenth, a 2 x 2
+        # grid (4 image tokens)
+        "gemma3n": {
+            "vision_config": {
+                "hidden_size": 2048,
+                "model_args": {"channel_multiplier": 0.0625, "msfa_output_resolution": 2},
+            },
+            "vision_soft_tokens_per_image": 4,
+        },
+        # apple/FastVLM's FastViT-MCi3 tower (timm's fastvit_mci3): 5 stages of (2, 12, 24, 4, 2) blocks, 96
+        # to 1536 wide, its head conv twice the last (hidden_size 3072). A block a stage, 16 to 64 wide (its
+        # attention stages' heads are 32 wide), the head 128
+        "fast_vlm": {
+            "vision_config": {
+                "hidden_size": 128,
+                "model_args": {"layers": [1, 1, 1, 1, 1], "embed_dims": [16, 16, 32, 32, 64]},
+            }
+        },
+        # kyutai/stt-1b-en_fr's Mimi codec: as Mimi's own (above), a base of 16 doubling to 256
+        "kyutai_speech_to_text": {"codec_config": {"num_filters": 16}},
+        # UsefulSensors/moonshine-streaming-tiny: its decoder layers read num_key_value_heads, which the
+        # config class does not define and the checkpoints set (as many as the heads, as the encoder's)
+        "moonshine_streaming": {"num_key_value_heads": 4},
+        # facebook/detr-resnet-50-panoptic: the mask head reads d_model + the encoder's heads channels
+        # (256 + 8), in GroupNorms of 8 groups: the tiny 64 takes 8 heads (of 8) too
+        "detr": {"encoder_attention_heads": 8},
+        # baidu/ERNIE-4.5-VL-28B-A3B-PT: mrope_section [22, 22, 20] (its rotary's default) splits head_dim
+        # 128's 64 frequencies over rows, columns and time; the tiny head_dim 16 has 8, split alike. Its
+        # tower's 32 blocks of 16 heads: 2 of 4, as the other Qwen-VL-style towers'
+        # google/shieldgemma-2-4b-it reads its verdict from the logits of "Yes" and "No" (ids 10784 and 3771,
+        # which the model defaults to when the config names none): two ordinary words of the tiny vocabulary
+        "shieldgemma2": {**FIXES["shieldgemma2"], "yes_token_index": 4, "no_token_index": 5},
+        # omlab/omdet-turbo-swin-tiny-hf: its encoder reads the timm Swin-T's stages 1 to 3 (192, 384 and 768
+        # channels); the sweep's stand-in, timm's test ResNet, gives 32, 48 and 192 there
+        "omdet-turbo": {"encoder_in_channels": [32, 48, 192]},
+        # nvidia's Nemotron 3.5 Transcribe: its ASR and diarization encoders and its word-timestamp encoder
+        # leave num_key_value_heads unset (as many as their heads), and transformers' load-time conversion
+        # splits their fused projections in three equal parts: the tiny 2 key-value heads of 4 do not load
+        # back (as the encoders' own entries above)
+        "nemo_speechlm": {
+            **FIXES["nemo_speechlm"],
+            "audio_config": {
+                "asr_config": {"num_key_value_heads": 4},
+                "diarization_config": {"audio_config": {"num_key_value_heads": 4}},
+            },
+            "word_timestamp_config": {
+                **FIXES["nemo_speechlm"]["word_timestamp_config"],
+                "num_key_value_heads": 4,
+            },
+        },
+        "ernie4_5_vl_moe": {
+            "text_config": {"rope_parameters": {"mrope_section": [3, 3, 2]}},
+            "vision_config": {"depth": 2, "num_heads": 4},
+        },
+    }
+)
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

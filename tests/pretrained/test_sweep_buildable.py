@@ -94,6 +94,20 @@ BUILT = [
     ("feature-extraction", "diffusion_gemma"),
     ("feature-extraction", "mgp-str"),
     ("feature-extraction", "qwen3_vl_vision"),  # its forward's grid_thw: not run by the eager check
+    ("image-segmentation", "eomt"),
+    ("image-segmentation", "eomt_dinov3"),
+    ("image-segmentation", "detr"),
+    ("text-generation", "gemma3n"),
+    ("image-text-to-text", "gemma3n"),
+    ("image-text-to-text", "fast_vlm"),
+    ("image-text-to-text", "ernie4_5_vl_moe"),
+    ("image-text-to-text", "dots3_note"),  # its tower's image_grid_thw: not run by the eager check
+    ("image-classification", "shieldgemma2"),
+    ("automatic-speech-recognition", "moonshine_streaming"),
+    ("automatic-speech-recognition", "dia"),
+    ("time-series-forecasting", "timesfm"),
+    ("time-series-forecasting", "timesfm2_5"),
+    ("zero-shot-object-detection", "omdet-turbo"),
 ]
 
 # built and exported, verified against transformers eager
@@ -138,6 +152,10 @@ EXPORTED = [
     ("feature-extraction", "sam2_vision_model"),
     ("feature-extraction", "cosmos3_edge_text"),
     ("feature-extraction", "hunyuan_vl_text"),
+    ("image-segmentation", "detr"),
+    ("text-generation", "gemma3n"),
+    ("image-text-to-text", "gemma3n"),
+    ("image-text-to-text", "fast_vlm"),
 ]
 
 
@@ -291,3 +309,45 @@ def test_the_eager_check_runs_what_fastonnx_feeds_and_skips_what_it_cannot() -> 
     sweep._eager_check("feature-extraction", _GridTower())
     with pytest.raises(RuntimeError, match="eager forward fails: ValueError: sizes disagree"):
         sweep._eager_check("feature-extraction", _BrokenImageModel())
+
+
+def test_a_univariate_forecasters_series_are_batch_by_steps() -> None:
+    """TimesFM's prediction models read batch x steps (a config naming no num_input_channels): the
+    channel axis other forecasters take made its forward fail (its concatenation of 3-D and 2-D series)."""
+    from transformers import TimesFmConfig, TimesFmModelForPrediction
+
+    from fastonnx.pretrained.encoder_tasks import series_inputs
+
+    config = TimesFmConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        head_dim=8,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        context_length=64,
+        horizon_length=32,
+    )
+    torch.manual_seed(0)
+    model = TimesFmModelForPrediction(config).eval()
+    inputs = series_inputs(model, config, 2, "cpu")
+    assert inputs["past_values"].shape == torch.Size([2, 64])
+    with torch.no_grad():
+        out = model(**inputs)
+    assert out.mean_predictions.shape == torch.Size([2, 32])
+
+
+def test_timms_test_resnet_stands_in_without_the_replaced_models_arguments() -> None:
+    """OmDet-Turbo's config carries its Swin's timm arguments (img_size, always_partition) into
+    timm.create_model: with the sweep's test ResNet standing in, timm refused them; detectors without such
+    arguments (DETR's) keep their backbone config as it was."""
+    sweep = architecture_sweep()
+    config = sweep.tiny_config("omdet-turbo")
+    assert config.backbone_config.backbone == sweep.TINY_TIMM
+    assert config.timm_kwargs == {}
+    from transformers import OmDetTurboForObjectDetection
+
+    with torch.device("meta"):
+        model = OmDetTurboForObjectDetection(config)
+    assert sum(p.numel() for p in model.parameters()) <= sweep.MAX_PARAMS
+    detr = sweep.tiny_config("detr").backbone_config
+    assert detr.backbone == sweep.TINY_TIMM and hasattr(detr, "use_pretrained_backbone")

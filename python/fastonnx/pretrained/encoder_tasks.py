@@ -573,7 +573,8 @@ def series_inputs(
     (Time Series Transformer, Informer, Autoformer) read ``context_length`` plus their largest lag steps of
     ``input_size`` values, each step's ``num_time_features`` and whether it was observed (the first
     series' first 5 steps missing); TimesFM its steps' padding (the first series' first 16) and the
-    series' frequency class (0, high)."""
+    series' frequency class (0, high); a config naming no ``num_input_channels`` (TimesFM's prediction
+    models) one channel, as batch x steps."""
     g = torch.Generator().manual_seed(0)
     if takes(model, "past_time_features"):
         steps = int(config.context_length) + max(int(lag) for lag in config.lags_sequence)
@@ -592,9 +593,11 @@ def series_inputs(
             "past_values_padding": padding,
             "freq": torch.zeros(batch, 1, dtype=torch.int64),
         }
-    else:
-        shape = (batch, int(config.context_length), int(getattr(config, "num_input_channels", 1)))
+    elif hasattr(config, "num_input_channels"):
+        shape = (batch, int(config.context_length), int(config.num_input_channels))
         inputs = {"past_values": torch.randn(*shape, generator=g)}
+    else:  # a univariate forecaster (TimesFM's prediction models): batch x steps
+        inputs = {"past_values": torch.randn(batch, int(config.context_length), generator=g)}
     return {k: v.to(device) for k, v in inputs.items()}
 
 
