@@ -784,9 +784,6 @@ FIXES.update(
         # facebook/detr-resnet-50-panoptic: the mask head reads d_model + the encoder's heads channels
         # (256 + 8), in GroupNorms of 8 groups: the tiny 64 takes 8 heads (of 8) too
         "detr": {"encoder_attention_heads": 8},
-        # baidu/ERNIE-4.5-VL-28B-A3B-PT: mrope_section [22, 22, 20] (its rotary's default) splits head_dim
-        # 128's 64 frequencies over rows, columns and time; the tiny head_dim 16 has 8, split alike. Its
-        # tower's 32 blocks of 16 heads: 2 of 4, as the other Qwen-VL-style towers'
         # google/shieldgemma-2-4b-it reads its verdict from the logits of "Yes" and "No" (ids 10784 and 3771,
         # which the model defaults to when the config names none): two ordinary words of the tiny vocabulary
         "shieldgemma2": {**FIXES["shieldgemma2"], "yes_token_index": 4, "no_token_index": 5},
@@ -808,6 +805,9 @@ FIXES.update(
                 "num_key_value_heads": 4,
             },
         },
+        # baidu/ERNIE-4.5-VL-28B-A3B-PT: mrope_section [22, 22, 20] (its rotary's default) splits head_dim
+        # 128's 64 frequencies over rows, columns and time; the tiny head_dim 16 has 8, split alike. Its
+        # tower's 32 blocks of 16 heads: 2 of 4, as the other Qwen-VL-style towers'
         "ernie4_5_vl_moe": {
             "text_config": {"rope_parameters": {"mrope_section": [3, 3, 2]}},
             "vision_config": {"depth": 2, "num_heads": 4},
