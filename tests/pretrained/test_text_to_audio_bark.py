@@ -13,7 +13,6 @@ import pathlib
 from typing import Any
 
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -21,6 +20,7 @@ import fastonnx
 from fastonnx.pretrained import bark_stages as stages
 from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
+from support.stage_sessions import stage_sessions
 
 # a full-matrix family (deselected in CI, the suite being over its 12 minutes): MusicGen's test runs
 # EnCodec's decode and a cached decoder step in CI
@@ -108,7 +108,7 @@ def test_bark_package_is_verified(package: Any) -> None:
 
 def _sessions(outdir: pathlib.Path) -> dict[str, Any]:
     names = (stages.SEMANTIC_FILE, stages.COARSE_FILE, stages.FINE_FILE, stages.CODEC_FILE)
-    return {n: ort.InferenceSession(str(outdir / n), providers=["CPUExecutionProvider"]) for n in names}
+    return stage_sessions(outdir, names)
 
 
 def test_loop_runs_several_windows_and_the_check_fails_on_perturbed_sessions(package: Any) -> None:

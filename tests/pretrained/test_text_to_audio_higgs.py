@@ -13,15 +13,14 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-import onnxruntime as ort
 import pytest
 import torch
 
 import fastonnx
 from fastonnx.errors import InputError
 from fastonnx.pretrained import higgs_audio_stages as stages
-from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
+from support.stage_sessions import perturbed_runs, stage_sessions
 
 BOOKS, CODES = 4, 16
 
@@ -127,7 +126,7 @@ def test_higgs_package_is_verified(package: Any) -> None:
 
 def _sessions(outdir: pathlib.Path) -> dict[str, Any]:
     names = (stages.DECODER_FILE, stages.DECODE_FILE)
-    return {n: ort.InferenceSession(str(outdir / n), providers=["CPUExecutionProvider"]) for n in names}
+    return stage_sessions(outdir, names)
 
 
 def test_check_fails_on_perturbed_sessions(package: Any) -> None:
@@ -137,22 +136,16 @@ def test_check_fails_on_perturbed_sessions(package: Any) -> None:
 
     model = HiggsAudioV2ForConditionalGeneration.from_pretrained(package.outdir.parent / "checkpoint").eval()
     sessions = _sessions(package.outdir)
-    decoder, decode = sessions[stages.DECODER_FILE], sessions[stages.DECODE_FILE]
-    calls = {"steps": 0, "decodes": 0}
 
-    def perturbed(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        out = _run(session, names, tensors)
-        if session is decoder:
-            calls["steps"] += 1
-            if calls["steps"] == stages.NEW_TOKENS:
-                # the last step's logits of the first row reversed: its free codebooks pick other codes (the
-                # last step: no later draw of the repetition-aware sampling shifts for the second row)
-                out[0][0, -1] *= -1
-        if session is decode:
-            calls["decodes"] += 1
-            if calls["decodes"] == 2:
-                out[0] += 1e-3  # the second row's waveform off by 10 x atol
-        return out
+    def perturb(file: str, call: int, out: list[torch.Tensor]) -> None:
+        if file == stages.DECODER_FILE and call == stages.NEW_TOKENS:
+            # the last step's logits of the first row reversed: its free codebooks pick other codes (the
+            # last step: no later draw of the repetition-aware sampling shifts for the second row)
+            out[0][0, -1] *= -1
+        if file == stages.DECODE_FILE and call == 2:
+            out[0] += 1e-3  # the second row's waveform off by 10 x atol
+
+    perturbed, calls = perturbed_runs(sessions, perturb)
 
     text = stages.check_inputs(model)[0]
     reference = stages.reference_decode(stages.audio_tokenizer_path(package.outdir.parent / "checkpoint"))
@@ -161,4 +154,4 @@ def test_check_fails_on_perturbed_sessions(package: Any) -> None:
     assert not frames.passed and not first.passed
     # the second row's codes are unchanged: its waveform fails by the offset alone
     assert not second.passed and second.max_abs_diff == pytest.approx(1e-3, rel=1e-2)
-    assert calls == {"steps": stages.NEW_TOKENS, "decodes": 2}
+    assert calls == {stages.DECODER_FILE: stages.NEW_TOKENS, stages.DECODE_FILE: 2}

@@ -13,14 +13,13 @@ import pathlib
 from typing import Any
 
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
 import fastonnx
 from fastonnx.pretrained import omni_speech_stages as stages
-from fastonnx.pretrained.package_check import _run
 from fastonnx.pretrained.tasks import choose
+from support.stage_sessions import perturbed_runs, stage_sessions
 
 # a full-matrix family (deselected in CI, the suite being over its 12 minutes): the text2text, Higgs Audio
 # V2 and Gradium Phonon tests run cached decoder steps and a generate-driven check in CI
@@ -175,7 +174,7 @@ def test_omni_package_is_verified(package: Any) -> None:
 
 def _sessions(outdir: pathlib.Path) -> dict[str, Any]:
     names = (stages.THINKER_FILE, stages.TALKER_FILE, stages.DIT_FILE, stages.VOCODER_FILE)
-    return {n: ort.InferenceSession(str(outdir / n), providers=["CPUExecutionProvider"]) for n in names}
+    return stage_sessions(outdir, names)
 
 
 def test_every_stage_runs_its_session_and_the_check_fails_on_perturbed_ones(package: Any) -> None:
@@ -186,18 +185,14 @@ def test_every_stage_runs_its_session_and_the_check_fails_on_perturbed_ones(pack
     checkpoint = package.outdir.parent / "checkpoint"
     model = Qwen2_5OmniForConditionalGeneration.from_pretrained(checkpoint).eval()
     sessions = _sessions(package.outdir)
-    calls = dict.fromkeys(sessions, 0)
 
-    def perturbed(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        file = next(f for f, s in sessions.items() if s is session)
-        calls[file] += 1
-        out = _run(session, names, tensors)
-        if file == stages.TALKER_FILE and calls[file] == 3:
+    def perturb(file: str, call: int, out: list[torch.Tensor]) -> None:
+        if file == stages.TALKER_FILE and call == 3:
             out[0][1, -1, 0] += 100.0  # the second row's third code: code 0
-        if file == stages.VOCODER_FILE and calls[file] == 1:
+        if file == stages.VOCODER_FILE and call == 1:
             out[0] += 1e-3  # the first row's waveform off by 10 x atol
-        return out
 
+    perturbed, calls = perturbed_runs(sessions, perturb)
     infos = stages.check_package(sessions, model, {}, perturbed, float32_tolerance)
     failed = {i.name for i in infos if not i.passed}
     assert failed == {

@@ -13,13 +13,12 @@ import pathlib
 from typing import Any
 
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
 import fastonnx
 from fastonnx.pretrained import omni3_speech_stages as stages
-from fastonnx.pretrained.package_check import _run
+from support.stage_sessions import perturbed_runs, stage_sessions
 
 # a full-matrix family (deselected in CI, the suite being over its 12 minutes): Qwen2.5-Omni's test covers
 # the thinker/talker layout and its generate-driven check
@@ -166,7 +165,7 @@ def test_omni3_package_is_verified(package: Any) -> None:
 
 def _sessions(outdir: pathlib.Path) -> dict[str, Any]:
     names = (stages.THINKER_FILE, stages.TALKER_FILE, stages.PREDICTOR_FILE, stages.CODE2WAV_FILE)
-    return {n: ort.InferenceSession(str(outdir / n), providers=["CPUExecutionProvider"]) for n in names}
+    return stage_sessions(outdir, names)
 
 
 def test_every_stage_runs_its_session_and_the_check_fails_on_perturbed_ones(package: Any) -> None:
@@ -177,19 +176,15 @@ def test_every_stage_runs_its_session_and_the_check_fails_on_perturbed_ones(pack
     checkpoint = package.outdir.parent / "checkpoint"
     model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(checkpoint).eval()
     sessions = _sessions(package.outdir)
-    calls = dict.fromkeys(sessions, 0)
 
-    def perturbed(session: Any, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        file = next(f for f, s in sessions.items() if s is session)
-        calls[file] += 1
-        out = _run(session, names, tensors)
-        if file == stages.PREDICTOR_FILE and calls[file] == 5:
+    def perturb(file: str, call: int, out: list[torch.Tensor]) -> None:
+        if file == stages.PREDICTOR_FILE and call == 5:
             out[0][1, -1, 0] += 100.0  # the second row's second frame, code group 2: code 0
         if file == stages.CODE2WAV_FILE:
             assert float(out[0].abs().max()) > 100 * 1e-4  # the waveform compared far above atol
             out[0][0] += 1e-3  # the first row's waveform off by 10 x atol
-        return out
 
+    perturbed, calls = perturbed_runs(sessions, perturb)
     infos = stages.check_package(sessions, model, {}, perturbed, float32_tolerance)
     failed = {i.name for i in infos if not i.passed}
     assert failed == {"talker codes", "waveform (row 0)", "waveform (row 1)"}
