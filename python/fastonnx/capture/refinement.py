@@ -33,6 +33,7 @@ from fastonnx.capture import (
 from fastonnx.capture.audio_windows import masked_audio_windows
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.codec_paddings import guard_free_codec_paddings
+from fastonnx.capture.control_buffers import buffers_as_numbers
 from fastonnx.capture.depth_patches import symbolic_depth_patches
 from fastonnx.capture.diarization_chunks import one_chunk_diarization
 from fastonnx.capture.document_patches import gathered_document_patches
@@ -226,6 +227,7 @@ def _export(
         guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
         every_expert(model),
+        buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),

@@ -139,3 +139,33 @@ def missing_parameters(model: torch.nn.Module, shards: list[str]) -> dict[str, t
             assert value is not None
             values[f"{owner}.{leaf}" if owner else leaf] = value.detach().to("cpu").clone()
     return values
+
+
+def stored_control_buffers(
+    model: torch.nn.Module, shards: list[str], computed: dict[str, torch.Tensor]
+) -> None:
+    """Puts each control buffer (capture/control_buffers.py: EoMT's ``attn_mask_probs``) back on the
+    CPU after ``buffers_on_meta``, with the checkpoint's value, else the one computed at construction
+    (``computed``, its values): the capture branches on its values."""
+    from safetensors import safe_open
+
+    from fastonnx.capture.control_buffers import control_buffer_names
+    from fastonnx.stored_weights.checkpoints import aliases, index_shards, renamed_keys
+
+    index = index_shards(shards)
+    renamed, tied = renamed_keys(model, list(index)), aliases(model)
+    for path, module in model.named_modules():
+        for leaf in control_buffer_names(module):
+            name = f"{path}.{leaf}" if path else leaf
+            names = [name, *tied.get(name, [])]
+            key = next((k for k in names if k in index), None) or next(
+                (renamed[k] for k in names if k in renamed), None
+            )
+            if key is not None:
+                with safe_open(index[key].shard, "pt") as f:
+                    value = f.get_tensor(key)
+            elif name in computed:
+                value = computed[name]
+            else:
+                continue  # left on meta: the capture names it
+            module_buffers(module)[leaf] = value.to(torch.float32)

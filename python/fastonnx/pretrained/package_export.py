@@ -47,7 +47,12 @@ from fastonnx.pretrained.genai_config import context_length, write_genai_config,
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import PAST, SEQUENCE, TOTAL, GraphSpec
 from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
-from fastonnx.pretrained.meta_init import buffers_on_meta, build_on_meta, missing_parameters
+from fastonnx.pretrained.meta_init import (
+    buffers_on_meta,
+    build_on_meta,
+    missing_parameters,
+    stored_control_buffers,
+)
 from fastonnx.pretrained.shipped_bytes import ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
 from fastonnx.pretrained.tasks import choose
@@ -174,6 +179,7 @@ def _package_weights(tmp: pathlib.Path, shards: list[pathlib.Path], built: Any) 
         paths.append(os.fspath(tmp / CONVERTED_FILE))
     missing = missing_parameters(built, paths)
     computed = buffers_on_meta(built, paths)
+    stored_control_buffers(built, paths, computed)
     return _PackageWeights(tmp, shards, converted, missing, computed)
 
 
