@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+import pytest
 from checkpoint_folders import save_decoder
 
 import fastonnx
@@ -62,3 +63,43 @@ def test_an_int4_package_copies_what_it_reads_of_the_float_shard(tmp_path: pathl
     with torch.no_grad():
         want = model(torch.tensor([PROMPT])).logits[0, -1]
     assert torch.nn.functional.cosine_similarity(logits[0], want, dim=0) > 0.9  # a wrong offset: ~0
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_a_half_package_ships_its_weights_in_the_half_type(tmp_path: pathlib.Path, dtype: str) -> None:
+    """A float32 checkpoint's half package: the weights its half products read are converted into its own
+    file (half the bytes, the shard not linked), each equal to torch's conversion of the stored tensor,
+    and read without a Cast; the fp16 package is verified against transformers from them."""
+    import hashlib
+
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "checkpoint"
+    save_decoder(folder, "llama")
+    shard = folder / "model.safetensors"
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    target = "cuda" if dtype == "bf16" else "cpu"  # onnxruntime's CPU runs no bfloat16 graph
+    written = fastonnx.export_pretrained(
+        folder, tmp_path / "package", dtype=dtype, target=target, progress=False
+    )
+    if dtype == "fp16":
+        assert written.verified is True, written.verify_note
+    shipped = written.stats["shipped"]
+    assert shipped["linked"] == [] and _links(written.outdir) == []
+    assert (written.outdir / OWN_FILE).stat().st_size < 0.6 * shard.stat().st_size
+    stored = {
+        hashlib.sha256(t.to(half).view(torch.int16).numpy().tobytes()).hexdigest()
+        for t in load_file(shard).values()
+    }
+    model = onnx.load(str(written.model_path))  # the weights read from the package's files
+    kind = {"fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}[dtype]
+    halves = [t for t in model.graph.initializer if t.data_type == kind and len(t.dims) == 2]
+    assert len(halves) >= 15  # the embedding, seven products a layer and the head
+    for t in halves:
+        raw = numpy_helper.to_array(t).view("<i2").tobytes()
+        assert hashlib.sha256(raw).hexdigest() in stored, t.name
+    names = {t.name for t in model.graph.initializer}
+    assert not [n.name for n in model.graph.node if n.op_type == "Cast" and n.input[0] in names]

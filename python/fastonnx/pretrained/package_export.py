@@ -46,6 +46,7 @@ from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import PAST, SEQUENCE, TOTAL, GraphSpec
+from fastonnx.pretrained.half_weights import store_half_weights
 from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
 from fastonnx.pretrained.meta_init import (
     buffers_on_meta,
@@ -53,7 +54,7 @@ from fastonnx.pretrained.meta_init import (
     missing_parameters,
     stored_control_buffers,
 )
-from fastonnx.pretrained.shipped_bytes import ship
+from fastonnx.pretrained.shipped_bytes import all_initializers, is_linked, ship
 from fastonnx.pretrained.task_inputs import graph_specs, seq2seq_sides
 from fastonnx.pretrained.tasks import choose
 
@@ -225,15 +226,19 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
 
 
 def _drop_unused(tmp: pathlib.Path, files: list[str]) -> None:
-    """Removes the package's own weight files (missing parameters and buffers, converted tensors) when
-    no graph reads any of them."""
+    """Removes the package's own weight files (missing parameters and buffers, converted tensors) and
+    the checkpoint shards linked into it when no graph reads any of them (a half package's shard whose
+    tensors were all converted into its own file)."""
     import onnx
 
     used: set[str] = set()
     for name in files:
         proto = onnx.load(os.fspath(tmp / name), load_external_data=False)
-        used |= {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
-    for own in (MISSING_FILE, CONVERTED_FILE):
+        used |= {
+            e.value for t in all_initializers(proto.graph) for e in t.external_data if e.key == "location"
+        }
+    linked = [p.name for p in tmp.iterdir() if p.suffix == ".safetensors" and is_linked(p)]
+    for own in (MISSING_FILE, CONVERTED_FILE, *linked):
         if own not in used and (tmp / own).exists():
             (tmp / own).unlink()
 
@@ -573,6 +578,8 @@ def export_pretrained(
                 report.unlink()
         if dtype is not None:
             half_package.convert_package(tmp, specs, config, dtype, keep_io_types, chosen.name, built)
+            # the checkpoint's tensors the half graphs read through Casts: converted into the package
+            store_half_weights(tmp, list(specs), dtype)
         _drop_unused(tmp, list(specs))
         shipped = ship(tmp, list(specs), copy)
         with open(tmp / REPORT_FILE, "a", encoding="utf-8") as f:

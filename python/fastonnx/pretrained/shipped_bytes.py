@@ -73,20 +73,21 @@ def _entries(tensor: Any) -> dict[str, str]:
     return {e.key: e.value for e in tensor.external_data}
 
 
-def _initializers(graph: Any) -> list[Any]:
+def all_initializers(graph: Any) -> list[Any]:
     """A graph's initializers and those of its subgraphs (Loop / Scan bodies)."""
     found = list(graph.initializer)
     for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("g"):
-                found += _initializers(attr.g)
+                found += all_initializers(attr.g)
             for sub in attr.graphs:
-                found += _initializers(sub)
+                found += all_initializers(sub)
     return found
 
 
-def _is_linked(path: pathlib.Path) -> bool:
-    return path.stat().st_nlink > 1
+def is_linked(path: pathlib.Path) -> bool:
+    """Whether ``path`` is a checkpoint shard hard-linked into the package (its bytes shared)."""
+    return path.is_file() and path.stat().st_nlink > 1
 
 
 def ship(folder: pathlib.Path, model_files: list[str], copy: bool) -> Shipped:
@@ -98,20 +99,20 @@ def ship(folder: pathlib.Path, model_files: list[str], copy: bool) -> Shipped:
     read: dict[str, int] = defaultdict(int)
     ranges: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for proto in protos.values():
-        for tensor in _initializers(proto.graph):
+        for tensor in all_initializers(proto.graph):
             entries = _entries(tensor)
             if "location" in entries:
                 span = (int(entries.get("offset", 0)), int(entries.get("length", 0)))
                 if span not in ranges[entries["location"]]:
                     ranges[entries["location"]].add(span)
                     read[entries["location"]] += span[1]
-    linked = {loc for loc in ranges if (folder / loc).is_file() and _is_linked(folder / loc)}
+    linked = {loc for loc in ranges if (folder / loc).is_file() and is_linked(folder / loc)}
     moved = sorted(loc for loc in linked if copy or read[loc] < READ_MOSTLY * (folder / loc).stat().st_size)
     if moved:
         where = _copy_ranges(folder, {loc: sorted(ranges[loc]) for loc in moved})
         for name, proto in protos.items():
             changed = False
-            for tensor in _initializers(proto.graph):
+            for tensor in all_initializers(proto.graph):
                 entries = _entries(tensor)
                 if entries.get("location") not in where:
                     continue
