@@ -6,7 +6,9 @@
   shrank the features until every anchor scored alike: the sweep sets them to one;
 - RF-DETR's segmentation forward is annotated ``dict``: its outputs are those of the class it returns;
 - PP-OCRv5's text detector returns its probability map as ``last_hidden_state``, which its
-  post-processing reads (encoder_tasks.FALLBACK_OUTPUTS).
+  post-processing reads (encoder_tasks.FALLBACK_OUTPUTS);
+- OneFormer cannot run without its task prompt's ids, ``task_inputs`` (side_inputs.py), a graph input;
+- EoMT branches on its ``attn_mask_probs`` buffer (its own test: test_control_buffers.py).
 
 Each is built from the sweep's own tiny config, exported by ``export_pretrained`` and verified against
 transformers eager.
@@ -33,6 +35,8 @@ EXPORTS = [
     ("object-detection", "rt_detr_v2"),
     ("object-detection", "pp_ocrv5_mobile_det"),
     ("image-segmentation", "rf_detr"),
+    ("image-segmentation", "oneformer"),  # 70 s: the task prompt by the unit test below in CI
+    ("image-segmentation", "eomt"),
 ]
 
 
@@ -119,3 +123,26 @@ def test_output_fields_of_the_returned_class() -> None:
     assert output_fields(_DictAnnotated(), "image-segmentation") == ("logits", "pred_boxes", "pred_masks")
     # PP-OCR: neither logits nor pred_boxes; its post-processing reads last_hidden_state
     assert output_fields(_TextDetector(), "object-detection") == ("last_hidden_state",)
+
+
+def test_oneformer_takes_its_task_prompt_as_an_input() -> None:
+    from transformers import OneFormerForUniversalSegmentation
+
+    from fastonnx.pretrained.encoder_tasks import TaskPromptedImageEncoder, encoder
+    from fastonnx.pretrained.meta_init import build_on_meta
+    from fastonnx.pretrained.side_inputs import image_side_inputs
+
+    config = architecture_sweep().tiny_config("oneformer")
+    model = build_on_meta(lambda: OneFormerForUniversalSegmentation(config)).eval()
+    spec = encoder(model, config, "image-segmentation")
+    assert isinstance(spec.module, TaskPromptedImageEncoder)
+    assert spec.input_names == ["pixel_values", "task_inputs"]
+    assert spec.args[1].dtype == torch.int64 and spec.args[1].shape[1] == config.task_seq_len
+    made, _ = image_side_inputs(model, config, {"pixel_values": torch.zeros(3, 3, 8, 8)}, "cpu")
+    assert made["task_inputs"].shape == (3, config.task_seq_len)  # the images' batch
+    assert (
+        0 <= int(made["task_inputs"].min())
+        and int(made["task_inputs"].max()) < config.text_encoder_vocab_size
+    )
+    shapes = spec.dynamic_shapes["task_inputs"]  # its length is the task MLP's: fixed
+    assert list(shapes) == [0] and shapes[0].__name__ == "batch_size"

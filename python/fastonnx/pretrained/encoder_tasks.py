@@ -314,6 +314,14 @@ class ImageEncoder(_Encoder):
         return out
 
 
+class TaskPromptedImageEncoder(_Encoder):
+    """OneFormer's: the image and its task prompt's ids (side_inputs.py)."""
+
+    def forward(self, pixel_values: torch.Tensor, task_inputs: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(pixel_values=pixel_values, task_inputs=task_inputs)
+        return out
+
+
 class ImageTextEncoder(_Encoder):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor
@@ -457,6 +465,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
+    ("pixel_values", "task_inputs"): TaskPromptedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
     (
         "input_ids",

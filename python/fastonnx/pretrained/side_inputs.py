@@ -10,7 +10,10 @@ where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
   without them would be a different function on every run and match transformers on none; with them the
   graph is transformers' function of the pixels and the noise (uniform noise: its random masking; noise
   increasing along the patches: the first patches kept, in order). Not ``mask_ratio`` 0 instead: the patches
-  would still be shuffled by the noise.
+  would still be shuffled by the noise;
+- OneFormer's ``task_inputs``: the task prompt its processor tokenizes ("the task is semantic", padded to
+  the config's ``task_seq_len``), ``batch_size`` x ``task_seq_len`` int64 ids, which its task MLP reads as
+  ``task_seq_len`` numbers (a length the weights fix).
 """
 
 from __future__ import annotations
@@ -56,8 +59,16 @@ def text_side_inputs(
 def image_side_inputs(
     model: torch.nn.Module, config: Any, images: dict[str, torch.Tensor], device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], Dims]:
-    """ViTMAE's ``noise`` for the ``images``' pixels, one value a patch; none for other models."""
+    """ViTMAE's ``noise`` for the ``images``' pixels, one value a patch, or OneFormer's ``task_inputs``;
+    none for other models."""
     pixels = images["pixel_values"]
+    task_length = getattr(config, "task_seq_len", None)
+    if takes(model, "task_inputs") and isinstance(task_length, int):
+        vocab = int(getattr(config, "text_encoder_vocab_size", None) or 49408)  # CLIP's tokenizer's
+        ids = torch.randint(
+            0, vocab, (pixels.shape[0], task_length), generator=torch.Generator().manual_seed(1)
+        )
+        return {"task_inputs": ids.to(device)}, {"task_inputs": {0: BATCH}}
     if not (takes(model, "noise") and _masks_patches(model)):
         return {}, {}
     patch = config.patch_size
