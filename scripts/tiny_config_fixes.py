@@ -788,8 +788,27 @@ FIXES.update(
         # which the model defaults to when the config names none): two ordinary words of the tiny vocabulary
         "shieldgemma2": {**FIXES["shieldgemma2"], "yes_token_index": 4, "no_token_index": 5},
         # omlab/omdet-turbo-swin-tiny-hf: its encoder reads the timm Swin-T's stages 1 to 3 (192, 384 and 768
-        # channels); the sweep's stand-in, timm's test ResNet, gives 32, 48 and 192 there
-        "omdet-turbo": {"encoder_in_channels": [32, 48, 192]},
+        # channels); the sweep's stand-in, timm's test ResNet, gives 32, 48 and 192 there. Swin's maps are
+        # channels last, which the layer norms after the backbone read; the ResNet's are channels first, as
+        # a convolutional backbone's, for which the config turns those norms off (Swin-T itself is 27M
+        # parameters at any config: timm_kwargs passes on only its image size). Its encoder's width
+        # (d_model), the projected features' and the decoder's are one (256), half its class embeddings' and
+        # text tower's (512; transformers defines the decoder's task projection only where the two differ,
+        # and reads it anyway): 32 against the tiny 64, the feed-forwards 2 x it, the decoder 2 layers of 4
+        # heads and 16 queries
+        "omdet-turbo": {
+            "encoder_in_channels": [32, 48, 192],
+            "apply_layernorm_after_vision_backbone": False,
+            "d_model": 32,
+            "vision_features_channels": [32, 32, 32],
+            "decoder_hidden_dim": 32,
+            "decoder_num_heads": 4,
+            "decoder_num_layers": 2,
+            "decoder_dim_feedforward": 64,
+            "encoder_dim_feedforward": 64,
+            "task_encoder_hidden_dim": 128,
+            "num_queries": 16,
+        },
         # nvidia's Nemotron 3.5 Transcribe: its ASR and diarization encoders and its word-timestamp encoder
         # leave num_key_value_heads unset (as many as their heads), and transformers' load-time conversion
         # splits their fused projections in three equal parts: the tiny 2 key-value heads of 4 do not load

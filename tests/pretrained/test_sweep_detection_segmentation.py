@@ -37,6 +37,7 @@ EXPORTS = [
     ("image-segmentation", "rf_detr"),
     ("image-segmentation", "oneformer"),  # 70 s: the task prompt by the unit test below in CI
     ("image-segmentation", "eomt"),
+    ("zero-shot-object-detection", "omdet-turbo"),  # 65 s: its prompt form by the unit test below in CI
 ]
 
 
@@ -146,3 +147,31 @@ def test_oneformer_takes_its_task_prompt_as_an_input() -> None:
     )
     shapes = spec.dynamic_shapes["task_inputs"]  # its length is the task MLP's: fixed
     assert list(shapes) == [0] and shapes[0].__name__ == "batch_size"
+
+
+@pytest.mark.parametrize("padded", ["one row", "every row"])
+def test_omdet_prompts_embedded_as_one_batch_are_transformers(padded: str) -> None:
+    """OmDet-Turbo's batched prompt form (capture/class_prompts.py) against transformers' cached, looped
+    and cut embedding: the same detections where one task prompt is padded and where every one is (which
+    transformers cuts to the longest, the form masks)."""
+    from transformers import OmDetTurboForObjectDetection
+
+    from fastonnx.capture.class_prompts import batched_class_prompts, equal_class_counts
+    from fastonnx.pretrained.encoder_tasks import ClassPrompts, encoder_inputs
+
+    config = architecture_sweep().tiny_config("omdet-turbo")
+    torch.manual_seed(0)
+    model = OmDetTurboForObjectDetection(config).eval()
+    inputs, _ = encoder_inputs(model, config, "zero-shot-object-detection", 3, "cpu")
+    if padded == "every row":
+        inputs["tasks_attention_mask"][:, -3:] = 0
+    reference = ClassPrompts(model)
+    with torch.no_grad():
+        want = reference(**inputs)
+        model.language_cache_class.cache.clear()  # transformers' own cache: the form must compute anew
+        model.language_cache_prompt.cache.clear()
+        with batched_class_prompts(), equal_class_counts():
+            got = reference(**inputs)
+    for field in ("decoder_class_logits", "decoder_coord_logits"):
+        torch.testing.assert_close(getattr(got, field), getattr(want, field), atol=1e-5, rtol=1e-4)
+    assert not model.language_cache_class.cache  # the form read no cache and filled none

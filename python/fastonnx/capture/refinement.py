@@ -32,6 +32,7 @@ from fastonnx.capture import (
 )
 from fastonnx.capture.audio_windows import masked_audio_windows
 from fastonnx.capture.chunked_kernels import length_following_kernels
+from fastonnx.capture.class_prompts import batched_class_prompts
 from fastonnx.capture.codec_paddings import guard_free_codec_paddings
 from fastonnx.capture.control_buffers import buffers_as_numbers
 from fastonnx.capture.depth_patches import symbolic_depth_patches
@@ -228,6 +229,7 @@ def _export(
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
         every_expert(model),
         buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
+        batched_class_prompts(),  # OmDet-Turbo's prompts embedded without guards (class_prompts.py)
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),

@@ -15,7 +15,7 @@ detection at once from torch's own interpolation taps and weights, with data-dep
 tensor values (and, for the keypoints, one unbacked size: the largest ROI).
 
 transformers' RT-DETR family (RT-DETR, RT-DETRv2, D-FINE, DEIMv2, PP-DocLayout) reads its batch as
-``batch_size = len(source_flatten)``: Python's ``len`` must return an int, so torch.export specialises the
+``batch_size = len(source_flatten)`` (OmDet-Turbo's decoder as ``len(vision_features)``): Python's ``len`` must return an int, so torch.export specialises the
 batch there. While the block is active those modules' ``len`` is :func:`tensor_len`, which gives a
 tensor's ``shape[0]`` as it is (a SymInt when the batch is dynamic) and is the builtin for anything else.
 """
@@ -241,7 +241,15 @@ def tensor_len(obj: Any) -> Any:
 # the modules whose forward reads the batch as len(source_flatten): their own name ``len`` shadows the builtin
 _BATCH_BY_LEN = tuple(
     f"transformers.models.{name}.modeling_{name}"
-    for name in ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3")
+    for name in (
+        "rt_detr",
+        "rt_detr_v2",
+        "d_fine",
+        "deimv2",
+        "pp_doclayout_v2",
+        "pp_doclayout_v3",
+        "omdet_turbo",
+    )
 )
 
 # (module, attribute, replacement): what traceable_detection_ops swaps in

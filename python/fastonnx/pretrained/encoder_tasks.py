@@ -72,6 +72,7 @@ from fastonnx.pretrained.multimodal_features import (
 )
 from fastonnx.pretrained.tuple_outputs import NESTED_FIELDS, TUPLE_FIELDS, flattened, output_names, read
 
+CLASSES, CLASS_SEQUENCE = "num_classes", "class_sequence_length"
 TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
     "text_batch_size",
     "num_choices",
@@ -112,6 +113,9 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
     "object-detection": ("last_hidden_state",),
+    # OmDet-Turbo's boxes and class scores, which its processor's post_process_grounded_object_detection
+    # reads (with classes_structure: every image the graph's same class count)
+    "zero-shot-object-detection": ("decoder_class_logits", "decoder_coord_logits"),
     # a base model without states: two towers (CLIP, SigLIP, ALIGN...) give their embeddings, as optimum's
     # feature-extraction of them does; a fusion model (BridgeTower) its text and image features and their
     # pooled output; a pooled encoder (DPR's) its pooled output
@@ -322,6 +326,58 @@ class TaskPromptedImageEncoder(_Encoder):
         return out
 
 
+def class_prompt_inputs(
+    pixel_values: torch.Tensor,
+    classes_input_ids: torch.Tensor,
+    tasks_input_ids: torch.Tensor,
+    tasks_attention_mask: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """OmDet-Turbo's forward's inputs for the graph's: the class rows flattened, their mask (the cache's
+    key: every token) and ``classes_structure`` (each image the same count) made here."""
+    images, classes = classes_input_ids.shape[:2]
+    flat = classes_input_ids.flatten(0, 1)
+    return {
+        "pixel_values": pixel_values,
+        "classes_input_ids": flat,
+        "classes_attention_mask": torch.ones_like(flat),
+        "tasks_input_ids": tasks_input_ids,
+        "tasks_attention_mask": tasks_attention_mask,
+        "classes_structure": torch.full((images,), classes, dtype=torch.int64, device=flat.device),
+    }
+
+
+class ClassPromptedDetector(_Encoder):
+    """OmDet-Turbo's: the images, each image's class names (``images`` x ``classes`` x tokens: the same
+    count an image) and its task prompt (capture/class_prompts.py)."""
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        classes_input_ids: torch.Tensor,
+        tasks_input_ids: torch.Tensor,
+        tasks_attention_mask: torch.Tensor,
+    ) -> Outputs:
+        from fastonnx.capture.class_prompts import equal_class_counts
+
+        with equal_class_counts():
+            out: Outputs = self.inner(
+                **class_prompt_inputs(pixel_values, classes_input_ids, tasks_input_ids, tasks_attention_mask)
+            )
+        return out
+
+
+class ClassPrompts(torch.nn.Module):
+    """OmDet-Turbo called with the graph's inputs, its output as transformers returns it: what the
+    package is checked against (transformers' own prompt embedding, cache and loop)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        return self.model(**class_prompt_inputs(**inputs))
+
+
 class ImageTextEncoder(_Encoder):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor
@@ -466,6 +522,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values", "task_inputs"): TaskPromptedImageEncoder,
+    ("pixel_values", "classes_input_ids", "tasks_input_ids", "tasks_attention_mask"): ClassPromptedDetector,
     ("pixel_values_videos",): VideoEncoder,
     (
         "input_ids",
@@ -566,7 +623,25 @@ def detection_inputs(
     config: Any, batch: int, images: dict[str, torch.Tensor], device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     """A zero-shot detector's text queries and images: OWL-ViT's 2 queries an image as rows of
-    ``input_ids``; Grounding DINO's one prompt an image (its classes separated by dots)."""
+    ``input_ids``; Grounding DINO's one prompt an image (its classes separated by dots); OmDet-Turbo's
+    class names (2 an image, 5 tokens each) and task prompt (7 tokens, the second image's padded by 2)."""
+    if "omdet" in str(getattr(config, "model_type", "")):
+        names = text_inputs(config, batch * 2, 5, device, False)["input_ids"].reshape(batch, 2, 5)
+        task = text_inputs(config, batch, 7, device, False)
+        mask = torch.ones_like(task["input_ids"])
+        mask[1:, -2:] = 0
+        prompts = {
+            "classes_input_ids": names,
+            "tasks_input_ids": task["input_ids"],
+            "tasks_attention_mask": mask,
+        }
+        dims = {
+            "pixel_values": {0: BATCH},
+            "classes_input_ids": {0: BATCH, 1: CLASSES, 2: CLASS_SEQUENCE},
+            "tasks_input_ids": {0: BATCH, 1: SEQUENCE},
+            "tasks_attention_mask": {0: BATCH, 1: SEQUENCE},
+        }
+        return {**images, **prompts}, dims
     flattened = getattr(config, "model_type", None) in FLATTENED_QUERIES
     text = text_inputs(config, batch * 2 if flattened else batch, 7, device, False)
     rows = TEXT_BATCH if flattened else BATCH
@@ -883,7 +958,10 @@ def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[s
 
 
 def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> torch.nn.Module:
-    """What a package of ``task`` is checked against: the model, or its bare decoder (``from_decoder``)."""
+    """What a package of ``task`` is checked against: the model, or its bare decoder (``from_decoder``),
+    or OmDet-Turbo called with the graph's inputs (``ClassPrompts``)."""
+    if takes(model, "classes_structure"):
+        return ClassPrompts(model)
     return bare_decoder(model) if from_decoder(model, config, task, fields) else model
 
 

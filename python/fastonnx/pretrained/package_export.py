@@ -42,7 +42,7 @@ from fastonnx.pretrained import (
 )
 from fastonnx.pretrained import folder as folder_mod
 from fastonnx.pretrained.converted_weights import CONVERTED_FILE, write_converted
-from fastonnx.pretrained.encoder_tasks import AUDIO, FEATURES
+from fastonnx.pretrained.encoder_tasks import AUDIO, CLASS_SEQUENCE, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import PAST, SEQUENCE, TOTAL, GraphSpec
@@ -343,16 +343,20 @@ def table_bounded(spec: GraphSpec, config: Any) -> Any:
     names = [getattr(d, "__name__", None) for d in every]
     if PAST in names or TOTAL in names:  # a decoder step: the table bounds the whole, not the new tokens
         return None
-    dims = [d for d, name in zip(every, names, strict=True) if name == SEQUENCE]
+    # OmDet-Turbo's class names go through the same text tower as its task prompt
+    texts = (SEQUENCE, CLASS_SEQUENCE)
+    dims = [d for d, name in zip(every, names, strict=True) if name in texts]
     if not dims or any(getattr(d, "max", 0) <= top for d in dims):
         return None
 
     def bound(d: Any) -> Any:
-        if getattr(d, "__name__", None) != SEQUENCE:
+        name = getattr(d, "__name__", None)
+        if name not in texts:
             return d
-        return torch.export.Dim(SEQUENCE, min=getattr(d, "min", 0), max=top)
+        return torch.export.Dim(name, min=getattr(d, "min", 0), max=top)
 
-    log.info("the model's position table bounds %s to %d", SEQUENCE, top)
+    bounded = sorted(n for n in set(names) & set(texts) if n is not None)
+    log.info("the model's position table bounds %s to %d", " and ".join(bounded), top)
     return map_dims(spec.dynamic_shapes, bound)
 
 
