@@ -108,6 +108,16 @@ BUILT = [
     ("time-series-forecasting", "timesfm"),
     ("time-series-forecasting", "timesfm2_5"),
     ("zero-shot-object-detection", "omdet-turbo"),
+    # a codec's waveform: batch x channels x samples (frame_widths.waveform_channels)
+    ("feature-extraction", "dac"),
+    ("feature-extraction", "encodec"),
+    ("feature-extraction", "mimi"),
+    ("feature-extraction", "mimi_encoder"),
+    ("feature-extraction", "xcodec"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
+    ("feature-extraction", "vibevoice_acoustic_tokenizer"),
+    ("feature-extraction", "pe_audio_encoder"),
 ]
 
 # built and exported, verified against transformers eager
@@ -156,6 +166,7 @@ EXPORTED = [
     ("text-generation", "gemma3n"),
     ("image-text-to-text", "gemma3n"),
     ("image-text-to-text", "fast_vlm"),
+    ("feature-extraction", "pe_audio_encoder"),
 ]
 
 
@@ -351,3 +362,38 @@ def test_timms_test_resnet_stands_in_without_the_replaced_models_arguments() -> 
     assert sum(p.numel() for p in model.parameters()) <= sweep.MAX_PARAMS
     detr = sweep.tiny_config("detr").backbone_config
     assert detr.backbone == sweep.TINY_TIMM and hasattr(detr, "use_pretrained_backbone")
+
+
+def test_a_codecs_waveform_has_its_channel_axis() -> None:
+    """A codec reads ``batch x channels x samples`` (EnCodec's documented shape; Perception Encoder's audio
+    encoder hands it to its DAC encoder's first convolution): the speech encoders' ``batch x samples``
+    made their forwards fail. Wav2Vec2 and Moonshine add the channel themselves and keep their 2-D wave."""
+    from transformers import (
+        EncodecConfig,
+        EncodecModel,
+        MoonshineConfig,
+        MoonshineModel,
+        PeAudioEncoder,
+        PeAudioEncoderConfig,
+        Wav2Vec2Config,
+        Wav2Vec2Model,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import audio_inputs
+    from fastonnx.pretrained.frame_widths import waveform_channels
+
+    with torch.device("meta"):
+        for cls, config in ((Wav2Vec2Model, Wav2Vec2Config()), (MoonshineModel, MoonshineConfig())):
+            assert waveform_channels(cls(config), config) is None
+        pe_config = PeAudioEncoderConfig()
+        assert waveform_channels(PeAudioEncoder(pe_config), pe_config) == 1
+    config = EncodecConfig(
+        audio_channels=2, hidden_size=8, num_filters=4, codebook_size=16, codebook_dim=8, num_lstm_layers=1
+    )
+    torch.manual_seed(0)
+    model = EncodecModel(config).eval()
+    inputs, dims = audio_inputs(model, config, 2, "cpu")
+    assert inputs["input_values"].shape == torch.Size([2, 2, 16000])
+    assert dims == {"input_values": {0: "batch_size", 2: "audio_sequence_length"}}
+    with torch.no_grad():
+        assert model(**inputs).audio_values.shape == torch.Size([2, 2, 16000])

@@ -20,7 +20,8 @@ Inputs, by what the forward takes:
 - time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels`` (the lagged
   forecasters' with their time features and observed mask, TimesFM's with its padding and frequency:
   ``series_inputs``);
-- audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
+- audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples; a
+  codec's ``batch_size`` x its channels x ``audio_sequence_length``: frame_widths.py), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
   (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic;
@@ -59,7 +60,7 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
-from fastonnx.pretrained.frame_widths import first_layer_width
+from fastonnx.pretrained.frame_widths import first_layer_width, waveform_channels
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 from fastonnx.pretrained.graph_spec import FEATURES as FEATURES  # its users import it from here
 from fastonnx.pretrained.multimodal_features import (
@@ -634,6 +635,10 @@ def audio_inputs(
             # Audio Spectrogram Transformer: a fixed number of frames of mel bins (its patches are fixed)
             shape = (batch, int(config.max_length), int(config.num_mel_bins))
             return {"input_values": torch.randn(*shape, generator=g).to(device)}, {"input_values": {0: BATCH}}
+        channels = waveform_channels(model, config)
+        if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
+            wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
+            return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
