@@ -118,6 +118,14 @@ BUILT = [
     ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
     ("feature-extraction", "vibevoice_acoustic_tokenizer"),
     ("feature-extraction", "pe_audio_encoder"),
+    ("feature-extraction", "sam"),
+    ("feature-extraction", "sam_hq"),
+    ("feature-extraction", "sam3"),
+    ("feature-extraction", "sam3_lite_text"),
+    ("feature-extraction", "sam3_tracker"),
+    ("feature-extraction", "edgetam"),
+    ("feature-extraction", "edgetam_vision_model"),
+    ("feature-extraction", "edgetam_video"),
 ]
 
 # built and exported, verified against transformers eager
@@ -167,6 +175,8 @@ EXPORTED = [
     ("image-text-to-text", "gemma3n"),
     ("image-text-to-text", "fast_vlm"),
     ("feature-extraction", "pe_audio_encoder"),
+    ("feature-extraction", "edgetam"),
+    ("feature-extraction", "edgetam_vision_model"),
 ]
 
 
