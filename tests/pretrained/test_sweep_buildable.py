@@ -126,6 +126,7 @@ BUILT = [
     ("feature-extraction", "edgetam"),
     ("feature-extraction", "edgetam_vision_model"),
     ("feature-extraction", "edgetam_video"),
+    ("feature-extraction", "flava"),
 ]
 
 # built and exported, verified against transformers eager
@@ -177,6 +178,7 @@ EXPORTED = [
     ("feature-extraction", "pe_audio_encoder"),
     ("feature-extraction", "edgetam"),
     ("feature-extraction", "edgetam_vision_model"),
+    ("feature-extraction", "flava"),
 ]
 
 
@@ -407,3 +409,12 @@ def test_a_codecs_waveform_has_its_channel_axis() -> None:
     assert dims == {"input_values": {0: "batch_size", 2: "audio_sequence_length"}}
     with torch.no_grad():
         assert model(**inputs).audio_values.shape == torch.Size([2, 2, 16000])
+
+
+def test_flavas_images_are_its_image_towers_size() -> None:
+    """FLAVA names its vision tower image_config: its images are that tower's size, not the 224 pixels of a
+    config naming no image size (its patch embeddings refuse any other)."""
+    from transformers import FlavaConfig
+
+    config = FlavaConfig(image_config={"image_size": 32, "patch_size": 8})
+    assert image_inputs(config, 2, "cpu")["pixel_values"].shape == torch.Size([2, 3, 32, 32])

@@ -529,9 +529,9 @@ def _end_with_eos(config: Any, ids: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def _vision_config(config: Any) -> Any:
-    """The config holding the image size: the vision tower's, or, for an encoder-decoder whose encoder holds
-    the tower (T5Gemma 2), its encoder's tower's."""
-    vision = _sub(config, "vision_config")
+    """The config holding the image size: the vision tower's (FLAVA's ``image_config``), or, for an
+    encoder-decoder whose encoder holds the tower (T5Gemma 2), its encoder's tower's."""
+    vision = _sub(_sub(config, "image_config"), "vision_config")
     encoder = getattr(config, "encoder", None)
     if vision is config and not hasattr(config, "image_size") and encoder is not None:
         return _sub(encoder, "vision_config")
