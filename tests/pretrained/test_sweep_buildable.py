@@ -127,6 +127,9 @@ BUILT = [
     ("feature-extraction", "edgetam_vision_model"),
     ("feature-extraction", "edgetam_video"),
     ("feature-extraction", "flava"),
+    ("feature-extraction", "glmasr_encoder"),
+    ("feature-extraction", "audioflamingo3_encoder"),
+    ("feature-extraction", "voxtral_realtime_encoder"),
 ]
 
 # built and exported, verified against transformers eager
@@ -179,6 +182,8 @@ EXPORTED = [
     ("feature-extraction", "edgetam"),
     ("feature-extraction", "edgetam_vision_model"),
     ("feature-extraction", "flava"),
+    ("feature-extraction", "glmasr_encoder"),
+    ("feature-extraction", "audioflamingo3_encoder"),
 ]
 
 
@@ -418,3 +423,39 @@ def test_flavas_images_are_its_image_towers_size() -> None:
 
     config = FlavaConfig(image_config={"image_size": 32, "patch_size": 8})
     assert image_inputs(config, 2, "cpu")["pixel_values"].shape == torch.Size([2, 3, 32, 32])
+
+
+def test_an_encoder_reading_mel_bins_first_gets_them_first() -> None:
+    """GLM-ASR's encoder hands input_features straight to a convolution over the mel bins (batch x bins x
+    frames), which the frames-first features made fail; AudioFlamingo 3's Whisper-style encoder reads its
+    frames' mask too (its forward sums it), which its fixed frames now come with."""
+    from transformers import (
+        AudioFlamingo3Encoder,
+        AudioFlamingo3EncoderConfig,
+        GlmAsrEncoder,
+        GlmAsrEncoderConfig,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import audio_inputs
+
+    torch.manual_seed(0)
+    glm = GlmAsrEncoderConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_mel_bins=8
+    )
+    flamingo = AudioFlamingo3EncoderConfig(
+        d_model=16,
+        encoder_layers=1,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        num_mel_bins=8,
+        max_source_positions=50,
+    )
+    for cls, config, shapes in (
+        (GlmAsrEncoder, glm, {"input_features": [2, 8, 100]}),
+        (AudioFlamingo3Encoder, flamingo, {"input_features": [2, 8, 100], "input_features_mask": [2, 100]}),
+    ):
+        model = cls(config).eval()
+        inputs, _ = audio_inputs(model, config, 2, "cpu")
+        assert {name: list(value.shape) for name, value in inputs.items()} == shapes
+        with torch.no_grad():
+            assert model(**inputs).last_hidden_state.shape[0] == 2

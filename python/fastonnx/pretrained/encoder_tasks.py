@@ -60,7 +60,7 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
-from fastonnx.pretrained.frame_widths import first_layer_width, waveform_channels
+from fastonnx.pretrained.frame_widths import bins_first_width, first_layer_width, waveform_channels
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 from fastonnx.pretrained.graph_spec import FEATURES as FEATURES  # its users import it from here
 from fastonnx.pretrained.multimodal_features import (
@@ -642,9 +642,13 @@ def audio_inputs(
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
-    if whisper is not None:
+    if whisper is not None:  # its frames fixed (AudioFlamingo 3's encoder reads their mask too)
         features = torch.randn(batch, *whisper, generator=g)
-        return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
+        return _with_frames_mask(model, features.to(device), {0: BATCH}, 2, device)
+    bins = bins_first_width(model)
+    if bins is not None:  # GLM-ASR's encoder: batch x mel bins x any number of frames, into a convolution
+        features = torch.randn(batch, bins, FEATURE_FRAMES, generator=g)
+        return _with_frames_mask(model, features.to(device), {0: BATCH, 2: FEATURES}, 2, device)
     # the model's own first layer over the frames first: Granite Speech 5's reads 4 x its mel bins
     size = first_layer_width(model) or frame_size(config) or embedded_frame_size(model, config)
     if size is None:
@@ -654,12 +658,21 @@ def audio_inputs(
             "the size of a frame is unknown"
         )
     features = torch.randn(batch, FEATURE_FRAMES, size, generator=g)
-    inputs, dims = {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
-    # FunASR-Nano's encoder reads which frames are padding: the last row's last 5 here
+    return _with_frames_mask(model, features.to(device), {0: BATCH, 1: FEATURES}, 1, device)
+
+
+def _with_frames_mask(
+    model: torch.nn.Module, features: torch.Tensor, axes: dict[int, str], frames: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """The features (their dims ``axes``, their frames on axis ``frames``) and, where the model reads
+    which frames are padding (FunASR-Nano's, AudioFlamingo 3's encoders), their mask: batch x frames, the
+    last row's last 5 padding here."""
+    inputs, dims = {"input_features": features}, {"input_features": axes}
     if takes(model, "input_features_mask"):
-        mask = torch.ones(features.shape[:2], dtype=torch.int64)
+        mask = torch.ones(features.shape[0], features.shape[frames], dtype=torch.int64)
         mask[-1, -5:] = 0
-        inputs["input_features_mask"], dims["input_features_mask"] = mask.to(device), {0: BATCH, 1: FEATURES}
+        inputs["input_features_mask"] = mask.to(device)
+        dims["input_features_mask"] = {0: BATCH, **({1: FEATURES} if frames in axes else {})}
     return inputs, dims
 
 

@@ -2,7 +2,8 @@
 config's mel bins are not it: Granite Speech 5's encoder reads each mel frame with its delta, two frames
 stacked (``nn.Linear(config.num_mel_bins * 4, ...)``: its feature extractor writes 4 x 80 values a frame,
 its config says 80). Also the channels of a waveform a codec reads as ``batch x channels x samples``
-(EnCodec, DAC, Mimi: ``waveform_channels``), where a speech encoder reads ``batch x samples``."""
+(EnCodec, DAC, Mimi: ``waveform_channels``), where a speech encoder reads ``batch x samples``, and the mel bins
+of frames an encoder reads bins first (GLM-ASR's: ``bins_first_width``)."""
 
 from __future__ import annotations
 
@@ -86,13 +87,25 @@ def waveform_channels(model: torch.nn.Module, config: object) -> int | None:
             if isinstance(value := getattr(config, key, None), int):
                 return value
         return 1
-    module, name = model, "input_values"
+    return _first_convolution(model, "input_values")
+
+
+def bins_first_width(model: torch.nn.Module) -> int | None:
+    """The mel bins of the frames an encoder reads bins first (``batch x bins x frames``: GLM-ASR's and
+    Voxtral Realtime's encoders hand ``input_features`` to an ``nn.Conv1d`` as they come), the convolution's
+    ``in_channels``; None where the features reach no convolution as they are (frames first)."""
+    return _first_convolution(model, "input_features")
+
+
+def _first_convolution(model: torch.nn.Module, name: str) -> int | None:
+    """``in_channels`` of the ``nn.Conv1d`` the forward's input ``name`` reaches unchanged through the
+    submodules it is handed to; None where it reaches none."""
+    module = model
     for _ in range(8):  # a few wrappers deep at most
         handed = _handed_to(module, name)
         if handed is None:
             return None
-        child, name = handed
-        if isinstance(child, torch.nn.Conv1d):
-            return int(child.in_channels)
-        module = child
+        module, name = handed
+        if isinstance(module, torch.nn.Conv1d):
+            return int(module.in_channels)
     return None
