@@ -130,6 +130,7 @@ BUILT = [
     ("feature-extraction", "glmasr_encoder"),
     ("feature-extraction", "audioflamingo3_encoder"),
     ("feature-extraction", "voxtral_realtime_encoder"),
+    ("feature-extraction", "muse_spark_audio"),
 ]
 
 # built and exported, verified against transformers eager
@@ -184,6 +185,7 @@ EXPORTED = [
     ("feature-extraction", "flava"),
     ("feature-extraction", "glmasr_encoder"),
     ("feature-extraction", "audioflamingo3_encoder"),
+    ("feature-extraction", "muse_spark_audio"),
 ]
 
 
@@ -459,3 +461,20 @@ def test_an_encoder_reading_mel_bins_first_gets_them_first() -> None:
         assert {name: list(value.shape) for name, value in inputs.items()} == shapes
         with torch.no_grad():
             assert model(**inputs).last_hidden_state.shape[0] == 2
+
+
+def test_a_waveform_of_whole_tokens_is_a_multiple_of_their_samples() -> None:
+    """Muse Spark's audio model refuses a waveform that is no whole number of its tokens (its feature
+    extractor pads to one): the example rounds up, the dim is a multiple of samples_per_token."""
+    from transformers import MuseSparkAudioConfig, MuseSparkAudioModel
+
+    from fastonnx.pretrained.encoder_tasks import AUDIO_TOKENS, audio_inputs, dynamic_shapes
+
+    config = MuseSparkAudioConfig()
+    with torch.device("meta"):
+        model = MuseSparkAudioModel(config)
+    token = config.samples_per_token
+    inputs, dims = audio_inputs(model, config, 2, "meta")
+    assert inputs["input_values"].shape[1] % token == 0 and inputs["input_values"].shape[1] >= 16000
+    length = dynamic_shapes(model, dims)["input_values"][1]
+    assert str(length) == str(token * torch.export.Dim(AUDIO_TOKENS, min=1, max=1 << 20))

@@ -79,6 +79,8 @@ TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
     "audio_sequence_length",
     "decoder_sequence_length",
 )
+AUDIO_TOKENS = "audio_tokens"
+"""The tokens of a waveform read in whole tokens of samples (Muse Spark's: ``samples_per_token`` x them)."""
 
 ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
     "feature-extraction": ("last_hidden_state",),
@@ -639,6 +641,14 @@ def audio_inputs(
         if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
             wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
             return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
+        token = getattr(config, "samples_per_token", None)
+        if (
+            isinstance(token, int) and token > 1
+        ):  # Muse Spark's: whole tokens of samples, as its extractor pads
+            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // token) * token, generator=g)
+            return {"input_values": wave.to(device)}, {
+                "input_values": {0: BATCH, 1: f"{token}*{AUDIO_TOKENS}"}
+            }
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
@@ -662,7 +672,11 @@ def audio_inputs(
 
 
 def _with_frames_mask(
-    model: torch.nn.Module, features: torch.Tensor, axes: dict[int, str], frames: int, device: str | torch.device
+    model: torch.nn.Module,
+    features: torch.Tensor,
+    axes: dict[int, str],
+    frames: int,
+    device: str | torch.device,
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     """The features (their dims ``axes``, their frames on axis ``frames``) and, where the model reads
     which frames are padding (FunASR-Nano's, AudioFlamingo 3's encoders), their mask: batch x frames, the
