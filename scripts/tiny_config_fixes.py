@@ -869,3 +869,13 @@ FIXES.update({"edgetam_vision_model": _EDGETAM_VISION, "edgetam": _EDGETAM})
 # EdgeTAM's video model: its config class's vision tower is SAM 2's Hiera (sam2_vision_model), shrunk as
 # sam2's (above), over the same 224 pixels (image_size, which its masks are resized to)
 FIXES["edgetam_video"] = {**_SAM2, "image_size": 224}
+# PaddlePaddle's UVDoc: its head concatenates the feature maps of its 6 bridge stages (its connector reads 6 x
+# 128 channels), which the backbone config's out_features name; the config class's default names the last
+# stage alone (128 channels), at any size. All six, as the head reads them
+FIXES["uvdoc"] = {
+    "backbone_config": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": [1, 2, 3, 4, 5, 6]}
+}
+# Intel/tvp-base: its frame-pad visual prompt is laid over frames of max_img_size (448, the size its processor
+# resizes and pads frames to), 96 pixels of each border. fastonnx feeds a config naming no image size 224-pixel
+# frames: max_img_size those 224, the border as it is
+FIXES["tvp"] = {"max_img_size": 224}

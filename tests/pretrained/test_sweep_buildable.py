@@ -131,6 +131,8 @@ BUILT = [
     ("feature-extraction", "audioflamingo3_encoder"),
     ("feature-extraction", "voxtral_realtime_encoder"),
     ("feature-extraction", "muse_spark_audio"),
+    ("feature-extraction", "uvdoc"),
+    ("feature-extraction", "tvp"),
 ]
 
 # built and exported, verified against transformers eager
@@ -186,6 +188,7 @@ EXPORTED = [
     ("feature-extraction", "glmasr_encoder"),
     ("feature-extraction", "audioflamingo3_encoder"),
     ("feature-extraction", "muse_spark_audio"),
+    ("feature-extraction", "uvdoc"),
 ]
 
 
