@@ -879,3 +879,7 @@ FIXES["uvdoc"] = {
 # resizes and pads frames to), 96 pixels of each border. fastonnx feeds a config naming no image size 224-pixel
 # frames: max_img_size those 224, the border as it is
 FIXES["tvp"] = {"max_img_size": 224}
+# google/t5gemma-2's encoder alone: its text layers read dropout_rate, which T5Gemma2Config's __post_init__
+# copies into encoder.text_config (so its checkpoints' encoder configs carry it) but T5Gemma2TextConfig does
+# not define: the bare encoder config fails at any size without it. The composite's default, 0
+FIXES["t5gemma2_encoder"] = {"text_config": {"dropout_rate": 0.0}}

@@ -133,6 +133,7 @@ BUILT = [
     ("feature-extraction", "muse_spark_audio"),
     ("feature-extraction", "uvdoc"),
     ("feature-extraction", "tvp"),
+    ("feature-extraction", "t5gemma2_encoder"),
 ]
 
 # built and exported, verified against transformers eager
@@ -189,6 +190,7 @@ EXPORTED = [
     ("feature-extraction", "audioflamingo3_encoder"),
     ("feature-extraction", "muse_spark_audio"),
     ("feature-extraction", "uvdoc"),
+    ("feature-extraction", "t5gemma2_encoder"),
 ]
 
 
