@@ -134,6 +134,7 @@ BUILT = [
     ("feature-extraction", "uvdoc"),
     ("feature-extraction", "tvp"),
     ("feature-extraction", "t5gemma2_encoder"),
+    ("feature-extraction", "kosmos-2"),
 ]
 
 # built and exported, verified against transformers eager
@@ -191,6 +192,7 @@ EXPORTED = [
     ("feature-extraction", "muse_spark_audio"),
     ("feature-extraction", "uvdoc"),
     ("feature-extraction", "t5gemma2_encoder"),
+    ("feature-extraction", "kosmos-2"),
 ]
 
 
@@ -483,3 +485,34 @@ def test_a_waveform_of_whole_tokens_is_a_multiple_of_their_samples() -> None:
     assert inputs["input_values"].shape[1] % token == 0 and inputs["input_values"].shape[1] >= 16000
     length = dynamic_shapes(model, dims)["input_values"][1]
     assert str(length) == str(token * torch.export.Dim(AUDIO_TOKENS, min=1, max=1 << 20))
+
+
+def test_kosmos2s_prompt_holds_its_images_positions() -> None:
+    """Kosmos-2's forward puts its image's latent_query_num rows where image_embeds_position_mask is 1 (its
+    processor's image tokens after the first): without the mask it failed. A prompt a row, each with its
+    image's positions, and the mask an input of the graph."""
+    from transformers import Kosmos2Config, Kosmos2Model
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, PlacedImageTextEncoder, encoder_inputs
+
+    config = Kosmos2Config(
+        text_config={"embed_dim": 16, "layers": 1, "attention_heads": 2, "ffn_dim": 32, "vocab_size": 64},
+        vision_config={
+            "hidden_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 32,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        latent_query_num=4,
+    )
+    torch.manual_seed(0)
+    model = Kosmos2Model(config).eval()
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    assert ENCODERS[tuple(inputs)] is PlacedImageTextEncoder
+    assert inputs["input_ids"].shape == inputs["image_embeds_position_mask"].shape == torch.Size([2, 11])
+    assert inputs["image_embeds_position_mask"].sum(dim=1).tolist() == [4, 4]
+    assert dims["image_embeds_position_mask"] == dims["input_ids"]
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == torch.Size([2, 11, 16])

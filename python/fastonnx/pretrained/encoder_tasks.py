@@ -430,6 +430,23 @@ class PromptedImageTextEncoder(_Encoder):
         return out
 
 
+class PlacedImageTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        image_embeds_position_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            image_embeds_position_mask=image_embeds_position_mask,
+            pixel_values=pixel_values,
+        )
+        return out
+
+
 class VideoEncoder(_Encoder):
     def forward(self, pixel_values_videos: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values_videos=pixel_values_videos)
@@ -461,6 +478,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
+    ("input_ids", "attention_mask", "image_embeds_position_mask", "pixel_values"): PlacedImageTextEncoder,
     (
         "input_ids",
         "attention_mask",
@@ -792,6 +810,9 @@ def _task_inputs(
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         prompt, prompt_dims = qformer_prompt(model, config, text["input_ids"].shape[0], rows, device)
+        from fastonnx.pretrained.side_inputs import image_positions
+
+        text, dims = image_positions(model, config, text, dims, device)  # Kosmos-2's image in its prompt
         return {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
@@ -868,6 +889,8 @@ CONTRASTIVE = ("logits_per_image", "logits_per_video", "text_embeds", "image_emb
 def pairs_rows(model: torch.nn.Module) -> bool:
     """Whether a model of images and text reads them as pairs, row by row (BridgeTower's cross-modal layers,
     ViLT's joint sequence): its output declares none of ``CONTRASTIVE``; then its text batch is the images'."""
+    if takes(model, "image_embeds_position_mask"):  # Kosmos-2's: each prompt holds its own image's rows
+        return True
     cls = _output_class(model)
     return cls is not None and not {f.name for f in dataclasses.fields(cls)} & set(CONTRASTIVE)
 

@@ -5,6 +5,9 @@ where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
   ``batch_size`` x ``sequence_length`` like the ids';
 - LXMERT's ``visual_feats`` and ``visual_pos``: its image's regions (their detector features and boxes),
   ``batch_size`` x ``num_regions`` (36 in the checkpoints, any count in the model);
+- Kosmos-2's ``image_embeds_position_mask``: 1 at the prompt's ``latent_query_num`` image positions (after
+  its first token, as its processor writes ``<image>`` and the image's tokens there), where its forward puts
+  the image's rows; its dims the ids', the prompt longer by those positions;
 - ViTMAE's ``noise``: the per-patch values whose argsort picks the patches it keeps (``mask_ratio`` of
   them masked). transformers draws them with ``torch.rand`` on every call where none is given, so a graph
   without them would be a different function on every run and match transformers on none; with them the
@@ -51,6 +54,31 @@ def text_side_inputs(
         inputs = {"visual_feats": feats.to(device), "visual_pos": pos.to(device)}
         return inputs, {name: {0: BATCH, 1: REGIONS} for name in inputs}
     return {}, {}
+
+
+def image_positions(
+    model: torch.nn.Module, config: Any, text: dict[str, torch.Tensor], dims: Dims, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """Kosmos-2's prompt with its image's positions after the first token, and their mask; ``text`` as it is
+    for a model reading no such mask."""
+    count = getattr(config, "latent_query_num", None)
+    if not (takes(model, "image_embeds_position_mask") and isinstance(count, int)):
+        return text, dims
+    ids, mask = text["input_ids"], text["attention_mask"]
+    rows = ids.shape[0]
+    image = torch.randint(
+        3, int(config.text_config.vocab_size), (rows, count), generator=torch.Generator().manual_seed(3)
+    )
+    positions = torch.zeros(rows, ids.shape[1] + count, dtype=torch.int64)
+    positions[:, 1 : 1 + count] = 1
+    out = {
+        "input_ids": torch.cat([ids[:, :1], image.to(ids.device), ids[:, 1:]], dim=1),
+        "attention_mask": torch.cat(
+            [mask[:, :1], torch.ones_like(image).to(mask.device), mask[:, 1:]], dim=1
+        ),
+        "image_embeds_position_mask": positions.to(device),
+    }
+    return out, {**dims, "image_embeds_position_mask": dims["input_ids"]}
 
 
 def image_side_inputs(
