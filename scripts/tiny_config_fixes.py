@@ -883,3 +883,8 @@ FIXES["tvp"] = {"max_img_size": 224}
 # copies into encoder.text_config (so its checkpoints' encoder configs carry it) but T5Gemma2TextConfig does
 # not define: the bare encoder config fails at any size without it. The composite's default, 0
 FIXES["t5gemma2_encoder"] = {"text_config": {"dropout_rate": 0.0}}
+# zju-community/efficientloftr: its 2-D rotary table fills hidden_size / 4 channels from the frequencies of a
+# head (head_dim x partial_rotary_factor 4 / 2): 256 wide in 8 heads of 32 fills 64 with 64. Only 8 heads
+# fill it (the tiny 64 in 8 heads of 8: 16 with 16), as the checkpoint's 8; its keys are viewed hidden_size
+# wide, so as many key-value heads (its config class derives them so; the sweep's shrinking set 2)
+FIXES["efficientloftr"] = {**FIXES["efficientloftr"], "num_attention_heads": 8, "num_key_value_heads": 8}

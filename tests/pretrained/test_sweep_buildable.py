@@ -135,6 +135,8 @@ BUILT = [
     ("feature-extraction", "tvp"),
     ("feature-extraction", "t5gemma2_encoder"),
     ("feature-extraction", "kosmos-2"),
+    ("feature-extraction", "efficientloftr"),
+    ("feature-extraction", "lightglue"),
 ]
 
 # built and exported, verified against transformers eager
@@ -516,3 +518,17 @@ def test_kosmos2s_prompt_holds_its_images_positions() -> None:
     assert dims["image_embeds_position_mask"] == dims["input_ids"]
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape == torch.Size([2, 11, 16])
+
+
+def test_a_keypoint_matcher_reads_pairs_of_images() -> None:
+    """EfficientLoFTR and LightGlue match two images a row (batch x 2 x channels x height x width) and refuse
+    anything else; other image models keep their batch of single images."""
+    from transformers import CLIPVisionConfig, EfficientLoFTRConfig
+
+    from fastonnx.pretrained.encoder_tasks import image_pairs
+
+    pixels = torch.randn(3, 3, 32, 32)
+    pairs = image_pairs(EfficientLoFTRConfig(), pixels)
+    assert pairs.shape == torch.Size([3, 2, 3, 32, 32]) and torch.equal(pairs[:, 0], pixels)
+    assert not torch.equal(pairs[:, 1], pixels)
+    assert image_pairs(CLIPVisionConfig(), pixels) is pixels

@@ -13,6 +13,7 @@ Inputs, by what the forward takes:
   token): text alone, ``input_ids``, ``attention_mask`` to the language model's ``last_hidden_state``, as
   the text tasks read such models' classifiers; its images go through image-text-to-text's
   ``vision_encoder.onnx`` (multimodal_features.py). Two towers (CLIP, SigLIP, BridgeTower) keep both;
+- a keypoint matcher's pairs (EfficientLoFTR, LightGlue: ``batch_size`` x 2 images, ``IMAGE_PAIRS``);
 - video (TimeSformer, VideoMAE, ViViT, X-CLIP: 5-D ``pixel_values``): the config's ``num_frames`` frames
   of its image size, ``batch_size`` dynamic, the frames fixed as the models' frame embeddings fix them;
 - zero-shot object detection: OWL-ViT's queries flattened as its processor makes them (``text_batch_size``
@@ -567,6 +568,19 @@ def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[st
     return {"pixel_values": pixels.to(device)}
 
 
+IMAGE_PAIRS = frozenset({"efficientloftr", "lightglue", "superglue"})
+"""Keypoint matchers, which read two images a row (``batch_size`` x 2 x channels x height x width: the pair
+to match, as their processor stacks them)."""
+
+
+def image_pairs(config: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """``pixels`` and a second image beside each where the model matches pairs (``IMAGE_PAIRS``)."""
+    if getattr(config, "model_type", None) not in IMAGE_PAIRS:
+        return pixels
+    other = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(5)).to(pixels.device)
+    return torch.stack([pixels, other], dim=1)
+
+
 FLATTENED_QUERIES = frozenset({"owlvit", "owlv2"})
 """Detectors whose processor flattens an image's text queries into rows of ``input_ids``: batch x queries
 rows, the model splitting them by the images' batch."""
@@ -801,6 +815,7 @@ def _task_inputs(
         images = video_input(config, images)
         # InstructBLIP-Video's frames (its processor's 4), which its forward reads as a 5-D video
         images = {**images, "pixel_values": as_frames(config, images["pixel_values"])}
+        images = {**images, "pixel_values": image_pairs(config, images["pixel_values"])}
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
