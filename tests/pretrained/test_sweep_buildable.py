@@ -137,6 +137,7 @@ BUILT = [
     ("feature-extraction", "kosmos-2"),
     ("feature-extraction", "efficientloftr"),
     ("feature-extraction", "lightglue"),
+    ("feature-extraction", "pe_audio_video_encoder"),
 ]
 
 # built and exported, verified against transformers eager
@@ -532,3 +533,20 @@ def test_a_keypoint_matcher_reads_pairs_of_images() -> None:
     assert pairs.shape == torch.Size([3, 2, 3, 32, 32]) and torch.equal(pairs[:, 0], pixels)
     assert not torch.equal(pairs[:, 1], pixels)
     assert image_pairs(CLIPVisionConfig(), pixels) is pixels
+
+
+def test_perception_encoders_audio_video_encoder_reads_clips_and_their_sound() -> None:
+    """Perception Encoder's audio-video encoder reads each clip with its waveform (one channel, as its DAC
+    encoder takes it); the clips alone left its audio embedder a None."""
+    from transformers import PeAudioVideoEncoder, PeAudioVideoEncoderConfig
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, SoundVideoEncoder, encoder_inputs
+
+    config = PeAudioVideoEncoderConfig()
+    with torch.device("meta"):
+        model = PeAudioVideoEncoder(config)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "meta")
+    assert ENCODERS[tuple(inputs)] is SoundVideoEncoder
+    assert inputs["input_values"].shape == torch.Size([2, 1, 16000])
+    assert inputs["pixel_values_videos"].shape[:3] == torch.Size([2, 3, 3])
+    assert dims["input_values"] == {0: "batch_size", 2: "audio_sequence_length"}

@@ -454,6 +454,12 @@ class VideoEncoder(_Encoder):
         return out
 
 
+class SoundVideoEncoder(_Encoder):
+    def forward(self, input_values: torch.Tensor, pixel_values_videos: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_values=input_values, pixel_values_videos=pixel_values_videos)
+        return out
+
+
 class NoisedImageEncoder(_Encoder):
     def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
@@ -479,6 +485,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
+    ("input_values", "pixel_values_videos"): SoundVideoEncoder,
     ("input_ids", "attention_mask", "image_embeds_position_mask", "pixel_values"): PlacedImageTextEncoder,
     (
         "input_ids",
@@ -831,8 +838,12 @@ def _task_inputs(
         return {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
-        clips, fixed = video_clips(config, batch, device)
-        return clips, {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
+        clips, fixed = video_clips(_sub(config, "video_config"), batch, device)
+        frames = {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
+        if takes(model, "input_values"):  # Perception Encoder's audio-video encoder: each clip's sound too
+            sound, sound_dims = audio_inputs(model, config, batch, device)
+            return {**sound, **clips}, {**sound_dims, **frames}
+        return clips, frames
     from fastonnx.pretrained.speech_features import speech_inputs
 
     if (speech := speech_inputs(model, config, batch, device)) is not None:
