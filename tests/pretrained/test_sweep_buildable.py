@@ -138,6 +138,7 @@ BUILT = [
     ("feature-extraction", "efficientloftr"),
     ("feature-extraction", "lightglue"),
     ("feature-extraction", "pe_audio_video_encoder"),
+    ("feature-extraction", "udop"),
 ]
 
 # built and exported, verified against transformers eager
@@ -196,6 +197,7 @@ EXPORTED = [
     ("feature-extraction", "uvdoc"),
     ("feature-extraction", "t5gemma2_encoder"),
     ("feature-extraction", "kosmos-2"),
+    ("feature-extraction", "udop"),
 ]
 
 
@@ -550,3 +552,21 @@ def test_perception_encoders_audio_video_encoder_reads_clips_and_their_sound() -
     assert inputs["input_values"].shape == torch.Size([2, 1, 16000])
     assert inputs["pixel_values_videos"].shape[:3] == torch.Size([2, 3, 3])
     assert dims["input_values"] == {0: "batch_size", 2: "audio_sequence_length"}
+
+
+def test_udops_words_come_with_their_boxes() -> None:
+    """UDOP's encoder lays its words over its page by their boxes (combine_image_text_embeddings reads
+    bbox at any size): the words, their boxes (x0 <= x1, y0 <= y1 in 0..1) and the page, with the decoder's
+    tokens."""
+    from transformers import UdopConfig, UdopModel
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, BoxedPageEncoder, encoder_inputs
+
+    config = UdopConfig(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, vocab_size=64)
+    with torch.device("meta"):
+        model = UdopModel(config)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    assert ENCODERS[tuple(inputs)] is BoxedPageEncoder
+    boxes = inputs["bbox"]
+    assert boxes.shape == (*inputs["input_ids"].shape, 4) and dims["bbox"] == dims["input_ids"]
+    assert bool((boxes[..., :2] <= boxes[..., 2:]).all()) and bool(((boxes >= 0) & (boxes <= 1)).all())

@@ -454,6 +454,25 @@ class VideoEncoder(_Encoder):
         return out
 
 
+class BoxedPageEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        bbox: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            bbox=bbox,
+            decoder_input_ids=decoder_input_ids,
+        )
+        return out
+
+
 class SoundVideoEncoder(_Encoder):
     def forward(self, input_values: torch.Tensor, pixel_values_videos: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(input_values=input_values, pixel_values_videos=pixel_values_videos)
@@ -486,6 +505,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
     ("input_values", "pixel_values_videos"): SoundVideoEncoder,
+    ("input_ids", "attention_mask", "pixel_values", "bbox", "decoder_input_ids"): BoxedPageEncoder,
     ("input_ids", "attention_mask", "image_embeds_position_mask", "pixel_values"): PlacedImageTextEncoder,
     (
         "input_ids",
@@ -835,7 +855,8 @@ def _task_inputs(
         from fastonnx.pretrained.side_inputs import image_positions
 
         text, dims = image_positions(model, config, text, dims, device)  # Kosmos-2's image in its prompt
-        return {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        inputs, dims = {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        return _with_side_inputs(model, config, inputs, dims, device)  # UDOP's words' boxes
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
         clips, fixed = video_clips(_sub(config, "video_config"), batch, device)

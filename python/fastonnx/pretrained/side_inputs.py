@@ -1,8 +1,8 @@
 """Inputs beside the text or the image that a base model's forward cannot run without, or draws at random
 where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
 
-- BROS's ``bbox``: each token's box, four normalised corner coordinates (x0, y0, x1, y1), dims
-  ``batch_size`` x ``sequence_length`` like the ids';
+- BROS's and UDOP's ``bbox``: each token's box, four normalised corner coordinates (x0, y0, x1, y1), dims
+  ``batch_size`` x ``sequence_length`` like the ids' (UDOP's words beside its page's ``pixel_values``);
 - LXMERT's ``visual_feats`` and ``visual_pos``: its image's regions (their detector features and boxes),
   ``batch_size`` x ``num_regions`` (36 in the checkpoints, any count in the model);
 - Kosmos-2's ``image_embeds_position_mask``: 1 at the prompt's ``latent_query_num`` image positions (after
@@ -43,9 +43,12 @@ def text_side_inputs(
     """BROS's boxes or LXMERT's regions for the ``text`` ids, with their dims' names; none for others."""
     g = torch.Generator().manual_seed(1)
     batch, length = text["input_ids"].shape[:2]
-    if takes(model, "bbox") and type(model).__name__.startswith("Bros"):
-        corners = torch.rand(batch, length, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
-        bbox = corners.transpose(2, 3).reshape(batch, length, 4)
+    if takes(model, "bbox") and type(model).__name__.startswith(
+        ("Bros", "Udop")
+    ):  # UDOP's words beside its page
+        # two corners a box, each coordinate sorted across them: (x0, y0), (x1, y1), x0 <= x1, y0 <= y1
+        corners = torch.rand(batch, length, 2, 2, generator=g).sort(dim=2).values
+        bbox = corners.reshape(batch, length, 4)
         return {"bbox": bbox.to(device)}, {"bbox": {0: BATCH, 1: SEQUENCE}}
     dim = getattr(config, "visual_feat_dim", None)
     if takes(model, "visual_feats") and isinstance(dim, int):
