@@ -888,3 +888,6 @@ FIXES["t5gemma2_encoder"] = {"text_config": {"dropout_rate": 0.0}}
 # fill it (the tiny 64 in 8 heads of 8: 16 with 16), as the checkpoint's 8; its keys are viewed hidden_size
 # wide, so as many key-value heads (its config class derives them so; the sweep's shrinking set 2)
 FIXES["efficientloftr"] = {**FIXES["efficientloftr"], "num_attention_heads": 8, "num_key_value_heads": 8}
+# laion/clap-htsat-unfused: its audio Swin's widths double over its 4 stages from patch_embeds_hidden_size
+# (96) to its hidden_size (768 = 96 x 8), which the audio projection reads. From the tiny 64 / 8
+FIXES["clap"] = {"audio_config": {"patch_embeds_hidden_size": 8}}

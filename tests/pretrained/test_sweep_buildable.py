@@ -139,6 +139,7 @@ BUILT = [
     ("feature-extraction", "lightglue"),
     ("feature-extraction", "pe_audio_video_encoder"),
     ("feature-extraction", "udop"),
+    ("feature-extraction", "clap"),
 ]
 
 # built and exported, verified against transformers eager
@@ -198,6 +199,7 @@ EXPORTED = [
     ("feature-extraction", "t5gemma2_encoder"),
     ("feature-extraction", "kosmos-2"),
     ("feature-extraction", "udop"),
+    ("feature-extraction", "clap"),
 ]
 
 
@@ -570,3 +572,22 @@ def test_udops_words_come_with_their_boxes() -> None:
     boxes = inputs["bbox"]
     assert boxes.shape == (*inputs["input_ids"].shape, 4) and dims["bbox"] == dims["input_ids"]
     assert bool((boxes[..., :2] <= boxes[..., 2:]).all()) and bool(((boxes >= 0) & (boxes <= 1)).all())
+
+
+def test_claps_two_towers_read_prompts_and_spectrograms() -> None:
+    """CLAP embeds prompts and log-mel spectrograms apart (text_embeds, audio_embeds): its graph takes both,
+    the spectrograms of one channel x its feature extractor's 1001 frames x its mel bins; its text alone left
+    its audio tower a None."""
+    from transformers import ClapConfig, ClapModel
+
+    from fastonnx.pretrained import media_text_towers
+
+    config = ClapConfig()
+    with torch.device("meta"):
+        model = ClapModel(config)
+    assert media_text_towers.owns(model, "feature-extraction")
+    assert media_text_towers.embed_fields(model) == ("text_embeds", "audio_embeds")
+    inputs, dims = media_text_towers.tower_inputs(model, config, 2, "meta")
+    assert inputs["input_ids"].shape[0] == 3
+    assert inputs["input_features"].shape == torch.Size([2, 1, 1001, config.audio_config.num_mel_bins])
+    assert dims["input_features"] == {0: "batch_size"}
