@@ -140,6 +140,7 @@ BUILT = [
     ("feature-extraction", "pe_audio_video_encoder"),
     ("feature-extraction", "udop"),
     ("feature-extraction", "clap"),
+    ("feature-extraction", "idefics"),
 ]
 
 # built and exported, verified against transformers eager
@@ -200,6 +201,7 @@ EXPORTED = [
     ("feature-extraction", "kosmos-2"),
     ("feature-extraction", "udop"),
     ("feature-extraction", "clap"),
+    ("feature-extraction", "idefics"),
 ]
 
 
@@ -591,3 +593,24 @@ def test_claps_two_towers_read_prompts_and_spectrograms() -> None:
     assert inputs["input_ids"].shape[0] == 3
     assert inputs["input_features"].shape == torch.Size([2, 1, 1001, config.audio_config.num_mel_bins])
     assert dims["input_features"] == {0: "batch_size"}
+
+
+def test_idefics_reads_an_image_a_prompt_and_which_tokens_attend_to_it() -> None:
+    """IDEFICS' forward reads images x prompts (5-D pixel_values) and which tokens attend to which image
+    (image_attention_mask, summed at any size): one image a prompt, every token attending. FLAVA's optional
+    patch mask of that name is left out."""
+    from transformers import FlavaConfig, FlavaModel, IdeficsConfig, IdeficsModel
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, AttendedImageTextEncoder, encoder_inputs
+
+    config = IdeficsConfig()
+    with torch.device("meta"):
+        model = IdeficsModel(config)
+        flava = FlavaModel(FlavaConfig())
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "meta")
+    assert ENCODERS[tuple(inputs)] is AttendedImageTextEncoder
+    assert inputs["pixel_values"].shape[:2] == torch.Size([2, 1])
+    assert inputs["image_attention_mask"].shape == (*inputs["input_ids"].shape, 1)
+    assert dims["image_attention_mask"] == dims["input_ids"]
+    flava_inputs, _ = encoder_inputs(flava, flava.config, "feature-extraction", 2, "meta")
+    assert "image_attention_mask" not in flava_inputs and flava_inputs["pixel_values"].dim() == 4

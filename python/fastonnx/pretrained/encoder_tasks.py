@@ -473,6 +473,23 @@ class BoxedPageEncoder(_Encoder):
         return out
 
 
+class AttendedImageTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        image_attention_mask: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            image_attention_mask=image_attention_mask,
+        )
+        return out
+
+
 class SoundVideoEncoder(_Encoder):
     def forward(self, input_values: torch.Tensor, pixel_values_videos: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(input_values=input_values, pixel_values_videos=pixel_values_videos)
@@ -505,6 +522,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("pixel_values", "noise"): NoisedImageEncoder,
     ("pixel_values_videos",): VideoEncoder,
     ("input_values", "pixel_values_videos"): SoundVideoEncoder,
+    ("input_ids", "attention_mask", "pixel_values", "image_attention_mask"): AttendedImageTextEncoder,
     ("input_ids", "attention_mask", "pixel_values", "bbox", "decoder_input_ids"): BoxedPageEncoder,
     ("input_ids", "attention_mask", "image_embeds_position_mask", "pixel_values"): PlacedImageTextEncoder,
     (
@@ -852,10 +870,11 @@ def _task_inputs(
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         prompt, prompt_dims = qformer_prompt(model, config, text["input_ids"].shape[0], rows, device)
-        from fastonnx.pretrained.side_inputs import image_positions
+        from fastonnx.pretrained.side_inputs import attended_images, image_positions
 
         text, dims = image_positions(model, config, text, dims, device)  # Kosmos-2's image in its prompt
         inputs, dims = {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        inputs, dims = attended_images(model, inputs, dims, device)  # IDEFICS' images a prompt
         return _with_side_inputs(model, config, inputs, dims, device)  # UDOP's words' boxes
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames

@@ -8,6 +8,9 @@ where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
 - Kosmos-2's ``image_embeds_position_mask``: 1 at the prompt's ``latent_query_num`` image positions (after
   its first token, as its processor writes ``<image>`` and the image's tokens there), where its forward puts
   the image's rows; its dims the ids', the prompt longer by those positions;
+- IDEFICS' images a prompt: ``pixel_values`` ``batch_size`` x 1 image x channels x height x width and
+  ``image_attention_mask``, ``batch_size`` x ``sequence_length`` x 1 (1 where a token attends to the image,
+  every token here: its cross-attention layers read it on every forward);
 - ViTMAE's ``noise``: the per-patch values whose argsort picks the patches it keeps (``mask_ratio`` of
   them masked). transformers draws them with ``torch.rand`` on every call where none is given, so a graph
   without them would be a different function on every run and match transformers on none; with them the
@@ -82,6 +85,20 @@ def image_positions(
         "image_embeds_position_mask": positions.to(device),
     }
     return out, {**dims, "image_embeds_position_mask": dims["input_ids"]}
+
+
+def attended_images(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], dims: Dims, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """IDEFICS' one image a prompt (``pixel_values`` given an images axis) and the mask of the tokens
+    attending to it; ``inputs`` as they are for a model reading no such mask."""
+    # FLAVA's forward names an image_attention_mask too: its patches' padding, optional
+    if not (takes(model, "image_attention_mask") and type(model).__name__.startswith("Idefics")):
+        return inputs, dims
+    ids = inputs["input_ids"]
+    mask = torch.ones(*ids.shape, 1, dtype=torch.int64)
+    out = {**inputs, "pixel_values": inputs["pixel_values"][:, None], "image_attention_mask": mask.to(device)}
+    return out, {**dims, "image_attention_mask": dims["input_ids"]}
 
 
 def image_side_inputs(
