@@ -876,7 +876,7 @@ def _eager_check(task: str, model: Any) -> None:
     fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
-    from fastonnx.pretrained import pocket_tts_stages
+    from fastonnx.pretrained import media_text_towers, pocket_tts_stages
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
     from fastonnx.pretrained.graph_spec import takes
 
@@ -914,6 +914,8 @@ def _eager_check(task: str, model: Any) -> None:
                 omni3.generated(
                     model, *omni3.check_inputs(model), next(iter(model.config.talker_config.speaker_id))
                 )
+            elif media_text_towers.owns(model, task):  # CLAP's, PE's two towers: both inputs
+                model(**media_text_towers.tower_inputs(model, config, 1, "cpu")[0])
             elif task not in ("text-generation", "text2text-generation") and (
                 not takes(model, "input_ids") or takes(model, "pixel_values") or task == "multiple-choice"
             ):  # a vision-language model's text path (text-generation) reads no image

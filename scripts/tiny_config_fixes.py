@@ -851,3 +851,75 @@ FIXES["oneformer"] = {
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})
+
+
+# issue #42's "not buildable" rows of feature-extraction (sam, sam_hq, ... named below)
+# facebook/sam-vit-base (and SAM-HQ's): a ViT of 768 over 1024 pixels in 16-pixel patches (64 x 64), its neck
+# out to the prompt encoder's and mask decoder's 256 channels, which the dense prompt is added to on that
+# 64 x 64 grid (image_embedding_size); the shared positional table's 2 x 128 features are those 256 too; 4 of
+# its 12 blocks attend globally. At the tiny 64 wide over 32 pixels in patches of 8: a 4 x 4 grid, a neck
+# out to 64, 2 x 32 positional features, the second block global; MLPs 4 x (vision) and 2 x (decoder) wide
+_SAM = {
+    "vision_config": {"output_channels": 64, "mlp_dim": 256, "global_attn_indexes": [1], "num_pos_feats": 32},
+    "prompt_encoder_config": {"image_embedding_size": 4},
+    "mask_decoder_config": {"mlp_dim": 128, "iou_head_hidden_dim": 64},
+}
+FIXES.update(dict.fromkeys(("sam", "sam_hq"), _SAM))
+# facebook/sam3: a ViT of 1024 over 1008 pixels in 14-pixel patches (72 x 72), its position table learned at
+# pretrain_image_size (336: 24 x 24) and tiled over the grid, windows of 24 (3 x 3 of them), 4 of its 32
+# blocks global; its FPN (256 wide: the DETR encoder's, decoder's and mask decoder's width) scales the grid
+# by 4, 2, 1 and 0.5, the first three the backbone_feature_sizes. At the tiny 64 wide over 32 pixels in
+# patches of 8: a 4 x 4 grid, its table at 2 x 2 tiled twice, windows of 2, the second block global; the FPN
+# 64 wide, its features 16, 8 and 4 a side
+_SAM3_VISION = {
+    "backbone_config": {"window_size": 2, "global_attn_indexes": [1], "pretrain_image_size": 16},
+    "fpn_hidden_size": 64,
+    "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]],
+}
+FIXES.update(dict.fromkeys(("sam3", "sam3_lite_text"), {"vision_config": _SAM3_VISION}))
+# facebook/sam3's tracker: its vision tower as sam3's (above); the mask decoder's MLPs 2 x and its IoU head as
+# wide as the tiny 64 (2048 and 256 of the checkpoint's 256)
+_SAM_DECODER = {"mlp_dim": 128, "iou_head_hidden_dim": 64}
+FIXES["sam3_tracker"] = {"vision_config": _SAM3_VISION, "mask_decoder_config": _SAM_DECODER}
+# yonigozlan/EdgeTAM-hf: timm's RepViT-M1 (48 to 384 channels at strides 4 to 32), whose name the config
+# class's default misspells ("archirecture"), so timm builds its default ResNet-50 (256 to 2048 channels) that
+# the neck's backbone_channel_list does not take: RepViT-M1 as the checkpoint names it, its widths as they are
+# (4.5M parameters). On the 224 pixels fastonnx feeds a config naming no image size: stages of 56, 28, 14, 7,
+# the three finest the backbone_feature_sizes, the prompt encoder's 16-pixel patches the 14 x 14 grid; the FPN
+# (256) and the mask decoder as wide as the tiny 64
+_EDGETAM_VISION = {
+    "backbone_config": {"architecture": "repvit_m1"},
+    "backbone_feature_sizes": [[56, 56], [28, 28], [14, 14]],
+    "fpn_hidden_size": 64,
+}
+_EDGETAM = {
+    "vision_config": _EDGETAM_VISION,
+    "prompt_encoder_config": {"image_size": 224, "patch_size": 16},
+    "mask_decoder_config": _SAM_DECODER,
+}
+FIXES.update({"edgetam_vision_model": _EDGETAM_VISION, "edgetam": _EDGETAM})
+# EdgeTAM's video model: its config class's vision tower is SAM 2's Hiera (sam2_vision_model), shrunk as
+# sam2's (above), over the same 224 pixels (image_size, which its masks are resized to)
+FIXES["edgetam_video"] = {**_SAM2, "image_size": 224}
+# PaddlePaddle's UVDoc: its head concatenates the feature maps of its 6 bridge stages (its connector reads 6 x
+# 128 channels), which the backbone config's out_features name; the config class's default names the last
+# stage alone (128 channels), at any size. All six, as the head reads them
+FIXES["uvdoc"] = {
+    "backbone_config": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": [1, 2, 3, 4, 5, 6]}
+}
+# Intel/tvp-base: its frame-pad visual prompt is laid over frames of max_img_size (448, the size its processor
+# resizes and pads frames to), 96 pixels of each border. fastonnx feeds a config naming no image size 224-pixel
+# frames: max_img_size those 224, the border as it is
+FIXES["tvp"] = {"max_img_size": 224}
+# google/t5gemma-2's encoder alone: its text layers read dropout_rate, which T5Gemma2Config's __post_init__
+# copies into encoder.text_config (so its checkpoints' encoder configs carry it) but T5Gemma2TextConfig does
+# not define: the bare encoder config fails at any size without it. The composite's default, 0
+FIXES["t5gemma2_encoder"] = {"text_config": {"dropout_rate": 0.0}}
+# zju-community/efficientloftr: its 2-D rotary table fills hidden_size / 4 channels from the frequencies of a
+# head (head_dim x partial_rotary_factor 4 / 2): 256 wide in 8 heads of 32 fills 64 with 64. Only 8 heads
+# fill it (the tiny 64 in 8 heads of 8: 16 with 16), as the checkpoint's 8; its keys are viewed hidden_size
+# wide, so as many key-value heads (its config class derives them so; the sweep's shrinking set 2)
+FIXES["efficientloftr"] = {**FIXES["efficientloftr"], "num_attention_heads": 8, "num_key_value_heads": 8}
+# laion/clap-htsat-unfused: its audio Swin's widths double over its 4 stages from patch_embeds_hidden_size
+# (96) to its hidden_size (768 = 96 x 8), which the audio projection reads. From the tiny 64 / 8
+FIXES["clap"] = {"audio_config": {"patch_embeds_hidden_size": 8}}

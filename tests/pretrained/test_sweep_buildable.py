@@ -108,6 +108,39 @@ BUILT = [
     ("time-series-forecasting", "timesfm"),
     ("time-series-forecasting", "timesfm2_5"),
     ("zero-shot-object-detection", "omdet-turbo"),
+    # a codec's waveform: batch x channels x samples (frame_widths.waveform_channels)
+    ("feature-extraction", "dac"),
+    ("feature-extraction", "encodec"),
+    ("feature-extraction", "mimi"),
+    ("feature-extraction", "mimi_encoder"),
+    ("feature-extraction", "xcodec"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
+    ("feature-extraction", "vibevoice_acoustic_tokenizer"),
+    ("feature-extraction", "pe_audio_encoder"),
+    ("feature-extraction", "sam"),
+    ("feature-extraction", "sam_hq"),
+    ("feature-extraction", "sam3"),
+    ("feature-extraction", "sam3_lite_text"),
+    ("feature-extraction", "sam3_tracker"),
+    ("feature-extraction", "edgetam"),
+    ("feature-extraction", "edgetam_vision_model"),
+    ("feature-extraction", "edgetam_video"),
+    ("feature-extraction", "flava"),
+    ("feature-extraction", "glmasr_encoder"),
+    ("feature-extraction", "audioflamingo3_encoder"),
+    ("feature-extraction", "voxtral_realtime_encoder"),
+    ("feature-extraction", "muse_spark_audio"),
+    ("feature-extraction", "uvdoc"),
+    ("feature-extraction", "tvp"),
+    ("feature-extraction", "t5gemma2_encoder"),
+    ("feature-extraction", "kosmos-2"),
+    ("feature-extraction", "efficientloftr"),
+    ("feature-extraction", "lightglue"),
+    ("feature-extraction", "pe_audio_video_encoder"),
+    ("feature-extraction", "udop"),
+    ("feature-extraction", "clap"),
+    ("feature-extraction", "idefics"),
 ]
 
 # built and exported, verified against transformers eager
@@ -156,6 +189,19 @@ EXPORTED = [
     ("text-generation", "gemma3n"),
     ("image-text-to-text", "gemma3n"),
     ("image-text-to-text", "fast_vlm"),
+    ("feature-extraction", "pe_audio_encoder"),
+    ("feature-extraction", "edgetam"),
+    ("feature-extraction", "edgetam_vision_model"),
+    ("feature-extraction", "flava"),
+    ("feature-extraction", "glmasr_encoder"),
+    ("feature-extraction", "audioflamingo3_encoder"),
+    ("feature-extraction", "muse_spark_audio"),
+    ("feature-extraction", "uvdoc"),
+    ("feature-extraction", "t5gemma2_encoder"),
+    ("feature-extraction", "kosmos-2"),
+    ("feature-extraction", "udop"),
+    ("feature-extraction", "clap"),
+    ("feature-extraction", "idefics"),
 ]
 
 
@@ -351,3 +397,220 @@ def test_timms_test_resnet_stands_in_without_the_replaced_models_arguments() -> 
     assert sum(p.numel() for p in model.parameters()) <= sweep.MAX_PARAMS
     detr = sweep.tiny_config("detr").backbone_config
     assert detr.backbone == sweep.TINY_TIMM and hasattr(detr, "use_pretrained_backbone")
+
+
+def test_a_codecs_waveform_has_its_channel_axis() -> None:
+    """A codec reads ``batch x channels x samples`` (EnCodec's documented shape; Perception Encoder's audio
+    encoder hands it to its DAC encoder's first convolution): the speech encoders' ``batch x samples``
+    made their forwards fail. Wav2Vec2 and Moonshine add the channel themselves and keep their 2-D wave."""
+    from transformers import (
+        EncodecConfig,
+        EncodecModel,
+        MoonshineConfig,
+        MoonshineModel,
+        PeAudioEncoder,
+        PeAudioEncoderConfig,
+        Wav2Vec2Config,
+        Wav2Vec2Model,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import audio_inputs
+    from fastonnx.pretrained.frame_widths import waveform_channels
+
+    with torch.device("meta"):
+        for cls, config in ((Wav2Vec2Model, Wav2Vec2Config()), (MoonshineModel, MoonshineConfig())):
+            assert waveform_channels(cls(config), config) is None
+        pe_config = PeAudioEncoderConfig()
+        assert waveform_channels(PeAudioEncoder(pe_config), pe_config) == 1
+    config = EncodecConfig(
+        audio_channels=2, hidden_size=8, num_filters=4, codebook_size=16, codebook_dim=8, num_lstm_layers=1
+    )
+    torch.manual_seed(0)
+    model = EncodecModel(config).eval()
+    inputs, dims = audio_inputs(model, config, 2, "cpu")
+    assert inputs["input_values"].shape == torch.Size([2, 2, 16000])
+    assert dims == {"input_values": {0: "batch_size", 2: "audio_sequence_length"}}
+    with torch.no_grad():
+        assert model(**inputs).audio_values.shape == torch.Size([2, 2, 16000])
+
+
+def test_flavas_images_are_its_image_towers_size() -> None:
+    """FLAVA names its vision tower image_config: its images are that tower's size, not the 224 pixels of a
+    config naming no image size (its patch embeddings refuse any other)."""
+    from transformers import FlavaConfig
+
+    config = FlavaConfig(image_config={"image_size": 32, "patch_size": 8})
+    assert image_inputs(config, 2, "cpu")["pixel_values"].shape == torch.Size([2, 3, 32, 32])
+
+
+def test_an_encoder_reading_mel_bins_first_gets_them_first() -> None:
+    """GLM-ASR's encoder hands input_features straight to a convolution over the mel bins (batch x bins x
+    frames), which the frames-first features made fail; AudioFlamingo 3's Whisper-style encoder reads its
+    frames' mask too (its forward sums it), which its fixed frames now come with."""
+    from transformers import (
+        AudioFlamingo3Encoder,
+        AudioFlamingo3EncoderConfig,
+        GlmAsrEncoder,
+        GlmAsrEncoderConfig,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import audio_inputs
+
+    torch.manual_seed(0)
+    glm = GlmAsrEncoderConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_mel_bins=8
+    )
+    flamingo = AudioFlamingo3EncoderConfig(
+        d_model=16,
+        encoder_layers=1,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        num_mel_bins=8,
+        max_source_positions=50,
+    )
+    for cls, config, shapes in (
+        (GlmAsrEncoder, glm, {"input_features": [2, 8, 100]}),
+        (AudioFlamingo3Encoder, flamingo, {"input_features": [2, 8, 100], "input_features_mask": [2, 100]}),
+    ):
+        model = cls(config).eval()
+        inputs, _ = audio_inputs(model, config, 2, "cpu")
+        assert {name: list(value.shape) for name, value in inputs.items()} == shapes
+        with torch.no_grad():
+            assert model(**inputs).last_hidden_state.shape[0] == 2
+
+
+def test_a_waveform_of_whole_tokens_is_a_multiple_of_their_samples() -> None:
+    """Muse Spark's audio model refuses a waveform that is no whole number of its tokens (its feature
+    extractor pads to one): the example rounds up, the dim is a multiple of samples_per_token."""
+    from transformers import MuseSparkAudioConfig, MuseSparkAudioModel
+
+    from fastonnx.pretrained.encoder_tasks import AUDIO_TOKENS, audio_inputs, dynamic_shapes
+
+    config = MuseSparkAudioConfig()
+    with torch.device("meta"):
+        model = MuseSparkAudioModel(config)
+    token = config.samples_per_token
+    inputs, dims = audio_inputs(model, config, 2, "meta")
+    assert inputs["input_values"].shape[1] % token == 0 and inputs["input_values"].shape[1] >= 16000
+    length = dynamic_shapes(model, dims)["input_values"][1]
+    assert str(length) == str(token * torch.export.Dim(AUDIO_TOKENS, min=1, max=1 << 20))
+
+
+def test_kosmos2s_prompt_holds_its_images_positions() -> None:
+    """Kosmos-2's forward puts its image's latent_query_num rows where image_embeds_position_mask is 1 (its
+    processor's image tokens after the first): without the mask it failed. A prompt a row, each with its
+    image's positions, and the mask an input of the graph."""
+    from transformers import Kosmos2Config, Kosmos2Model
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, PlacedImageTextEncoder, encoder_inputs
+
+    config = Kosmos2Config(
+        text_config={"embed_dim": 16, "layers": 1, "attention_heads": 2, "ffn_dim": 32, "vocab_size": 64},
+        vision_config={
+            "hidden_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 32,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        latent_query_num=4,
+    )
+    torch.manual_seed(0)
+    model = Kosmos2Model(config).eval()
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    assert ENCODERS[tuple(inputs)] is PlacedImageTextEncoder
+    assert inputs["input_ids"].shape == inputs["image_embeds_position_mask"].shape == torch.Size([2, 11])
+    assert inputs["image_embeds_position_mask"].sum(dim=1).tolist() == [4, 4]
+    assert dims["image_embeds_position_mask"] == dims["input_ids"]
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == torch.Size([2, 11, 16])
+
+
+def test_a_keypoint_matcher_reads_pairs_of_images() -> None:
+    """EfficientLoFTR and LightGlue match two images a row (batch x 2 x channels x height x width) and refuse
+    anything else; other image models keep their batch of single images."""
+    from transformers import CLIPVisionConfig, EfficientLoFTRConfig
+
+    from fastonnx.pretrained.encoder_tasks import image_pairs
+
+    pixels = torch.randn(3, 3, 32, 32)
+    pairs = image_pairs(EfficientLoFTRConfig(), pixels)
+    assert pairs.shape == torch.Size([3, 2, 3, 32, 32]) and torch.equal(pairs[:, 0], pixels)
+    assert not torch.equal(pairs[:, 1], pixels)
+    assert image_pairs(CLIPVisionConfig(), pixels) is pixels
+
+
+def test_perception_encoders_audio_video_encoder_reads_clips_and_their_sound() -> None:
+    """Perception Encoder's audio-video encoder reads each clip with its waveform (one channel, as its DAC
+    encoder takes it); the clips alone left its audio embedder a None."""
+    from transformers import PeAudioVideoEncoder, PeAudioVideoEncoderConfig
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, SoundVideoEncoder, encoder_inputs
+
+    config = PeAudioVideoEncoderConfig()
+    with torch.device("meta"):
+        model = PeAudioVideoEncoder(config)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "meta")
+    assert ENCODERS[tuple(inputs)] is SoundVideoEncoder
+    assert inputs["input_values"].shape == torch.Size([2, 1, 16000])
+    assert inputs["pixel_values_videos"].shape[:3] == torch.Size([2, 3, 3])
+    assert dims["input_values"] == {0: "batch_size", 2: "audio_sequence_length"}
+
+
+def test_udops_words_come_with_their_boxes() -> None:
+    """UDOP's encoder lays its words over its page by their boxes (combine_image_text_embeddings reads
+    bbox at any size): the words, their boxes (x0 <= x1, y0 <= y1 in 0..1) and the page, with the decoder's
+    tokens."""
+    from transformers import UdopConfig, UdopModel
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, BoxedPageEncoder, encoder_inputs
+
+    config = UdopConfig(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, vocab_size=64)
+    with torch.device("meta"):
+        model = UdopModel(config)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    assert ENCODERS[tuple(inputs)] is BoxedPageEncoder
+    boxes = inputs["bbox"]
+    assert boxes.shape == (*inputs["input_ids"].shape, 4) and dims["bbox"] == dims["input_ids"]
+    assert bool((boxes[..., :2] <= boxes[..., 2:]).all()) and bool(((boxes >= 0) & (boxes <= 1)).all())
+
+
+def test_claps_two_towers_read_prompts_and_spectrograms() -> None:
+    """CLAP embeds prompts and log-mel spectrograms apart (text_embeds, audio_embeds): its graph takes both,
+    the spectrograms of one channel x its feature extractor's 1001 frames x its mel bins; its text alone left
+    its audio tower a None."""
+    from transformers import ClapConfig, ClapModel
+
+    from fastonnx.pretrained import media_text_towers
+
+    config = ClapConfig()
+    with torch.device("meta"):
+        model = ClapModel(config)
+    assert media_text_towers.owns(model, "feature-extraction")
+    assert media_text_towers.embed_fields(model) == ("text_embeds", "audio_embeds")
+    inputs, dims = media_text_towers.tower_inputs(model, config, 2, "meta")
+    assert inputs["input_ids"].shape[0] == 3
+    assert inputs["input_features"].shape == torch.Size([2, 1, 1001, config.audio_config.num_mel_bins])
+    assert dims["input_features"] == {0: "batch_size"}
+
+
+def test_idefics_reads_an_image_a_prompt_and_which_tokens_attend_to_it() -> None:
+    """IDEFICS' forward reads images x prompts (5-D pixel_values) and which tokens attend to which image
+    (image_attention_mask, summed at any size): one image a prompt, every token attending. FLAVA's optional
+    patch mask of that name is left out."""
+    from transformers import FlavaConfig, FlavaModel, IdeficsConfig, IdeficsModel
+
+    from fastonnx.pretrained.encoder_tasks import ENCODERS, AttendedImageTextEncoder, encoder_inputs
+
+    config = IdeficsConfig()
+    with torch.device("meta"):
+        model = IdeficsModel(config)
+        flava = FlavaModel(FlavaConfig())
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "meta")
+    assert ENCODERS[tuple(inputs)] is AttendedImageTextEncoder
+    assert inputs["pixel_values"].shape[:2] == torch.Size([2, 1])
+    assert inputs["image_attention_mask"].shape == (*inputs["input_ids"].shape, 1)
+    assert dims["image_attention_mask"] == dims["input_ids"]
+    flava_inputs, _ = encoder_inputs(flava, flava.config, "feature-extraction", 2, "meta")
+    assert "image_attention_mask" not in flava_inputs and flava_inputs["pixel_values"].dim() == 4

@@ -13,6 +13,7 @@ Inputs, by what the forward takes:
   token): text alone, ``input_ids``, ``attention_mask`` to the language model's ``last_hidden_state``, as
   the text tasks read such models' classifiers; its images go through image-text-to-text's
   ``vision_encoder.onnx`` (multimodal_features.py). Two towers (CLIP, SigLIP, BridgeTower) keep both;
+- a keypoint matcher's pairs (EfficientLoFTR, LightGlue: ``batch_size`` x 2 images, ``IMAGE_PAIRS``);
 - video (TimeSformer, VideoMAE, ViViT, X-CLIP: 5-D ``pixel_values``): the config's ``num_frames`` frames
   of its image size, ``batch_size`` dynamic, the frames fixed as the models' frame embeddings fix them;
 - zero-shot object detection: OWL-ViT's queries flattened as its processor makes them (``text_batch_size``
@@ -20,7 +21,8 @@ Inputs, by what the forward takes:
 - time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels`` (the lagged
   forecasters' with their time features and observed mask, TimesFM's with its padding and frequency:
   ``series_inputs``);
-- audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples), or an
+- audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples; a
+  codec's ``batch_size`` x its channels x ``audio_sequence_length``: frame_widths.py), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
   ``num_mel_bins`` x 3000 frames (its encoder takes exactly that many) or frames x feature size
   (Wav2Vec2-BERT, Parakeet) with ``feature_length`` dynamic;
@@ -59,7 +61,7 @@ import torch
 
 from fastonnx.errors import InputError
 from fastonnx.pretrained.embedded_features import embedded_frame_size
-from fastonnx.pretrained.frame_widths import first_layer_width
+from fastonnx.pretrained.frame_widths import bins_first_width, first_layer_width, waveform_channels
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 from fastonnx.pretrained.graph_spec import FEATURES as FEATURES  # its users import it from here
 from fastonnx.pretrained.multimodal_features import (
@@ -79,6 +81,8 @@ TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
     "audio_sequence_length",
     "decoder_sequence_length",
 )
+AUDIO_TOKENS = "audio_tokens"
+"""The tokens of a waveform read in whole tokens of samples (Muse Spark's: ``samples_per_token`` x them)."""
 
 ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
     "feature-extraction": ("last_hidden_state",),
@@ -491,9 +495,68 @@ class PromptedImageTextEncoder(_Encoder):
         return out
 
 
+class PlacedImageTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        image_embeds_position_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            image_embeds_position_mask=image_embeds_position_mask,
+            pixel_values=pixel_values,
+        )
+        return out
+
+
 class VideoEncoder(_Encoder):
     def forward(self, pixel_values_videos: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values_videos=pixel_values_videos)
+        return out
+
+
+class BoxedPageEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        bbox: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            bbox=bbox,
+            decoder_input_ids=decoder_input_ids,
+        )
+        return out
+
+
+class AttendedImageTextEncoder(_Encoder):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        image_attention_mask: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            image_attention_mask=image_attention_mask,
+        )
+        return out
+
+
+class SoundVideoEncoder(_Encoder):
+    def forward(self, input_values: torch.Tensor, pixel_values_videos: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_values=input_values, pixel_values_videos=pixel_values_videos)
         return out
 
 
@@ -524,6 +587,10 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("pixel_values", "task_inputs"): TaskPromptedImageEncoder,
     ("pixel_values", "classes_input_ids", "tasks_input_ids", "tasks_attention_mask"): ClassPromptedDetector,
     ("pixel_values_videos",): VideoEncoder,
+    ("input_values", "pixel_values_videos"): SoundVideoEncoder,
+    ("input_ids", "attention_mask", "pixel_values", "image_attention_mask"): AttendedImageTextEncoder,
+    ("input_ids", "attention_mask", "pixel_values", "bbox", "decoder_input_ids"): BoxedPageEncoder,
+    ("input_ids", "attention_mask", "image_embeds_position_mask", "pixel_values"): PlacedImageTextEncoder,
     (
         "input_ids",
         "attention_mask",
@@ -594,9 +661,9 @@ def _end_with_eos(config: Any, ids: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def _vision_config(config: Any) -> Any:
-    """The config holding the image size: the vision tower's, or, for an encoder-decoder whose encoder holds
-    the tower (T5Gemma 2), its encoder's tower's."""
-    vision = _sub(config, "vision_config")
+    """The config holding the image size: the vision tower's (FLAVA's ``image_config``), or, for an
+    encoder-decoder whose encoder holds the tower (T5Gemma 2), its encoder's tower's."""
+    vision = _sub(_sub(config, "image_config"), "vision_config")
     encoder = getattr(config, "encoder", None)
     if vision is config and not hasattr(config, "image_size") and encoder is not None:
         return _sub(encoder, "vision_config")
@@ -610,6 +677,19 @@ def image_inputs(config: Any, batch: int, device: str | torch.device) -> dict[st
     channels = int(getattr(vision, "num_channels", 3))
     pixels = torch.randn(batch, channels, h, w, generator=torch.Generator().manual_seed(0))
     return {"pixel_values": pixels.to(device)}
+
+
+IMAGE_PAIRS = frozenset({"efficientloftr", "lightglue", "superglue"})
+"""Keypoint matchers, which read two images a row (``batch_size`` x 2 x channels x height x width: the pair
+to match, as their processor stacks them)."""
+
+
+def image_pairs(config: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """``pixels`` and a second image beside each where the model matches pairs (``IMAGE_PAIRS``)."""
+    if getattr(config, "model_type", None) not in IMAGE_PAIRS:
+        return pixels
+    other = torch.randn(pixels.shape, generator=torch.Generator().manual_seed(5)).to(pixels.device)
+    return torch.stack([pixels, other], dim=1)
 
 
 FLATTENED_QUERIES = frozenset({"owlvit", "owlv2"})
@@ -718,12 +798,28 @@ def audio_inputs(
             # Audio Spectrogram Transformer: a fixed number of frames of mel bins (its patches are fixed)
             shape = (batch, int(config.max_length), int(config.num_mel_bins))
             return {"input_values": torch.randn(*shape, generator=g).to(device)}, {"input_values": {0: BATCH}}
+        channels = waveform_channels(model, config)
+        if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
+            wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
+            return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
+        token = getattr(config, "samples_per_token", None)
+        if (
+            isinstance(token, int) and token > 1
+        ):  # Muse Spark's: whole tokens of samples, as its extractor pads
+            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // token) * token, generator=g)
+            return {"input_values": wave.to(device)}, {
+                "input_values": {0: BATCH, 1: f"{token}*{AUDIO_TOKENS}"}
+            }
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
-    if whisper is not None:
+    if whisper is not None:  # its frames fixed (AudioFlamingo 3's encoder reads their mask too)
         features = torch.randn(batch, *whisper, generator=g)
-        return {"input_features": features.to(device)}, {"input_features": {0: BATCH}}
+        return _with_frames_mask(model, features.to(device), {0: BATCH}, 2, device)
+    bins = bins_first_width(model)
+    if bins is not None:  # GLM-ASR's encoder: batch x mel bins x any number of frames, into a convolution
+        features = torch.randn(batch, bins, FEATURE_FRAMES, generator=g)
+        return _with_frames_mask(model, features.to(device), {0: BATCH, 2: FEATURES}, 2, device)
     # the model's own first layer over the frames first: Granite Speech 5's reads 4 x its mel bins
     size = first_layer_width(model) or frame_size(config) or embedded_frame_size(model, config)
     if size is None:
@@ -733,12 +829,25 @@ def audio_inputs(
             "the size of a frame is unknown"
         )
     features = torch.randn(batch, FEATURE_FRAMES, size, generator=g)
-    inputs, dims = {"input_features": features.to(device)}, {"input_features": {0: BATCH, 1: FEATURES}}
-    # FunASR-Nano's encoder reads which frames are padding: the last row's last 5 here
+    return _with_frames_mask(model, features.to(device), {0: BATCH, 1: FEATURES}, 1, device)
+
+
+def _with_frames_mask(
+    model: torch.nn.Module,
+    features: torch.Tensor,
+    axes: dict[int, str],
+    frames: int,
+    device: str | torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """The features (their dims ``axes``, their frames on axis ``frames``) and, where the model reads
+    which frames are padding (FunASR-Nano's, AudioFlamingo 3's encoders), their mask: batch x frames, the
+    last row's last 5 padding here."""
+    inputs, dims = {"input_features": features}, {"input_features": axes}
     if takes(model, "input_features_mask"):
-        mask = torch.ones(features.shape[:2], dtype=torch.int64)
+        mask = torch.ones(features.shape[0], features.shape[frames], dtype=torch.int64)
         mask[-1, -5:] = 0
-        inputs["input_features_mask"], dims["input_features_mask"] = mask.to(device), {0: BATCH, 1: FEATURES}
+        inputs["input_features_mask"] = mask.to(device)
+        dims["input_features_mask"] = {0: BATCH, **({1: FEATURES} if frames in axes else {})}
     return inputs, dims
 
 
@@ -835,6 +944,7 @@ def _task_inputs(
         images = video_input(config, images)
         # InstructBLIP-Video's frames (its processor's 4), which its forward reads as a 5-D video
         images = {**images, "pixel_values": as_frames(config, images["pixel_values"])}
+        images = {**images, "pixel_values": image_pairs(config, images["pixel_values"])}
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
@@ -844,11 +954,20 @@ def _task_inputs(
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         prompt, prompt_dims = qformer_prompt(model, config, text["input_ids"].shape[0], rows, device)
-        return {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        from fastonnx.pretrained.side_inputs import attended_images, image_positions
+
+        text, dims = image_positions(model, config, text, dims, device)  # Kosmos-2's image in its prompt
+        inputs, dims = {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        inputs, dims = attended_images(model, inputs, dims, device)  # IDEFICS' images a prompt
+        return _with_side_inputs(model, config, inputs, dims, device)  # UDOP's words' boxes
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
         # a video tower alone (V-JEPA 2, VideoPrism's): clips of its frames
-        clips, fixed = video_clips(config, batch, device)
-        return clips, {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
+        clips, fixed = video_clips(_sub(config, "video_config"), batch, device)
+        frames = {"pixel_values_videos": {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}}
+        if takes(model, "input_values"):  # Perception Encoder's audio-video encoder: each clip's sound too
+            sound, sound_dims = audio_inputs(model, config, batch, device)
+            return {**sound, **clips}, {**sound_dims, **frames}
+        return clips, frames
     from fastonnx.pretrained.speech_features import speech_inputs
 
     if (speech := speech_inputs(model, config, batch, device)) is not None:
@@ -920,6 +1039,8 @@ CONTRASTIVE = ("logits_per_image", "logits_per_video", "text_embeds", "image_emb
 def pairs_rows(model: torch.nn.Module) -> bool:
     """Whether a model of images and text reads them as pairs, row by row (BridgeTower's cross-modal layers,
     ViLT's joint sequence): its output declares none of ``CONTRASTIVE``; then its text batch is the images'."""
+    if takes(model, "image_embeds_position_mask"):  # Kosmos-2's: each prompt holds its own image's rows
+        return True
     cls = _output_class(model)
     return cls is not None and not {f.name for f in dataclasses.fields(cls)} & set(CONTRASTIVE)
 

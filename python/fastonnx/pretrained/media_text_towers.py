@@ -9,6 +9,9 @@ embeddings otherwise:
 - Perception Encoder's video model (``PeVideoModel``): the prompts and ``pixel_values_videos``,
   ``batch_size`` x ``num_frames`` x channels x its tower's image size (any number of frames: it encodes
   each, then attends across them), to ``text_video_embeds`` and ``video_embeds``;
+- CLAP (``ClapModel``): the prompts and ``input_features``, ``batch_size`` log-mel spectrograms of one
+  channel x its feature extractor's ``CLAP_FRAMES`` frames x ``num_mel_bins`` (10 s at 48 kHz, which it
+  pads or crops every audio to), to ``text_embeds`` and ``audio_embeds``;
 - VideoPrism's clip model (``VideoPrismClipModel``): the prompts and clips of its config's
   ``num_frames`` (its frame embeddings fix them), to ``text_embeds`` and ``video_embeds``.
 
@@ -45,9 +48,15 @@ EMBEDS = ("text_embeds", "text_audio_embeds", "text_video_embeds", "audio_embeds
 Inputs = tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]
 
 
+CLAP_FRAMES = 1001
+"""The frames of CLAP's features: its feature extractor's 480000 samples (10 s at 48 kHz), hop 480."""
+
+
 def _media(model: torch.nn.Module) -> str | None:
-    """The input beside the text: ``input_values`` or ``pixel_values_videos``, else None."""
-    return next((n for n in ("input_values", "pixel_values_videos") if takes(model, n)), None)
+    """The input beside the text: ``input_values``, ``pixel_values_videos`` or ``input_features``, else None."""
+    return next(
+        (n for n in ("input_values", "pixel_values_videos", "input_features") if takes(model, n)), None
+    )
 
 
 def embed_fields(model: torch.nn.Module) -> tuple[str, ...]:
@@ -76,6 +85,10 @@ def tower_inputs(model: torch.nn.Module, config: Any, batch: int, device: str | 
     if _media(model) == "input_values":
         wave = torch.randn(batch, 1, WAVEFORM_SAMPLES, generator=torch.Generator().manual_seed(0))
         return {**text, "input_values": wave.to(device)}, {**dims, "input_values": {0: BATCH, 2: AUDIO}}
+    if _media(model) == "input_features":  # CLAP's one-channel spectrograms
+        bins = int(config.audio_config.num_mel_bins)
+        mels = torch.randn(batch, 1, CLAP_FRAMES, bins, generator=torch.Generator().manual_seed(0))
+        return {**text, "input_features": mels.to(device)}, {**dims, "input_features": {0: BATCH}}
     video = getattr(config, "video_config", None) or config  # PE's video tower config, VideoPrism's own
     clips, fixed = video_clips(video, batch, device)
     frames = {0: BATCH} if fixed else {0: BATCH, 1: VIDEO_FRAMES}
@@ -110,9 +123,26 @@ class _VideoText(torch.nn.Module):
         return out
 
 
+class _SpectrogramText(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
+        super().__init__()
+        self.inner = Named(model, fields)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, input_features: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, input_features=input_features
+        )
+        return out
+
+
+_GRAPHS = {"input_values": _AudioText, "pixel_values_videos": _VideoText, "input_features": _SpectrogramText}
+
+
 def tower_graph(model: torch.nn.Module, config: Any) -> GraphSpec:
-    """The one graph of the package: the prompts and the waveforms or clips to the embeddings."""
+    """The one graph of the package: the prompts and the waveforms, spectrograms or clips to the embeddings."""
     inputs, names = tower_inputs(model, config, 2, "meta")
     fields = embed_fields(model)
-    module = (_AudioText if "input_values" in inputs else _VideoText)(model, fields)
+    module = _GRAPHS[list(inputs)[-1]](model, fields)
     return GraphSpec(module, tuple(inputs.values()), dynamic_shapes(model, names), list(inputs), list(fields))

@@ -474,10 +474,11 @@ def _encoder_feeds(model: Any, config: Any, task: str) -> dict[str, torch.Tensor
     (audio_base_models.py)."""
     from fastonnx.pretrained import audio_base_models, media_text_towers
 
+    # the two towers first, as task_inputs makes their graph first (CLAP's has get_audio_features too)
+    if media_text_towers.owns(model, task):  # PE's audio and video models, VideoPrism's clip model, CLAP
+        return media_text_towers.tower_inputs(model, config, 2, "cpu")[0]
     if audio_base_models.owns(model, task):
         return audio_base_models.base_inputs(model, config, 2, "cpu")
-    if media_text_towers.owns(model, task):  # PE's audio and video models, VideoPrism's clip model
-        return media_text_towers.tower_inputs(model, config, 2, "cpu")[0]
     inputs, _ = encoder_inputs(model, config, task, 2, "cpu")
     return inputs
 

@@ -1,10 +1,16 @@
 """Inputs beside the text or the image that a base model's forward cannot run without, or draws at random
 where not given, made graph inputs of the encoder tasks (encoder_tasks.py):
 
-- BROS's ``bbox``: each token's box, four normalised corner coordinates (x0, y0, x1, y1), dims
-  ``batch_size`` x ``sequence_length`` like the ids';
+- BROS's and UDOP's ``bbox``: each token's box, four normalised corner coordinates (x0, y0, x1, y1), dims
+  ``batch_size`` x ``sequence_length`` like the ids' (UDOP's words beside its page's ``pixel_values``);
 - LXMERT's ``visual_feats`` and ``visual_pos``: its image's regions (their detector features and boxes),
   ``batch_size`` x ``num_regions`` (36 in the checkpoints, any count in the model);
+- Kosmos-2's ``image_embeds_position_mask``: 1 at the prompt's ``latent_query_num`` image positions (after
+  its first token, as its processor writes ``<image>`` and the image's tokens there), where its forward puts
+  the image's rows; its dims the ids', the prompt longer by those positions;
+- IDEFICS' images a prompt: ``pixel_values`` ``batch_size`` x 1 image x channels x height x width and
+  ``image_attention_mask``, ``batch_size`` x ``sequence_length`` x 1 (1 where a token attends to the image,
+  every token here: its cross-attention layers read it on every forward);
 - ViTMAE's ``noise``: the per-patch values whose argsort picks the patches it keeps (``mask_ratio`` of
   them masked). transformers draws them with ``torch.rand`` on every call where none is given, so a graph
   without them would be a different function on every run and match transformers on none; with them the
@@ -43,9 +49,12 @@ def text_side_inputs(
     """BROS's boxes or LXMERT's regions for the ``text`` ids, with their dims' names; none for others."""
     g = torch.Generator().manual_seed(1)
     batch, length = text["input_ids"].shape[:2]
-    if takes(model, "bbox") and type(model).__name__.startswith("Bros"):
-        corners = torch.rand(batch, length, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
-        bbox = corners.transpose(2, 3).reshape(batch, length, 4)
+    if takes(model, "bbox") and type(model).__name__.startswith(
+        ("Bros", "Udop")
+    ):  # UDOP's words beside its page
+        # two corners a box, each coordinate sorted across them: (x0, y0), (x1, y1), x0 <= x1, y0 <= y1
+        corners = torch.rand(batch, length, 2, 2, generator=g).sort(dim=2).values
+        bbox = corners.reshape(batch, length, 4)
         return {"bbox": bbox.to(device)}, {"bbox": {0: BATCH, 1: SEQUENCE}}
     dim = getattr(config, "visual_feat_dim", None)
     if takes(model, "visual_feats") and isinstance(dim, int):
@@ -54,6 +63,45 @@ def text_side_inputs(
         inputs = {"visual_feats": feats.to(device), "visual_pos": pos.to(device)}
         return inputs, {name: {0: BATCH, 1: REGIONS} for name in inputs}
     return {}, {}
+
+
+def image_positions(
+    model: torch.nn.Module, config: Any, text: dict[str, torch.Tensor], dims: Dims, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """Kosmos-2's prompt with its image's positions after the first token, and their mask; ``text`` as it is
+    for a model reading no such mask."""
+    count = getattr(config, "latent_query_num", None)
+    if not (takes(model, "image_embeds_position_mask") and isinstance(count, int)):
+        return text, dims
+    ids, mask = text["input_ids"], text["attention_mask"]
+    rows = ids.shape[0]
+    image = torch.randint(
+        3, int(config.text_config.vocab_size), (rows, count), generator=torch.Generator().manual_seed(3)
+    )
+    positions = torch.zeros(rows, ids.shape[1] + count, dtype=torch.int64)
+    positions[:, 1 : 1 + count] = 1
+    out = {
+        "input_ids": torch.cat([ids[:, :1], image.to(ids.device), ids[:, 1:]], dim=1),
+        "attention_mask": torch.cat(
+            [mask[:, :1], torch.ones_like(image).to(mask.device), mask[:, 1:]], dim=1
+        ),
+        "image_embeds_position_mask": positions.to(device),
+    }
+    return out, {**dims, "image_embeds_position_mask": dims["input_ids"]}
+
+
+def attended_images(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], dims: Dims, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], Dims]:
+    """IDEFICS' one image a prompt (``pixel_values`` given an images axis) and the mask of the tokens
+    attending to it; ``inputs`` as they are for a model reading no such mask."""
+    # FLAVA's forward names an image_attention_mask too: its patches' padding, optional
+    if not (takes(model, "image_attention_mask") and type(model).__name__.startswith("Idefics")):
+        return inputs, dims
+    ids = inputs["input_ids"]
+    mask = torch.ones(*ids.shape, 1, dtype=torch.int64)
+    out = {**inputs, "pixel_values": inputs["pixel_values"][:, None], "image_attention_mask": mask.to(device)}
+    return out, {**dims, "image_attention_mask": dims["input_ids"]}
 
 
 def image_side_inputs(
