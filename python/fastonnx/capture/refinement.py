@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.audio_windows import masked_audio_windows
+from fastonnx.capture.batched_forecasts import batched_forecasts
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.codec_paddings import guard_free_codec_paddings
 from fastonnx.capture.control_buffers import buffers_as_numbers
@@ -226,6 +227,7 @@ def _export(
         gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
         guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
+        batched_forecasts(),  # TimesFM's series as one batch x steps tensor (batched_forecasts.py)
         every_expert(model),
         buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
         stored_grouped_linear(),
