@@ -1,14 +1,17 @@
-"""Forecasters the architecture sweep (scripts/architecture_sweep.py) found failing to export:
+"""Forecasters and a video segmenter the architecture sweep (scripts/architecture_sweep.py) found failing
+to export:
 
 - TimesFM's and TimesFM 2.5's prediction models return ``mean_predictions`` and ``full_predictions``
   (encoder_tasks.FALLBACK_OUTPUTS), and walk their series row by row in Python, which specialised the
   batch: capture/batched_forecasts.py computes the same forecast on the batch x steps tensor, the batch
   and the steps symbolic; TimesFM 2.5's decoder's running statistics as cumulative sums, not a loop over
-  its 512 patches (its capture timed out).
+  its 512 patches (its capture timed out);
+- VideoMT walks its frames in Python (each frame's queries from the previous frame's): a ``scan`` over
+  the frames (capture/video_queries.py) keeps their count symbolic.
 
 Each row is built from the sweep's own tiny config, exported by ``export_pretrained`` and verified against
-transformers eager (in the full matrix: about 20 s together; in CI the unit tests below export the forms
-from smaller configs and check them in onnxruntime at other batches and steps).
+transformers eager (in the full matrix: about 35 s together; in CI the unit tests below export the forms
+from smaller configs and check them in onnxruntime at other batches, steps and frames).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from checkpoint_folders import architecture_sweep, export_swept
 
 import fastonnx
 from fastonnx.capture.batched_forecasts import batched_forecasts, running_patch_stats
+from fastonnx.capture.video_queries import scanned_video_frames
 from fastonnx.errors import CaptureError
 
 ROWS = [
     ("time-series-forecasting", "timesfm"),
     ("time-series-forecasting", "timesfm2_5"),
+    ("image-segmentation", "videomt"),
 ]
 
 
@@ -129,6 +134,42 @@ def test_forecasters_export_any_batch_and_steps(model_type: str) -> None:
         mean, full = result(values)
         torch.testing.assert_close(mean, expected.mean_predictions, atol=1e-4, rtol=1e-3)
         torch.testing.assert_close(full, expected.full_predictions, atol=1e-4, rtol=1e-3)
+
+
+def test_videomt_frames_scanned() -> None:
+    """VideoMT's frames as a scan: the form equals transformers' loop eagerly, and the file exported with
+    the batch and the frames dynamic (a Python loop specialises the frames) segments other counts as
+    transformers does, each frame's queries following the previous frame's."""
+    from transformers import VideomtForUniversalSegmentation
+
+    torch.manual_seed(0)
+    config = architecture_sweep().tiny_config("videomt", {"num_hidden_layers": 1, "num_blocks": 1})
+    model = VideomtForUniversalSegmentation(config).eval()
+    fields = ("masks_queries_logits", "class_queries_logits")
+    clips = torch.randn(2, 3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(pixel_values_videos=clips)
+        with scanned_video_frames():
+            got = model(pixel_values_videos=clips)
+    for name in (*fields, "last_hidden_state"):
+        torch.testing.assert_close(getattr(got, name), getattr(expected, name), atol=1e-5, rtol=1e-5)
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values_videos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.model(pixel_values_videos=pixel_values_videos)
+            return tuple(getattr(out, name) for name in fields)
+
+    result = fastonnx.to_onnx(Logits().eval(), (clips,), dynamic_shapes=({0: "batch", 1: "frames"},))
+    for batch, frames in ((1, 1), (3, 4)):
+        other = torch.randn(batch, frames, 3, 32, 32, generator=torch.Generator().manual_seed(frames))
+        with torch.no_grad():
+            want = model(pixel_values_videos=other)
+        for name, tensor in zip(fields, result(other), strict=True):
+            torch.testing.assert_close(tensor, getattr(want, name), atol=1e-4, rtol=1e-3)
 
 
 def test_forecasters_task_reads_batch_by_steps_and_returns_their_forecasts() -> None:

@@ -50,6 +50,7 @@ from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.capture.symbolic_take_along import symbolic_take_along_dims
 from fastonnx.capture.text_encoder_swaps import guard_free_text_encoders
 from fastonnx.capture.traceable_detection import traceable_detection_ops
+from fastonnx.capture.video_queries import scanned_video_frames
 from fastonnx.errors import CaptureError
 from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
 
@@ -228,6 +229,7 @@ def _export(
         guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
         batched_forecasts(),  # TimesFM's series as one batch x steps tensor (batched_forecasts.py)
+        scanned_video_frames(),  # VideoMT's frames as a scan (video_queries.py)
         every_expert(model),
         buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
         stored_grouped_linear(),
