@@ -120,11 +120,14 @@ def test_running_patch_stats_are_transformers_loop() -> None:
 @pytest.mark.parametrize("model_type", ["timesfm", "timesfm2_5"])
 def test_forecasters_export_any_batch_and_steps(model_type: str) -> None:
     """Exported with the batch and the steps dynamic (without the forms torch.export specialises the
-    batch), the file forecasts as transformers does at other batches and steps. One layer; TimesFM 2.5
+    batch), the file forecasts as transformers does at other batches and steps. One layer; TimesFM with
+    its positional embedding (transformers concatenates a list of it the batch's length), TimesFM 2.5
     with one decoder run (the flip-invariant second run, the same decoder on the negated series, is in
     the sweep's row above and the eager test)."""
-    flip = {"force_flip_invariance": False} if model_type == "timesfm2_5" else {}
-    model = _forecaster(model_type, context_length=128, num_hidden_layers=1, **flip)
+    options = (
+        {"force_flip_invariance": False} if model_type == "timesfm2_5" else {"use_positional_embedding": True}
+    )
+    model = _forecaster(model_type, context_length=128, num_hidden_layers=1, **options)
     wrapped = _Forecasts(model).eval()
     result = fastonnx.to_onnx(wrapped, (_series(2, 128, 0),), dynamic_shapes=({0: "batch", 1: "steps"},))
     for batch, steps in ((1, 40), (3, 200)):

@@ -15,8 +15,11 @@ operation on the batch:
   read as +inf;
 - TimesFM's ``freq`` defaulting to class 0 for each row.
 
-The decoder runs on that tensor as transformers runs it. TimesFM 2.5's decoder (``TimesFm2_5Model.forward``)
-also walks its patches in Python, updating a running mean and deviation patch by patch (Welford's
+The decoder runs on that tensor as transformers runs it, with two exceptions. TimesFM's
+(``TimesFmModel.forward``), with ``use_positional_embedding``, concatenates a Python list of its positional
+embedding as long as the batch, and shifts it with a boolean index assignment: ``timesfm_decoder``
+broadcasts it and shifts it with ``torch.where``. TimesFM 2.5's decoder (``TimesFm2_5Model.forward``)
+walks its patches in Python, updating a running mean and deviation patch by patch (Welford's
 combination): 512 patches at the real context of 16384 steps, each a dozen operations, captured twice
 (the flip-invariant forecast runs the decoder on the negated series too). ``running_patch_stats`` computes
 the same statistics of every prefix of patches with cumulative sums: each patch's valid count, mean and
@@ -279,6 +282,57 @@ def timesfm2_5_decoder(
     )
 
 
+def timesfm_decoder(
+    self: Any, past_values: torch.Tensor, past_values_padding: torch.Tensor, freq: torch.Tensor, **kwargs: Any
+) -> Any:
+    """``TimesFmModel.forward`` with its positional embedding (``use_positional_embedding``) broadcast to
+    the batch, not concatenated from a Python list of the batch's length, and shifted to each row's
+    first real patch by ``torch.where``, not a boolean index assignment."""
+    from transformers.models.timesfm.modeling_timesfm import TimesFmOutput
+
+    config = self.config
+    batch = past_values.shape[0]
+    patched_inputs = past_values.view(batch, -1, config.patch_length)
+    patched_pads = past_values_padding.view(batch, -1, config.patch_length)
+    zero = torch.full((), 0.0, dtype=patched_inputs.dtype, device=patched_inputs.device)
+    patched_inputs = torch.where(torch.abs(patched_pads - 1.0) < config.tolerance, zero, patched_inputs)
+    one = torch.full((), 1.0, dtype=patched_pads.dtype, device=patched_pads.device)
+    patched_pads = torch.where(
+        torch.abs(patched_inputs - config.pad_val) < config.tolerance, one, patched_pads
+    )
+    patched_inputs, stats = self._forward_transform(patched_inputs, patched_pads)
+    patched_inputs = patched_inputs * (1.0 - patched_pads)
+    model_input = self.input_ff_layer(torch.cat([patched_inputs, patched_pads], dim=-1))
+    patched_padding = torch.min(patched_pads, dim=-1)[0]  # a patch with one real value is real
+    if config.use_positional_embedding:
+        pos_emb = self.position_emb(model_input.shape[1]).expand(batch, -1, -1)
+        model_input = model_input + _shifted_to_first_real(patched_padding, pos_emb)
+    model_input = model_input + self.freq_emb(freq)
+    attention_mask = self._prepare_4d_attention_mask(
+        attention_mask=patched_padding,
+        sequence_length=model_input.shape[1],
+        dtype=model_input.dtype,
+        device=model_input.device,
+        is_causal=True,
+    )
+    hidden_states = model_input
+    for layer in self.layers[: config.num_hidden_layers]:
+        hidden_states = layer(
+            hidden_states, attention_mask=attention_mask, paddings=patched_padding, **kwargs
+        )
+    return TimesFmOutput(last_hidden_state=hidden_states, loc=stats[0], scale=stats[1])
+
+
+def _shifted_to_first_real(mask: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
+    """``TimesFmModel._timesfm_shift_padded_seq``: each row of ``seq`` (batch x patches x features)
+    rotated right by the index of its first unpadded patch of ``mask`` (-1 where every patch is padded)."""
+    batch, patches, features = seq.shape
+    real = mask == 0
+    first = torch.where(real.any(dim=1), real.to(torch.int32).argmax(dim=1), -1)
+    positions = torch.arange(patches, device=seq.device).view(1, -1, 1).expand(batch, -1, features)
+    return seq.gather(1, (positions - first[:, None, None]) % patches)
+
+
 def _on_tensor_rows(form: Callable[..., Any], original: Any) -> Any:
     """The forward that runs ``form`` on a batch x steps ``past_values`` and ``original`` on anything
     else (a list of series: transformers' own loop), returning a tuple where ``return_dict`` is False as
@@ -302,8 +356,12 @@ PREDICTORS: Forms = {
 }
 """transformers' model types and the ``Class.method``s swapped (model_swaps.py) for a tensor of rows."""
 
-DECODERS: Forms = {"timesfm2_5": {"TimesFm2_5Model.forward": timesfm2_5_decoder}}
-"""The decoders whose loop over the patches is swapped for cumulative statistics."""
+DECODERS: Forms = {
+    "timesfm": {"TimesFmModel.forward": timesfm_decoder},
+    "timesfm2_5": {"TimesFm2_5Model.forward": timesfm2_5_decoder},
+}
+"""The decoders swapped: TimesFM's positional embedding broadcast to the batch, TimesFM 2.5's loop over
+the patches as cumulative statistics."""
 
 
 @contextlib.contextmanager
