@@ -6,6 +6,7 @@ loaded cannot call them)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -41,3 +42,12 @@ def swapped_forms(
     finally:
         for owner, name, original in reversed(swapped):
             setattr(owner, name, original)
+
+
+def as_transformers_forward(form: Callable[..., Any], original: Any = None) -> Any:
+    """``form`` under the decorators transformers' model forwards carry (``merge_with_config_defaults``:
+    the config's defaults of ``output_attentions``...; ``capture_outputs``: the hidden states and
+    attentions recorded by hooks), for a ``wrap`` of a swapped ``forward``."""
+    generic: Any = importlib.import_module("transformers.utils.generic")
+    capturing: Any = importlib.import_module("transformers.utils.output_capturing")
+    return generic.merge_with_config_defaults(capturing.capture_outputs(form))

@@ -31,6 +31,7 @@ from fastonnx.capture import (
     fused_experts,  # noqa: F401  (defines fastonnx::routed_experts, as rnn_custom_ops its ops)
 )
 from fastonnx.capture.audio_windows import masked_audio_windows
+from fastonnx.capture.batched_forecasts import batched_forecasts
 from fastonnx.capture.chunked_kernels import length_following_kernels
 from fastonnx.capture.class_prompts import batched_class_prompts
 from fastonnx.capture.codec_paddings import guard_free_codec_paddings
@@ -50,6 +51,7 @@ from fastonnx.capture.speech_encoders import guard_free_speech_encoders
 from fastonnx.capture.symbolic_take_along import symbolic_take_along_dims
 from fastonnx.capture.text_encoder_swaps import guard_free_text_encoders
 from fastonnx.capture.traceable_detection import traceable_detection_ops
+from fastonnx.capture.video_queries import scanned_video_frames
 from fastonnx.errors import CaptureError
 from fastonnx.torch_internals import backed_size_oblivious, is_traceable_wrapper_subclass, pytree
 
@@ -227,6 +229,8 @@ def _export(
         gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
         guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
+        batched_forecasts(),  # TimesFM's series as one batch x steps tensor (batched_forecasts.py)
+        scanned_video_frames(),  # VideoMT's frames as a scan (video_queries.py)
         every_expert(model),
         buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
         batched_class_prompts(),  # OmDet-Turbo's prompts embedded without guards (class_prompts.py)

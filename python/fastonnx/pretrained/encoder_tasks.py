@@ -20,7 +20,8 @@ Inputs, by what the forward takes:
   rows = images x queries) beside ``batch_size`` images; Grounding DINO's one prompt an image;
 - time series: ``past_values``, ``batch_size`` x the config's ``context_length`` x ``num_input_channels`` (the lagged
   forecasters' with their time features and observed mask, TimesFM's with its padding and frequency:
-  ``series_inputs``);
+  ``series_inputs``; TimesFM's prediction models ``batch_size`` x ``sequence_length``, any steps:
+  ``any_length_series``);
 - audio: ``input_values``, a waveform ``batch_size`` x ``audio_sequence_length`` (16 kHz samples; a
   codec's ``batch_size`` x its channels x ``audio_sequence_length``: frame_widths.py), or an
   Audio Spectrogram Transformer's ``max_length`` x ``num_mel_bins`` frames; ``input_features``, Whisper's
@@ -134,6 +135,8 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone), SAM 2's image embeddings
         *NESTED_FIELDS,  # BLIP-2's Q-Former states
     ),
+    # TimesFM's prediction models: the point forecast and the quantiles beside it (mean first)
+    "time-series-forecasting": ("mean_predictions", "full_predictions"),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
@@ -738,7 +741,7 @@ def series_inputs(
     ``input_size`` values, each step's ``num_time_features`` and whether it was observed (the first
     series' first 5 steps missing); TimesFM its steps' padding (the first series' first 16) and the
     series' frequency class (0, high); a config naming no ``num_input_channels`` (TimesFM's prediction
-    models) one channel, as batch x steps."""
+    models) one channel, as batch x steps (``any_length_series``: the steps a dynamic dim)."""
     g = torch.Generator().manual_seed(0)
     if takes(model, "past_time_features"):
         steps = int(config.context_length) + max(int(lag) for lag in config.lags_sequence)
@@ -757,12 +760,21 @@ def series_inputs(
             "past_values_padding": padding,
             "freq": torch.zeros(batch, 1, dtype=torch.int64),
         }
-    elif hasattr(config, "num_input_channels"):
+    elif any_length_series(model, config):  # a univariate forecaster (TimesFM's prediction models)
+        inputs = {"past_values": torch.randn(batch, int(config.context_length), generator=g)}
+    else:
         shape = (batch, int(config.context_length), int(config.num_input_channels))
         inputs = {"past_values": torch.randn(*shape, generator=g)}
-    else:  # a univariate forecaster (TimesFM's prediction models): batch x steps
-        inputs = {"past_values": torch.randn(batch, int(config.context_length), generator=g)}
     return {k: v.to(device) for k, v in inputs.items()}
+
+
+def any_length_series(model: torch.nn.Module, config: Any) -> bool:
+    """Whether a forecaster reads batch x steps series of any length: a config naming no
+    ``num_input_channels`` and a forward taking neither time features nor padding (TimesFM's prediction
+    models, which pad or cut each series to their context; capture/batched_forecasts.py keeps the steps
+    symbolic)."""
+    lagged = takes(model, "past_time_features") or takes(model, "past_values_padding")
+    return not lagged and not hasattr(config, "num_input_channels")
 
 
 def whisper_frames(config: Any) -> tuple[int, int] | None:
@@ -933,7 +945,8 @@ def _task_inputs(
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
     if takes(model, "past_values"):
         series = series_inputs(model, config, batch, device)
-        return series, {name: {0: BATCH} for name in series}
+        steps = {1: SEQUENCE} if any_length_series(model, config) else {}
+        return series, {name: {0: BATCH, **steps} for name in series}
     text_alone = model_reads_text_alone(model, config, task)  # a vision-language model's features: its text's
     if takes(model, "pixel_values") and task not in TEXT_TASKS and not text_alone:
         # a pose estimator's image size is its backbone's (ViTPose's 256 x 192)

@@ -124,7 +124,7 @@ TASKS: dict[str, Task] = {
             "time-series-forecasting",
             ("MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",),
             "forecaster (PatchTST, PatchTSMixer): past_values of batch x context x channels, "
-            "prediction_outputs",
+            "prediction_outputs; TimesFM: batch x steps, mean_predictions and full_predictions",
             # their forecasters are in no transformers mapping (optimum's task names them)
             (("patchtst", "PatchTSTForPrediction"), ("patchtsmixer", "PatchTSMixerForPrediction")),
         ),
