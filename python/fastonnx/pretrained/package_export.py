@@ -46,7 +46,6 @@ from fastonnx.pretrained.encoder_tasks import AUDIO, CLASS_SEQUENCE, FEATURES
 from fastonnx.pretrained.genai_config import context_length, write_genai_config, write_whisper_genai_config
 from fastonnx.pretrained.genai_vision import write_vision_genai_config
 from fastonnx.pretrained.graph_spec import PAST, SEQUENCE, TOTAL, GraphSpec
-from fastonnx.pretrained.half_weights import store_half_weights
 from fastonnx.pretrained.image_encoder_decoders import image_encoder_decoder, image_kind
 from fastonnx.pretrained.meta_init import (
     buffers_on_meta,
@@ -583,6 +582,8 @@ def export_pretrained(
         if dtype is not None:
             half_package.convert_package(tmp, specs, config, dtype, keep_io_types, chosen.name, built)
             # the checkpoint's tensors the half graphs read through Casts: converted into the package
+            from fastonnx.pretrained.half_weights import store_half_weights  # onnx: when an export runs
+
             store_half_weights(tmp, list(specs), dtype)
         _drop_unused(tmp, list(specs))
         shipped = ship(tmp, list(specs), copy)
