@@ -436,6 +436,7 @@ def report(
     passed += " --quantize-head" if a.quantize_head else ""
     passed += "" if a.block_size is None else f" --block-size {a.block_size}"
     defaults = "" if passed else " (the command's defaults)"
+    passed = f" --decode-turns {a.decode_turns}{passed}"  # the command as run, turns included
     decodes = [r["decode"] for r in results.values() if "step_cpu_s" in r.get("decode", {})]
     threads = max((d["step_cpu_s"] / d["step_s"] for d in decodes), default=0.0)
     return "\n".join(
