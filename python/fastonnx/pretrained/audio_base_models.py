@@ -91,7 +91,7 @@ def base_graph(model: torch.nn.Module, config: Any) -> GraphSpec:
     inputs = _prompted_inputs(model, config, 2, "meta")
     fields = output_fields(model, TASK)
     mask = _mask_name(model)
-    module = _Prompt(model, fields) if mask is None else _MaskedPrompt(model, fields, mask)
+    module = PromptFeatures(model, fields) if mask is None else _MaskedPrompt(model, fields, mask)
     return GraphSpec(
         module, tuple(inputs.values()), _prompted_dims(model, config, mask), list(inputs), list(fields)
     )
@@ -219,7 +219,9 @@ def _prompted_dims(model: torch.nn.Module, config: Any, mask: str | None) -> dic
     return dims
 
 
-class _Prompt(torch.nn.Module):
+class PromptFeatures(torch.nn.Module):
+    """A prompt and its audio's features (media_text_towers.py's CLAP spectrograms too)."""
+
     def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
         self.inner = Named(model, fields)

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.pretrained.audio_base_models import PromptFeatures  # CLAP's: text and spectrograms
 from fastonnx.pretrained.encoder_tasks import (
     AUDIO,
     TEXT_BATCH,
@@ -123,21 +124,7 @@ class _VideoText(torch.nn.Module):
         return out
 
 
-class _SpectrogramText(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
-        super().__init__()
-        self.inner = Named(model, fields)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, input_features: torch.Tensor
-    ) -> Outputs:
-        out: Outputs = self.inner(
-            input_ids=input_ids, attention_mask=attention_mask, input_features=input_features
-        )
-        return out
-
-
-_GRAPHS = {"input_values": _AudioText, "pixel_values_videos": _VideoText, "input_features": _SpectrogramText}
+_GRAPHS = {"input_values": _AudioText, "pixel_values_videos": _VideoText, "input_features": PromptFeatures}
 
 
 def tower_graph(model: torch.nn.Module, config: Any) -> GraphSpec:
