@@ -44,6 +44,16 @@ from fastonnx.capture.model_swaps import Forms, as_transformers_forward, swapped
 from fastonnx.errors import CaptureError
 
 
+def _non_negative(
+    mean: torch.Tensor, full: torch.Tensor, minimum: torch.Tensor, truncate: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``truncate_negative``: the forecasts clamped at 0 where every input value is, as transformers does."""
+    if not truncate:
+        return mean, full
+    clamp = minimum >= 0
+    return torch.where(clamp, mean.clamp_min(0.0), mean), torch.where(clamp, full.clamp_min(0.0), full)
+
+
 def _refuse_uncovered(name: str, options: dict[str, Any]) -> None:
     for option, value in options.items():
         if value is not None:
@@ -135,10 +145,7 @@ def timesfm_batched_forecast(
     kept = context_len - patch + horizon if return_forecast_on_context else horizon
     full = torch.cat(full_outputs, dim=1)[:, :kept, :]
     mean = full[:, :, 0]
-    if truncate_negative:
-        clamp = inp_min >= 0
-        mean = torch.where(clamp, mean.clamp_min(0.0), mean)
-        full = torch.where(clamp, full.clamp_min(0.0), full)
+    mean, full = _non_negative(mean, full, inp_min, truncate_negative)
     return TimesFmOutputForPrediction(
         last_hidden_state=decoder_output.last_hidden_state,
         attentions=decoder_output.attentions,
@@ -205,10 +212,7 @@ def timesfm2_5_batched_forecast(
             )
     full = self.model._revin(forecast, mu_global, sigma_global, reverse=True)
     mean = full[:, :, min(config.decode_index, full.shape[-1] - 1)]
-    if truncate_negative:
-        clamp = input_min >= 0
-        mean = torch.where(clamp, mean.clamp_min(0.0), mean)
-        full = torch.where(clamp, full.clamp_min(0.0), full)
+    mean, full = _non_negative(mean, full, input_min, truncate_negative)
     return TimesFm2_5OutputForPrediction(
         last_hidden_state=model_outputs.last_hidden_state,
         hidden_states=model_outputs.hidden_states,
