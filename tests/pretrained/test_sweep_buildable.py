@@ -496,6 +496,33 @@ def test_a_waveform_of_whole_tokens_is_a_multiple_of_their_samples() -> None:
     assert str(length) == str(token * torch.export.Dim(AUDIO_TOKENS, min=1, max=1 << 20))
 
 
+def test_a_waveform_reshaped_into_frames_is_a_multiple_of_a_frame() -> None:
+    """Moonshine Streaming's encoder reshapes the waveform into frames of sample_rate x frame_ms samples
+    (80): its program is right only for whole frames, so the dim is 80 x frames, from the frames holding
+    the fewest samples its convolutions take (min_samples)."""
+    import transformers
+
+    from fastonnx.pretrained.encoder_tasks import (
+        AUDIO_FRAMES,
+        audio_inputs,
+        dynamic_shapes,
+        min_samples,
+        samples_per_frame,
+    )
+    from fastonnx.pretrained.meta_init import build_on_meta
+
+    config = architecture_sweep().tiny_config("moonshine_streaming")
+    model = build_on_meta(lambda: transformers.MoonshineStreamingForConditionalGeneration(config))
+    frame = samples_per_frame(config)
+    assert frame == 80  # 16 kHz, 5 ms
+    inputs, dims = audio_inputs(model, config, 2, "meta")
+    assert inputs["input_values"].shape[1] % frame == 0
+    least = -(-min_samples(model) // frame)
+    length = dynamic_shapes(model, dims)["input_values"][1]
+    assert str(length) == str(frame * torch.export.Dim(AUDIO_FRAMES, min=least, max=1 << 20))
+    assert samples_per_frame(transformers.WhisperConfig()) is None
+
+
 def test_kosmos2s_prompt_holds_its_images_positions() -> None:
     """Kosmos-2's forward puts its image's latent_query_num rows where image_embeds_position_mask is 1 (its
     processor's image tokens after the first): without the mask it failed. A prompt a row, each with its

@@ -84,6 +84,20 @@ TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
 )
 AUDIO_TOKENS = "audio_tokens"
 """The tokens of a waveform read in whole tokens of samples (Muse Spark's: ``samples_per_token`` x them)."""
+AUDIO_FRAMES = "audio_frames"
+"""The frames of a waveform its encoder reshapes into frames of samples (Moonshine Streaming's: the
+encoder's ``sample_rate`` x ``frame_ms`` samples a frame, x them)."""
+
+
+def samples_per_frame(config: Any) -> int | None:
+    """The samples a waveform encoder reshapes into one frame (Moonshine Streaming's: ``sample_rate`` x
+    ``frame_ms`` / 1000, 80 at 16 kHz and 5 ms, on its config or its ``encoder_config``); None for others."""
+    for c in (config, getattr(config, "encoder_config", None)):
+        rate, ms = getattr(c, "sample_rate", None), getattr(c, "frame_ms", None)
+        if isinstance(rate, int) and isinstance(ms, (int, float)) and not isinstance(ms, bool):
+            return int(round(rate * ms / 1000.0))
+    return None
+
 
 ENCODER_OUTPUTS: dict[str, tuple[str, ...]] = {
     "feature-extraction": ("last_hidden_state",),
@@ -822,6 +836,12 @@ def audio_inputs(
             return {"input_values": wave.to(device)}, {
                 "input_values": {0: BATCH, 1: f"{token}*{AUDIO_TOKENS}"}
             }
+        frame = samples_per_frame(config)
+        if frame is not None and frame > 1:  # Moonshine Streaming's: whole frames of samples
+            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // frame) * frame, generator=g)
+            return {"input_values": wave.to(device)}, {
+                "input_values": {0: BATCH, 1: f"{frame}*{AUDIO_FRAMES}"}
+            }
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
@@ -1254,6 +1274,10 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
     other lengths from 1."""
     used = {d for axes in names.values() for d in axes.values()}
     least = {AUDIO: min_samples(model)} if AUDIO in used else {}
+    for d in used:  # whole frames of samples: the fewest frames holding the fewest samples
+        size, _, base = d.partition("*")
+        if base == AUDIO_FRAMES:
+            least[AUDIO_FRAMES] = max(1, -(-min_samples(model) // int(size)))
     if FEATURES in used:
         least[FEATURES] = min_features(model)
     declared = _declared_features(model, used)
