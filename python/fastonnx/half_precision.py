@@ -250,7 +250,8 @@ def _angle_island(model: onnx.ModelProto, types: Mapping[str, int]) -> set[str]:
     return {o for i in marked for o in g.node[i].output}
 
 
-def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+def bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The control-flow bodies (If, Loop, Scan, SequenceMap graphs) a node holds."""
     found: list[onnx.GraphProto] = []
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
@@ -270,31 +271,32 @@ def _body_blocker(body: onnx.GraphProto) -> str | None:
             return "control flow holding a square"
         if n.domain not in ("", "ai.onnx", "com.microsoft"):
             return f"control flow holding an op of domain {n.domain}"
-        for inner in _bodies(n):
+        for inner in bodies(n):
             why = _body_blocker(inner)
             if why is not None:
                 return why
     return None
 
 
-def _outer_reads(body: onnx.GraphProto) -> set[str]:
+def outer_reads(body: onnx.GraphProto) -> set[str]:
     """Names a body (and the bodies inside it) reads from the scopes around it."""
     defined = {v.name for v in body.input} | {t.name for t in body.initializer}
     defined |= {o for n in body.node for o in n.output}
     read = {x for n in body.node for x in n.input if x}
     for n in body.node:
-        for inner in _bodies(n):
-            read |= _outer_reads(inner)
+        for inner in bodies(n):
+            read |= outer_reads(inner)
     return read - defined
 
 
-def _rename_reads(body: onnx.GraphProto, renamed: Mapping[str, str]) -> None:
+def rename_reads(body: onnx.GraphProto, renamed: Mapping[str, str]) -> None:
+    """Every read of a key of ``renamed`` in ``body`` and the bodies inside it made a read of its value."""
     for n in body.node:
         for i, x in enumerate(n.input):
             if x in renamed:
                 n.input[i] = renamed[x]
-        for inner in _bodies(n):
-            _rename_reads(inner, renamed)
+        for inner in bodies(n):
+            rename_reads(inner, renamed)
     for v in body.output:
         if v.name in renamed:  # a body returning an outer value as it is
             raise InputError(f"a control-flow body returns the outer value {v.name} unchanged")
@@ -326,7 +328,7 @@ def _to_half(body: onnx.GraphProto, half: int) -> None:
                 a.i = half
             elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
                 a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np_half), a.t.name))
-        for inner in _bodies(n):
+        for inner in bodies(n):
             _to_half(inner, half)
 
 
@@ -449,9 +451,9 @@ def convert(
             continue
         label = n.name or (n.output[0] if n.output else n.op_type)
         reason: str | None = None
-        bodies = _bodies(n)
-        if bodies:
-            blockers = [why for b in bodies if (why := _body_blocker(b)) is not None]
+        held = bodies(n)
+        if held:
+            blockers = [why for b in held if (why := _body_blocker(b)) is not None]
             if blockers:
                 reason = blockers[0]
             elif any(too_large(x) for _, x in float_ins) or any(too_large(o) for o in float_outs):
@@ -465,16 +467,16 @@ def convert(
             for i, x in float_ins:
                 if x not in sequences and current.get(x, types.get(x)) != target:
                     moved.input[i] = cast_to(x, target)
-            outer = sorted(set().union(*(_outer_reads(b) for b in _bodies(moved))))
+            outer = sorted(set().union(*(outer_reads(b) for b in bodies(moved))))
             renamed = {
                 x: cast_to(x, target)
                 for x in outer
                 if types.get(x) in _FLOATS and x not in sequences and current.get(x, types.get(x)) != target
             }
-            for b in _bodies(moved):
+            for b in bodies(moved):
                 if target == half:
                     _to_half(b, half)
-                _rename_reads(b, renamed)
+                rename_reads(b, renamed)
             for o in n.output:
                 if o and types.get(o) == fp32:
                     current[o] = target
@@ -764,7 +766,7 @@ def _graph_flops(
     for t in g.initializer:
         shapes[t.name], types[t.name] = list(t.dims), t.data_type
     for n in g.node:
-        for body in _bodies(n):
+        for body in bodies(n):
             _graph_flops(body, dims, shapes, types, flops)
         if n.op_type == "MatMulNBits":
             a = shapes.get(n.input[0])

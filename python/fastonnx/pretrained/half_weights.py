@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from onnx import TensorProto
 
-from fastonnx.half_precision import HALF_TYPES
+from fastonnx.half_precision import HALF_TYPES, bodies, outer_reads, rename_reads
 from fastonnx.pretrained.shipped_bytes import OWN_FILE, is_linked
 
 _ALIGN = 64
@@ -34,28 +34,6 @@ def _cast_to(node: Any) -> int | None:
     if node.op_type != "Cast":
         return None
     return next((int(a.i) for a in node.attribute if a.name == "to"), None)
-
-
-def _subgraph_names(graph: Any) -> set[str]:
-    """Every value name the nodes of ``graph``'s subgraphs read (outer values captured by name)."""
-    names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                names.update(i for n in sub.node for i in n.input)
-                names |= _subgraph_names(sub)
-    return names
-
-
-def _rename_inputs(graph: Any, renamed: dict[str, str]) -> None:
-    """Every read of a key of ``renamed`` in ``graph`` and its subgraphs made a read of its value."""
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name in renamed:
-                node.input[i] = renamed[name]
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _rename_inputs(sub, renamed)
 
 
 def _to_half(stored: np.ndarray[Any, Any], source: int, target: int) -> bytes:
@@ -106,7 +84,9 @@ def store_half_weights(folder: pathlib.Path, model_files: list[str], dtype: str)
             for node in graph.node:
                 for i in node.input:
                     readers.setdefault(i, []).append(node)
-            captured = _subgraph_names(graph) | {o.name for o in graph.output}
+            # values the control-flow bodies read from this graph, and its outputs: left as they are
+            captured = {x for n in graph.node for body in bodies(n) for x in outer_reads(body)}
+            captured |= {o.name for o in graph.output}
             dropped: dict[str, str] = {}  # a dropped Cast's output -> the initializer it read
             for tensor in graph.initializer:
                 entries = {e.key: e.value for e in tensor.external_data}
@@ -137,7 +117,7 @@ def store_half_weights(folder: pathlib.Path, model_files: list[str], dtype: str)
                 kept = [n for n in graph.node if not (n.op_type == "Cast" and n.output[0] in dropped)]
                 del graph.node[:]
                 graph.node.extend(kept)
-                _rename_inputs(graph, dropped)  # the Casts' readers read the initializers themselves
+                rename_reads(graph, dropped)  # the Casts' readers read the initializers themselves
                 infos = [v for v in graph.value_info if v.name not in dropped]
                 del graph.value_info[:]
                 graph.value_info.extend(infos)
