@@ -152,20 +152,22 @@ def stored_control_buffers(
     from fastonnx.capture.control_buffers import control_buffer_names
     from fastonnx.stored_weights.checkpoints import aliases, index_shards, renamed_keys
 
+    held = [(path, m, leaf) for path, m in model.named_modules() for leaf in control_buffer_names(m)]
+    if not held:  # most models: no shard header read for them
+        return
     index = index_shards(shards)
     renamed, tied = renamed_keys(model, list(index)), aliases(model)
-    for path, module in model.named_modules():
-        for leaf in control_buffer_names(module):
-            name = f"{path}.{leaf}" if path else leaf
-            names = [name, *tied.get(name, [])]
-            key = next((k for k in names if k in index), None) or next(
-                (renamed[k] for k in names if k in renamed), None
-            )
-            if key is not None:
-                with safe_open(index[key].shard, "pt") as f:
-                    value = f.get_tensor(key)
-            elif name in computed:
-                value = computed[name]
-            else:
-                continue  # left on meta: the capture names it
-            module_buffers(module)[leaf] = value.to(torch.float32)
+    for path, module, leaf in held:
+        name = f"{path}.{leaf}" if path else leaf
+        names = [name, *tied.get(name, [])]
+        key = next((k for k in names if k in index), None) or next(
+            (renamed[k] for k in names if k in renamed), None
+        )
+        if key is not None:
+            with safe_open(index[key].shard, "pt") as f:
+                value = f.get_tensor(key)
+        elif name in computed:
+            value = computed[name]
+        else:
+            continue  # left on meta: the capture names it
+        module_buffers(module)[leaf] = value.to(torch.float32)
