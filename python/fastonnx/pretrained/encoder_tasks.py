@@ -828,20 +828,13 @@ def audio_inputs(
         if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
             wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
             return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
+        # whole units of samples: Muse Spark's tokens (as its extractor pads), Moonshine Streaming's frames
         token = getattr(config, "samples_per_token", None)
-        if (
-            isinstance(token, int) and token > 1
-        ):  # Muse Spark's: whole tokens of samples, as its extractor pads
-            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // token) * token, generator=g)
-            return {"input_values": wave.to(device)}, {
-                "input_values": {0: BATCH, 1: f"{token}*{AUDIO_TOKENS}"}
-            }
-        frame = samples_per_frame(config)
-        if frame is not None and frame > 1:  # Moonshine Streaming's: whole frames of samples
-            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // frame) * frame, generator=g)
-            return {"input_values": wave.to(device)}, {
-                "input_values": {0: BATCH, 1: f"{frame}*{AUDIO_FRAMES}"}
-            }
+        tokens = isinstance(token, int) and token > 1
+        size, unit = (token, AUDIO_TOKENS) if tokens else (samples_per_frame(config), AUDIO_FRAMES)
+        if size is not None and size > 1:
+            wave = torch.randn(batch, -(-WAVEFORM_SAMPLES // size) * size, generator=g)
+            return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: f"{size}*{unit}"}}
         wave = torch.randn(batch, WAVEFORM_SAMPLES, generator=g)
         return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 1: AUDIO}}
     whisper = whisper_frames(config)
