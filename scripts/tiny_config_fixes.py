@@ -30,6 +30,10 @@ def _emu3_vocabulary(codebook: int) -> dict[str, int]:
 _TINY_HIDDEN = 64  # the sweep's tiny hidden size (architecture_sweep._SIZES)
 _CODEBOOK = 32  # the tiny VQ tokenizers' codes, inside the 128-token vocabulary
 
+_FASTSPEECH2_CONFORMERS = {
+    f"{side}_config": {"layers": 2, "linear_units": 128} for side in ("encoder", "decoder")
+}
+
 FIXES: dict[str, dict[str, Any]] = {
     # Gemma 3's projector average-pools the tower's patches (image 32 / patch 8: 4 x 4) to
     # mm_tokens_per_image (256 = 16 x 16 by default): a pooling kernel 4 // 16 = 0; 2 x 2 tokens pool 2 x 2
@@ -273,6 +277,13 @@ FIXES: dict[str, dict[str, Any]] = {
     "lilt": {"hidden_size": 48},
     # timm_wrapper's default ResNet-50 (24M): timm's test ResNet
     "timm_wrapper": {"architecture": "test_resnet"},
+    # FastSpeech2's conformers read encoder_config / decoder_config (4 layers, 1536-wide feed-forwards),
+    # not the encoder_layers / decoder_layers the generic shrinking sets: the same 2 layers there
+    "fastspeech2_conformer": _FASTSPEECH2_CONFORMERS,
+    "fastspeech2_conformer_with_hifigan": {"model_config": _FASTSPEECH2_CONFORMERS},
+    # Kosmos-2's and Kosmos-2.5's text decoders count their layers in text_config's "layers" (24), which
+    # the generic shrinking does not read
+    **dict.fromkeys(("kosmos-2", "kosmos-2.5"), {"text_config": {"layers": 2}}),
 }
 
 
