@@ -119,19 +119,29 @@ def _check_greedy(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **o
     return written
 
 
-@pytest.mark.parametrize("name", sampled(["llama", "qwen2"], lambda name: name == "qwen2"))
+# windows of 8 positions, which the 7-token prompt and its 20 new tokens pass: Gemma 3 windows its
+# sliding_attention layers (both of the tiny one's, local rotary tables); Mistral and Phi-3 every layer
+WINDOWED = {"gemma3": {}, "mistral": {"sliding_window": 8}, "phi3": {"sliding_window": 8}}
+
+
+@pytest.mark.parametrize(
+    "name", sampled(["llama", "qwen2", *WINDOWED], lambda name: name in ("qwen2", "gemma3"))
+)
 def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, name: str) -> None:
     """At ``optimize="onnxruntime"`` a plain causal decoder's attention is one GroupQueryAttention a layer
     reading each cache input alone, and genai_config.json shares the past and present buffers: genai then
     hands every layer one buffer of max_length positions and the kernel writes each step into it. The
     package still verifies in onnxruntime (caches of the exact length, as the default level's) and genai's
     greedy generation over the shared buffers is transformers' (tokens, logits within 1e-4): the kernel
-    also rotates the queries and keys, from cos / sin tables of the context's positions."""
+    also rotates the queries and keys, from cos / sin tables of the context's positions. A layer attending
+    within a sliding window gets it as the kernel's ``local_window_size`` (without it genai's logits
+    leave transformers' once the context passes the window)."""
     import onnx
 
-    written = _check_package(
-        tmp_path, save_decoder(tmp_path / "checkpoint", name), name, optimize="onnxruntime"
-    )
+    model_type, class_name, extra = DECODERS[name]
+    folder = tmp_path / "checkpoint"
+    saved = save_checkpoint(folder, model_type, class_name, {**DECODER, **extra, **WINDOWED.get(name, {})})
+    written = _check_package(tmp_path, saved, name, optimize="onnxruntime")
     config = json.loads((tmp_path / "package" / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
     proto = onnx.load(str(written.model_path), load_external_data=False)
@@ -143,10 +153,20 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
         name in past for n in proto.graph.node if n.op_type != "GroupQueryAttention" for name in n.input
     )
     # the rotary embedding runs in the kernel, from tables of the context's positions and position_ids
-    for n in fused:
+    text = saved.config.get_text_config()
+    kinds = getattr(text, "layer_types", None) or ["full_attention"] * len(fused)
+    windows = [
+        text.sliding_window if kind == "sliding_attention" or name in ("mistral", "phi3") else None
+        for kind in kinds
+    ]
+    # Gemma 3's and Phi-3's angles come from positions their graphs compute (a Range), not the
+    # position_ids input the kernel reads: their rotary stays in the graph, with or without a window
+    in_kernel = name not in ("gemma3", "phi3")
+    for n, window in zip(fused, windows, strict=True):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
-        assert attrs.get("do_rotary") == 1 and n.input[9] == "position_ids"
-    assert not any(n.op_type == "RotaryEmbedding" for n in proto.graph.node)
+        assert (attrs.get("do_rotary") == 1 and n.input[9] == "position_ids") is in_kernel
+        assert attrs.get("local_window_size") == window, (n.name, attrs)
+    assert any(n.op_type == "RotaryEmbedding" for n in proto.graph.node) is not in_kernel
     assert (
         "GroupQueryAttention writing into its cache in place"
         in (tmp_path / "package" / "fastonnx_report.md").read_text()
@@ -186,22 +206,31 @@ def test_onnxruntime_level_shares_float16_caches(tmp_path: pathlib.Path) -> None
 
 
 def test_shared_caches_only_for_plain_causal_attention() -> None:
-    """The fusion drops the graph's own mask (the kernel applies the causal rule and right-padded lengths):
-    it is asked for only where that is the model's whole attention."""
+    """The fusion drops the graph's own mask (the kernel applies the causal rule, right-padded lengths and
+    a layer's sliding window): it is asked for only where that is the model's whole attention."""
     from transformers import AutoConfig
 
-    from fastonnx.pretrained.shared_cache import plain_causal
+    from fastonnx.pretrained.shared_cache import plain_causal, sliding_windows, window_inputs
 
     def config(model_type: str, **fields: Any) -> Any:
         return AutoConfig.for_model(model_type, **DECODER, **fields)
 
     assert plain_causal(config("llama")) is None
     assert plain_causal(config("qwen2", use_sliding_window=False, sliding_window=16)) is None
-    assert "sliding window of 16" in str(plain_causal(config("mistral", sliding_window=16)))
+    assert sliding_windows(config("qwen2", use_sliding_window=False, sliding_window=16)) == {}
+    # windows the kernel applies: every layer's (Mistral), the sliding_attention layers' (Qwen2 past
+    # max_window_layers, Gemma 3)
+    assert plain_causal(config("mistral", sliding_window=16)) is None
+    assert sliding_windows(config("mistral", sliding_window=16)) == {0: 16, 1: 16}
+    qwen2 = config("qwen2", use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    assert plain_causal(qwen2) is None and sliding_windows(qwen2) == {1: 16}
+    assert window_inputs(qwen2) == {"past_key_values.1.key": 16}
     assert "not one of the model types" in str(plain_causal(config("gemma2")))
     assert "soft-capped" in str(plain_causal(config("llama", attn_logit_softcapping=30.0)))
-    layers = ["sliding_attention", "full_attention"]
-    assert "not full attention alone" in str(plain_causal(config("qwen3", layer_types=layers)))
+    chunked = ["chunked_attention", "full_attention"]
+    assert "not full or sliding-window attention alone" in str(
+        plain_causal(config("qwen3", layer_types=chunked))
+    )
 
 
 def test_int4_package_runs_in_genai(tmp_path: pathlib.Path) -> None:

@@ -61,6 +61,9 @@ class ExportOptions:
     # the most positions those caches hold (the package's context length): the rows of the cos / sin
     # tables GroupQueryAttention then rotates with itself (not a keyword of to_onnx)
     shared_cache_positions: int | None = None
+    # past-key input -> the sliding window of its layer (the positions a query attends to, its own
+    # included), which the fused attention of that layer applies (not a keyword of to_onnx)
+    shared_cache_windows: Mapping[str, int] | None = None
 
     @classmethod
     def from_keywords(
@@ -169,6 +172,16 @@ _REST_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "shared_cache_positions": (
         lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
         "None or a positive int",
+    ),
+    "shared_cache_windows": (
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, Mapping)
+                and all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in v.values())
+            )
+        ),
+        "None or a dict of past-key input -> positive window",
     ),
 }
 

@@ -316,6 +316,8 @@ def run_optimize(converted: Converted, options: ExportOptions, bars: Progress | 
         builder.set_shared_cache_mask(options.shared_cache_mask)
         if options.shared_cache_positions is not None:
             builder.set_shared_cache_positions(options.shared_cache_positions)
+        if options.shared_cache_windows:
+            builder.set_shared_cache_windows(dict(options.shared_cache_windows))
     with bars.stage("optimize", unit="pass") as stage:
         progress = stage.update if stage.enabled else None
         scopes = interp.scopes

@@ -470,6 +470,7 @@ def _export(spec: GraphSpec, dynamic_shapes: Any, export_args: dict[str, Any]) -
     if keywords.get("shared_cache_mask") is None:
         keywords.pop("shared_cache_mask", None)
         keywords.pop("shared_cache_positions", None)
+        keywords.pop("shared_cache_windows", None)
     return run_export(
         spec.module,
         spec.args,
@@ -566,6 +567,7 @@ def export_pretrained(
                 shared_mask = shared_cache.wanted(config, spec, options, dtype, keep_io_types)
                 export_args["shared_cache_mask"] = shared_mask
                 export_args["shared_cache_positions"] = context_length(config)
+                export_args["shared_cache_windows"] = shared_cache.window_inputs(config) or None
             shapes = table_bounded(spec, config) or spec.dynamic_shapes
             try:
                 result = _export(spec, shapes, export_args)

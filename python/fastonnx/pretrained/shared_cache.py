@@ -11,8 +11,9 @@ What it changes: the kernel takes its lengths from the attention mask (``seqlens
 the total = the mask's length), applies the causal rule itself and reads right-padded rows, as the
 onnxruntime-genai model builder's packages do. A left-padded batch run through onnxruntime directly needs
 the default level's package, which keeps the mask as given. So the fusion is asked for only where the
-model's attention is exactly that: every layer full causal attention over a KV cache (no sliding window,
-no soft-capping, no attention sinks or biases: ``plain_causal``), at float32 or float16 (the half
+model's attention is exactly that: every layer causal attention over a KV cache, whole or within a sliding
+window the kernel applies (``local_window_size``; no soft-capping, no attention sinks or biases:
+``plain_causal``), at float32 or float16 (the half
 conversion runs the fused node in float16 on float16 caches; onnxruntime has no bfloat16 kernel of it on
 the CPU), and it is checked on the written graph: every cache input read by one
 ``GroupQueryAttention`` and nothing else (``unshared_reason``). Where either fails the package keeps the
@@ -41,6 +42,7 @@ PLAIN_CAUSAL_TYPES = frozenset(
         "qwen3_moe",
         "phi3",
         "gemma",
+        "gemma3_text",
         "granite",
         "olmo",
         "olmo2",
@@ -52,21 +54,51 @@ PLAIN_CAUSAL_TYPES = frozenset(
 
 
 def plain_causal(config: Any) -> str | None:
-    """None when the text model's every layer is full causal attention the fused kernel computes;
-    otherwise why not."""
+    """None when the text model's every layer is causal attention the fused kernel computes: over the
+    whole past, or over a sliding window of it (``sliding_windows``); otherwise why not."""
     text = text_config(config)
     model_type = str(getattr(text, "model_type", ""))
     if model_type not in PLAIN_CAUSAL_TYPES:
         return f"{model_type!r} is not one of the model types whose attention is known to be plain causal"
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"its layers are {sorted(kinds)}, not full attention alone"
-    window = getattr(text, "sliding_window", None)
-    if window is not None and getattr(text, "use_sliding_window", True):
-        return f"it attends within a sliding window of {window}"
+    if not kinds <= {"full_attention", "sliding_attention"}:
+        return f"its layers are {sorted(kinds)}, not full or sliding-window attention alone"
     if getattr(text, "attn_logit_softcapping", None):
         return "its attention logits are soft-capped"
+    windows = sliding_windows(config)
+    if isinstance(windows, str):
+        return windows
     return None
+
+
+def sliding_windows(config: Any) -> dict[int, int] | str:
+    """The sliding window of each layer that attends within one, by layer index: the positions a query
+    attends to, its own included (transformers' ``sliding_window``, which onnxruntime's
+    ``local_window_size`` counts alike). ``layer_types`` names the windowed layers where the config has
+    it (Gemma 3, Qwen2 past ``max_window_layers``); without it a set ``sliding_window`` windows every layer
+    (Mistral, Phi-3), as their attention masks do. A string: why the window cannot be given."""
+    text = text_config(config)
+    window = getattr(text, "sliding_window", None)
+    layers = int(getattr(text, "num_hidden_layers", 0))
+    kinds = getattr(text, "layer_types", None)
+    if kinds is not None:
+        windowed = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
+    elif window is not None and getattr(text, "use_sliding_window", True) is not False:
+        windowed = list(range(layers))
+    else:
+        windowed = []
+    if not windowed:
+        return {}
+    if not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
+        return f"its layers {windowed} attend within a sliding window of {window!r}, not a positive int"
+    return dict.fromkeys(windowed, window)
+
+
+def window_inputs(config: Any) -> dict[str, int]:
+    """``sliding_windows`` by the past-key input each windowed layer reads (the builder's
+    ``set_shared_cache_windows``)."""
+    windows = sliding_windows(config)
+    return {} if isinstance(windows, str) else {f"past_key_values.{i}.key": w for i, w in windows.items()}
 
 
 def wanted(

@@ -135,6 +135,10 @@ pub struct Graph {
     /// The most positions those shared caches hold (the package's context length): the rows of the
     /// cos / sin tables `GroupQueryAttention` rotates with (`passes::attention::gqa_rotary`).
     pub shared_cache_positions: Option<usize>,
+    /// The sliding windows of those caches' layers, by past-key input name: the positions a query
+    /// attends to, its own included (transformers' `sliding_window`), which the fused node takes as
+    /// `local_window_size`. A layer absent here attends to its whole past.
+    pub shared_cache_windows: HashMap<String, i64>,
     /// The bytes of small initializers written later from a file (deferred: a checkpoint's or the
     /// package's own tensors), handed in for the passes that read values (`set_known_values`); the
     /// writer still references the file.

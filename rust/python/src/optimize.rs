@@ -3,7 +3,7 @@
 //! core's (`passes::optimize_model_alongside`); this file only adapts the GIL: released while the
 //! passes run, taken by `alongside` on its thread and by the watch between stages.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use fastonnx_core::functions::{extract_functions, Instance};
 use fastonnx_core::hook::Outcomes;
@@ -69,6 +69,16 @@ impl GraphBuilder {
     /// length), the rows of the cos / sin tables GroupQueryAttention then rotates with itself.
     fn set_shared_cache_positions(&mut self, positions: usize) {
         self.model.graph.shared_cache_positions = Some(positions);
+    }
+
+    /// With `set_shared_cache_mask`: the sliding window of each layer that has one, by its past-key
+    /// input's name (the positions a query attends to, its own included); the fused node of that
+    /// layer applies it (`local_window_size`).
+    fn set_shared_cache_windows(&mut self, windows: HashMap<String, u32>) {
+        self.model.graph.shared_cache_windows = windows
+            .into_iter()
+            .map(|(name, w)| (name, i64::from(w)))
+            .collect();
     }
 
     /// Before `optimize`: the bytes of a small initializer the writer takes from a file later, for the

@@ -22,7 +22,8 @@
 //! step writes one position a layer. The chain's own mask is dropped: the kernel applies the causal
 //! rule and the right-padded lengths of `seqlens_k` itself, as the onnxruntime-genai model builder's
 //! packages do. So the package layer sets the mask only for models whose attention is exactly that
-//! (causal, no sliding window, no soft-capping, no sinks; see `pretrained/shared_cache.py`) and
+//! (causal, over the whole past or a sliding window `Graph::shared_cache_windows` names, no
+//! soft-capping, no sinks; see `pretrained/shared_cache.py`) and
 //! checks afterwards that every cache input is read by the fused nodes alone.
 //!
 //! onnxruntime 1.31's CPU kernel takes float32 heads whose size is a multiple of 16; other chains stay.
@@ -216,11 +217,16 @@ fn emit(g: &mut Graph, m: &Match, mask: &str) -> Option<Rewrite> {
         seqlens,
         total,
     ];
-    let attrs = vec![
+    let mut attrs = vec![
         int_attr("num_heads", heads),
         int_attr("kv_num_heads", kv_heads),
         float_attr("scale", c.scale),
     ];
+    // onnxruntime's window counts the positions a query attends to, its own included, as
+    // transformers' sliding_window does (measured: 4 matches a window mask of 4 over a past of 9)
+    if let Some(&window) = g.shared_cache_windows.get(&m.k.past) {
+        attrs.push(int_attr("local_window_size", window));
+    }
     // back to (b, heads, s, e) under the chain's output name
     let mut after = Vec::new();
     let split = i64_constant(g, "shape", vec![4], &[0, 0, heads, head])?;
