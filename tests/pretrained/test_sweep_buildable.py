@@ -202,6 +202,7 @@ EXPORTED = [
     ("feature-extraction", "udop"),
     ("feature-extraction", "clap"),
     ("feature-extraction", "idefics"),
+    ("feature-extraction", "vibevoice_acoustic_tokenizer"),  # a codec's latents (CODEC_OUTPUTS)
 ]
 
 
@@ -432,6 +433,29 @@ def test_a_codecs_waveform_has_its_channel_axis() -> None:
     assert dims == {"input_values": {0: "batch_size", 2: "audio_sequence_length"}}
     with torch.no_grad():
         assert model(**inputs).audio_values.shape == torch.Size([2, 2, 16000])
+
+
+def test_a_codecs_features_are_its_encoding() -> None:
+    """A codec's feature-extraction graph returns its encoding of the waveform: the continuous latents
+    where its output declares them, and the codes its quantizers pick, not the reconstructed audio."""
+    from transformers import (
+        DacConfig,
+        DacModel,
+        EncodecConfig,
+        EncodecModel,
+        VibeVoiceAcousticTokenizerConfig,
+        VibeVoiceAcousticTokenizerModel,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import output_fields
+
+    with torch.device("meta"):
+        encodec = EncodecModel(EncodecConfig())
+        dac = DacModel(DacConfig())
+        tokenizer = VibeVoiceAcousticTokenizerModel(VibeVoiceAcousticTokenizerConfig())
+    assert output_fields(encodec, "feature-extraction") == ("audio_codes",)
+    assert output_fields(dac, "feature-extraction") == ("quantized_representation", "audio_codes")
+    assert output_fields(tokenizer, "feature-extraction") == ("latents",)
 
 
 def test_flavas_images_are_its_image_towers_size() -> None:

@@ -128,6 +128,11 @@ MASK_DECODER_OUTPUTS = ("pixel_decoder_last_hidden_state", "transformer_decoder_
 """MaskFormer's and Mask2Former's per-pixel embeddings and query states, which their heads read (their
 base models name no last_hidden_state)."""
 
+CODEC_OUTPUTS = ("latents", "quantized_representation", "audio_codes")
+"""A neural audio codec's encoding of a waveform (EnCodec, DAC, Mimi, X-Codec, NeuCodec...): its
+continuous latents where it returns them, and the codes its quantizers pick, which speech language models
+read. The reconstruction beside them (``audio_values``) is the decoder's, not a feature."""
+
 FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     # PP-OCR's text detectors return their probability map as last_hidden_state, which their image
     # processor's post_process_object_detection reads
@@ -148,6 +153,7 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         *MASK_DECODER_OUTPUTS,
         *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone), SAM 2's image embeddings
         *NESTED_FIELDS,  # BLIP-2's Q-Former states
+        *CODEC_OUTPUTS,
     ),
     # TimesFM's prediction models: the point forecast and the quantiles beside it (mean first)
     "time-series-forecasting": ("mean_predictions", "full_predictions"),
@@ -266,6 +272,9 @@ class Named(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, fields: tuple[str, ...]) -> None:
         super().__init__()
         self.model, self.fields = model, fields
+        # a σ-VAE codec's forward draws noise into its latents unless told not to (VibeVoice's acoustic
+        # tokenizer: ``sample=True``): a graph of a draw matches no run, and a feature user reads the mean
+        self.fixed: dict[str, Any] = {"sample": False} if _draws_on_request(model) else {}
 
     def forward(self, **inputs: torch.Tensor) -> Outputs:
         with states_off(self.model):
@@ -285,7 +294,16 @@ class Named(torch.nn.Module):
         return tuple(found) if len(found) > 1 else found[0]
 
     def run(self, inputs: dict[str, torch.Tensor]) -> Any:
-        return self.model(**inputs)
+        return self.model(**inputs, **self.fixed)
+
+
+def _draws_on_request(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes a ``sample`` flag, on by default (a draw, not an input tensor)."""
+    try:
+        parameter = inspect.signature(model.forward).parameters.get("sample")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is True
 
 
 # one module a set of inputs: torch.export binds dynamic shapes to the forward's parameter names
