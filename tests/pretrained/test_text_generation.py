@@ -120,12 +120,13 @@ def _check_greedy(tmp_path: pathlib.Path, saved: torch.nn.Module, name: str, **o
 
 
 # windows of 8 positions, which the 7-token prompt and its 20 new tokens pass: Gemma 3 windows its
-# sliding_attention layers (both of the tiny one's, local rotary tables); Mistral and Phi-3 every layer
-WINDOWED = {"gemma3": {}, "mistral": {"sliding_window": 8}, "phi3": {"sliding_window": 8}}
+# sliding_attention layers (both of the tiny one's, local rotary tables), GPT-OSS every other one (with
+# attention sinks: the kernel's head_sink); Mistral and Phi-3 every layer
+WINDOWED = {"gemma3": {}, "gpt_oss": {}, "mistral": {"sliding_window": 8}, "phi3": {"sliding_window": 8}}
 
 
 @pytest.mark.parametrize(
-    "name", sampled(["llama", "qwen2", *WINDOWED], lambda name: name in ("qwen2", "gemma3"))
+    "name", sampled(["llama", "qwen2", *WINDOWED], lambda name: name in ("qwen2", "gpt_oss"))
 )
 def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, name: str) -> None:
     """At ``optimize="onnxruntime"`` a plain causal decoder's attention is one GroupQueryAttention a layer
@@ -135,7 +136,8 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
     greedy generation over the shared buffers is transformers' (tokens, logits within 1e-4): the kernel
     also rotates the queries and keys, from cos / sin tables of the context's positions. A layer attending
     within a sliding window gets it as the kernel's ``local_window_size`` (without it genai's logits
-    leave transformers' once the context passes the window)."""
+    leave transformers' once the context passes the window), and attention sinks (GPT-OSS) its
+    ``head_sink``."""
     import onnx
 
     model_type, class_name, extra = DECODERS[name]
@@ -160,13 +162,17 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
         for kind in kinds
     ]
     # Gemma 3's and Phi-3's angles come from positions their graphs compute (a Range), not the
-    # position_ids input the kernel reads: their rotary stays in the graph, with or without a window
-    in_kernel = name not in ("gemma3", "phi3")
+    # position_ids input the kernel reads, and GPT-OSS rotates the halves of its heads its own way (no
+    # RotaryEmbedding fusion): their rotary stays in the graph, with or without a window
+    in_kernel = name not in ("gemma3", "phi3", "gpt_oss")
     for n, window in zip(fused, windows, strict=True):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
         assert (attrs.get("do_rotary") == 1 and n.input[9] == "position_ids") is in_kernel
         assert attrs.get("local_window_size") == window, (n.name, attrs)
-    assert any(n.op_type == "RotaryEmbedding" for n in proto.graph.node) is not in_kernel
+        # GPT-OSS's sinks, the per-head initializer its attention concatenates to the scores
+        sinks = n.input[11] if len(n.input) > 11 else None
+        assert (sinks is not None and sinks.endswith("self_attn.sinks")) is (name == "gpt_oss"), n.input
+    assert not (in_kernel and any(n.op_type == "RotaryEmbedding" for n in proto.graph.node))
     assert (
         "GroupQueryAttention writing into its cache in place"
         in (tmp_path / "package" / "fastonnx_report.md").read_text()

@@ -12,8 +12,8 @@ the total = the mask's length), applies the causal rule itself and reads right-p
 onnxruntime-genai model builder's packages do. A left-padded batch run through onnxruntime directly needs
 the default level's package, which keeps the mask as given. So the fusion is asked for only where the
 model's attention is exactly that: every layer causal attention over a KV cache, whole or within a sliding
-window the kernel applies (``local_window_size``; no soft-capping, no attention sinks or biases:
-``plain_causal``), at float32 or float16 (the half
+window the kernel applies (``local_window_size``), attention sinks (GPT-OSS's) as its ``head_sink``; no
+soft-capping, no attention biases: ``plain_causal``), at float32 or float16 (the half
 conversion runs the fused node in float16 on float16 caches; onnxruntime has no bfloat16 kernel of it on
 the CPU), and it is checked on the written graph: every cache input read by one
 ``GroupQueryAttention`` and nothing else (``unshared_reason``). Where either fails the package keeps the
@@ -43,6 +43,7 @@ PLAIN_CAUSAL_TYPES = frozenset(
         "phi3",
         "gemma",
         "gemma3_text",
+        "gpt_oss",  # its sinks are the fused node's head_sink
         "granite",
         "olmo",
         "olmo2",

@@ -43,7 +43,7 @@ pub(super) struct Chain {
     pub(super) open_rows: Option<(usize, String)>,
 }
 
-fn is_rank4_float(g: &Graph, name: &str) -> bool {
+pub(super) fn is_rank4_float(g: &Graph, name: &str) -> bool {
     is_float(g, name) && shape(g, name).is_some_and(|s| s.len() == 4)
 }
 
@@ -209,7 +209,7 @@ fn closes_rows_of(g: &Graph, ix: &Index, flag: &str, mask: &str) -> bool {
 
 /// True when the value broadcasts to the scores' dims without growing them (the Where or Add it
 /// came from could have grown the scores; Attention's output has the query's shape).
-fn fits(g: &Graph, value: &str, scores: [&Dim; 4]) -> bool {
+pub(super) fn fits(g: &Graph, value: &str, scores: [&Dim; 4]) -> bool {
     let Some(m) = shape(g, value) else {
         return false;
     };
@@ -248,7 +248,13 @@ fn scalar_f64(g: &Graph, name: &str) -> Option<f64> {
 
 /// Keys and values before a per-group repeat (Unsqueeze axis 2, Expand, Reshape merging axes 1 and 2),
 /// when both are repeated and the query's head count is a multiple of theirs.
-fn unrepeated(g: &Graph, ix: &Index, q: &str, k: &str, v: &str) -> Option<(String, String)> {
+pub(super) fn unrepeated(
+    g: &Graph,
+    ix: &Index,
+    q: &str,
+    k: &str,
+    v: &str,
+) -> Option<(String, String)> {
     let q_heads = fixed(shape(g, q)?.get(1)?)?;
     let k0 = repeat_source(g, ix, k)?;
     let v0 = repeat_source(g, ix, v)?;

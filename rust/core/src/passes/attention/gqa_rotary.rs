@@ -247,7 +247,9 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
     let mut found = Vec::new();
     for (at, n) in g.nodes.iter().enumerate() {
         let kernel = n.op_type == "GroupQueryAttention" && n.domain == MS_DOMAIN;
-        if !kernel || n.inputs.len() != 7 || n.attr("do_rotary").is_some() {
+        // 7 inputs, or 12 with no optional one but the sinks (`head_sink`, shared_cache's for GPT-OSS)
+        let sinks_only = n.inputs.len() == 12 && n.inputs[7..11].iter().all(String::is_empty);
+        if !kernel || !(n.inputs.len() == 7 || sinks_only) || n.attr("do_rotary").is_some() {
             continue;
         }
         let float = g.value_type(&n.inputs[0]).and_then(|t| t.dtype) == Some(dtype::FLOAT);
@@ -288,6 +290,9 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
         let mut inputs = vec![q.y, k.y, v];
         inputs.extend(n.inputs[3..7].iter().cloned());
         inputs.extend([cos, sin, q.angles.positions.clone()]);
+        if let Some(sinks) = n.inputs.get(11) {
+            inputs.extend([String::new(), sinks.clone()]);
+        }
         let mut attrs: Vec<_> = n.attrs.clone();
         attrs.push(int_attr("do_rotary", 1));
         attrs.push(int_attr("rotary_interleaved", 0));

@@ -14,6 +14,7 @@
 //! - [`shared_cache`]: at the onnxruntime level, in a decoder whose caches the runtime shares with
 //!   its present outputs (`Graph::shared_cache_mask`), `GroupQueryAttention` after all: there it
 //!   spares the copy of the whole cache each step's Concat makes (any opset; it runs first).
+//!   Attention with sinks (GPT-OSS's, [`sink_chain`]) fuses there too, the sinks its `head_sink`.
 //! - [`gqa_rotary`]: after the rotary fusions, the query's and key's rotary embedding moves into that
 //!   kernel, and once the products are packed it reads the packed query-key-value product.
 //!
@@ -27,4 +28,5 @@ pub(crate) mod grouped;
 pub(crate) mod multi_head;
 pub(crate) mod open_masks;
 pub(crate) mod shared_cache;
+mod sink_chain;
 pub(crate) mod standard;

@@ -23,12 +23,14 @@
 //! rule and the right-padded lengths of `seqlens_k` itself, as the onnxruntime-genai model builder's
 //! packages do. So the package layer sets the mask only for models whose attention is exactly that
 //! (causal, over the whole past or a sliding window `Graph::shared_cache_windows` names, no
-//! soft-capping, no sinks; see `pretrained/shared_cache.py`) and
+//! soft-capping; sinks, GPT-OSS's, as `head_sink` ([`super::sink_chain`]); see
+//! `pretrained/shared_cache.py`) and
 //! checks afterwards that every cache input is read by the fused nodes alone.
 //!
 //! onnxruntime 1.31's CPU kernel takes float32 heads whose size is a multiple of 16; other chains stay.
 
 use super::chain::{match_chain, Chain};
+use super::sink_chain::match_sink_chain;
 use crate::dtype;
 use crate::graph::{AttrValue, Attribute, Dim, Graph, Node, ValueType};
 use crate::passes::matching::{fixed, float_attr, int_attr, is_float, is_op, shape, Index};
@@ -48,6 +50,8 @@ struct Match {
     chain: Chain,
     k: Append,
     v: Append,
+    /// the per-head sinks' initializer (GPT-OSS's attention), the kernel's `head_sink`
+    sinks: Option<String>,
 }
 
 /// Fuses attention over shared caches; returns how many chains it fused (0 unless the graph names
@@ -81,7 +85,9 @@ fn cache_append(g: &Graph, ix: &Index, value: &str) -> Option<Append> {
 }
 
 fn find(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Match> {
-    let chain = match_chain(g, ix, softmax_at)?;
+    let (chain, sinks) = match_chain(g, ix, softmax_at)
+        .map(|chain| (chain, None))
+        .or_else(|| match_sink_chain(g, ix, softmax_at).map(|(c, sinks)| (c, Some(sinks))))?;
     let k = cache_append(g, ix, &chain.k)?;
     let v = cache_append(g, ix, &chain.v)?;
     let (q, kn, vn) = (shape(g, &chain.q)?, shape(g, &k.new)?, shape(g, &v.new)?);
@@ -112,7 +118,7 @@ fn find(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Match> {
     let early = g.nodes[..at]
         .iter()
         .any(|n| n.inputs.iter().any(|i| *i == chain.k || *i == chain.v));
-    (!early).then_some(Match { chain, k, v })
+    (!early).then_some(Match { chain, k, v, sinks })
 }
 
 fn typed(g: &mut Graph, hint: &str, dtype: i32, dims: Vec<Dim>) -> String {
@@ -208,7 +214,7 @@ fn emit(g: &mut Graph, m: &Match, mask: &str) -> Option<Rewrite> {
     let (seqlens, total) = lengths(g, mask, &b, &mut before)?;
     let dims3 = vec![b.clone(), s.clone(), Dim::Fixed(heads * head)];
     let out3 = typed(g, "group_query_attention", dtype::FLOAT, dims3);
-    let inputs = vec![
+    let mut inputs = vec![
         q3,
         k3,
         v3,
@@ -217,6 +223,11 @@ fn emit(g: &mut Graph, m: &Match, mask: &str) -> Option<Rewrite> {
         seqlens,
         total,
     ];
+    if let Some(sinks) = &m.sinks {
+        // no cos_cache, sin_cache, position_ids or attention_bias (gqa_rotary may give the first three)
+        inputs.extend(["", "", "", ""].map(String::from));
+        inputs.push(sinks.clone());
+    }
     let mut attrs = vec![
         int_attr("num_heads", heads),
         int_attr("kv_num_heads", kv_heads),
