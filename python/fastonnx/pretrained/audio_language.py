@@ -241,6 +241,15 @@ def frame_multiple(model: torch.nn.Module, config: Any) -> int:
     return 1
 
 
+def most_frames(config: Any) -> int:
+    """The most frames a tower that takes any number of them reads, as its own position table bounds
+    them: Fun-ASR-Nano's sinusoid table of ``max_position_embeddings`` rows, counted from 1 (its
+    ``position_embeddings`` slices rows 1 to frames + 1), so one fewer frames; else 2**20."""
+    if getattr(config, "model_type", None) == "fun_asr_nano":
+        return int(_audio_config(config).max_position_embeddings) - 1
+    return 1 << 20
+
+
 def audio_inputs(
     model: torch.nn.Module, config: Any, device: str | torch.device, kept: float = 1.0
 ) -> dict[str, torch.Tensor]:
@@ -348,7 +357,9 @@ def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
     if not fixed:
         multiple = frame_multiple(model, config)
         frames: Any = torch.export.Dim(
-            FEATURES if multiple == 1 else f"{FEATURES}_blocks", min=1, max=(1 << 20) // multiple
+            FEATURES if multiple == 1 else f"{FEATURES}_blocks",
+            min=1,
+            max=most_frames(config) // multiple,
         )
         if multiple > 1:  # whole blocks of frames: a dim derived from their number
             frames = multiple * frames
