@@ -4,7 +4,10 @@ at another length than the export's example, against transformers eager:
 
 - Fun-ASR-Nano: its encoder adds a sinusoid table of ``max_position_embeddings`` rows counted from 1,
   so it reads at most one frame fewer; the audio graph's frames are bounded so up front
-  (audio_language.most_frames), and the file records the bound.
+  (audio_language.most_frames), and the file records the bound;
+- Granite Speech 5 (CTC): its conformer pads its blocks and masks under ``if num_padded > 0`` and its
+  subsampling blocks slice a convolution's frames to a pairwise mean's, guards on the frames (right at
+  multiples of 4 alone); speech_encoders.py swaps in forms that always pad and read frames by index.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import pathlib
 
 import onnx
 import onnxruntime as ort
+import pytest
 import torch
 from checkpoint_folders import architecture_sweep
+from torch.export import Dim
 
 import fastonnx
 from fastonnx.pretrained import audio_language as al
@@ -27,7 +32,8 @@ def _session(path: pathlib.Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def test_fun_asr_nano_frames_bounded_by_its_table(tmp_path: pathlib.Path) -> None:
+@pytest.mark.full_matrix  # 18 s; its audio graph alone below, in CI
+def test_fun_asr_nano_package_verifies(tmp_path: pathlib.Path) -> None:
     import transformers
 
     folder, package = tmp_path / "checkpoint", tmp_path / "package"
@@ -54,3 +60,99 @@ def test_fun_asr_nano_frames_bounded_by_its_table(tmp_path: pathlib.Path) -> Non
     proto = onnx.load(str(package / al.AUDIO_FILE), load_external_data=False)
     proven = json.loads({p.key: p.value for p in proto.metadata_props}["pkg.fastonnx.proven_sizes"])["dims"]
     assert proven["input_features[1]"][1] == top
+
+
+def test_fun_asr_nano_audio_graph_bounded_by_its_table() -> None:
+    """The package's audio graph alone, from the sweep's tiny config: captured at once for every length
+    the table holds (no CaptureError), and right at another length and at the bound."""
+    import transformers
+
+    config = architecture_sweep().tiny_config("fun_asr_nano")
+    torch.manual_seed(0)
+    model = transformers.FunAsrNanoForConditionalGeneration(config).eval()
+    spec = al.audio_text_to_text(model, config)[al.AUDIO_FILE]
+    top = int(config.audio_config.max_position_embeddings) - 1
+    assert al.most_frames(config) == top
+    g = torch.Generator().manual_seed(3)
+    example = [torch.randn(a.shape, generator=g) if a.is_floating_point() else a for a in spec.args]
+    example[1] = torch.ones(1, example[0].shape[1], dtype=torch.int64)
+    result = fastonnx.to_onnx(spec.module, tuple(example), dynamic_shapes=spec.dynamic_shapes)
+    assert result.stats["dynamic_ranges"]["input_features[1]"][1] == top
+    size = example[0].shape[-1]
+    for frames, kept in ((37, 20), (top, top)):
+        features = torch.randn(1, frames, size, generator=g)
+        mask = (torch.arange(frames) < kept).to(torch.int64)[None]
+        with torch.no_grad():
+            want = model.get_audio_features(input_features=features, input_features_mask=mask).pooler_output
+        torch.testing.assert_close(result(features, mask), want, atol=1e-4, rtol=1e-3, msg=f"{frames} frames")
+
+
+@pytest.mark.full_matrix  # 12 s; its forms through the encoder alone below, in CI
+def test_granite_speech5_ctc_at_every_remainder(tmp_path: pathlib.Path) -> None:
+    import transformers
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    sweep = architecture_sweep()
+    class_name = dict(sweep.architectures(ASR))["granite_speech5_ctc"]
+    sweep.build_checkpoint(ASR, "granite_speech5_ctc", class_name, folder)
+    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
+    assert written.verified is True, written.verify_note
+
+    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    session = _session(written.model_path)
+    assert [i.name for i in session.get_inputs()] == ["input_features"]
+    g = torch.Generator().manual_seed(4)
+    width = model.encoder.input_linear.in_features
+    # odd, even not a multiple of 4, and over one block of context_size (128) frames at each rate
+    for frames in (9, 30, 131, 517):
+        features = torch.randn(2, frames, width, generator=g)
+        (got,) = session.run(None, {"input_features": features.numpy()})
+        with torch.no_grad():
+            want = model(input_features=features).logits
+        torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-4, rtol=1e-3, msg=f"{frames} frames")
+
+
+def test_granite_speech5_encoder_with_a_mask_converts_for_every_frame_count() -> None:
+    """The encoder alone with a padding mask (the mask's path, which the CTC package's graph does not
+    take), exported by fastonnx (which swaps the forms in) with the frames dynamic: no guard kept, and
+    the file agrees with transformers' eager encoder at every remainder of the blocks and pairs."""
+    from transformers.models.granite_speech5 import modeling_granite_speech5 as granite5
+
+    config = granite5.GraniteSpeech5EncoderConfig(
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        context_size=8,
+        max_position_embeddings=8,
+        num_mel_bins=4,
+        vocab_size=16,
+        subsample_layers=[0, 1],
+    )
+    torch.manual_seed(0)
+    encoder = granite5.GraniteSpeech5Encoder(config).eval()
+
+    class Encode(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.encoder(features, attention_mask=mask).last_hidden_state
+            return out
+
+    def padded(frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = torch.ones(2, frames, dtype=torch.long)
+        mask[1, frames - 5 :] = 0
+        return torch.randn(2, frames, 16), mask
+
+    frames = Dim("frames", min=8, max=96)
+    result = fastonnx.to_onnx(Encode(), padded(36), dynamic_shapes=({1: frames}, {1: frames}))
+    assert "guards_kept" not in result.stats and "narrowed" not in result.stats, result.stats
+    for count in (13, 30, 37, 67):
+        features, mask = padded(count)
+        with torch.no_grad():
+            want = encoder(features, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(result(features, mask), want, msg=f"{count} frames")
