@@ -7,7 +7,11 @@ at another length than the export's example, against transformers eager:
   (audio_language.most_frames), and the file records the bound;
 - Granite Speech 5 (CTC): its conformer pads its blocks and masks under ``if num_padded > 0`` and its
   subsampling blocks slice a convolution's frames to a pairwise mean's, guards on the frames (right at
-  multiples of 4 alone); speech_encoders.py swaps in forms that always pad and read frames by index.
+  multiples of 4 alone); speech_encoders.py swaps in forms that always pad and read frames by index;
+- Moonshine Streaming: its decoder adds its positions to the encoder states in place, which made the
+  decoder files return their input as an extra output (``mutated.encoder_hidden_states``) that the
+  package's check could not pair with transformers' cache; the decoders now read a copy
+  (task_inputs.encoder_output).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from torch.export import Dim
 
 import fastonnx
 from fastonnx.pretrained import audio_language as al
+from fastonnx.pretrained import task_inputs
 
 ASR = "automatic-speech-recognition"
 
@@ -156,3 +161,77 @@ def test_granite_speech5_encoder_with_a_mask_converts_for_every_frame_count() ->
         with torch.no_grad():
             want = encoder(features, attention_mask=mask).last_hidden_state
         torch.testing.assert_close(result(features, mask), want, msg=f"{count} frames")
+
+
+@pytest.mark.full_matrix  # 14 s; its decoder step alone below, in CI
+def test_moonshine_streaming_package_verifies(tmp_path: pathlib.Path) -> None:
+    import transformers
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    sweep = architecture_sweep()
+    class_name = dict(sweep.architectures(ASR))["moonshine_streaming"]
+    sweep.build_checkpoint(ASR, "moonshine_streaming", class_name, folder)
+    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
+    assert written.verified is True, written.verify_note
+
+    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    encoder, decoder = (_session(package / f) for f in ("encoder_model.onnx", "decoder_model.onnx"))
+    assert not [o.name for o in decoder.get_outputs() if o.name.startswith("mutated.")]
+    g = torch.Generator().manual_seed(5)
+    wave = torch.randn(1, 80 * 150, generator=g)  # 150 frames of 80 samples: another length than the export's
+    (states,) = encoder.run(None, {"input_values": wave.numpy()})
+    ids = torch.tensor([[int(model.config.bos_token_id), 5]])
+    mask = torch.ones(states.shape[:2], dtype=torch.int64)
+    got = decoder.run(
+        None,
+        {
+            "decoder_input_ids": ids.numpy(),
+            "encoder_hidden_states": states,
+            "encoder_attention_mask": mask.numpy(),
+        },
+    )
+    with torch.no_grad():
+        # the encoder's states before the decoder adds its positions to them in place (transformers then
+        # returns them so as encoder_last_hidden_state)
+        want_states = model.get_encoder()(input_values=wave).last_hidden_state.clone()
+        want = model(input_values=wave, decoder_input_ids=ids)
+    torch.testing.assert_close(torch.from_numpy(states), want_states, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(torch.from_numpy(got[0]), want.logits, atol=1e-4, rtol=1e-3)
+
+
+def test_moonshine_streaming_decoder_reads_a_copy_of_the_states() -> None:
+    """The first decoder step alone, from the sweep's tiny config: no ``mutated.`` output (the model adds
+    its positions to the states in place), and the logits and cross-attention cache transformers
+    returns at another encoder length than the example's, the states fed left as they were."""
+    import transformers
+
+    config = architecture_sweep().tiny_config("moonshine_streaming")
+    torch.manual_seed(0)
+    model = transformers.MoonshineStreamingForConditionalGeneration(config).eval()
+    spec = task_inputs.text2text(model, config, speech=True)["decoder_model.onnx"]
+    g = torch.Generator().manual_seed(2)
+    example = tuple(
+        torch.randn(a.shape, generator=g) if a.is_floating_point() else torch.ones(a.shape, dtype=a.dtype)
+        for a in spec.args
+    )
+    result = fastonnx.to_onnx(
+        spec.module,
+        example,
+        dynamic_shapes=spec.dynamic_shapes,
+        input_names=spec.input_names,
+        output_names=spec.output_names,
+    )
+    assert not [n for n in result.output_names if n.startswith("mutated.")], result.output_names
+    ids = torch.tensor([[1, 7, 9]])
+    states = torch.randn(1, 11, example[1].shape[-1], generator=g)
+    fed = states.clone()
+    got = result(ids, states, torch.ones(1, 11, dtype=torch.int64))
+    torch.testing.assert_close(states, fed)
+    with torch.no_grad():
+        out = model(decoder_input_ids=ids, encoder_outputs=task_inputs.encoder_output(states), use_cache=True)
+    torch.testing.assert_close(got[0], out.logits, atol=1e-4, rtol=1e-3)
+    for mine, theirs in zip(
+        got[1].cross_attention_cache.layers, out.past_key_values.cross_attention_cache.layers
+    ):
+        torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(mine.values, theirs.values, atol=1e-4, rtol=1e-3)

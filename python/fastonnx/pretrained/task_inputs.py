@@ -403,8 +403,10 @@ def encoder_output(states: torch.Tensor) -> Any:
     """The encoder's states as transformers' output: indexable as the tuple most models read, with the
     ``last_hidden_state`` others read (Moonshine, Switch Transformers, ProphetNet), and None for the
     fields of a model's own encoder output class (Moonshine's ``attention_mask``, Switch Transformers'
-    ``router_logits``): the decoder's graph gets the states alone."""
-    return _encoder_states_class()(last_hidden_state=states)
+    ``router_logits``): the decoder's graph gets the states alone. A copy of them: Moonshine Streaming's
+    decoder adds its positions to them in place, which would make the graph's input an output too
+    (``mutated.encoder_hidden_states``) and the caller's states change under it."""
+    return _encoder_states_class()(last_hidden_state=states.clone())
 
 
 @functools.cache
