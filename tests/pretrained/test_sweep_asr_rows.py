@@ -11,7 +11,11 @@ at another length than the export's example, against transformers eager:
 - Moonshine Streaming: its decoder adds its positions to the encoder states in place, which made the
   decoder files return their input as an extra output (``mutated.encoder_hidden_states``) that the
   package's check could not pair with transformers' cache; the decoders now read a copy
-  (task_inputs.encoder_output).
+  (task_inputs.encoder_output);
+- VibeVoice ASR: its ``get_audio_features`` reads the waveform (``input_values``, whole tokens of 3200
+  samples) and ``padding_mask``, with ``sample`` adding noise by default; its audio graph reads one
+  chunk of ``acoustic_tokenizer_chunk_size`` samples without the noise (``sample=False``), and a form
+  runs its tokenizers without the streaming caches whose update branches on the samples.
 """
 
 from __future__ import annotations
@@ -235,3 +239,57 @@ def test_moonshine_streaming_decoder_reads_a_copy_of_the_states() -> None:
     ):
         torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-4, rtol=1e-3)
         torch.testing.assert_close(mine.values, theirs.values, atol=1e-4, rtol=1e-3)
+
+
+def _vibevoice_audio(frames: int, kept: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    wave = torch.randn(1, 1, frames, generator=g)
+    return wave, (torch.arange(frames) < kept).to(torch.int64)[None]
+
+
+@pytest.mark.full_matrix  # 15 s; its audio graph alone below, in CI
+def test_vibevoice_asr_package_verifies(tmp_path: pathlib.Path) -> None:
+    import transformers
+
+    folder, package = tmp_path / "checkpoint", tmp_path / "package"
+    sweep = architecture_sweep()
+    class_name = dict(sweep.architectures(ASR))["vibevoice_asr"]
+    sweep.build_checkpoint(ASR, "vibevoice_asr", class_name, folder)
+    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
+    assert written.verified is True, written.verify_note
+
+    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    session = _session(package / al.AUDIO_FILE)
+    assert [i.name for i in session.get_inputs()] == ["input_values", "padding_mask"]
+    g = torch.Generator().manual_seed(6)
+    for frames, kept in ((3200, 3200), (3200 * 12, 3200 * 9 + 17)):  # 1 token; 12, the last 2.99 padded
+        wave, mask = _vibevoice_audio(frames, kept, g)
+        (got,) = session.run(None, {"input_values": wave.numpy(), "padding_mask": mask.numpy()})
+        with torch.no_grad():
+            want = model.get_audio_features(input_values=wave, padding_mask=mask, sample=False).pooler_output
+        torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-4, rtol=1e-3, msg=f"{frames} samples")
+
+
+def test_vibevoice_asr_audio_graph_reads_whole_tokens_of_one_chunk() -> None:
+    """The package's audio graph alone, from the sweep's tiny config: the waveform in whole tokens of
+    ``hop_length`` samples up to one chunk, captured once (the form swapped in), and right against
+    transformers' chunked, cached ``get_audio_features`` (``sample=False``) at other lengths."""
+    import transformers
+
+    config = architecture_sweep().tiny_config("vibevoice_asr")
+    torch.manual_seed(0)
+    model = transformers.VibeVoiceAsrForConditionalGeneration(config).eval()
+    spec = al.audio_text_to_text(model, config)[al.AUDIO_FILE]
+    assert spec.input_names == ["input_values", "padding_mask"]
+    hop = int(config.acoustic_tokenizer_encoder_config.hop_length)
+    g = torch.Generator().manual_seed(6)
+    result = fastonnx.to_onnx(
+        spec.module,
+        _vibevoice_audio(hop * al.EXAMPLE_TOKENS, hop * 4 + 5, g),
+        dynamic_shapes=spec.dynamic_shapes,
+    )
+    assert result.stats["dynamic_ranges"]["input_values[2]"] == [hop, config.acoustic_tokenizer_chunk_size]
+    for tokens, kept in ((1, hop), (3, 2 * hop + 1), (11, 11 * hop)):
+        wave, mask = _vibevoice_audio(hop * tokens, kept, g)
+        with torch.no_grad():
+            want = model.get_audio_features(input_values=wave, padding_mask=mask, sample=False).pooler_output
+        torch.testing.assert_close(result(wave, mask), want, atol=1e-4, rtol=1e-3, msg=f"{tokens} tokens")

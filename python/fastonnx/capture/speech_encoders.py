@@ -26,6 +26,13 @@ convolution's ``ceil(T / 2)`` frames, sliced to the ``T // 2`` of a pairwise mea
 a mask the same way: torch.export keeps the branch and, from each slice, whether it is whole (``T`` even).
 The forms here always pad and mask, and read the first frames by index.
 
+VibeVoice ASR's ``get_audio_features`` runs its two tokenizers' encoders over chunks of
+``acoustic_tokenizer_chunk_size`` samples with streaming caches: each causal convolution pads its input
+from its cache (zeros on the first chunk) and keeps the input's last samples for the next chunk, under
+``if shortfall > 0`` (the input shorter than the kernel's context): a guard on the samples. The package's
+graph reads one chunk (audio_language.most_frames), whose first, fresh caches pad with zeros as the
+encoders' own uncached path does: the form here runs that path, the rest as transformers does.
+
 Gemma 3n's audio encoder cuts its queries into blocks of ``chunk_size`` frames and pads the last under
 ``if blocks * chunk_size - frames > 0``: the same guard on the frames; it then slices the padded frames'
 attention back to ``frames``, a length sympy writes ``min(frames, blocks * chunk_size)``. The form here
@@ -270,6 +277,34 @@ def granite5_downsample_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.index_select(1, even).bool() & attention_mask.index_select(1, even + 1).bool()
 
 
+def vibevoice_asr_audio_features(
+    self: Any,
+    input_values: torch.Tensor,
+    padding_mask: torch.Tensor | None = None,
+    sample: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """``VibeVoiceAsrModel.get_audio_features`` on one chunk: the tokenizers' encoders without their
+    streaming caches (a fresh cache pads with zeros, as their uncached path does), then the noise where
+    ``sample``, the projector and the rows of the tokens ``padding_mask`` covers, as transformers does."""
+    module = sys.modules[type(self).__module__]
+    with torch.no_grad():
+        acoustic = self.acoustic_tokenizer_encoder(input_values).latents
+        semantic = self.semantic_tokenizer_encoder(input_values).latents
+        if sample:
+            std = self.config.acoustic_tokenizer_encoder_config.vae_std * torch.randn(
+                acoustic.shape[0], device=acoustic.device, dtype=acoustic.dtype
+            )
+            acoustic = acoustic + std[:, None, None] * torch.randn_like(acoustic)
+    combined = self.multi_modal_projector(acoustic, semantic)
+    if padding_mask is not None:
+        hop = int(self.config.acoustic_tokenizer_encoder_config.hop_length)
+        tokens = (padding_mask.sum(dim=-1) + hop - 1) // hop
+        kept = torch.arange(combined.shape[1], device=tokens.device) < tokens[:, None]
+        combined = combined[kept]
+    return module.BaseModelOutputWithPooling(last_hidden_state=acoustic, pooler_output=combined)
+
+
 def gemma3n_blocks(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """``Gemma3nAudioAttention._convert_to_block``: ``[batch, blocks, chunk_size, ...]``, the frames always
     padded with zeros to whole blocks (none where they divide)."""
@@ -323,6 +358,7 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "granite_speech_plus": {
         "GraniteSpeechPlusConformerAttention.forward": granite_conformer_attention_forward
     },
+    "vibevoice_asr": {"VibeVoiceAsrModel.get_audio_features": vibevoice_asr_audio_features},
     "granite_speech5": {
         "GraniteSpeech5EncoderAttention.forward": granite5_attention_forward,
         "GraniteSpeech5EncoderSubsamplingBlock.forward": granite5_subsampling_forward,
