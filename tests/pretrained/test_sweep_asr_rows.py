@@ -15,7 +15,9 @@ at another length than the export's example, against transformers eager:
 - VibeVoice ASR: its ``get_audio_features`` reads the waveform (``input_values``, whole tokens of 3200
   samples) and ``padding_mask``, with ``sample`` adding noise by default; its audio graph reads one
   chunk of ``acoustic_tokenizer_chunk_size`` samples without the noise (``sample=False``), and a form
-  runs its tokenizers without the streaming caches whose update branches on the samples.
+  runs its tokenizers without the streaming caches whose update branches on the samples;
+- VibeVoice and Dia: text-to-speech models transformers also lists in its speech-seq2seq mapping; the
+  export says so (speech_synthesis.refuse_recognition) rather than failing on a missing audio path.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from checkpoint_folders import architecture_sweep
 from torch.export import Dim
 
 import fastonnx
+from fastonnx.errors import InputError
 from fastonnx.pretrained import audio_language as al
 from fastonnx.pretrained import task_inputs
 
@@ -293,3 +296,36 @@ def test_vibevoice_asr_audio_graph_reads_whole_tokens_of_one_chunk() -> None:
         with torch.no_grad():
             want = model.get_audio_features(input_values=wave, padding_mask=mask, sample=False).pooler_output
         torch.testing.assert_close(result(wave, mask), want, atol=1e-4, rtol=1e-3, msg=f"{tokens} tokens")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "evidence"),
+    [
+        ("vibevoice", "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES too"),
+        ("dia", "reads text (input_ids) and no audio"),
+    ],
+)
+def test_text_to_speech_models_are_no_speech_recognizers(model_type: str, evidence: str) -> None:
+    import transformers
+
+    config = architecture_sweep().tiny_config(model_type)
+    class_name = dict(architecture_sweep().architectures(ASR))[model_type]
+    with torch.device("meta"):  # the refusal reads the class, not weights
+        model = getattr(transformers, class_name)(config)
+    with pytest.raises(InputError, match="it is a text-to-speech model, not a speech recognizer") as caught:
+        task_inputs.graph_specs(ASR, model, config)
+    assert evidence in str(caught.value)
+    assert "pipeline cannot run it (it hands generate the audio as input_ids" in str(caught.value)
+
+
+@pytest.mark.parametrize("model_type", ["moonshine", "pop2piano", "kyutai_speech_to_text", "vibevoice_asr"])
+def test_speech_recognizers_are_not_refused(model_type: str) -> None:
+    """Pop2Piano's output is audio too but it reads input_features; Kyutai's forward reads text ids
+    alone (its audio through generate's codec) but it outputs text."""
+    import transformers
+
+    from fastonnx.pretrained.speech_synthesis import refuse_recognition
+
+    class_name = dict(architecture_sweep().architectures(ASR))[model_type]
+    cls = getattr(transformers, class_name)
+    refuse_recognition(cls.__new__(cls))  # the class's forward and modalities alone

@@ -691,6 +691,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     """The files of ``task``'s package, each with its graph's spec."""
     if task == "text-generation":
         return {"model.onnx": text_generation(model, config)}
+    if task == "automatic-speech-recognition":
+        from fastonnx.pretrained.speech_synthesis import refuse_recognition
+
+        refuse_recognition(model)  # VibeVoice's, Dia's: text to speech
     if task in ("text2text-generation", "automatic-speech-recognition"):
         from fastonnx.pretrained.audio_language import audio_text_to_text, is_audio_language
 
