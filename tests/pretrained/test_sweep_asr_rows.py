@@ -4,7 +4,8 @@ at another length than the export's example, against transformers eager:
 
 - Fun-ASR-Nano: its encoder adds a sinusoid table of ``max_position_embeddings`` rows counted from 1,
   so it reads at most one frame fewer; the audio graph's frames are bounded so up front
-  (audio_language.most_frames), and the file records the bound;
+  (audio_language.most_frames), and the file records the bound; so are its bare model's
+  (feature-extraction: audio_base_models);
 - Granite Speech 5 (CTC): its conformer pads its blocks and masks under ``if num_padded > 0`` and its
   subsampling blocks slice a convolution's frames to a pairwise mean's, guards on the frames (right at
   multiples of 4 alone); speech_encoders.py swaps in forms that always pad and read frames by index;
@@ -85,6 +86,11 @@ def test_fun_asr_nano_audio_graph_bounded_by_its_table() -> None:
     spec = al.audio_text_to_text(model, config)[al.AUDIO_FILE]
     top = int(config.audio_config.max_position_embeddings) - 1
     assert al.most_frames(config) == top
+    # the bare model's feature-extraction graph (audio_base_models) takes the same bound
+    from fastonnx.pretrained import audio_base_models
+
+    bare = audio_base_models._prompted_dims(model.model, config, al.MASK)
+    assert bare["input_features"][1].max == top
     g = torch.Generator().manual_seed(3)
     example = [torch.randn(a.shape, generator=g) if a.is_floating_point() else a for a in spec.args]
     example[1] = torch.ones(1, example[0].shape[1], dtype=torch.int64)
@@ -329,3 +335,13 @@ def test_speech_recognizers_are_not_refused(model_type: str) -> None:
     class_name = dict(architecture_sweep().architectures(ASR))[model_type]
     cls = getattr(transformers, class_name)
     refuse_recognition(cls.__new__(cls))  # the class's forward and modalities alone
+
+
+@pytest.mark.full_matrix  # 12 s; its bound is checked in CI by the audio graph's test above
+def test_fun_asr_nano_bare_model_features_verify(tmp_path: pathlib.Path) -> None:
+    folder = tmp_path / "checkpoint"
+    task = "feature-extraction"
+    sweep = architecture_sweep()
+    sweep.build_checkpoint(task, "fun_asr_nano", dict(sweep.architectures(task))["fun_asr_nano"], folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", task=task, progress=False)
+    assert written.verified is True, written.verify_note
