@@ -215,8 +215,11 @@ def test_moonshine_streaming_package_verifies(tmp_path: pathlib.Path) -> None:
 def test_moonshine_streaming_decoder_reads_a_copy_of_the_states() -> None:
     """The first decoder step alone, from the sweep's tiny config: no ``mutated.`` output (the model adds
     its positions to the states in place), and the logits and cross-attention cache transformers
-    returns at another encoder length than the example's, the states fed left as they were."""
+    returns at another encoder length than the example's, the states fed left as they were; with a
+    padded row, the encoder mask read as transformers reads it (its encoder output's
+    ``attention_mask``)."""
     import transformers
+    from transformers.models.moonshine_streaming import modeling_moonshine_streaming as streaming
 
     config = architecture_sweep().tiny_config("moonshine_streaming")
     torch.manual_seed(0)
@@ -235,16 +238,21 @@ def test_moonshine_streaming_decoder_reads_a_copy_of_the_states() -> None:
         output_names=spec.output_names,
     )
     assert not [n for n in result.output_names if n.startswith("mutated.")], result.output_names
-    ids = torch.tensor([[1, 7, 9]])
-    states = torch.randn(1, 11, example[1].shape[-1], generator=g)
+    ids = torch.tensor([[1, 7, 9], [1, 4, 2]])
+    states = torch.randn(2, 11, example[1].shape[-1], generator=g)
+    mask = torch.ones(2, 11, dtype=torch.int64)
+    mask[1, 7:] = 0  # the second audio's last states are padding
     fed = states.clone()
-    got = result(ids, states, torch.ones(1, 11, dtype=torch.int64))
+    got = result(ids, states, mask)
     torch.testing.assert_close(states, fed)
+    encoded = streaming.MoonshineStreamingEncoderModelOutput(
+        last_hidden_state=states.clone(), attention_mask=mask
+    )
     with torch.no_grad():
-        out = model(decoder_input_ids=ids, encoder_outputs=task_inputs.encoder_output(states), use_cache=True)
+        out = model(decoder_input_ids=ids, encoder_outputs=encoded, use_cache=True)
     torch.testing.assert_close(got[0], out.logits, atol=1e-4, rtol=1e-3)
     for mine, theirs in zip(
-        got[1].cross_attention_cache.layers, out.past_key_values.cross_attention_cache.layers
+        got[1].cross_attention_cache.layers, out.past_key_values.cross_attention_cache.layers, strict=True
     ):
         torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-4, rtol=1e-3)
         torch.testing.assert_close(mine.values, theirs.values, atol=1e-4, rtol=1e-3)
