@@ -20,6 +20,19 @@ Granite Speech's conformer attends within blocks of ``context_size`` frames and 
 block under ``if frames % context_size > 0``: a guard on the frames. The form here always pads to whole
 blocks (none when they divide) and masks the padded keys.
 
+Granite Speech 5's conformer (its CTC model's) pads and masks the same way under ``if num_padded > 0``,
+and slices the blocks' output back with ``[:, :frames]``; its subsampling blocks add a stride-2
+convolution's ``ceil(T / 2)`` frames, sliced to the ``T // 2`` of a pairwise mean (``unfold``), and halve
+a mask the same way: torch.export keeps the branch and, from each slice, whether it is whole (``T`` even).
+The forms here always pad and mask, and read the first frames by index.
+
+VibeVoice ASR's ``get_audio_features`` runs its two tokenizers' encoders over chunks of
+``acoustic_tokenizer_chunk_size`` samples with streaming caches: each causal convolution pads its input
+from its cache (zeros on the first chunk) and keeps the input's last samples for the next chunk, under
+``if shortfall > 0`` (the input shorter than the kernel's context): a guard on the samples. The package's
+graph reads one chunk (audio_language.most_frames), whose first, fresh caches pad with zeros as the
+encoders' own uncached path does: the form here runs that path, the rest as transformers does.
+
 Gemma 3n's audio encoder cuts its queries into blocks of ``chunk_size`` frames and pads the last under
 ``if blocks * chunk_size - frames > 0``: the same guard on the frames; it then slices the padded frames'
 attention back to ``frames``, a length sympy writes ``min(frames, blocks * chunk_size)``. The form here
@@ -173,6 +186,125 @@ def granite_conformer_attention_forward(
     return result
 
 
+def _first(states: torch.Tensor, count: int | torch.SymInt) -> torch.Tensor:
+    """The first ``count`` frames (dim 1) of ``states``, read by index: a slice leaves a guard on whether
+    it is whole, or a length sympy writes ``min(count, frames)``."""
+    return states.index_select(1, torch.arange(count, device=states.device))
+
+
+def granite5_attention_forward(
+    self: Any,
+    hidden_states: torch.Tensor,
+    position_embeddings: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``GraniteSpeech5EncoderAttention.forward``: the frames always padded to whole blocks of
+    ``context_size`` (by zero frames when they divide) and the padded keys always masked, where
+    transformers pads and masks under ``if num_padded > 0`` (no mask and whole blocks: nothing masked,
+    the same scores)."""
+    module = sys.modules[type(self).__module__]
+    batch, frames, _ = hidden_states.shape
+    size, heads = int(self.context_size), int(self.config.num_attention_heads)
+    blocks = (frames + size - 1) // size
+    pad = blocks * size - frames
+    hidden_states = torch.nn.functional.pad(hidden_states, (0, 0, 0, pad))
+    if attention_mask is None:
+        attention_mask = torch.ones(batch, frames, dtype=torch.bool, device=hidden_states.device)
+    attention_mask = torch.nn.functional.pad(attention_mask, (0, pad), value=False)
+
+    def per_block(states: torch.Tensor) -> torch.Tensor:  # (batch x blocks, heads, size, head_dim)
+        return states.reshape(batch * blocks, size, heads, self.head_dim).transpose(1, 2)
+
+    query = per_block(self.q_proj(hidden_states))
+    key, value = per_block(self.k_proj(hidden_states)), per_block(self.v_proj(hidden_states))
+    relative = self.rel_pos_emb(position_embeddings) * self.scaling  # (size, size, head_dim)
+    # each query row i against the embeddings of its distances to every key j of its block
+    queries = query.permute(2, 0, 1, 3).reshape(size, batch * blocks * heads, self.head_dim)
+    bias = torch.matmul(queries, relative.transpose(1, 2))  # (size, batch x blocks x heads, size)
+    bias = bias.reshape(size, batch * blocks, heads, size).permute(1, 2, 0, 3).contiguous()
+    key_mask = attention_mask.reshape(batch * blocks, size)
+    bias = bias.masked_fill(~key_mask[:, None, None, :], torch.finfo(bias.dtype).min)
+    attend: Callable[..., Any] = module.ALL_ATTENTION_FUNCTIONS.get_interface(
+        self.config._attn_implementation, module.eager_attention_forward
+    )
+    out, _ = attend(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=bias,
+        dropout=0.0 if not self.training else self.attention_dropout,
+        scaling=self.scaling,
+        **kwargs,
+    )
+    out = out.reshape(batch, blocks * size, heads * self.head_dim)
+    return self.o_proj(_first(out, frames)), None
+
+
+def granite5_subsampling_forward(
+    self: Any,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    position_embeddings: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """``GraniteSpeech5EncoderSubsamplingBlock.forward``: the pairwise mean of the frames (an odd last
+    one dropped) and the strided convolution's first as many frames, read by index."""
+    residual = hidden_states
+    hidden_states = residual + 0.5 * self.feed_forward1(self.norm_feed_forward1(hidden_states))
+    attn_output, _ = self.self_attn(
+        hidden_states=self.norm_self_att(hidden_states),
+        attention_mask=attention_mask,
+        position_embeddings=position_embeddings,
+        **kwargs,
+    )
+    hidden_states = hidden_states + attn_output
+    conv_output = self.conv(self.norm_conv(hidden_states), attention_mask=attention_mask)
+    half = hidden_states.shape[1] // 2
+    even = torch.arange(half, device=hidden_states.device) * 2
+    pairs = torch.stack([hidden_states.index_select(1, even), hidden_states.index_select(1, even + 1)], -1)
+    hidden_states = pairs.mean(-1) + _first(conv_output, half)
+    hidden_states = hidden_states + 0.5 * self.feed_forward2(self.norm_feed_forward2(hidden_states))
+    out: torch.Tensor = self.norm_out(hidden_states)
+    return out
+
+
+def granite5_downsample_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``downsample_attention_mask``: a half-rate frame is valid where both its frames are (an odd last
+    frame dropped), the pairs read by index."""
+    even = torch.arange(attention_mask.shape[1] // 2, device=attention_mask.device) * 2
+    return attention_mask.index_select(1, even).bool() & attention_mask.index_select(1, even + 1).bool()
+
+
+def vibevoice_asr_audio_features(
+    self: Any,
+    input_values: torch.Tensor,
+    padding_mask: torch.Tensor | None = None,
+    sample: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """``VibeVoiceAsrModel.get_audio_features`` on one chunk: the tokenizers' encoders without their
+    streaming caches (a fresh cache pads with zeros, as their uncached path does), then the noise where
+    ``sample``, the projector and the rows of the tokens ``padding_mask`` covers, as transformers does."""
+    module = sys.modules[type(self).__module__]
+    with torch.no_grad():
+        acoustic = self.acoustic_tokenizer_encoder(input_values).latents
+        semantic = self.semantic_tokenizer_encoder(input_values).latents
+        if sample:
+            std = self.config.acoustic_tokenizer_encoder_config.vae_std * torch.randn(
+                acoustic.shape[0], device=acoustic.device, dtype=acoustic.dtype
+            )
+            acoustic = acoustic + std[:, None, None] * torch.randn_like(acoustic)
+    combined = self.multi_modal_projector(acoustic, semantic)
+    if padding_mask is not None:
+        hop = int(self.config.acoustic_tokenizer_encoder_config.hop_length)
+        tokens = (padding_mask.sum(dim=-1) + hop - 1) // hop
+        kept = torch.arange(combined.shape[1], device=tokens.device) < tokens[:, None]
+        combined = combined[kept]
+    return module.BaseModelOutputWithPooling(last_hidden_state=acoustic, pooler_output=combined)
+
+
 def gemma3n_blocks(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """``Gemma3nAudioAttention._convert_to_block``: ``[batch, blocks, chunk_size, ...]``, the frames always
     padded with zeros to whole blocks (none where they divide)."""
@@ -225,6 +357,12 @@ SWAPS: dict[str, dict[str, Callable[..., Any]]] = {
     "granite_speech": {"GraniteSpeechConformerAttention.forward": granite_conformer_attention_forward},
     "granite_speech_plus": {
         "GraniteSpeechPlusConformerAttention.forward": granite_conformer_attention_forward
+    },
+    "vibevoice_asr": {"VibeVoiceAsrModel.get_audio_features": vibevoice_asr_audio_features},
+    "granite_speech5": {
+        "GraniteSpeech5EncoderAttention.forward": granite5_attention_forward,
+        "GraniteSpeech5EncoderSubsamplingBlock.forward": granite5_subsampling_forward,
+        "downsample_attention_mask": granite5_downsample_mask,
     },
 }
 """transformers' model types (``transformers.models.<type>.modeling_<type>``), each with its functions or

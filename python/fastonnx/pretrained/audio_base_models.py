@@ -210,7 +210,7 @@ def _prompted_dims(model: torch.nn.Module, config: Any, mask: str | None) -> dic
     if not fixed:
         multiple = al.frame_multiple(model, config)
         name = FEATURES if multiple == 1 else f"{FEATURES}_blocks"
-        frames = torch.export.Dim(name, min=1, max=_MAX // multiple)
+        frames = torch.export.Dim(name, min=1, max=al.most_frames(config) // multiple)
         if multiple > 1:  # whole blocks of frames: a dim derived from their number
             frames = multiple * frames
     dims["input_features"] = {0: audios, **({axis: frames} if frames is not None else {})}

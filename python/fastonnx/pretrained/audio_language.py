@@ -43,8 +43,15 @@ AUDIO_FILE = "audio_encoder.onnx"
 AUDIO_TOKENS = "num_audio_tokens"
 MASK = "input_features_mask"
 PROMPT = "input_ids"
+WAVE, WAVE_MASK = "input_values", "padding_mask"
 WINDOWS = "audio_windows"
+WAVE_TOKENS = "audio_tokens"
+SWITCHES = {"sample": False}
+"""Flags of ``get_audio_features`` the graph fixes: VibeVoice ASR's ``sample`` (True by default) adds
+Gaussian noise to its acoustic latents, a draw of its own; the graph computes them without it, as
+``sample=False`` does, and the package check runs transformers so."""
 EXAMPLE_FRAMES = 100  # a second of 10 ms frames (times the frames the tower reads together)
+EXAMPLE_TOKENS = 5  # a waveform's tokens of samples (VibeVoice ASR's: 3200 samples a token)
 
 __all__ = ["AUDIO_FILE", "DECODER_FILE", "EMBED_FILE"]
 
@@ -97,12 +104,13 @@ def _inline_audio_features(model: torch.nn.Module) -> Any:
     return get_audio_features
 
 
-def model_audio_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def model_audio_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
     """``inputs`` (audio_inputs') as the model's forward names them: Qwen2-Audio's mask is its
-    ``feature_attention_mask``."""
+    ``feature_attention_mask``; with the ``SWITCHES`` the forward takes (VibeVoice ASR's ``sample``)."""
     if MASK in inputs and not takes(model, MASK) and takes(model, "feature_attention_mask"):
         inputs = {("feature_attention_mask" if k == MASK else k): v for k, v in inputs.items()}
-    return {k: v for k, v in inputs.items() if k != PROMPT}  # the prompt's ids are passed as such
+    switches = {k: v for k, v in SWITCHES.items() if takes(model, k)}  # as the graph computes them
+    return {**{k: v for k, v in inputs.items() if k != PROMPT}, **switches}  # the prompt's ids: as such
 
 
 def is_audio_language(model: torch.nn.Module) -> bool:
@@ -160,16 +168,24 @@ def audio_arguments(model: torch.nn.Module) -> list[str]:
     ]
     # what the forward passes as None when not given (a base model's own MOSS-Transcribe-Diarize
     # padding_mask): not an input
-    passed_none = set(_forward_defaults(model, {})) - {"input_features", MASK, PROMPT}
-    names = [n for n in names if n not in passed_none]
-    # MusicFlamingo's: the prompt's ids, where its audio tokens sit (the windows' rotary timestamps)
+    passed_none = set(_forward_defaults(model, {})) - {"input_features", MASK, PROMPT, WAVE}
+    names = [n for n in names if n not in passed_none and n not in SWITCHES]
+    # MusicFlamingo's: the prompt's ids, where its audio tokens sit (the windows' rotary timestamps);
+    # VibeVoice ASR's: the waveform and its samples' mask
     unsupported = [
-        n for n in names if n not in ("input_features", MASK, PROMPT) or n == PROMPT and MASK not in names
+        n
+        for n in names
+        if n not in ("input_features", MASK, PROMPT, WAVE, WAVE_MASK)
+        or n == PROMPT
+        and MASK not in names
+        or n == WAVE_MASK
+        and WAVE not in names
     ]
-    if unsupported or "input_features" not in names:
+    if unsupported or ("input_features" in names) == (WAVE in names):
         raise InputError(
             f"{type(model).__name__}.get_audio_features takes {', '.join(names)}: the audio encoder graph "
-            "reads input_features (and input_features_mask, and with it input_ids) alone"
+            "reads input_features (and input_features_mask, and with it input_ids), or input_values (and "
+            "padding_mask), alone"
         )
     return names
 
@@ -197,6 +213,8 @@ def feature_layout(model: torch.nn.Module, config: Any) -> tuple[tuple[int, int]
     requires exactly; else a second of frames, channels first where the tower starts with a convolution
     over the features, last where with a linear layer."""
     audio = _audio_config(config)
+    if WAVE in audio_arguments(model):  # VibeVoice ASR's waveform (batch, 1 channel, samples)
+        return (1, EXAMPLE_TOKENS * frame_multiple(model, config)), 2, False
     whisper = whisper_frames(audio)
     if whisper is not None:
         return whisper, 2, True
@@ -231,8 +249,13 @@ def frame_multiple(model: torch.nn.Module, config: Any) -> int:
     """The number of frames a tower that takes any number of them reads in whole multiples of, as the
     model itself requires: Qwen3-ASR's chunks of ``2 * n_window`` frames (its encoder raises on others);
     GLM-ASR's convolutions halve the frames and ``get_audio_features`` merges the states of
-    ``intermediate_size / hidden_size`` of them into a row (a reshape that fails on a remainder)."""
+    ``intermediate_size / hidden_size`` of them into a row (a reshape that fails on a remainder);
+    VibeVoice ASR's samples, whole tokens of its acoustic tokenizer's ``hop_length`` (3200), as its
+    processor pads them."""
     audio = _audio_config(config)
+    hop = getattr(getattr(config, "acoustic_tokenizer_encoder_config", None), "hop_length", None)
+    if isinstance(hop, int):  # VibeVoice ASR's waveform: its processor pads it to whole tokens
+        return hop
     window = getattr(audio, "n_window", None)
     if isinstance(window, int):
         return 2 * window
@@ -241,23 +264,40 @@ def frame_multiple(model: torch.nn.Module, config: Any) -> int:
     return 1
 
 
+def most_frames(config: Any) -> int:
+    """The most frames a tower that takes any number of them reads, as its own position table bounds
+    them: Fun-ASR-Nano's sinusoid table of ``max_position_embeddings`` rows, counted from 1 (its
+    ``position_embeddings`` slices rows 1 to frames + 1), so one fewer frames; VibeVoice ASR's samples,
+    its ``acoustic_tokenizer_chunk_size`` (60 s); else 2**20."""
+    if getattr(config, "model_type", None) == "fun_asr_nano":
+        return int(_audio_config(config).max_position_embeddings) - 1
+    chunk = getattr(config, "acoustic_tokenizer_chunk_size", None)
+    if isinstance(chunk, int):
+        # VibeVoice ASR splits longer audio into chunks of that many samples in a Python loop, its
+        # tokenizers' streaming caches carried between them: one chunk a graph
+        return chunk
+    return 1 << 20
+
+
 def audio_inputs(
     model: torch.nn.Module, config: Any, device: str | torch.device, kept: float = 1.0
 ) -> dict[str, torch.Tensor]:
-    """One audio's ``input_features`` and, where ``get_audio_features`` takes it, its mask: 1 at the first
-    ``kept`` part of the frames (the processor pads the rest)."""
+    """One audio's ``input_features`` (VibeVoice ASR's waveform, ``input_values``) and, where
+    ``get_audio_features`` takes it, its mask: 1 at the first ``kept`` part of the frames (the processor
+    pads the rest)."""
     shape, axis, _ = feature_layout(model, config)
     g = torch.Generator().manual_seed(0)
     names = audio_arguments(model)
+    audio, mask_name = (WAVE, WAVE_MASK) if WAVE in names else ("input_features", MASK)
     windows = 2 if PROMPT in names else 1  # a prompted audio: two windows of one audio
-    inputs = {"input_features": torch.randn(windows, *shape, generator=g).to(device)}
-    if MASK in names:
+    inputs = {audio: torch.randn(windows, *shape, generator=g).to(device)}
+    if mask_name in names:
         frames = shape[axis - 1]
         mask = torch.ones(windows, frames, dtype=torch.int64)
         mask[-1, max(1, int(frames * kept)) :] = 0
         if PROMPT in names:
             inputs[PROMPT] = prompt_ids(model, config, mask).to(device)
-        inputs[MASK] = mask.to(device)
+        inputs[mask_name] = mask.to(device)
     return inputs
 
 
@@ -279,7 +319,10 @@ def prompt_holding(config: Any, count: int) -> torch.Tensor:
 
 def audio_features(model: torch.nn.Module, **inputs: torch.Tensor) -> torch.Tensor:
     """The audio's feature rows as the model merges them: ``get_audio_features``' pooled output."""
-    out = _get_audio_features(model)(**inputs, **_forward_defaults(model, inputs))
+    get = _get_audio_features(model)
+    params = inspect.signature(get).parameters
+    switches = {k: v for k, v in SWITCHES.items() if k in params}
+    out = get(**inputs, **_forward_defaults(model, inputs), **switches)
     pooled = getattr(out, "pooler_output", None)
     rows: torch.Tensor = pooled if pooled is not None else out
     return rows.reshape(-1, rows.shape[-1])
@@ -322,6 +365,14 @@ class MaskedAudioEncoder(AudioEncoder):
         )
 
 
+class WaveformAudioEncoder(AudioEncoder):
+    """VibeVoice ASR's: the waveform and its samples' mask (``padding_mask``, 1 at the samples holding
+    audio), the rows those of the tokens it covers."""
+
+    def forward(self, input_values: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return audio_features(self.model, input_values=input_values, padding_mask=padding_mask)
+
+
 class PromptedAudioEncoder(AudioEncoder):
     def forward(  # type: ignore[override]
         self, input_features: torch.Tensor, input_features_mask: torch.Tensor, input_ids: torch.Tensor
@@ -344,24 +395,26 @@ def audio_text_to_text(model: torch.nn.Module, config: Any) -> dict[str, GraphSp
         raise InputError(f"{type(model).__name__}'s positions are multimodal rotary ones (get_rope_index)")
     _, axis, fixed = feature_layout(model, config)
     example = audio_inputs(model, config, "meta")
-    dims: dict[str, Any] = {"input_features": {}}
+    audio, mask = (WAVE, WAVE_MASK) if WAVE in names else ("input_features", MASK)
+    dims: dict[str, Any] = {audio: {}}
     if not fixed:
         multiple = frame_multiple(model, config)
-        frames: Any = torch.export.Dim(
-            FEATURES if multiple == 1 else f"{FEATURES}_blocks", min=1, max=(1 << 20) // multiple
-        )
+        unit = WAVE_TOKENS if audio == WAVE else FEATURES if multiple == 1 else f"{FEATURES}_blocks"
+        frames: Any = torch.export.Dim(unit, min=1, max=most_frames(config) // multiple)
         if multiple > 1:  # whole blocks of frames: a dim derived from their number
             frames = multiple * frames
-        dims["input_features"] = {axis: frames}
-        if MASK in names:
-            dims[MASK] = {1: frames}
-    elif MASK in names:
-        dims[MASK] = {}
+        dims[audio] = {axis: frames}
+        if mask in names:
+            dims[mask] = {1: frames}
+    elif mask in names:
+        dims[mask] = {}
     if PROMPT in names:  # the windows of the prompt's audios, all in one run: their timestamps follow
         windows = torch.export.Dim(WINDOWS, min=1, max=1024)
         dims = {k: {**v, 0: windows} for k, v in dims.items()}
         dims[PROMPT] = {1: torch.export.Dim(SEQUENCE, min=1, max=1 << 20)}
     encoder = MaskedAudioEncoder(model) if MASK in names else AudioEncoder(model)
+    if WAVE in names:
+        encoder = WaveformAudioEncoder(model)
     if PROMPT in names:
         encoder = PromptedAudioEncoder(model)
     audio_spec = GraphSpec(encoder, tuple(example[n] for n in names), dims, names, ["audio_features"])

@@ -1,5 +1,7 @@
 """text-to-audio: the text-to-speech models that synthesize in one forward, each one graph ``model.onnx``,
-and the refusal of those that generate their audio in a loop.
+and the refusal of those that generate their audio in a loop; and the refusal of automatic-speech-
+recognition for the text-to-speech models transformers also lists in its speech-seq2seq mapping
+(VibeVoice, Dia: ``refuse_recognition``).
 
 Inputs: ``input_ids``, ``attention_mask`` (``batch_size`` x ``sequence_length``, right-padded rows).
 Outputs, per class:
@@ -24,6 +26,7 @@ transformers pads them).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -89,6 +92,49 @@ def refuse(class_name: str) -> None:
     raise InputError(
         f"text-to-audio of {class_name} {why}: not a one-forward graph; not supported yet (text-to-audio "
         f"exports {', '.join([*OUTPUTS, *sorted(LOOP_CLASSES)])})"
+    )
+
+
+SYNTHESIS_MAPPINGS = (
+    "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES",
+    "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES",
+)
+AUDIO_INPUTS = ("input_features", "input_values", "input_audio", "audio_values")
+"""The names a speech model's forward reads its audio by."""
+
+
+def refuse_recognition(model: torch.nn.Module) -> None:
+    """An InputError for automatic-speech-recognition of a text-to-speech model of transformers'
+    speech-seq2seq mapping: one its text-to-speech mappings list too (VibeVoice), or one whose forward
+    reads no audio and whose output is audio alone (Dia: its byte tokens' ``input_ids``, audio codebooks
+    out). transformers' own
+    speech-recognition pipeline cannot run them: it hands ``generate`` the audio as the model's main
+    input, their ``input_ids``. Nothing for the others."""
+    from transformers.models.auto import modeling_auto
+
+    name = type(model).__name__
+    main = getattr(model, "main_input_name", "input_ids")
+    listed = [m for m in SYNTHESIS_MAPPINGS if name in getattr(modeling_auto, m, {}).values()]
+    params = inspect.signature(model.forward).parameters
+    if listed:
+        why = f"transformers lists it in {listed[0]} too: its generate synthesizes audio from a text prompt"
+    elif tuple(getattr(model, "output_modalities", ()) or ()) == ("audio",) and not any(
+        n in params for n in AUDIO_INPUTS
+    ):
+        # audio out, and no audio in (Kyutai's speech-to-text reads text ids too, its audio through
+        # generate's codec, but its output is text; Pop2Piano's audio out reads input_features)
+        why = (
+            f"its forward reads text ({main}) and no audio (none of {', '.join(AUDIO_INPUTS)}), and its "
+            "output_modalities are ('audio',)"
+        )
+    else:
+        return
+    then = "export it for text-to-audio" if exported(name) else "text-to-audio does not export it yet"
+    raise InputError(
+        f"automatic-speech-recognition of {name}: it is a text-to-speech model, not a speech recognizer, "
+        f"though transformers lists it in its speech-seq2seq mapping: {why}; transformers' own "
+        f"automatic-speech-recognition pipeline cannot run it (it hands generate the audio as {main}, the "
+        f"model's main input); {then}"
     )
 
 

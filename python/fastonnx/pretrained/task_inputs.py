@@ -280,7 +280,7 @@ class Seq2SeqDecoderFirst(torch.nn.Module):
         empty = encoder_hidden_states.new_zeros((decoder_input_ids.shape[0], heads, 0, size))
         out = self.model(
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_output(encoder_hidden_states),
+            encoder_outputs=encoder_output(encoder_hidden_states, encoder_attention_mask),
             attention_mask=encoder_attention_mask,
             past_key_values=EncoderDecoderCache(empty_layers(layers, empty), empty_layers(layers, empty)),
             use_cache=True,
@@ -305,7 +305,7 @@ class Seq2SeqDecoderWithPast(torch.nn.Module):
     ) -> tuple[torch.Tensor, Any]:
         out = self.model(
             decoder_input_ids=decoder_input_ids,
-            encoder_outputs=encoder_output(encoder_hidden_states),
+            encoder_outputs=encoder_output(encoder_hidden_states, encoder_attention_mask),
             attention_mask=encoder_attention_mask,
             past_key_values=past_key_values,
             use_cache=True,
@@ -399,12 +399,20 @@ ENCODER_SEQUENCE, DECODER_SEQUENCE, PAST_DECODER = (
 )
 
 
-def encoder_output(states: torch.Tensor) -> Any:
+def encoder_output(states: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
     """The encoder's states as transformers' output: indexable as the tuple most models read, with the
     ``last_hidden_state`` others read (Moonshine, Switch Transformers, ProphetNet), and None for the
-    fields of a model's own encoder output class (Moonshine's ``attention_mask``, Switch Transformers'
-    ``router_logits``): the decoder's graph gets the states alone."""
-    return _encoder_states_class()(last_hidden_state=states)
+    other fields of a model's own encoder output class (Switch Transformers' ``router_logits``): the
+    decoder's graph gets the states alone. ``mask``, where given, is its ``attention_mask``, which the
+    decoders of Moonshine, Moonshine Streaming, Canary and Cohere ASR read (not the forward's
+    ``attention_mask``, the encoder's): an attribute, not a field, so the tuple stays the states alone.
+    A copy of the states: Moonshine Streaming's decoder adds its positions to them in place, which
+    would make the graph's input an output too (``mutated.encoder_hidden_states``) and the caller's
+    states change under it."""
+    out = _encoder_states_class()(last_hidden_state=states.clone())
+    if mask is not None:
+        out.attention_mask = mask
+    return out
 
 
 @functools.cache
@@ -689,6 +697,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     """The files of ``task``'s package, each with its graph's spec."""
     if task == "text-generation":
         return {"model.onnx": text_generation(model, config)}
+    if task == "automatic-speech-recognition":
+        from fastonnx.pretrained.speech_synthesis import refuse_recognition
+
+        refuse_recognition(model)  # VibeVoice's, Dia's: text to speech
     if task in ("text2text-generation", "automatic-speech-recognition"):
         from fastonnx.pretrained.audio_language import audio_text_to_text, is_audio_language
 
