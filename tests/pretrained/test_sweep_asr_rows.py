@@ -286,6 +286,7 @@ def test_vibevoice_asr_package_verifies(tmp_path: pathlib.Path) -> None:
         torch.testing.assert_close(torch.from_numpy(got), want, atol=1e-4, rtol=1e-3, msg=f"{frames} samples")
 
 
+@pytest.mark.full_matrix  # 11 s (its tokenizers' convolution stacks): the suite's time budget
 def test_vibevoice_asr_audio_graph_reads_whole_tokens_of_one_chunk() -> None:
     """The package's audio graph alone, from the sweep's tiny config: the waveform in whole tokens of
     ``hop_length`` samples up to one chunk, captured once (the form swapped in), and right against
