@@ -161,9 +161,9 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
         text.sliding_window if kind == "sliding_attention" or name in ("mistral", "phi3") else None
         for kind in kinds
     ]
-    # Gemma 3's and Phi-3's angles come from positions their graphs compute (a Range), not the
-    # position_ids input the kernel reads, and GPT-OSS rotates the halves of its heads its own way (no
-    # RotaryEmbedding fusion): their rotary stays in the graph, with or without a window
+    # gqa_rotary does not take Gemma 3's, Phi-3's or GPT-OSS's rotary into the kernel (Phi-3 slices the
+    # rotated dims off its heads and concatenates them back; GPT-OSS's rotation is not fused into
+    # RotaryEmbedding at all): it stays in their graphs, with or without a window
     in_kernel = name not in ("gemma3", "phi3", "gpt_oss")
     for n, window in zip(fused, windows, strict=True):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
