@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import onnx
 import onnxruntime as ort
@@ -45,18 +46,23 @@ def _session(path: pathlib.Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-@pytest.mark.full_matrix  # 18 s; its audio graph alone below, in CI
-def test_fun_asr_nano_package_verifies(tmp_path: pathlib.Path) -> None:
+def _verified_package(tmp_path: pathlib.Path, model_type: str) -> tuple[pathlib.Path, Any]:
+    """The sweep's tiny ``model_type`` exported for speech recognition, verified: its package folder and
+    the checkpoint as transformers loads it (float32, eval)."""
     import transformers
 
     folder, package = tmp_path / "checkpoint", tmp_path / "package"
     sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(ASR))["fun_asr_nano"]
-    sweep.build_checkpoint(ASR, "fun_asr_nano", class_name, folder)
+    class_name = dict(sweep.architectures(ASR))[model_type]
+    sweep.build_checkpoint(ASR, model_type, class_name, folder)
     written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
     assert written.verified is True, written.verify_note
+    return package, getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
 
-    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+
+@pytest.mark.full_matrix  # 18 s; its audio graph alone below, in CI
+def test_fun_asr_nano_package_verifies(tmp_path: pathlib.Path) -> None:
+    package, model = _verified_package(tmp_path, "fun_asr_nano")
     top = int(model.config.audio_config.max_position_embeddings) - 1
     session = _session(package / al.AUDIO_FILE)
     g = torch.Generator().manual_seed(3)
@@ -107,17 +113,8 @@ def test_fun_asr_nano_audio_graph_bounded_by_its_table() -> None:
 
 @pytest.mark.full_matrix  # 12 s; its forms through the encoder alone below, in CI
 def test_granite_speech5_ctc_at_every_remainder(tmp_path: pathlib.Path) -> None:
-    import transformers
-
-    folder, package = tmp_path / "checkpoint", tmp_path / "package"
-    sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(ASR))["granite_speech5_ctc"]
-    sweep.build_checkpoint(ASR, "granite_speech5_ctc", class_name, folder)
-    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
-    assert written.verified is True, written.verify_note
-
-    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
-    session = _session(written.model_path)
+    package, model = _verified_package(tmp_path, "granite_speech5_ctc")
+    session = _session(package / "model.onnx")
     assert [i.name for i in session.get_inputs()] == ["input_features"]
     g = torch.Generator().manual_seed(4)
     width = model.encoder.input_linear.in_features
@@ -178,16 +175,7 @@ def test_granite_speech5_encoder_with_a_mask_converts_for_every_frame_count() ->
 
 @pytest.mark.full_matrix  # 14 s; its decoder step alone below, in CI
 def test_moonshine_streaming_package_verifies(tmp_path: pathlib.Path) -> None:
-    import transformers
-
-    folder, package = tmp_path / "checkpoint", tmp_path / "package"
-    sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(ASR))["moonshine_streaming"]
-    sweep.build_checkpoint(ASR, "moonshine_streaming", class_name, folder)
-    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
-    assert written.verified is True, written.verify_note
-
-    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    package, model = _verified_package(tmp_path, "moonshine_streaming")
     encoder, decoder = (_session(package / f) for f in ("encoder_model.onnx", "decoder_model.onnx"))
     assert not [o.name for o in decoder.get_outputs() if o.name.startswith("mutated.")]
     g = torch.Generator().manual_seed(5)
@@ -265,16 +253,7 @@ def _vibevoice_audio(frames: int, kept: int, g: torch.Generator) -> tuple[torch.
 
 @pytest.mark.full_matrix  # 15 s; its audio graph alone below, in CI
 def test_vibevoice_asr_package_verifies(tmp_path: pathlib.Path) -> None:
-    import transformers
-
-    folder, package = tmp_path / "checkpoint", tmp_path / "package"
-    sweep = architecture_sweep()
-    class_name = dict(sweep.architectures(ASR))["vibevoice_asr"]
-    sweep.build_checkpoint(ASR, "vibevoice_asr", class_name, folder)
-    written = fastonnx.export_pretrained(folder, package, task=ASR, progress=False)
-    assert written.verified is True, written.verify_note
-
-    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    package, model = _verified_package(tmp_path, "vibevoice_asr")
     session = _session(package / al.AUDIO_FILE)
     assert [i.name for i in session.get_inputs()] == ["input_values", "padding_mask"]
     g = torch.Generator().manual_seed(6)

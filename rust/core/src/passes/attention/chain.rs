@@ -43,7 +43,7 @@ pub(super) struct Chain {
     pub(super) open_rows: Option<(usize, String)>,
 }
 
-pub(super) fn is_rank4_float(g: &Graph, name: &str) -> bool {
+fn is_rank4_float(g: &Graph, name: &str) -> bool {
     is_float(g, name) && shape(g, name).is_some_and(|s| s.len() == 4)
 }
 
@@ -133,16 +133,14 @@ pub(super) fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Ch
     }
     let v = next.inputs.get(1)?.clone();
     let k = tr.inputs.first()?.clone();
-    if ![&q, &k, &v].iter().all(|name| is_rank4_float(g, name)) {
-        return None;
-    }
-    let (k_read, v_read) = (k.clone(), v.clone());
-    let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
+    let Reads {
+        k,
+        v,
+        k_read,
+        v_read,
+    } = reads(g, ix, &q, k, v, mask.as_deref())?;
     let (q_dims, k_dims) = (shape(g, &q)?, shape(g, &k)?);
     let scores_dims = [&q_dims[0], &q_dims[1], &q_dims[2], &k_dims[2]];
-    if mask.as_ref().is_some_and(|m| !fits(g, m, scores_dims)) {
-        return None;
-    }
     // a constant mask that lets everything through (no padding) is no mask, and a constant flag
     // closing no row zeroes nothing
     let open_mask = mask_where
@@ -173,6 +171,43 @@ pub(super) fn match_chain(g: &Graph, ix: &Index, softmax_at: usize) -> Option<Ch
         softmax: softmax_at,
         open_mask,
         open_rows,
+    })
+}
+
+/// A chain's keys and values, unrepeated where they were repeated per query-head group, and as its
+/// scores read them.
+pub(super) struct Reads {
+    pub(super) k: String,
+    pub(super) v: String,
+    pub(super) k_read: String,
+    pub(super) v_read: String,
+}
+
+/// The keys and values of a chain of query `q`, when q, k and v are 4-D floats and `mask` (if any)
+/// broadcasts to the scores without growing them.
+pub(super) fn reads(
+    g: &Graph,
+    ix: &Index,
+    q: &str,
+    k: String,
+    v: String,
+    mask: Option<&str>,
+) -> Option<Reads> {
+    if ![q, &k, &v].iter().all(|name| is_rank4_float(g, name)) {
+        return None;
+    }
+    let (k_read, v_read) = (k.clone(), v.clone());
+    let (k, v) = unrepeated(g, ix, q, &k, &v).unwrap_or((k, v));
+    let (q_dims, k_dims) = (shape(g, q)?, shape(g, &k)?);
+    let scores_dims = [&q_dims[0], &q_dims[1], &q_dims[2], &k_dims[2]];
+    if mask.is_some_and(|m| !fits(g, m, scores_dims)) {
+        return None;
+    }
+    Some(Reads {
+        k,
+        v,
+        k_read,
+        v_read,
     })
 }
 
@@ -209,7 +244,7 @@ fn closes_rows_of(g: &Graph, ix: &Index, flag: &str, mask: &str) -> bool {
 
 /// True when the value broadcasts to the scores' dims without growing them (the Where or Add it
 /// came from could have grown the scores; Attention's output has the query's shape).
-pub(super) fn fits(g: &Graph, value: &str, scores: [&Dim; 4]) -> bool {
+fn fits(g: &Graph, value: &str, scores: [&Dim; 4]) -> bool {
     let Some(m) = shape(g, value) else {
         return false;
     };
@@ -248,13 +283,7 @@ fn scalar_f64(g: &Graph, name: &str) -> Option<f64> {
 
 /// Keys and values before a per-group repeat (Unsqueeze axis 2, Expand, Reshape merging axes 1 and 2),
 /// when both are repeated and the query's head count is a multiple of theirs.
-pub(super) fn unrepeated(
-    g: &Graph,
-    ix: &Index,
-    q: &str,
-    k: &str,
-    v: &str,
-) -> Option<(String, String)> {
+fn unrepeated(g: &Graph, ix: &Index, q: &str, k: &str, v: &str) -> Option<(String, String)> {
     let q_heads = fixed(shape(g, q)?.get(1)?)?;
     let k0 = repeat_source(g, ix, k)?;
     let v0 = repeat_source(g, ix, v)?;

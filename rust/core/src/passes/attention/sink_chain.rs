@@ -14,7 +14,7 @@
 //! the same value. The maximum subtracted first (NaN-propagating, as torch's max is converted) leaves
 //! the softmax unchanged; the kernel keeps its own rows stable.
 
-use super::chain::{fits, is_rank4_float, unrepeated, Chain};
+use super::chain::{reads, Chain, Reads};
 use crate::dtype;
 use crate::graph::{AttrValue, Graph};
 use crate::passes::matching::{
@@ -110,19 +110,15 @@ pub(super) fn match_sink_chain(
         return None;
     }
     let v = out.inputs.get(1)?.clone();
-    if ![&q, &k, &v].iter().all(|name| is_rank4_float(g, name)) {
-        return None;
-    }
+    let Reads {
+        k,
+        v,
+        k_read,
+        v_read,
+    } = reads(g, ix, &q, k, v, mask.as_deref())?;
     let heads = fixed(shape(g, &q)?.get(1)?)?;
     let sink = g.initializer(&sinks)?;
     if sink.dims != [heads] || sink.dtype != dtype::FLOAT {
-        return None;
-    }
-    let (k_read, v_read) = (k.clone(), v.clone());
-    let (k, v) = unrepeated(g, ix, &q, &k, &v).unwrap_or((k, v));
-    let (q_dims, k_dims) = (shape(g, &q)?, shape(g, &k)?);
-    let scores_dims = [&q_dims[0], &q_dims[1], &q_dims[2], &k_dims[2]];
-    if mask.as_ref().is_some_and(|m| !fits(g, m, scores_dims)) {
         return None;
     }
     let chain = Chain {
