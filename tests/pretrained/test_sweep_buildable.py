@@ -203,6 +203,7 @@ EXPORTED = [
     ("feature-extraction", "clap"),
     ("feature-extraction", "idefics"),
     ("feature-extraction", "vibevoice_acoustic_tokenizer"),  # a codec's latents (CODEC_OUTPUTS)
+    ("feature-extraction", "sam"),  # its image embeddings (encoder_tasks.embeds_images)
 ]
 
 
@@ -456,6 +457,23 @@ def test_a_codecs_features_are_its_encoding() -> None:
     assert output_fields(encodec, "feature-extraction") == ("audio_codes",)
     assert output_fields(dac, "feature-extraction") == ("quantized_representation", "audio_codes")
     assert output_fields(tokenizer, "feature-extraction") == ("latents",)
+
+
+def test_sams_features_are_its_image_embeddings() -> None:
+    """SAM's base model returns masks and scores from prompts: its feature-extraction graph is the image
+    embeddings its prompt encoder and mask decoder read (get_image_embeddings). A model declaring the
+    fields the task reads (BERT's last_hidden_state) is not concerned."""
+    from transformers import BertConfig, BertModel, SamConfig, SamModel
+
+    from fastonnx.pretrained.encoder_tasks import embeds_images, output_fields
+
+    with torch.device("meta"):
+        sam = SamModel(SamConfig(vision_config={"num_hidden_layers": 1, "global_attn_indexes": [0]}))
+        bert = BertModel(BertConfig(num_hidden_layers=1))
+    fe = "feature-extraction"
+    assert embeds_images(sam, fe, output_fields(sam, fe))
+    assert not embeds_images(bert, fe, output_fields(bert, fe))
+    assert not embeds_images(sam, "image-segmentation", output_fields(sam, "image-segmentation"))
 
 
 def test_flavas_images_are_its_image_towers_size() -> None:

@@ -1115,6 +1115,50 @@ class DecoderStates(Named):
         return bare_decoder(self.model)(**inputs)
 
 
+IMAGE_EMBEDDINGS = "image_embeddings"
+
+
+def embeds_images(model: torch.nn.Module, task: str, fields: tuple[str, ...]) -> bool:
+    """Whether feature-extraction of ``model`` returns what its ``get_image_embeddings`` computes: SAM's base
+    model, whose forward's output (masks and scores from the prompts) declares none of ``fields``; its
+    image embeddings are what its prompt encoder and mask decoder read, computed once an image."""
+    if task != "feature-extraction" or not callable(getattr(model, "get_image_embeddings", None)):
+        return False
+    cls = _output_class(model)
+    declared = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+    return not any(f.partition(".")[0] in declared for f in fields)
+
+
+def image_embeddings_of(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> Any:
+    """``model.get_image_embeddings`` as an output with the field ``image_embeddings``; an InputError where
+    it returns more than one tensor (SAM-HQ's also returns its intermediate embeddings)."""
+    value = model.get_image_embeddings(**inputs)  # type: ignore[operator]
+    if not isinstance(value, torch.Tensor):
+        raise InputError(
+            f"{type(model).__name__}.get_image_embeddings returns {type(value).__name__}, not one tensor: "
+            "its feature-extraction graph is not made yet"
+        )
+    return types.SimpleNamespace(image_embeddings=value)
+
+
+class ImageEmbeddingStates(Named):
+    """SAM's image embeddings (``embeds_images``), run under the model's own paths."""
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return image_embeddings_of(self.model, inputs)
+
+
+class ImageEmbeddings(torch.nn.Module):
+    """What a package of ``embeds_images`` is checked against: the model's ``get_image_embeddings``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        return image_embeddings_of(self.model, inputs)
+
+
 def from_decoder(model: torch.nn.Module, config: Any, task: str, fields: tuple[str, ...]) -> bool:
     """Whether a text-alone model's ``fields`` come from its bare decoder (multimodal_features.py)."""
     cls = _output_class(model)
@@ -1127,6 +1171,8 @@ def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str,
     or OmDet-Turbo called with the graph's inputs (``ClassPrompts``)."""
     if takes(model, "classes_structure"):
         return ClassPrompts(model)
+    if embeds_images(model, task, fields):
+        return ImageEmbeddings(model)
     return bare_decoder(model) if from_decoder(model, config, task, fields) else model
 
 
@@ -1230,11 +1276,16 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     if task == "feature-extraction" and module_cls in (DatedSeriesEncoder, PaddedSeriesEncoder):
         fields = series_fields(model, inputs) or fields
     _refuse_variable_counts(model, task, fields)
-    if not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
+    embedded = embeds_images(model, task, fields)  # SAM's: its image embeddings
+    if embedded:
+        fields = (IMAGE_EMBEDDINGS,)
+    elif not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
         _refuse_no_features(model, task, fields)
     shapes = dynamic_shapes(model, names)
     module = module_cls(model, fields)
-    if from_decoder(model, config, task, fields):  # Llama 4's: logits alone
+    if embedded:
+        module.inner = ImageEmbeddingStates(model, fields)
+    elif from_decoder(model, config, task, fields):  # Llama 4's: logits alone
         module.inner = DecoderStates(model, fields)
     outputs = list(output_names(model, fields))
     return GraphSpec(module, tuple(inputs.values()), shapes, list(inputs), outputs)
