@@ -204,6 +204,7 @@ EXPORTED = [
     ("feature-extraction", "idefics"),
     ("feature-extraction", "vibevoice_acoustic_tokenizer"),  # a codec's latents (CODEC_OUTPUTS)
     ("feature-extraction", "sam"),  # its image embeddings (encoder_tasks.embeds_images)
+    ("feature-extraction", "sam3_tracker"),  # a level an image embedding (tuple_outputs.tuple_count)
 ]
 
 
@@ -474,6 +475,21 @@ def test_sams_features_are_its_image_embeddings() -> None:
     assert embeds_images(sam, fe, output_fields(sam, fe))
     assert not embeds_images(bert, fe, output_fields(bert, fe))
     assert not embeds_images(sam, "image-segmentation", output_fields(sam, "image-segmentation"))
+
+
+def test_sam3_trackers_image_embeddings_are_one_a_backbone_level() -> None:
+    """SAM 3's tracker returns its image embeddings as a list, one a backbone feature size, and its vision
+    config names no num_feature_levels: the graph's outputs are named one a level all the same."""
+    from transformers import Sam3TrackerConfig, Sam3TrackerModel
+
+    from fastonnx.pretrained.tuple_outputs import output_names
+
+    with torch.device("meta"):
+        model = Sam3TrackerModel(Sam3TrackerConfig())
+    assert getattr(model.config.vision_config, "num_feature_levels", None) is None
+    levels = len(model.backbone_feature_sizes)
+    assert levels > 1
+    assert output_names(model, ("image_embeddings",)) == tuple(f"image_embeddings.{i}" for i in range(levels))
 
 
 def test_flavas_images_are_its_image_towers_size() -> None:

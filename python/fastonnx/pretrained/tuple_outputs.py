@@ -23,7 +23,8 @@ import torch
 
 TUPLE_FIELDS = ("feature_maps", "image_embeddings")
 """Fields that may hold a tuple: a backbone's ``feature_maps`` (a stage each of its ``out_features``), SAM
-2's ``image_embeddings`` (a level each of its vision config's ``num_feature_levels``)."""
+2's ``image_embeddings`` (a level each of its vision config's ``num_feature_levels``, SAM 3's tracker a
+level each of its ``backbone_feature_sizes``)."""
 
 
 def tuple_count(model: torch.nn.Module, field: str) -> int | None:
@@ -32,7 +33,11 @@ def tuple_count(model: torch.nn.Module, field: str) -> int | None:
         return len(getattr(model, "out_features", ()) or ())
     vision = getattr(getattr(model, "config", None), "vision_config", None)
     levels = getattr(vision, "num_feature_levels", None)
-    return int(levels) if isinstance(levels, int) else None
+    if isinstance(levels, int):
+        return levels
+    # SAM 3's tracker names no level count: its image embeddings are one a backbone feature size
+    sizes = getattr(model, "backbone_feature_sizes", None)
+    return len(sizes) if isinstance(sizes, (list, tuple)) and sizes else None
 
 
 def output_names(model: torch.nn.Module, fields: tuple[str, ...]) -> tuple[str, ...]:
