@@ -205,6 +205,7 @@ EXPORTED = [
     ("feature-extraction", "vibevoice_acoustic_tokenizer"),  # a codec's latents (CODEC_OUTPUTS)
     ("feature-extraction", "sam"),  # its image embeddings (encoder_tasks.embeds_images)
     ("feature-extraction", "sam3_tracker"),  # a level an image embedding (tuple_outputs.tuple_count)
+    ("feature-extraction", "sam_hq"),  # with its intermediate embeddings
 ]
 
 
@@ -462,18 +463,28 @@ def test_a_codecs_features_are_its_encoding() -> None:
 
 def test_sams_features_are_its_image_embeddings() -> None:
     """SAM's base model returns masks and scores from prompts: its feature-extraction graph is the image
-    embeddings its prompt encoder and mask decoder read (get_image_embeddings). A model declaring the
+    embeddings its prompt encoder and mask decoder read (get_image_embeddings); SAM-HQ's also the states
+    after its global-attention layers, which its HQ decoder reads, one output each. A model declaring the
     fields the task reads (BERT's last_hidden_state) is not concerned."""
-    from transformers import BertConfig, BertModel, SamConfig, SamModel
+    from transformers import BertConfig, BertModel, SamConfig, SamHQConfig, SamHQModel, SamModel
 
-    from fastonnx.pretrained.encoder_tasks import embeds_images, output_fields
+    from fastonnx.pretrained.encoder_tasks import embeds_images, image_embedding_fields, output_fields
+    from fastonnx.pretrained.tuple_outputs import output_names
 
+    vision = {"num_hidden_layers": 3, "global_attn_indexes": [0, 2], "window_size": 4}
     with torch.device("meta"):
-        sam = SamModel(SamConfig(vision_config={"num_hidden_layers": 1, "global_attn_indexes": [0]}))
+        sam = SamModel(SamConfig(vision_config=vision))
+        hq = SamHQModel(SamHQConfig(vision_config=vision))
         bert = BertModel(BertConfig(num_hidden_layers=1))
     fe = "feature-extraction"
-    assert embeds_images(sam, fe, output_fields(sam, fe))
+    assert embeds_images(sam, fe, output_fields(sam, fe)) and embeds_images(hq, fe, output_fields(hq, fe))
     assert not embeds_images(bert, fe, output_fields(bert, fe))
+    assert output_names(sam, image_embedding_fields(sam)) == ("image_embeddings",)
+    assert output_names(hq, image_embedding_fields(hq)) == (
+        "image_embeddings",
+        "intermediate_embeddings.0",
+        "intermediate_embeddings.1",
+    )
     assert not embeds_images(sam, "image-segmentation", output_fields(sam, "image-segmentation"))
 
 

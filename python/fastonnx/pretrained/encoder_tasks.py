@@ -1129,16 +1129,30 @@ def embeds_images(model: torch.nn.Module, task: str, fields: tuple[str, ...]) ->
     return not any(f.partition(".")[0] in declared for f in fields)
 
 
+INTERMEDIATE_EMBEDDINGS = "intermediate_embeddings"
+
+
+def image_embedding_fields(model: torch.nn.Module) -> tuple[str, ...]:
+    """The fields of ``image_embeddings_of``: SAM-HQ's method also returns the states after its vision
+    encoder's global-attention layers, which its HQ mask decoder reads beside the embeddings."""
+    encoder = getattr(model, "vision_encoder", None)
+    cls = _output_class(encoder) if isinstance(encoder, torch.nn.Module) else None
+    hq = cls is not None and INTERMEDIATE_EMBEDDINGS in {f.name for f in dataclasses.fields(cls)}
+    return (IMAGE_EMBEDDINGS, INTERMEDIATE_EMBEDDINGS) if hq else (IMAGE_EMBEDDINGS,)
+
+
 def image_embeddings_of(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> Any:
-    """``model.get_image_embeddings`` as an output with the field ``image_embeddings``; an InputError where
-    it returns more than one tensor (SAM-HQ's also returns its intermediate embeddings)."""
+    """``model.get_image_embeddings`` as an output with the fields ``image_embeddings`` (and SAM-HQ's
+    ``intermediate_embeddings``, a list); an InputError for another form."""
     value = model.get_image_embeddings(**inputs)  # type: ignore[operator]
-    if not isinstance(value, torch.Tensor):
-        raise InputError(
-            f"{type(model).__name__}.get_image_embeddings returns {type(value).__name__}, not one tensor: "
-            "its feature-extraction graph is not made yet"
-        )
-    return types.SimpleNamespace(image_embeddings=value)
+    if isinstance(value, torch.Tensor):
+        return types.SimpleNamespace(image_embeddings=value)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], torch.Tensor):
+        return types.SimpleNamespace(image_embeddings=value[0], intermediate_embeddings=list(value[1]))
+    raise InputError(
+        f"{type(model).__name__}.get_image_embeddings returns {type(value).__name__}, not the embeddings "
+        "(and SAM-HQ's intermediate embeddings): its feature-extraction graph is not made yet"
+    )
 
 
 class ImageEmbeddingStates(Named):
@@ -1278,7 +1292,7 @@ def encoder(model: torch.nn.Module, config: Any, task: str) -> GraphSpec:
     _refuse_variable_counts(model, task, fields)
     embedded = embeds_images(model, task, fields)  # SAM's: its image embeddings
     if embedded:
-        fields = (IMAGE_EMBEDDINGS,)
+        fields = image_embedding_fields(model)
     elif not from_decoder(model, config, task, fields):  # Llama 4's states come from its decoder
         _refuse_no_features(model, task, fields)
     shapes = dynamic_shapes(model, names)

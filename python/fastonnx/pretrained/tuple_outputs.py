@@ -21,16 +21,20 @@ from typing import Any
 
 import torch
 
-TUPLE_FIELDS = ("feature_maps", "image_embeddings")
+TUPLE_FIELDS = ("feature_maps", "image_embeddings", "intermediate_embeddings")
 """Fields that may hold a tuple: a backbone's ``feature_maps`` (a stage each of its ``out_features``), SAM
 2's ``image_embeddings`` (a level each of its vision config's ``num_feature_levels``, SAM 3's tracker a
-level each of its ``backbone_feature_sizes``)."""
+level each of its ``backbone_feature_sizes``), SAM-HQ's ``intermediate_embeddings`` (one after each of
+its vision encoder's global-attention layers)."""
 
 
 def tuple_count(model: torch.nn.Module, field: str) -> int | None:
     """How many tensors ``model``'s tuple ``field`` holds; None where it holds one tensor."""
     if field == "feature_maps":
         return len(getattr(model, "out_features", ()) or ())
+    if field == "intermediate_embeddings":  # SAM-HQ's: the states after each global-attention layer
+        layers = getattr(getattr(model, "vision_encoder", None), "layers", ())
+        return sum(1 for layer in layers if getattr(layer, "window_size", None) == 0)
     vision = getattr(getattr(model, "config", None), "vision_config", None)
     levels = getattr(vision, "num_feature_levels", None)
     if isinstance(levels, int):
