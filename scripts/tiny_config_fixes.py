@@ -891,7 +891,13 @@ FIXES.update(dict.fromkeys(("sam3", "sam3_lite_text"), {"vision_config": _SAM3_V
 # facebook/sam3's tracker: its vision tower as sam3's (above); the mask decoder's MLPs 2 x and its IoU head as
 # wide as the tiny 64 (2048 and 256 of the checkpoint's 256)
 _SAM_DECODER = {"mlp_dim": 128, "iou_head_hidden_dim": 64}
-FIXES["sam3_tracker"] = {"vision_config": _SAM3_VISION, "mask_decoder_config": _SAM_DECODER}
+# (its video tracker: the same tower and mask decoder)
+FIXES.update(
+    dict.fromkeys(
+        ("sam3_tracker", "sam3_tracker_video"),
+        {"vision_config": _SAM3_VISION, "mask_decoder_config": _SAM_DECODER},
+    )
+)
 # yonigozlan/EdgeTAM-hf: timm's RepViT-M1 (48 to 384 channels at strides 4 to 32), whose name the config
 # class's default misspells ("archirecture"), so timm builds its default ResNet-50 (256 to 2048 channels) that
 # the neck's backbone_channel_list does not take: RepViT-M1 as the checkpoint names it, its widths as they are

@@ -206,6 +206,8 @@ EXPORTED = [
     ("feature-extraction", "sam"),  # its image embeddings (encoder_tasks.embeds_images)
     ("feature-extraction", "sam3_tracker"),  # a level an image embedding (tuple_outputs.tuple_count)
     ("feature-extraction", "sam_hq"),  # with its intermediate embeddings
+    ("feature-extraction", "sam2_video"),  # a video tracker: a frame's image embeddings
+    ("feature-extraction", "sam3_tracker_video"),
 ]
 
 
@@ -500,6 +502,25 @@ def test_sam3_trackers_image_embeddings_are_one_a_backbone_level() -> None:
     assert getattr(model.config.vision_config, "num_feature_levels", None) is None
     levels = len(model.backbone_feature_sizes)
     assert levels > 1
+    assert output_names(model, ("image_embeddings",)) == tuple(f"image_embeddings.{i}" for i in range(levels))
+
+
+def test_a_video_trackers_features_are_a_frames_image_embeddings() -> None:
+    """A video tracker's forward steps an inference session through a video; its feature-extraction graph
+    reads images (``pixel_values``, any batch) and returns their image embeddings, a level each."""
+    from transformers import Sam2VideoModel
+
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs, tracks_video
+    from fastonnx.pretrained.tuple_outputs import output_names
+
+    config = architecture_sweep().tiny_config("sam2_video")
+    with torch.device("meta"):
+        model = Sam2VideoModel(config)
+    assert tracks_video(model)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    assert list(inputs) == ["pixel_values"] and inputs["pixel_values"].shape[0] == 2
+    assert dims == {"pixel_values": {0: "batch_size"}}
+    levels = config.vision_config.num_feature_levels
     assert output_names(model, ("image_embeddings",)) == tuple(f"image_embeddings.{i}" for i in range(levels))
 
 

@@ -974,6 +974,10 @@ def decoder_inputs(config: Any, batch: int, device: str | torch.device) -> torch
 def _task_inputs(
     model: torch.nn.Module, config: Any, task: str, batch: int, device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    if task == "feature-extraction" and tracks_video(model):
+        # a video tracker steps an inference session through the frames: its features are a frame's image
+        # embeddings, which that session computes for each frame (embeds_images)
+        return image_inputs(config, batch, device), {"pixel_values": {0: BATCH}}
     if takes(model, "past_values"):
         series = series_inputs(model, config, batch, device)
         steps = {1: SEQUENCE} if any_length_series(model, config) else {}
@@ -1141,11 +1145,19 @@ def image_embedding_fields(model: torch.nn.Module) -> tuple[str, ...]:
     return (IMAGE_EMBEDDINGS, INTERMEDIATE_EMBEDDINGS) if hq else (IMAGE_EMBEDDINGS,)
 
 
+def tracks_video(model: torch.nn.Module) -> bool:
+    """A video tracker (SAM 2 Video's, SAM 3 Tracker Video's, EdgeTAM Video's): its forward takes an
+    ``inference_session`` and a frame index, and ``get_image_embeddings`` embeds frames alone."""
+    return takes(model, "inference_session") and callable(getattr(model, "get_image_embeddings", None))
+
+
 def image_embeddings_of(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> Any:
     """``model.get_image_embeddings`` as an output with the fields ``image_embeddings`` (and SAM-HQ's
     ``intermediate_embeddings``, a list); an InputError for another form."""
     value = model.get_image_embeddings(**inputs)  # type: ignore[operator]
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or (
+        isinstance(value, list) and value and all(isinstance(v, torch.Tensor) for v in value)
+    ):  # one tensor, or a list of a level each (SAM 2's trackers)
         return types.SimpleNamespace(image_embeddings=value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], torch.Tensor):
         return types.SimpleNamespace(image_embeddings=value[0], intermediate_embeddings=list(value[1]))
