@@ -208,6 +208,7 @@ EXPORTED = [
     ("feature-extraction", "sam_hq"),  # with its intermediate embeddings
     ("feature-extraction", "sam2_video"),  # a video tracker: a frame's image embeddings
     ("feature-extraction", "sam3_tracker_video"),
+    ("feature-extraction", "fastspeech2_conformer"),  # its text encoder's states
 ]
 
 
@@ -522,6 +523,18 @@ def test_a_video_trackers_features_are_a_frames_image_embeddings() -> None:
     assert dims == {"pixel_values": {0: "batch_size"}}
     levels = config.vision_config.num_feature_levels
     assert output_names(model, ("image_embeddings",)) == tuple(f"image_embeddings.{i}" for i in range(levels))
+
+
+def test_a_speech_synthesizers_features_are_its_text_encoders() -> None:
+    """FastSpeech2's base model returns a spectrogram: its feature-extraction graph is its text encoder's
+    states (encoder_last_hidden_state), computed before the durations turn the text into frames."""
+    from transformers import FastSpeech2ConformerConfig, FastSpeech2ConformerModel
+
+    from fastonnx.pretrained.encoder_tasks import output_fields
+
+    with torch.device("meta"):
+        model = FastSpeech2ConformerModel(FastSpeech2ConformerConfig())
+    assert output_fields(model, "feature-extraction") == ("encoder_last_hidden_state",)
 
 
 def test_flavas_images_are_its_image_towers_size() -> None:

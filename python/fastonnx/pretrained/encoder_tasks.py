@@ -154,6 +154,8 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
         *TUPLE_FIELDS,  # a backbone's feature maps (HGNetV2Backbone), SAM 2's image embeddings
         *NESTED_FIELDS,  # BLIP-2's Q-Former states
         *CODEC_OUTPUTS,
+        # a text-to-speech model's text encoder (FastSpeech2's), before it turns the text into audio
+        "encoder_last_hidden_state",
     ),
     # TimesFM's prediction models: the point forecast and the quantiles beside it (mean first)
     "time-series-forecasting": ("mean_predictions", "full_predictions"),
