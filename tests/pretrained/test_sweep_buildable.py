@@ -209,6 +209,7 @@ EXPORTED = [
     ("feature-extraction", "sam2_video"),  # a video tracker: a frame's image embeddings
     ("feature-extraction", "sam3_tracker_video"),
     ("feature-extraction", "fastspeech2_conformer"),  # its text encoder's states
+    ("feature-extraction", "seggpt"),  # an image beside its in-context prompt (72 s)
 ]
 
 
@@ -535,6 +536,32 @@ def test_a_speech_synthesizers_features_are_its_text_encoders() -> None:
     with torch.device("meta"):
         model = FastSpeech2ConformerModel(FastSpeech2ConformerConfig())
     assert output_fields(model, "feature-extraction") == ("encoder_last_hidden_state",)
+
+
+def test_seggpt_reads_an_image_beside_its_prompt_image_and_mask() -> None:
+    """SegGPT stacks an in-context prompt (an example image and its mask) above the image: its graph takes
+    the three at half its config's image height each, any batch."""
+    from transformers import SegGptConfig, SegGptModel
+
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+
+    config = SegGptConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=[64, 32],
+        patch_size=16,
+        mlp_dim=64,
+        merge_index=0,
+        intermediate_hidden_state_indices=[1],
+    )
+    with torch.device("meta"):
+        model = SegGptModel(config)
+    inputs, dims = encoder_inputs(model, config, "feature-extraction", 2, "cpu")
+    height, width = config.image_size
+    assert list(inputs) == ["pixel_values", "prompt_pixel_values", "prompt_masks"]
+    assert {tuple(t.shape) for t in inputs.values()} == {(2, config.num_channels, height // 2, width)}
+    assert dims == {name: {0: "batch_size"} for name in inputs}
 
 
 def test_flavas_images_are_its_image_towers_size() -> None:

@@ -597,6 +597,16 @@ class SoundVideoEncoder(_Encoder):
         return out
 
 
+class PromptedImageEncoder(_Encoder):  # SegGPT's image beside its in-context prompt (side_inputs.py)
+    def forward(
+        self, pixel_values: torch.Tensor, prompt_pixel_values: torch.Tensor, prompt_masks: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            pixel_values=pixel_values, prompt_pixel_values=prompt_pixel_values, prompt_masks=prompt_masks
+        )
+        return out
+
+
 class NoisedImageEncoder(_Encoder):
     def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(pixel_values=pixel_values, noise=noise)
@@ -621,6 +631,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "token_type_ids", "bbox"): BoxedTextEncoder,
     ("input_ids", "attention_mask", "token_type_ids", "visual_feats", "visual_pos"): RegionTextEncoder,
     ("pixel_values", "noise"): NoisedImageEncoder,
+    ("pixel_values", "prompt_pixel_values", "prompt_masks"): PromptedImageEncoder,
     ("pixel_values", "task_inputs"): TaskPromptedImageEncoder,
     ("pixel_values", "classes_input_ids", "tasks_input_ids", "tasks_attention_mask"): ClassPromptedDetector,
     ("pixel_values_videos",): VideoEncoder,

@@ -104,11 +104,15 @@ def attended_images(
     return out, {**dims, "image_attention_mask": dims["input_ids"]}
 
 
+PROMPT_IMAGES = ("prompt_pixel_values", "prompt_masks")
+"""SegGPT's in-context prompt beside ``pixel_values``: an example image and its segmentation mask."""
+
+
 def image_side_inputs(
     model: torch.nn.Module, config: Any, images: dict[str, torch.Tensor], device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], Dims]:
-    """ViTMAE's ``noise`` for the ``images``' pixels, one value a patch, or OneFormer's ``task_inputs``;
-    none for other models."""
+    """ViTMAE's ``noise`` for the ``images``' pixels, one value a patch, OneFormer's ``task_inputs`` or
+    SegGPT's prompt image and mask (``PROMPT_IMAGES``, the images' shape); none for other models."""
     pixels = images["pixel_values"]
     task_length = getattr(config, "task_seq_len", None)
     if takes(model, "task_inputs") and isinstance(task_length, int):
@@ -117,6 +121,13 @@ def image_side_inputs(
             0, vocab, (pixels.shape[0], task_length), generator=torch.Generator().manual_seed(1)
         )
         return {"task_inputs": ids.to(device)}, {"task_inputs": {0: BATCH}}
+    if takes(model, "prompt_pixel_values") and takes(model, "prompt_masks"):
+        # SegGPT's in-context prompt: an image and its mask (an image too), stacked above the input image;
+        # its config's image_size is the stack's, so each image is half its height
+        image = pixels[:, :, : pixels.shape[2] // 2]
+        g = torch.Generator().manual_seed(1)
+        prompt = {name: torch.randn(image.shape, generator=g).to(device) for name in PROMPT_IMAGES}
+        return {"pixel_values": image, **prompt}, {name: {0: BATCH} for name in PROMPT_IMAGES}
     if not (takes(model, "noise") and _masks_patches(model)):
         return {}, {}
     patch = config.patch_size
