@@ -203,6 +203,15 @@ EXPORTED = [
     ("feature-extraction", "clap"),
     ("feature-extraction", "idefics"),
     ("feature-extraction", "vibevoice_acoustic_tokenizer"),  # a codec's latents (CODEC_OUTPUTS)
+    # codecs' encodings at any length (test_codec_encodings.py): their encode, padding forms
+    ("feature-extraction", "mimi"),
+    ("feature-extraction", "mimi_encoder"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
+    ("feature-extraction", "encodec"),
+    ("feature-extraction", "dac"),
+    ("feature-extraction", "xcodec2"),  # its semantic model's frames beside the waveform
+    ("feature-extraction", "neucodec"),
 ]
 
 
