@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -225,3 +226,43 @@ def test_neucodecs_frames_trim_to_the_shorter_as_transformers() -> None:
         assert got.audio_codes.shape[-1] == min(features, 6)
         for field in ("audio_codes", "latents", "audio_codes_mask"):
             torch.testing.assert_close(getattr(got, field), getattr(expected, field), rtol=0, atol=0)
+
+
+def test_xcodecs_frame_count_is_transformers_without_a_float() -> None:
+    """X-Codec counts its acoustic frames by int() of a float division (audio_utils), which made the
+    length an int; the form's integer arithmetic gives the same counts."""
+    from transformers.audio_utils import conv1d_output_length
+
+    from fastonnx.capture.codec_paddings import conv1d_output_length_by_ints
+
+    for conv in (
+        torch.nn.Conv1d(1, 1, kernel_size=7, padding=3),
+        torch.nn.Conv1d(1, 1, kernel_size=16, stride=8, padding=4),
+        torch.nn.Conv1d(1, 1, kernel_size=3, dilation=9, padding=9),
+        torch.nn.Conv1d(1, 1, kernel_size=10, stride=5),
+    ):
+        for length in (10, 11, 319, 320, 16000, 16001):
+            assert conv1d_output_length_by_ints(conv, length) == conv1d_output_length(conv, length)
+
+
+class _XcodecForward(torch.nn.Module):
+    """XcodecModel's forward as audio_inputs reads it (its signature and documented shape), without
+    importing its modeling module (HuBERT and DAC with it: seconds)."""
+
+    def forward(self, input_values: torch.Tensor, audio_codes: Any = None, bandwidth: Any = None) -> Any:
+        """input_values (`torch.Tensor` of shape `(batch_size, channels, num_samples)`): the waveform."""
+        raise NotImplementedError
+
+
+def test_xcodec_reads_its_waveform_in_whole_hops() -> None:
+    """X-Codec pads its waveform for its acoustic encoder or not by whether its acoustic and semantic
+    frames differ, a branch on the length's remainder; its extractor (DAC's) pads to whole hops, where
+    they never differ: the graph's waveform is hop_length x audio_frames samples."""
+    from transformers import XcodecConfig
+
+    from fastonnx.pretrained.encoder_tasks import AUDIO_FRAMES, audio_inputs
+
+    config = XcodecConfig()
+    inputs, dims = audio_inputs(_XcodecForward(), config, 2, "meta")
+    assert dims == {"input_values": {0: "batch_size", 2: f"{config.hop_length}*{AUDIO_FRAMES}"}}
+    assert inputs["input_values"].shape[-1] % config.hop_length == 0

@@ -210,6 +210,7 @@ EXPORTED = [
     ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
     ("feature-extraction", "encodec"),
     ("feature-extraction", "dac"),
+    ("feature-extraction", "xcodec"),  # in whole hops (encoder_tasks.WHOLE_HOP_CODECS)
     ("feature-extraction", "xcodec2"),  # its semantic model's frames beside the waveform
     ("feature-extraction", "neucodec"),
 ]

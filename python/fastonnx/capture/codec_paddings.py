@@ -22,6 +22,9 @@ picked by the row count as a tensor, so the codes are eager's at every length.
 ``neucodec_encode_symbolic``: NeuCodec trims its semantic and acoustic frames to the shorter with
 Python's ``min``, a guard on which is shorter; the form takes ``torch.sym_min``.
 
+``conv1d_output_length_by_ints``: X-Codec counts its acoustic frames by ``int()`` of a float division
+(to decide whether to pad the waveform as its semantic model does), which made the length an int.
+
 ``encodec_encode_whole``: ``EncodecModel.encode`` loops ``range(0, length, stride)``, the stride the
 length itself where the model does not chunk: one frame, the same codes, without the int.
 
@@ -173,6 +176,14 @@ def neucodec_encode_symbolic(
     )
 
 
+def conv1d_output_length_by_ints(module: torch.nn.Conv1d, input_length: Any) -> Any:
+    """transformers' ``audio_utils.conv1d_output_length`` as integer arithmetic: its ``int()`` of a
+    float division made the length an int. The same count wherever the convolution has an output (its
+    numerator not negative: there truncation is the floor)."""
+    span = int(module.dilation[0]) * (int(module.kernel_size[0]) - 1) + 1
+    return (input_length + 2 * int(module.padding[0]) - span) // int(module.stride[0]) + 1
+
+
 _CDIST_ROWS = 25  # torch.cdist's default mode computes by matrix product past this many rows
 
 
@@ -198,6 +209,7 @@ SWAPS: Forms = {
     },
     "pocket_tts_audio_tokenizer": {"PocketTTSAudioTokenizerConv1d.forward": mimi_conv1d_by_sizes},
     "neucodec": {"NeuCodecModel.encode": neucodec_encode_symbolic},
+    "xcodec": {"conv1d_output_length": conv1d_output_length_by_ints},
 }
 """transformers' model types and the ``Class.method``s swapped (model_swaps.py)."""
 

@@ -899,6 +899,12 @@ def frame_size(config: Any) -> int | None:
     return None
 
 
+WHOLE_HOP_CODECS = ("xcodec",)
+"""Codecs read in whole hops of samples (``hop_length`` x ``audio_frames``), as their extractor pads
+(X-Codec's, DAC's extractor): X-Codec pads its waveform for its acoustic encoder, or not, by whether its
+acoustic frames and its semantic model's differ, a branch on the length's remainder; at whole hops they
+never do, for every length alike."""
+
 TRIMMED_SEMANTIC_FRAMES = ("neucodec",)
 """Codecs whose encode trims their semantic and acoustic frames to the shorter (NeuCodec's extractor
 makes one semantic frame fewer than the waveform's hops): the two lengths independent, not linked."""
@@ -939,6 +945,10 @@ def audio_inputs(
         channels = waveform_channels(model, config)
         if channels is not None and takes(model, "input_features"):  # X-Codec2, NeuCodec
             return semantic_codec_inputs(config, batch, channels, g, device)
+        if channels is not None and getattr(config, "model_type", None) in WHOLE_HOP_CODECS:
+            hop = int(config.hop_length)
+            wave = torch.randn(batch, channels, -(-WAVEFORM_SAMPLES // hop) * hop, generator=g)
+            return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: f"{hop}*{AUDIO_FRAMES}"}}
         if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
             wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
             return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
