@@ -266,3 +266,33 @@ def test_xcodec_reads_its_waveform_in_whole_hops() -> None:
     inputs, dims = audio_inputs(_XcodecForward(), config, 2, "meta")
     assert dims == {"input_values": {0: "batch_size", 2: f"{config.hop_length}*{AUDIO_FRAMES}"}}
     assert inputs["input_values"].shape[-1] % config.hop_length == 0
+
+
+def test_torchs_crash_stating_its_fixes_captures_the_dims_as_dynamic() -> None:
+    """Mimi's length through its nested // and %: torch refuses, then asserts "Cannot create Dim with
+    inconsistent min" building its fixes, naming no Dim; refinement 0 captures every named Dim as
+    Dim.DYNAMIC (guards.py checks the sizes asked), keeping size-oblivious reasoning."""
+    from torch.export import Dim
+
+    from fastonnx.capture import refinement
+
+    length = Dim("audio_sequence_length", min=2, max=1 << 20)
+    shapes = {"input_values": {0: Dim("batch_size"), 2: length}}
+    attempt = refinement._Attempt(shapes, shapes, oblivious=True, may_drop=True)
+    crash = "Cannot create Dim with inconsistent min=0, max=-1092"
+    assert refinement.REFINEMENTS[0] is refinement.crashed_suggestions_as_dynamic
+    assert refinement.crashed_suggestions_as_dynamic(attempt, crash, "WaveformEncoder")
+    assert attempt.shapes == {"input_values": {0: Dim.DYNAMIC, 2: Dim.DYNAMIC}}
+    assert attempt.checked and attempt.oblivious
+    assert not refinement.crashed_suggestions_as_dynamic(attempt, crash, "WaveformEncoder")  # once
+
+
+def test_a_frames_greater_than_one_guard_is_a_size_one_guard() -> None:
+    """PocketTTS's first refusal names ``frames != 1`` and ``frames > 1`` (transformers' sdpa
+    ``q_length > 1``): both what size-oblivious reasoning makes of a size of 1."""
+    from fastonnx.capture.dynamic_dims import size_one_guards_only
+
+    guard = "  - Not all values of n = L['x'].size()[2] in the specified range satisfy the generated guard "
+    ones = guard + "((L['x'].size()[2] + 3) // 4) != 1.\n" + guard + "((L['x'].size()[2] + 3) // 4) > 1.\n"
+    assert size_one_guards_only(ones)
+    assert not size_one_guards_only(ones + guard + "L['x'].size()[2] <= 512.\n")
