@@ -630,8 +630,13 @@ FIXES.update(
         "pe_audio_video_encoder": _PE_AUDIO_VIDEO,
         "pe_audio_video": {"audio_video_config": _PE_AUDIO_VIDEO},
         # neuphonic/neucodec, HKUSTAudio/xcodec2: the acoustic encoder doubles its width at each of its 5
-        # strides from encoder_hidden_size (48: 1536 channels): from 8 (256)
-        **dict.fromkeys(("xcodec2", "neucodec"), {"encoder_hidden_size": 8}),
+        # strides from encoder_hidden_size (48: 1536 channels): from 8 (256); their quantizer reads the
+        # semantic and acoustic encodings concatenated, quantization_dim = the two hidden sizes (1024 each);
+        # their decoder's attention repeats no key-value heads: as many as the 4 tiny heads (16 and 16)
+        **dict.fromkeys(
+            ("xcodec2", "neucodec"),
+            {"encoder_hidden_size": 8, "quantization_dim": 2 * _TINY_HIDDEN, "num_key_value_heads": 4},
+        ),
     }
 )
 

@@ -210,6 +210,16 @@ EXPORTED = [
     ("feature-extraction", "sam3_tracker_video"),
     ("feature-extraction", "fastspeech2_conformer"),  # its text encoder's states
     ("feature-extraction", "seggpt"),  # an image beside its in-context prompt (72 s)
+    # codecs' encodings at any length (test_codec_encodings.py): their encode, padding forms
+    ("feature-extraction", "mimi"),
+    ("feature-extraction", "mimi_encoder"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer"),
+    ("feature-extraction", "pocket_tts_audio_tokenizer_encoder"),
+    ("feature-extraction", "encodec"),
+    ("feature-extraction", "dac"),
+    ("feature-extraction", "xcodec"),  # in whole hops (encoder_tasks.WHOLE_HOP_CODECS)
+    ("feature-extraction", "xcodec2"),  # its semantic model's frames beside the waveform
+    ("feature-extraction", "neucodec"),
 ]
 
 

@@ -407,14 +407,14 @@ _GUARD = re.compile(r"satisfy the generated guard (.+?)\.?$", re.MULTILINE)
 
 
 def size_one_guards_only(message: str) -> bool:
-    """Whether every guard torch.export could not prove is a size's ``!= 1`` (the guards size-oblivious
-    reasoning makes of a branch on a size of 1: it assumes the branch taken for sizes of 2 and more holds
-    for 1), and it specialised nothing."""
+    """Whether every guard torch.export could not prove is a size's ``!= 1`` or ``> 1`` (the guards
+    size-oblivious reasoning makes of a branch on a size of 1: it assumes the branch taken for sizes of 2
+    and more holds for 1), and it specialised nothing."""
     guards = _GUARD.findall(message)
     return (
         bool(guards)
         and "specialized it to be a constant" not in message
-        and all(g.strip().endswith("!= 1") for g in guards)
+        and all(g.strip().endswith(("!= 1", "> 1")) for g in guards)
     )
 
 
@@ -436,6 +436,18 @@ def unproven_dims(message: str, dynamic_shapes: Any) -> set[str]:
     dims = [d for d in pytree.tree_leaves(dynamic_shapes, is_leaf=_is_dim) if isinstance(d, Dim)]
     roots = {getattr(d.root, "__name__", None) for d in dims if isinstance(d, DerivedDim)}
     return {d.__name__ for d in dims if not isinstance(d, DerivedDim) and d.__name__ in named} - roots
+
+
+def root_dims(dynamic_shapes: Any) -> set[str]:
+    """The names of the Dims of ``dynamic_shapes`` that no other builds on and that are not derived."""
+    dims = [d for d in pytree.tree_leaves(dynamic_shapes, is_leaf=_is_dim) if isinstance(d, Dim)]
+    roots = {getattr(d.root, "__name__", None) for d in dims if isinstance(d, DerivedDim)}
+    return {d.__name__ for d in dims if not isinstance(d, DerivedDim)} - roots
+
+
+SUGGESTION_CRASH = "Cannot create Dim with inconsistent"
+"""torch's own assertion when the fixes it would suggest for a refusal give a Dim an empty range (a
+derived dim's root through nested ``//`` and ``%`` of a codec's convolutions): the refusal is lost."""
 
 
 def as_dynamic(dynamic_shapes: Any, names: set[str]) -> Any:

@@ -483,6 +483,9 @@ def _oblivious(expr: Any) -> bool:
     if not rhs.is_number or not rhs.is_integer:
         return False
     c = int(rhs)
+    scale, _ = lhs.as_coeff_Mul()  # ``16*max(1, f) != 16``: a size scaled by a constant (heads x frames)
+    if scale.is_integer and int(scale) > 1 and c % int(scale) == 0:
+        c //= int(scale)
     return (op == "!=" and c in (0, 1)) or (op == ">=" and c in (0, 1, 2)) or (op == ">" and c in (0, 1))
 
 

@@ -1,6 +1,9 @@
 """torch.export with the user's dynamic shapes, retried the way that keeps the most of them when its
 constraints refuse them. Each refinement is one step, tried in this order, each at most once per round:
 
+0. ``crashed_suggestions_as_dynamic``: torch refused, but crashed stating its fixes (an empty range
+   for a derived Dim's root: a codec's length through nested ``//`` and ``%``), so no Dim is named:
+   every named Dim captured as Dim.DYNAMIC, checked by guards.py as in 2.
 1. ``drop_size_oblivious``: retry without size-oblivious reasoning. It is process-wide in torch, so only
    when no requested dim's example size is 0 or 1: size-oblivious reasoning is what keeps those
    symbolic, and it generates guards such as ``batch != 1`` that plain torch.export does not.
@@ -9,8 +12,9 @@ constraints refuse them. Each refinement is one step, tried in this order, each 
 3. ``torch_fixes``: the fixes torch suggests (``Dim('sequence', max=512)``, ``n = 2*_n``) applied.
 4. ``size_one_guards_checked``: the first refusal, under size-oblivious reasoning, named only a size's
    ``!= 1`` guards (what it makes of a branch on a size of 1: Mamba's ``seq_len == 1`` decode path), and
-   the retries without it found no way: back to size-oblivious reasoning with those Dims checked by
-   guards.py as in 2 (it accepts those guards: the branch taken for 2 and more holds for 1).
+   the retries without it found no way (torch's fixes refused or themselves refused, a derived Dim's
+   minimum below 0): back to size-oblivious reasoning with those Dims checked by guards.py as in 2 (it
+   accepts those guards: the branch taken for 2 and more holds for 1; ``> 1`` is the same guard).
 
 Each change is logged; the error, when every step fails, chains torch's first refusal.
 """
@@ -108,8 +112,12 @@ def export_refined(request: Request, layers: LayerPlan | None = None) -> Exporte
         except Exception as e:  # torch raises many types; its message is what the user needs
             message = getattr(e, "msg", None) or str(e)
             failures.append(e)
-            if "Constraints violated" not in message:
-                break
+            if "Constraints violated" not in message and dynamic_dims.SUGGESTION_CRASH not in message:
+                # torch's fixes themselves refused (a derived Dim's min below 0): refinement 4 may still
+                # hold, from the first refusal
+                if not size_one_guards_checked(attempt, message, request.name):
+                    break
+                continue
             reason = message.split("\nThe error above occurred")[0]
             attempt.first_refusal = attempt.first_refusal or message
             if not any(step(attempt, message, request.name) for step in REFINEMENTS):
@@ -160,6 +168,26 @@ def unproven_as_dynamic(attempt: _Attempt, message: str, name: str) -> bool:
     return True
 
 
+def crashed_suggestions_as_dynamic(attempt: _Attempt, message: str, name: str) -> bool:
+    """Refinement 0: torch refused the dynamic shapes but crashed building its fixes (an empty range
+    for a derived Dim's root), so the message names no Dim: every named Dim captured as Dim.DYNAMIC,
+    guards.py checking the ranges asked size by size, as in 2 (before 1: it keeps size-oblivious
+    reasoning, whose guards on a size of 1 guards.py accepts)."""
+    if attempt.checked or dynamic_dims.SUGGESTION_CRASH not in message:
+        return False
+    names = dynamic_dims.root_dims(attempt.shapes)
+    if not names:
+        return False
+    attempt.shapes, attempt.checked = dynamic_dims.as_dynamic(attempt.shapes, names), True
+    log.info(
+        "torch.export could not state its fixes for %s of %s; capturing them as Dim.DYNAMIC, the "
+        "sizes asked for are checked after the capture",
+        ", ".join(sorted(names)),
+        name,
+    )
+    return True
+
+
 def torch_fixes(attempt: _Attempt, message: str, name: str) -> bool:
     """Refinement 3: the fixes torch suggests, applied to the dynamic shapes."""
     refined = dynamic_dims.refine(message, attempt.shapes)
@@ -181,12 +209,19 @@ def size_one_guards_checked(attempt: _Attempt, message: str, name: str) -> bool:
     first = attempt.first_refusal
     if attempt.oblivious or attempt.checked or first is None or not dynamic_dims.size_one_guards_only(first):
         return False
-    attempt.oblivious, attempt.shapes, attempt.fixes = True, attempt.original, []
+    # torch's fixes for those guards alone (``n = 120*_n - 80``, a length a whole number of frames
+    # past one frame) are what they say, not a relation to keep: the Dims are checked as in 2
+    unproven = dynamic_dims.unproven_dims(first, attempt.original)
+    if not unproven:
+        return False
+    attempt.oblivious, attempt.fixes, attempt.checked = True, [], True
+    attempt.shapes = dynamic_dims.as_dynamic(attempt.original, unproven)
     log.info("%s: back to size-oblivious reasoning, its guards on a size of 1 checked", name)
-    return unproven_as_dynamic(attempt, first, name)
+    return True
 
 
 REFINEMENTS: tuple[Callable[[_Attempt, str, str], bool], ...] = (
+    crashed_suggestions_as_dynamic,
     drop_size_oblivious,
     unproven_as_dynamic,
     torch_fixes,
@@ -227,7 +262,7 @@ def _export(
         symbolic_take_along_dims(),  # torch's take_along_dim specialises every dim
         guard_free_text_encoders(),  # CPM-Ant, FSMT, Longformer (text_encoder_swaps.py)
         gathered_length_regulators(),  # FastSpeech2's frames per phoneme (length_regulators.py)
-        guard_free_codec_paddings(),  # EnCodec's convolution paddings (codec_paddings.py)
+        guard_free_codec_paddings(),  # EnCodec's, Mimi's, PocketTTS's conv paddings (codec_paddings.py)
         unmasked_series_encoders(),  # Informer's and Autoformer's unpadded masks (series_masks.py)
         batched_forecasts(),  # TimesFM's series as one batch x steps tensor (batched_forecasts.py)
         scanned_video_frames(),  # VideoMT's frames as a scan (video_queries.py)

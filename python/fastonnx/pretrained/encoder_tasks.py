@@ -277,6 +277,9 @@ class Named(torch.nn.Module):
         # a σ-VAE codec's forward draws noise into its latents unless told not to (VibeVoice's acoustic
         # tokenizer: ``sample=True``): a graph of a draw matches no run, and a feature user reads the mean
         self.fixed: dict[str, Any] = {"sample": False} if _draws_on_request(model) else {}
+        # a codec's encoding read from its ``encode``: its forward decodes too, and the decoder's trim of
+        # the reconstruction to the input's length (``if L < audio_values.shape[-1]``) guards the length
+        self.encode_kwargs = CodecEncoding.kwargs(model, fields)  # the kwargs only: one path a weight
 
     def forward(self, **inputs: torch.Tensor) -> Outputs:
         with states_off(self.model):
@@ -296,7 +299,64 @@ class Named(torch.nn.Module):
         return tuple(found) if len(found) > 1 else found[0]
 
     def run(self, inputs: dict[str, torch.Tensor]) -> Any:
+        if self.encode_kwargs is not None:
+            encode: Any = self.model.encode  # a method, which nn.Module types as a tensor or module
+            return encode(**inputs, **self.encode_kwargs)
         return self.model(**inputs, **self.fixed)
+
+
+class CodecEncoding(torch.nn.Module):
+    """A codec's ``encode`` called as a module, returning its output: what its feature-extraction graph
+    runs (in ``Named``) and what the package is checked against (``reference``). Looked up at each call:
+    capture swaps some codecs' ``encode`` (capture/codec_paddings.py)."""
+
+    def __init__(self, model: torch.nn.Module, fixed: dict[str, Any]) -> None:
+        super().__init__()
+        self.model, self.fixed = model, fixed
+
+    @staticmethod
+    def kwargs(model: torch.nn.Module, fields: tuple[str, ...]) -> dict[str, Any] | None:
+        """What ``encode`` is called with where ``codec_encode`` finds one (else None): asked for its
+        output object and, where ``latents`` are read, for them (NeuCodec's, X-Codec2's
+        ``output_latents``)."""
+        encode = codec_encode(model, fields)
+        if encode is None:
+            return None
+        taken = inspect.signature(encode).parameters
+        fixed = {"return_dict": True} if "return_dict" in taken else {}
+        if "output_latents" in taken and "latents" in fields:
+            fixed["output_latents"] = True
+        return fixed
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, fields: tuple[str, ...]) -> CodecEncoding | None:
+        """The encoding of ``model`` where ``codec_encode`` finds one, else None."""
+        fixed = cls.kwargs(model, fields)
+        return None if fixed is None else cls(model, fixed)
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        encode: Any = self.model.encode  # a method, which nn.Module types as a tensor or module
+        return encode(**inputs, **self.fixed)
+
+
+def codec_encode(model: torch.nn.Module, fields: tuple[str, ...]) -> Any:
+    """A codec's ``encode`` (EnCodec's, Mimi's, DAC's...) where ``fields`` are all its encoding
+    (``CODEC_OUTPUTS``) and the output ``encode`` annotates declares them all; else None (the forward)."""
+    encode = getattr(model, "encode", None)
+    if not fields or not set(fields) <= set(CODEC_OUTPUTS) or not callable(encode):
+        return None
+    try:
+        signature = inspect.signature(encode)
+    except (TypeError, ValueError):
+        return None
+    annotation = signature.return_annotation
+    candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    for c in candidates:
+        if isinstance(c, type) and dataclasses.is_dataclass(c):
+            declared = {f.name for f in dataclasses.fields(c)}
+            if "input_values" in signature.parameters and set(fields) <= declared:
+                return encode
+    return None
 
 
 def _draws_on_request(model: torch.nn.Module) -> bool:
@@ -467,6 +527,12 @@ class FeaturesEncoder(_Encoder):
         return out
 
 
+class SemanticCodecEncoder(_Encoder):  # X-Codec2, NeuCodec: a waveform and its semantic model's frames
+    def forward(self, input_values: torch.Tensor, input_features: torch.Tensor) -> Outputs:
+        out: Outputs = self.inner(input_values=input_values, input_features=input_features)
+        return out
+
+
 class MaskedFeaturesEncoder(_Encoder):
     def forward(self, input_features: torch.Tensor, input_features_mask: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(input_features=input_features, input_features_mask=input_features_mask)
@@ -624,6 +690,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("past_values", "past_values_padding", "freq"): PaddedSeriesEncoder,
     ("input_features",): FeaturesEncoder,
     ("input_features", "input_features_mask"): MaskedFeaturesEncoder,
+    ("input_values", "input_features"): SemanticCodecEncoder,
     ("audio_mel", "audio_mel_mask"): MelEncoder,
     ("input_ids", "attention_mask", "decoder_input_ids"): Seq2SeqTextEncoder,
     ("input_features", "decoder_input_ids"): Seq2SeqFeaturesEncoder,
@@ -845,6 +912,39 @@ def frame_size(config: Any) -> int | None:
     return None
 
 
+WHOLE_HOP_CODECS = ("xcodec",)
+"""Codecs read in whole hops of samples (``hop_length`` x ``audio_frames``), as their extractor pads
+(X-Codec's, DAC's extractor): X-Codec pads its waveform for its acoustic encoder, or not, by whether its
+acoustic frames and its semantic model's differ, a branch on the length's remainder; at whole hops they
+never do, for every length alike."""
+
+TRIMMED_SEMANTIC_FRAMES = ("neucodec",)
+"""Codecs whose encode trims their semantic and acoustic frames to the shorter (NeuCodec's extractor
+makes one semantic frame fewer than the waveform's hops): the two lengths independent, not linked."""
+
+
+def semantic_codec_inputs(
+    config: Any, batch: int, channels: int, g: torch.Generator, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """A codec reading its semantic model's features beside the waveform (X-Codec2, NeuCodec): the
+    waveform in whole hops (their extractors pad it to a multiple of the encoder's ``hop_length``) and
+    the frames of stacked mel bins their extractor makes (``feature_projection_input_dim`` wide, two
+    10 ms frames a 20 ms hop). X-Codec2 concatenates the two encodings, so its features have one frame a
+    hop (``audio_frames``, the waveform ``hop x audio_frames``); NeuCodec trims both to the shorter, its
+    features their own length."""
+    hop = getattr(config, "encoder_hop_length", None) or config.hop_length
+    width = int(config.semantic_model_config.feature_projection_input_dim)
+    hops = -(-WAVEFORM_SAMPLES // hop)
+    wave = torch.randn(batch, channels, hop * hops, generator=g).to(device)
+    features = torch.randn(batch, hops, width, generator=g).to(device)
+    if getattr(config, "model_type", None) in TRIMMED_SEMANTIC_FRAMES:
+        dims = {"input_values": {0: BATCH, 2: AUDIO}, "input_features": {0: BATCH, 1: FEATURES}}
+    else:
+        frames = {0: BATCH, 1: AUDIO_FRAMES}
+        dims = {"input_values": {0: BATCH, 2: f"{hop}*{AUDIO_FRAMES}"}, "input_features": frames}
+    return {"input_values": wave, "input_features": features}, dims
+
+
 def audio_inputs(
     model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
@@ -856,6 +956,12 @@ def audio_inputs(
             shape = (batch, int(config.max_length), int(config.num_mel_bins))
             return {"input_values": torch.randn(*shape, generator=g).to(device)}, {"input_values": {0: BATCH}}
         channels = waveform_channels(model, config)
+        if channels is not None and takes(model, "input_features"):  # X-Codec2, NeuCodec
+            return semantic_codec_inputs(config, batch, channels, g, device)
+        if channels is not None and getattr(config, "model_type", None) in WHOLE_HOP_CODECS:
+            hop = int(config.hop_length)
+            wave = torch.randn(batch, channels, -(-WAVEFORM_SAMPLES // hop) * hop, generator=g)
+            return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: f"{hop}*{AUDIO_FRAMES}"}}
         if channels is not None:  # a codec's (EnCodec's, DAC's): batch x channels x samples
             wave = torch.randn(batch, channels, WAVEFORM_SAMPLES, generator=g)
             return {"input_values": wave.to(device)}, {"input_values": {0: BATCH, 2: AUDIO}}
@@ -1212,6 +1318,8 @@ def reference(model: torch.nn.Module, config: Any, task: str, fields: tuple[str,
         return ClassPrompts(model)
     if embeds_images(model, task, fields):
         return ImageEmbeddings(model)
+    if (encoding := CodecEncoding.of(model, fields)) is not None:
+        return encoding  # a codec's encode, as its graph runs it
     return bare_decoder(model) if from_decoder(model, config, task, fields) else model
 
 
