@@ -158,14 +158,7 @@ def unproven_as_dynamic(attempt: _Attempt, message: str, name: str) -> bool:
     unproven = dynamic_dims.unproven_dims(message, attempt.shapes)
     if not unproven or not dynamic_dims.fixes_bound_or_fix(message, unproven):
         return False
-    attempt.shapes, attempt.checked = dynamic_dims.as_dynamic(attempt.shapes, unproven), True
-    log.info(
-        "torch.export could not prove its guards over %s of %s; capturing them as Dim.DYNAMIC, "
-        "the sizes asked for are checked after the capture",
-        ", ".join(sorted(unproven)),
-        name,
-    )
-    return True
+    return _checked_as_dynamic(attempt, unproven, "could not prove its guards over", name)
 
 
 def crashed_suggestions_as_dynamic(attempt: _Attempt, message: str, name: str) -> bool:
@@ -178,11 +171,18 @@ def crashed_suggestions_as_dynamic(attempt: _Attempt, message: str, name: str) -
     names = dynamic_dims.root_dims(attempt.shapes)
     if not names:
         return False
-    attempt.shapes, attempt.checked = dynamic_dims.as_dynamic(attempt.shapes, names), True
+    return _checked_as_dynamic(attempt, names, "could not state its fixes for", name)
+
+
+def _checked_as_dynamic(attempt: _Attempt, dims: set[str], why: str, name: str) -> bool:
+    """The next try with ``dims`` captured as Dim.DYNAMIC, guards.py checking the sizes asked for after
+    the capture (refinements 0 and 2)."""
+    attempt.shapes, attempt.checked = dynamic_dims.as_dynamic(attempt.shapes, dims), True
     log.info(
-        "torch.export could not state its fixes for %s of %s; capturing them as Dim.DYNAMIC, the "
-        "sizes asked for are checked after the capture",
-        ", ".join(sorted(names)),
+        "torch.export %s %s of %s; capturing them as Dim.DYNAMIC, the sizes asked for are checked after "
+        "the capture",
+        why,
+        ", ".join(sorted(dims)),
         name,
     )
     return True
