@@ -193,12 +193,14 @@ Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 def _output_class(model: torch.nn.Module) -> type | None:
     """The ModelOutput dataclass the forward's return annotation names (``tuple | XOutput``), else the
     one dataclass its source returns by name (``return XOutput(...)``)."""
-    annotation = inspect.signature(model.forward).return_annotation
+    return _annotated_class(inspect.signature(model.forward)) or _returned_class(model)
+
+
+def _annotated_class(signature: inspect.Signature) -> type | None:
+    """The first dataclass a return annotation names (``XOutput`` or ``tuple | XOutput``), else None."""
+    annotation = signature.return_annotation
     candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    for c in candidates:
-        if isinstance(c, type) and dataclasses.is_dataclass(c):
-            return c
-    return _returned_class(model)
+    return next((c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)), None)
 
 
 def _returned_class(model: torch.nn.Module) -> type | None:
@@ -349,14 +351,9 @@ def codec_encode(model: torch.nn.Module, fields: tuple[str, ...]) -> Any:
         signature = inspect.signature(encode)
     except (TypeError, ValueError):
         return None
-    annotation = signature.return_annotation
-    candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    for c in candidates:
-        if isinstance(c, type) and dataclasses.is_dataclass(c):
-            declared = {f.name for f in dataclasses.fields(c)}
-            if "input_values" in signature.parameters and set(fields) <= declared:
-                return encode
-    return None
+    returned = _annotated_class(signature)
+    declared = {f.name for f in dataclasses.fields(returned)} if returned is not None else set()
+    return encode if "input_values" in signature.parameters and set(fields) <= declared else None
 
 
 def _draws_on_request(model: torch.nn.Module) -> bool:

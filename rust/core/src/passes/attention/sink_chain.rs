@@ -46,12 +46,8 @@ pub(super) fn match_sink_chain(
     // nothing reads (torch's max also gives the indices: an ArgMax the clean-up drops later)
     let cat_at = *ix.prod.get(combined)?;
     let cat = &g.nodes[cat_at];
-    let others: Vec<usize> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, n)| !dead.contains(i) && n.inputs.iter().any(|v| v == combined))
-        .map(|(i, _)| i)
+    let others: Vec<usize> = readers_of(g, combined)
+        .filter(|i| !dead.contains(i))
         .collect();
     let mut readers = true;
     for at in others {
@@ -230,14 +226,7 @@ fn reads_only(g: &Graph, ix: &Index, value: &str, source: &str) -> Option<Vec<us
     let inside = |reader: usize| nodes.contains(&reader);
     for &at in &nodes {
         for out in &g.nodes[at].outputs {
-            let readers: Vec<usize> = g
-                .nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.inputs.iter().any(|i| i == out))
-                .map(|(i, _)| i)
-                .collect();
-            let outside = readers.iter().filter(|&&r| !inside(r)).count();
+            let outside = readers_of(g, out).filter(|&r| !inside(r)).count();
             if g.outputs.contains(out) || outside > usize::from(out == value) {
                 return None;
             }
@@ -256,8 +245,8 @@ fn unread_from(g: &Graph, start: usize) -> Option<Vec<usize>> {
             if g.outputs.contains(out) {
                 return None;
             }
-            for (r, n) in g.nodes.iter().enumerate() {
-                if n.inputs.iter().any(|v| v == out) && !nodes.contains(&r) {
+            for r in readers_of(g, out) {
+                if !nodes.contains(&r) {
                     nodes.push(r);
                 }
             }
@@ -268,4 +257,14 @@ fn unread_from(g: &Graph, start: usize) -> Option<Vec<usize>> {
         i += 1;
     }
     Some(nodes)
+}
+
+/// The nodes reading `value`, in graph order (the Index keeps counts and first readers only; these
+/// walks need every reader of a few values).
+fn readers_of<'a>(g: &'a Graph, value: &'a str) -> impl Iterator<Item = usize> + 'a {
+    g.nodes
+        .iter()
+        .enumerate()
+        .filter(move |(_, n)| n.inputs.iter().any(|i| i == value))
+        .map(|(i, _)| i)
 }
