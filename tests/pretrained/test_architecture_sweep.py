@@ -48,6 +48,39 @@ def test_unbuildable_architecture_is_reported(tmp_path: pathlib.Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_only_what_no_input_could_run_is_left_out_of_a_tasks_count() -> None:
+    """Issue 42: "not buildable" only where transformers itself cannot run the model here; a forward
+    failing on the sweep's inputs, or a tiny config still too large, is the sweep's gap and counts
+    against the task, in new runs and in runs stored before the rule."""
+    sweep = _sweep()
+    assert sweep.build_failure("LookupError: transformers has no class FooModel") == "not buildable"
+    detectron = "ImportError: LayoutLMv2Model requires the detectron2 library but it was not found"
+    assert sweep.build_failure(detectron) == "not buildable"
+    torchaudio = (
+        "ImportError: HiggsAudioV2TokenizerModel requires the torchaudio library but it was not found"
+    )
+    assert sweep.build_failure(torchaudio) == "sweep gap"  # the index has it: ours to install
+    eager = "RuntimeError: eager forward fails: ValueError: `visual_feats` cannot be `None`"
+    assert sweep.build_failure(eager) == "sweep gap"
+    assert sweep.build_failure("ValueError: 296M parameters at the tiny sizes") == "sweep gap"
+    stored = [
+        {"model_type": "a", "class_name": "A", "status": "pass", "detail": "", "seconds": 1},
+        {"model_type": "b", "class_name": "B", "status": "not buildable", "detail": eager, "seconds": 1},
+        {"model_type": "c", "class_name": "C", "status": "not buildable", "detail": detectron, "seconds": 1},
+    ]
+    entry = {
+        "commit": "abc",
+        "transformers": "5",
+        "torch": "2",
+        "command": "x",
+        "planned": 3,
+        "results": stored,
+    }
+    swept, buildable, counts = sweep._counts(entry)
+    assert (swept, buildable, counts["pass"], counts["sweep gap"]) == (3, 2, 1, 1)
+    assert "**1 of 2** (50.0%) | 0 | 0 | 1 | 1 |" in sweep._row("fill-mask", entry)
+
+
 def test_a_config_without_the_tasks_sizes_is_a_named_input_error(tmp_path: pathlib.Path) -> None:
     # xLSTM's config has no attention heads, which text-generation's cache reads: a clear refusal naming
     # the missing size (a composite config's text sizes are read from its text config instead:
