@@ -864,6 +864,12 @@ FIXES["oneformer"] = {
 }
 
 
+# Salesforce/blip2-itm-vit-g: the retrieval model's Q-Former reads the text too (its checkpoint's
+# use_qformer_text_input), without which its layers have no text feed-forward to run; the query-only
+# forwards of the other BLIP-2 classes leave those layers unused
+FIXES["blip-2"] = {"qformer_config": {"use_qformer_text_input": True}}
+
+
 def tiny_fixes(model_type: str) -> dict[str, Any]:
     """The overrides for ``model_type`` (sub-configs as nested dicts; none for most architectures)."""
     return FIXES.get(model_type, {})

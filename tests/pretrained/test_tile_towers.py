@@ -24,8 +24,8 @@ import torch
 from checkpoint_folders import architecture_sweep
 
 import fastonnx
+from fastonnx.capture.naflex_positions import antialiased_taps
 from fastonnx.pretrained.tile_towers import (
-    antialiased_taps,
     naflex_inputs,
     naflex_tiles,
     tile_feeds,

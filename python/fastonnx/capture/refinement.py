@@ -47,6 +47,7 @@ from fastonnx.capture.expert_loops import every_expert
 from fastonnx.capture.grouped_linear import stored_grouped_linear
 from fastonnx.capture.guards import locate_guards
 from fastonnx.capture.length_regulators import gathered_length_regulators
+from fastonnx.capture.naflex_positions import tensor_naflex_positions
 from fastonnx.capture.pooling_by_positions import pooling_by_comparison
 from fastonnx.capture.rnn_custom_ops import rnn_as_custom_ops
 from fastonnx.capture.seq2seq_shifts import guard_free_seq2seq_shifts
@@ -269,6 +270,7 @@ def _export(
         every_expert(model),
         buffers_as_numbers(model),  # EoMT's attn_mask_probs, read by its ifs (control_buffers.py)
         batched_class_prompts(),  # OmDet-Turbo's prompts embedded without guards (class_prompts.py)
+        tensor_naflex_positions(),  # SigLIP 2's positions following spatial_shapes (naflex_positions.py)
         stored_grouped_linear(),
         size_oblivious(oblivious),
         locate_guards(),

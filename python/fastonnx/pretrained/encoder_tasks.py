@@ -159,6 +159,8 @@ FALLBACK_OUTPUTS: dict[str, tuple[str, ...]] = {
     ),
     # TimesFM's prediction models: the point forecast and the quantiles beside it (mean first)
     "time-series-forecasting": ("mean_predictions", "full_predictions"),
+    # LXMERT's visual question answering: a score per answer of its answer vocabulary, not a span
+    "question-answering": ("question_answering_score",),
 }
 """Fields a task's pipeline reads where the output class declares none of ``ENCODER_OUTPUTS``."""
 
@@ -486,6 +488,37 @@ class ImageTextEncoder(_Encoder):
         return out
 
 
+class NaflexImageEncoder(_Encoder):  # SigLIP 2's classifier: patches, their mask, each image's shape
+    def forward(
+        self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor, spatial_shapes: torch.Tensor
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            pixel_values=pixel_values,
+            pixel_attention_mask=pixel_attention_mask,
+            spatial_shapes=spatial_shapes,
+        )
+        return out
+
+
+class NaflexImageTextEncoder(_Encoder):  # SigLIP 2's two towers
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pixel_values: torch.Tensor,
+        pixel_attention_mask: torch.Tensor,
+        spatial_shapes: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            pixel_values=pixel_values,
+            pixel_attention_mask=pixel_attention_mask,
+            spatial_shapes=spatial_shapes,
+        )
+        return out
+
+
 class SeriesEncoder(_Encoder):
     def forward(self, past_values: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(past_values=past_values)
@@ -698,6 +731,10 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("pixel_values", "prompt_pixel_values", "prompt_masks"): PromptedImageEncoder,
     ("pixel_values", "task_inputs"): TaskPromptedImageEncoder,
     ("pixel_values", "classes_input_ids", "tasks_input_ids", "tasks_attention_mask"): ClassPromptedDetector,
+    ("pixel_values", "pixel_attention_mask", "spatial_shapes"): NaflexImageEncoder,
+    ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "spatial_shapes"): (
+        NaflexImageTextEncoder
+    ),
     ("pixel_values_videos",): VideoEncoder,
     ("input_values", "pixel_values_videos"): SoundVideoEncoder,
     ("input_ids", "attention_mask", "pixel_values", "image_attention_mask"): AttendedImageTextEncoder,
@@ -1105,6 +1142,11 @@ def _task_inputs(
         if one_image_outputs(model, task):  # SuperPoint: one image a run, no dim dynamic
             return image_inputs(_sub(config, "backbone_config") if pose else config, 1, device), {}
         images = image_inputs(_sub(config, "backbone_config") if pose else config, batch, device)
+        pixel_dims: dict[str, dict[int, str]] = {"pixel_values": {0: BATCH}}
+        if takes(model, "spatial_shapes"):  # SigLIP 2's NaFlex: padded patches (towers_alone.py)
+            from fastonnx.pretrained.naflex_images import naflex_images
+
+            images, pixel_dims = naflex_images(_vision_config(config), batch, device)
         images = video_input(config, images)
         # InstructBLIP-Video's frames (its processor's 4), which its forward reads as a 5-D video
         images = {**images, "pixel_values": as_frames(config, images["pixel_values"])}
@@ -1112,16 +1154,17 @@ def _task_inputs(
         if task == "zero-shot-object-detection":
             return detection_inputs(config, batch, images, device)
         if not takes(model, "input_ids"):
-            return _with_side_inputs(model, config, images, {"pixel_values": {0: BATCH}}, device)
+            return _with_side_inputs(model, config, images, pixel_dims, device)
         paired = pairs_rows(model)
         text = text_inputs(config, batch if paired else batch + 1, 7, device, False)
         rows = BATCH if paired else TEXT_BATCH
         dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
         prompt, prompt_dims = qformer_prompt(model, config, text["input_ids"].shape[0], rows, device)
-        from fastonnx.pretrained.side_inputs import attended_images, image_positions
+        from fastonnx.pretrained.side_inputs import attended_images, image_positions, query_token_prefix
 
         text, dims = image_positions(model, config, text, dims, device)  # Kosmos-2's image in its prompt
-        inputs, dims = {**text, **images, **prompt}, {**dims, "pixel_values": {0: BATCH}, **prompt_dims}
+        text = query_token_prefix(model, config, text)  # BLIP-2 retrieval's image tokens before the text
+        inputs, dims = {**text, **images, **prompt}, {**dims, **pixel_dims, **prompt_dims}
         inputs, dims = attended_images(model, inputs, dims, device)  # IDEFICS' images a prompt
         return _with_side_inputs(model, config, inputs, dims, device)  # UDOP's words' boxes
     if takes(model, "pixel_values_videos") and not takes(model, "input_ids") and task not in TEXT_TASKS:
@@ -1486,6 +1529,10 @@ def dynamic_shapes(model: torch.nn.Module, names: dict[str, dict[int, str]]) -> 
             least[AUDIO_FRAMES] = max(1, -(-min_samples(model) // int(size)))
     if FEATURES in used:
         least[FEATURES] = min_features(model)
+    from fastonnx.pretrained.side_inputs import query_prefix
+
+    if SEQUENCE in used and (prefix := query_prefix(model)):
+        least[SEQUENCE] = prefix + 2  # BLIP-2 retrieval's image tokens, then at least 2 of text
     declared = _declared_features(model, used)
     least.update({d: low for d, (low, _) in declared.items()})
     most = {d: high for d, (_, high) in declared.items()}

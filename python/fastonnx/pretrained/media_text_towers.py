@@ -13,7 +13,9 @@ embeddings otherwise:
   channel x its feature extractor's ``CLAP_FRAMES`` frames x ``num_mel_bins`` (10 s at 48 kHz, which it
   pads or crops every audio to), to ``text_embeds`` and ``audio_embeds``;
 - VideoPrism's clip model (``VideoPrismClipModel``): the prompts and clips of its config's
-  ``num_frames`` (its frame embeddings fix them), to ``text_embeds`` and ``video_embeds``.
+  ``num_frames`` (its frame embeddings fix them), to ``text_embeds`` and ``video_embeds``; in
+  zero-shot-image-classification, whose mapping lists it, ``logits_per_video`` and ``logits_per_text``
+  first.
 
 The graph returns those embeddings alone, as feature-extraction of CLIP returns ``text_embeds`` and
 ``image_embeds``; the similarity logits are their products. ``owns`` says which models this module
@@ -43,8 +45,12 @@ from fastonnx.pretrained.encoder_tasks import (
 from fastonnx.pretrained.graph_spec import BATCH, SEQUENCE, GraphSpec, takes
 
 TASK = "feature-extraction"
+ZERO_SHOT = "zero-shot-image-classification"
 EMBEDS = ("text_embeds", "text_audio_embeds", "text_video_embeds", "audio_embeds", "video_embeds")
 """The embeddings these models' outputs declare, text's first (the order the graph returns them in)."""
+LOGITS = ("logits_per_video", "logits_per_audio", "logits_per_text")
+"""The similarity logits zero-shot classification returns before the embeddings (VideoPrism's clip
+model sits in transformers' zero-shot image mapping), as CLIP's graph of that task does."""
 
 Inputs = tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]
 
@@ -60,18 +66,20 @@ def _media(model: torch.nn.Module) -> str | None:
     )
 
 
-def embed_fields(model: torch.nn.Module) -> tuple[str, ...]:
-    """Those of ``EMBEDS`` the model's output class declares."""
+def embed_fields(model: torch.nn.Module, task: str = TASK) -> tuple[str, ...]:
+    """Those of ``EMBEDS`` the model's output class declares, after its ``LOGITS`` in zero-shot
+    classification."""
     cls = _output_class(model)
     declared = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
-    return tuple(f for f in EMBEDS if f in declared)
+    return tuple(f for f in (*LOGITS, *EMBEDS) if f in declared and (task == ZERO_SHOT or f in EMBEDS))
 
 
 def owns(model: torch.nn.Module, task: str) -> bool:
-    """A two-tower model of text and a waveform or clips, declaring their embeddings, in feature-extraction."""
+    """A two-tower model of text and a waveform or clips, declaring their embeddings, in feature-extraction
+    or zero-shot classification."""
     fields = embed_fields(model)
     return (
-        task == TASK
+        task in (TASK, ZERO_SHOT)
         and takes(model, "input_ids")
         and _media(model) is not None
         and any(f.startswith("text") for f in fields)
@@ -127,9 +135,10 @@ class _VideoText(torch.nn.Module):
 _GRAPHS = {"input_values": _AudioText, "pixel_values_videos": _VideoText, "input_features": PromptFeatures}
 
 
-def tower_graph(model: torch.nn.Module, config: Any) -> GraphSpec:
-    """The one graph of the package: the prompts and the waveforms, spectrograms or clips to the embeddings."""
+def tower_graph(model: torch.nn.Module, config: Any, task: str = TASK) -> GraphSpec:
+    """The one graph of the package: the prompts and the waveforms, spectrograms or clips to the embeddings
+    (and, in zero-shot classification, the logits first)."""
     inputs, names = tower_inputs(model, config, 2, "meta")
-    fields = embed_fields(model)
+    fields = embed_fields(model, task)
     module = _GRAPHS[list(inputs)[-1]](model, fields)
     return GraphSpec(module, tuple(inputs.values()), dynamic_shapes(model, names), list(inputs), list(fields))

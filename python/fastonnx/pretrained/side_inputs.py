@@ -90,6 +90,36 @@ def image_positions(
     return out, {**dims, "image_embeds_position_mask": dims["input_ids"]}
 
 
+def query_prefix(model: torch.nn.Module) -> int:
+    """The image tokens BLIP-2's retrieval prompts start with where its config names an image token (one
+    a query, ``num_query_tokens``: its processor's), else 0."""
+    config: Any = getattr(model, "config", None)
+    if (
+        type(model).__name__ != "Blip2ForImageTextRetrieval"
+        or getattr(config, "image_token_index", None) is None
+    ):
+        return 0
+    return int(config.num_query_tokens)
+
+
+def query_token_prefix(
+    model: torch.nn.Module, config: Any, text: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """BLIP-2's retrieval prompts as its processor makes them: ``query_prefix`` image tokens before each
+    text, which the forward cuts off again; ``text`` as it is for any other model (its text would be empty
+    after the cut). The graph's prompts are then at least 2 text tokens past that prefix
+    (``encoder_tasks.dynamic_shapes``): torch.export specialises a text of 1."""
+    count = query_prefix(model)
+    if not count:
+        return text
+    ids, mask = text["input_ids"], text["attention_mask"]
+    prefix = torch.full((ids.shape[0], count), int(config.image_token_index), dtype=ids.dtype)
+    return {
+        "input_ids": torch.cat([prefix.to(ids.device), ids], dim=1),
+        "attention_mask": torch.cat([torch.ones_like(prefix).to(mask.device), mask], dim=1),
+    }
+
+
 def attended_images(
     model: torch.nn.Module, inputs: dict[str, torch.Tensor], dims: Dims, device: str | torch.device
 ) -> tuple[dict[str, torch.Tensor], Dims]:

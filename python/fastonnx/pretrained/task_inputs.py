@@ -750,7 +750,7 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
     from fastonnx.pretrained import media_text_towers
 
     if media_text_towers.owns(model, task):  # text and audio or video towers (PE's, VideoPrism's)
-        return {"model.onnx": media_text_towers.tower_graph(model, config)}
+        return {"model.onnx": media_text_towers.tower_graph(model, config, task)}
     # CTC speech recognition (frames to logits) and the other tasks: one graph
     return {"model.onnx": _audio_base_graph(model, config, task) or encoder(model, config, task)}
 

@@ -44,7 +44,7 @@ and concatenates the rows in order, as the processor writes the tiles' image tok
 patches x channels · patch² (patches dynamic, a multiple of the downsample factor²) and ``spatial_shapes``
 1 x 2 (int64); from their values, as grid_vision.py does for Qwen-VL's grids: patch ``k`` lies at row
 ``k // w``, column ``k % w``; its position is the table resampled by antialiased bilinear weights computed
-from the shape (``antialiased_taps``: every table row's weight, a table of a few rows a side); the
+from the shape (capture/naflex_positions.py's ``antialiased_taps``: every table row's weight, a table of a few rows a side); the
 projector's pixel unshuffle is a gather of each merged token's factor² patches. Its output is the tile's
 features, patches / factor² x hidden.
 
@@ -67,6 +67,7 @@ from typing import Any
 
 import torch
 
+from fastonnx.capture.naflex_positions import antialiased_taps
 from fastonnx.pretrained.graph_spec import GraphSpec
 
 TILES = "num_tiles"
@@ -207,24 +208,6 @@ class GraniteTileEncoder(torch.nn.Module):
         if self.deepstack:
             return rows, torch.stack(list(out.deepstack_features))
         return rows
-
-
-def antialiased_taps(index: torch.Tensor, size: torch.Tensor, side: int) -> torch.Tensor:
-    """The weights of a ``side``-long table's rows at positions ``index`` of an axis of ``size``:
-    ``F.interpolate``'s bilinear sampling with ``antialias=True`` (corners not aligned): a triangle as wide
-    as the scale where it shrinks, cut to the kernel's window and normalized. index x side. ``size``: the
-    axis' one size, or one a position (towers_alone.py's batch of images, each of its own shape)."""
-    scale = side / size.to(torch.float32)
-    center = scale * (index.to(torch.float32) + 0.5)
-    shrinks = scale >= 1
-    support = torch.where(shrinks, scale, torch.ones_like(scale))
-    inverse = torch.where(shrinks, 1 / scale, torch.ones_like(scale))
-    low = torch.clamp(torch.trunc(center - support + 0.5), min=0)
-    high = torch.clamp(torch.trunc(center + support + 0.5), max=side)
-    k = torch.arange(side, dtype=torch.float32, device=index.device)[None, :]
-    weights = torch.clamp(1 - ((k - center[:, None] + 0.5) * inverse[..., None]).abs(), min=0)
-    weights = torch.where((k >= low[:, None]) & (k < high[:, None]), weights, 0)
-    return weights / weights.sum(-1, keepdim=True)
 
 
 class NaflexTileEncoder(torch.nn.Module):

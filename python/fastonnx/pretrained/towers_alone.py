@@ -9,8 +9,8 @@ Q-Former, BLIP-2 itself) feeds that forward, and returns the fields the forward 
   in patches), to ``last_hidden_state`` and, where the config has the attention-pooling head,
   ``pooler_output``. transformers resizes the position table to each image's shape by
   ``spatial_shapes[i].tolist()`` in a loop; here every patch's table row weights come from its image's
-  shape as tensor arithmetic (tile_towers.py's ``antialiased_taps``, the NaFlex tile encoder's, a shape
-  a patch), a padding patch taking the first patch's row as transformers pads; the encoder and the head
+  shape as tensor arithmetic (capture/naflex_positions.py's, which the capture of SigLIP 2's whole
+  models swaps in), a padding patch taking the first patch's row as transformers pads; the encoder and the head
   run as transformers' under the patch mask.
 - Gemma 4's tower (``Gemma4VisionModel``): one image as the processor gives it, ``pixel_values`` (1 x
   ``num_patches`` x 3 · patch², padded to the image's soft-token budget) and ``pixel_position_ids`` (1 x
@@ -44,9 +44,10 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
+from fastonnx.pretrained.naflex_images import PATCHES, naflex_example
 
 TASK = "feature-extraction"
-PATCHES, HEIGHT, WIDTH = "num_patches", "height", "width"
+HEIGHT, WIDTH = "height", "width"
 QUERIES, IMAGE_SEQUENCE = "num_query_tokens", "image_sequence_length"
 
 Run = Callable[[Any, list[str], list[torch.Tensor]], list[torch.Tensor]]
@@ -65,18 +66,6 @@ def _dim(name: str, low: int = 1, high: int = 1 << 16) -> Any:
 # SigLIP 2's NaFlex tower
 
 
-def _siglip2_example(config: Any, shapes: list[tuple[int, int]], patches: int) -> dict[str, torch.Tensor]:
-    """Images of ``shapes`` (rows x columns in patches) as the processor pads them to ``patches``."""
-    width = int(config.num_channels) * int(config.patch_size) ** 2
-    g = torch.Generator().manual_seed(patches)
-    pixels = torch.zeros(len(shapes), patches, width)
-    mask = torch.zeros(len(shapes), patches, dtype=torch.int32)
-    for i, (h, w) in enumerate(shapes):
-        pixels[i, : h * w] = torch.randn(h * w, width, generator=g)
-        mask[i, : h * w] = 1
-    return {"pixel_values": pixels, "pixel_attention_mask": mask, "spatial_shapes": torch.tensor(shapes)}
-
-
 class NaflexTower(torch.nn.Module):
     """SigLIP 2's tower over padded images (the module docstring)."""
 
@@ -89,23 +78,10 @@ class NaflexTower(torch.nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         from transformers.masking_utils import create_bidirectional_mask
 
-        from fastonnx.pretrained.tile_towers import antialiased_taps
+        from fastonnx.capture.naflex_positions import naflex_embeddings_forward
 
         tower: Any = self.model
-        embeddings = tower.embeddings
-        batch, patches = pixel_values.shape[0], pixel_values.shape[1]
-        h, w = spatial_shapes[:, :1], spatial_shapes[:, 1:]  # batch x 1, against each patch
-        at = torch.arange(patches, device=pixel_values.device)[None, :].expand(batch, patches)
-        at = torch.where(at < h * w, at, 0)  # a padding patch: the first patch's position
-        rows = (at // w).reshape(-1)
-        columns = (at % w).reshape(-1)
-        side = int(embeddings.position_embedding_size)
-        h_weights = antialiased_taps(rows, h.expand(batch, patches).reshape(-1), side)
-        w_weights = antialiased_taps(columns, w.expand(batch, patches).reshape(-1), side)
-        weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(batch, patches, side * side)
-        table = embeddings.position_embedding.weight.float()
-        hidden = embeddings.patch_embedding(pixel_values.to(embeddings.patch_embedding.weight.dtype))
-        hidden = hidden + (weights @ table).to(hidden.dtype)
+        hidden = naflex_embeddings_forward(tower.embeddings, pixel_values, spatial_shapes)
         mask = create_bidirectional_mask(
             config=tower.config, inputs_embeds=hidden, attention_mask=pixel_attention_mask
         )
@@ -118,7 +94,7 @@ class NaflexTower(torch.nn.Module):
 
 
 def _siglip2_spec(model: torch.nn.Module) -> GraphSpec:
-    example = _siglip2_example(model.config, [(4, 6), (3, 5)], 32)
+    example = naflex_example(model.config, [(4, 6), (3, 5)], 32)
     patches = {0: _dim(BATCH, high=1024), 1: _dim(PATCHES)}
     outputs = ["last_hidden_state", *(["pooler_output"] if getattr(model, "use_head", False) else [])]
     return GraphSpec(
@@ -134,8 +110,8 @@ def _siglip2_checks(model: torch.nn.Module) -> list[dict[str, torch.Tensor]]:
     # a padded batch of two (the example's sizes), then one image filling its patches, wider than the
     # position table (16 a side at 256 patches): resampled up along it
     return [
-        _siglip2_example(model.config, [(4, 6), (3, 5)], 32),
-        _siglip2_example(model.config, [(2, 18)], 36),
+        naflex_example(model.config, [(4, 6), (3, 5)], 32),
+        naflex_example(model.config, [(2, 18)], 36),
     ]
 
 
