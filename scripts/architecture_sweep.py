@@ -979,6 +979,10 @@ _MADE_INPUTS = frozenset(
         "visual_pos",
         "pixel_attention_mask",  # SigLIP 2's padded patches (naflex_images.py)
         "spatial_shapes",
+        "states",  # a Decision Transformer's trajectories (encoder_tasks.trajectory_inputs)
+        "actions",
+        "returns_to_go",
+        "timesteps",
     }
 )
 

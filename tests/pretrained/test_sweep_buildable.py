@@ -227,6 +227,7 @@ EXPORTED = [
     ("zero-shot-image-classification", "videoprism"),
     ("zero-shot-image-classification", "blip-2"),
     ("question-answering", "lxmert"),  # its answer scores (encoder_tasks.FALLBACK_OUTPUTS)
+    ("feature-extraction", "decision_transformer"),  # its trajectories (and a CI test below)
 ]
 
 
@@ -788,3 +789,38 @@ def test_idefics_reads_an_image_a_prompt_and_which_tokens_attend_to_it() -> None
     assert dims["image_attention_mask"] == dims["input_ids"]
     flava_inputs, _ = encoder_inputs(flava, flava.config, "feature-extraction", 2, "meta")
     assert "image_attention_mask" not in flava_inputs and flava_inputs["pixel_values"].dim() == 4
+
+
+def test_a_decision_transformer_exports_its_predictions(tmp_path: pathlib.Path) -> None:
+    """A Decision Transformer's trajectories (encoder_tasks.trajectory_inputs) to its next state, action
+    and return predictions and its states, right at another batch and trajectory length than the
+    export's."""
+    import numpy as np
+    import onnxruntime
+    from transformers import AutoModel
+
+    from fastonnx.pretrained.encoder_tasks import TRAJECTORY_OUTPUTS, trajectory_inputs
+
+    task, folder = "feature-extraction", tmp_path / "checkpoint"
+    architecture_sweep().build_checkpoint(task, "decision_transformer", "DecisionTransformerModel", folder)
+    written = fastonnx.export_pretrained(folder, tmp_path / "package", task=task, progress=False)
+    assert written.verified is True, written.verify_note
+    model = AutoModel.from_pretrained(folder).eval()
+    feeds, _ = trajectory_inputs(model.config, 3, "cpu")
+    g = torch.Generator().manual_seed(5)
+    feeds = {
+        k: torch.cat(
+            [v, v[:, :5] + (torch.rand(v[:, :5].shape, generator=g) if v.is_floating_point() else 0)], 1
+        )
+        for k, v in feeds.items()
+    }
+    feeds["attention_mask"][0, :4] = 0  # a trajectory's first steps padded, as its loop pads short ones
+    session = onnxruntime.InferenceSession(str(tmp_path / "package" / "model.onnx"))
+    got = session.run(None, {i.name: feeds[i.name].numpy() for i in session.get_inputs()})
+    with torch.no_grad():
+        want = model(**feeds)
+    assert [o.name for o in session.get_outputs()] == list(TRAJECTORY_OUTPUTS)
+    for name, value in zip(TRAJECTORY_OUTPUTS, got, strict=True):
+        expected = getattr(want, name)
+        assert value.shape == tuple(expected.shape) and value.shape[:2] in {(3, 11), (3, 33)}, name
+        torch.testing.assert_close(torch.from_numpy(np.asarray(value)), expected, atol=1e-4, rtol=1e-3)

@@ -218,10 +218,17 @@ def _returned_class(model: torch.nn.Module) -> type | None:
     return found[0] if len(found) == 1 else None
 
 
+TRAJECTORY_OUTPUTS = ("state_preds", "action_preds", "return_preds", "last_hidden_state")
+"""A Decision Transformer's predictions of the next state, action and return (what a policy reads), then
+its states: its features, as optimum's export of it gives them."""
+
+
 def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     """The task's output fields the model's output class declares, else its ``FALLBACK_OUTPUTS`` it
     declares (all of ``ENCODER_OUTPUTS`` where it declares none of either, or no class is found: a missing
-    one is then an error at capture)."""
+    one is then an error at capture). A Decision Transformer's: ``TRAJECTORY_OUTPUTS``."""
+    if takes(model, "returns_to_go") and task == "feature-extraction":
+        return TRAJECTORY_OUTPUTS
     wanted = ENCODER_OUTPUTS.get(task, ("logits",))
     cls = _output_class(model)
     if cls is None:
@@ -519,6 +526,25 @@ class NaflexImageTextEncoder(_Encoder):  # SigLIP 2's two towers
         return out
 
 
+class TrajectoryEncoder(_Encoder):  # a Decision Transformer's trajectories (trajectory_inputs)
+    def forward(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        returns_to_go: torch.Tensor,
+        timesteps: torch.Tensor,
+        attention_mask: torch.Tensor,
+    ) -> Outputs:
+        out: Outputs = self.inner(
+            states=states,
+            actions=actions,
+            returns_to_go=returns_to_go,
+            timesteps=timesteps,
+            attention_mask=attention_mask,
+        )
+        return out
+
+
 class SeriesEncoder(_Encoder):
     def forward(self, past_values: torch.Tensor) -> Outputs:
         out: Outputs = self.inner(past_values=past_values)
@@ -735,6 +761,7 @@ ENCODERS: dict[tuple[str, ...], type[_Encoder]] = {
     ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "spatial_shapes"): (
         NaflexImageTextEncoder
     ),
+    ("states", "actions", "returns_to_go", "timesteps", "attention_mask"): TrajectoryEncoder,
     ("pixel_values_videos",): VideoEncoder,
     ("input_values", "pixel_values_videos"): SoundVideoEncoder,
     ("input_ids", "attention_mask", "pixel_values", "image_attention_mask"): AttendedImageTextEncoder,
@@ -876,6 +903,24 @@ def detection_inputs(
     rows = TEXT_BATCH if flattened else BATCH
     dims = {"input_ids": {0: rows, 1: SEQUENCE}, "attention_mask": {0: rows, 1: SEQUENCE}}
     return {**text, **images}, {**dims, "pixel_values": {0: BATCH}}
+
+
+def trajectory_inputs(
+    config: Any, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]]:
+    """A Decision Transformer's ``batch`` trajectories of 6 steps, as its evaluation loop feeds them: the
+    states (``state_dim`` each), the actions (``act_dim``), the returns to go (1), each step's timestep
+    (below ``max_ep_len``) and the mask of the steps; batch and steps dynamic. Its forward ignores
+    rewards."""
+    g, steps = torch.Generator().manual_seed(0), 6
+    inputs = {
+        "states": torch.randn(batch, steps, int(config.state_dim), generator=g),
+        "actions": torch.randn(batch, steps, int(config.act_dim), generator=g),
+        "returns_to_go": torch.randn(batch, steps, 1, generator=g),
+        "timesteps": torch.randint(0, int(config.max_ep_len), (batch, steps), generator=g),
+        "attention_mask": torch.ones(batch, steps, dtype=torch.int64),
+    }
+    return {k: v.to(device) for k, v in inputs.items()}, {k: {0: BATCH, 1: SEQUENCE} for k in inputs}
 
 
 def series_inputs(
@@ -1131,6 +1176,8 @@ def _task_inputs(
         # a video tracker steps an inference session through the frames: its features are a frame's image
         # embeddings, which that session computes for each frame (embeds_images)
         return image_inputs(config, batch, device), {"pixel_values": {0: BATCH}}
+    if takes(model, "returns_to_go"):  # a Decision Transformer's trajectories
+        return trajectory_inputs(config, batch, device)
     if takes(model, "past_values"):
         series = series_inputs(model, config, batch, device)
         steps = {1: SEQUENCE} if any_length_series(model, config) else {}
