@@ -228,6 +228,7 @@ EXPORTED = [
     ("zero-shot-image-classification", "blip-2"),
     ("question-answering", "lxmert"),  # its answer scores (encoder_tasks.FALLBACK_OUTPUTS)
     ("feature-extraction", "decision_transformer"),  # its trajectories (and a CI test below)
+    ("feature-extraction", "mgp-str"),  # its three heads' logits (tuple_outputs.SCENE_TEXT_HEADS)
 ]
 
 
@@ -824,3 +825,30 @@ def test_a_decision_transformer_exports_its_predictions(tmp_path: pathlib.Path) 
         expected = getattr(want, name)
         assert value.shape == tuple(expected.shape) and value.shape[:2] in {(3, 11), (3, 33)}, name
         torch.testing.assert_close(torch.from_numpy(np.asarray(value)), expected, atol=1e-4, rtol=1e-3)
+
+
+def test_mgp_str_features_are_its_three_heads_logits() -> None:
+    """MGP-STR's recogniser returns a tuple of its character, BPE and WordPiece logits: one named output
+    each (its feature-extraction graph's), and one ``logits`` tensor for every other model."""
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        MgpstrConfig,
+        MgpstrForSceneTextRecognition,
+    )
+
+    from fastonnx.pretrained.encoder_tasks import output_fields
+    from fastonnx.pretrained.tuple_outputs import output_names, read
+
+    config = MgpstrConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=(16, 32))
+    model = MgpstrForSceneTextRecognition(config).eval()
+    fields = output_fields(model, "feature-extraction")
+    assert output_names(model, fields) == ("logits.0", "logits.1", "logits.2")
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 16, 32))
+    widths = [read(out, name).shape[-1] for name in output_names(model, fields)]
+    assert widths == [config.num_character_labels, config.num_bpe_labels, config.num_wordpiece_labels]
+    bert = BertForSequenceClassification(
+        BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
+    assert output_names(bert, ("logits",)) == ("logits",)

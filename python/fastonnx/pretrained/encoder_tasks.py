@@ -73,7 +73,15 @@ from fastonnx.pretrained.multimodal_features import (
     states_from_decoder,
     video_frames,
 )
-from fastonnx.pretrained.tuple_outputs import NESTED_FIELDS, TUPLE_FIELDS, flattened, output_names, read
+from fastonnx.pretrained.tuple_outputs import (
+    NESTED_FIELDS,
+    SPLIT_FIELDS,
+    TUPLE_FIELDS,
+    flattened,
+    output_names,
+    read,
+    scene_text_logits,
+)
 
 CLASSES, CLASS_SEQUENCE = "num_classes", "class_sequence_length"
 TEXT_BATCH, CHOICES, AUDIO, DECODER_SEQUENCE = (
@@ -229,6 +237,8 @@ def output_fields(model: torch.nn.Module, task: str) -> tuple[str, ...]:
     one is then an error at capture). A Decision Transformer's: ``TRAJECTORY_OUTPUTS``."""
     if takes(model, "returns_to_go") and task == "feature-extraction":
         return TRAJECTORY_OUTPUTS
+    if scene_text_logits(model) and task == "feature-extraction":
+        return ("logits",)  # MGP-STR's three heads' (tuple_outputs.py)
     wanted = ENCODER_OUTPUTS.get(task, ("logits",))
     cls = _output_class(model)
     if cls is None:
@@ -298,7 +308,7 @@ class Named(torch.nn.Module):
         found: list[torch.Tensor] = []
         for f in self.fields:
             value = read(out, f)
-            if f in TUPLE_FIELDS and (tensors := flattened(value)) is not None:
+            if f in SPLIT_FIELDS and (tensors := flattened(value)) is not None:
                 found.extend(tensors)
                 continue
             if not isinstance(value, torch.Tensor):

@@ -10,6 +10,9 @@ SAM 2's base model (Sam2Model) returns ``image_embeddings``, its image encoder's
 ``num_feature_levels`` levels (a list), which its mask decoder reads for every prompt: ``image_embeddings.0``
 (the finest)... SAM's (one tensor) keeps its one name.
 
+MGP-STR (feature-extraction of its recogniser, the MODEL mapping's class) returns ``logits``, a tuple of
+its character, BPE and WordPiece heads' logits: ``logits.0``, ``logits.1``, ``logits.2``.
+
 BLIP-2's base model (Blip2Model) returns its language model's logits and its towers' outputs as nested
 outputs, no states of its own: its graph returns the Q-Former's query states,
 ``qformer_outputs.last_hidden_state`` (what ``Blip2Model.get_qformer_features`` gives a feature user).
@@ -28,8 +31,24 @@ level each of its ``backbone_feature_sizes``), SAM-HQ's ``intermediate_embedding
 its vision encoder's global-attention layers)."""
 
 
+SCENE_TEXT_HEADS = ("char", "bpe", "wp")
+"""MGP-STR's three recognition heads (characters, BPE and WordPiece tokens), whose logits its ``logits``
+field holds in that order: what its processor's ``batch_decode`` reads, its features (``logits.0``...)."""
+
+SPLIT_FIELDS = (*TUPLE_FIELDS, "logits")
+"""Fields whose tuple value is returned one output an element: ``TUPLE_FIELDS`` and MGP-STR's ``logits``
+(``tuple_count``: one tensor for every other model)."""
+
+
+def scene_text_logits(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is MGP-STR's recogniser, whose ``logits`` are its three heads'."""
+    return type(model).__name__ == "MgpstrForSceneTextRecognition"
+
+
 def tuple_count(model: torch.nn.Module, field: str) -> int | None:
     """How many tensors ``model``'s tuple ``field`` holds; None where it holds one tensor."""
+    if field == "logits":
+        return len(SCENE_TEXT_HEADS) if scene_text_logits(model) else None
     if field == "feature_maps":
         return len(getattr(model, "out_features", ()) or ())
     if field == "intermediate_embeddings":  # SAM-HQ's: the states after each global-attention layer
@@ -48,7 +67,7 @@ def output_names(model: torch.nn.Module, fields: tuple[str, ...]) -> tuple[str, 
     """``fields`` with each tuple field spelled one name an element (``feature_maps.0``...)."""
     names: list[str] = []
     for f in fields:
-        count = tuple_count(model, f) if f in TUPLE_FIELDS else None
+        count = tuple_count(model, f) if f in SPLIT_FIELDS else None
         if count is not None:
             names.extend(f"{f}.{i}" for i in range(count))
         else:
@@ -74,6 +93,6 @@ def read(out: Any, name: str) -> Any:
     value = getattr(out, field, None)
     if not rest:
         return value
-    if rest.isdigit() and field in TUPLE_FIELDS:
+    if rest.isdigit() and field in SPLIT_FIELDS:
         return value[int(rest)] if value is not None else None
     return read(value, rest) if value is not None else None
