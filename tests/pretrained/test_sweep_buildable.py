@@ -852,3 +852,14 @@ def test_mgp_str_features_are_its_three_heads_logits() -> None:
         BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
     )
     assert output_names(bert, ("logits",)) == ("logits",)
+
+
+def test_a_perceiver_classifier_reads_one_image() -> None:
+    """Perceiver's config names 16 frames for its multimodal autoencoder; its image classifiers read one
+    image (batch x channels x height x width), while a video encoder's config gives its frames."""
+    from transformers import PerceiverConfig, VideoMAEConfig
+
+    from fastonnx.pretrained.multimodal_features import video_frames
+
+    assert PerceiverConfig().num_frames == 16 and video_frames(PerceiverConfig()) is None
+    assert video_frames(VideoMAEConfig(num_frames=8)) == 8

@@ -38,7 +38,10 @@ def merges_at_placeholders(config: Any) -> bool:
 
 def video_frames(config: Any) -> int | None:
     """The frames a video encoder reads (its config's, or its vision tower's, ``num_frames``); None for a
-    model of still images."""
+    model of still images. Perceiver's ``num_frames`` is its multimodal autoencoder's: its image
+    classifiers read one image."""
+    if getattr(config, "model_type", None) == "perceiver":
+        return None
     for c in (config, getattr(config, "vision_config", None)):
         frames = getattr(c, "num_frames", None)
         if isinstance(frames, int) and frames > 0:
