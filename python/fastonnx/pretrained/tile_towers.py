@@ -67,7 +67,7 @@ from typing import Any
 
 import torch
 
-from fastonnx.capture.naflex_positions import antialiased_taps
+from fastonnx.capture.naflex_positions import naflex_embeddings_forward
 from fastonnx.pretrained.graph_spec import GraphSpec
 
 TILES = "num_tiles"
@@ -221,19 +221,9 @@ class NaflexTileEncoder(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor, spatial_shapes: torch.Tensor) -> torch.Tensor:
         inner = _inner(self.model)
         tower, projector = inner.vision_tower, inner.multi_modal_projector
-        embeddings = tower.embeddings
-        patches = pixel_values.shape[1]
-        h, w = spatial_shapes[0, 0], spatial_shapes[0, 1]
-        at = torch.arange(patches, device=pixel_values.device)
-        row, column = at // w, at % w
-
-        hidden = embeddings.patch_embedding(pixel_values.to(embeddings.patch_embedding.weight.dtype))
-        side = int(embeddings.position_embedding_size)
-        table = embeddings.position_embedding.weight.float().reshape(side * side, -1)
-        h_weights = antialiased_taps(row, h, side)
-        w_weights = antialiased_taps(column, w, side)
-        weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(patches, side * side)
-        hidden = hidden + (weights @ table).to(hidden.dtype)[None]
+        patches, w = pixel_values.shape[1], spatial_shapes[0, 1]
+        # one unpadded tile: SigLIP 2's embeddings with the per-image positions of naflex_positions.py
+        hidden = naflex_embeddings_forward(tower.embeddings, pixel_values, spatial_shapes)
         hidden = tower.encoder(inputs_embeds=hidden, attention_mask=None).last_hidden_state
         hidden = tower.post_layernorm(hidden)[0]
 
