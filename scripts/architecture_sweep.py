@@ -877,7 +877,7 @@ def _eager_check(task: str, model: Any) -> None:
     fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
-    from fastonnx.pretrained import media_text_towers, pocket_tts_stages
+    from fastonnx.pretrained import frame_paired_speech, media_text_towers, pocket_tts_stages
     from fastonnx.pretrained.encoder_tasks import encoder_inputs
     from fastonnx.pretrained.graph_spec import takes
 
@@ -887,6 +887,8 @@ def _eager_check(task: str, model: Any) -> None:
         with torch.no_grad():
             if task == "image-text-to-text":  # a prompt holding the image's tokens
                 _vision_language_check(model)
+            elif frame_paired_speech.own_layout(model):  # Kyutai's: text paired with the audio's frames
+                frame_paired_speech.generated(model, frame_paired_speech.waveform(model, 3))
             elif task == "image-classification" and takes(model, "input_ids") and _image_prompted(model):
                 _vision_language_check(model, classifier=True)  # ShieldGemma 2's: the image of its prompt
             elif task == "text-to-audio" and hasattr(model, "generate_speech"):

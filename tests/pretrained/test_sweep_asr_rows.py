@@ -17,6 +17,8 @@ at another length than the export's example, against transformers eager:
   samples) and ``padding_mask``, with ``sample`` adding noise by default; its audio graph reads one
   chunk of ``acoustic_tokenizer_chunk_size`` samples without the noise (``sample=False``), and a form
   runs its tokenizers without the streaming caches whose update branches on the samples;
+- Kyutai STT: a text token and an audio frame's codes a position (frame_paired_speech.py); its codes'
+  graph runs here on a batch of two at another length, its rest of samples dropped as generate drops it;
 - VibeVoice and Dia: text-to-speech models transformers also lists in its speech-seq2seq mapping; the
   export says so (speech_synthesis.refuse_recognition) rather than failing on a missing audio path.
 """
@@ -333,3 +335,16 @@ def test_fun_asr_nano_bare_model_features_verify(tmp_path: pathlib.Path) -> None
     sweep.build_checkpoint(task, "fun_asr_nano", dict(sweep.architectures(task))["fun_asr_nano"], folder)
     written = fastonnx.export_pretrained(folder, tmp_path / "package", task=task, progress=False)
     assert written.verified is True, written.verify_note
+
+
+def test_kyutai_stt_package_verifies_and_codes_any_batch_and_length(tmp_path: pathlib.Path) -> None:
+    from fastonnx.pretrained import frame_paired_speech as fp
+
+    package, model = _verified_package(tmp_path, "kyutai_speech_to_text")
+    for frames, batch in ((5, 2), (13, 1)):
+        wave = fp.waveform(model, frames, batch=batch, seed=frames)
+        (codes,) = _session(package / fp.AUDIO_FILE).run(None, {"input_values": wave.numpy()})
+        with torch.no_grad():
+            want = model.codec_model.encode(wave[..., : frames * model.config.frame_size]).audio_codes
+        assert codes.shape == (batch, frames, model.config.num_codebooks)
+        torch.testing.assert_close(torch.from_numpy(codes), want.transpose(1, 2), rtol=0, atol=0)

@@ -172,13 +172,16 @@ def returned_cache(out: Any) -> Any:
     return cache if cache is not None else getattr(out, "cache_params", None)
 
 
-def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -> list[CacheLayer] | None:
+def produced_layout(
+    model: torch.nn.Module, config: Any, with_positions: bool, id_columns: int = 0
+) -> list[CacheLayer] | None:
     """The layout of the cache ``model`` fills from a prefill of 3 tokens run on fake tensors (no values,
     no memory); [] where the model returns no cache, None where that prefill fails (the capture then
     reports the model's own error). The prefill runs as the capture runs the model, with torch's
     compiling flags set (transformers' mask code takes the traceable path then instead of reading values),
     the experts loops over every expert (capture/expert_loops.py) and GLM-5 Next's indexer pools of a
-    count the length gives (capture/pooled_indexers.py)."""
+    count the length gives (capture/pooled_indexers.py). ``id_columns``: ids of that many columns a
+    position (Kyutai's text token and audio codes: frame_paired_speech.py)."""
     from fastonnx.capture import TRACE_LOCK
 
     batch, sequence = 2, 3
@@ -187,8 +190,10 @@ def produced_layout(model: torch.nn.Module, config: Any, with_positions: bool) -
     try:
         with TRACE_LOCK, torch.no_grad(), compiling_state(), every_expert(model), pools_of_fixed_count():
             with fake_mode_with_shape_env():
-                ids = torch.zeros(batch, sequence, dtype=torch.int64, device="meta")
-                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                columns = (id_columns,) if id_columns else ()
+                ids = torch.zeros(batch, sequence, *columns, dtype=torch.int64, device="meta")
+                mask = torch.ones(batch, sequence, dtype=torch.int64, device="meta")
+                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
                 if with_positions:
                     kwargs["position_ids"] = torch.arange(sequence, device="meta").repeat(batch, 1)
                 kwargs[cache_argument(model)] = config_cache(config)

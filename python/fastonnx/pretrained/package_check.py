@@ -23,7 +23,13 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare, table
 from fastonnx.half_precision import feeds_as_session_types
-from fastonnx.pretrained import phonon_latent_loops, tower_features, towers_alone, whisper_genai_steps
+from fastonnx.pretrained import (
+    frame_paired_speech,
+    phonon_latent_loops,
+    tower_features,
+    towers_alone,
+    whisper_genai_steps,
+)
 from fastonnx.pretrained.decoder_cache import (
     cache_argument,
     config_layout,
@@ -576,6 +582,8 @@ def verify_package(
                 from fastonnx.pretrained.speech_synthesis import check_speech
 
                 infos = check_speech(sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance)
+            elif frame_paired_speech.own_layout(model):
+                infos = frame_paired_speech.check_package(sessions, model, specs, _run, tolerance)
             elif "audio_encoder.onnx" in specs:
                 infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:

@@ -28,6 +28,7 @@ from fastonnx.pretrained import (
     audio_code_loops,
     bark_stages,
     csm_stages,
+    frame_paired_speech,
     higgs_audio_stages,
     melody_code_loops,
     omni3_speech_stages,
@@ -189,6 +190,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
         if task == "image-text-to-text" and image_kind(built) is not None:
             # BLIP, Pix2Struct, Florence-2...: an encoder over the image (image_encoder_decoders.py)
             return image_encoder_decoder(built)
+        if task == "automatic-speech-recognition" and frame_paired_speech.own_layout(built):
+            return frame_paired_speech.paired_graphs(built, config)  # Kyutai's: a token a frame's codes
         if task == "text-to-audio" and spectrogram_loops.own_layout(built):
             return spectrogram_loops.loop_graphs(built, config)  # SpeechT5's frame loop: three files
         if task == "text-to-audio" and audio_code_loops.own_layout(built):

@@ -157,7 +157,9 @@ def decoder_inputs(
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
 
 
-def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
+def text_generation(model: torch.nn.Module, config: Any, id_columns: int = 0) -> GraphSpec:
+    """The decoder step's spec. ``id_columns``: ids of that many columns a position, the first a text
+    token, the others codes below ``codebook_vocab_size`` (Kyutai's: frame_paired_speech.py)."""
     check_cache_layers(model, config)
     with_positions = takes(model, "position_ids")
     step: torch.nn.Module
@@ -165,7 +167,7 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
         step = StateSpaceStep(model)
     else:
         step = CausalLMStep(model) if with_positions else CausalLMStepNoPositions(model)
-    layout = produced_layout(model, config, with_positions)
+    layout = produced_layout(model, config, with_positions, id_columns)
     b = torch.export.Dim(BATCH, min=1, max=1024)
     s = torch.export.Dim(SEQUENCE, min=1, max=1 << 20)
     if layout == []:
@@ -180,6 +182,11 @@ def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
     books = codebooks(model, config)
     vocab = int(text_config(config).vocab_size)
     args = decoder_inputs(layout, vocab, 2, 3, 4, "meta", with_positions, codebooks=books)
+    if id_columns:
+        g = torch.Generator().manual_seed(1)
+        shape = (*args[0].shape, id_columns - 1)
+        codes = torch.randint(0, int(config.codebook_vocab_size), shape, generator=g).to(args[0].device)
+        args = (torch.cat([args[0].unsqueeze(-1), codes], dim=-1), *args[1:])
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
     rows = books * b if books > 1 else b
     dims: dict[str, Any] = {"input_ids": {0: rows, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
