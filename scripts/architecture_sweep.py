@@ -878,7 +878,7 @@ def _eager_check(task: str, model: Any) -> None:
     import torch
 
     from fastonnx.pretrained import frame_paired_speech, media_text_towers, pocket_tts_stages
-    from fastonnx.pretrained.encoder_tasks import encoder_inputs
+    from fastonnx.pretrained.encoder_tasks import encoder_inputs, paired_columns
     from fastonnx.pretrained.graph_spec import takes
 
     g = torch.Generator().manual_seed(0)
@@ -889,6 +889,8 @@ def _eager_check(task: str, model: Any) -> None:
                 _vision_language_check(model)
             elif frame_paired_speech.own_layout(model):  # Kyutai's: text paired with the audio's frames
                 frame_paired_speech.generated(model, frame_paired_speech.waveform(model, 3))
+            elif paired_columns(model, config):  # its bare model: the paired ids alone
+                model(**encoder_inputs(model, config, task, 1, "cpu")[0])
             elif task == "image-classification" and takes(model, "input_ids") and _image_prompted(model):
                 _vision_language_check(model, classifier=True)  # ShieldGemma 2's: the image of its prompt
             elif task == "text-to-audio" and hasattr(model, "generate_speech"):

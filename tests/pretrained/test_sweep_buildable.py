@@ -229,6 +229,7 @@ EXPORTED = [
     ("question-answering", "lxmert"),  # its answer scores (encoder_tasks.FALLBACK_OUTPUTS)
     ("feature-extraction", "decision_transformer"),  # its trajectories (and a CI test below)
     ("feature-extraction", "mgp-str"),  # its three heads' logits (tuple_outputs.SCENE_TEXT_HEADS)
+    ("feature-extraction", "kyutai_speech_to_text"),  # ids pairing text and codes (paired_columns)
 ]
 
 

@@ -1240,6 +1240,8 @@ def _task_inputs(
         return audio_inputs(model, config, batch, device)
     if (codebooks := _codebook_text(model, config, batch, device)) is not None:
         return codebooks
+    if (paired_ids := _paired_text(model, config, batch, device)) is not None:
+        return paired_ids
     choices = 3 if task == "multiple-choice" else 0
     text = text_inputs(config, batch, text_length(config), device, takes(model, "token_type_ids"), choices)
     names = {0: BATCH, 1: CHOICES, 2: SEQUENCE} if choices else {0: BATCH, 1: SEQUENCE}
@@ -1278,6 +1280,32 @@ def _codebook_text(
     mask = text_inputs(config, batch, length, device, False)["attention_mask"]
     names = {"input_ids": {0: rows_of(BATCH, books), 1: SEQUENCE}, "attention_mask": {0: BATCH, 1: SEQUENCE}}
     return {"input_ids": ids, "attention_mask": mask}, names
+
+
+PAIRED_IDS = frozenset({"KyutaiSpeechToTextModel", "KyutaiSpeechToTextForConditionalGeneration"})
+"""The classes whose ids pair a text token with an audio frame's codes at each position."""
+
+
+def paired_columns(model: torch.nn.Module, config: Any) -> int:
+    """The columns of a position's ids where they pair a text token with an audio frame's codes (Kyutai
+    STT's: 1 + ``num_codebooks``, the codes below ``codebook_vocab_size``); 0 for plain ids."""
+    return 1 + int(config.num_codebooks) if type(model).__name__ in PAIRED_IDS else 0
+
+
+def _paired_text(
+    model: torch.nn.Module, config: Any, batch: int, device: str | torch.device
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, str]]] | None:
+    """Kyutai STT's ids (``paired_columns``), its mask one a position; None for plain ids."""
+    columns = paired_columns(model, config)
+    if not columns:
+        return None
+    text = text_inputs(config, batch, text_length(config), device, False)
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(
+        0, int(config.codebook_vocab_size), (*text["input_ids"].shape, columns - 1), generator=g
+    )
+    text["input_ids"] = torch.cat([text["input_ids"].unsqueeze(-1), codes.to(device)], dim=-1)
+    return text, {name: {0: BATCH, 1: SEQUENCE} for name in text}
 
 
 def _with_side_inputs(

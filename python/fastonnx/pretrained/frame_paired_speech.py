@@ -30,10 +30,11 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained.decoder_cache import filled_cache, flat_tensors
+from fastonnx.pretrained.encoder_tasks import paired_columns
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
 from fastonnx.pretrained.task_inputs import text_generation
 
-CLASSES = frozenset({"KyutaiSpeechToTextForConditionalGeneration"})
+CLASSES = frozenset({"KyutaiSpeechToTextForConditionalGeneration"})  # its bare model: encoder_tasks
 AUDIO_FILE, DECODER_FILE = "audio_encoder.onnx", "decoder_model_merged.onnx"
 SAMPLES = "audio_sequence_length"
 CHECK_FRAMES = 8  # steps the package check generates (one a frame)
@@ -78,7 +79,7 @@ def paired_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         ["input_values"],
         ["audio_codes"],
     )
-    decoder = text_generation(model, config, id_columns=1 + int(config.num_codebooks))
+    decoder = text_generation(model, config, id_columns=paired_columns(model, config))
     return {AUDIO_FILE: audio, DECODER_FILE: decoder}
 
 
