@@ -877,7 +877,12 @@ def _eager_check(task: str, model: Any) -> None:
     fastonnx cannot make for this config, is not run: that is fastonnx's gap, which the export reports."""
     import torch
 
-    from fastonnx.pretrained import frame_paired_speech, media_text_towers, pocket_tts_stages
+    from fastonnx.pretrained import (
+        frame_paired_speech,
+        media_text_towers,
+        pocket_tts_stages,
+        streamed_audio_steps,
+    )
     from fastonnx.pretrained.encoder_tasks import encoder_inputs, paired_columns
     from fastonnx.pretrained.graph_spec import takes
 
@@ -889,6 +894,10 @@ def _eager_check(task: str, model: Any) -> None:
                 _vision_language_check(model)
             elif frame_paired_speech.own_layout(model):  # Kyutai's: text paired with the audio's frames
                 frame_paired_speech.generated(model, frame_paired_speech.waveform(model, 3))
+            elif streamed_audio_steps.own_layout(model):  # Voxtral Realtime's: its audio a step at a time
+                streamed_audio_steps.generated(model, *streamed_audio_steps.check_inputs(model))
+            elif streamed_audio_steps.owns_bare(model, task):  # its base model: a prompt and its audio
+                model(**streamed_audio_steps.bare_inputs(model, 1, 3))
             elif paired_columns(model, config):  # its bare model: the paired ids alone
                 model(**encoder_inputs(model, config, task, 1, "cpu")[0])
             elif task == "image-classification" and takes(model, "input_ids") and _image_prompted(model):

@@ -19,6 +19,9 @@ at another length than the export's example, against transformers eager:
   runs its tokenizers without the streaming caches whose update branches on the samples;
 - Kyutai STT: a text token and an audio frame's codes a position (frame_paired_speech.py); its codes'
   graph runs here on a batch of two at another length, its rest of samples dropped as generate drops it;
+- Voxtral Realtime: its audio encoder steps beside the decoder with a cache of its own
+  (streamed_audio_steps.py); the check crosses both sliding windows (the tiny config shrinks them), and
+  its embedder runs here on a batch of two at another length;
 - VibeVoice and Dia: text-to-speech models transformers also lists in its speech-seq2seq mapping; the
   export says so (speech_synthesis.refuse_recognition) rather than failing on a missing audio path.
 """
@@ -348,3 +351,16 @@ def test_kyutai_stt_package_verifies_and_codes_any_batch_and_length(tmp_path: pa
             want = model.codec_model.encode(wave[..., : frames * model.config.frame_size]).audio_codes
         assert codes.shape == (batch, frames, model.config.num_codebooks)
         torch.testing.assert_close(torch.from_numpy(codes), want.transpose(1, 2), rtol=0, atol=0)
+
+
+def test_voxtral_realtime_package_verifies_and_embeds_any_batch_and_length(tmp_path: pathlib.Path) -> None:
+    from fastonnx.pretrained import streamed_audio_steps as sa
+
+    package, model = _verified_package(tmp_path, "voxtral_realtime")
+    features = torch.randn(
+        2, model.config.audio_config.num_mel_bins, 37, generator=torch.Generator().manual_seed(5)
+    )
+    (embeds,) = _session(package / sa.EMBEDDER_FILE).run(None, {"input_features": features.numpy()})
+    with torch.no_grad():
+        want = model.model.audio_tower.embedder(features)
+    torch.testing.assert_close(torch.from_numpy(embeds), want)

@@ -26,6 +26,7 @@ from fastonnx.half_precision import feeds_as_session_types
 from fastonnx.pretrained import (
     frame_paired_speech,
     phonon_latent_loops,
+    streamed_audio_steps,
     tower_features,
     towers_alone,
     whisper_genai_steps,
@@ -584,12 +585,18 @@ def verify_package(
                 infos = check_speech(sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance)
             elif frame_paired_speech.own_layout(model):
                 infos = frame_paired_speech.check_package(sessions, model, specs, _run, tolerance)
+            elif streamed_audio_steps.own_layout(model):
+                infos = streamed_audio_steps.check_package(sessions, model, specs, _run, tolerance)
             elif "audio_encoder.onnx" in specs:
                 infos = _check_audio_language(sessions, model, model.config, specs)
             elif "encoder_model.onnx" in specs:
                 infos = _check_text2text(sessions, model, model.config, specs, tolerance)
                 if GENAI_WHISPER_ENCODER in specs:  # Whisper's onnxruntime-genai files beside them
                     infos += whisper_genai_steps.check(sessions, model, model.config, specs, _run, tolerance)
+            elif streamed_audio_steps.owns_bare(model, task):
+                infos = streamed_audio_steps.check_bare(
+                    sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance
+                )
             elif tower_features.owns(model, task):
                 infos = tower_features.check(
                     sessions["model.onnx"], model, specs["model.onnx"], _run, tolerance

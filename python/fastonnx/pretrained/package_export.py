@@ -38,6 +38,7 @@ from fastonnx.pretrained import (
     seamless_stages,
     shared_cache,
     spectrogram_loops,
+    streamed_audio_steps,
     targets,
     vibevoice_stages,
 )
@@ -192,6 +193,8 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return image_encoder_decoder(built)
         if task == "automatic-speech-recognition" and frame_paired_speech.own_layout(built):
             return frame_paired_speech.paired_graphs(built, config)  # Kyutai's: a token a frame's codes
+        if task == "automatic-speech-recognition" and streamed_audio_steps.own_layout(built):
+            return streamed_audio_steps.streamed_graphs(built, config)  # Voxtral Realtime's two streams
         if task == "text-to-audio" and spectrogram_loops.own_layout(built):
             return spectrogram_loops.loop_graphs(built, config)  # SpeechT5's frame loop: three files
         if task == "text-to-audio" and audio_code_loops.own_layout(built):

@@ -748,7 +748,10 @@ def graph_specs(task: str, model: torch.nn.Module, config: Any) -> dict[str, Gra
         from fastonnx.pretrained.speech_synthesis import speech_graph
 
         return {"model.onnx": speech_graph(model, config)}  # VITS, FastSpeech2 (speech_synthesis.py)
-    from fastonnx.pretrained import tower_features, towers_alone
+    from fastonnx.pretrained import streamed_audio_steps, tower_features, towers_alone
+
+    if streamed_audio_steps.owns_bare(model, task):  # Voxtral Realtime's base model: prompt and audio
+        return {"model.onnx": streamed_audio_steps.bare_graph(model, config)}
 
     if tower_features.owns(model, task):  # a bare image-grid vision tower
         return {"model.onnx": tower_features.tower_graph(model)}
