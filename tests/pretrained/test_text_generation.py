@@ -161,10 +161,13 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
         text.sliding_window if kind == "sliding_attention" or name in ("mistral", "phi3") else None
         for kind in kinds
     ]
-    # gqa_rotary does not take Gemma 3's, Phi-3's or GPT-OSS's rotary into the kernel (Phi-3 slices the
-    # rotated dims off its heads and concatenates them back; GPT-OSS's rotation is not fused into
-    # RotaryEmbedding at all): it stays in their graphs, with or without a window
-    in_kernel = name not in ("gemma3", "phi3", "gpt_oss")
+    # the kernel also rotates Gemma 3's heads after their q / k norms (which stay, over the heads as
+    # the kernel reads them) and Phi-3's (its rotary over the whole head concatenates an empty slice);
+    # GPT-OSS's rotation is not fused into RotaryEmbedding at all: it stays in its graph
+    in_kernel = name != "gpt_oss"
+    # Phi-3's one qkv product (its checkpoint's), sliced apart, is the kernel's packed input; the others'
+    # float products stay apart (packed_products packs quantized ones)
+    assert all(n.input[1] == "" for n in fused) is (name == "phi3"), [list(n.input[:3]) for n in fused]
     for n, window in zip(fused, windows, strict=True):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
         assert (attrs.get("do_rotary") == 1 and n.input[9] == "position_ids") is in_kernel

@@ -1,5 +1,6 @@
 //! No-op nodes (a Cast to the same type, a same-shape Reshape / Expand / forward Slice, `*1`, `+0`, an
-//! identity Transpose...) become Identity, which the identity removal then drops.
+//! identity Transpose, a Concat of one value and empty ones...) become Identity, which the identity
+//! removal then drops.
 
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
@@ -64,12 +65,41 @@ fn constant_all_positive(g: &Graph, name: &str) -> bool {
     }
 }
 
+/// The one input of a Concat whose others are all empty along its axis (a partial rotary's
+/// pass-through slice when the rotary covers the whole head: Phi-3's), when it has the output's type.
+fn sole_nonempty_concat_input(g: &Graph, n: &Node) -> Option<usize> {
+    let Some(AttrValue::Int(axis)) = n.attr("axis") else {
+        return None;
+    };
+    let empty = |v: &str| {
+        let shape = g.value_type(v).and_then(|t| t.shape.as_ref());
+        shape.is_some_and(|s| {
+            let at = if *axis < 0 {
+                *axis + s.len() as i64
+            } else {
+                *axis
+            };
+            usize::try_from(at).is_ok_and(|at| matches!(s.get(at), Some(Dim::Fixed(0))))
+        })
+    };
+    let mut kept = n.inputs.iter().enumerate().filter(|(_, v)| !empty(v));
+    let (at, x) = kept.next()?;
+    (kept.next().is_none() && same_known_type(g, x, &n.outputs[0])).then_some(at)
+}
+
 /// Turns nodes that change nothing into Identity (remove_identities then drops them). Only when the
-/// output's dtype and static shape, as torch recorded them, equal the input's.
+/// output's dtype and static shape, as torch recorded them, equal the input's (a Concat's: its one
+/// non-empty input's dtype and shape, static or not).
 pub fn mark_noops(g: &mut Graph) -> usize {
     let mut noop = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
         if !n.domain.is_empty() || n.outputs.len() != 1 || n.inputs.is_empty() {
+            continue;
+        }
+        if n.op_type == "Concat" {
+            if let Some(at) = sole_nonempty_concat_input(g, n) {
+                noop.push((i, at));
+            }
             continue;
         }
         let (x, y) = (&n.inputs[0], &n.outputs[0]);
@@ -98,13 +128,13 @@ pub fn mark_noops(g: &mut Graph) -> usize {
             _ => false,
         };
         if is_noop {
-            noop.push(i);
+            noop.push((i, 0));
         }
     }
-    for &i in &noop {
+    for &(i, kept) in &noop {
         let n = &mut g.nodes[i];
         n.op_type = "Identity".to_owned();
-        n.inputs.truncate(1);
+        n.inputs = vec![n.inputs[kept].clone()];
         n.attrs.clear();
     }
     noop.len()
@@ -129,6 +159,22 @@ mod tests {
         }
         assert_eq!(mark_noops(&mut g), 2);
         assert_eq!(g.nodes[2].op_type, "Mul");
+    }
+
+    #[test]
+    fn a_concat_of_one_value_and_empty_ones_is_a_noop() {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, fixed(&[2, 4]));
+        let none = g.add_input("none", dtype::FLOAT, fixed(&[2, 0]));
+        let some = g.add_input("some", dtype::FLOAT, fixed(&[2, 1]));
+        let kept = g.op_with("Concat", &[&none, &x], vec![int("axis", -1)]);
+        let grown = g.op_with("Concat", &[&x, &some], vec![int("axis", 1)]);
+        g.typed(&kept, dtype::FLOAT, &[2, 4]);
+        g.typed(&grown, dtype::FLOAT, &[2, 5]);
+        assert_eq!(mark_noops(&mut g), 1);
+        assert_eq!(g.nodes[0].op_type, "Identity");
+        assert_eq!(g.nodes[0].inputs, vec![x]);
+        assert_eq!(g.nodes[1].op_type, "Concat");
     }
 
     #[test]

@@ -29,9 +29,9 @@
 use crate::dtype;
 use crate::graph::{AttrValue, Dim, Graph, Node};
 use crate::passes::matching::{
-    f32_scalar, f32_values, int_attr, int_of, is_op, shape, unsqueeze_axes, Index,
+    f32_scalar, f32_values, fixed, int_attr, int_of, is_op, shape, unsqueeze_axes, Index,
 };
-use crate::passes::rewrite::{apply, Rewrite};
+use crate::passes::rewrite::{apply, new_node, Rewrite};
 use crate::passes::MS_DOMAIN;
 
 /// The rotary angles `position_ids · inv_freq` (times `scale` for cos and sin).
@@ -47,6 +47,27 @@ struct Rotated {
     y: String,
     angles: Angles,
     dead: Vec<usize>,
+    /// a per-head norm before the rotation (Gemma 3's `q_norm` / `k_norm`), which stays
+    normed: Option<Normed>,
+}
+
+/// `norm` (a node, over each head's last axis) read the heads as `[b, h, s, e]`; the kernel reads
+/// it over `x4` (`[b, s, h, e]`: the last axis the same) reshaped by `shape3`.
+struct Normed {
+    norm: usize,
+    x4: String,
+    shape3: String,
+}
+
+/// A norm over the last axis alone: the same over `[b, h, s, e]` as over `[b, s, h, e]`.
+fn last_axis_norm(n: &Node) -> bool {
+    let norm = is_op(n, "SimplifiedLayerNormalization") || is_op(n, "RMSNormalization");
+    let last = match n.attr("axis") {
+        None => true,
+        Some(AttrValue::Int(a)) => *a == -1 || *a == 3,
+        Some(_) => false,
+    };
+    norm && last && n.outputs.len() == 1
 }
 
 fn producer<'a>(g: &'a Graph, ix: &Index, v: &str) -> Option<(usize, &'a Node)> {
@@ -150,7 +171,12 @@ fn rotated(g: &Graph, ix: &Index, packed: &str) -> Option<Rotated> {
     let ((true, [_, _, cos, sin]) | (false, [_, cos, sin])) = (contrib, r.inputs.as_slice()) else {
         return None;
     };
-    let (t1_at, t1) = sole(g, ix, r.inputs.first()?)?;
+    let (mut t1_at, mut t1) = sole(g, ix, r.inputs.first()?)?;
+    let mut norm = None;
+    if last_axis_norm(t1) {
+        norm = Some(t1_at);
+        (t1_at, t1) = sole(g, ix, t1.inputs.first()?)?;
+    }
     let (x_at, x4) = sole(g, ix, t1.inputs.first()?)?;
     if !is_swap(t1) || !is_op(x4, "Reshape") {
         return None;
@@ -160,11 +186,52 @@ fn rotated(g: &Graph, ix: &Index, packed: &str) -> Option<Rotated> {
     if angles(g, ix, sin, "Sin")? != a || shape(g, &y)? != shape(g, packed)? {
         return None;
     }
+    let Some(norm) = norm else {
+        return Some(Rotated {
+            y,
+            angles: a,
+            dead: vec![p_at, t2_at, r_at, t1_at, x_at],
+            normed: None,
+        });
+    };
+    // the norm stays, over the heads as the Reshape gives them; the rest of the chain goes
     Some(Rotated {
-        y,
+        y: packed.to_owned(),
         angles: a,
-        dead: vec![p_at, t2_at, r_at, t1_at, x_at],
+        dead: vec![p_at, t2_at, r_at, t1_at, norm],
+        normed: Some(Normed {
+            norm,
+            x4: x4.outputs.first()?.clone(),
+            shape3: p.inputs.get(1)?.clone(),
+        }),
     })
+}
+
+/// The kernel's input of a normed head (`Rotated::normed`): the norm over `[b, s, h, e]`, reshaped to
+/// `[b, s, h·e]`, as nodes to insert; the value `y` the chain ended in is written anew.
+fn normed_input(g: &mut Graph, r: &Rotated, m: &Normed, nodes: &mut Vec<Node>) -> Option<()> {
+    let norm = g.nodes.get(m.norm)?.clone();
+    let ty = g.value_type(&m.x4)?.clone();
+    let heads = g.new_value("normed_heads", ty);
+    let mut inputs = norm.inputs.clone();
+    *inputs.first_mut()? = m.x4.clone();
+    nodes.push(new_node(
+        g,
+        &norm.op_type,
+        &norm.domain,
+        inputs,
+        &heads,
+        norm.attrs,
+    ));
+    nodes.push(new_node(
+        g,
+        "Reshape",
+        "",
+        vec![heads, m.shape3.clone()],
+        &r.y,
+        vec![],
+    ));
+    Some(())
 }
 
 /// `v3` through Reshapes, Identities (and pairs of adjacent `[0, 2, 1, 3]` Transposes, which cancel) back to the
@@ -243,6 +310,14 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
     let Some(rows) = g.shared_cache_positions else {
         return 0;
     };
+    if !g.nodes.iter().any(|n| n.op_type == "GroupQueryAttention") {
+        return 0;
+    }
+    // a partial rotary over the whole head (Phi-3's) concatenates an empty pass-through slice to the
+    // rotated heads: that Concat and its slice go first, so that the chain below matches
+    crate::passes::noops::mark_noops(g);
+    crate::passes::cleanup::remove_identities(g);
+    crate::passes::cleanup::remove_unused_nodes(g);
     let ix = Index::new(g);
     let mut found = Vec::new();
     for (at, n) in g.nodes.iter().enumerate() {
@@ -285,6 +360,15 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
         if !made.iter().any(|(a, _)| *a == q.angles) {
             made.push((q.angles.clone(), (cos.clone(), sin.clone())));
         }
+        let mut before = Vec::new();
+        let heads = [&q, &k].map(|r| r.normed.as_ref().map(|m| (r, m)));
+        if heads
+            .into_iter()
+            .flatten()
+            .any(|(r, m)| normed_input(g, r, m, &mut before).is_none())
+        {
+            continue;
+        }
         let n = &g.nodes[at];
         let (v, v_dead) = unreshaped(g, &ix, &n.inputs[2]);
         let mut inputs = vec![q.y, k.y, v];
@@ -298,14 +382,56 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
         attrs.push(int_attr("rotary_interleaved", 0));
         let dead = q.dead.into_iter().chain(k.dead).chain(v_dead);
         rewrites.push(
-            Rewrite::replace(at, "GroupQueryAttention", MS_DOMAIN, inputs, attrs).removing(dead),
+            Rewrite::replace(at, "GroupQueryAttention", MS_DOMAIN, inputs, attrs)
+                .removing(dead)
+                .inserting_before(before),
         );
     }
     apply(g, rewrites)
 }
 
-/// `GroupQueryAttention(q, k, v, ...)` with `q, k, v = Split(x, axis = -1)` read by it alone becomes
-/// `GroupQueryAttention(x, "", "", ...)`: the kernel's packed form; returns how many it changed.
+/// The constant int64 values of `name` (an initializer).
+fn i64_constant(g: &Graph, name: &str) -> Option<Vec<i64>> {
+    let t = g.initializer(name)?;
+    (t.dtype == dtype::INT64).then(|| crate::tensor::le_i64s(t.data.as_slice().unwrap_or_default()))
+}
+
+/// `x` when `q, k, v` are `Slice(x)`s along its last axis, read by the kernel alone, that cover it in
+/// order from 0 to its end (Phi-3's one qkv product sliced apart), with the Slices' indices.
+fn sliced_whole(g: &Graph, ix: &Index, qkv: &[String]) -> Option<(String, Vec<usize>)> {
+    let mut x: Option<&String> = None;
+    let (mut next, mut dead) = (0, Vec::new());
+    for v in qkv {
+        let (at, n) = sole(g, ix, v)?;
+        let [input, starts, ends, axes, rest @ ..] = n.inputs.as_slice() else {
+            return None;
+        };
+        let steps_one = match rest {
+            [] => true,
+            [steps] => steps.is_empty() || i64_constant(g, steps)? == [1],
+            _ => false,
+        };
+        let dims = shape(g, input)?;
+        let last = i64::try_from(dims.len()).ok()? - 1;
+        let axis = i64_constant(g, axes)?;
+        if !is_op(n, "Slice") || !steps_one || !(axis == [-1] || axis == [last]) {
+            return None;
+        }
+        if x.is_some_and(|x| x != input) || i64_constant(g, starts)? != [next] {
+            return None;
+        }
+        x = Some(input);
+        next = i64_constant(g, ends)?.first().copied()?;
+        dead.push(at);
+    }
+    let x = x?;
+    let width = shape(g, x)?.last().and_then(fixed)?;
+    (next == width || next == i64::MAX).then(|| (x.clone(), dead))
+}
+
+/// `GroupQueryAttention(q, k, v, ...)` with `q, k, v = Split(x, axis = -1)` (or three Slices covering
+/// `x`'s last axis in order) read by it alone becomes `GroupQueryAttention(x, "", "", ...)`: the
+/// kernel's packed form; returns how many it changed.
 pub(crate) fn pack_qkv(g: &mut Graph) -> usize {
     if !g.nodes.iter().any(|n| n.op_type == "GroupQueryAttention") {
         return 0;
@@ -317,6 +443,17 @@ pub(crate) fn pack_qkv(g: &mut Graph) -> usize {
     for (at, n) in g.nodes.iter().enumerate() {
         if n.op_type != "GroupQueryAttention" || n.domain != MS_DOMAIN || n.inputs.len() < 3 {
             continue;
+        }
+        if let Some((x, dead)) = sliced_whole(g, &ix, &n.inputs[..3]) {
+            let three_d = shape(g, &x).is_some_and(|s| s.len() == 3);
+            if three_d {
+                let mut inputs = n.inputs.clone();
+                inputs[0] = x;
+                inputs[1] = String::new();
+                inputs[2] = String::new();
+                rewrites.push(Rewrite::rewire(at, inputs).removing(dead));
+                continue;
+            }
         }
         let Some((split_at, split)) = sole(g, &ix, &n.inputs[0]) else {
             continue;
@@ -521,5 +658,39 @@ mod tests {
                 "pk".to_owned()
             ]
         );
+    }
+
+    /// GroupQueryAttention over `Slice(x)`s of x's last axis, each `[start, end)`.
+    fn sliced(bounds: &[(i64, i64)]) -> Graph {
+        let mut g = Graph::new("g");
+        let x = g.add_input("x", dtype::FLOAT, fixed(&[2, 3, 64]));
+        let axes = g.i64s(&[1], &[-1]);
+        let mut inputs = Vec::new();
+        for &(start, end) in bounds {
+            let s = g.i64s(&[1], &[start]);
+            let e = g.i64s(&[1], &[end]);
+            inputs.push(g.op("Slice", &[&x, &s, &e, &axes]));
+        }
+        inputs.extend(["pk", "pv", "seqlens", "total"].map(|n| g.add_input(n, dtype::FLOAT, None)));
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let out = ms(&mut g, "GroupQueryAttention", &inputs, 3, vec![]);
+        g.outputs.extend(out);
+        g
+    }
+
+    #[test]
+    fn slices_covering_one_product_in_order_become_its_packed_input() {
+        let mut g = sliced(&[(0, 32), (32, 48), (48, i64::MAX)]);
+        assert_eq!(pack_qkv(&mut g), 1);
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(
+            g.nodes[0].inputs[..3],
+            ["x".to_owned(), String::new(), String::new()]
+        );
+        // a gap, or slices out of order, are no packed product
+        for bounds in [[(0, 32), (36, 48), (48, 64)], [(32, 48), (0, 32), (48, 64)]] {
+            let mut g = sliced(&bounds);
+            assert_eq!(pack_qkv(&mut g), 0);
+        }
     }
 }
