@@ -161,21 +161,20 @@ def test_onnxruntime_level_writes_into_shared_caches(tmp_path: pathlib.Path, nam
         text.sliding_window if kind == "sliding_attention" or name in ("mistral", "phi3") else None
         for kind in kinds
     ]
-    # the kernel also rotates Gemma 3's heads after their q / k norms (which stay, over the heads as
-    # the kernel reads them) and Phi-3's (its rotary over the whole head concatenates an empty slice);
-    # GPT-OSS's rotation is not fused into RotaryEmbedding at all: it stays in its graph
-    in_kernel = name != "gpt_oss"
+    # every family's: Gemma 3's heads after their q / k norms (which stay, over the heads as the
+    # kernel reads them), Phi-3's (its rotary over the whole head concatenates an empty slice) and
+    # GPT-OSS's (it rotates the two halves apart, rotary_live's second form)
     # Phi-3's one qkv product (its checkpoint's), sliced apart, is the kernel's packed input; the others'
     # float products stay apart (packed_products packs quantized ones)
     assert all(n.input[1] == "" for n in fused) is (name == "phi3"), [list(n.input[:3]) for n in fused]
     for n, window in zip(fused, windows, strict=True):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
-        assert (attrs.get("do_rotary") == 1 and n.input[9] == "position_ids") is in_kernel
+        assert attrs.get("do_rotary") == 1 and n.input[9] == "position_ids", n.input
         assert attrs.get("local_window_size") == window, (n.name, attrs)
         # GPT-OSS's sinks, the per-head initializer its attention concatenates to the scores
         sinks = n.input[11] if len(n.input) > 11 else None
         assert (sinks is not None and sinks.endswith("self_attn.sinks")) is (name == "gpt_oss"), n.input
-    assert not (in_kernel and any(n.op_type == "RotaryEmbedding" for n in proto.graph.node))
+    assert not any(n.op_type == "RotaryEmbedding" for n in proto.graph.node)
     assert (
         "GroupQueryAttention writing into its cache in place"
         in (tmp_path / "package" / "fastonnx_report.md").read_text()

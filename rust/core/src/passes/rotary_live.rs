@@ -13,6 +13,16 @@
 //! are made once per match; the CSE stage that follows merges those of the layers sharing them.
 //! x's batch and sequence dims must be the angles' (the cache has no broadcasting).
 //!
+//! GPT-OSS rotates the two halves apart, with tables of half the head:
+//!
+//! ```text
+//! x1, x2 = Split(x, [h/2, h/2], axis = -1)
+//! c = Unsqueeze([Mul(] Cos(f) [, scalar)], axes = [1])                          (s alike, Sin)
+//! out = Concat(Sub(Mul(x1, c), Mul(x2, s)), Add(Mul(x2, c), Mul(x1, s)), axis = -1)
+//! ```
+//!
+//! which is the same rotation (x · [c, c] + Concat(-x2, x1) · [s, s]), fused alike.
+//!
 //! At the onnxruntime level below opset 23 it becomes `com.microsoft.RotaryEmbedding(x, ids, cos2,
 //! sin2)`, whose caches are 2-D tables indexed by position ids: the same caches flattened to
 //! (batch·seq, h/2) rows, and ids (batch, seq) numbering them 0..batch·seq. No table of all positions
@@ -32,25 +42,46 @@ struct Live {
     /// the angles (batch, seq, h/2), and the scalar multiplying cos and sin (if any)
     angles: String,
     scale: Option<String>,
+    /// the node rewritten in place into the fused one (the rotated value's producer)
     add: usize,
-    dead: [usize; 6],
+    dead: Vec<usize>,
 }
 
 /// Rotary embeddings with cos / sin computed from angles at run time → `RotaryEmbedding` (opset 23);
 /// returns how many it fused.
 pub(crate) fn fuse_live(g: &mut Graph) -> usize {
-    fuse(g, &["Concat"], match_live, |g, m| Some(emit(g, m)))
+    fuse(g, &["Concat"], match_either, |g, m| Some(emit(g, m)))
 }
 
 /// The same → `com.microsoft.RotaryEmbedding` (onnxruntime level, below opset 23); returns how many
 /// it fused.
 pub(crate) fn fuse_live_contrib(g: &mut Graph) -> usize {
-    fuse(g, &["Concat"], match_live, emit_contrib)
+    fuse(g, &["Concat"], match_either, emit_contrib)
+}
+
+fn match_either(g: &Graph, ix: &Index, concat_at: usize) -> Option<Live> {
+    match_live(g, ix, concat_at).or_else(|| match_halves(g, ix, concat_at))
 }
 
 /// (angles, scale) for `Unsqueeze([Cast to float |] [Mul(] op(Concat(f, f, last axis)) [, scalar)],
 /// [1])`.
 fn table_source(g: &Graph, ix: &Index, table: &str, op: &str) -> Option<(String, Option<String>)> {
+    let (emb, scale) = half_table_source(g, ix, table, op)?;
+    let concat = ix.prod.get(&emb).map(|&i| &g.nodes[i])?;
+    let [f, f2] = concat.inputs.as_slice() else {
+        return None;
+    };
+    let last = matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 2)));
+    (is_op(concat, "Concat") && f == f2 && last && is_float(g, f)).then(|| (f.clone(), scale))
+}
+
+/// (what `op` reads, scale) for `Unsqueeze([Cast to float |] [Mul(] op(f) [, scalar)], [1])`.
+fn half_table_source(
+    g: &Graph,
+    ix: &Index,
+    table: &str,
+    op: &str,
+) -> Option<(String, Option<String>)> {
     let producer = |v: &str| ix.prod.get(v).map(|&i| &g.nodes[i]);
     let unsq = producer(table)?;
     if !is_op(unsq, "Unsqueeze") || unsqueeze_axes(g, unsq)? != [1] {
@@ -84,12 +115,99 @@ fn table_source(g: &Graph, ix: &Index, table: &str, op: &str) -> Option<(String,
     if !is_op(n, op) {
         return None;
     }
-    let concat = producer(n.inputs.first()?)?;
-    let [f, f2] = concat.inputs.as_slice() else {
+    Some((n.inputs.first()?.clone(), scale))
+}
+
+/// `Concat(Sub(Mul(x1, c), Mul(x2, s)), Add(Mul(x2, c), Mul(x1, s)))` at `concat_at` (each Mul's
+/// operands in either order), x1 and x2 the halves of one Split of x.
+fn match_halves(g: &Graph, ix: &Index, concat_at: usize) -> Option<Live> {
+    let producer = |v: &str| ix.prod.get(v).map(|&i| (i, &g.nodes[i]));
+    let once = |v: &str| ix.reads.get(v) == Some(&1);
+    let concat = &g.nodes[concat_at];
+    let [first, second] = concat.inputs.as_slice() else {
         return None;
     };
-    let last = matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 2)));
-    (is_op(concat, "Concat") && f == f2 && last && is_float(g, f)).then(|| (f.clone(), scale))
+    let (sub_at, sub) = producer(first)?;
+    let (add_at, add) = producer(second)?;
+    let last = matches!(concat.attr("axis"), Some(AttrValue::Int(-1 | 3)));
+    if !last || !is_op(sub, "Sub") || !is_op(add, "Add") || !once(first) || !once(second) {
+        return None;
+    }
+    // a product's two operands, each Mul read by the Sub or Add alone
+    let product = |v: &String| {
+        let (at, m) = producer(v)?;
+        let [a, b] = m.inputs.as_slice() else {
+            return None;
+        };
+        (is_op(m, "Mul") && once(v)).then_some((at, a.as_str(), b.as_str()))
+    };
+    let two = |ins: &[String]| -> Option<[(usize, &str, &str); 2]> {
+        let [a, b] = ins else {
+            return None;
+        };
+        Some([product(a)?, product(b)?])
+    };
+    let [m1, m2] = two(&sub.inputs)?;
+    let [m3, m4] = two(&add.inputs)?;
+    // the Split: x1 and x2, its two outputs, halves of x's last axis
+    let (split_at, split) = producer(m1.1)
+        .filter(|(_, n)| is_op(n, "Split"))
+        .or_else(|| producer(m1.2).filter(|(_, n)| is_op(n, "Split")))?;
+    let [x1, x2] = split.outputs.as_slice() else {
+        return None;
+    };
+    let x = split.inputs.first()?;
+    let halves_of = |m: (usize, &str, &str), half: &String| -> Option<String> {
+        match (m.1 == half.as_str(), m.2 == half.as_str()) {
+            (true, false) => Some(m.2.to_owned()),
+            (false, true) => Some(m.1.to_owned()),
+            _ => None,
+        }
+    };
+    let c = halves_of(m1, x1)?;
+    let s = halves_of(m2, x2)?;
+    // the Add's products in either order: x2 · c and x1 · s
+    let (m3, m4) = if halves_of(m3, x2).as_ref() == Some(&c) {
+        (m3, m4)
+    } else {
+        (m4, m3)
+    };
+    if halves_of(m3, x2)? != c || halves_of(m4, x1)? != s {
+        return None;
+    }
+    let x_shape = shape(g, x)?;
+    let [batch, _, seq, Dim::Fixed(h)] = x_shape.as_slice() else {
+        return None;
+    };
+    let halves_read = [x1, x2].iter().all(|v| ix.reads.get(*v) == Some(&2));
+    let axis_last = matches!(split.attr("axis"), Some(AttrValue::Int(-1 | 3)));
+    if !is_float(g, x) || h % 2 != 0 || !halves_read || !axis_last {
+        return None;
+    }
+    for v in [x1, x2] {
+        if shape(g, v)?.last().and_then(fixed) != Some(h / 2) {
+            return None;
+        }
+    }
+    let (angles, scale) = half_table_source(g, ix, &c, "Cos")?;
+    if half_table_source(g, ix, &s, "Sin")? != (angles.clone(), scale.clone()) {
+        return None;
+    }
+    let a = shape(g, &angles)?;
+    let known = |d: &Dim| !matches!(d, Dim::Unknown);
+    let fits = a.len() == 3
+        && a[0] == *batch
+        && a[1] == *seq
+        && known(&a[0])
+        && known(&a[1])
+        && fixed(&a[2]) == Some(h / 2);
+    fits.then(|| Live {
+        x: x.clone(),
+        angles,
+        scale,
+        add: concat_at,
+        dead: vec![split_at, sub_at, add_at, m1.0, m2.0, m3.0, m4.0],
+    })
 }
 
 fn match_live(g: &Graph, ix: &Index, concat_at: usize) -> Option<Live> {
@@ -112,7 +230,7 @@ fn match_live(g: &Graph, ix: &Index, concat_at: usize) -> Option<Live> {
         angles,
         scale,
         add: p.add,
-        dead: p.dead,
+        dead: p.dead.to_vec(),
     })
 }
 
@@ -272,6 +390,61 @@ mod tests {
         let fused = fused.expect("fused");
         assert_eq!(fused.outputs, [out]);
         assert_eq!(fused.inputs[0], "x");
+    }
+
+    /// x (2, 3, 5, 4) rotated half by half (GPT-OSS's form) by angles f (2, 5, 2); `sign` false
+    /// swaps the Sub and the Add (no rotation).
+    fn rotated_halves(g: &mut Graph, sign: bool) -> String {
+        let x = g.add_input("x", dtype::FLOAT, None);
+        g.typed(&x, dtype::FLOAT, &[2, 3, 5, 4]);
+        let f = g.add_input("f", dtype::FLOAT, None);
+        g.typed(&f, dtype::FLOAT, &[2, 5, 2]);
+        let axes = g.i64s(&[1], &[1]);
+        let mut table = |op: &str| {
+            let t = g.op(op, &[&f]);
+            let t = g.op("Unsqueeze", &[&t, &axes]);
+            g.typed(&t, dtype::FLOAT, &[2, 1, 5, 2]);
+            t
+        };
+        let (c, s) = (table("Cos"), table("Sin"));
+        let sizes = g.i64s(&[2], &[2, 2]);
+        let hints = ["x1", "x2"].map(String::from);
+        let halves = g
+            .add_node(
+                "Split",
+                "",
+                vec![x.clone(), sizes],
+                &hints,
+                vec![int("axis", -1)],
+                None,
+            )
+            .expect("split");
+        let (x1, x2) = (&halves[0], &halves[1]);
+        for h in [x1, x2] {
+            g.typed(h, dtype::FLOAT, &[2, 3, 5, 2]);
+        }
+        let (a, b) = (g.op("Mul", &[x1, &c]), g.op("Mul", &[&s, x2]));
+        let first = g.op(if sign { "Sub" } else { "Add" }, &[&a, &b]);
+        let (a, b) = (g.op("Mul", &[&s, x1]), g.op("Mul", &[x2, &c]));
+        let second = g.op(if sign { "Add" } else { "Sub" }, &[&a, &b]);
+        let out = g.op_with("Concat", &[&first, &second], vec![int("axis", -1)]);
+        g.outputs.push(out.clone());
+        out
+    }
+
+    #[test]
+    fn halves_rotated_apart_fuse() {
+        let mut g = Graph::new("g");
+        let out = rotated_halves(&mut g, true);
+        assert_eq!(fuse_live(&mut g), 1);
+        let fused = g.nodes.iter().find(|n| n.op_type == "RotaryEmbedding");
+        let fused = fused.expect("fused");
+        assert_eq!(fused.outputs, [out]);
+        assert_eq!(fused.inputs[0], "x");
+        assert!(!g.nodes.iter().any(|n| n.op_type == "Split"));
+        let mut g = Graph::new("g");
+        rotated_halves(&mut g, false);
+        assert_eq!(fuse_live(&mut g), 0);
     }
 
     #[test]
