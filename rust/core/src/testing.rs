@@ -17,6 +17,8 @@ pub(crate) trait GraphExt {
     fn i64s(&mut self, dims: &[i64], values: &[i64]) -> String;
     /// Records `value` as `dtype` with a static shape.
     fn typed(&mut self, value: &str, dtype: i32, dims: &[i64]);
+    /// `Split(x, sizes, axis = -1)`; returns its outputs, named after `hints`.
+    fn split_last(&mut self, x: &str, sizes: &[i64], hints: &[&str]) -> Vec<String>;
 }
 
 impl GraphExt for Graph {
@@ -30,6 +32,24 @@ impl GraphExt for Graph {
         self.add_node(op, "", inputs, &[hint], attrs, None)
             .expect("test node")
             .remove(0)
+    }
+
+    fn split_last(&mut self, x: &str, sizes: &[i64], hints: &[&str]) -> Vec<String> {
+        let sizes = self.i64s(&[sizes.len() as i64], sizes);
+        let hints: Vec<String> = hints.iter().map(|h| (*h).to_owned()).collect();
+        let axis = Attribute {
+            name: "axis".to_owned(),
+            value: crate::graph::AttrValue::Int(-1),
+        };
+        self.add_node(
+            "Split",
+            "",
+            vec![x.to_owned(), sizes],
+            &hints,
+            vec![axis],
+            None,
+        )
+        .expect("split")
     }
 
     fn node_of(&mut self, op: &str, inputs: &[&str]) -> Node {

@@ -407,18 +407,7 @@ mod tests {
             t
         };
         let (c, s) = (table("Cos"), table("Sin"));
-        let sizes = g.i64s(&[2], &[2, 2]);
-        let hints = ["x1", "x2"].map(String::from);
-        let halves = g
-            .add_node(
-                "Split",
-                "",
-                vec![x.clone(), sizes],
-                &hints,
-                vec![int("axis", -1)],
-                None,
-            )
-            .expect("split");
+        let halves = g.split_last(&x, &[2, 2], &["x1", "x2"]);
         let (x1, x2) = (&halves[0], &halves[1]);
         for h in [x1, x2] {
             g.typed(h, dtype::FLOAT, &[2, 3, 5, 2]);

@@ -630,18 +630,7 @@ mod tests {
     fn a_split_read_by_the_kernel_alone_becomes_its_packed_input() {
         let mut g = Graph::new("g");
         let x = g.add_input("x", dtype::FLOAT, fixed(&[2, 3, 64]));
-        let sizes = g.i64s(&[3], &[32, 16, 16]);
-        let hints = ["q", "k", "v"].map(String::from);
-        let qkv = g
-            .add_node(
-                "Split",
-                "",
-                vec![x.clone(), sizes],
-                &hints,
-                vec![int("axis", -1)],
-                None,
-            )
-            .expect("split");
+        let qkv = g.split_last(&x, &[32, 16, 16], &["q", "k", "v"]);
         let rest = ["pk", "pv", "seqlens", "total"].map(|n| g.add_input(n, dtype::FLOAT, None));
         let mut inputs: Vec<&str> = qkv.iter().map(String::as_str).collect();
         inputs.extend(rest.iter().map(String::as_str));
