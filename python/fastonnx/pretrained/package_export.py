@@ -185,6 +185,11 @@ def _package_weights(tmp: pathlib.Path, shards: list[pathlib.Path], built: Any) 
     return _PackageWeights(tmp, shards, converted, missing, computed)
 
 
+SPEECH_TO_TEXT = ("automatic-speech-recognition", "text2text-generation")
+"""The tasks whose mappings list the speech models that write text (text2text-generation's seq2seq
+mapping lists the audio-LLMs and Voxtral Realtime too)."""
+
+
 def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[str, Any]:
     """The task's graphs (task_inputs.py); a config without the sizes the task reads is an InputError."""
     try:
@@ -193,8 +198,9 @@ def _graph_specs(task: str, built: Any, config: Any, class_name: str) -> dict[st
             return image_encoder_decoder(built)
         if task == "automatic-speech-recognition" and frame_paired_speech.own_layout(built):
             return frame_paired_speech.paired_graphs(built, config)  # Kyutai's: a token a frame's codes
-        if task == "automatic-speech-recognition" and streamed_audio_steps.own_layout(built):
-            return streamed_audio_steps.streamed_graphs(built, config)  # Voxtral Realtime's two streams
+        if task in SPEECH_TO_TEXT and streamed_audio_steps.own_layout(built):
+            # Voxtral Realtime's two streams; the seq2seq mapping lists it too, as the audio-LLMs
+            return streamed_audio_steps.streamed_graphs(built, config)
         if task == "text-to-audio" and spectrogram_loops.own_layout(built):
             return spectrogram_loops.loop_graphs(built, config)  # SpeechT5's frame loop: three files
         if task == "text-to-audio" and audio_code_loops.own_layout(built):
