@@ -221,12 +221,15 @@ def check_inputs(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def generated(model: Any, ids: torch.Tensor, features: torch.Tensor) -> Any:
     """transformers' greedy ``generate`` (as many tokens as the audio holds), with its logits."""
+    per_token = int(model.config.audio_length_per_tok)
+    tokens = -(-features.shape[-1] // per_token)  # the audio's, prompt included (generate's own bound)
     with torch.no_grad():
         return model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             input_features=features,
             num_delay_tokens=int(model.config.default_num_delay_tokens),
+            max_new_tokens=tokens - ids.shape[1],
             do_sample=False,
             eos_token_id=None,
             output_logits=True,
