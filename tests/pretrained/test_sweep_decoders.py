@@ -8,6 +8,9 @@ every present tensor at fastonnx's float32 tolerances):
 - the past's shapes as the model caches them, not as its config states them: multi-query attention
   (GPT-BigCode: one head) and multi-head latent attention (DeepSeek-V3: the compressed latent and the
   rotary part, of different sizes) failed at the concatenation ("Sizes of tensors must match");
+- Mllama's text-only decoder skips its cross-attention layers while their cache is empty; its package
+  keeps them as caches of 0 positions, passed through (a dynamic past made the captured step attend
+  over them, and onnxruntime failed on the prefill's empty cross cache);
 - an encoder config returning no cache is an InputError naming is_decoder; a decoder keeping no cache
   transformers' ``Cache`` holds (GPT-1 none, RWKV and RecurrentGemma state of their own) is packaged
   without one: the whole sequence in, its logits out (caches of more than keys and values:
@@ -129,6 +132,26 @@ def test_a_composite_models_text_path_is_packaged(tmp_path: pathlib.Path) -> Non
     config = json.loads((tmp_path / "package" / "genai_config.json").read_text())
     assert config["model"]["type"] == "gemma3_text"
     assert config["model"]["vocab_size"] == 128
+
+
+def test_cross_attention_layers_of_a_text_decoder_stay_empty(tmp_path: pathlib.Path) -> None:
+    import onnx
+
+    written = _export(tmp_path, "mllama", "MllamaForCausalLM")
+    assert written.verified is True, written.verify_note
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tmp_path / "checkpoint").get_text_config()
+    proto = onnx.load(str(written.model_path), load_external_data=False)
+    sizes = {
+        i.name: [
+            d.dim_value if d.HasField("dim_value") else d.dim_param for d in i.type.tensor_type.shape.dim
+        ]
+        for i in proto.graph.input
+    }
+    for layer in range(config.num_hidden_layers):
+        past = sizes[f"past_key_values.{layer}.key"][2]
+        assert (past == 0) is (layer in config.cross_attention_layers), (layer, past)
 
 
 NO_CACHE = {

@@ -172,6 +172,38 @@ def returned_cache(out: Any) -> Any:
     return cache if cache is not None else getattr(out, "cache_params", None)
 
 
+def cross_attention_layers(config: Any) -> set[int]:
+    """The layers a decoder's config names as attending to an image (Mllama's ``cross_attention_layers``):
+    a text-only prefill leaves their cache empty, and transformers skips them while it stays so."""
+    layers = getattr(text_config(config), "cross_attention_layers", None)
+    return {int(i) for i in layers} if isinstance(layers, (list, tuple)) else set()
+
+
+def _filled(layer: Any) -> bool:
+    return bool(getattr(layer, "is_initialized", False)) and getattr(layer, "keys", None) is not None
+
+
+def _empty_layer(config: Any) -> CacheLayer:
+    """A cross-attention layer of a text-only decoder: keys and values of 0 positions, always (not a
+    dynamic past), so that the captured step skips it as transformers does and passes it through."""
+    from transformers.cache_utils import DynamicLayer
+
+    heads, size = kv_shape(text_config(config))
+    return CacheLayer(LayerContext(DynamicLayer), {"key": (heads, 0, size), "value": (heads, 0, size)})
+
+
+def present_tensors(cache: Any, layout: list[CacheLayer], batch: int) -> list[torch.Tensor]:
+    """``flat_tensors`` of a cache transformers returned, an empty layer of ``layout`` (``_empty_layer``)
+    as the 0 positions the graph returns for it."""
+    out: list[torch.Tensor] = []
+    for layer, spec in zip(cache.layers, layout, strict=True):
+        if _filled(layer) or not all(0 in shape for shape in spec.shapes.values()):
+            out.extend(layer_tensors(layer).values())
+        else:
+            out.extend(torch.zeros(batch, *shape) for shape in spec.shapes.values())
+    return out
+
+
 def produced_layout(
     model: torch.nn.Module, config: Any, with_positions: bool, id_columns: int = 0
 ) -> list[CacheLayer] | None:
@@ -202,7 +234,11 @@ def produced_layout(
             if cache is None:
                 return []  # no cache returned: nothing a decode step could read
             layout = []
-            for layer in getattr(cache, "layers", None) or []:
+            unfilled = cross_attention_layers(config)
+            for i, layer in enumerate(getattr(cache, "layers", None) or []):
+                if i in unfilled and not _filled(layer):
+                    layout.append(_empty_layer(config))
+                    continue
                 tensors = layer_tensors(layer)
                 shapes = {}
                 for field, t in tensors.items():
@@ -268,7 +304,9 @@ def cache_dims(layout: list[CacheLayer], batch: Any, past: Any) -> list[dict[str
     """The dynamic shapes of a cache of ``layout``: the batch, and the past of the growing fields."""
     return [
         {
-            field: {0: batch, PAST_AXIS[field] + 1: past} if field in PAST_AXIS else {0: batch}
+            field: {0: batch, PAST_AXIS[field] + 1: past}
+            if field in PAST_AXIS and layer.shapes[field][PAST_AXIS[field]] == -1
+            else {0: batch}
             for field in layer.shapes
         }
         for layer in layout
