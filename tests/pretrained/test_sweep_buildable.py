@@ -231,6 +231,7 @@ EXPORTED = [
     ("feature-extraction", "mgp-str"),  # its three heads' logits (tuple_outputs.SCENE_TEXT_HEADS)
     ("feature-extraction", "kyutai_speech_to_text"),  # ids pairing text and codes (paired_columns)
     ("feature-extraction", "voxtral_realtime"),  # a prompt and its audio (streamed_audio_steps.bare_graph)
+    ("feature-extraction", "efficientloftr"),  # its coarse and residual maps (tuple_outputs.tuple_count)
 ]
 
 

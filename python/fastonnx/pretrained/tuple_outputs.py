@@ -49,6 +49,11 @@ def tuple_count(model: torch.nn.Module, field: str) -> int | None:
     """How many tensors ``model``'s tuple ``field`` holds; None where it holds one tensor."""
     if field == "logits":
         return len(SCENE_TEXT_HEADS) if scene_text_logits(model) else None
+    if field == "feature_maps" and type(model).__name__ == "EfficientLoFTRModel":
+        # its coarse states, then the residual stages its fine matching reads: every stage but the first
+        # and the last, whose output the coarse transformer turns into the coarse states
+        config: Any = model.config
+        return len(config.stage_stride) - 1
     if field == "feature_maps":
         return len(getattr(model, "out_features", ()) or ())
     if field == "intermediate_embeddings":  # SAM-HQ's: the states after each global-attention layer
