@@ -168,7 +168,13 @@ fn i64_scalar(g: &Graph, name: &str) -> Option<i64> {
 
 /// The [start, end) a Slice of `x` takes along its last axis (of length `len`, `rank` axes), with
 /// ONNX's clamping of negative and out-of-range bounds; None for any other Slice.
-fn last_axis_range(g: &Graph, n: &Node, x: &str, rank: i64, len: i64) -> Option<(i64, i64)> {
+pub(super) fn last_axis_range(
+    g: &Graph,
+    n: &Node,
+    x: &str,
+    rank: i64,
+    len: i64,
+) -> Option<(i64, i64)> {
     if !is_op(n, "Slice") {
         return None;
     }

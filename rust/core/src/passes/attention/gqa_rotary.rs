@@ -32,6 +32,7 @@ use crate::passes::matching::{
     f32_scalar, f32_values, fixed, int_attr, int_of, is_op, shape, unsqueeze_axes, Index,
 };
 use crate::passes::rewrite::{apply, new_node, Rewrite};
+use crate::passes::rotary::last_axis_range;
 use crate::passes::MS_DOMAIN;
 
 /// The rotary angles `position_ids · inv_freq` (times `scale` for cos and sin).
@@ -390,43 +391,26 @@ pub(crate) fn fold_rotary(g: &mut Graph) -> usize {
     apply(g, rewrites)
 }
 
-/// The constant int64 values of `name` (an initializer).
-fn i64_constant(g: &Graph, name: &str) -> Option<Vec<i64>> {
-    let t = g.initializer(name)?;
-    (t.dtype == dtype::INT64).then(|| crate::tensor::le_i64s(t.data.as_slice().unwrap_or_default()))
-}
-
 /// `x` when `q, k, v` are `Slice(x)`s along its last axis, read by the kernel alone, that cover it in
 /// order from 0 to its end (Phi-3's one qkv product sliced apart), with the Slices' indices.
 fn sliced_whole(g: &Graph, ix: &Index, qkv: &[String]) -> Option<(String, Vec<usize>)> {
-    let mut x: Option<&String> = None;
+    let x = sole(g, ix, qkv.first()?)?.1.inputs.first()?;
+    let dims = shape(g, x)?;
+    let (rank, width) = (
+        i64::try_from(dims.len()).ok()?,
+        dims.last().and_then(fixed)?,
+    );
     let (mut next, mut dead) = (0, Vec::new());
     for v in qkv {
         let (at, n) = sole(g, ix, v)?;
-        let [input, starts, ends, axes, rest @ ..] = n.inputs.as_slice() else {
-            return None;
-        };
-        let steps_one = match rest {
-            [] => true,
-            [steps] => steps.is_empty() || i64_constant(g, steps)? == [1],
-            _ => false,
-        };
-        let dims = shape(g, input)?;
-        let last = i64::try_from(dims.len()).ok()? - 1;
-        let axis = i64_constant(g, axes)?;
-        if !is_op(n, "Slice") || !steps_one || !(axis == [-1] || axis == [last]) {
+        let (start, end) = last_axis_range(g, n, x, rank, width)?;
+        if start != next {
             return None;
         }
-        if x.is_some_and(|x| x != input) || i64_constant(g, starts)? != [next] {
-            return None;
-        }
-        x = Some(input);
-        next = i64_constant(g, ends)?.first().copied()?;
+        next = end;
         dead.push(at);
     }
-    let x = x?;
-    let width = shape(g, x)?.last().and_then(fixed)?;
-    (next == width || next == i64::MAX).then(|| (x.clone(), dead))
+    (next == width).then(|| (x.clone(), dead))
 }
 
 /// `GroupQueryAttention(q, k, v, ...)` with `q, k, v = Split(x, axis = -1)` (or three Slices covering
