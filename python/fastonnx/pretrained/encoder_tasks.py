@@ -1300,12 +1300,16 @@ def _paired_text(
     if not columns:
         return None
     text = text_inputs(config, batch, text_length(config), device, False)
-    g = torch.Generator().manual_seed(1)
-    codes = torch.randint(
-        0, int(config.codebook_vocab_size), (*text["input_ids"].shape, columns - 1), generator=g
-    )
-    text["input_ids"] = torch.cat([text["input_ids"].unsqueeze(-1), codes.to(device)], dim=-1)
+    text["input_ids"] = paired_ids(text["input_ids"], config, columns)
     return text, {name: {0: BATCH, 1: SEQUENCE} for name in text}
+
+
+def paired_ids(text_ids: torch.Tensor, config: Any, columns: int) -> torch.Tensor:
+    """``text_ids`` with ``columns - 1`` random audio codes (below ``codebook_vocab_size``) beside each
+    token: the paired ids of ``paired_columns``, on the ids' device."""
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, int(config.codebook_vocab_size), (*text_ids.shape, columns - 1), generator=g)
+    return torch.cat([text_ids.unsqueeze(-1), codes.to(text_ids.device)], dim=-1)
 
 
 def _with_side_inputs(

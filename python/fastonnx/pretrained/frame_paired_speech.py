@@ -30,7 +30,6 @@ import torch
 
 from fastonnx.diagnostics.verdicts import VerificationInfo, compare
 from fastonnx.pretrained.decoder_cache import filled_cache, flat_tensors
-from fastonnx.pretrained.encoder_tasks import paired_columns
 from fastonnx.pretrained.graph_spec import BATCH, GraphSpec
 from fastonnx.pretrained.task_inputs import text_generation
 
@@ -79,7 +78,7 @@ def paired_graphs(model: torch.nn.Module, config: Any) -> dict[str, GraphSpec]:
         ["input_values"],
         ["audio_codes"],
     )
-    decoder = text_generation(model, config, id_columns=paired_columns(model, config))
+    decoder = text_generation(model, config)  # over paired ids (encoder_tasks.paired_columns)
     return {AUDIO_FILE: audio, DECODER_FILE: decoder}
 
 

@@ -44,6 +44,8 @@ from fastonnx.pretrained.encoder_tasks import (
     dynamic_shapes,
     encoder,
     image_inputs,
+    paired_columns,
+    paired_ids,
     whisper_frames,
 )
 from fastonnx.pretrained.graph_spec import BATCH, PAST, SEQUENCE, TOTAL, GraphSpec, takes
@@ -157,10 +159,11 @@ def decoder_inputs(
     return (*tensors, cache) if with_positions else (tensors[0], tensors[1], cache)
 
 
-def text_generation(model: torch.nn.Module, config: Any, id_columns: int = 0) -> GraphSpec:
-    """The decoder step's spec. ``id_columns``: ids of that many columns a position, the first a text
-    token, the others codes below ``codebook_vocab_size`` (Kyutai's: frame_paired_speech.py)."""
+def text_generation(model: torch.nn.Module, config: Any) -> GraphSpec:
+    """The decoder step's spec; its ids pair a text token with audio codes where the model reads them so
+    (``paired_columns``: Kyutai's, frame_paired_speech.py)."""
     check_cache_layers(model, config)
+    id_columns = paired_columns(model, config)
     with_positions = takes(model, "position_ids")
     step: torch.nn.Module
     if cache_argument(model) == "cache_params":
@@ -183,10 +186,7 @@ def text_generation(model: torch.nn.Module, config: Any, id_columns: int = 0) ->
     vocab = int(text_config(config).vocab_size)
     args = decoder_inputs(layout, vocab, 2, 3, 4, "meta", with_positions, codebooks=books)
     if id_columns:
-        g = torch.Generator().manual_seed(1)
-        shape = (*args[0].shape, id_columns - 1)
-        codes = torch.randint(0, int(config.codebook_vocab_size), shape, generator=g).to(args[0].device)
-        args = (torch.cat([args[0].unsqueeze(-1), codes], dim=-1), *args[1:])
+        args = (paired_ids(args[0], config, id_columns), *args[1:])
     p = torch.export.Dim(PAST, min=0, max=1 << 20)
     rows = books * b if books > 1 else b
     dims: dict[str, Any] = {"input_ids": {0: rows, 1: s}, "attention_mask": {0: b, 1: TOTAL}}
